@@ -1,0 +1,21 @@
+"""The visual inspector: one front-end (``widgets/`` → ``specviz.static``) in two hosts.
+
+* :class:`Inspector` — an anywidget for JupyterLab (``Inspector(session)``, ``Inspector.replay(path)``).
+* :mod:`specviz.ui.panel_app` — the same front-end in a Panel app; :func:`specviz.ui.server.serve` and
+  :func:`specviz.ui.server.replay` are the entry points of ``specviz serve`` and ``specviz replay``.
+"""
+
+from __future__ import annotations
+
+from .core import InspectorCore
+
+
+def __getattr__(name: str):
+    if name == "Inspector":
+        from .inspector import Inspector
+
+        return Inspector
+    raise AttributeError(f"module 'specviz.ui' has no attribute {name!r}")
+
+
+__all__ = ["Inspector", "InspectorCore"]

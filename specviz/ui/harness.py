@@ -1,0 +1,93 @@
+"""A stand-alone page that runs the inspector front-end with a scripted host (tests and benchmarks).
+
+The page imports ``inspector.js`` as an ES module and gives it an anywidget-style model whose
+``send`` records messages in ``window.__sent`` and whose custom messages are delivered with
+``window.__deliver(msg)``. Everything is served from memory through Playwright routing, so the page
+needs no server and no network.
+"""
+
+from __future__ import annotations
+
+import importlib.resources
+import os
+import shutil
+
+ORIGIN = "http://specviz.local"
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-background-networking", "--disable-component-update",
+                 "--no-first-run", "--disable-sync", "--disable-dev-shm-usage"]
+
+_PAGE = """<!doctype html><html><head><meta charset="utf-8"><title>specviz harness</title>
+<link rel="stylesheet" href="/inspector.css">
+<style>body{margin:0;padding:16px;background:#fff;width:1240px}</style>
+%PLOTLY%
+</head><body><div id="host"></div>
+<script type="module">
+import inspector from "/inspector.js";
+const handlers = [];
+window.__sent = [];
+const model = {
+  send(msg) { window.__sent.push(msg); },
+  on(name, cb) { if (name === "msg:custom") handlers.push(cb); },
+  off(name, cb) { const i = handlers.indexOf(cb); if (i >= 0) handlers.splice(i, 1); },
+  get() { return undefined; }, set() {}, save_changes() {},
+};
+window.__deliver = (msg) => { for (const h of handlers.slice()) h(msg, []); };
+window.__cleanup = inspector.render({ model, el: document.getElementById("host") });
+window.__ready = true;
+</script></body></html>"""
+
+
+def chromium_path() -> str | None:
+    """Debian's chromium, or ``$SPECVIZ_CHROMIUM``; ``None`` when absent."""
+    env = os.environ.get("SPECVIZ_CHROMIUM")
+    if env and os.path.exists(env):
+        return env
+    for p in ("/usr/bin/chromium", "/usr/bin/chromium-browser"):
+        if os.path.exists(p):
+            return p
+    return shutil.which("chromium")
+
+
+def launch(playwright, **kwargs):
+    """Launch headless chromium from the system (Playwright's own download is never used)."""
+    return playwright.chromium.launch(executable_path=chromium_path(), headless=True, args=CHROMIUM_ARGS, **kwargs)
+
+
+def open_harness(browser, *, preload_plotly: bool = True, viewport=None):
+    """A new page running the front-end with a scripted host; returns the page once rendered.
+
+    With ``preload_plotly`` the page loads plotly.js from the plotly package in a script tag;
+    otherwise the front-end asks its host for it (``{"type": "plotly"}``), as in JupyterLab.
+    """
+    static = importlib.resources.files("specviz.static")
+    files = {
+        "/inspector.js": ((static / "inspector.js").read_bytes(), "text/javascript"),
+        "/inspector.css": ((static / "inspector.css").read_bytes(), "text/css"),
+    }
+    plotly_tag = ""
+    if preload_plotly:
+        plotly = importlib.resources.files("plotly") / "package_data" / "plotly.min.js"
+        files["/plotly.min.js"] = (plotly.read_bytes(), "text/javascript")
+        # the UMD bundle sets module.exports when `module` exists, else a global; give it one
+        plotly_tag = ('<script>window.module={exports:{}};</script><script src="/plotly.min.js"></script>'
+                      '<script>window.Plotly=window.module.exports;delete window.module;</script>')
+    files["/"] = (_PAGE.replace("%PLOTLY%", plotly_tag).encode(), "text/html")
+    page = browser.new_page(viewport=viewport or {"width": 1280, "height": 1000})
+    external: list[str] = []
+
+    def handler(route):
+        url = route.request.url
+        if not url.startswith(ORIGIN):
+            external.append(url)
+            return route.abort()
+        path = url[len(ORIGIN):].split("?")[0] or "/"
+        if path in files:
+            body, ctype = files[path]
+            return route.fulfill(status=200, body=body, headers={"content-type": ctype})
+        return route.fulfill(status=404, body=b"not found")
+
+    page.route("**/*", handler)
+    page.external_requests = external  # type: ignore[attr-defined]
+    page.goto(ORIGIN + "/")
+    page.wait_for_function("window.__ready === true")
+    return page

@@ -1,0 +1,90 @@
+"""The inspector as an anywidget for JupyterLab (and any other anywidget host).
+
+``Inspector(session)`` shows a live session and its controls; ``Inspector.replay(path)`` shows a
+recorded JSON Lines file without a model. The front-end is ``widgets/inspector.js`` (shipped as
+``specviz.static``), the same module the Panel app uses. All logic lives in
+:class:`~specviz.ui.core.InspectorCore`; this class only connects it to the widget's comm.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import anywidget
+
+from ..events import Event
+from ..recorder import read_events
+from .core import InspectorCore, static_text
+
+
+class Inspector(anywidget.AnyWidget):
+    """Visual inspector of a :class:`~specviz.session.Session`: token stream, KV timeline, telemetry.
+
+    ``prompt`` (with ``max_tokens``, ``strategy`` and knobs) starts the session when it has not been
+    started yet. Rounds run by the buttons, by :meth:`step`/:meth:`run`/:meth:`play`, or by calling
+    ``session.step()`` directly all appear: the inspector subscribes to the session's events and sends
+    each round once.
+    """
+
+    _esm = static_text("inspector.js")
+    _css = static_text("inspector.css")
+
+    def __init__(self, session: Any = None, *, prompt: str | None = None, max_tokens: int = 128,
+                 strategy: str = "prompt-lookup", _events: list[Event] | None = None, **knobs: Any) -> None:
+        super().__init__()
+        if session is not None and prompt is not None and not getattr(session, "started", False):
+            session.start(prompt, max_tokens=max_tokens, strategy=strategy, **knobs)
+        self.core = InspectorCore(self.send, session, events=_events, prompt=prompt)
+        self.on_msg(self._on_msg)
+
+    @classmethod
+    def replay(cls, path: str | os.PathLike) -> "Inspector":
+        """An inspector over a recorded session (JSON Lines from :class:`~specviz.recorder.Recorder`)."""
+        return cls(None, _events=read_events(path))
+
+    def _on_msg(self, _widget: Any, content: Any, _buffers: Any) -> None:
+        self.core.handle(content)
+
+    # -- Python API (mirrors the buttons) -------------------------------------------------------------
+    @property
+    def session(self) -> Any:
+        """The session shown (``None`` for a replay)."""
+        return self.core.session
+
+    @property
+    def log(self) -> list[dict]:
+        """Event dictionaries of the current generation, as sent to the front-end."""
+        return self.core.log
+
+    def step(self, n: int = 1) -> int:
+        """Run ``n`` rounds now; returns how many ran."""
+        return self.core.step(n)
+
+    def run(self, n: int) -> None:
+        """Run ``n`` rounds in the background (the notebook stays responsive)."""
+        self.core.run(n)
+
+    def play(self) -> None:
+        """Run to the end in the background; :meth:`pause` stops after the current round."""
+        self.core.play()
+
+    def pause(self) -> None:
+        """Stop background stepping after the current round."""
+        self.core.pause()
+
+    def wait(self, timeout: float | None = None) -> None:
+        """Block until background stepping stops."""
+        self.core.wait(timeout)
+
+    def reset(self, prompt: str | None = None, max_tokens: int | None = None) -> None:
+        """Start again (the same prompt unless one is given)."""
+        self.core.reset(prompt, max_tokens)
+
+    def configure(self, strategy: str | None = None, **knobs: Any) -> dict[str, str]:
+        """Queue a strategy/knob change for the next round; returns ``{knob: error}`` (empty when accepted)."""
+        return self.core.configure_from_form(strategy, knobs)
+
+    def close(self) -> None:  # noqa: D102 - ipywidgets API
+        self.core.close()
+        super().close()

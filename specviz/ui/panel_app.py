@@ -1,0 +1,57 @@
+"""The inspector in a Panel app, through Panel's ``JSComponent`` (no React, nothing from the network).
+
+Panel's ``AnyWidgetComponent`` is a ``ReactComponent`` that imports React from a CDN at run time unless
+compiled with node; ``JSComponent`` needs neither, so it runs the same ``widgets/inspector.js`` module
+as the JupyterLab widget. The front-end tells the two hosts apart by their model API (``send_msg`` vs
+``send``); the Python side is the same :class:`~specviz.ui.core.InspectorCore`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import panel as pn
+from panel.custom import JSComponent
+
+from ..events import Event
+from .core import InspectorCore, static_text
+
+#: The demo prompt: code that repeats itself, which n-gram drafting turns into long accepted runs.
+DEFAULT_PROMPT = (
+    "def fibonacci(n):\n"
+    "    \"\"\"Return the n-th Fibonacci number.\"\"\"\n"
+    "    if n < 2:\n"
+    "        return n\n"
+    "    return fibonacci(n - 1) + fibonacci(n - 2)\n"
+    "\n"
+    "\n"
+    "def factorial(n):\n"
+)
+
+
+class InspectorComponent(JSComponent):
+    """The inspector as a Panel component: ``InspectorComponent(session=...)`` or ``(events=[...])``."""
+
+    _esm = static_text("inspector.js")
+    _stylesheets = [static_text("inspector.css")]
+
+    def __init__(self, session: Any = None, *, events: list[Event] | None = None, prompt: str | None = None,
+                 **params: Any) -> None:
+        params.setdefault("sizing_mode", "stretch_width")
+        super().__init__(**params)
+        self.core = InspectorCore(self._send_msg, session, events=events, prompt=prompt)
+
+    def _handle_msg(self, data: Any) -> None:
+        self.core.handle(data)
+
+
+def inspector_app(session_factory: Callable[[], Any] | None = None, *, events: list[Event] | None = None,
+                  prompt: str | None = None, title: str = "specviz inspector") -> pn.viewable.Viewable:
+    """One page of the app: a live session made by ``session_factory()``, or recorded ``events``."""
+    if events is not None:
+        comp = InspectorComponent(events=events)
+    else:
+        session = session_factory() if session_factory is not None else None
+        comp = InspectorComponent(session, prompt=prompt)
+    return pn.Column(comp, sizing_mode="stretch_width", styles={"padding": "12px", "max-width": "1500px",
+                                                                   "margin": "0 auto"}, name=title)
