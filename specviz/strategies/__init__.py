@@ -1,0 +1,60 @@
+"""Strategy registry: name → drafter class, and the knob schema of each strategy.
+
+Names follow llama.cpp (``none``, ``ngram-simple``, ``ngram-map-k`` …) plus ``prompt-lookup``
+(the runner PR's prompt lookup) and ``draft`` (a second GGUF).
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
+from typing import Any
+
+from ..config import SESSION_KNOBS, Knob, Schema
+from ..errors import StrategyError
+from .base import Draft, Drafter, DrafterStats
+
+# name -> "module:Class"; modules are imported on first use so a strategy's dependencies load lazily.
+_REGISTRY: dict[str, str] = {
+    "none": "specviz.strategies.none:NoDrafter",
+    "prompt-lookup": "specviz.strategies.prompt_lookup:PromptLookupDrafter",
+    "ngram-simple": "specviz.strategies.ngram_simple:NgramSimpleDrafter",
+    "ngram-map-k": "specviz.strategies.ngram_map:NgramMapKDrafter",
+    "ngram-map-k4v": "specviz.strategies.ngram_map:NgramMapK4VDrafter",
+    "ngram-mod": "specviz.strategies.ngram_mod:NgramModDrafter",
+    "ngram-cache": "specviz.strategies.ngram_cache:NgramCacheDrafter",
+}
+
+
+def strategy_names() -> list[str]:
+    """Every registered strategy name, in registry order."""
+    return list(_REGISTRY)
+
+
+def strategy_class(name: str) -> type[Drafter]:
+    """The drafter class registered under ``name``; :class:`StrategyError` when unknown."""
+    target = _REGISTRY.get(name)
+    if target is None:
+        raise StrategyError(
+            f"unknown strategy {name!r}; choose one of: {', '.join(_REGISTRY)}", knob="strategy", value=name)
+    mod, _, cls = target.partition(":")
+    return getattr(import_module(mod), cls)
+
+
+def strategy_schema(name: str) -> Schema:
+    """The full knob schema of a strategy: the shared draft-length knobs, then its own."""
+    cls = strategy_class(name)
+    own = tuple(cls.knobs)
+    own_names = {k.name for k in own}
+    shared: tuple[Knob, ...] = () if name == "none" else tuple(k for k in SESSION_KNOBS if k.name not in own_names)
+    return Schema(owner=f"strategy {name!r}", knobs=shared + own)
+
+
+def make_drafter(name: str, knobs: dict[str, Any], **resources: Any) -> Drafter:
+    """Instantiate strategy ``name`` with already-validated ``knobs`` (plus resources like models)."""
+    cls = strategy_class(name)
+    own = {k.name for k in cls.knobs}
+    return cls(**{k: v for k, v in knobs.items() if k in own}, **resources)
+
+
+__all__ = ["Draft", "Drafter", "DrafterStats", "strategy_names", "strategy_class", "strategy_schema",
+           "make_drafter"]

@@ -1,0 +1,244 @@
+"""``ngram-mod``: llama.cpp's constant-memory n-gram hasher.
+
+A fixed pool of ``pool_size`` slots (int32, so 16 MiB at the default 4 Mi slots) maps the hash of an
+n-gram of ``n_match`` tokens to the token that followed it; a later n-gram with the same slot overwrites
+it (collisions are not detected, as upstream). The hash is the 64-bit LCG polynomial
+``h = (…((t0·A + t1)·A + t2)…)·A + t(n-1)  mod 2^64`` with ``A = 6364136223846793005``, and the slot is
+``h mod pool_size``.
+
+Drafting starts from the last ``n_match`` tokens of the history, reads the token stored for their slot,
+appends it, slides the window by one and repeats, up to ``n_max`` tokens. An empty slot ends the chain;
+if that happens before ``n_min`` tokens were found there is no draft at all, so drafts are of variable
+length in ``[n_min, n_max]`` or empty.
+
+As upstream:
+
+* ``begin`` adds every n-gram of the history; afterwards new n-grams are added in chunks, once more
+  than 32 tokens have accumulated past the last added position.
+* if, after ``begin``, more adds than a quarter of the pool landed on an occupied slot, the pool is
+  cleared (upstream's occupancy guard; with the default pool it needs a million such adds).
+* after ``low_accept_streak`` consecutive drafts of which less than ``low_accept_ratio`` was accepted,
+  the pool is cleared and refilled from the history at the next draft.
+
+Different from upstream (on purpose):
+
+* Upstream shares one pool between all requests of a server and never clears it in ``begin``. Here the
+  pool is request-local: ``begin`` clears it and refills it from the history alone.
+* The low-acceptance fraction is measured against the tokens actually proposed (after the session's cap
+  ``n_max``), not against the uncapped chain.
+
+Restoring: the pool is always "the n-grams at history positions ``[lo, i_last)`` added in order", so it
+is saved as those two numbers (with the acceptance streak and the last draft length) by
+:meth:`state_dict` and rebuilt from the history by :meth:`load_state_dict`; the state's size does not
+grow with the history. ``begin`` alone adds *every* n-gram, which can differ from a running session
+that has not yet added its last (fewer than 33) positions.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Any, Sequence
+
+import numpy as np
+
+from ..config import Knob
+from ..errors import KnobError, SnapshotError
+from ._restore import RestorableState
+from .base import Draft, Drafter
+from .history import TokenMirror
+
+#: LCG multiplier of upstream's n-gram hash.
+LCG_MULT = 6364136223846793005
+_MASK = (1 << 64) - 1
+#: Marker of an empty pool slot.
+EMPTY = -1
+#: New n-grams are added once more than this many tokens accumulated past the last added position.
+ADD_CHUNK = 32
+#: ``begin`` clears the pool when more than this fraction of its size was added onto occupied slots.
+OCCUPANCY_RESET = 0.25
+
+
+def ngram_hash(tokens: Sequence[int]) -> int:
+    """Upstream's 64-bit LCG hash of an n-gram (before the modulo by the pool size)."""
+    h = 0
+    for t in tokens:
+        h = (h * LCG_MULT + (int(t) & _MASK)) & _MASK
+    return h
+
+
+class NgramModDrafter(RestorableState, Drafter):
+    """Rolling n-gram hash → next token in a fixed-size pool; variable-length chained drafts."""
+
+    name = "ngram-mod"
+    _state_format = "ngram-mod/1"
+    knobs = (
+        Knob("n_match", int, 24, "n-gram length hashed to find the next token (small values draft "
+             "poorly)", lo=1, hi=1024, aliases=("--spec-ngram-mod-n-match",)),
+        Knob("n_min", int, 48, "shortest chain that is drafted; a shorter one gives no draft", lo=1, hi=1024,
+             aliases=("--spec-ngram-mod-n-min",)),
+        Knob("n_max", int, 64, "longest chain followed through the pool", lo=1, hi=1024,
+             aliases=("--spec-ngram-mod-n-max",)),
+        Knob("pool_size", int, 4 * 1024 * 1024, "number of pool slots (4 bytes each); memory is constant",
+             lo=1024, hi=64 * 1024 * 1024),
+        Knob("low_accept_ratio", float, 0.25, "a draft with a smaller accepted fraction counts as poorly "
+             "accepted", lo=0.0, hi=1.0),
+        Knob("low_accept_streak", int, 5, "this many poorly accepted drafts in a row clear the pool",
+             lo=1, hi=1024),
+    )
+
+    @staticmethod
+    def check(config: dict[str, Any]) -> None:
+        """Cross-knob rule: ``n_min`` ≤ ``n_max``."""
+        if config["n_min"] > config["n_max"]:
+            raise KnobError(
+                f"knob 'n_min': {config['n_min']} is larger than n_max={config['n_max']}; set n_min <= n_max",
+                knob="n_min", value=config["n_min"])
+
+    def __init__(self, **knobs: Any) -> None:
+        super().__init__(**knobs)
+        self._mirror = TokenMirror()
+        self._pool = np.full(self.config["pool_size"], EMPTY, dtype=np.int32)
+        self._init_restore()
+        self._clear_state()
+
+    # -- pool -----------------------------------------------------------------------------------
+    def _clear_pool(self) -> None:
+        self._pool.fill(EMPTY)
+        self._used = 0  # adds that landed on an occupied slot since the last clear (upstream's `used`)
+
+    def _clear_state(self) -> None:
+        self._clear_pool()
+        self._lo = 0  # the pool holds the n-grams at positions [lo, i_last), added in order
+        self._i_last = 0
+        self._n_draft_last = 0
+        self._n_low = 0
+
+    def slot(self, tokens: Sequence[int]) -> int:
+        """Pool slot of an n-gram."""
+        return ngram_hash(tokens) % self._pool.shape[0]
+
+    def _add_range(self, arr: np.ndarray, start: int, stop: int) -> None:
+        """Add the n-grams starting at ``start … stop-1`` (each mapped to the token after it), in order."""
+        n = self.config["n_match"]
+        if stop <= start:
+            return
+        starts = np.arange(start, stop, dtype=np.int64)
+        h = np.zeros(starts.shape[0], dtype=np.uint64)
+        mult = np.uint64(LCG_MULT)
+        for j in range(n):
+            h = h * mult + arr[starts + j].astype(np.uint64)  # wraps modulo 2^64, as size_t does
+        slots = (h % np.uint64(self._pool.shape[0])).astype(np.int64)
+        nxt = arr[starts + n]
+        # sequential semantics: the last add to a slot wins; every add onto an occupied slot is counted
+        rev = slots[::-1]
+        uniq, first_in_rev = np.unique(rev, return_index=True)
+        was_empty = int(np.count_nonzero(self._pool[uniq] == EMPTY))
+        self._used += slots.shape[0] - was_empty
+        self._pool[uniq] = nxt[::-1][first_in_rev]
+
+    # -- drafter --------------------------------------------------------------------------------
+    def _begin(self, history: Sequence[int]) -> None:
+        self._mirror.reset(history)
+        arr = self._mirror.array
+        self._clear_state()
+        n = self.config["n_match"]
+        L = arr.shape[0]
+        if L >= n:
+            self._add_range(arr, 0, L - n)
+            self._i_last = L - n
+            if self._used / self._pool.shape[0] > OCCUPANCY_RESET:
+                self._clear_pool()
+                self._lo = self._i_last
+        self._after_begin(history)
+
+    def reconfigure(self, **knobs: Any) -> None:
+        """Apply knobs; a new ``n_match`` or ``pool_size`` rebuilds the pool from the history."""
+        old = (self.config["n_match"], self.config["pool_size"])
+        super().reconfigure(**knobs)
+        if (self.config["n_match"], self.config["pool_size"]) != old:
+            if self._pool.shape[0] != self.config["pool_size"]:
+                self._pool = np.full(self.config["pool_size"], EMPTY, dtype=np.int32)
+            self._pending_state = None
+            self._begin(self._mirror.array.tolist())
+
+    def _draft(self, history: Sequence[int], n_max: int) -> Draft:
+        self._settle()
+        arr = self._mirror.sync(history)
+        self._n_draft_last = 0
+        n = self.config["n_match"]
+        L = arr.shape[0]
+        cur_len = L - 1  # upstream's prompt excludes the newest (sampled) token
+        if cur_len < n:
+            return Draft(reason="short-history")
+        if self._i_last + ADD_CHUNK < cur_len:
+            self._add_range(arr, self._i_last, cur_len - n)
+            self._i_last = cur_len - n
+
+        size = self._pool.shape[0]
+        window = deque(int(t) for t in arr[L - n:])
+        h = ngram_hash(window)
+        top = pow(LCG_MULT, n - 1, 1 << 64)  # weight of the window's oldest token
+        out: list[int] = []
+        for i in range(self.config["n_max"]):
+            tok = int(self._pool[h % size])
+            if tok == EMPTY:
+                if i < self.config["n_min"]:
+                    return Draft(reason="n-min")
+                break
+            out.append(tok)
+            old = window.popleft()
+            window.append(tok)
+            h = ((h - (old & _MASK) * top) * LCG_MULT + tok) & _MASK
+        proposed = out[:n_max]
+        self._n_draft_last = len(proposed)
+        short = len(proposed) < n_max and len(out) < self.config["n_max"]
+        return Draft(tokens=proposed, reason="no-match" if short else None)
+
+    def _accept(self, n_accepted: int, history: Sequence[int]) -> None:
+        self._settle()
+        self._mirror.sync(history)
+        if self._n_draft_last <= 0:
+            return
+        if n_accepted / self._n_draft_last < self.config["low_accept_ratio"]:
+            self._n_low += 1
+            if self._n_low >= self.config["low_accept_streak"]:
+                self._clear_pool()
+                self._n_low = 0
+                self._i_last = 0
+                self._lo = 0
+        else:
+            self._n_low = 0
+
+    # -- introspection --------------------------------------------------------------------------
+    @property
+    def pool(self) -> np.ndarray:
+        """The pool (read-only view): slot → next token, or ``EMPTY``."""
+        v = self._pool.view()
+        v.flags.writeable = False
+        return v
+
+    @property
+    def pool_bytes(self) -> int:
+        """Memory held by the pool, fixed by ``pool_size``."""
+        return int(self._pool.nbytes)
+
+    # -- state ----------------------------------------------------------------------------------
+    def _export_state(self) -> dict[str, Any]:
+        return {"n_match": self.config["n_match"], "pool_size": self.config["pool_size"],
+                "lo": self._lo, "i_last": self._i_last, "n_low": self._n_low,
+                "n_draft_last": self._n_draft_last}
+
+    def _import_state(self, d: dict[str, Any]) -> None:
+        if (d["n_match"], d["pool_size"]) != (self.config["n_match"], self.config["pool_size"]):
+            raise SnapshotError(
+                f"ngram-mod state was saved with n_match={d['n_match']}, pool_size={d['pool_size']}; this "
+                f"drafter has n_match={self.config['n_match']}, pool_size={self.config['pool_size']}: "
+                "restore the knobs first")
+        lo, i_last = int(d["lo"]), int(d["i_last"])
+        arr = self._mirror.array
+        if not 0 <= lo <= i_last or (i_last > 0 and i_last + self.config["n_match"] > arr.shape[0]):
+            raise ValueError(f"pool range [{lo}, {i_last}) does not fit a history of {arr.shape[0]} tokens")
+        self._clear_pool()
+        self._add_range(arr, lo, i_last)
+        self._lo, self._i_last = lo, i_last
+        self._n_low, self._n_draft_last = int(d["n_low"]), int(d["n_draft_last"])

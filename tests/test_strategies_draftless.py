@@ -1,0 +1,646 @@
+"""Unit tests of llama.cpp's draftless strategies: ngram-map-k, ngram-map-k4v, ngram-mod, ngram-cache.
+
+Expected drafts are worked out by hand from upstream's semantics (see each module's docstring); the
+convention is that ``history[-1]`` is the newest committed token (upstream's ``sampled``). No model is
+needed.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from specviz.errors import KnobError, SnapshotError
+from specviz.strategies import strategy_class, strategy_names, strategy_schema
+
+MapK = strategy_class("ngram-map-k")
+MapK4V = strategy_class("ngram-map-k4v")
+Mod = strategy_class("ngram-mod")
+Cache = strategy_class("ngram-cache")
+
+F = 6364136223846793005  # upstream's LCG multiplier
+
+
+def fresh(cls, history, **knobs):
+    d = cls(**knobs)
+    d.begin(history)
+    return d
+
+
+# ------------------------------------------------------------------------------------------------
+# registry and knobs
+# ------------------------------------------------------------------------------------------------
+
+# (strategy, knob, default, lo, hi) — the documented schema, written out independently of the code
+KNOB_TABLE = [
+    ("ngram-map-k", "size_n", 12, 1, 1024),
+    ("ngram-map-k", "size_m", 48, 1, 1024),
+    ("ngram-map-k", "min_hits", 1, 1, 1024),
+    ("ngram-map-k", "check_rate", 1, 1, 1024),
+    ("ngram-map-k4v", "size_n", 12, 1, 1024),
+    ("ngram-map-k4v", "size_m", 48, 1, 1024),
+    ("ngram-map-k4v", "min_hits", 1, 1, 1024),
+    ("ngram-map-k4v", "check_rate", 1, 1, 1024),
+    ("ngram-mod", "n_match", 24, 1, 1024),
+    ("ngram-mod", "n_min", 48, 1, 1024),
+    ("ngram-mod", "n_max", 64, 1, 1024),
+    ("ngram-mod", "pool_size", 4 * 1024 * 1024, 1024, 64 * 1024 * 1024),
+    ("ngram-mod", "low_accept_ratio", 0.25, 0.0, 1.0),
+    ("ngram-mod", "low_accept_streak", 5, 1, 1024),
+    ("ngram-cache", "n_draft", 8, 1, 1024),
+]
+
+
+def test_strategies_are_registered():
+    for name in ("ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache"):
+        assert name in strategy_names()
+        assert strategy_class(name).name == name
+
+
+def test_schema_lists_exactly_the_documented_knobs_and_the_shared_ones():
+    for name in ("ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache"):
+        own = [k for (s, k, *_rest) in KNOB_TABLE if s == name]
+        assert strategy_schema(name).names() == ["draft_max", "draft_min"] + own
+
+
+@pytest.mark.parametrize("name,knob,default,lo,hi", KNOB_TABLE)
+def test_knob_default_and_bounds(name, knob, default, lo, hi):
+    schema = strategy_schema(name)
+    assert schema.defaults()[knob] == default
+    assert schema.validate({knob: lo})[knob] == lo
+    assert schema.validate({knob: hi})[knob] == hi
+    step = 1 if isinstance(default, int) else 0.01
+    with pytest.raises(KnobError) as below:
+        schema.validate({knob: lo - step})
+    assert below.value.knob == knob
+    with pytest.raises(KnobError) as above:
+        schema.validate({knob: hi + step})
+    assert above.value.knob == knob
+
+
+@pytest.mark.parametrize("name", ["ngram-map-k", "ngram-map-k4v", "ngram-mod"])
+def test_int_knobs_refuse_fractions(name):
+    knob = "size_n" if name.startswith("ngram-map") else "n_match"
+    with pytest.raises(KnobError):
+        strategy_schema(name).validate({knob: 2.5})
+
+
+def test_cli_spellings_follow_llama_cpp():
+    def aliases(name, knob):
+        return next(k for k in strategy_class(name).knobs if k.name == knob).aliases
+
+    for name in ("ngram-map-k", "ngram-map-k4v"):
+        assert "--spec-ngram-size-n" in aliases(name, "size_n")
+        assert "--spec-ngram-size-m" in aliases(name, "size_m")
+        assert "--spec-ngram-min-hits" in aliases(name, "min_hits")
+        assert "--spec-ngram-check-rate" in aliases(name, "check_rate")
+    assert "--spec-ngram-mod-n-match" in aliases("ngram-mod", "n_match")
+    assert "--spec-ngram-mod-n-min" in aliases("ngram-mod", "n_min")
+    assert "--spec-ngram-mod-n-max" in aliases("ngram-mod", "n_max")
+
+
+def test_ngram_mod_refuses_n_min_above_n_max():
+    cfg = strategy_schema("ngram-mod").validate({"n_min": 10, "n_max": 9})
+    with pytest.raises(KnobError) as e:
+        Mod.check(cfg)
+    assert e.value.knob == "n_min"
+    Mod.check(strategy_schema("ngram-mod").validate({"n_min": 9, "n_max": 9}))  # equal is fine
+
+
+# ------------------------------------------------------------------------------------------------
+# ngram-map-k
+# ------------------------------------------------------------------------------------------------
+
+def test_map_k_drafts_after_the_most_recent_usable_occurrence():
+    # key [1,2] occurs at 1, 6 and (as the trailing key) 12; usable starts are 1..cur_len-n-m-1 = 7
+    h = [7, 1, 2, 3, 4, 5, 1, 2, 6, 6, 6, 0, 1, 2]
+    d = fresh(MapK, h, size_n=2, size_m=3)
+    got = d.draft(h, 16)
+    assert got.tokens == [6, 6, 6]
+    assert got.reason is None
+
+
+def test_map_k_caps_by_n_max_without_a_reason():
+    h = [7, 1, 2, 3, 4, 5, 1, 2, 6, 6, 6, 0, 1, 2]
+    got = fresh(MapK, h, size_n=2, size_m=3).draft(h, 2)
+    assert got.tokens == [6, 6]
+
+
+def test_map_k_history_length_and_match_position_limits():
+    # 2n+m = 7 tokens of history before the newest one are needed
+    h = [7, 1, 2, 3, 4, 1, 2]
+    assert fresh(MapK, h, size_n=2, size_m=3).draft(h, 16).reason == "short-history"
+    h = [7, 1, 2, 3, 4, 5, 1, 2]
+    assert fresh(MapK, h, size_n=2, size_m=3).draft(h, 16).tokens == [3, 4, 5]
+    # an occurrence whose m-gram would reach the newest tokens is not used
+    h = [7, 7, 7, 7, 1, 2, 3, 4, 1, 2]
+    assert fresh(MapK, h, size_n=2, size_m=3).draft(h, 16).reason == "no-match"
+    # an occurrence at index 0 is not used (upstream treats position 0 as "no match")
+    h = [1, 2, 3, 4, 5, 6, 7, 1, 2]
+    assert fresh(MapK, h, size_n=2, size_m=3).draft(h, 16).reason == "no-match"
+
+
+def test_map_k_accepted_count_caps_the_next_draft_for_that_key():
+    h1 = [7, 1, 2, 3, 4, 5, 9, 1, 2]
+    d = fresh(MapK, h1, size_n=2, size_m=3)
+    assert d.draft(h1, 16).tokens == [3, 4, 5]
+    h1b = h1 + [3, 0]  # one draft token accepted, then the target's own token 0
+    d.accept(1, h1b)
+    h2 = h1b + [1, 2]
+    got = d.draft(h2, 16)
+    assert got.tokens == [3]
+    assert got.reason == "accept-cap"
+    d.accept(0, h2 + [0])
+    h3 = h2 + [0, 1, 2]
+    got = d.draft(h3, 16)
+    assert got.tokens == [] and got.reason == "accept-cap"
+    # another key is not affected
+    h4 = h3 + [4]
+    # key [2,4] never occurred before: no match
+    assert d.draft(h4, 16).reason == "no-match"
+
+
+def test_map_k_check_rate():
+    h = [7, 1, 2, 3, 4, 5, 9, 1, 2]
+    d = fresh(MapK, h, size_n=2, size_m=3, check_rate=3)
+    assert d.draft(h, 16).tokens == [3, 4, 5]  # checked at cur_len 8
+    assert d.draft(h + [3], 16).reason == "check-rate"  # 9
+    assert d.draft(h + [3, 4], 16).reason == "check-rate"  # 10
+    # cur_len 11: key [4,5], most recent usable occurrence at 4 -> the three tokens after it
+    assert d.draft(h + [3, 4, 5], 16).tokens == [9, 1, 2]
+    # with check_rate 1 every call searches
+    d1 = fresh(MapK, h, size_n=2, size_m=3)
+    d1.draft(h, 16)
+    assert d1.draft(h + [3], 16).reason != "check-rate"
+
+
+def test_map_k_min_hits_counts_look_ups_of_the_key():
+    h1 = [7, 1, 2, 3, 4, 5, 9, 1, 2]
+    d = fresh(MapK, h1, size_n=2, size_m=3, min_hits=2)
+    assert d.draft(h1, 16).reason == "min-hits"
+    h2 = h1 + [3, 0, 1, 2]  # same key, looked up a second time
+    assert d.draft(h2, 16).tokens == [3, 4, 5]
+
+
+# ------------------------------------------------------------------------------------------------
+# ngram-map-k4v
+# ------------------------------------------------------------------------------------------------
+
+def segments(values):
+    """[0] + [1,2,a,a] per value + [9,9,1,2]: key [1,2] followed by m-gram [a,a]; trailing key [1,2]."""
+    out = [0]
+    for a in values:
+        out += [1, 2, a, a]
+    return out + [9, 9, 1, 2]
+
+
+def test_k4v_drafts_the_dominant_value():
+    h = segments([3, 3, 3, 5])  # [3,3] three times, [5,5] once: 3 >= 2*1
+    got = fresh(MapK4V, h, size_n=2, size_m=2).draft(h, 16)
+    # the dominant value, although the most recent occurrence was followed by [5,5]
+    assert got.tokens == [3, 3]
+    assert got.reason is None
+
+
+@pytest.mark.parametrize("values,expected", [
+    ([3, 5, 3, 5], None),        # 2 vs 2: ambiguous
+    ([3, 3, 5], [3, 3]),         # 2 vs 1: 2 >= 2*1, drafts
+    ([3, 3, 3, 5, 6], None),     # 3 vs 1+1: 3 < 4, ambiguous
+    ([3, 3, 3, 3, 5, 6], [3, 3]),  # 4 vs 2: drafts
+    ([5], [5, 5]),               # a single value
+])
+def test_k4v_dominance_rule(values, expected):
+    h = segments(values)
+    got = fresh(MapK4V, h, size_n=2, size_m=2).draft(h, 16)
+    if expected is None:
+        assert got.tokens == [] and got.reason == "ambiguous"
+    else:
+        assert got.tokens == expected
+
+
+def test_k4v_tracks_at_most_four_values():
+    # four values once each fill the slots; a fifth value, however frequent, is not counted
+    h = segments([3, 4, 5, 6] + [7] * 9)
+    d = fresh(MapK4V, h, size_n=2, size_m=2)
+    got = d.draft(h, 16)
+    assert got.reason == "ambiguous"  # 1 vs 3
+    (rec,) = d.state_dict()["keys"]
+    assert rec["tokens"] == [1, 2]
+    # [value_idx, value_num, n_accepted]: values start at 3, 7, 11, 15
+    assert rec["values"] == [[3, 1, 2], [7, 1, 2], [11, 1, 2], [15, 1, 2]]
+
+
+def test_k4v_min_hits_and_counting_each_occurrence_once():
+    h1 = segments([3, 3, 3])  # key starts 1, 5, 9; trailing key at 15
+    d = fresh(MapK4V, h1, size_n=2, size_m=2, min_hits=2)
+    assert d.draft(h1, 16).reason == "min-hits"
+    h2 = h1 + [3, 3, 9, 9, 1, 2]  # key now also usable at 15
+    assert d.draft(h2, 16).tokens == [3, 3]
+    (rec,) = d.state_dict()["keys"]
+    assert rec["key_num"] == 2
+    assert rec["values"][0][:2] == [3, 4]  # four occurrences, each counted once
+    h3 = h2 + [3, 3, 9, 9, 1, 2]
+    d.draft(h3, 16)
+    (rec,) = d.state_dict()["keys"]
+    assert rec["values"][0][1] == 5
+
+
+def test_k4v_accepted_count_caps_the_dominant_value():
+    h = segments([3, 3, 3])
+    d = fresh(MapK4V, h, size_n=2, size_m=2)
+    assert d.draft(h, 16).tokens == [3, 3]
+    d.accept(1, h + [3, 8])
+    h2 = h + [3, 8, 9, 9, 1, 2]
+    got = d.draft(h2, 16)
+    assert got.tokens == [3] and got.reason == "accept-cap"
+
+
+# ------------------------------------------------------------------------------------------------
+# ngram-mod
+# ------------------------------------------------------------------------------------------------
+
+def test_mod_slot_is_upstreams_lcg_hash_modulo_the_pool():
+    d = Mod(n_match=3, pool_size=1 << 20)
+    a, b, c = 1000, 7, 123456
+    h = (((a * F + b) * F + c) % 2**64)
+    assert d.slot([a, b, c]) == h % (1 << 20)
+    h = fresh(Mod, [10, 11, 12, 13], n_match=3, pool_size=1 << 20)
+    assert h.pool[h.slot([10, 11, 12])] == 13
+    assert int(np.count_nonzero(h.pool != -1)) == 1
+
+
+def test_mod_chained_draft():
+    h = [10, 11, 12, 13, 14, 15, 16, 20, 10, 11, 12]
+    knobs = dict(n_match=3, n_min=1, pool_size=1 << 20)
+    got = fresh(Mod, h, n_max=5, **knobs).draft(h, 10)
+    assert got.tokens == [13, 14, 15, 16, 20] and got.reason is None
+    # the chain follows the pool past the end of the earlier occurrence
+    assert fresh(Mod, h, n_max=7, **knobs).draft(h, 10).tokens == [13, 14, 15, 16, 20, 10, 11]
+    assert fresh(Mod, h, n_max=7, **knobs).draft(h, 3).tokens == [13, 14, 15]
+
+
+PROMPT = [1, 2, 3, 4, 5, 6, 7]
+
+
+def _distinct_slots(d, grams):
+    slots = [d.slot(g) for g in grams]
+    assert len(set(slots)) == len(slots), "test precondition: no hash collision"
+
+
+def test_mod_new_ngrams_are_added_in_chunks_and_n_min_drops_short_chains():
+    knobs = dict(n_match=3, n_max=5, pool_size=1 << 20)
+    h = PROMPT + [8, 1, 2, 3]  # cur_len 10: fewer than 33 new tokens, nothing added since begin
+    d = fresh(Mod, PROMPT, n_min=1, **knobs)
+    _distinct_slots(d, [(1, 2, 3), (2, 3, 4), (3, 4, 5), (4, 5, 6), (5, 6, 7)])
+    got = d.draft(h, 16)
+    assert got.tokens == [4, 5, 6, 7] and got.reason == "no-match"  # (5,6,7) -> 8 not added yet
+    assert fresh(Mod, PROMPT, n_min=4, **knobs).draft(h, 16).tokens == [4, 5, 6, 7]
+    got = fresh(Mod, PROMPT, n_min=5, **knobs).draft(h, 16)
+    assert got.tokens == [] and got.reason == "n-min"
+
+
+def test_mod_chunk_boundary():
+    knobs = dict(n_match=3, n_min=1, n_max=5, pool_size=1 << 20)
+    # begin(PROMPT) leaves i_last = 4; a draft adds [i_last, cur_len - n) once i_last + 32 < cur_len
+    h_short = PROMPT + [8] + list(range(100, 126)) + [1, 2, 3]  # cur_len 36: not yet
+    h_long = PROMPT + [8] + list(range(100, 127)) + [1, 2, 3]  # cur_len 37: added
+    assert fresh(Mod, PROMPT, **knobs).draft(h_short, 16).tokens == [4, 5, 6, 7]
+    assert fresh(Mod, PROMPT, **knobs).draft(h_long, 16).tokens == [4, 5, 6, 7, 8]
+    # begin on the whole history adds every n-gram at once (documented difference from a running session)
+    assert fresh(Mod, h_short, **knobs).draft(h_short, 16).tokens == [4, 5, 6, 7, 8]
+
+
+def test_mod_short_history():
+    got = fresh(Mod, [1, 2, 3], n_match=3, n_min=1, n_max=4).draft([1, 2, 3], 4)
+    assert got.tokens == [] and got.reason == "short-history"
+
+
+def _low_rounds(d, h, k):
+    for _ in range(k):
+        got = d.draft(h, 16)
+        assert got.tokens == [4, 5, 6, 7]
+        d.accept(0, h)
+
+
+def test_mod_resets_after_a_streak_of_low_acceptance():
+    h = [1, 2, 3, 4, 5, 6, 7, 8, 1, 2, 3]  # short history: not refilled after a reset
+    knobs = dict(n_match=3, n_min=1, n_max=4, pool_size=1 << 20)
+    d = fresh(Mod, h, **knobs)
+    _low_rounds(d, h, 4)
+    d.draft(h, 16)
+    d.accept(1, h)  # 1/4 = 0.25 is not below the threshold: the streak ends
+    _low_rounds(d, h, 4)
+    assert d.draft(h, 16).tokens == [4, 5, 6, 7]
+    d.accept(0, h)  # fifth low round in a row
+    assert int(np.count_nonzero(d.pool != -1)) == 0
+    got = d.draft(h, 16)
+    assert got.tokens == [] and got.reason == "n-min"
+
+
+def test_mod_streak_knobs():
+    h = [1, 2, 3, 4, 5, 6, 7, 8, 1, 2, 3]
+    d = fresh(Mod, h, n_match=3, n_min=1, n_max=4, pool_size=1 << 20, low_accept_streak=2,
+              low_accept_ratio=0.5)
+    d.draft(h, 16)
+    d.accept(1, h)  # 0.25 < 0.5: low
+    d.draft(h, 16)
+    d.accept(2, h)  # 0.5: not low
+    d.draft(h, 16)
+    d.accept(1, h)
+    assert d.draft(h, 16).tokens == [4, 5, 6, 7]
+    d.accept(1, h)  # second low in a row: reset
+    assert d.draft(h, 16).tokens == []
+
+
+def test_mod_pool_is_refilled_from_the_history_after_a_reset():
+    h = list(range(40, 80)) + [40, 41, 42]  # cur_len 42 > 32: the next draft re-adds everything
+    d = fresh(Mod, h, n_match=3, n_min=1, n_max=4, pool_size=1 << 20, low_accept_streak=1)
+    assert d.draft(h, 16).tokens == [43, 44, 45, 46]
+    d.accept(0, h)
+    assert int(np.count_nonzero(d.pool != -1)) == 0
+    assert d.draft(h, 16).tokens == [43, 44, 45, 46]
+
+
+def test_mod_occupancy_guard_in_begin():
+    # 1198 adds of two distinct bigrams: 1196 land on occupied slots, more than a quarter of 1024
+    h = [1, 2] * 600
+    d = fresh(Mod, h, n_match=2, n_min=1, n_max=4, pool_size=1024)
+    assert int(np.count_nonzero(d.pool != -1)) == 0
+    assert d.draft(h, 16).reason == "n-min"
+    # with a larger pool the guard does not fire
+    assert fresh(Mod, h, n_match=2, n_min=1, n_max=4, pool_size=8192).draft(h, 16).tokens == [1, 2, 1, 2]
+
+
+def test_mod_memory_is_constant():
+    d = Mod(n_match=4, n_min=1, n_max=8, pool_size=1 << 16)
+    pool_id = id(d._pool)
+    assert d.pool_bytes == (1 << 16) * 4
+    rng = np.random.default_rng(0)
+    h = rng.integers(0, 50, size=200).tolist()
+    d.begin(h)
+    size_small = len(json.dumps(d.state_dict()))
+    for _ in range(40):
+        h += rng.integers(0, 50, size=500).tolist()
+        d.draft(h, 8)
+        d.accept(0, h)
+    assert len(h) > 20000
+    assert d.pool_bytes == (1 << 16) * 4 and id(d._pool) == pool_id
+    assert d._pool.shape == (1 << 16,)
+    # the saved state does not grow with the history either (a few integers)
+    assert len(json.dumps(d.state_dict())) <= size_small + 16
+
+
+# ------------------------------------------------------------------------------------------------
+# ngram-cache
+# ------------------------------------------------------------------------------------------------
+
+def test_cache_drafts_a_repeating_cycle():
+    h = [1, 2, 3, 4, 1, 2, 3, 4, 1, 2, 3]
+    got = fresh(Cache, h).draft(h, 16)
+    assert got.tokens == [4, 1, 2, 3, 4, 1, 2, 3] and got.reason is None  # n_draft = 8
+    assert fresh(Cache, h, n_draft=3).draft(h, 16).tokens == [4, 1, 2]
+    assert fresh(Cache, h).draft(h, 2).tokens == [4, 1]
+
+
+def test_cache_unigram_share_threshold():
+    # only the 1-gram (3) has followers: {8: 2, 9: 1}; 200 >= 66*3 passes
+    h = [3, 8, 3, 9, 3, 8, 5, 3]
+    assert fresh(Cache, h, n_draft=1).draft(h, 16).tokens == [8]
+    # {8: 2, 9: 1, 7: 1}: 200 < 66*4 fails
+    h = [3, 8, 3, 9, 3, 8, 3, 7, 5, 3]
+    got = fresh(Cache, h, n_draft=1).draft(h, 16)
+    assert got.tokens == [] and got.reason == "no-match"
+
+
+def test_cache_sample_size_thresholds_per_ngram_size():
+    # one observation is not enough for a 1-gram or 2-gram
+    h = [3, 8, 5, 3]
+    assert fresh(Cache, h).draft(h, 16).reason == "no-match"
+    # but it is for a 3-gram: (5,4,3) -> 8
+    h = [5, 4, 3, 8, 5, 4, 3]
+    assert fresh(Cache, h, n_draft=1).draft(h, 16).tokens == [8]
+
+
+def test_cache_prefers_the_longest_confident_ngram():
+    # (2,3) -> {9: 2} wins; the 1-gram (3) -> {9: 2, 7: 3} would fail its 66% share anyway
+    h = [2, 3, 9, 1, 3, 7, 2, 3, 9, 1, 3, 7, 1, 3, 7, 6, 2, 3]
+    assert fresh(Cache, h, n_draft=1).draft(h, 16).tokens == [9]
+    d = fresh(Cache, h)
+    assert d.followers([2, 3]) == {9: 2}
+    assert d.followers([3]) == {9: 2, 7: 3}
+
+
+def test_cache_short_history():
+    assert fresh(Cache, [5]).draft([5], 4).reason == "short-history"
+
+
+def test_cache_dynamic_statistics_from_an_earlier_request():
+    a = [3, 8] * 4 + [3]
+    b = [50, 51, 3]
+    d = fresh(Cache, a, n_draft=2)
+    d.draft(a, 16)
+    d.begin(b)  # a different request: a's statistics become dynamic ones
+    assert d.followers([3], dynamic=True) == {8: 4}
+    assert d.followers([3]) == {}
+    # strict thresholds: (3) -> {8: 4} (4 >= 4 samples), then (3,8) -> {3: 4} (4 >= 3)
+    assert d.draft(b, 16).tokens == [8, 3]
+    # three observations are not enough for a dynamic 1-gram
+    d3 = fresh(Cache, [3, 8] * 3 + [3], n_draft=2)
+    d3.begin(b)
+    got = d3.draft(b, 16)
+    assert got.tokens == [] and got.reason == "no-match"
+
+
+def test_cache_restore_or_continuation_does_not_merge():
+    a = [3, 8] * 4 + [3]
+    d = fresh(Cache, a)
+    d.begin(a + [8, 3])  # continuation
+    d.begin(a[:5])  # back to an earlier point
+    assert d.followers([3], dynamic=True) == {}
+
+
+def test_cache_reads_and_writes_no_files(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    import builtins
+
+    opened = []
+    real_open = builtins.open
+    monkeypatch.setattr(builtins, "open", lambda *a, **k: opened.append(a) or real_open(*a, **k))
+    h = [1, 2, 3, 4] * 10
+    d = fresh(Cache, h)
+    d.draft(h, 8)
+    d.begin([9, 9, 9])
+    d.draft([9, 9, 9], 8)
+    assert opened == [] and list(tmp_path.iterdir()) == []
+
+
+# ------------------------------------------------------------------------------------------------
+# begin() rebuild equivalence and state round trips
+# ------------------------------------------------------------------------------------------------
+
+def simulate(d, target, start, rounds, n_max, start_fresh=True):
+    """Drive ``d`` like a session verifying against the fixed continuation ``target``.
+
+    Returns the drafts and the final history length. Each round drafts on ``target[:L]``, accepts the
+    matching prefix and commits it plus one target token.
+    """
+    L = start
+    if start_fresh:
+        d.begin(target[:L])
+    drafts = []
+    for _ in range(rounds):
+        if L >= len(target):
+            break
+        got = d.draft(target[:L], n_max)
+        drafts.append((L, list(got.tokens), got.reason))
+        acc = 0
+        while acc < len(got.tokens) and L + acc < len(target) and got.tokens[acc] == target[L + acc]:
+            acc += 1
+        L = min(len(target), L + acc + 1)
+        if got.tokens:
+            d.accept(acc, target[:L])
+    return drafts, L
+
+
+histories = st.lists(st.integers(0, 4), min_size=20, max_size=140)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(h=histories, n=st.integers(1, 3), m=st.integers(1, 4), k4v=st.booleans())
+def test_map_fresh_begin_equals_incremental(h, n, m, k4v):
+    """With check_rate=1, min_hits=1 and no partial acceptance, the map state is a function of the
+    history: a drafter begun on any prefix drafts what an incrementally fed one drafts."""
+    cls = MapK4V if k4v else MapK
+    inc = cls(size_n=n, size_m=m)
+    inc.begin(h[:1])
+    for L in range(2, len(h) + 1):
+        got = inc.draft(h[:L], 1024)
+        if got.tokens:
+            inc.accept(len(got.tokens), h[:L])  # full acceptance keeps the cap at m
+        other = fresh(cls, h[:L], size_n=n, size_m=m).draft(h[:L], 1024)
+        assert (got.tokens, got.reason) == (other.tokens, other.reason)
+
+
+@settings(max_examples=60, deadline=None)
+@given(h=histories)
+def test_cache_fresh_begin_equals_incremental(h):
+    inc = fresh(Cache, h[:1])
+    for L in range(2, len(h) + 1):
+        got = inc.draft(h[:L], 8)
+        inc.accept(0, h[:L])
+        assert got.tokens == fresh(Cache, h[:L]).draft(h[:L], 8).tokens
+
+
+def knob_strategy(name):
+    if name in ("ngram-map-k", "ngram-map-k4v"):
+        return st.fixed_dictionaries({"size_n": st.integers(1, 3), "size_m": st.integers(1, 4),
+                                      "min_hits": st.integers(1, 3), "check_rate": st.integers(1, 3)})
+    if name == "ngram-mod":
+        return st.integers(1, 4).flatmap(lambda nmin: st.fixed_dictionaries({
+            "n_match": st.integers(1, 3), "n_min": st.just(nmin), "n_max": st.integers(nmin, 6),
+            "pool_size": st.sampled_from([1024, 4096]), "low_accept_streak": st.integers(1, 3)}))
+    return st.fixed_dictionaries({"n_draft": st.integers(1, 6)})
+
+
+@pytest.mark.parametrize("name", ["ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache"])
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_state_round_trip_continues_exactly(name, data):
+    """A drafter restored from (history, state_dict) drafts exactly as the original, whichever order
+    begin() and load_state_dict() are called in; the state survives JSON."""
+    knobs = data.draw(knob_strategy(name))
+    target = data.draw(st.lists(st.integers(0, 3), min_size=40, max_size=260))
+    start = data.draw(st.integers(1, 10))
+    split = data.draw(st.integers(0, 30))
+    n_max = data.draw(st.integers(1, 8))
+    cls = strategy_class(name)
+
+    orig = cls(**knobs)
+    _, L = simulate(orig, target, start, split, n_max)
+    state = json.loads(json.dumps(orig.state_dict()))
+
+    a = cls(**knobs)
+    a.begin(target[:L])
+    a.load_state_dict(state)
+    b = cls(**knobs)
+    b.load_state_dict(state)
+    b.begin(target[:L])
+
+    rest_orig, _ = simulate(orig, target, L, 40, n_max, start_fresh=False)
+    assert simulate(a, target, L, 40, n_max, start_fresh=False)[0] == rest_orig
+    assert simulate(b, target, L, 40, n_max, start_fresh=False)[0] == rest_orig
+
+
+def test_map_state_restores_look_up_counts_that_begin_alone_cannot():
+    h1 = [7, 1, 2, 3, 4, 5, 9, 1, 2]
+    d = fresh(MapK, h1, size_n=2, size_m=3, min_hits=2)
+    assert d.draft(h1, 16).reason == "min-hits"
+    state = d.state_dict()  # saved at len(h1)
+    h2 = h1 + [3, 0, 1, 2]
+    restored = fresh(MapK, h1, size_n=2, size_m=3, min_hits=2)
+    assert restored.draft(h2, 16).reason == "min-hits"  # begin alone: first look-up again
+    restored = fresh(MapK, h1, size_n=2, size_m=3, min_hits=2)
+    restored.load_state_dict(state)
+    assert restored.draft(h2, 16).tokens == d.draft(h2, 16).tokens == [3, 4, 5]
+
+
+def test_mod_state_restores_the_chunk_position():
+    knobs = dict(n_match=3, n_min=1, n_max=5, pool_size=1 << 20)
+    h = PROMPT + [8, 1, 2, 3]
+    d = fresh(Mod, PROMPT, **knobs)
+    state = d.state_dict()
+    r = fresh(Mod, h, **knobs)
+    assert r.draft(h, 16).tokens == [4, 5, 6, 7, 8]  # begin alone added every n-gram
+    r = Mod(**knobs)
+    r.load_state_dict(state)  # saved at len(PROMPT): waits for begin on a history of that length
+    r.begin(PROMPT)
+    assert r.draft(h, 16).tokens == d.draft(h, 16).tokens == [4, 5, 6, 7]
+
+
+def test_state_of_another_strategy_or_size_is_refused():
+    h = [7, 1, 2, 3, 4, 5, 9, 1, 2]
+    state = fresh(MapK, h, size_n=2, size_m=3).state_dict()
+    with pytest.raises(SnapshotError):
+        fresh(Mod, h).load_state_dict(state)
+    with pytest.raises(SnapshotError):
+        fresh(MapK4V, h, size_n=2, size_m=3).load_state_dict(state)
+    with pytest.raises(SnapshotError):
+        fresh(MapK, h, size_n=3, size_m=3).load_state_dict(state)
+
+
+def test_state_applies_to_extensions_of_the_saved_history_only():
+    h = [7, 1, 2, 3, 4, 5, 9, 1, 2]
+    d = fresh(MapK, h, size_n=2, size_m=3, min_hits=2)
+    d.draft(h, 16)
+    state = d.state_dict()
+    assert state["n_history"] == len(h)
+    r = MapK(size_n=2, size_m=3, min_hits=2)
+    r.load_state_dict(state)
+    r.begin(h[:-1])  # shorter than the saved history: the state cannot belong to it
+    assert r.state_dict()["keys"] == []
+    r = MapK(size_n=2, size_m=3, min_hits=2)
+    r.load_state_dict(state)
+    r.begin(h + [3, 0])  # tokens committed after the last call (no accept followed an empty draft)
+    assert r.state_dict()["keys"] == state["keys"]
+
+
+def test_reconfigure_key_size_starts_the_map_over():
+    h = [7, 1, 2, 3, 4, 5, 9, 1, 2]
+    d = fresh(MapK, h, size_n=2, size_m=3)
+    d.draft(h, 16)
+    d.reconfigure(size_n=3)
+    assert d.state_dict()["keys"] == []
+    d.reconfigure(size_n=2)
+    assert d.draft(h, 16).tokens == [3, 4, 5]
+
+
+def test_reconfigure_ngram_mod_rebuilds_the_pool():
+    h = [10, 11, 12, 13, 14, 15, 16, 20, 10, 11, 12]
+    d = fresh(Mod, h, n_match=3, n_min=1, n_max=5, pool_size=1 << 20)
+    d.reconfigure(n_match=2, pool_size=1 << 12)
+    assert d.pool_bytes == (1 << 12) * 4
+    assert d.draft(h, 16).tokens == fresh(Mod, h, n_match=2, n_min=1, n_max=5, pool_size=1 << 12).draft(h, 16).tokens
