@@ -1,0 +1,112 @@
+"""Benchmark: specviz's prompt-lookup vs llama-cpp-python's own prompt lookup decoding, on the embedded
+Gemma 3 270M, same prompts and settings, side by side in one run.
+
+Prints, per prompt and as medians over repeats:
+* decode tokens/s of ``Llama(draft_model=LlamaPromptLookupDecoding(...))`` (llama-cpp-python) and of
+  ``specviz.Session`` with strategy ``prompt-lookup`` (prompt processing excluded in both);
+* the ratio specviz / llama-cpp-python;
+* the share of a specviz round spent in specviz's own Python (everything but llama_decode: drafting,
+  the row scan, events, telemetry).
+
+Usage: python benchmarks/bench_prompt_lookup.py [--repeats 3] [--max-tokens 128] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+
+from specviz import Session
+from specviz.models import default_model_path
+from specviz.workloads import WORKLOADS
+
+MAX_NGRAM = 2  # llama-cpp-python's LlamaPromptLookupDecoding default
+NUM_PRED = 10  # llama-cpp-python's default num_pred_tokens
+
+
+def bench_llama_cpp_python(llm, prompt: str, max_tokens: int) -> tuple[float, list[int]]:
+    """Decode tokens/s of llama-cpp-python's generate loop (first token = end of prompt processing)."""
+    toks = llm.tokenize(prompt.encode("utf-8"), add_bos=True)
+    llm.reset()
+    out: list[int] = []
+    t_first = None
+    for tok in llm.generate(toks, temp=0.0, top_k=1, top_p=1.0, min_p=0.0, repeat_penalty=1.0, reset=True):
+        if t_first is None:
+            t_first = time.perf_counter()
+        out.append(tok)
+        if tok == llm.token_eos() or len(out) >= max_tokens:
+            break
+    t_last = time.perf_counter()
+    n = len(out) - 1
+    return (n / (t_last - t_first) if n > 0 else 0.0), out
+
+
+def bench_specviz(session: Session, prompt: str, max_tokens: int) -> tuple[float, float, list[int]]:
+    """Decode tokens/s of specviz and the share of round time outside llama_decode."""
+    session.start(prompt, max_tokens, "prompt-lookup", max_ngram=MAX_NGRAM, min_ngram=1, draft_max=NUM_PRED)
+    session.ctx.decode_seconds = 0.0
+    session.run()
+    t = session.telemetry
+    overhead = (t.seconds - session.ctx.decode_seconds) / t.seconds if t.seconds else 0.0
+    return t.generated / t.seconds, overhead, list(session.tokens)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--max-tokens", type=int, default=128)
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args(argv)
+
+    from llama_cpp import Llama
+    from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
+
+    path = str(default_model_path())
+    llm = Llama(model_path=path, n_ctx=2048, n_batch=512, n_threads=None, verbose=False, logits_all=True,
+                draft_model=LlamaPromptLookupDecoding(max_ngram_size=MAX_NGRAM, num_pred_tokens=NUM_PRED))
+    session = Session(path, n_ctx=2048, n_batch=512, n_ubatch=512)
+    prompts = [(k, p) for k in ("code-rewrite", "quote") for p in WORKLOADS[k]]
+    rows = []
+    for kind, prompt in prompts:
+        lcp, sv, ovh = [], [], []
+        same = True
+        for _ in range(args.repeats):
+            a, ta = bench_llama_cpp_python(llm, prompt, args.max_tokens)
+            b, o, tb = bench_specviz(session, prompt, args.max_tokens)
+            lcp.append(a)
+            sv.append(b)
+            ovh.append(o)
+            same = same and ta[: len(tb)] == tb[: len(ta)]
+        rows.append({"kind": kind, "prompt": prompt[:40], "llama_cpp_python_tps": statistics.median(lcp),
+                     "specviz_tps": statistics.median(sv), "ratio": statistics.median(sv) / statistics.median(lcp),
+                     "python_share": statistics.median(ovh), "same_tokens": same})
+    summary = {
+        "model": path,
+        "max_tokens": args.max_tokens,
+        "repeats": args.repeats,
+        "median_llama_cpp_python_tps": statistics.median(r["llama_cpp_python_tps"] for r in rows),
+        "median_specviz_tps": statistics.median(r["specviz_tps"] for r in rows),
+        "median_ratio": statistics.median(r["ratio"] for r in rows),
+        "median_python_share": statistics.median(r["python_share"] for r in rows),
+        "max_python_share": max(r["python_share"] for r in rows),
+        "rows": rows,
+    }
+    if args.json:
+        print(json.dumps(summary, indent=1))
+        return 0
+    print(f"{'kind':<13} {'prompt':<42} {'llama-cpp-python':>16} {'specviz':>9} {'ratio':>6} {'py share':>8}")
+    for r in rows:
+        print(f"{r['kind']:<13} {r['prompt'][:40]!r:<42} {r['llama_cpp_python_tps']:>13.1f} t/s "
+              f"{r['specviz_tps']:>6.1f} t/s {r['ratio']:>5.2f}x {r['python_share']:>7.1%}")
+    print(f"\nmedian over prompts (each a median of {args.repeats} runs): llama-cpp-python "
+          f"{summary['median_llama_cpp_python_tps']:.1f} t/s, specviz {summary['median_specviz_tps']:.1f} t/s, "
+          f"ratio {summary['median_ratio']:.2f}x; specviz Python share of a round: median "
+          f"{summary['median_python_share']:.1%}, max {summary['max_python_share']:.1%}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

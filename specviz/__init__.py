@@ -1,0 +1,52 @@
+"""specviz: see speculative decoding happen.
+
+A stepping decoder runs real llama.cpp models one draft/verify round at a time and publishes each round
+as typed events; an inspector (JupyterLab and Panel) renders them. Everything a user needs is importable
+from here::
+
+    import specviz
+    s = specviz.Session()            # the embedded Gemma 3 270M
+    s.start("def fib(n):", max_tokens=64, strategy="prompt-lookup")
+    for rnd in s.run():
+        ...
+"""
+
+from __future__ import annotations
+
+from .config import Knob, Schema
+from .errors import (ContextError, EmbeddedModelError, KnobError, ModelError, ModelFormatError,
+                     ModelNotFoundError, OptionConflictError, SessionStateError, SnapshotError, SpecvizError,
+                     StrategyError, VocabularyMismatchError)
+from .events import (Accepted, Alternative, DraftProposed, Event, Finished, KnobsChanged, KVRollback, Rejected,
+                     Round, SessionStarted, Telemetry as TelemetryEvent, Verified, event_from_dict)
+from .models import default_model_path
+from .recorder import Recorder, iter_rounds, read_events
+from .session import Session
+from .strategies import Draft, Drafter, strategy_class, strategy_names, strategy_schema
+from .strategies.ngram_simple import NgramSimpleDrafter
+from .strategies.none import NoDrafter
+from .strategies.prompt_lookup import PromptLookupDrafter
+from .telemetry import Telemetry
+
+__version__ = "0.1.0"
+
+
+def __getattr__(name: str):
+    # The inspector pulls in the UI stack (anywidget, panel); import it only when asked for.
+    if name == "Inspector":
+        from .ui import Inspector
+
+        return Inspector
+    raise AttributeError(f"module 'specviz' has no attribute {name!r}")
+
+
+__all__ = [
+    "Session", "Inspector", "Telemetry", "Recorder", "read_events", "iter_rounds", "default_model_path",
+    "Knob", "Schema", "Drafter", "Draft", "NoDrafter", "PromptLookupDrafter", "NgramSimpleDrafter",
+    "strategy_names", "strategy_class", "strategy_schema",
+    "Event", "SessionStarted", "DraftProposed", "Verified", "Accepted", "Rejected", "Alternative", "KVRollback",
+    "KnobsChanged", "TelemetryEvent", "Finished", "Round", "event_from_dict",
+    "SpecvizError", "ModelError", "ModelNotFoundError", "ModelFormatError", "EmbeddedModelError", "ContextError",
+    "KnobError", "StrategyError", "OptionConflictError", "SessionStateError", "SnapshotError",
+    "VocabularyMismatchError",
+]

@@ -1,0 +1,318 @@
+"""A thin, fast wrapper over llama.cpp's C API as llama-cpp-python exposes it (low level).
+
+:class:`LlamaModel` loads a GGUF (checked first by :func:`~specviz.backends.gguf_check.check_gguf`, so a
+broken file raises a typed error instead of reaching llama.cpp's abort paths) and handles the
+vocabulary: tokenizing, token texts, end-of-generation ids. :class:`LlamaContext` evaluates batches,
+asking logits only for the rows needed, hands out a logits row as a zero-copy numpy view, removes a
+KV tail, saves and restores its state and reports its capacity.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from ..errors import ContextError, ModelFormatError
+from .gguf_check import check_gguf
+
+_init_lock = threading.Lock()
+_initialised = False
+_log_cb = None  # keeps the ctypes callback alive
+
+
+def _lib():
+    import llama_cpp.llama_cpp as lc
+
+    return lc
+
+
+def _ensure_backend() -> None:
+    global _initialised, _log_cb
+    with _init_lock:
+        if _initialised:
+            return
+        lc = _lib()
+        if not os.environ.get("SPECVIZ_LLAMA_LOG"):
+            @lc.llama_log_callback
+            def _quiet(level, text, user_data):  # noqa: ARG001 - signature fixed by llama.cpp
+                return None
+
+            _log_cb = _quiet
+            lc.llama_log_set(_log_cb, ctypes.c_void_p(0))
+        lc.llama_backend_init()
+        _initialised = True
+
+
+@dataclass(frozen=True)
+class Capacity:
+    """What a context can hold: context length, batch sizes and the model's sliding window (0 if none)."""
+
+    n_ctx: int
+    n_batch: int
+    n_ubatch: int
+    n_swa: int
+
+    def to_dict(self) -> dict:
+        """Plain dictionary form."""
+        return dict(n_ctx=self.n_ctx, n_batch=self.n_batch, n_ubatch=self.n_ubatch, n_swa=self.n_swa)
+
+
+class LlamaModel:
+    """A loaded GGUF model and its vocabulary."""
+
+    def __init__(self, path: str | os.PathLike, *, n_gpu_layers: int = 0) -> None:
+        self.path = Path(path)
+        self.info = check_gguf(self.path)
+        _ensure_backend()
+        lc = _lib()
+        params = lc.llama_model_default_params()
+        params.n_gpu_layers = n_gpu_layers
+        ptr = lc.llama_model_load_from_file(str(self.path).encode(), params)
+        if not ptr:
+            raise ModelFormatError(
+                f"llama.cpp could not load {self.path} (architecture {self.info.architecture!r}); "
+                "check that the file is a complete GGUF model supported by llama.cpp "
+                f"{getattr(__import__('llama_cpp'), '__version__', '')}")
+        self._ptr = ptr
+        self.vocab = lc.llama_model_get_vocab(ptr)
+        self.n_vocab = int(lc.llama_vocab_n_tokens(self.vocab))
+        self.n_layer = int(lc.llama_model_n_layer(ptr))
+        self.n_swa = int(lc.llama_model_n_swa(ptr))
+        self.n_ctx_train = int(lc.llama_model_n_ctx_train(ptr))
+        self.bos = int(lc.llama_vocab_bos(self.vocab))
+        self.eos = int(lc.llama_vocab_eos(self.vocab))
+        self.add_bos = bool(lc.llama_vocab_get_add_bos(self.vocab))
+        self._piece_bytes: dict[int, bytes] = {}
+        self._eog: dict[int, bool] = {}
+        buf = ctypes.create_string_buffer(256)
+        n = lc.llama_model_desc(ptr, buf, 256)
+        self.description = buf.value.decode("utf-8", "replace") if n > 0 else ""
+
+    @property
+    def ptr(self):
+        """The raw ``llama_model *`` (for other low-level calls)."""
+        if self._ptr is None:
+            raise ContextError("the model was closed")
+        return self._ptr
+
+    def tokenize(self, text: str, *, add_special: bool = True, parse_special: bool = False) -> list[int]:
+        """Token ids of ``text`` (with BOS when the model adds one and ``add_special``)."""
+        lc = _lib()
+        data = text.encode("utf-8")
+        cap = len(data) + 16
+        arr = (lc.llama_token * cap)()
+        n = lc.llama_tokenize(self.vocab, data, len(data), arr, cap, add_special, parse_special)
+        if n < 0:
+            cap = -n
+            arr = (lc.llama_token * cap)()
+            n = lc.llama_tokenize(self.vocab, data, len(data), arr, cap, add_special, parse_special)
+        if n < 0:
+            raise ContextError(f"tokenization failed for a text of {len(data)} bytes")
+        return list(arr[:n])
+
+    def piece_bytes(self, token: int) -> bytes:
+        """The raw bytes llama.cpp renders for ``token`` (special tokens rendered too)."""
+        b = self._piece_bytes.get(token)
+        if b is None:
+            lc = _lib()
+            buf = ctypes.create_string_buffer(64)
+            n = lc.llama_token_to_piece(self.vocab, token, buf, 64, 0, True)
+            if n < 0:
+                buf = ctypes.create_string_buffer(-n)
+                n = lc.llama_token_to_piece(self.vocab, token, buf, -n, 0, True)
+            b = buf.raw[: max(n, 0)]
+            self._piece_bytes[token] = b
+        return b
+
+    def piece(self, token: int) -> str:
+        """Display text of one token (invalid UTF-8 fragments shown with the replacement mark)."""
+        return self.piece_bytes(token).decode("utf-8", errors="replace")
+
+    def pieces(self, tokens: Sequence[int]) -> list[str]:
+        """Display text of each token."""
+        return [self.piece(t) for t in tokens]
+
+    def detokenize(self, tokens: Sequence[int], *, skip_special: bool = True) -> str:
+        """Text of a token sequence, joining bytes first so multi-byte characters survive."""
+        out = bytearray()
+        for t in tokens:
+            if skip_special and (t == self.bos or self.is_eog(t)):
+                continue
+            out += self.piece_bytes(t)
+        return out.decode("utf-8", errors="replace")
+
+    def is_eog(self, token: int) -> bool:
+        """True for end-of-generation tokens (EOS, EOT …)."""
+        v = self._eog.get(token)
+        if v is None:
+            v = bool(_lib().llama_vocab_is_eog(self.vocab, token))
+            self._eog[token] = v
+        return v
+
+    def token_text(self, token: int) -> str:
+        """The vocabulary's stored text of ``token`` (not rendered), for vocabulary comparisons."""
+        t = _lib().llama_vocab_get_text(self.vocab, token)
+        return t.decode("utf-8", "replace") if t else ""
+
+    def close(self) -> None:
+        """Free the model (idempotent)."""
+        if getattr(self, "_ptr", None):
+            _lib().llama_model_free(self._ptr)
+            self._ptr = None
+
+    def __del__(self) -> None:  # pragma: no cover - finaliser
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+class LlamaContext:
+    """One llama.cpp context (sequence 0) over a :class:`LlamaModel`."""
+
+    def __init__(self, model: LlamaModel, *, n_ctx: int = 4096, n_batch: int = 512, n_ubatch: int = 512,
+                 n_threads: int | None = None) -> None:
+        for name, v in (("n_ctx", n_ctx), ("n_batch", n_batch), ("n_ubatch", n_ubatch)):
+            if not isinstance(v, int) or v < 8:
+                raise ContextError(f"{name} must be an integer >= 8, got {v!r}")
+        if n_ubatch > n_batch:
+            raise ContextError(f"n_ubatch ({n_ubatch}) must not exceed n_batch ({n_batch})")
+        lc = _lib()
+        self.model = model
+        threads = n_threads or max(1, os.cpu_count() or 1)
+        p = lc.llama_context_default_params()
+        p.n_ctx = n_ctx
+        p.n_batch = n_batch
+        p.n_ubatch = n_ubatch
+        p.n_seq_max = 1
+        p.n_threads = threads
+        p.n_threads_batch = threads
+        p.no_perf = True
+        p.swa_full = True  # keep every sliding-window key so rejected tails can be removed
+        ctx = lc.llama_init_from_model(model.ptr, p)
+        if not ctx:
+            raise ContextError(f"llama.cpp could not create a context with n_ctx={n_ctx}, n_batch={n_batch}, "
+                               f"n_ubatch={n_ubatch}; try a smaller n_ctx")
+        self._ctx = ctx
+        self._mem = lc.llama_get_memory(ctx)
+        self.capacity = Capacity(int(lc.llama_n_ctx(ctx)), int(lc.llama_n_batch(ctx)),
+                                 int(lc.llama_n_ubatch(ctx)), model.n_swa)
+        cap = self.capacity.n_batch
+        self._batch = lc.llama_batch_init(cap, 0, 1)
+        b = self._batch
+        self._tok = np.ctypeslib.as_array(b.token, shape=(cap,))
+        self._pos = np.ctypeslib.as_array(b.pos, shape=(cap,))
+        self._logits_flag = np.ctypeslib.as_array(ctypes.cast(b.logits, ctypes.POINTER(ctypes.c_int8)), shape=(cap,))
+        nseq = np.ctypeslib.as_array(b.n_seq_id, shape=(cap,))
+        nseq[:] = 1
+        for i in range(cap):
+            b.seq_id[i][0] = 0
+        self._n_vocab = model.n_vocab
+        self._out_rows: list[int] = []
+        self.decode_seconds = 0.0  # cumulative time inside llama_decode (for overhead measurements)
+
+    @property
+    def ptr(self):
+        """The raw ``llama_context *``."""
+        return self._ctx
+
+    def kv_len(self) -> int:
+        """Number of positions held for sequence 0 (largest position + 1)."""
+        return int(_lib().llama_memory_seq_pos_max(self._mem, 0)) + 1
+
+    def clear(self) -> None:
+        """Empty the cache."""
+        _lib().llama_memory_clear(self._mem, True)
+
+    def eval(self, tokens: Sequence[int] | np.ndarray, start: int, rows: str | Sequence[int] = "all") -> None:
+        """Evaluate ``tokens`` at positions ``start…`` in one batch (≤ n_batch).
+
+        ``rows`` picks the rows whose logits are kept: ``"all"``, ``"last"``, ``"none"`` or indices.
+        Raises :class:`ContextError` when llama.cpp refuses the batch (the cache is then unchanged or
+        holds only completed micro-batches, which callers remove).
+        """
+        n = len(tokens)
+        if n == 0:
+            return
+        if n > self.capacity.n_batch:
+            raise ContextError(f"batch of {n} tokens exceeds n_batch={self.capacity.n_batch}")
+        if start + n > self.capacity.n_ctx:
+            raise ContextError(f"positions {start}..{start + n - 1} exceed n_ctx={self.capacity.n_ctx}")
+        self._tok[:n] = tokens
+        self._pos[:n] = np.arange(start, start + n, dtype=np.int32)
+        flags = self._logits_flag
+        flags[:n] = 0
+        if rows == "all":
+            flags[:n] = 1
+            self._out_rows = list(range(n))
+        elif rows == "last":
+            flags[n - 1] = 1
+            self._out_rows = [n - 1]
+        elif rows == "none":
+            self._out_rows = []
+        else:
+            idx = list(rows)
+            flags[idx] = 1
+            self._out_rows = idx
+        self._batch.n_tokens = n
+        t0 = time.perf_counter()
+        rc = _lib().llama_decode(self._ctx, self._batch)
+        self.decode_seconds += time.perf_counter() - t0
+        if rc != 0:
+            raise ContextError(f"llama_decode failed with code {rc} for {n} tokens at position {start}"
+                               + (" (no free KV slot: the context is full)" if rc == 1 else ""))
+
+    def eval_prompt(self, tokens: Sequence[int], start: int = 0) -> None:
+        """Evaluate a long sequence in n_batch chunks without keeping logits."""
+        nb = self.capacity.n_batch
+        for i in range(0, len(tokens), nb):
+            self.eval(tokens[i:i + nb], start + i, rows="none")
+
+    def row(self, i: int) -> np.ndarray:
+        """Logits of batch row ``i`` as a zero-copy float32 view (valid until the next eval)."""
+        ptr = _lib().llama_get_logits_ith(self._ctx, i)
+        if not ptr:
+            raise ContextError(f"no logits for batch row {i}; it was not requested")
+        return np.ctypeslib.as_array(ptr, shape=(self._n_vocab,))
+
+    def truncate(self, n: int) -> None:
+        """Remove every cached position ``>= n`` (the rejected tail)."""
+        if not _lib().llama_memory_seq_rm(self._mem, 0, n, -1):
+            raise ContextError(f"llama.cpp refused to remove the cache tail from position {n}")
+
+    def state(self) -> bytes:
+        """The context's full state (cache included) as bytes."""
+        lc = _lib()
+        size = lc.llama_state_get_size(self._ctx)
+        buf = (ctypes.c_uint8 * size)()
+        n = lc.llama_state_get_data(self._ctx, buf, size)
+        return bytes(buf[:n])
+
+    def load_state(self, data: bytes) -> None:
+        """Restore a state produced by :meth:`state` on a context of the same model and capacity."""
+        lc = _lib()
+        buf = (ctypes.c_uint8 * len(data)).from_buffer_copy(data)
+        n = lc.llama_state_set_data(self._ctx, buf, len(data))
+        if n == 0:
+            raise ContextError("llama.cpp refused the saved context state (different model or capacity?)")
+
+    def close(self) -> None:
+        """Free the batch and the context (idempotent)."""
+        if getattr(self, "_ctx", None):
+            lc = _lib()
+            lc.llama_batch_free(self._batch)
+            lc.llama_free(self._ctx)
+            self._ctx = None
+
+    def __del__(self) -> None:  # pragma: no cover - finaliser
+        try:
+            self.close()
+        except Exception:
+            pass

@@ -1,0 +1,298 @@
+"""The ``specviz`` command.
+
+Subcommands: ``run`` (one generation, text or ``--json``), ``verify`` (plain greedy vs speculative greedy,
+with a verdict), ``strategies`` (every strategy and its knobs). Every option is validated before any
+model loads; a bad one exits with status 2 and one line naming the option, the value and what is
+allowed. Knob flags are generated from the strategies' schemas.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any, Sequence
+
+from .config import SESSION_KNOBS, Knob
+from .errors import KnobError, SpecvizError
+from .strategies import strategy_class, strategy_names, strategy_schema
+
+
+class UsageError(Exception):
+    """A command-line option was refused (exit status 2)."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line, no usage dump, status 2
+        raise UsageError(message)
+
+
+def _all_knobs() -> dict[str, Knob]:
+    """Every knob of every strategy by name (the first declaration wins for flags)."""
+    out: dict[str, Knob] = {k.name: k for k in SESSION_KNOBS}
+    for name in strategy_names():
+        for k in strategy_class(name).knobs:
+            out.setdefault(k.name, k)
+    return out
+
+
+def _add_generation_options(p: argparse.ArgumentParser, *, strategy_default: str | None) -> None:
+    p.add_argument("--model", help="target GGUF path (default: the embedded Gemma 3 270M)")
+    src = p.add_mutually_exclusive_group()
+    src.add_argument("--prompt", help="prompt text")
+    src.add_argument("--prompt-file", help="read the prompt from this file")
+    p.add_argument("--max-tokens", default="128", help="tokens to generate (default 128)")
+    p.add_argument("--strategy", default=strategy_default, help="one of: " + ", ".join(strategy_names()))
+    p.add_argument("--seed", default=None, help="seed for the sampling generator")
+    p.add_argument("--n-ctx", default="4096", help="context length (default 4096)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--prompt-lookup", nargs="?", const=True, default=None, metavar="MAX_NGRAM",
+                   help="use prompt lookup (the runner's spelling); optional largest n-gram size")
+    seen: set[str] = {"--prompt-lookup"}
+    for knob in _all_knobs().values():
+        flags = [f for f in (knob.flag,) + knob.aliases if f not in seen]
+        seen.update(flags)
+        if flags:
+            p.add_argument(*flags, dest="knob_" + knob.name, default=None, metavar=knob.type.__name__.upper(),
+                           help=f"{knob.help} ({knob.describe_range()}; default {knob.default})")
+
+
+def _int_option(flag: str, value: str, lo: int, hi: int | None = None) -> int:
+    try:
+        v = int(value)
+    except (TypeError, ValueError):
+        v = None
+    if v is None or v < lo or (hi is not None and v > hi):
+        rng = f"an integer >= {lo}" if hi is None else f"an integer in [{lo}, {hi}]"
+        raise UsageError(f"option {flag}: {value!r} is not allowed; expected {rng}")
+    return v
+
+
+def _generation_config(args: argparse.Namespace, *, warn) -> dict[str, Any]:
+    """Validate the generation options into keyword arguments for Session.start (no model loaded)."""
+    strategy = args.strategy
+    knob_values: dict[str, Any] = {}
+    if args.prompt_lookup is not None:
+        if strategy not in (None, "prompt-lookup"):
+            raise UsageError(f"option --prompt-lookup conflicts with --strategy {strategy}; use one of them")
+        strategy = "prompt-lookup"
+        if args.prompt_lookup is not True:
+            knob_values["max_ngram"] = args.prompt_lookup
+    strategy = strategy or "prompt-lookup"
+    if strategy not in strategy_names():
+        raise UsageError(f"option --strategy: {strategy!r} is not allowed; choose one of: {', '.join(strategy_names())}")
+    schema = strategy_schema(strategy)
+    own = set(schema.names())
+    all_knobs = _all_knobs()
+    for name in all_knobs:
+        v = getattr(args, "knob_" + name, None)
+        if v is None:
+            continue
+        if name in own:
+            knob_values[name] = v
+        else:
+            warn(f"option {all_knobs[name].flag} is accepted but not applied: strategy {strategy!r} has no "
+                 f"knob {name!r}")
+    by_name = {k.name: k for k in schema.knobs}
+    try:
+        knobs = schema.validate(knob_values)
+        strategy_class(strategy).check(knobs)
+    except KnobError as e:
+        knob = by_name.get(e.knob or "")
+        flag = "/".join((knob.flag,) + knob.aliases) if knob else f"--{(e.knob or '').replace('_', '-')}"
+        if e.knob == "max_ngram" and args.prompt_lookup not in (None, True):
+            flag = "--prompt-lookup"
+        msg = str(e).replace(f"knob {e.knob!r}", f"option {flag}", 1)
+        raise UsageError(msg) from None
+    if knobs.get("draft_min", 0) > knobs.get("draft_max", 1 << 30):
+        raise UsageError(f"option --draft-min: {knobs['draft_min']} is larger than --draft-max {knobs['draft_max']}")
+    if args.prompt is None and args.prompt_file is None:
+        raise UsageError("one of --prompt TEXT or --prompt-file PATH is required")
+    if args.prompt_file is not None:
+        pf = Path(args.prompt_file)
+        if not pf.is_file():
+            raise UsageError(f"option --prompt-file: {args.prompt_file!r} is not a readable file")
+        prompt = pf.read_text(encoding="utf-8")
+    else:
+        prompt = args.prompt
+    if not prompt:
+        raise UsageError("option --prompt: the prompt is empty; give some text")
+    max_tokens = _int_option("--max-tokens", args.max_tokens, 1, 1 << 20)
+    n_ctx = _int_option("--n-ctx", args.n_ctx, 16, 1 << 20)
+    seed = None if args.seed is None else _int_option("--seed", args.seed, 0, 2**63 - 1)
+    if args.model is not None and not Path(args.model).exists():
+        raise UsageError(f"option --model: {args.model!r} does not exist; pass the path of a .gguf file")
+    return {"prompt": prompt, "max_tokens": max_tokens, "strategy": strategy, "knobs": knobs, "seed": seed,
+            "n_ctx": n_ctx, "model": args.model}
+
+
+def _warn(msg: str) -> None:
+    print(f"specviz: warning: {msg}", file=sys.stderr)
+
+
+def _result(session, cfg: dict[str, Any]) -> dict[str, Any]:
+    tel = session.telemetry_dict()
+    return {
+        "tokens": session.tokens,
+        "text": session.text,
+        "finish_reason": session.finished,
+        "strategy": session.strategy,
+        "knobs": session.knobs,
+        "prompt_tokens": session.n_prompt,
+        "model": str(session.model.path),
+        "telemetry": tel,
+    }
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    """``specviz run``: one generation; prints the text and a telemetry line, or one JSON object."""
+    cfg = _generation_config(args, warn=_warn)
+    from .session import Session
+
+    s = Session(cfg["model"], n_ctx=cfg["n_ctx"])
+    s.start(cfg["prompt"], cfg["max_tokens"], cfg["strategy"], seed=cfg["seed"], **cfg["knobs"])
+    s.run()
+    res = _result(s, cfg)
+    if args.json:
+        print(json.dumps(res, ensure_ascii=False))
+    else:
+        t = res["telemetry"]
+        print(res["text"])
+        print(f"\n[{res['strategy']}] {t['n_generated']} tokens in {t['rounds']} rounds, "
+              f"acceptance {t['acceptance_rate']:.1%} ({t['accepted']}/{t['drafted']}), "
+              f"mean accepted length {t['mean_accepted_length']:.2f}, {t['tokens_per_second']:.1f} tokens/s, "
+              f"finish: {res['finish_reason']}", file=sys.stderr)
+    s.close()
+    return 0
+
+
+def verify_equivalence(session, prompt: str, max_tokens: int, strategy: str, knobs: dict[str, Any],
+                       threshold: float = 0.5) -> dict[str, Any]:
+    """Run plain greedy and speculative greedy on one prompt and compare them.
+
+    Returns ``verdict`` (``identical``, ``numerics`` or ``mismatch``), and at the first divergence its
+    index, both runs' tokens and the target's top-two logit margin there under both runs. ``numerics``
+    means both margins are below ``threshold``: batch-dependent CPU kernels can flip such a near-tie.
+    """
+    session.record_margins = True
+    try:
+        session.start(prompt, max_tokens, "none")
+        session.run()
+        plain, plain_m = list(session.tokens), list(session.margins)
+        session.start(prompt, max_tokens, strategy, **knobs)
+        session.run()
+        spec, spec_m = list(session.tokens), list(session.margins)
+        tel = session.telemetry_dict()
+    finally:
+        session.record_margins = False
+    out: dict[str, Any] = {"strategy": strategy, "knobs": knobs, "threshold": threshold,
+                           "plain_tokens": len(plain), "speculative_tokens": len(spec),
+                           "acceptance_rate": tel["acceptance_rate"]}
+    n = min(len(plain), len(spec))
+    i = next((j for j in range(n) if plain[j] != spec[j]), None)
+    if i is None and len(plain) == len(spec):
+        out.update(verdict="identical", divergence=None)
+        return out
+    if i is None:  # one run stopped earlier (EOS) — compare the next token's margins
+        i = n
+    mp = plain_m[i] if i < len(plain_m) else None
+    ms = spec_m[i] if i < len(spec_m) else None
+    margins = [m for m in (mp, ms) if m is not None]
+    verdict = "numerics" if margins and max(margins) < threshold else "mismatch"
+    out.update(verdict=verdict, divergence={
+        "index": i,
+        "plain_token": plain[i] if i < len(plain) else None,
+        "speculative_token": spec[i] if i < len(spec) else None,
+        "plain_piece": session.model.piece(plain[i]) if i < len(plain) else None,
+        "speculative_piece": session.model.piece(spec[i]) if i < len(spec) else None,
+        "plain_margin": mp,
+        "speculative_margin": ms,
+    })
+    return out
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    """``specviz verify``: plain greedy vs speculative greedy on one prompt, with a verdict."""
+    cfg = _generation_config(args, warn=_warn)
+    try:
+        threshold = float(args.threshold)
+        if not threshold > 0:
+            raise ValueError
+    except ValueError:
+        raise UsageError(f"option --threshold: {args.threshold!r} is not allowed; expected a number > 0") from None
+    from .session import Session
+
+    s = Session(cfg["model"], n_ctx=cfg["n_ctx"])
+    res = verify_equivalence(s, cfg["prompt"], cfg["max_tokens"], cfg["strategy"], cfg["knobs"], threshold)
+    s.close()
+    if args.json:
+        print(json.dumps(res, ensure_ascii=False))
+    else:
+        if res["verdict"] == "identical":
+            print(f"identical: {res['plain_tokens']} tokens, plain and {res['strategy']} agree")
+        else:
+            d = res["divergence"]
+            print(f"{res['verdict']}: first divergence at generated token {d['index']}: plain "
+                  f"{d['plain_piece']!r} vs speculative {d['speculative_piece']!r}; top-two margin "
+                  f"{d['plain_margin']} (plain) / {d['speculative_margin']} (speculative), threshold {threshold}")
+    return 0 if res["verdict"] != "mismatch" else 1
+
+
+def cmd_strategies(args: argparse.Namespace) -> int:
+    """``specviz strategies``: list every strategy with its knobs."""
+    out = {n: strategy_schema(n).to_list() for n in strategy_names()}
+    if args.json:
+        print(json.dumps(out))
+        return 0
+    for n, knobs in out.items():
+        print(n)
+        for k in knobs:
+            print(f"  {k['flag']:<28} default {k['default']!s:<8} {k['help']}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of the ``specviz`` command."""
+    p = _Parser(prog="specviz", description="See speculative decoding happen (llama.cpp).")
+    sub = p.add_subparsers(dest="command", parser_class=_Parser)
+    r = sub.add_parser("run", help="generate once and print the text and telemetry")
+    _add_generation_options(r, strategy_default=None)
+    r.set_defaults(func=cmd_run)
+    v = sub.add_parser("verify", help="compare plain greedy and speculative greedy output")
+    _add_generation_options(v, strategy_default=None)
+    v.add_argument("--threshold", default="0.5", help="margin below which a divergence counts as numerics")
+    v.set_defaults(func=cmd_verify)
+    s = sub.add_parser("strategies", help="list strategies and their knobs")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(func=cmd_strategies)
+    for extra in _EXTRA_COMMANDS:
+        extra(sub)
+    return p
+
+
+#: Functions adding further subcommands (serve, replay, bench, derive-draft) to the parser.
+_EXTRA_COMMANDS: list = []
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``specviz`` console script."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+        if not getattr(args, "func", None):
+            parser.print_help()
+            return 2
+        return int(args.func(args) or 0)
+    except UsageError as e:
+        print(f"specviz: error: {e}", file=sys.stderr)
+        return 2
+    except SpecvizError as e:
+        print(f"specviz: error: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,60 @@
+"""Typed errors raised by specviz.
+
+Every error says what was wrong and what to do about it. A call that raises one of these leaves the
+session exactly as it was before the call.
+"""
+
+from __future__ import annotations
+
+
+class SpecvizError(Exception):
+    """Base class of every error specviz raises on purpose."""
+
+
+class ModelError(SpecvizError):
+    """A model file could not be used."""
+
+
+class ModelNotFoundError(ModelError, FileNotFoundError):
+    """The model path does not exist."""
+
+
+class ModelFormatError(ModelError, ValueError):
+    """The file exists but is not a loadable GGUF (wrong magic, truncated, unsupported)."""
+
+
+class EmbeddedModelError(ModelError):
+    """The embedded default model is not installed or failed its checksum."""
+
+
+class ContextError(SpecvizError):
+    """A llama.cpp context could not be created or used (capacity, decode failure)."""
+
+
+class KnobError(SpecvizError, ValueError):
+    """A knob value is unknown, of the wrong type or outside its range. Nothing was changed."""
+
+    def __init__(self, message: str, *, knob: str | None = None, value: object = None) -> None:
+        super().__init__(message)
+        self.knob = knob
+        self.value = value
+
+
+class StrategyError(KnobError):
+    """The strategy name is unknown or cannot be used with the given models."""
+
+
+class OptionConflictError(KnobError):
+    """Two options cannot be honoured together (for example sampling with a greedy-only flag)."""
+
+
+class SessionStateError(SpecvizError, RuntimeError):
+    """The call does not fit the session's state (for example step() before start())."""
+
+
+class SnapshotError(SpecvizError, ValueError):
+    """A snapshot envelope is corrupted, truncated or belongs to other models."""
+
+
+class VocabularyMismatchError(ModelError):
+    """A draft model's vocabulary differs from the target's."""

@@ -1,0 +1,247 @@
+"""The event stream: one typed, JSON-serialisable event for everything a round does.
+
+Every event is a frozen dataclass with a ``kind`` string and a ``to_dict()``; :func:`event_from_dict`
+turns a dictionary back into the event (used by the replayer). A round publishes, in order:
+``DraftProposed`` → ``Verified`` → ``Accepted`` → ``Rejected`` (when a draft token was refused) →
+``KVRollback`` (once per context whose tail was removed) → ``Telemetry``. ``SessionStarted`` opens a
+session, ``KnobsChanged`` marks a configuration applied at a round boundary and ``Finished`` closes it.
+
+Token texts ("pieces") travel with the ids so that a front-end or a replay never needs the model.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+
+@dataclass(frozen=True)
+class Event:
+    """Base class of all events. ``round`` is the 1-based round index (0 before the first round)."""
+
+    kind: ClassVar[str] = "event"
+    round: int
+
+    def to_dict(self) -> dict[str, Any]:
+        """A plain dictionary (JSON-serialisable) with the ``kind`` first."""
+        d: dict[str, Any] = {"kind": self.kind}
+        for f in dataclasses.fields(self):
+            d[f.name] = _plain(getattr(self, f.name))
+        return d
+
+
+def _plain(v: Any) -> Any:
+    if isinstance(v, tuple):
+        return [_plain(x) for x in v]
+    if isinstance(v, list):
+        return [_plain(x) for x in v]
+    if isinstance(v, dict):
+        return {str(k): _plain(x) for k, x in v.items()}
+    return v
+
+
+@dataclass(frozen=True)
+class Alternative:
+    """One of the target's top choices at a position: token id, its text and its probability."""
+
+    token: int
+    piece: str
+    prob: float
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain dictionary form."""
+        return {"token": self.token, "piece": self.piece, "prob": self.prob}
+
+
+@dataclass(frozen=True)
+class SessionStarted(Event):
+    """A session began: the models, the prompt, the strategy and its knobs, and the capacities."""
+
+    kind: ClassVar[str] = "session_started"
+    model: str = ""
+    draft_model: str | None = None
+    strategy: str = "none"
+    knobs: dict = field(default_factory=dict)
+    prompt_tokens: tuple = ()
+    prompt_pieces: tuple = ()
+    max_tokens: int = 0
+    temperature: float = 0.0
+    seed: int | None = None
+    n_ctx: int = 0
+    n_batch: int = 0
+    n_ubatch: int = 0
+    n_swa: int = 0
+    n_vocab: int = 0
+
+
+@dataclass(frozen=True)
+class DraftProposed(Event):
+    """The drafter proposed ``tokens`` (possibly none).
+
+    ``probs`` holds the drafter's probability for each token where it has one (``None`` otherwise).
+    ``requested`` is the configured draft length, ``limit`` the length allowed this round after the
+    caps, and ``cap`` names the cap that applied (``budget``, ``context``, ``batch``, ``ubatch``,
+    ``policy``) or ``None``; ``reason`` says why the draft is shorter than the limit when the drafter
+    itself stopped (``no-match``, ``p-min``, ``check-rate``, ``min-hits`` …).
+    """
+
+    kind: ClassVar[str] = "draft_proposed"
+    tokens: tuple = ()
+    pieces: tuple = ()
+    probs: tuple = ()
+    seconds: float = 0.0
+    requested: int = 0
+    limit: int = 0
+    cap: str | None = None
+    reason: str | None = None
+    position: int = 0
+
+
+@dataclass(frozen=True)
+class Verified(Event):
+    """The target scored the batch ``[last token] + draft`` in one forward.
+
+    ``tokens``/``probs`` are the target's choice and its probability at each of the ``len(draft)+1``
+    positions. ``kv_before`` and ``kv_peak`` are the target context's cache length before the batch
+    and right after it (before any rollback).
+    """
+
+    kind: ClassVar[str] = "verified"
+    tokens: tuple = ()
+    pieces: tuple = ()
+    probs: tuple = ()
+    seconds: float = 0.0
+    batch_size: int = 0
+    kv_before: int = 0
+    kv_peak: int = 0
+
+
+@dataclass(frozen=True)
+class Accepted(Event):
+    """Tokens committed this round: the accepted draft prefix, then the target's own token.
+
+    ``tokens`` = accepted draft tokens followed by ``bonus_token`` (omitted when generation stopped on
+    an accepted token). ``n_accepted`` counts accepted draft tokens; ``position`` is the index in the
+    full token history (prompt included) of the first committed token. ``bonus_kind`` is ``bonus``
+    when the whole draft was accepted, ``correction`` when the target replaced a rejected draft token,
+    ``plain`` when there was no draft, and ``None`` when no target token was committed.
+    """
+
+    kind: ClassVar[str] = "accepted"
+    tokens: tuple = ()
+    pieces: tuple = ()
+    n_accepted: int = 0
+    draft_probs: tuple = ()
+    target_probs: tuple = ()
+    bonus_token: int | None = None
+    bonus_piece: str | None = None
+    bonus_prob: float | None = None
+    bonus_kind: str | None = None
+    position: int = 0
+
+
+@dataclass(frozen=True)
+class Rejected(Event):
+    """Draft tokens the target refused, starting at draft ``depth`` (0-based).
+
+    ``target_token`` is the target's choice at that depth and ``alternatives`` its top choices there.
+    """
+
+    kind: ClassVar[str] = "rejected"
+    depth: int = 0
+    tokens: tuple = ()
+    pieces: tuple = ()
+    draft_probs: tuple = ()
+    target_token: int = 0
+    target_piece: str = ""
+    target_prob: float = 0.0
+    draft_token_target_prob: float | None = None
+    alternatives: tuple = ()
+    position: int = 0
+
+
+@dataclass(frozen=True)
+class KVRollback(Event):
+    """The tail ``[to_pos, from_pos)`` of ``context`` (``target`` or ``draft``) was removed."""
+
+    kind: ClassVar[str] = "kv_rollback"
+    context: str = "target"
+    from_pos: int = 0
+    to_pos: int = 0
+
+
+@dataclass(frozen=True)
+class KnobsChanged(Event):
+    """A configuration change took effect at this round boundary."""
+
+    kind: ClassVar[str] = "knobs_changed"
+    strategy: str = ""
+    knobs: dict = field(default_factory=dict)
+    previous_strategy: str = ""
+    previous_knobs: dict = field(default_factory=dict)
+    schema: tuple = ()
+
+
+@dataclass(frozen=True)
+class Telemetry(Event):
+    """Cumulative telemetry after a round (see :mod:`specviz.telemetry` for the fields)."""
+
+    kind: ClassVar[str] = "telemetry"
+    data: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Finished(Event):
+    """Generation ended: ``reason`` is ``eos``, ``max_tokens``, ``context``, ``cancelled`` or ``error``."""
+
+    kind: ClassVar[str] = "finished"
+    reason: str = ""
+    n_generated: int = 0
+    message: str | None = None
+
+
+EVENT_TYPES: dict[str, type[Event]] = {
+    cls.kind: cls
+    for cls in (SessionStarted, DraftProposed, Verified, Accepted, Rejected, KVRollback, KnobsChanged,
+                Telemetry, Finished)
+}
+
+
+def event_from_dict(d: dict[str, Any]) -> Event:
+    """Rebuild an event from its ``to_dict()`` form (lists become tuples)."""
+    kind = d.get("kind")
+    cls = EVENT_TYPES.get(kind)  # type: ignore[arg-type]
+    if cls is None:
+        raise ValueError(f"unknown event kind {kind!r}; known kinds: {', '.join(EVENT_TYPES)}")
+    names = {f.name for f in dataclasses.fields(cls)}
+    kwargs = {}
+    for k, v in d.items():
+        if k in names:
+            kwargs[k] = _tuples(v) if isinstance(v, list) else v
+    return cls(**kwargs)
+
+
+def _tuples(v: Any) -> Any:
+    if isinstance(v, list):
+        return tuple(_tuples(x) for x in v)
+    return v
+
+
+@dataclass(frozen=True)
+class Round:
+    """Everything one ``Session.step()`` did: its index, its events in order, and the new tokens."""
+
+    index: int
+    events: tuple
+    new_tokens: tuple = ()
+    finished: str | None = None
+
+    def of_kind(self, kind: str) -> list[Event]:
+        """The events of this round with the given ``kind``."""
+        return [e for e in self.events if e.kind == kind]
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain dictionary form: the events as dictionaries."""
+        return {"index": self.index, "events": [e.to_dict() for e in self.events],
+                "new_tokens": list(self.new_tokens), "finished": self.finished}

@@ -1,0 +1,59 @@
+"""``ngram-simple``: llama.cpp's simplest self-speculation.
+
+Look up the last ``size_n`` tokens (the lookup n-gram) in the earlier history, searching backwards
+for the most recent occurrence, and draft the ``size_m`` tokens (the m-gram) that followed it. The
+search runs at most every ``check_rate`` tokens of history. As upstream, there is no draft until the
+history holds more than ``size_n + size_m + 1`` tokens, and a match followed by fewer than ``size_n``
+tokens is not used.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from ..config import Knob
+from .base import Draft, Drafter
+from .history import TokenMirror, find_ngram
+
+
+class NgramSimpleDrafter(Drafter):
+    """Most-recent n-gram match, m-gram draft, optional check rate."""
+
+    name = "ngram-simple"
+    knobs = (
+        Knob("size_n", int, 12, "lookup n-gram size (tokens matched against the history)", lo=1, hi=1024,
+             aliases=("--spec-ngram-size-n",)),
+        Knob("size_m", int, 48, "draft m-gram size (tokens copied after the match)", lo=1, hi=1024,
+             aliases=("--spec-ngram-size-m",)),
+        Knob("check_rate", int, 1, "search only every this many tokens of history", lo=1, hi=1024,
+             aliases=("--spec-ngram-check-rate",)),
+    )
+
+    def __init__(self, **knobs: Any) -> None:
+        super().__init__(**knobs)
+        self._mirror = TokenMirror()
+        self._last_check = 0
+
+    def _begin(self, history: Sequence[int]) -> None:
+        self._mirror.reset(history)
+        self._last_check = 0
+
+    def _draft(self, history: Sequence[int], n_max: int) -> Draft:
+        arr = self._mirror.sync(history)
+        n, m = self.config["size_n"], self.config["size_m"]
+        # upstream's cur_len excludes the newest (sampled) token, which we hold as history[-1]
+        cur_len = arr.shape[0] - 1
+        if self._last_check + self.config["check_rate"] > cur_len > self._last_check:
+            return Draft(reason="check-rate")
+        if cur_len <= n + m + 1:
+            return Draft(reason="short-history")
+        self._last_check = cur_len
+        pattern = arr[arr.shape[0] - n:]
+        # matches must start at 1..cur_len-n-1 (upstream skips index 0 and the current position)
+        pos = find_ngram(arr[:cur_len], pattern, cur_len - n, last=True)
+        if pos <= 0:
+            return Draft(reason="no-match")
+        copy = min(m, cur_len - (pos + n))
+        if copy < n:
+            return Draft(reason="no-match")
+        return Draft(tokens=arr[pos + n: pos + n + copy].tolist())

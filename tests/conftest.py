@@ -1,0 +1,61 @@
+"""Shared fixtures: tiny real llama.cpp models written with the gguf package, and the embedded model."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from specviz.testing import write_tiny_llama
+
+
+@pytest.fixture(scope="session")
+def tiny_model_path(tmp_path_factory):
+    """A tiny llama-architecture GGUF (vocab 320, 2 layers, width 64, f32, seed 0)."""
+    return write_tiny_llama(tmp_path_factory.mktemp("models") / "tiny.gguf", seed=0)
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tiny_model_path):
+    """The tiny model loaded once per test session."""
+    from specviz.backends import LlamaModel
+
+    m = LlamaModel(tiny_model_path)
+    yield m
+    m.close()
+
+
+@pytest.fixture()
+def tiny_session(tiny_model):
+    """A fresh Session over the shared tiny model (small context)."""
+    from specviz import Session
+
+    s = Session(tiny_model, n_ctx=512, n_batch=64, n_ubatch=64)
+    yield s
+    s.ctx.close()
+
+
+@pytest.fixture(scope="session")
+def embedded_model_path():
+    """The embedded Gemma 3 270M (assembled once)."""
+    from specviz.models import default_model_path
+
+    return default_model_path()
+
+
+@pytest.fixture(scope="session")
+def embedded_model(embedded_model_path):
+    """The embedded model loaded once per test session."""
+    from specviz.backends import LlamaModel
+
+    m = LlamaModel(embedded_model_path)
+    yield m
+    m.close()
+
+
+def pytest_collection_modifyitems(config, items):
+    """Real-model tests run last, after the fast ones."""
+    items.sort(key=lambda it: 1 if it.get_closest_marker("embedded") else 0)
+
+
+IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")

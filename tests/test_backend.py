@@ -1,0 +1,127 @@
+"""The llama.cpp backend on tiny real GGUF models: batches, rows, tails, state, bad files."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from specviz.backends import LlamaContext, LlamaModel, check_gguf
+from specviz.errors import ContextError, ModelFormatError, ModelNotFoundError
+
+
+def test_tiny_model_loads_and_reports_capacity(tiny_model):
+    assert tiny_model.n_vocab == 320
+    assert tiny_model.n_layer == 2
+    ctx = LlamaContext(tiny_model, n_ctx=256, n_batch=32, n_ubatch=16)
+    cap = ctx.capacity
+    assert (cap.n_ctx, cap.n_batch, cap.n_ubatch, cap.n_swa) == (256, 32, 16, 0)
+    ctx.close()
+
+
+def test_tokenize_and_pieces_round_trip(tiny_model):
+    ids = tiny_model.tokenize("the cat")
+    assert ids[0] == tiny_model.bos
+    # SentencePiece adds a space prefix; the text round-trips through the tokenizer
+    text = tiny_model.detokenize(ids)
+    assert text.strip() == "the cat"
+    assert tiny_model.tokenize(text.strip()) == ids
+    assert "".join(tiny_model.pieces(ids[1:])) == " the cat"
+    # byte tokens render to their byte; a newline is a real newline
+    nl = tiny_model.tokenize("\n", add_special=False)
+    assert tiny_model.detokenize(nl).endswith("\n")
+    assert tiny_model.piece(nl[-1]) == "\n"
+
+
+def test_batch_rows_match_one_token_decoding(tiny_model):
+    toks = tiny_model.tokenize("the a of and to in is it")
+    ctx = LlamaContext(tiny_model, n_ctx=128, n_batch=32, n_ubatch=32)
+    ctx.eval(toks, 0, rows="all")
+    batch_rows = np.stack([ctx.row(i).copy() for i in range(len(toks))])
+    ctx.clear()
+    single = []
+    for i, t in enumerate(toks):
+        ctx.eval([t], i, rows="all")
+        single.append(ctx.row(0).copy())
+    assert np.max(np.abs(batch_rows - np.stack(single))) < 1e-4
+    ctx.close()
+
+
+def test_logits_only_for_requested_rows(tiny_model):
+    ctx = LlamaContext(tiny_model, n_ctx=64, n_batch=16, n_ubatch=16)
+    ctx.eval([1, 5, 6, 7], 0, rows=[3])
+    assert ctx.row(3).shape == (320,)
+    with pytest.raises(Exception):
+        ctx.row(1)  # not requested
+    ctx.close()
+
+
+def test_row_is_a_view_not_a_copy(tiny_model):
+    ctx = LlamaContext(tiny_model, n_ctx=64, n_batch=16, n_ubatch=16)
+    ctx.eval([1, 5], 0, rows="last")
+    r = ctx.row(1)
+    assert not r.flags.owndata
+    ctx.close()
+
+
+def test_truncate_removes_the_tail_and_state_round_trips(tiny_model):
+    ctx = LlamaContext(tiny_model, n_ctx=64, n_batch=16, n_ubatch=16)
+    ctx.eval([1, 5, 6, 7, 8], 0, rows="none")
+    assert ctx.kv_len() == 5
+    ctx.truncate(3)
+    assert ctx.kv_len() == 3
+    saved = ctx.state()
+    ctx.eval([9], 3, rows="all")
+    after = ctx.row(0).copy()
+    ctx.clear()
+    assert ctx.kv_len() == 0
+    ctx.load_state(saved)
+    assert ctx.kv_len() == 3
+    ctx.eval([9], 3, rows="all")
+    assert np.array_equal(ctx.row(0), after)
+    ctx.close()
+
+
+def test_batch_larger_than_n_batch_is_refused(tiny_model):
+    ctx = LlamaContext(tiny_model, n_ctx=64, n_batch=8, n_ubatch=8)
+    with pytest.raises(ContextError, match="n_batch"):
+        ctx.eval(list(range(3, 13)), 0)
+    ctx.close()
+
+
+def test_missing_model_is_a_typed_error(tmp_path):
+    with pytest.raises(ModelNotFoundError, match="not found"):
+        LlamaModel(tmp_path / "nope.gguf")
+
+
+def test_non_gguf_file_is_a_typed_error(tmp_path):
+    p = tmp_path / "notes.gguf"
+    p.write_text("this is not a model, just some text long enough to read a header from")
+    with pytest.raises(ModelFormatError, match="not a GGUF"):
+        LlamaModel(p)
+
+
+def test_directory_is_a_typed_error(tmp_path):
+    with pytest.raises(ModelFormatError, match="directory"):
+        LlamaModel(tmp_path)
+
+
+@pytest.mark.parametrize("fraction", [0.02, 0.3, 0.6, 0.95, 0.999])
+def test_truncated_gguf_is_a_typed_error_and_the_process_survives(tiny_model_path, tmp_path, fraction):
+    data = tiny_model_path.read_bytes()
+    p = tmp_path / "cut.gguf"
+    p.write_bytes(data[: int(len(data) * fraction)])
+    with pytest.raises(ModelFormatError, match="truncated|corrupt"):
+        LlamaModel(p)
+
+
+def test_check_gguf_reads_the_tiny_model(tiny_model_path):
+    info = check_gguf(tiny_model_path)
+    assert info.architecture == "llama"
+    assert info.n_tensors == 3 + 2 * 9
+
+
+def test_context_parameters_are_validated(tiny_model):
+    with pytest.raises(ContextError, match="n_ubatch"):
+        LlamaContext(tiny_model, n_ctx=64, n_batch=16, n_ubatch=32)
+    with pytest.raises(ContextError, match="n_ctx"):
+        LlamaContext(tiny_model, n_ctx=0)

@@ -1,0 +1,136 @@
+"""The specviz command: validation before any model loads, --json output, verify verdicts."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from specviz import cli
+
+
+def run_cli(*args, env=None):
+    """Run the real console entry point in a subprocess (no model hub, no network)."""
+    e = dict(os.environ)
+    e.update(env or {})
+    return subprocess.run([sys.executable, "-m", "specviz.cli", *args], capture_output=True, text=True, env=e,
+                          timeout=300)
+
+
+BAD_OPTIONS = [
+    (["run", "--prompt", "x", "--max-tokens", "0"], "--max-tokens", "'0'"),
+    (["run", "--prompt", "x", "--max-tokens", "lots"], "--max-tokens", "'lots'"),
+    (["run", "--prompt", "x", "--strategy", "magic"], "--strategy", "'magic'"),
+    (["run", "--prompt", "x", "--draft-max", "0"], "--draft-max", "[1, 1024]"),
+    (["run", "--prompt", "x", "--num-draft-tokens", "2000"], "--draft-max", "[1, 1024]"),
+    (["run", "--prompt", "x", "--prompt-lookup", "0"], "--prompt-lookup", "[1, 64]"),
+    (["run", "--prompt", "x", "--prompt-lookup", "--prompt-lookup-min-ngram", "0"], "--min-ngram", "[1, 64]"),
+    (["run", "--prompt", "x", "--prompt-lookup", "2", "--prompt-lookup-min-ngram", "3"], "min_ngram", "max_ngram"),
+    (["run", "--prompt", "x", "--strategy", "ngram-simple", "--size-n", "0"], "--size-n", "[1, 1024]"),
+    (["run", "--prompt", "x", "--seed", "-4"], "--seed", "'-4'"),
+    (["run", "--prompt", "x", "--model", "/nonexistent/model.gguf"], "--model", "does not exist"),
+    (["run", "--prompt-file", "/nonexistent/prompt.txt"], "--prompt-file", "not a readable file"),
+    (["run"], "--prompt", "required"),
+    (["run", "--prompt", "x", "--prompt-file", "y"], "--prompt-file", "not allowed with"),
+    (["run", "--prompt", "x", "--frobnicate"], "--frobnicate", "unrecognized"),
+    (["verify", "--prompt", "x", "--threshold", "-1"], "--threshold", "'-1'"),
+    (["run", "--prompt", "x", "--strategy", "none", "--prompt-lookup"], "--prompt-lookup", "conflicts"),
+]
+
+
+@pytest.mark.parametrize("argv,option,detail", BAD_OPTIONS)
+def test_bad_options_exit_2_with_one_line_before_loading(argv, option, detail, tmp_path, capsys):
+    # in-process: a bad option must never reach model loading, so poison the embedded model lookup
+    import specviz.models as models
+
+    orig = models.default_model_path
+    models.default_model_path = lambda: (_ for _ in ()).throw(AssertionError("model loaded"))
+    try:
+        code = cli.main(argv)
+    finally:
+        models.default_model_path = orig
+    err = capsys.readouterr().err.strip()
+    assert code == 2, err
+    assert len(err.splitlines()) == 1, err
+    assert "Traceback" not in err
+    assert option in err and detail in err, err
+
+
+def test_bad_option_in_a_real_subprocess_has_no_traceback():
+    p = run_cli("run", "--prompt", "x", "--draft-max", "5000")
+    assert p.returncode == 2
+    assert p.stderr.strip().count("\n") == 0
+    assert "--draft-max" in p.stderr and "5000" in p.stderr and "[1, 1024]" in p.stderr
+
+
+def test_run_json_on_a_tiny_model(tiny_model_path):
+    p = run_cli("run", "--model", str(tiny_model_path), "--prompt", "the a the a the a", "--max-tokens", "24",
+                "--prompt-lookup", "3", "--prompt-lookup-min-ngram", "1", "--num-draft-tokens", "5", "--json")
+    assert p.returncode == 0, p.stderr
+    out = json.loads(p.stdout)
+    assert out["strategy"] == "prompt-lookup"
+    assert out["knobs"] == {"draft_max": 5, "draft_min": 0, "max_ngram": 3, "min_ngram": 1}
+    assert len(out["tokens"]) == 24 and out["finish_reason"] == "max_tokens"
+    assert isinstance(out["text"], str) and out["prompt_tokens"] > 0
+    t = out["telemetry"]
+    for key in ("rounds", "drafted", "accepted", "acceptance_rate", "mean_accepted_length",
+                "per_position_acceptance", "draft_seconds", "verify_seconds", "seconds", "tokens_per_second"):
+        assert key in t, key
+    assert t["accepted"] <= t["drafted"]
+    assert t["tokens_per_second"] == pytest.approx(24 / t["seconds"])
+
+
+def test_knob_of_another_strategy_is_warned_not_applied(tiny_model_path):
+    p = run_cli("run", "--model", str(tiny_model_path), "--prompt", "the a", "--max-tokens", "4",
+                "--strategy", "prompt-lookup", "--size-n", "3", "--json")
+    assert p.returncode == 0, p.stderr
+    assert "--size-n" in p.stderr and "not applied" in p.stderr
+    assert "size_n" not in json.loads(p.stdout)["knobs"]
+
+
+def test_prompt_file_and_text_output(tiny_model_path, tmp_path):
+    pf = tmp_path / "p.txt"
+    pf.write_text("the a the a the a")
+    p = run_cli("run", "--model", str(tiny_model_path), "--prompt-file", str(pf), "--max-tokens", "8",
+                "--strategy", "ngram-simple", "--size-n", "2", "--size-m", "4")
+    assert p.returncode == 0, p.stderr
+    assert "acceptance" in p.stderr and "tokens/s" in p.stderr
+
+
+@pytest.mark.parametrize("strategy", ["prompt-lookup", "ngram-simple"])
+def test_verify_on_tiny_model_is_identical(tiny_model_path, strategy):
+    p = run_cli("verify", "--model", str(tiny_model_path), "--strategy", strategy, "--prompt", "the a of the a of",
+                "--max-tokens", "40", "--json", "--size-n", "2")
+    assert p.returncode == 0, p.stderr
+    out = json.loads(p.stdout)
+    assert out["verdict"] == "identical"
+
+
+def test_verify_reports_a_mismatch_when_drafting_is_broken(tiny_session, monkeypatch):
+    """A deliberately broken acceptor must be caught: verify can fail."""
+    from specviz import verify as verify_mod
+
+    orig = verify_mod.scan_greedy
+
+    def broken(rows, draft):
+        scan = orig(rows, draft)
+        if draft and scan.n_accepted < len(draft):
+            scan.n_accepted += 1  # accept one token the target refused
+            scan.target_tokens.append(scan.target_tokens[-1])
+        return scan
+
+    monkeypatch.setattr(verify_mod, "scan_greedy", broken)
+    res = cli.verify_equivalence(tiny_session, "the a of the a of the cat", 40, "prompt-lookup",
+                                 {"max_ngram": 2, "min_ngram": 1, "draft_max": 4, "draft_min": 0})
+    assert res["verdict"] == "mismatch"
+    assert res["divergence"]["plain_margin"] is not None
+
+
+def test_strategies_lists_every_strategy(capsys):
+    assert cli.main(["strategies", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert {"none", "prompt-lookup", "ngram-simple"} <= set(out)
+    assert any(k["name"] == "draft_max" for k in out["prompt-lookup"])

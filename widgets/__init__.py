@@ -1,0 +1,1 @@
+"""The inspector's front-end (ESM + CSS), shipped inside the package as ``specviz.static``."""
