@@ -173,7 +173,8 @@ def verify_equivalence(session, prompt: str, max_tokens: int, strategy: str, kno
 
     Returns ``verdict`` (``identical``, ``numerics`` or ``mismatch``), and at the first divergence its
     index, both runs' tokens and the target's top-two logit margin there under both runs. ``numerics``
-    means both margins are below ``threshold``: batch-dependent CPU kernels can flip such a near-tie.
+    means both margins are below ``threshold`` and both runs chose one of the same two top tokens:
+    batch-dependent CPU kernels can flip such a near-tie. Anything else is a ``mismatch`` (a bug).
     """
     session.record_margins = True
     try:
@@ -196,10 +197,15 @@ def verify_equivalence(session, prompt: str, max_tokens: int, strategy: str, kno
         return out
     if i is None:  # one run stopped earlier (EOS) — compare the next token's margins
         i = n
-    mp = plain_m[i] if i < len(plain_m) else None
-    ms = spec_m[i] if i < len(spec_m) else None
-    margins = [m for m in (mp, ms) if m is not None]
-    verdict = "numerics" if margins and max(margins) < threshold else "mismatch"
+    tp = plain_m[i] if i < len(plain_m) else None
+    tsp = spec_m[i] if i < len(spec_m) else None
+    mp = tp[0] if tp else None
+    ms = tsp[0] if tsp else None
+    # numerics: both rows are near-ties between the same two tokens, and each run took one of them
+    pair = {plain[i] if i < len(plain) else None, spec[i] if i < len(spec) else None}
+    same_pair = all(t is not None and {t[1], t[2]} >= (pair - {None}) for t in (tp, tsp))
+    near_tie = mp is not None and ms is not None and max(mp, ms) < threshold
+    verdict = "numerics" if near_tie and same_pair else "mismatch"
     out.update(verdict=verdict, divergence={
         "index": i,
         "plain_token": plain[i] if i < len(plain) else None,
@@ -208,6 +214,8 @@ def verify_equivalence(session, prompt: str, max_tokens: int, strategy: str, kno
         "speculative_piece": session.model.piece(spec[i]) if i < len(spec) else None,
         "plain_margin": mp,
         "speculative_margin": ms,
+        "plain_top_two": list(tp[1:]) if tp else None,
+        "speculative_top_two": list(tsp[1:]) if tsp else None,
     })
     return out
 

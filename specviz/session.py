@@ -201,6 +201,9 @@ class Session:
                 raise KnobError(f"seed: {seed!r} is not allowed; expected an integer or None", knob="seed", value=seed)
             cfg = self._validate(strategy, knobs, None)
             if isinstance(prompt, str):
+                if not prompt:
+                    raise KnobError("prompt: the prompt is empty; give at least one character of text",
+                                    knob="prompt", value=prompt)
                 ids = self.model.tokenize(prompt, add_special=True)
             else:
                 ids = [int(t) for t in prompt]
@@ -315,7 +318,7 @@ class Session:
             dprobs = list(draft.probs[: len(dtoks)]) if draft.probs is not None else [None] * len(dtoks)
             self._emit(DraftProposed(r, tokens=tuple(dtoks), pieces=tuple(self.model.pieces(dtoks)),
                                      probs=tuple(dprobs), seconds=draft_seconds, requested=requested, limit=limit,
-                                     cap=cap if len(dtoks) >= limit and cap else None,
+                                     cap=cap,
                                      reason=reason if len(dtoks) < limit else None, position=len(self.history)), out)
 
             # verify: one batch of the pending token plus the draft
@@ -334,7 +337,7 @@ class Session:
 
             tprobs = [verify.token_prob(self.ctx.row(i), t) for i, t in enumerate(targets)]
             if self.record_margins:
-                self.margins.extend(verify.top_two_margin(self.ctx.row(i)) for i in range(len(targets)))
+                self.margins.extend(verify.top_two(self.ctx.row(i)) for i in range(len(targets)))
             self._emit(Verified(r, tokens=tuple(targets), pieces=tuple(self.model.pieces(targets)),
                                 probs=tuple(tprobs), seconds=verify_seconds, batch_size=len(batch),
                                 kv_before=n_past, kv_peak=kv_peak), out)
@@ -379,7 +382,8 @@ class Session:
                 self.ctx.truncate(keep)
                 self._emit(KVRollback(r, context="target", from_pos=kv_peak, to_pos=keep), out)
             self._after_commit(r, n_past, kv_peak, keep, n_acc_kept, out)
-            self.drafter.accept(n_acc_kept, self.history)
+            if dtoks:  # only verified drafts are reported back (a dropped draft was never tested)
+                self.drafter.accept(n_acc_kept, self.history)
             if finish is None and len(self.tokens) >= self.max_tokens:
                 finish = "max_tokens"
             round_seconds = time.perf_counter() - t_round

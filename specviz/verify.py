@@ -61,11 +61,20 @@ def top_alternatives(row: np.ndarray, k: int = 5) -> list[tuple[int, float]]:
 
 def top_two_margin(row: np.ndarray) -> float:
     """Difference between the largest and the second largest logit (0 at an exact tie)."""
+    return top_two(row)[0]
+
+
+def top_two(row: np.ndarray) -> tuple[float, int, int]:
+    """``(margin, best, runner_up)``: the top-two logit margin and the two token ids (first max wins)."""
     r = _clean(row)
     if r.shape[0] < 2:
-        return float("inf")
-    two = np.partition(r, -2)[-2:]
-    return float(two[1] - two[0])
+        return float("inf"), 0, 0
+    best = greedy_token(r)
+    saved = r[best]
+    r = r.copy() if r is row else r
+    r[best] = -np.inf
+    second = int(np.argmax(r))
+    return float(saved - r[second]), best, second
 
 
 @dataclass

@@ -8,11 +8,18 @@ import pytest
 
 from specviz.testing import write_tiny_llama
 
+#: The parameters of the shared tiny fixture model.
+TINY = {"seed": 1, "block_scale": 0.1}
+
 
 @pytest.fixture(scope="session")
 def tiny_model_path(tmp_path_factory):
-    """A tiny llama-architecture GGUF (vocab 320, 2 layers, width 64, f32, seed 0)."""
-    return write_tiny_llama(tmp_path_factory.mktemp("models") / "tiny.gguf", seed=0)
+    """A tiny llama-architecture GGUF (vocab 320, 2 layers, width 64, f32, seed 1).
+
+    Its blocks are scaled down (``block_scale=0.1``) so that greedy output partly loops: every n-gram
+    strategy then drafts, and gets tokens both accepted and rejected.
+    """
+    return write_tiny_llama(tmp_path_factory.mktemp("models") / "tiny.gguf", **TINY)
 
 
 @pytest.fixture(scope="session")
@@ -30,7 +37,7 @@ def tiny_session(tiny_model):
     """A fresh Session over the shared tiny model (small context)."""
     from specviz import Session
 
-    s = Session(tiny_model, n_ctx=512, n_batch=64, n_ubatch=64)
+    s = Session(tiny_model, n_ctx=512, n_batch=64, n_ubatch=64, n_threads=1)
     yield s
     s.ctx.close()
 
