@@ -1,0 +1,83 @@
+"""Helpers for the browser tests: chromium discovery (skip locally, fail in CI), free ports, servers."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SCREENSHOTS = ROOT / "docs" / "screenshots"
+
+
+def need_browser():
+    """Playwright and Debian's chromium, or skip with the reason (a failure when CI=true)."""
+    from specviz.ui.harness import chromium_path
+
+    problem = None
+    try:
+        import playwright.sync_api  # noqa: F401
+    except ImportError:
+        problem = "playwright is not installed (pip install 'specviz[test]')"
+    if problem is None and chromium_path() is None:
+        problem = "chromium is not installed (apt-get install chromium; .ci/run does it)"
+    if problem is not None:
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(f"browser tests must run in CI: {problem}")
+        pytest.skip(problem)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_http(url: str, proc: subprocess.Popen, timeout: float = 90) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"server exited with {proc.returncode}")
+        try:
+            urllib.request.urlopen(url, timeout=2).read(1)
+            return
+        except Exception:
+            time.sleep(0.25)
+    raise TimeoutError(f"{url} did not answer in {timeout}s")
+
+
+def start(args: list[str], log: Path, env: dict | None = None) -> subprocess.Popen:
+    e = dict(os.environ)
+    e.update(env or {})
+    return subprocess.Popen([sys.executable, *args], stdout=log.open("w"), stderr=subprocess.STDOUT, env=e,
+                            cwd=str(ROOT))
+
+
+def stop(proc: subprocess.Popen) -> None:
+    proc.terminate()
+    try:
+        proc.wait(15)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(5)
+
+
+def offline(page, allowed=("http://127.0.0.1", "ws://127.0.0.1", "http://localhost", "ws://localhost")):
+    """Abort every request that leaves this machine; returns the list of aborted URLs."""
+    external: list[str] = []
+
+    def route(r):
+        u = r.request.url
+        if u.startswith(allowed) or u.startswith(("data:", "blob:")):
+            return r.continue_()
+        external.append(u)
+        return r.abort()
+
+    page.route("**/*", route)
+    return external

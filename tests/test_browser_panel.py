@@ -1,0 +1,156 @@
+"""The Panel app in a real chromium with no network: live session (tiny model) and replay."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from browser_util import SCREENSHOTS, free_port, need_browser, offline, start, stop, wait_http
+
+pytestmark = pytest.mark.browser
+
+PROMPT = "the cat sat on the mat and the cat sat"
+
+
+@pytest.fixture(scope="module")
+def browser():
+    need_browser()
+    from playwright.sync_api import sync_playwright
+
+    from specviz.ui.harness import launch
+
+    with sync_playwright() as p:
+        b = launch(p)
+        yield b
+        b.close()
+
+
+@pytest.fixture(scope="module")
+def live_app(tiny_model_path, tmp_path_factory):
+    port = free_port()
+    log = tmp_path_factory.mktemp("panel") / "serve.log"
+    code = (f"from specviz.ui.server import serve; serve({port}, {str(tiny_model_path)!r}, prompt={PROMPT!r}, "
+            "max_tokens=1800, n_ctx=2048)")
+    proc = start(["-c", code], log)
+    try:
+        wait_http(f"http://127.0.0.1:{port}/", proc)
+        yield f"http://127.0.0.1:{port}/"
+    finally:
+        stop(proc)
+
+
+def root(page):
+    return page.locator(".specviz-inspector")
+
+
+def expect_attr(page, name, value, timeout=60000):
+    from playwright.sync_api import expect
+
+    expect(root(page)).to_have_attribute(name, value, timeout=timeout)
+
+
+def rounds(page) -> int:
+    return int(page.locator(".specviz-inspector").get_attribute("data-rounds") or 0)
+
+
+def test_panel_live_step_knobs_telemetry(browser, live_app):
+    from playwright.sync_api import expect
+
+    page = browser.new_page(viewport={"width": 1320, "height": 1000})
+    external = offline(page)
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(live_app)
+    page.wait_for_selector(".specviz-inspector .sv-tok.sv-prompt", timeout=60000)
+    expect(page.locator(".sv-step")).to_be_enabled(timeout=60000)
+    assert rounds(page) == 0
+    # Step: one round appears
+    page.locator(".sv-step").click()
+    expect_attr(page, "data-rounds", "1")
+    assert page.locator('.sv-stat[data-k="rounds"] .sv-stat-v').inner_text() == "1"
+    # Run N
+    page.locator(".sv-runn").fill("30")
+    page.locator(".sv-run").click()
+    expect_attr(page, "data-rounds", "31")
+    for cls in ("sv-prompt", "sv-corr", "sv-rej"):
+        assert page.locator(f".sv-stream .sv-tok.{cls}").count() > 0, cls
+    assert page.locator(".sv-stream .sv-plain, .sv-stream .sv-bonus").count() > 0
+    # telemetry charts follow
+    expect_attr(page, "data-chart-rounds", "31")
+    gen_before = page.locator('.sv-stat[data-k="generated"] .sv-stat-v').inner_text()
+    # an invalid knob: error beside the field, nothing changes
+    field = page.locator('.sv-field[data-knob="draft_max"]')
+    field.locator("input").fill("0")
+    page.locator(".sv-apply").click()
+    page.wait_for_selector('.sv-field[data-knob="draft_max"].sv-invalid')
+    err = field.locator(".sv-field-err").inner_text()
+    assert "draft_max" in err and "[1, 1024]" in err
+    page.locator(".sv-step").click()
+    expect_attr(page, "data-rounds", "32")
+    assert page.locator(".sv-knobmark").count() == 0
+    # a valid knob: queued, applied at the next round (a marker in the stream, the form shows it)
+    field.locator("input").fill("3")
+    page.locator(".sv-apply").click()
+    expect(page.locator(".sv-form-note")).to_contain_text("draft_max=3")
+    assert "sv-invalid" not in (field.get_attribute("class") or "")
+    page.locator(".sv-step").click()
+    page.wait_for_selector(".sv-knobmark")
+    expect_attr(page, "data-rounds", "33")
+    assert field.locator("input").input_value() == "3"
+    assert page.locator('.sv-stat[data-k="generated"] .sv-stat-v').inner_text() != gen_before
+    # Play, then Pause stops after the current round
+    page.locator(".sv-play").click()
+    for _ in range(600):
+        if rounds(page) > 40:
+            break
+        page.wait_for_timeout(100)
+    page.locator(".sv-play").click()
+    expect(page.locator(".sv-play")).to_contain_text("Play", timeout=30000)
+    r = rounds(page)
+    page.wait_for_timeout(500)
+    assert rounds(page) == r
+    # hover a rejected token and open its alternatives
+    page.locator(".sv-stream .sv-rej").first.click()
+    assert page.locator(".sv-alts .sv-alt").count() > 0
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SCREENSHOTS / "panel_live_tiny_model.png"), full_page=True)
+    assert external == [], f"requests left the machine: {external}"
+    assert errors == []
+
+
+def test_panel_replay_shows_every_token_kind(browser, tmp_path_factory):
+    from specviz.ui.synthetic import synthetic_rounds
+
+    path = tmp_path_factory.mktemp("replay") / "rec.jsonl"
+    groups = synthetic_rounds(300, seed=1)
+    with path.open("w") as f:
+        for g in groups:
+            for e in g:
+                f.write(json.dumps(e) + "\n")
+    port = free_port()
+    proc = start(["-m", "specviz.ui.server", "replay", str(path), "--port", str(port)], path.with_suffix(".log"))
+    try:
+        wait_http(f"http://127.0.0.1:{port}/", proc)
+        page = browser.new_page(viewport={"width": 1320, "height": 1000})
+        external = offline(page)
+        page.goto(f"http://127.0.0.1:{port}/")
+        expect_attr(page, "data-rounds", str(len(groups) - 1))
+        for cls in ("sv-prompt", "sv-acc", "sv-bonus", "sv-corr", "sv-plain", "sv-rej"):
+            assert page.locator(f".sv-stream .sv-tok.{cls}").count() > 0, cls
+        assert page.locator(".sv-apply").is_disabled()  # a recording is read-only
+        page.wait_for_selector(".sv-kv .main-svg", timeout=60000)
+        # rewind and step through the recording
+        page.locator(".sv-reset").click()
+        expect_attr(page, "data-rounds", "0")
+        page.locator(".sv-step").click()
+        expect_attr(page, "data-rounds", "1")
+        page.locator(".sv-play").click()
+        page.wait_for_selector(".sv-finished:not([hidden])", timeout=60000)
+        page.wait_for_timeout(600)
+        page.locator(".sv-stream .sv-rej").nth(2).click()
+        SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(SCREENSHOTS / "panel_replay.png"), full_page=True)
+        assert external == []
+    finally:
+        stop(proc)

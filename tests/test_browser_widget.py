@@ -1,0 +1,155 @@
+"""The front-end module in a real chromium with a scripted host (no server): rendering and interaction."""
+
+from __future__ import annotations
+
+import pytest
+
+from browser_util import need_browser
+
+pytestmark = pytest.mark.browser
+
+
+@pytest.fixture(scope="module")
+def browser():
+    need_browser()
+    from playwright.sync_api import sync_playwright
+
+    from specviz.ui.harness import launch
+
+    with sync_playwright() as p:
+        b = launch(p)
+        yield b
+        b.close()
+
+
+def deliver(page, msg):
+    page.evaluate("m => window.__deliver(m)", msg)
+
+
+def feed(page, groups, epoch=0, start=0):
+    n = start
+    for g in groups:
+        deliver(page, {"type": "events", "epoch": epoch, "start": n, "events": g})
+        n += len(g)
+    return n
+
+
+@pytest.fixture()
+def groups():
+    from specviz.ui.synthetic import synthetic_rounds
+
+    return synthetic_rounds(120, seed=3)
+
+
+def test_tokens_of_each_kind_hover_and_alternatives(browser, groups):
+    from specviz.ui.harness import open_harness
+
+    page = open_harness(browser)
+    assert page.evaluate("window.__sent")[0] == {"type": "hello", "epoch": -1, "have": 0}
+    feed(page, groups)
+    root = page.locator(".specviz-inspector")
+    n_rounds = len(groups) - 1
+    assert root.get_attribute("data-rounds") == str(n_rounds)
+    for cls in ("sv-prompt", "sv-acc", "sv-bonus", "sv-corr", "sv-plain", "sv-rej"):
+        assert page.locator(f".sv-stream .sv-tok.{cls}").count() > 0, cls
+    # counts match the events
+    evs = [e for g in groups for e in g]
+    n_acc = sum(e["n_accepted"] for e in evs if e["kind"] == "accepted")
+    n_rej = sum(len(e["tokens"]) for e in evs if e["kind"] == "rejected")
+    assert page.locator(".sv-stream .sv-acc").count() == n_acc
+    assert page.locator(".sv-stream .sv-rej").count() == n_rej
+    # whitespace is visible: a newline token shows ↵ and a space shows ·
+    assert page.locator(".sv-stream .sv-tok", has_text="↵").count() > 0
+    assert page.locator(".sv-stream .sv-tok", has_text="·").count() > 0
+    # hover a rejected token: text, id, round, depth, draft p and target p
+    rej_ev = next(e for e in evs if e["kind"] == "rejected")
+    first = page.locator(f'.sv-r[data-round="{rej_ev["round"]}"] .sv-rej').first
+    first.hover()
+    tip = page.locator(".sv-tip")
+    tip.wait_for(state="visible")
+    text = tip.inner_text()
+    for label in ("text", "id", "round", "depth", "draft p", "target p"):
+        assert label in text
+    assert str(rej_ev["tokens"][0]) in text and f"{rej_ev['draft_probs'][0]:.3f}" in text
+    # click: the target's alternatives
+    first.click()
+    alts = page.locator(".sv-alts .sv-alt")
+    assert alts.count() == len(rej_ev["alternatives"])
+    assert "chosen" in page.locator(".sv-alts .sv-alt-chosen").inner_text()
+    # collapsible: one group, then all
+    grp = page.locator(".sv-rejg").first
+    grp.locator(".sv-rejtgl").click()
+    assert not grp.locator(".sv-rej").first.is_visible()
+    page.locator(".sv-showrej").uncheck()
+    assert page.locator(".sv-stream .sv-rej:visible").count() == 0
+    # telemetry cards and charts follow the last round
+    tel = [e for e in evs if e["kind"] == "telemetry"][-1]["data"]
+    assert page.locator('.sv-stat[data-k="generated"] .sv-stat-v').inner_text() == str(tel["n_generated"])
+    page.wait_for_function(f"document.querySelector('.specviz-inspector').dataset.chartRounds === '{n_rounds}'")
+    assert page.locator(".sv-chart .main-svg").count() >= 5
+    assert page.external_requests == []
+
+
+def test_only_new_events_are_applied_and_gaps_are_requested(browser, groups):
+    from specviz.ui.harness import open_harness
+
+    page = open_harness(browser)
+    n = feed(page, groups[:5])
+    root = page.locator(".specviz-inspector")
+    assert root.get_attribute("data-events") == str(n)
+    # the same message again (a second hello answered twice): nothing is applied twice
+    deliver(page, {"type": "events", "epoch": 0, "start": n - len(groups[4]), "events": groups[4]})
+    assert root.get_attribute("data-events") == str(n)
+    assert root.get_attribute("data-rounds") == "4"
+    # a gap: the view asks for what it misses instead of applying out of order
+    deliver(page, {"type": "events", "epoch": 0, "start": n + len(groups[5]), "events": groups[6]})
+    assert root.get_attribute("data-events") == str(n)
+    assert page.evaluate("window.__sent")[-1] == {"type": "hello", "epoch": 0, "have": n}
+    # a new epoch (reset) clears the views
+    feed(page, groups[:1], epoch=1)
+    assert root.get_attribute("data-events") == "1"
+    assert page.locator(".sv-stream .sv-acc").count() == 0
+
+
+def test_plotly_comes_from_the_host_when_the_page_lacks_it(browser, groups):
+    from specviz.ui.core import plotly_source
+    from specviz.ui.harness import open_harness
+
+    page = open_harness(browser, preload_plotly=False)
+    feed(page, groups[:10])
+    sent = page.evaluate("window.__sent")
+    assert {"type": "plotly"} in sent
+    assert page.locator(".sv-chart-loading").count() == 5
+    deliver(page, {"type": "plotly", "source": plotly_source()})
+    page.wait_for_selector(".sv-kv .main-svg")
+    assert page.locator(".sv-chart-loading").count() == 0
+    assert page.external_requests == []
+
+
+def test_knob_form_sends_values_and_shows_errors_beside_fields(browser):
+    from specviz.strategies import strategy_names, strategy_schema
+    from specviz.ui.harness import open_harness
+
+    page = open_harness(browser)
+    schema = strategy_schema("prompt-lookup").to_list()
+    deliver(page, {"type": "state", "replay": False, "running": False, "finished": None, "can_step": True,
+                   "can_reset": True, "can_control": True, "strategy": "prompt-lookup",
+                   "knobs": {k["name"]: k["default"] for k in schema}, "schema": schema,
+                   "strategies": strategy_names(), "pending": None, "epoch": 0})
+    field = page.locator('.sv-field[data-knob="draft_max"]')
+    field.locator("input").fill("0")
+    page.locator(".sv-apply").click()
+    msg = page.evaluate("window.__sent")[-1]
+    assert msg["type"] == "configure" and msg["strategy"] == "prompt-lookup" and msg["knobs"]["draft_max"] == "0"
+    deliver(page, {"type": "knob_errors", "errors": {"draft_max": "knob 'draft_max': 0 is not allowed"},
+                   "general": "nothing changed"})
+    assert "sv-invalid" in field.get_attribute("class")
+    assert "not allowed" in field.locator(".sv-field-err").inner_text()
+    page.locator(".sv-step").click()
+    assert page.evaluate("window.__sent")[-1] == {"type": "cmd", "cmd": "step"}
+    page.locator(".sv-runn").fill("7")
+    page.locator(".sv-run").click()
+    assert page.evaluate("window.__sent")[-1] == {"type": "cmd", "cmd": "run", "n": 7}
+    deliver(page, {"type": "state", "running": True})
+    assert "Pause" in page.locator(".sv-play").inner_text()
+    assert page.locator(".sv-step").is_disabled()
