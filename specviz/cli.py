@@ -54,8 +54,13 @@ def _add_generation_options(p: argparse.ArgumentParser, *, strategy_default: str
         flags = [f for f in (knob.flag,) + knob.aliases if f not in seen]
         seen.update(flags)
         if flags:
+            extra = {"nargs": "?", "const": "true"} if knob.type is bool else {}
             p.add_argument(*flags, dest="knob_" + knob.name, default=None, metavar=knob.type.__name__.upper(),
-                           help=f"{knob.help} ({knob.describe_range()}; default {knob.default})")
+                           help=f"{knob.help} ({knob.describe_range()}; default {knob.default})", **extra)
+    p.add_argument("--adaptive-draft-count", action="store_true",
+                   help="the runner's spelling of --draft-policy adaptive")
+    p.add_argument("--no-align-proposals", action="store_true",
+                   help="do not shorten proposals to fit one micro-batch (--align false)")
 
 
 def _int_option(flag: str, value: str, lo: int, hi: int | None = None) -> int:
@@ -79,6 +84,16 @@ def _generation_config(args: argparse.Namespace, *, warn) -> dict[str, Any]:
         strategy = "prompt-lookup"
         if args.prompt_lookup is not True:
             knob_values["max_ngram"] = args.prompt_lookup
+    if args.adaptive_draft_count:
+        given = getattr(args, "knob_draft_policy", None)
+        if given not in (None, "adaptive"):
+            raise UsageError(f"option --adaptive-draft-count conflicts with --draft-policy {given}; use one of them")
+        args.knob_draft_policy = "adaptive"
+    if args.no_align_proposals:
+        given = getattr(args, "knob_align", None)
+        if given is not None and str(given).lower() in ("true", "1", "yes", "on"):
+            raise UsageError(f"option --no-align-proposals conflicts with --align {given}; use one of them")
+        args.knob_align = "false"
     strategy = strategy or "prompt-lookup"
     if strategy not in strategy_names():
         raise UsageError(f"option --strategy: {strategy!r} is not allowed; choose one of: {', '.join(strategy_names())}")
@@ -260,6 +275,50 @@ def cmd_strategies(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_bench(args: argparse.Namespace) -> int:
+    """``specviz bench``: every strategy on every workload kind, one table of medians."""
+    from .workloads import WORKLOADS
+
+    names = strategy_names()
+    strategies = [x.strip() for x in args.strategies.split(",")] if args.strategies else \
+        [n for n in names if n != "draft"]
+    for st in strategies:
+        if st not in names or st == "draft":
+            raise UsageError(f"option --strategies: {st!r} is not allowed; choose among: "
+                             f"{', '.join(n for n in names if n != 'draft')}")
+    kinds = [x.strip() for x in args.kinds.split(",")] if args.kinds else list(WORKLOADS)
+    for k in kinds:
+        if k not in WORKLOADS:
+            raise UsageError(f"option --kinds: {k!r} is not allowed; choose among: {', '.join(WORKLOADS)}")
+    repeats = _int_option("--repeats", args.repeats, 1, 100)
+    max_tokens = _int_option("--max-tokens", args.max_tokens, 1, 1 << 16)
+    common: dict[str, Any] = {}
+    try:
+        common = strategy_schema("prompt-lookup").validate(
+            {k: v for k, v in (("draft_policy", args.draft_policy), ("draft_max", args.draft_max)) if v is not None})
+        common = {k: common[k] for k in ("draft_policy", "draft_max", "draft_min", "align")}
+    except KnobError as e:
+        raise UsageError(str(e).replace("knob ", "option --", 1).replace("'draft_policy'", "draft-policy")
+                         .replace("'draft_max'", "draft-max")) from None
+    if args.model is not None and not Path(args.model).exists():
+        raise UsageError(f"option --model: {args.model!r} does not exist; pass the path of a .gguf file")
+    from .bench import format_table, run_bench
+    from .session import Session
+
+    s = Session(args.model, n_ctx=4096)
+    rows = run_bench(s, strategies=strategies, kinds=kinds, repeats=repeats, max_tokens=max_tokens, common=common,
+                     progress=(lambda m: print(m, file=sys.stderr)) if not args.json else None)
+    s.close()
+    if args.json:
+        print(json.dumps({"max_tokens": max_tokens, "repeats": repeats, "common": common,
+                          "rows": [r.to_dict() for r in rows]}))
+    else:
+        print(f"specviz bench — model {s.model.path.name}, {max_tokens} tokens, median of {repeats} repeats x "
+              f"prompts, knobs {common}")
+        print(format_table(rows))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``specviz`` command."""
     p = _Parser(prog="specviz", description="See speculative decoding happen (llama.cpp).")
@@ -271,6 +330,16 @@ def build_parser() -> argparse.ArgumentParser:
     _add_generation_options(v, strategy_default=None)
     v.add_argument("--threshold", default="0.5", help="margin below which a divergence counts as numerics")
     v.set_defaults(func=cmd_verify)
+    b = sub.add_parser("bench", help="benchmark every strategy on every workload kind")
+    b.add_argument("--model", help="target GGUF path (default: the embedded Gemma 3 270M)")
+    b.add_argument("--strategies", help="comma-separated strategy names (default: all draftless)")
+    b.add_argument("--kinds", help="comma-separated workload kinds (default: all)")
+    b.add_argument("--repeats", default="3")
+    b.add_argument("--max-tokens", default="128")
+    b.add_argument("--draft-policy", default=None, help="fixed, adaptive or cost")
+    b.add_argument("--draft-max", default=None)
+    b.add_argument("--json", action="store_true")
+    b.set_defaults(func=cmd_bench)
     s = sub.add_parser("strategies", help="list strategies and their knobs")
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=cmd_strategies)

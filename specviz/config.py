@@ -174,4 +174,9 @@ SESSION_KNOBS: tuple[Knob, ...] = (
          aliases=("--num-draft-tokens", "--draft")),
     Knob("draft_min", int, 0, "minimum draft length; a shorter proposal is dropped (not verified)",
          lo=0, hi=DRAFT_MAX_LIMIT),
+    Knob("draft_policy", str, "fixed", "how each round's draft length is chosen: fixed (draft_max), adaptive "
+         "(+2 after a fully accepted draft, -1 otherwise) or cost (maximise expected tokens/s from the "
+         "measured verify cost)", choices=("fixed", "adaptive", "cost")),
+    Knob("align", bool, True, "verify-tile alignment: shorten a proposal so the draft plus the last token fit "
+         "in one micro-batch (n_ubatch), so one verify is one forward"),
 )

@@ -96,6 +96,8 @@ class DraftProposed(Event):
     cap: str | None = None
     reason: str | None = None
     position: int = 0
+    policy: str = "fixed"
+    expected_tokens: float | None = None
 
 
 @dataclass(frozen=True)

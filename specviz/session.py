@@ -29,6 +29,7 @@ from .errors import ContextError, KnobError, SessionStateError, SnapshotError
 from .events import (Accepted, Alternative, DraftProposed, Event, Finished, KnobsChanged, KVRollback,
                      Rejected, Round, SessionStarted, Telemetry as TelemetryEvent, Verified)
 from .models import resolve_model
+from .policy import VerifyCostModel, make_policy
 from .strategies import make_drafter, strategy_class, strategy_names, strategy_schema
 from .telemetry import Telemetry
 
@@ -56,6 +57,7 @@ class Session:
         self._pending: tuple[str, dict[str, Any]] | None = None
         self._cancel = threading.Event()
         self.record_margins = False
+        self.cost_model: VerifyCostModel | None = None  # measured once per session, on first use
         self._reset_state()
 
     # -- state ---------------------------------------------------------------------------------------
@@ -73,7 +75,8 @@ class Session:
         self.finished: str | None = None
         self.started = False
         self.telemetry = Telemetry()
-        self.margins: list[float] = []
+        self.margins: list = []
+        self.policy = make_policy("fixed")
 
     @property
     def tokens(self) -> list[int]:
@@ -173,6 +176,8 @@ class Session:
                 self.drafter.close()
                 self.drafter = self._make_drafter(strategy, cfg)
                 self.drafter.begin(self.history)
+        if cfg.get("draft_policy", "fixed") != self.knobs.get("draft_policy", "fixed"):
+            self.policy = make_policy(cfg.get("draft_policy", "fixed"), self.cost_model)
         self.strategy, self.knobs = strategy, cfg
         if (prev_s, prev_k) != (strategy, cfg):
             self._emit(KnobsChanged(self.round_index, strategy=strategy, knobs=dict(cfg), previous_strategy=prev_s,
@@ -230,6 +235,7 @@ class Session:
             self.seed = seed
             self.strategy, self.knobs = strategy, cfg
             self.drafter = drafter
+            self.policy = make_policy(cfg.get("draft_policy", "fixed"), self.cost_model)
             t0 = time.perf_counter()
             self.ctx.clear()
             self.ctx.eval_prompt(ids[:-1], 0)
@@ -272,20 +278,45 @@ class Session:
         return self.text
 
     # -- the round -----------------------------------------------------------------------------------
-    def _limit(self) -> tuple[int, str | None]:
-        """Draft length allowed this round and the cap that applied (None when draft_max applied)."""
-        requested = int(self.knobs.get("draft_max", 0)) if self.strategy != "none" else 0
-        limit, cap = requested, None
+    def _limit(self) -> tuple[int, str | None, float | None]:
+        """Draft length allowed this round, the cap that lowered it, and the policy's expected tokens."""
+        if self.strategy == "none":
+            return 0, None, None
+        requested = int(self.knobs.get("draft_max", 0))
+        if self.knobs.get("draft_policy") == "cost" and self.cost_model is None:
+            self._measure_cost()
+            self.policy.cost = self.cost_model
+        n, expected = self.policy.length(int(self.knobs.get("draft_min", 0)), requested)
+        limit, cap = n, ("policy" if n < requested else None)
         remaining = self.max_tokens - len(self.tokens)
-        caps = (
+        caps = [
             ("budget", remaining - 1),
             ("context", self.ctx.capacity.n_ctx - len(self.history)),
             ("batch", self.ctx.capacity.n_batch - 1),
-        )
+        ]
+        if self.knobs.get("align", True):
+            caps.append(("ubatch", self.ctx.capacity.n_ubatch - 1))
         for name, v in caps:
             if v < limit:
                 limit, cap = max(v, 0), name
-        return limit, cap
+        if expected is not None and limit < n:
+            expected = self.policy.expected_tokens(limit)
+        return limit, cap, expected
+
+    def _measure_cost(self) -> None:
+        """Time verify batches of 1…k+1 tokens once per session (the cache is left unchanged)."""
+        n_past = len(self.history) - 1
+        cap = self.ctx.capacity
+        max_b = min(cap.n_ubatch if self.knobs.get("align", True) else cap.n_batch,
+                    int(self.knobs.get("draft_max", 16)) + 1, cap.n_ctx - n_past)
+        max_b = max(max_b, 2)
+        filler = self.history[-1]
+
+        def evaluate(b: int) -> None:
+            self.ctx.eval([filler] * b, n_past, rows="all")
+            self.ctx.truncate(n_past)
+
+        self.cost_model = VerifyCostModel.measure(evaluate, max_b)
 
     def step(self) -> Round:
         """Run exactly one round (draft → one verify batch → accept → roll back) and return it."""
@@ -306,7 +337,7 @@ class Session:
             t_round = time.perf_counter()
             n_past = len(self.history) - 1
             requested = int(self.knobs.get("draft_max", 0)) if self.strategy != "none" else 0
-            limit, cap = self._limit()
+            limit, cap, expected = self._limit()
 
             t0 = time.perf_counter()
             draft = self.drafter.draft(self.history, limit)
@@ -319,7 +350,9 @@ class Session:
             self._emit(DraftProposed(r, tokens=tuple(dtoks), pieces=tuple(self.model.pieces(dtoks)),
                                      probs=tuple(dprobs), seconds=draft_seconds, requested=requested, limit=limit,
                                      cap=cap,
-                                     reason=reason if len(dtoks) < limit else None, position=len(self.history)), out)
+                                     reason=reason if len(dtoks) < limit else None, position=len(self.history),
+                                     policy=str(self.knobs.get("draft_policy", "fixed")),
+                                     expected_tokens=expected), out)
 
             # verify: one batch of the pending token plus the draft
             batch = [self.history[-1]] + dtoks
@@ -384,12 +417,14 @@ class Session:
             self._after_commit(r, n_past, kv_peak, keep, n_acc_kept, out)
             if dtoks:  # only verified drafts are reported back (a dropped draft was never tested)
                 self.drafter.accept(n_acc_kept, self.history)
+                self.policy.observe(len(dtoks), n_acc_kept, draft_seconds)
             if finish is None and len(self.tokens) >= self.max_tokens:
                 finish = "max_tokens"
             round_seconds = time.perf_counter() - t_round
             self.telemetry.record_round(n_drafted=len(dtoks), n_accepted=n_acc_kept, n_committed=len(committed),
                                         draft_seconds=draft_seconds, verify_seconds=verify_seconds,
-                                        round_seconds=round_seconds, draft_probs=dprobs)
+                                        round_seconds=round_seconds, draft_probs=dprobs,
+                                        expected_tokens=expected)
             self._emit(TelemetryEvent(r, data=self.telemetry_dict()), out)
             if finish is not None:
                 return self._finish(finish, out, new_tokens=committed)
@@ -438,6 +473,8 @@ class Session:
                 "finished": self.finished,
                 "telemetry": self.telemetry.state(),
                 "drafter_state": self.drafter.state_dict() if hasattr(self.drafter, "state_dict") else None,
+                "policy_state": self.policy.state(),
+                "cost_model": self.cost_model.to_dict() if self.cost_model is not None else None,
                 "blobs": {"target": len(state)},
             }
             header.update(self._snapshot_extra())
@@ -517,6 +554,11 @@ class Session:
             self.finished = header["finished"]
             self.telemetry = Telemetry.from_state(header["telemetry"])
             self.drafter = drafter
+            if header.get("cost_model"):
+                cm = header["cost_model"]
+                self.cost_model = VerifyCostModel(cm["sizes"], cm["seconds"])
+            self.policy = make_policy(cfg.get("draft_policy", "fixed"), self.cost_model)
+            self.policy.load(header.get("policy_state") or {})
             self.drafter.begin(self.history)
             if header.get("drafter_state") is not None and hasattr(self.drafter, "load_state_dict"):
                 self.drafter.load_state_dict(header["drafter_state"])

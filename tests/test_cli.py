@@ -72,7 +72,8 @@ def test_run_json_on_a_tiny_model(tiny_model_path):
     assert p.returncode == 0, p.stderr
     out = json.loads(p.stdout)
     assert out["strategy"] == "prompt-lookup"
-    assert out["knobs"] == {"draft_max": 5, "draft_min": 0, "max_ngram": 3, "min_ngram": 1}
+    assert out["knobs"] == {"draft_max": 5, "draft_min": 0, "max_ngram": 3, "min_ngram": 1, "draft_policy": "fixed",
+                            "align": True}
     assert len(out["tokens"]) == 24 and out["finish_reason"] == "max_tokens"
     assert isinstance(out["text"], str) and out["prompt_tokens"] > 0
     t = out["telemetry"]

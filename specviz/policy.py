@@ -1,0 +1,201 @@
+"""Drafting policies: how long a draft may be this round, shared by every strategy.
+
+* ``fixed``: the configured ``draft_max``.
+* ``adaptive`` (the runner PR's ``--adaptive-draft-count``): start at ``draft_max``; grow by 2 after a
+  fully accepted draft, shrink by 1 otherwise, within ``[max(draft_min, 1), draft_max]``.
+* ``cost`` (ours): measure the target's verify cost for batch sizes 1…k+1 once per session, keep a
+  per-position acceptance estimate, and pick each round the length that maximises expected tokens per
+  second. A length of 0 (plain decoding) is allowed when speculation does not pay; a one-token probe
+  every few rounds keeps the estimate alive.
+
+After the policy, the session applies its hard caps (remaining budget, free context, n_batch) and —
+when ``align`` is on — verify-tile alignment: the draft plus the pending token must fit in one
+micro-batch (n_ubatch), so that one verify is one forward of the target.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable, Sequence
+
+import numpy as np
+
+POLICIES = ("fixed", "adaptive", "cost")
+
+
+class FixedPolicy:
+    """Always the configured maximum."""
+
+    name = "fixed"
+
+    def length(self, draft_min: int, draft_max: int) -> tuple[int, float | None]:
+        """Draft length for this round and the expected tokens it yields (None when not modelled)."""
+        return draft_max, None
+
+    def observe(self, n_drafted: int, n_accepted: int, draft_seconds: float) -> None:
+        """Learn from a verified round."""
+
+    def state(self) -> dict:
+        """JSON-serialisable state for snapshots."""
+        return {}
+
+    def load(self, d: dict) -> None:
+        """Restore :meth:`state`."""
+
+
+class AdaptivePolicy(FixedPolicy):
+    """+2 after a fully accepted draft, −1 otherwise, within the bounds."""
+
+    name = "adaptive"
+
+    def __init__(self) -> None:
+        self.current: int | None = None
+
+    def length(self, draft_min: int, draft_max: int) -> tuple[int, float | None]:
+        lo = max(draft_min, 1)
+        if self.current is None:
+            self.current = draft_max
+        self.current = min(max(self.current, lo), draft_max)
+        return self.current, None
+
+    def observe(self, n_drafted: int, n_accepted: int, draft_seconds: float) -> None:
+        if n_drafted == 0 or self.current is None:
+            return
+        self.current += 2 if n_accepted == n_drafted else -1
+
+    def state(self) -> dict:
+        return {"current": self.current}
+
+    def load(self, d: dict) -> None:
+        self.current = d.get("current")
+
+
+class VerifyCostModel:
+    """Measured seconds to verify a batch of b tokens, b = 1…n, interpolated between measured sizes."""
+
+    def __init__(self, sizes: Sequence[int], seconds: Sequence[float]) -> None:
+        self.sizes = np.asarray(sizes, dtype=float)
+        self.seconds = np.asarray(seconds, dtype=float)
+
+    def __call__(self, b: int) -> float:
+        """Estimated verify seconds for a batch of ``b`` tokens."""
+        if b <= self.sizes[-1]:
+            return float(np.interp(b, self.sizes, self.seconds))
+        # beyond the last measurement: extend the last segment's slope
+        s0, s1 = self.sizes[-2], self.sizes[-1]
+        t0, t1 = self.seconds[-2], self.seconds[-1]
+        return float(t1 + (b - s1) * (t1 - t0) / max(s1 - s0, 1))
+
+    def to_dict(self) -> dict:
+        """Plain form (for telemetry and snapshots)."""
+        return {"sizes": self.sizes.astype(int).tolist(), "seconds": self.seconds.tolist()}
+
+    @classmethod
+    def measure(cls, evaluate: Callable[[int], None], max_batch: int, repeats: int = 2) -> "VerifyCostModel":
+        """Time ``evaluate(b)`` (one verify-shaped batch of b tokens) for b in 1, 2, 3, 4, 6, 8, 12, 16 …"""
+        sizes = sorted({b for b in (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512,
+                                    768, 1024) if b <= max_batch} | {max_batch})
+        evaluate(1)  # warm up
+        secs = []
+        for b in sizes:
+            best = float("inf")
+            for _ in range(repeats):
+                t = time.perf_counter()
+                evaluate(b)
+                best = min(best, time.perf_counter() - t)
+            secs.append(best)
+        # costs cannot fall with the batch size: smooth measurement noise
+        secs = np.maximum.accumulate(np.asarray(secs))
+        return cls(sizes, secs)
+
+
+class CostPolicy(FixedPolicy):
+    """Pick the draft length that maximises expected tokens per second.
+
+    Acceptance at draft depth i is estimated as a Beta-smoothed ratio of accepted to tried tokens at
+    that depth (conditional on the previous depths being accepted), decayed so recent rounds weigh
+    more. Expected tokens for length k: ``1 + Σ_{j≤k} Π_{i≤j} a_i``; expected time: verify cost of
+    ``k+1`` tokens plus the drafter's measured seconds per drafted token times k.
+    """
+
+    name = "cost"
+    DECAY = 0.98
+    PRIOR = (1.0, 1.0)  # Beta(1, 1): a fresh depth is a coin flip
+    PROBE_EVERY = 8
+
+    def __init__(self, cost: VerifyCostModel | None = None) -> None:
+        self.cost = cost
+        self.tries: list[float] = []
+        self.hits: list[float] = []
+        self.draft_tok_seconds = 0.0
+        self.draft_calls = 0
+        self.rounds_since_draft = 0
+
+    def acceptance(self, depth: int) -> float:
+        """Estimated probability that the token at ``depth`` (0-based) is accepted given the ones before."""
+        a, b = self.PRIOR
+        t = self.tries[depth] if depth < len(self.tries) else 0.0
+        h = self.hits[depth] if depth < len(self.hits) else 0.0
+        return (h + a) / (t + a + b)
+
+    def expected_tokens(self, k: int) -> float:
+        """Expected committed tokens of a round with a k-token draft (bonus or correction included)."""
+        e, p = 1.0, 1.0
+        for i in range(k):
+            p *= self.acceptance(i)
+            e += p
+        return e
+
+    def length(self, draft_min: int, draft_max: int) -> tuple[int, float | None]:
+        if self.cost is None:
+            return draft_max, None
+        best_k, best_rate = 0, self.expected_tokens(0) / self.cost(1)
+        for k in range(max(draft_min, 1), draft_max + 1):
+            t = self.cost(k + 1) + self.draft_tok_seconds * k
+            rate = self.expected_tokens(k) / t
+            if rate > best_rate:
+                best_k, best_rate = k, rate
+        if best_k == 0:
+            self.rounds_since_draft += 1
+            if self.rounds_since_draft >= self.PROBE_EVERY:
+                self.rounds_since_draft = 0
+                best_k = max(draft_min, 1)
+        return best_k, self.expected_tokens(best_k)
+
+    def observe(self, n_drafted: int, n_accepted: int, draft_seconds: float) -> None:
+        if n_drafted == 0:
+            return
+        self.rounds_since_draft = 0
+        self.draft_calls += 1
+        per_tok = draft_seconds / n_drafted
+        self.draft_tok_seconds += (per_tok - self.draft_tok_seconds) / min(self.draft_calls, 20)
+        self.tries = [x * self.DECAY for x in self.tries]
+        self.hits = [x * self.DECAY for x in self.hits]
+        tried = min(n_drafted, n_accepted + 1)  # depths after the first rejection were never tested
+        while len(self.tries) < tried:
+            self.tries.append(0.0)
+            self.hits.append(0.0)
+        for i in range(tried):
+            self.tries[i] += 1.0
+            if i < n_accepted:
+                self.hits[i] += 1.0
+
+    def state(self) -> dict:
+        return {"tries": self.tries, "hits": self.hits, "draft_tok_seconds": self.draft_tok_seconds,
+                "draft_calls": self.draft_calls, "rounds_since_draft": self.rounds_since_draft}
+
+    def load(self, d: dict) -> None:
+        self.tries = list(d.get("tries", []))
+        self.hits = list(d.get("hits", []))
+        self.draft_tok_seconds = float(d.get("draft_tok_seconds", 0.0))
+        self.draft_calls = int(d.get("draft_calls", 0))
+        self.rounds_since_draft = int(d.get("rounds_since_draft", 0))
+
+
+def make_policy(name: str, cost: VerifyCostModel | None = None) -> FixedPolicy:
+    """A fresh policy object by name."""
+    if name == "adaptive":
+        return AdaptivePolicy()
+    if name == "cost":
+        return CostPolicy(cost)
+    return FixedPolicy()
