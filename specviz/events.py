@@ -67,6 +67,8 @@ class SessionStarted(Event):
     prompt_pieces: tuple = ()
     max_tokens: int = 0
     temperature: float = 0.0
+    top_k: int = 0
+    top_p: float = 1.0
     seed: int | None = None
     n_ctx: int = 0
     n_batch: int = 0

@@ -30,6 +30,7 @@ from .events import (Accepted, Alternative, DraftProposed, Event, Finished, Knob
                      Rejected, Round, SessionStarted, Telemetry as TelemetryEvent, Verified)
 from .models import resolve_model
 from .policy import VerifyCostModel, make_policy
+from .sampling import SamplingParams, speculative_sample
 from .strategies import make_drafter, strategy_class, strategy_names, strategy_schema
 from .telemetry import Telemetry
 
@@ -52,6 +53,8 @@ class Session:
             self.model = LlamaModel(resolve_model(model))
         self.ctx = LlamaContext(self.model, n_ctx=n_ctx, n_batch=n_batch, n_ubatch=n_ubatch, n_threads=n_threads)
         self._ctx_args = dict(n_ctx=n_ctx, n_batch=n_batch, n_ubatch=n_ubatch, n_threads=n_threads)
+        self.ctx_threads = n_threads
+        self._aux_models: dict[str, LlamaModel] = {}
         self._subscribers: list[Callable[[Event], None]] = []
         self._lock = threading.RLock()
         self._pending: tuple[str, dict[str, Any]] | None = None
@@ -67,7 +70,9 @@ class Session:
         self.n_prompt = 0
         self.max_tokens = 0
         self.temperature = 0.0
+        self.sampling = SamplingParams()
         self.seed: int | None = None
+        self.rng = np.random.default_rng(0)
         self.strategy = "none"
         self.knobs: dict[str, Any] = {}
         self.drafter = None
@@ -184,26 +189,49 @@ class Session:
                                     previous_knobs=prev_k, schema=tuple(self.schema(strategy))), out)
 
     def _make_drafter(self, strategy: str, cfg: dict[str, Any]):
+        if strategy_class(strategy).needs_model:
+            return make_drafter(strategy, cfg, session=self)
         return make_drafter(strategy, cfg)
+
+    def aux_model(self, path: str | os.PathLike) -> LlamaModel:
+        """A second model (a draft), loaded once per session and checked against the target's vocabulary."""
+        key = str(Path(path).resolve())
+        m = self._aux_models.get(key)
+        if m is None:
+            from .vocab import check_vocab_compatible
+
+            m = LlamaModel(path)
+            try:
+                check_vocab_compatible(self.model.ptr, m.ptr)
+            except Exception:
+                m.close()
+                raise
+            self._aux_models[key] = m
+        return m
 
     # -- lifecycle -----------------------------------------------------------------------------------
     def start(self, prompt: str | list[int], max_tokens: int = 128, strategy: str = "prompt-lookup", *,
-              temperature: float = 0.0, seed: int | None = None, **knobs: Any) -> SessionStarted:
+              temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0, seed: int | None = None,
+              **knobs: Any) -> SessionStarted:
         """Begin a new generation: validate everything, evaluate the prompt, publish ``SessionStarted``.
 
-        ``prompt`` is text (tokenized with BOS) or a list of token ids. Every argument is validated
-        before anything changes; a refused call leaves the previous generation intact.
+        ``prompt`` is text (tokenized with BOS) or a list of token ids. ``temperature`` 0 (the default)
+        is greedy and exact; above 0 every strategy samples losslessly (rejection sampling, the target's
+        distribution after ``top_k``/``top_p``) from a generator seeded with ``seed`` (a random seed is
+        drawn and recorded when ``seed`` is None). Every argument is validated before anything changes;
+        a refused call leaves the previous generation intact.
         """
         with self._lock:
             if isinstance(max_tokens, bool) or not isinstance(max_tokens, (int, np.integer)) or max_tokens < 1:
                 raise KnobError(f"max_tokens: {max_tokens!r} is not allowed; expected an integer >= 1",
                                 knob="max_tokens", value=max_tokens)
-            temperature = Knob("temperature", float, 0.0, "", lo=0.0, hi=100.0).convert(temperature)
-            if temperature > 0:
-                raise KnobError("temperature: sampling is not available in this build; use temperature=0 "
-                                "(greedy)", knob="temperature", value=temperature)
-            if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer))):
-                raise KnobError(f"seed: {seed!r} is not allowed; expected an integer or None", knob="seed", value=seed)
+            if isinstance(temperature, str):
+                temperature = Knob("temperature", float, 0.0, "", lo=0.0, hi=100.0).convert(temperature)
+            sampling = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p)
+            temperature = sampling.temperature
+            if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0):
+                raise KnobError(f"seed: {seed!r} is not allowed; expected an integer >= 0 or None", knob="seed",
+                                value=seed)
             cfg = self._validate(strategy, knobs, None)
             if isinstance(prompt, str):
                 if not prompt:
@@ -232,14 +260,15 @@ class Session:
             self.n_prompt = len(ids)
             self.max_tokens = int(max_tokens)
             self.temperature = temperature
-            self.seed = seed
+            self.sampling = sampling
+            self.seed = int(seed) if seed is not None else int(np.random.SeedSequence().entropy % (2**63))
+            self.rng = np.random.default_rng(self.seed)
             self.strategy, self.knobs = strategy, cfg
             self.drafter = drafter
             self.policy = make_policy(cfg.get("draft_policy", "fixed"), self.cost_model)
             t0 = time.perf_counter()
             self.ctx.clear()
             self.ctx.eval_prompt(ids[:-1], 0)
-            self._on_prompt(ids)
             self.telemetry.prompt_seconds = time.perf_counter() - t0
             self.telemetry.prompt_tokens = len(ids)
             self.drafter.begin(self.history)
@@ -248,16 +277,13 @@ class Session:
             ev = SessionStarted(0, model=str(self.model.path), draft_model=self._draft_model_name(),
                                 strategy=strategy, knobs=dict(cfg), prompt_tokens=tuple(ids),
                                 prompt_pieces=tuple(self.model.pieces(ids)), max_tokens=self.max_tokens,
-                                temperature=temperature, seed=seed, n_ctx=cap.n_ctx, n_batch=cap.n_batch,
+                                temperature=temperature, top_k=sampling.top_k, top_p=sampling.top_p, seed=self.seed, n_ctx=cap.n_ctx, n_batch=cap.n_batch,
                                 n_ubatch=cap.n_ubatch, n_swa=cap.n_swa, n_vocab=self.model.n_vocab)
             self._emit(ev)
             return ev
 
-    def _on_prompt(self, ids: list[int]) -> None:
-        """Hook for subclasses/extensions that mirror the prompt into another context."""
-
     def _draft_model_name(self) -> str | None:
-        return None
+        return str(self.knobs.get("draft_model")) if self.strategy == "draft" else None
 
     def cancel(self) -> None:
         """Stop the generation: the current round completes, then the session finishes ``cancelled``."""
@@ -362,13 +388,23 @@ class Session:
             except ContextError:
                 self.ctx.truncate(n_past)
                 raise
-            scan = verify.scan_greedy(self.ctx.row, dtoks)
+            sampled = None
+            if self.sampling.greedy:
+                scan = verify.scan_greedy(self.ctx.row, dtoks)
+                n_acc = scan.n_accepted
+                targets = scan.target_tokens
+            else:
+                sampled = speculative_sample(dtoks, self.ctx.row, self.sampling, self.rng, draft.dists,
+                                             top_n=N_ALTERNATIVES)
+                n_acc = sampled.n_accepted
+                targets = list(sampled.tokens)
             verify_seconds = time.perf_counter() - t1
-            n_acc = scan.n_accepted
-            targets = scan.target_tokens
             kv_peak = n_past + len(batch)
 
-            tprobs = [verify.token_prob(self.ctx.row(i), t) for i, t in enumerate(targets)]
+            if sampled is None:
+                tprobs = [verify.token_prob(self.ctx.row(i), t) for i, t in enumerate(targets)]
+            else:  # probabilities under the sampling distribution (temperature, top-k, top-p applied)
+                tprobs = [v.p for v in sampled.positions[:n_acc]] + [sampled.final_prob]
             if self.record_margins:
                 self.margins.extend(verify.top_two(self.ctx.row(i)) for i in range(len(targets)))
             self._emit(Verified(r, tokens=tuple(targets), pieces=tuple(self.model.pieces(targets)),
@@ -388,10 +424,14 @@ class Session:
             position = len(self.history)
             alternatives = ()
             if n_acc < len(dtoks):
-                row = self.ctx.row(n_acc)
-                alternatives = tuple(Alternative(t, self.model.piece(t), p).to_dict()
-                                     for t, p in verify.top_alternatives(row, N_ALTERNATIVES))
-                rejected_prob = verify.token_prob(row, dtoks[n_acc])
+                if sampled is None:
+                    row = self.ctx.row(n_acc)
+                    top = verify.top_alternatives(row, N_ALTERNATIVES)
+                    rejected_prob = verify.token_prob(row, dtoks[n_acc])
+                else:
+                    top = list(sampled.final_top)
+                    rejected_prob = sampled.positions[n_acc].p
+                alternatives = tuple(Alternative(int(t), self.model.piece(int(t)), float(p)).to_dict() for t, p in top)
             acc_ev = Accepted(r, tokens=tuple(committed), pieces=tuple(self.model.pieces(committed)),
                               n_accepted=n_acc_kept, draft_probs=tuple(dprobs[:n_acc_kept]),
                               target_probs=tuple(tprobs[:len(committed)]),
@@ -414,7 +454,9 @@ class Session:
             if kv_peak > keep:
                 self.ctx.truncate(keep)
                 self._emit(KVRollback(r, context="target", from_pos=kv_peak, to_pos=keep), out)
-            self._after_commit(r, n_past, kv_peak, keep, n_acc_kept, out)
+            self.drafter.after_round(self.history)
+            for f, t in self.drafter.take_rollbacks():
+                self._emit(KVRollback(r, context="draft", from_pos=f, to_pos=t), out)
             if dtoks:  # only verified drafts are reported back (a dropped draft was never tested)
                 self.drafter.accept(n_acc_kept, self.history)
                 self.policy.observe(len(dtoks), n_acc_kept, draft_seconds)
@@ -432,9 +474,6 @@ class Session:
                 return self._finish("cancelled", out, new_tokens=committed)
             return Round(r, tuple(out), tuple(committed), None)
 
-    def _after_commit(self, r: int, n_past: int, kv_peak: int, keep: int, n_acc: int, out: list[Event]) -> None:
-        """Hook for extensions that keep another context in step with the target."""
-
     def _finish(self, reason: str, out: list[Event], new_tokens: list[int] | tuple = ()) -> Round:
         self.finished = reason
         self._emit(Finished(self.round_index, reason=reason, n_generated=len(self.tokens)), out)
@@ -445,6 +484,8 @@ class Session:
         d = self.telemetry.to_dict()
         d["strategy"] = self.strategy
         d["strategy_stats"] = self.drafter.stats.to_dict() if self.drafter is not None else {}
+        if self.drafter is not None and hasattr(self.drafter, "stats_extra"):
+            d.update(self.drafter.stats_extra())
         d["kv"] = self.committed
         return d
 
@@ -465,7 +506,9 @@ class Session:
                 "n_prompt": self.n_prompt,
                 "max_tokens": self.max_tokens,
                 "temperature": self.temperature,
+                "sampling": self.sampling.to_dict(),
                 "seed": self.seed,
+                "rng": self.rng.bit_generator.state,
                 "strategy": self.strategy,
                 "knobs": self.knobs,
                 "pending": list(self._pending) if self._pending else None,
@@ -477,16 +520,11 @@ class Session:
                 "cost_model": self.cost_model.to_dict() if self.cost_model is not None else None,
                 "blobs": {"target": len(state)},
             }
-            header.update(self._snapshot_extra())
+            dblob = self.drafter.state_blob() if hasattr(self.drafter, "state_blob") else b""
+            header["blobs"]["drafter"] = len(dblob)
             hb = json.dumps(header, separators=(",", ":")).encode()
-            body = _MAGIC + struct.pack("<Q", len(hb)) + hb + state + self._snapshot_blobs()
+            body = _MAGIC + struct.pack("<Q", len(hb)) + hb + state + dblob
             return body + hashlib.sha256(body).digest()
-
-    def _snapshot_extra(self) -> dict[str, Any]:
-        return {}
-
-    def _snapshot_blobs(self) -> bytes:
-        return b""
 
     @staticmethod
     def _open_envelope(blob: bytes) -> tuple[dict[str, Any], bytes]:
@@ -516,11 +554,12 @@ class Session:
         header, blobs = cls._open_envelope(blob)
         if model is None:
             model = header["model"]
-        sess = cls(model, **{**header["ctx"], **kwargs}) if not header.get("draft_model") else None
-        if sess is None:
-            from .draft_session import restore_with_draft  # pragma: no cover - model-draft extension
-            return restore_with_draft(cls, header, blobs, model, **kwargs)
-        sess._load(header, blobs)
+        sess = cls(model, **{**header["ctx"], **kwargs})
+        try:
+            sess._load(header, blobs)
+        except Exception:
+            sess.close()
+            raise
         return sess
 
     def restore_into(self, blob: bytes) -> None:
@@ -533,7 +572,8 @@ class Session:
             raise SnapshotError(f"the snapshot was taken with model {header.get('model')} "
                                 f"({header.get('n_vocab')} tokens); this session runs {self.model.path}")
         n = header["blobs"]["target"]
-        if len(blobs) < n:
+        nd = header["blobs"].get("drafter", 0)
+        if len(blobs) < n + nd:
             raise SnapshotError("the snapshot is truncated (context state missing)")
         strategy, knobs = header["strategy"], header["knobs"]
         cfg = self._validate(strategy, knobs, None)
@@ -547,7 +587,11 @@ class Session:
             self.n_prompt = int(header["n_prompt"])
             self.max_tokens = int(header["max_tokens"])
             self.temperature = float(header["temperature"])
+            self.sampling = SamplingParams(**header.get("sampling", {"temperature": self.temperature}))
             self.seed = header["seed"]
+            self.rng = np.random.default_rng(self.seed)
+            if header.get("rng"):
+                self.rng.bit_generator.state = header["rng"]
             self.strategy, self.knobs = strategy, cfg
             self._pending = tuple(header["pending"]) if header.get("pending") else None
             self.round_index = int(header["round"])
@@ -559,21 +603,24 @@ class Session:
                 self.cost_model = VerifyCostModel(cm["sizes"], cm["seconds"])
             self.policy = make_policy(cfg.get("draft_policy", "fixed"), self.cost_model)
             self.policy.load(header.get("policy_state") or {})
-            self.drafter.begin(self.history)
+            if nd and hasattr(self.drafter, "load_state_blob"):
+                self.drafter.load_state_blob(blobs[n:n + nd])
+            else:
+                self.drafter.begin(self.history)
             if header.get("drafter_state") is not None and hasattr(self.drafter, "load_state_dict"):
                 self.drafter.load_state_dict(header["drafter_state"])
             self.started = True
-            self._load_extra(header, blobs[n:])
             if self.kv_length != self.committed:
                 raise SnapshotError(f"the restored cache holds {self.kv_length} positions, expected {self.committed}")
 
-    def _load_extra(self, header: dict[str, Any], rest: bytes) -> None:
-        pass
-
     def close(self) -> None:
-        """Free the contexts and models this session created."""
+        """Free the contexts and the auxiliary (draft) models this session created."""
         if self.drafter is not None:
             self.drafter.close()
+            self.drafter = None
+        for m in self._aux_models.values():
+            m.close()
+        self._aux_models.clear()
         self.ctx.close()
 
     def __enter__(self) -> "Session":

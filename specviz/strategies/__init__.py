@@ -22,6 +22,7 @@ _REGISTRY: dict[str, str] = {
     "ngram-map-k4v": "specviz.strategies.ngram_map:NgramMapK4VDrafter",
     "ngram-mod": "specviz.strategies.ngram_mod:NgramModDrafter",
     "ngram-cache": "specviz.strategies.ngram_cache:NgramCacheDrafter",
+    "draft": "specviz.strategies.draft_model:DraftModelDrafter",
 }
 
 

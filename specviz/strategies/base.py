@@ -118,5 +118,12 @@ class Drafter:
     def _accept(self, n_accepted: int, history: Sequence[int]) -> None:
         pass
 
+    def after_round(self, history: Sequence[int]) -> None:
+        """Called after every round (drafted or not) with the committed history."""
+
+    def take_rollbacks(self) -> list[tuple[int, int]]:
+        """KV rollbacks of the drafter's own context since the last call, as (from, to) positions."""
+        return []
+
     def close(self) -> None:
         """Release resources (model-backed drafters free their context)."""

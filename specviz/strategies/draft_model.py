@@ -1,0 +1,174 @@
+"""``draft``: a second, smaller GGUF drafts tokens one at a time (llama.cpp's draft-simple).
+
+The draft model gets its own llama.cpp context, fed the committed tokens and rolled back with the
+target, with the same invariant as the target: after every round it holds every committed token but
+the newest (pending) one. Drafting evaluates the pending token, then each drafted token, and stops
+at the round's limit or when the draft's own top probability falls below ``draft_p_min``.
+
+Greedy sessions draft the draft model's argmax. Sampling sessions draft by sampling the draft
+distribution ``q`` (temperature, top-k and top-p applied exactly as for the target) from the session's
+seeded generator, and hand ``q`` to the acceptor for ``min(1, p/q)`` rejection sampling.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+from ..config import Knob
+from ..errors import KnobError
+from ..sampling import probs_from_logits, sample
+from ..verify import greedy_token, token_prob
+from .base import Draft, Drafter
+
+
+class DraftModelDrafter(Drafter):
+    """Draft with a second model that shares the target's vocabulary."""
+
+    name = "draft"
+    needs_model = True
+    knobs = (
+        Knob("draft_model", str, "", "path of the draft GGUF (it must share the target's vocabulary)",
+             aliases=("--model-draft",)),
+        Knob("draft_p_min", float, 0.75, "stop drafting when the draft's own top probability falls below this",
+             lo=0.0, hi=1.0),
+    )
+
+    @staticmethod
+    def check(config: dict[str, Any]) -> None:
+        """The draft model path must name an existing file."""
+        path = config.get("draft_model") or ""
+        if not path:
+            raise KnobError("knob 'draft_model': the draft strategy needs a draft model; pass "
+                            "draft_model=PATH (--draft-model PATH)", knob="draft_model", value=path)
+        if not Path(path).is_file():
+            raise KnobError(f"knob 'draft_model': {path!r} does not exist; pass the path of a .gguf file",
+                            knob="draft_model", value=path)
+
+    def __init__(self, session=None, **knobs: Any) -> None:
+        super().__init__(**knobs)
+        if session is None:
+            raise KnobError("the draft strategy is created by a Session (it needs the target model)",
+                            knob="strategy", value="draft")
+        self.session = session
+        self.model = session.aux_model(self.config["draft_model"])
+        from ..backends.llama import LlamaContext
+
+        cap = session.ctx.capacity
+        self.ctx = LlamaContext(self.model, n_ctx=cap.n_ctx, n_batch=cap.n_batch, n_ubatch=cap.n_ubatch,
+                                n_threads=session.ctx_threads)
+        self._cached: list[int] = []
+        self._rollbacks: list[tuple[int, int]] = []
+        self.model_seconds = 0.0  # time in the draft model's decodes while drafting
+        self.model_tokens = 0
+
+    # -- cache bookkeeping -------------------------------------------------------------------------
+    def _truncate_to_common_prefix(self, history: Sequence[int]) -> None:
+        n = 0
+        lim = min(len(self._cached), len(history))
+        while n < lim and self._cached[n] == history[n]:
+            n += 1
+        if n < len(self._cached):
+            self.ctx.truncate(n)
+            self._rollbacks.append((len(self._cached), n))
+            del self._cached[n:]
+
+    def _feed(self, tokens: Sequence[int], rows: str) -> None:
+        nb = self.ctx.capacity.n_batch
+        start = len(self._cached)
+        for i in range(0, len(tokens), nb):
+            chunk = list(tokens[i:i + nb])
+            last = i + nb >= len(tokens)
+            self.ctx.eval(chunk, start + i, rows=rows if last else "none")
+        self._cached.extend(int(t) for t in tokens)
+
+    def kv_length(self) -> int:
+        """Positions the draft context really holds."""
+        return self.ctx.kv_len()
+
+    def take_rollbacks(self) -> list[tuple[int, int]]:
+        """Rollbacks of the draft cache since the last call, as (from, to) positions."""
+        out, self._rollbacks = self._rollbacks, []
+        return out
+
+    # -- drafter interface -------------------------------------------------------------------------
+    def _begin(self, history: Sequence[int]) -> None:
+        self.ctx.clear()
+        self._cached = []
+        self._rollbacks = []
+        self._feed(history[:-1], rows="none")
+
+    def _draft(self, history: Sequence[int], n_max: int) -> Draft:
+        self._truncate_to_common_prefix(history)
+        params, rng = self.session.sampling, self.session.rng
+        p_min = self.config["draft_p_min"]
+        t0 = time.perf_counter()
+        self._feed(history[len(self._cached):], rows="last")
+        row = self.ctx.row(self.ctx._out_rows[-1])
+        toks: list[int] = []
+        probs: list[float] = []
+        dists = []
+        reason = None
+        for i in range(n_max):
+            if params.greedy:
+                t = greedy_token(row)
+                p = token_prob(row, t)
+                top = p
+            else:
+                q = probs_from_logits(row, params)
+                top = q.top(1)[0][1]
+                if top >= p_min:
+                    t = sample(q, rng)
+                    p = q.prob(t)
+                    dists.append(q)
+            if top < p_min:
+                reason = "p-min"
+                break
+            toks.append(int(t))
+            probs.append(float(p))
+            if i + 1 < n_max:
+                self.ctx.eval([t], len(self._cached), rows="all")
+                self._cached.append(int(t))
+                row = self.ctx.row(0)
+        self.model_seconds += time.perf_counter() - t0
+        self.model_tokens += len(toks)
+        return Draft(tokens=toks, probs=probs, reason=reason, dists=dists if not params.greedy else None)
+
+    def after_round(self, history: Sequence[int]) -> None:
+        """Keep the draft cache in step with the target after every round."""
+        self.sync(history)
+
+    def sync(self, history: Sequence[int]) -> None:
+        """Bring the draft cache to ``history[:-1]``: drop the rejected tail, feed what is missing."""
+        self._truncate_to_common_prefix(history)
+        missing = history[len(self._cached):-1]
+        if missing:
+            self._feed(missing, rows="none")
+
+    def stats_extra(self) -> dict[str, Any]:
+        """The draft model's own seconds and tokens/s while drafting."""
+        return {"draft_model": str(self.model.path), "draft_model_seconds": self.model_seconds,
+                "draft_model_tokens": self.model_tokens,
+                "draft_model_tokens_per_second": self.model_tokens / self.model_seconds if self.model_seconds else 0.0,
+                "draft_kv": self.kv_length()}
+
+    def state_blob(self) -> bytes:
+        """The draft context's state (for snapshots)."""
+        import json
+
+        head = json.dumps({"cached": self._cached}).encode()
+        return len(head).to_bytes(8, "little") + head + self.ctx.state()
+
+    def load_state_blob(self, blob: bytes) -> None:
+        """Restore :meth:`state_blob`."""
+        import json
+
+        n = int.from_bytes(blob[:8], "little")
+        self._cached = [int(t) for t in json.loads(blob[8:8 + n])["cached"]]
+        self.ctx.load_state(blob[8 + n:])
+        self._rollbacks = []
+
+    def close(self) -> None:
+        """Free the draft context (the model stays cached by the session)."""
+        self.ctx.close()
