@@ -45,6 +45,10 @@ def _add_generation_options(p: argparse.ArgumentParser, *, strategy_default: str
     p.add_argument("--max-tokens", default="128", help="tokens to generate (default 128)")
     p.add_argument("--strategy", default=strategy_default, help="one of: " + ", ".join(strategy_names()))
     p.add_argument("--seed", default=None, help="seed for the sampling generator")
+    p.add_argument("--temperature", default=None, help="sampling temperature (default 0: greedy, exact)")
+    p.add_argument("--top-k", default=None, help="sample among the k most likely tokens (0: off)")
+    p.add_argument("--top-p", default=None, help="sample from the smallest set holding this mass (1: off)")
+    p.add_argument("--greedy", action="store_true", help="greedy decoding only (the default); refuses sampling options")
     p.add_argument("--n-ctx", default="4096", help="context length (default 4096)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--prompt-lookup", nargs="?", const=True, default=None, metavar="MAX_NGRAM",
@@ -94,6 +98,13 @@ def _generation_config(args: argparse.Namespace, *, warn) -> dict[str, Any]:
         if given is not None and str(given).lower() in ("true", "1", "yes", "on"):
             raise UsageError(f"option --no-align-proposals conflicts with --align {given}; use one of them")
         args.knob_align = "false"
+    draft_model = getattr(args, "knob_draft_model", None)
+    if draft_model is not None:
+        if args.prompt_lookup is not None:
+            raise UsageError("option --draft-model conflicts with --prompt-lookup: a round drafts with one strategy; "
+                             "use one of them")
+        if strategy is None:
+            strategy = "draft"
     strategy = strategy or "prompt-lookup"
     if strategy not in strategy_names():
         raise UsageError(f"option --strategy: {strategy!r} is not allowed; choose one of: {', '.join(strategy_names())}")
@@ -134,12 +145,56 @@ def _generation_config(args: argparse.Namespace, *, warn) -> dict[str, Any]:
     if not prompt:
         raise UsageError("option --prompt: the prompt is empty; give some text")
     max_tokens = _int_option("--max-tokens", args.max_tokens, 1, 1 << 20)
+    sampling = _sampling_options(args, warn=warn, greedy_only=getattr(args, "greedy_only", None))
     n_ctx = _int_option("--n-ctx", args.n_ctx, 16, 1 << 20)
     seed = None if args.seed is None else _int_option("--seed", args.seed, 0, 2**63 - 1)
     if args.model is not None and not Path(args.model).exists():
         raise UsageError(f"option --model: {args.model!r} does not exist; pass the path of a .gguf file")
+    if seed is not None and sampling["temperature"] == 0:
+        warn("option --seed is accepted but not applied: greedy decoding draws no random numbers")
     return {"prompt": prompt, "max_tokens": max_tokens, "strategy": strategy, "knobs": knobs, "seed": seed,
-            "n_ctx": n_ctx, "model": args.model}
+            "n_ctx": n_ctx, "model": args.model, "sampling": sampling}
+
+
+def _sampling_options(args: argparse.Namespace, *, warn, greedy_only: str | None) -> dict[str, Any]:
+    """Validate --temperature/--top-k/--top-p against --greedy and greedy-only commands."""
+    from .sampling import SamplingParams
+
+    given = {k: v for k, v in (("--temperature", args.temperature), ("--top-k", args.top_k),
+                               ("--top-p", args.top_p)) if v is not None}
+    blocker = "--greedy" if args.greedy else greedy_only
+    if blocker:
+        for flag, v in given.items():
+            if flag == "--temperature" and _is_zero(v):
+                continue
+            raise UsageError(f"option {flag} {v} conflicts with {blocker}, which decodes greedily; drop one of them")
+    values: dict[str, Any] = {}
+    for flag, key, conv in (("--temperature", "temperature", float), ("--top-k", "top_k", int),
+                            ("--top-p", "top_p", float)):
+        v = given.get(flag)
+        if v is None:
+            continue
+        try:
+            values[key] = conv(v)
+        except ValueError:
+            raise UsageError(f"option {flag}: {v!r} is not allowed; expected "
+                             f"{'an integer' if conv is int else 'a number'}") from None
+    try:
+        params = SamplingParams(**values)
+    except KnobError as e:
+        raise UsageError(str(e).replace(f"{e.knob}=", f"option --{str(e.knob).replace('_', '-')} ", 1)) from None
+    if params.greedy:
+        for flag in ("--top-k", "--top-p"):
+            if flag in given:
+                warn(f"option {flag} is accepted but not applied: it shapes sampling, and --temperature is 0 (greedy)")
+    return params.to_dict()
+
+
+def _is_zero(v: str) -> bool:
+    try:
+        return float(v) == 0.0
+    except ValueError:
+        return False
 
 
 def _warn(msg: str) -> None:
@@ -155,6 +210,8 @@ def _result(session, cfg: dict[str, Any]) -> dict[str, Any]:
         "strategy": session.strategy,
         "knobs": session.knobs,
         "prompt_tokens": session.n_prompt,
+        "sampling": session.sampling.to_dict(),
+        "seed": session.seed if not session.sampling.greedy else None,
         "model": str(session.model.path),
         "telemetry": tel,
     }
@@ -166,7 +223,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from .session import Session
 
     s = Session(cfg["model"], n_ctx=cfg["n_ctx"])
-    s.start(cfg["prompt"], cfg["max_tokens"], cfg["strategy"], seed=cfg["seed"], **cfg["knobs"])
+    s.start(cfg["prompt"], cfg["max_tokens"], cfg["strategy"], seed=cfg["seed"], **cfg["sampling"], **cfg["knobs"])
     s.run()
     res = _result(s, cfg)
     if args.json:
@@ -319,6 +376,32 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_derive_draft(args: argparse.Namespace) -> int:
+    """``specviz derive-draft``: write a draft GGUF keeping a subset of the target's layers."""
+    from .derive import derive_draft, parse_layers
+
+    target = Path(args.target)
+    if not target.is_file():
+        raise UsageError(f"argument TARGET: {args.target!r} does not exist; pass the target .gguf file")
+    try:
+        parse_layers(args.keep_layers)  # the syntax, before reading the model
+    except KnobError as e:
+        raise UsageError(str(e)) from None
+    out = Path(args.output)
+    if not out.parent.is_dir():
+        raise UsageError(f"option -o: folder {str(out.parent)!r} does not exist")
+    try:
+        res = derive_draft(target, args.keep_layers, out)
+    except KnobError as e:  # a layer the target does not have
+        raise UsageError(str(e)) from None
+    info = res.to_dict() if hasattr(res, "to_dict") else {"path": str(res.path)}
+    if args.json:
+        print(json.dumps(info, default=str))
+    else:
+        print(f"wrote {res.path}: {len(res.kept)} of {res.source_layers} layers kept ({args.keep_layers})")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``specviz`` command."""
     p = _Parser(prog="specviz", description="See speculative decoding happen (llama.cpp).")
@@ -329,7 +412,7 @@ def build_parser() -> argparse.ArgumentParser:
     v = sub.add_parser("verify", help="compare plain greedy and speculative greedy output")
     _add_generation_options(v, strategy_default=None)
     v.add_argument("--threshold", default="0.5", help="margin below which a divergence counts as numerics")
-    v.set_defaults(func=cmd_verify)
+    v.set_defaults(func=cmd_verify, greedy_only="specviz verify")
     b = sub.add_parser("bench", help="benchmark every strategy on every workload kind")
     b.add_argument("--model", help="target GGUF path (default: the embedded Gemma 3 270M)")
     b.add_argument("--strategies", help="comma-separated strategy names (default: all draftless)")
@@ -340,6 +423,12 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--draft-max", default=None)
     b.add_argument("--json", action="store_true")
     b.set_defaults(func=cmd_bench)
+    d = sub.add_parser("derive-draft", help="write a draft GGUF keeping a subset of the target's layers")
+    d.add_argument("target", metavar="TARGET", help="the target GGUF")
+    d.add_argument("--keep-layers", required=True, help="layers to keep, e.g. 0-5,12-17")
+    d.add_argument("-o", "--output", required=True, help="the draft GGUF to write")
+    d.add_argument("--json", action="store_true")
+    d.set_defaults(func=cmd_derive_draft)
     s = sub.add_parser("strategies", help="list strategies and their knobs")
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=cmd_strategies)

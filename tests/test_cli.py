@@ -38,6 +38,23 @@ BAD_OPTIONS = [
     (["run", "--prompt", "x", "--frobnicate"], "--frobnicate", "unrecognized"),
     (["verify", "--prompt", "x", "--threshold", "-1"], "--threshold", "'-1'"),
     (["run", "--prompt", "x", "--strategy", "none", "--prompt-lookup"], "--prompt-lookup", "conflicts"),
+    (["run", "--prompt", "x", "--temperature", "0.7", "--greedy"], "--temperature", "--greedy"),
+    (["run", "--prompt", "x", "--top-k", "5", "--greedy"], "--top-k", "--greedy"),
+    (["verify", "--prompt", "x", "--temperature", "0.7"], "--temperature", "specviz verify"),
+    (["run", "--prompt", "x", "--temperature", "-1"], "--temperature", "[0, 100]"),
+    (["run", "--prompt", "x", "--temperature", "hot"], "--temperature", "'hot'"),
+    (["run", "--prompt", "x", "--top-p", "0"], "--top-p", "(0, 1]"),
+    (["run", "--prompt", "x", "--top-k", "-3"], "--top-k", "-3"),
+    (["run", "--prompt", "x", "--draft-model", "/nonexistent.gguf"], "--draft-model", "does not exist"),
+    (["run", "--prompt", "x", "--draft-model", "/nonexistent.gguf", "--prompt-lookup"], "--draft-model",
+     "--prompt-lookup"),
+    (["run", "--prompt", "x", "--strategy", "draft"], "--draft-model", "needs a draft model"),
+    (["run", "--prompt", "x", "--strategy", "draft", "--draft-model", "/", "--draft-p-min", "2"], "--draft-p-min",
+     "[0, 1]"),
+    (["run", "--prompt", "x", "--adaptive-draft-count", "--draft-policy", "cost"], "--adaptive-draft-count",
+     "--draft-policy"),
+    (["run", "--prompt", "x", "--draft-policy", "sometimes"], "--draft-policy", "fixed, adaptive, cost"),
+    (["derive-draft", "/nonexistent.gguf", "--keep-layers", "0-3", "-o", "/tmp/x.gguf"], "TARGET", "does not exist"),
 ]
 
 
@@ -128,6 +145,39 @@ def test_verify_reports_a_mismatch_when_drafting_is_broken(tiny_session, monkeyp
                                  {"max_ngram": 2, "min_ngram": 1, "draft_max": 4, "draft_min": 0})
     assert res["verdict"] == "mismatch"
     assert res["divergence"]["plain_margin"] is not None
+
+
+def test_sampling_run_is_reproducible_and_warns_about_unapplied_options(tiny_model_path):
+    args = ("run", "--model", str(tiny_model_path), "--prompt", "the a the a", "--max-tokens", "20",
+            "--strategy", "ngram-simple", "--size-n", "2", "--temperature", "0.9", "--top-k", "40", "--seed", "5",
+            "--json")
+    a, b = run_cli(*args), run_cli(*args)
+    assert a.returncode == 0, a.stderr
+    ja, jb = json.loads(a.stdout), json.loads(b.stdout)
+    assert ja["tokens"] == jb["tokens"] and ja["seed"] == 5
+    assert ja["sampling"] == {"temperature": 0.9, "top_k": 40, "top_p": 1.0}
+    g = run_cli("run", "--model", str(tiny_model_path), "--prompt", "the a", "--max-tokens", "4", "--top-p", "0.5",
+                "--seed", "3", "--json")
+    assert g.returncode == 0, g.stderr
+    assert "--top-p is accepted but not applied" in g.stderr and "--seed is accepted but not applied" in g.stderr
+
+
+def test_derive_draft_and_run_with_it(tiny_model_path, tmp_path):
+    from specviz.testing import write_tiny_llama
+
+    four = write_tiny_llama(tmp_path / "four.gguf", n_layer=4, seed=2)
+    out = tmp_path / "draft.gguf"
+    p = run_cli("derive-draft", str(four), "--keep-layers", "0,2", "-o", str(out))
+    assert p.returncode == 0, p.stderr
+    assert out.is_file()
+    bad = run_cli("derive-draft", str(four), "--keep-layers", "0-9", "-o", str(tmp_path / "bad.gguf"))
+    assert bad.returncode == 2 and "9" in bad.stderr and bad.stderr.count("\n") == 1
+    r = run_cli("run", "--model", str(four), "--draft-model", str(out), "--prompt", "the a the a",
+                "--max-tokens", "16", "--json")
+    assert r.returncode == 0, r.stderr
+    j = json.loads(r.stdout)
+    assert j["strategy"] == "draft" and len(j["tokens"]) == 16
+    assert j["telemetry"]["draft_model_tokens_per_second"] > 0
 
 
 def test_strategies_lists_every_strategy(capsys):
