@@ -220,11 +220,19 @@ def _result(session, cfg: dict[str, Any]) -> dict[str, Any]:
 def cmd_run(args: argparse.Namespace) -> int:
     """``specviz run``: one generation; prints the text and a telemetry line, or one JSON object."""
     cfg = _generation_config(args, warn=_warn)
+    if args.record is not None and not Path(args.record).resolve().parent.is_dir():
+        raise UsageError(f"option --record: folder of {args.record!r} does not exist")
+    from .recorder import Recorder
     from .session import Session
 
     s = Session(cfg["model"], n_ctx=cfg["n_ctx"])
+    recorder = Recorder(args.record) if args.record else None
+    if recorder is not None:
+        s.subscribe(recorder)
     s.start(cfg["prompt"], cfg["max_tokens"], cfg["strategy"], seed=cfg["seed"], **cfg["sampling"], **cfg["knobs"])
     s.run()
+    if recorder is not None:
+        recorder.close()
     res = _result(s, cfg)
     if args.json:
         print(json.dumps(res, ensure_ascii=False))
@@ -402,12 +410,41 @@ def cmd_derive_draft(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_serve(args: argparse.Namespace) -> int:
+    """``specviz serve``: the Panel inspector on the embedded model (or ``--model``)."""
+    port = _int_option("--port", args.port, 1, 65535)
+    max_tokens = _int_option("--max-tokens", args.max_tokens, 1, 1 << 20)
+    if args.model is not None and not Path(args.model).is_file():
+        raise UsageError(f"option --model: {args.model!r} does not exist; pass the path of a .gguf file")
+    strategy = args.strategy
+    if strategy not in strategy_names() or strategy == "draft":
+        raise UsageError(f"option --strategy: {strategy!r} is not allowed; choose one of: "
+                         f"{', '.join(n for n in strategy_names() if n != 'draft')}")
+    from .ui.server import serve
+
+    kwargs = {"prompt": args.prompt} if args.prompt else {}
+    serve(port, args.model, address=args.address, max_tokens=max_tokens, strategy=strategy, **kwargs)
+    return 0
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    """``specviz replay FILE.jsonl``: show a recorded session in the inspector, no model loaded."""
+    port = _int_option("--port", args.port, 1, 65535)
+    if not Path(args.file).is_file():
+        raise UsageError(f"argument FILE: {args.file!r} does not exist; pass a .jsonl recording")
+    from .ui.server import replay
+
+    replay(args.file, port, address=args.address)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``specviz`` command."""
     p = _Parser(prog="specviz", description="See speculative decoding happen (llama.cpp).")
     sub = p.add_subparsers(dest="command", parser_class=_Parser)
     r = sub.add_parser("run", help="generate once and print the text and telemetry")
     _add_generation_options(r, strategy_default=None)
+    r.add_argument("--record", default=None, metavar="FILE.jsonl", help="record every event as JSON Lines")
     r.set_defaults(func=cmd_run)
     v = sub.add_parser("verify", help="compare plain greedy and speculative greedy output")
     _add_generation_options(v, strategy_default=None)
@@ -429,6 +466,19 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("-o", "--output", required=True, help="the draft GGUF to write")
     d.add_argument("--json", action="store_true")
     d.set_defaults(func=cmd_derive_draft)
+    sv = sub.add_parser("serve", help="serve the inspector (Panel) on the embedded model")
+    sv.add_argument("--port", default="5006")
+    sv.add_argument("--address", default="127.0.0.1", help="interface to listen on (default loopback)")
+    sv.add_argument("--model", help="target GGUF path (default: the embedded Gemma 3 270M)")
+    sv.add_argument("--prompt", default=None, help="the prompt each new page starts with")
+    sv.add_argument("--max-tokens", default="256")
+    sv.add_argument("--strategy", default="prompt-lookup")
+    sv.set_defaults(func=cmd_serve)
+    rp = sub.add_parser("replay", help="show a recorded .jsonl session, without a model")
+    rp.add_argument("file", metavar="FILE")
+    rp.add_argument("--port", default="5006")
+    rp.add_argument("--address", default="127.0.0.1")
+    rp.set_defaults(func=cmd_replay)
     s = sub.add_parser("strategies", help="list strategies and their knobs")
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=cmd_strategies)
