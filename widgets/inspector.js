@@ -16,7 +16,7 @@
 
 const CHART_ROUNDS = 120; // per-round charts show the most recent rounds
 const KV_ROUNDS = 30;
-const CHART_MIN_INTERVAL = 120; // ms between two chart redraws while rounds stream in
+const CHART_MIN_INTERVAL = 250; // ms between two chart redraws while rounds stream in
 
 function hostOf(model) {
   if (typeof model.send_msg === "function") {
@@ -145,8 +145,9 @@ function render({ model, el }) {
   const stream = h("div", { class: "sv-stream", tabindex: "0" });
   const detail = h("div", { class: "sv-detail" }, h("span", { class: "sv-muted", text: "Hover a token for its details; click a rejected token for the target's top alternatives." }));
   const finishedBar = h("div", { class: "sv-finished", hidden: true });
+  const countEl = h("span", { class: "sv-sub sv-count", text: "" });
   const streamCard = h("div", { class: "sv-card sv-stream-card" },
-    h("div", { class: "sv-card-h" }, h("span", { text: "Token stream" }), h("span", { class: "sv-sub sv-count", text: "" })),
+    h("div", { class: "sv-card-h" }, h("span", { text: "Token stream" }), countEl),
     stream, finishedBar, detail);
 
   // stats
@@ -215,6 +216,8 @@ function render({ model, el }) {
     Object.assign(S, newState());
     S.epoch = epoch;
     stream.replaceChildren();
+    chunk = null;
+    follow = true;
     detail.replaceChildren(h("span", { class: "sv-muted", text: "Hover a token for its details; click a rejected token for the target's top alternatives." }));
     finishedBar.hidden = true;
     for (const k in statEls) statEls[k].textContent = "—";
@@ -222,11 +225,34 @@ function render({ model, el }) {
   }
 
   // ---- event application ----------------------------------------------------------------------
-  const atBottom = () => stream.scrollHeight - stream.scrollTop - stream.clientHeight < 24;
+  // Follow the newest tokens unless the user scrolled up; decided on scroll, applied once per frame,
+  // so an append never forces a synchronous layout of the whole stream.
+  let follow = true;
+  let scrollQueued = false;
+  stream.addEventListener("scroll", () => {
+    if (!scrollQueued) follow = stream.scrollHeight - stream.scrollTop - stream.clientHeight < 24;
+  });
+  function queueScroll() {
+    if (!follow || scrollQueued) return;
+    scrollQueued = true;
+    requestAnimationFrame(() => { stream.scrollTop = stream.scrollHeight; scrollQueued = false; });
+  }
+  // The stream is split into block chunks so that appending a round re-lays out only the last chunk
+  // (one huge inline paragraph costs a full reflow per append); off-screen chunks skip rendering.
+  const CHUNK_TOKENS = 300, CHUNK_MAX = 1200;
+  let chunk = null, chunkTokens = 0;
+  function sink() {
+    if (!chunk) { chunk = h("div", { class: "sv-chunk" }); stream.append(chunk); chunkTokens = 0; }
+    return chunk;
+  }
+  function maybeCloseChunk(lastPiece) {
+    if (chunkTokens >= CHUNK_MAX || (chunkTokens >= CHUNK_TOKENS && lastPiece && lastPiece.endsWith("\n"))) chunk = null;
+  }
 
   function tokSpan(t) {
     const i = S.toks.length;
     S.toks.push(t);
+    chunkTokens += 1;
     const s = document.createElement("span");
     s.className = "sv-tok " + t.cls;
     s.dataset.i = i;
@@ -251,7 +277,8 @@ function render({ model, el }) {
         for (let i = 0; i < toks.length; i++) {
           frag.append(tokSpan({ cls: "sv-prompt", id: toks[i], piece: pieces[i], round: 0, pos: i }));
         }
-        stream.append(frag);
+        sink().append(frag);
+        maybeCloseChunk(pieces[pieces.length - 1]);
         modelPill.textContent = basename(ev.model) + (ev.draft_model ? " + " + basename(ev.draft_model) : "");
         strategyPill.textContent = ev.strategy;
         kvSwa.textContent = ev.n_swa > 0 ? "sliding window " + ev.n_swa : "";
@@ -260,7 +287,7 @@ function render({ model, el }) {
         break;
       }
       case "knobs_changed": {
-        stream.append(h("span", { class: "sv-knobmark", title: knobText(ev.knobs), text: "⚙ " + ev.strategy }));
+        sink().append(h("span", { class: "sv-knobmark", title: knobText(ev.knobs), text: "⚙ " + ev.strategy }));
         strategyPill.textContent = ev.strategy;
         break;
       }
@@ -289,7 +316,8 @@ function render({ model, el }) {
         }
         c.wrap = wrap;
         frag.append(wrap);
-        stream.append(frag);
+        sink().append(frag);
+        c.lastPiece = ev.bonus_token != null ? ev.bonus_piece : pieces[pieces.length - 1];
         break;
       }
       case "rejected": {
@@ -308,7 +336,7 @@ function render({ model, el }) {
             rej: ev, first: j === 0 }));
         }
         g.append(inner);
-        (c.wrap || stream).append(g);
+        (c.wrap || sink()).append(g);
         break;
       }
       case "kv_rollback":
@@ -357,6 +385,7 @@ function render({ model, el }) {
       before, peak, after, rbT: c.rb.target || null, rbD: c.rb.draft || null,
     };
     S.rounds.push(r);
+    maybeCloseChunk(c.lastPiece);
     S.hist[committed] = (S.hist[committed] || 0) + 1;
     if (c.tel && c.tel.per_position_acceptance) S.posAcc = c.tel.per_position_acceptance;
     updateStats();
@@ -380,7 +409,6 @@ function render({ model, el }) {
       clearViews();
     }
     if (msg.start > S.n) { hello(); return; } // a gap: ask for what is missing
-    const bottom = atBottom();
     const evs = msg.events || [];
     for (let k = S.n - msg.start; k < evs.length; k++) {
       if (k < 0) continue;
@@ -390,9 +418,9 @@ function render({ model, el }) {
     root.dataset.events = String(S.n);
     root.dataset.rounds = String(S.rounds.length);
     const nGen = S.tel ? S.tel.n_generated : null;
-    streamCard.querySelector(".sv-count").textContent =
+    countEl.textContent =
       (S.started ? (S.started.prompt_tokens || []).length + " prompt · " : "") + (nGen == null ? 0 : nGen) + " generated";
-    if (bottom) stream.scrollTop = stream.scrollHeight;
+    queueScroll();
   }
 
   // ---- hover / click ----------------------------------------------------------------------------
@@ -589,9 +617,23 @@ function render({ model, el }) {
   }
   const plotCfg = { displayModeBar: false, responsive: true };
 
-  function drawCharts() {
+  // While rounds stream in, the five charts are redrawn one per animation frame so that no single
+  // frame carries all of them.
+  function drawCharts(staggered = true) {
     lastChart = performance.now();
     if (!Plotly) return;
+    const jobs = chartJobs();
+    if (!staggered) { for (const j of jobs) j(); return; }
+    const next = () => {
+      if (destroyed || !jobs.length) return;
+      jobs.shift()();
+      if (jobs.length) requestAnimationFrame(next);
+    };
+    next();
+  }
+
+  function chartJobs() {
+    const jobs = [];
     const R = S.rounds;
     const green = css("--sv-acc-fg"), red = css("--sv-rej-fg"), blue = css("--sv-bonus-fg"), amber = css("--sv-corr-fg"), gray = css("--sv-fg-2");
     // KV timeline
@@ -621,42 +663,44 @@ function render({ model, el }) {
     }
     const lo = ys.length ? Math.min(...ys) : 0, hi = ys.length ? Math.max(...ys) : 1;
     const ylo = nswa > 0 && kv.length && Math.max(0, (kv[0].after ?? 0) - nswa) > 0 ? Math.min(lo, Math.max(0, kv[0].after - nswa)) : lo;
-    Plotly.react(cKV.box, kvData, baseLayout({ barmode: "overlay", shapes, height: 250,
+    jobs.push(() => Plotly.react(cKV.box, kvData, baseLayout({ barmode: "overlay", shapes, height: 250,
       yaxis: { gridcolor: css("--sv-grid"), title: { text: "position", font: { size: 10 } }, range: [Math.max(0, ylo - 2), hi + 2] },
-      xaxis: { gridcolor: css("--sv-grid"), title: { text: "round", font: { size: 10 } } } }), plotCfg);
+      xaxis: { gridcolor: css("--sv-grid"), title: { text: "round", font: { size: 10 } } } }), plotCfg));
 
     // acceptance
     const w = R.slice(-CHART_ROUNDS);
-    Plotly.react(cAcc.box, [
+    jobs.push(() => Plotly.react(cAcc.box, [
       { type: "bar", name: "this round", x: w.map((r) => r.round), y: w.map((r) => r.rate), marker: { color: green, opacity: 0.55 },
         hovertemplate: "%{y:.0%}<extra>round</extra>" },
       { type: "scatter", mode: "lines", name: "cumulative", x: w.map((r) => r.round), y: w.map((r) => r.cum), line: { color: blue, width: 2.5, shape: "hv" },
         hovertemplate: "%{y:.1%}<extra>cumulative</extra>" },
-    ], baseLayout({ yaxis: { range: [0, 1.05], tickformat: ".0%", gridcolor: css("--sv-grid") } }), plotCfg);
+    ], baseLayout({ yaxis: { range: [0, 1.05], tickformat: ".0%", gridcolor: css("--sv-grid") } }), plotCfg));
 
     // accepted-length histogram
     const hx = [], hy = [];
     for (let i = 0; i < S.hist.length; i++) { hx.push(i); hy.push(S.hist[i] || 0); }
-    Plotly.react(cHist.box, [{ type: "bar", name: "rounds", x: hx, y: hy, marker: { color: blue },
+    jobs.push(() => Plotly.react(cHist.box, [{ type: "bar", name: "rounds", x: hx, y: hy, marker: { color: blue },
       hovertemplate: "%{y} rounds committed %{x} tokens<extra></extra>" }],
-    baseLayout({ showlegend: false, hovermode: "closest", xaxis: { dtick: 1, gridcolor: css("--sv-grid"), title: { text: "tokens committed in the round", font: { size: 10 } } } }), plotCfg);
+    baseLayout({ showlegend: false, hovermode: "closest", xaxis: { dtick: 1, gridcolor: css("--sv-grid"), title: { text: "tokens committed in the round", font: { size: 10 } } } }), plotCfg));
 
     // per-position acceptance
     const pa = S.posAcc || [];
-    Plotly.react(cPos.box, [{ type: "bar", name: "acceptance", x: pa.map((_, i) => i + 1), y: pa, marker: { color: green },
+    jobs.push(() => Plotly.react(cPos.box, [{ type: "bar", name: "acceptance", x: pa.map((_, i) => i + 1), y: pa, marker: { color: green },
       hovertemplate: "depth %{x}: %{y:.1%}<extra></extra>" }],
     baseLayout({ showlegend: false, hovermode: "closest", yaxis: { range: [0, 1.05], tickformat: ".0%", gridcolor: css("--sv-grid") },
-      xaxis: { dtick: 1, gridcolor: css("--sv-grid"), title: { text: "draft position", font: { size: 10 } } } }), plotCfg);
+      xaxis: { dtick: 1, gridcolor: css("--sv-grid"), title: { text: "draft position", font: { size: 10 } } } }), plotCfg));
 
     // timing
-    Plotly.react(cTime.box, [
+    jobs.push(() => Plotly.react(cTime.box, [
       { type: "scatter", mode: "lines", stackgroup: "t", name: "drafting ms", x: w.map((r) => r.round), y: w.map((r) => r.draftMs), line: { color: amber, width: 1 } },
       { type: "scatter", mode: "lines", stackgroup: "t", name: "verification ms", x: w.map((r) => r.round), y: w.map((r) => r.verifyMs), line: { color: blue, width: 1 } },
       { type: "scatter", mode: "lines", name: "tokens/s", x: w.map((r) => r.round), y: w.map((r) => r.tps), yaxis: "y2", line: { color: green, width: 2.5 } },
     ], baseLayout({ yaxis: { gridcolor: css("--sv-grid"), title: { text: "ms", font: { size: 10 } } },
       yaxis2: { overlaying: "y", side: "right", showgrid: false, title: { text: "tok/s", font: { size: 10 } } },
-      margin: { l: 40, r: 40, t: 8, b: 30 } }), plotCfg);
-    root.dataset.chartRounds = String(R.length);
+      margin: { l: 40, r: 40, t: 8, b: 30 } }), plotCfg));
+    const nR = R.length;
+    jobs.push(() => { root.dataset.chartRounds = String(nR); });
+    return jobs;
   }
 
   // ---- messages ---------------------------------------------------------------------------------
