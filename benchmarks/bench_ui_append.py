@@ -69,9 +69,7 @@ def main() -> None:
             sync.append(r[0])
             frame.append(r[1])
         for _ in range(20):
-            charts.append(page.evaluate("""() => { const t0 = performance.now();
-                document.querySelector('.specviz-inspector').__specviz_draw();
-                return performance.now() - t0; }""") if False else page.evaluate("""() => {
+            charts.append(page.evaluate("""() => {
                 const root = document.querySelector('.specviz-inspector');
                 const t0 = performance.now(); root.__specviz.drawCharts(false); return performance.now() - t0; }"""))
         gen_now = page.evaluate("document.querySelector('.sv-stat[data-k=\"generated\"] .sv-stat-v').textContent")
