@@ -108,7 +108,8 @@ class Verified(Event):
 
     ``tokens``/``probs`` are the target's choice and its probability at each of the ``len(draft)+1``
     positions. ``kv_before`` and ``kv_peak`` are the target context's cache length before the batch
-    and right after it (before any rollback).
+    and right after it (before any rollback); ``draft_kv_before``/``draft_kv_peak`` the same for the
+    draft model's context around drafting (``None`` without a draft model).
     """
 
     kind: ClassVar[str] = "verified"
@@ -119,6 +120,8 @@ class Verified(Event):
     batch_size: int = 0
     kv_before: int = 0
     kv_peak: int = 0
+    draft_kv_before: int | None = None
+    draft_kv_peak: int | None = None
 
 
 @dataclass(frozen=True)

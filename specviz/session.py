@@ -365,9 +365,12 @@ class Session:
             requested = int(self.knobs.get("draft_max", 0)) if self.strategy != "none" else 0
             limit, cap, expected = self._limit()
 
+            has_draft_ctx = hasattr(self.drafter, "kv_length")
+            draft_kv_before = self.drafter.kv_length() if has_draft_ctx else None
             t0 = time.perf_counter()
             draft = self.drafter.draft(self.history, limit)
             draft_seconds = time.perf_counter() - t0
+            draft_kv_peak = self.drafter.kv_length() if has_draft_ctx else None
             dtoks = [int(t) for t in draft.tokens]
             reason = draft.reason
             if dtoks and len(dtoks) < self.knobs.get("draft_min", 0):
@@ -409,7 +412,8 @@ class Session:
                 self.margins.extend(verify.top_two(self.ctx.row(i)) for i in range(len(targets)))
             self._emit(Verified(r, tokens=tuple(targets), pieces=tuple(self.model.pieces(targets)),
                                 probs=tuple(tprobs), seconds=verify_seconds, batch_size=len(batch),
-                                kv_before=n_past, kv_peak=kv_peak), out)
+                                kv_before=n_past, kv_peak=kv_peak, draft_kv_before=draft_kv_before,
+                                draft_kv_peak=draft_kv_peak), out)
 
             committed = dtoks[:n_acc] + [targets[n_acc]]
             bonus_kind = "plain" if not dtoks else ("bonus" if n_acc == len(dtoks) else "correction")

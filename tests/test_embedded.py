@@ -54,6 +54,28 @@ def test_missing_embedded_package_is_a_typed_error(monkeypatch):
         models.default_model_path()
 
 
+@pytest.fixture(scope="module")
+def derived_draft(embedded_model_path, tmp_path_factory):
+    """A draft derived from the embedded model by dropping its last layer (high agreement)."""
+    from specviz.derive import derive_draft
+
+    return derive_draft(embedded_model_path, "0-16", tmp_path_factory.mktemp("gemma") / "draft-0-16.gguf").path
+
+
+def test_verify_with_a_derived_draft_never_says_mismatch(gemma_session, derived_draft):
+    knobs = {"draft_model": str(derived_draft), "draft_max": 6, "draft_p_min": 0.5}
+    verdicts = []
+    accepted = 0.0
+    for prompt in VARIED_PROMPTS:
+        res = verify_equivalence(gemma_session, prompt, 48, "draft", knobs)
+        verdicts.append(res["verdict"])
+        accepted += res["acceptance_rate"]
+        assert res["verdict"] != "mismatch", (prompt[:40], res)
+    assert len(verdicts) >= 10
+    assert verdicts.count("identical") >= len(verdicts) // 2, verdicts
+    assert accepted / len(verdicts) > 0.3  # a real pair: most draft tokens are accepted
+
+
 @pytest.mark.parametrize("strategy", [n for n in strategy_names() if n not in ("none", "draft")])
 def test_verify_never_says_mismatch(gemma_session, strategy):
     verdicts = []
