@@ -57,8 +57,10 @@ def write_tiny_llama(
     n_ff: int = 128,
     context_length: int = 2048,
     scale: float = 1.0,
+    block_scale: float = 1.0,
     layers_from: dict | None = None,
     token_overrides: dict[int, str] | None = None,
+    eos_token_id: int = 2,
 ) -> Path:
     """Write a tiny llama-architecture GGUF to ``path`` and return the path.
 
@@ -72,7 +74,7 @@ def write_tiny_llama(
     path = Path(path)
     weights = layers_from if layers_from is not None else tiny_weights(
         seed=seed, vocab_size=vocab_size, n_embd=n_embd, n_layer=n_layer, n_head_kv=n_head_kv,
-        n_head=n_head, n_ff=n_ff, scale=scale)
+        n_head=n_head, n_ff=n_ff, scale=scale, block_scale=block_scale)
     tokens, scores, types = tiny_vocab(vocab_size)
     for tok_id, text in (token_overrides or {}).items():
         tokens[tok_id] = text
@@ -92,7 +94,7 @@ def write_tiny_llama(
     w.add_token_scores(scores)
     w.add_token_types(types)
     w.add_bos_token_id(1)
-    w.add_eos_token_id(2)
+    w.add_eos_token_id(eos_token_id)
     w.add_unk_token_id(0)
     w.add_add_bos_token(True)
     w.add_add_eos_token(False)
@@ -111,8 +113,13 @@ def write_tiny_llama(
 
 
 def tiny_weights(*, seed: int = 0, vocab_size: int = 320, n_embd: int = 64, n_layer: int = 2,
-                 n_head: int = 4, n_head_kv: int = 2, n_ff: int = 128, scale: float = 1.0) -> dict:
-    """The f32 tensors of a tiny llama model, by GGUF tensor name (numpy row-major shapes)."""
+                 n_head: int = 4, n_head_kv: int = 2, n_ff: int = 128, scale: float = 1.0,
+                 block_scale: float = 1.0) -> dict:
+    """The f32 tensors of a tiny llama model, by GGUF tensor name (numpy row-major shapes).
+
+    ``block_scale`` scales the attention and feed-forward output projections: small values make the
+    next token depend mostly on the current one, so greedy decoding falls into loops quickly.
+    """
     rng = np.random.default_rng(seed)
     head_dim = n_embd // n_head
     n_kv = head_dim * n_head_kv
@@ -130,9 +137,9 @@ def tiny_weights(*, seed: int = 0, vocab_size: int = 320, n_embd: int = 64, n_la
         t[f"blk.{i}.attn_q.weight"] = mat(n_embd, n_embd, 0.3)
         t[f"blk.{i}.attn_k.weight"] = mat(n_kv, n_embd, 0.3)
         t[f"blk.{i}.attn_v.weight"] = mat(n_kv, n_embd, 0.3)
-        t[f"blk.{i}.attn_output.weight"] = mat(n_embd, n_embd, 0.1)
+        t[f"blk.{i}.attn_output.weight"] = mat(n_embd, n_embd, 0.1 * block_scale)
         t[f"blk.{i}.ffn_norm.weight"] = np.ones(n_embd, dtype=np.float32)
         t[f"blk.{i}.ffn_gate.weight"] = mat(n_ff, n_embd, 0.2)
         t[f"blk.{i}.ffn_up.weight"] = mat(n_ff, n_embd, 0.2)
-        t[f"blk.{i}.ffn_down.weight"] = mat(n_embd, n_ff, 0.1)
+        t[f"blk.{i}.ffn_down.weight"] = mat(n_embd, n_ff, 0.1 * block_scale)
     return t
