@@ -112,15 +112,16 @@ class VerifyCostModel:
 class CostPolicy(FixedPolicy):
     """Pick the draft length that maximises expected tokens per second.
 
-    Acceptance at draft depth i is estimated as a Beta-smoothed ratio of accepted to tried tokens at
-    that depth (conditional on the previous depths being accepted), decayed so recent rounds weigh
-    more. Expected tokens for length k: ``1 + Σ_{j≤k} Π_{i≤j} a_i``; expected time: verify cost of
+    Acceptance at draft depth i is estimated as the ratio of accepted to tried tokens at that depth
+    (conditional on the previous depths being accepted), shrunk towards the pooled acceptance and
+    decayed so recent rounds weigh more. Expected tokens for length k: ``1 + Σ_{j≤k} Π_{i≤j} a_i``; expected time: verify cost of
     ``k+1`` tokens plus the drafter's measured seconds per drafted token times k.
     """
 
     name = "cost"
     DECAY = 0.98
-    PRIOR = (1.0, 1.0)  # Beta(1, 1): a fresh depth is a coin flip
+    PRIOR = (1.0, 1.0)  # Beta(1, 1) for the pooled acceptance: a fresh session is a coin flip
+    SHRINK = 2.0  # weight (in tries) of the pooled acceptance in each depth's estimate
     PROBE_EVERY = 8
 
     def __init__(self, cost: VerifyCostModel | None = None) -> None:
@@ -132,11 +133,17 @@ class CostPolicy(FixedPolicy):
         self.rounds_since_draft = 0
 
     def acceptance(self, depth: int) -> float:
-        """Estimated probability that the token at ``depth`` (0-based) is accepted given the ones before."""
+        """Estimated probability that the token at ``depth`` (0-based) is accepted given the ones before.
+
+        Each depth's ratio is shrunk towards the acceptance pooled over all depths (itself Beta(1, 1)
+        smoothed), so depths never tried yet are expected to behave like the ones seen so far — which
+        lets the policy explore longer drafts when the short ones are all accepted.
+        """
         a, b = self.PRIOR
+        pooled = (sum(self.hits) + a) / (sum(self.tries) + a + b)
         t = self.tries[depth] if depth < len(self.tries) else 0.0
         h = self.hits[depth] if depth < len(self.hits) else 0.0
-        return (h + a) / (t + a + b)
+        return (h + self.SHRINK * pooled) / (t + self.SHRINK)
 
     def expected_tokens(self, k: int) -> float:
         """Expected committed tokens of a round with a k-token draft (bonus or correction included)."""

@@ -61,6 +61,7 @@ class Session:
         self._cancel = threading.Event()
         self.record_margins = False
         self.cost_model: VerifyCostModel | None = None  # measured once per session, on first use
+        self._scratch = np.empty(self.model.n_vocab, dtype=np.float32)  # row-scan scratch buffer
         self._reset_state()
 
     # -- state ---------------------------------------------------------------------------------------
@@ -393,7 +394,7 @@ class Session:
                 raise
             sampled = None
             if self.sampling.greedy:
-                scan = verify.scan_greedy(self.ctx.row, dtoks)
+                scan = verify.scan_greedy(self.ctx.row, dtoks, self._scratch)
                 n_acc = scan.n_accepted
                 targets = scan.target_tokens
             else:
@@ -405,7 +406,7 @@ class Session:
             kv_peak = n_past + len(batch)
 
             if sampled is None:
-                tprobs = [verify.token_prob(self.ctx.row(i), t) for i, t in enumerate(targets)]
+                tprobs = scan.probs()
             else:  # probabilities under the sampling distribution (temperature, top-k, top-p applied)
                 tprobs = [v.p for v in sampled.positions[:n_acc]] + [sampled.final_prob]
             if self.record_margins:
@@ -429,9 +430,9 @@ class Session:
             alternatives = ()
             if n_acc < len(dtoks):
                 if sampled is None:
-                    row = self.ctx.row(n_acc)
-                    top = verify.top_alternatives(row, N_ALTERNATIVES)
-                    rejected_prob = verify.token_prob(row, dtoks[n_acc])
+                    sr = scan.rows[n_acc]
+                    top = sr.top(N_ALTERNATIVES)
+                    rejected_prob = sr.prob(dtoks[n_acc])
                 else:
                     top = list(sampled.final_top)
                     rejected_prob = sampled.positions[n_acc].p

@@ -13,50 +13,74 @@ from dataclasses import dataclass
 import numpy as np
 
 
+class ScoredRow:
+    """One logits row scanned once: the greedy choice, the maximum, and (lazily) the softmax normaliser.
+
+    NaN is detected for free: numpy's argmax returns the first NaN when there is one, so a non-NaN
+    argmax proves the row has none. Only then is a NaN-free copy made. ``buf`` is an optional float32
+    scratch array of the row's size, reused across rows to avoid allocating per row.
+    """
+
+    __slots__ = ("row", "best", "max", "_z", "_buf")
+
+    def __init__(self, row: np.ndarray, buf: np.ndarray | None = None) -> None:
+        i = int(np.argmax(row))
+        if row[i] != row[i]:  # numpy's argmax stops at the first NaN: rescan with NaN as -inf
+            row = np.where(np.isnan(row), -np.inf, row)
+            i = int(np.argmax(row))
+        self.row = row
+        self.best = i
+        self.max = float(row[i])
+        self._z: float | None = None
+        self._buf = buf
+
+    def z(self) -> float:
+        """Σ exp(logit − max) over the row (float32 exponentials, numpy's pairwise float32 sum)."""
+        if self._z is None:
+            if not np.isfinite(self.max):
+                self._z = float("nan")
+            else:
+                buf = self._buf if self._buf is not None and self._buf.shape == self.row.shape else None
+                tmp = np.subtract(self.row, np.float32(self.max), out=buf)
+                np.exp(tmp, out=tmp)
+                self._z = float(tmp.sum())  # pairwise summation: relative error ~1e-7 here
+        return self._z
+
+    def prob(self, token: int) -> float:
+        """Softmax probability of ``token`` (temperature 1)."""
+        v = float(self.row[token])
+        if not np.isfinite(self.max):  # all -inf (or +inf present)
+            return 1.0 if v == self.max and token == self.best else 0.0
+        return float(np.exp(v - self.max) / self.z())
+
+    def top(self, k: int = 5) -> list[tuple[int, float]]:
+        """The ``k`` most likely tokens with their probabilities, best first (ties: lowest id)."""
+        r = self.row
+        k = min(k, r.shape[0])
+        idx = np.argpartition(r, r.shape[0] - k)[r.shape[0] - k:]
+        idx = idx[np.lexsort((idx, -r[idx]))]
+        return [(int(i), self.prob(int(i))) for i in idx]
+
+
 def greedy_token(row: np.ndarray) -> int:
     """Index of the largest logit: first maximum wins, NaN counts as −∞ (all-NaN → 0)."""
-    i = int(np.argmax(row))
-    if row[i] != row[i]:  # numpy's argmax stops at the first NaN: rescan with NaN as -inf
-        masked = np.where(np.isnan(row), -np.inf, row)
-        i = int(np.argmax(masked))
-    return i
-
-
-def _clean(row: np.ndarray) -> np.ndarray:
-    if np.isnan(row).any():
-        return np.where(np.isnan(row), -np.inf, row)
-    return row
+    return ScoredRow(row).best
 
 
 def token_prob(row: np.ndarray, token: int) -> float:
     """Softmax probability of ``token`` in ``row`` (temperature 1; NaN as −∞)."""
-    r = _clean(row)
-    m = r.max()
-    if not np.isfinite(m):
-        return 0.0 if not np.isfinite(r[token]) else 1.0
-    z = np.exp(r - m, dtype=np.float32).sum(dtype=np.float64)
-    return float(np.exp(float(r[token]) - float(m)) / z)
+    return ScoredRow(row).prob(token)
 
 
 def probs_of(row: np.ndarray, tokens: list[int]) -> list[float]:
     """Softmax probabilities of several tokens of one row, one exponent pass."""
-    r = _clean(row)
-    m = float(r.max())
-    if not np.isfinite(m):
-        return [0.0 for _ in tokens]
-    z = float(np.exp(r - m, dtype=np.float32).sum(dtype=np.float64))
-    return [float(np.exp(float(r[t]) - m) / z) for t in tokens]
+    sr = ScoredRow(row)
+    return [sr.prob(t) for t in tokens]
 
 
 def top_alternatives(row: np.ndarray, k: int = 5) -> list[tuple[int, float]]:
     """The ``k`` most likely tokens of a row with their probabilities, best first (ties: lowest id)."""
-    r = _clean(row)
-    k = min(k, r.shape[0])
-    idx = np.argpartition(-r, k - 1)[:k]
-    idx = idx[np.lexsort((idx, -r[idx]))]
-    m = float(r.max())
-    z = float(np.exp(r - m, dtype=np.float32).sum(dtype=np.float64))
-    return [(int(i), float(np.exp(float(r[i]) - m) / z)) for i in idx]
+    return ScoredRow(row).top(k)
 
 
 def top_two_margin(row: np.ndarray) -> float:
@@ -66,15 +90,15 @@ def top_two_margin(row: np.ndarray) -> float:
 
 def top_two(row: np.ndarray) -> tuple[float, int, int]:
     """``(margin, best, runner_up)``: the top-two logit margin and the two token ids (first max wins)."""
-    r = _clean(row)
+    sr = ScoredRow(row)
+    r = sr.row
     if r.shape[0] < 2:
-        return float("inf"), 0, 0
-    best = greedy_token(r)
-    saved = r[best]
-    r = r.copy() if r is row else r
-    r[best] = -np.inf
+        return float("inf"), sr.best, sr.best
+    saved = r[sr.best]
+    r = r.copy()
+    r[sr.best] = -np.inf
     second = int(np.argmax(r))
-    return float(saved - r[second]), best, second
+    return float(saved - r[second]), sr.best, second
 
 
 @dataclass
@@ -83,18 +107,25 @@ class GreedyScan:
 
     target_tokens: list[int]
     n_accepted: int
+    rows: list = None  # the ScoredRow of each scanned position
+
+    def probs(self) -> list[float]:
+        """The target's probability of its own choice at each scanned position."""
+        return [r.prob(t) for r, t in zip(self.rows, self.target_tokens)]
 
 
-def scan_greedy(rows, draft: list[int]) -> GreedyScan:
+def scan_greedy(rows, draft: list[int], buf: np.ndarray | None = None) -> GreedyScan:
     """Compare the draft with the target's greedy choice row by row, stopping at the first mismatch.
 
     ``rows(i)`` returns the logits row for batch row ``i`` (row 0 scores the first draft token).
     Returns the target's choices for rows ``0..n_accepted`` (the last is the bonus or correction).
     """
     chosen: list[int] = []
+    scored: list[ScoredRow] = []
     for i in range(len(draft) + 1):
-        t = greedy_token(rows(i))
-        chosen.append(t)
-        if i == len(draft) or t != draft[i]:
-            return GreedyScan(chosen, i)
+        sr = ScoredRow(rows(i), buf)
+        chosen.append(sr.best)
+        scored.append(sr)
+        if i == len(draft) or sr.best != draft[i]:
+            return GreedyScan(chosen, i, scored)
     raise AssertionError("unreachable")  # pragma: no cover
