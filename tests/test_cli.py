@@ -133,11 +133,15 @@ def test_verify_reports_a_mismatch_when_drafting_is_broken(tiny_session, monkeyp
 
     orig = verify_mod.scan_greedy
 
-    def broken(rows, draft):
-        scan = orig(rows, draft)
+    def broken(rows, draft, buf=None):
+        scan = orig(rows, draft, buf)
         if draft and scan.n_accepted < len(draft):
-            scan.n_accepted += 1  # accept one token the target refused
-            scan.target_tokens.append(scan.target_tokens[-1])
+            # accept one token the target refused: commit the draft token instead of the correction
+            scan.target_tokens[scan.n_accepted] = draft[scan.n_accepted]
+            scan.n_accepted += 1
+            extra = verify_mod.ScoredRow(rows(scan.n_accepted), buf)
+            scan.target_tokens.append(extra.best)
+            scan.rows.append(extra)
         return scan
 
     monkeypatch.setattr(verify_mod, "scan_greedy", broken)
