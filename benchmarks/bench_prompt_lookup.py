@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import time
@@ -54,6 +55,15 @@ def bench_specviz(session: Session, prompt: str, max_tokens: int) -> tuple[float
     return t.generated / t.seconds, overhead, list(session.tokens)
 
 
+def _common_prefix(a: list[int], b: list[int]) -> int:
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=3)
@@ -65,24 +75,34 @@ def main(argv=None) -> int:
     from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
 
     path = str(default_model_path())
-    llm = Llama(model_path=path, n_ctx=2048, n_batch=512, n_threads=None, verbose=False, logits_all=True,
+    threads = os.cpu_count() or 1
+    # same settings on both sides: threads for one-token and batch decodes, flash attention, batch sizes
+    llm = Llama(model_path=path, n_ctx=2048, n_batch=512, n_ubatch=512, n_threads=threads,
+                n_threads_batch=threads, flash_attn=True, verbose=False, logits_all=True,
                 draft_model=LlamaPromptLookupDecoding(max_ngram_size=MAX_NGRAM, num_pred_tokens=NUM_PRED))
-    session = Session(path, n_ctx=2048, n_batch=512, n_ubatch=512)
+    session = Session(path, n_ctx=2048, n_batch=512, n_ubatch=512, n_threads=threads)
     prompts = [(k, p) for k in ("code-rewrite", "quote") for p in WORKLOADS[k]]
     rows = []
     for kind, prompt in prompts:
-        lcp, sv, ovh = [], [], []
+        lcp, sv, ovh, agree = [], [], [], []
         same = True
-        for _ in range(args.repeats):
-            a, ta = bench_llama_cpp_python(llm, prompt, args.max_tokens)
-            b, o, tb = bench_specviz(session, prompt, args.max_tokens)
+        for rep in range(args.repeats):
+            # alternate which side runs first, so warm-cache and drift effects cancel
+            if rep % 2 == 0:
+                a, ta = bench_llama_cpp_python(llm, prompt, args.max_tokens)
+                b, o, tb = bench_specviz(session, prompt, args.max_tokens)
+            else:
+                b, o, tb = bench_specviz(session, prompt, args.max_tokens)
+                a, ta = bench_llama_cpp_python(llm, prompt, args.max_tokens)
             lcp.append(a)
             sv.append(b)
             ovh.append(o)
             same = same and ta[: len(tb)] == tb[: len(ta)]
+            agree.append(_common_prefix(ta, tb) / max(len(ta), 1))
         rows.append({"kind": kind, "prompt": prompt[:40], "llama_cpp_python_tps": statistics.median(lcp),
                      "specviz_tps": statistics.median(sv), "ratio": statistics.median(sv) / statistics.median(lcp),
-                     "python_share": statistics.median(ovh), "same_tokens": same})
+                     "python_share": statistics.median(ovh), "same_tokens": same,
+                     "agreement": statistics.median(agree)})
     summary = {
         "model": path,
         "max_tokens": args.max_tokens,
@@ -97,10 +117,12 @@ def main(argv=None) -> int:
     if args.json:
         print(json.dumps(summary, indent=1))
         return 0
-    print(f"{'kind':<13} {'prompt':<42} {'llama-cpp-python':>16} {'specviz':>9} {'ratio':>6} {'py share':>8}")
+    print(f"{'kind':<13} {'prompt':<42} {'llama-cpp-python':>16} {'specviz':>9} {'ratio':>6} {'py share':>8} "
+          f"{'same text':>9}")
     for r in rows:
         print(f"{r['kind']:<13} {r['prompt'][:40]!r:<42} {r['llama_cpp_python_tps']:>13.1f} t/s "
-              f"{r['specviz_tps']:>6.1f} t/s {r['ratio']:>5.2f}x {r['python_share']:>7.1%}")
+              f"{r['specviz_tps']:>6.1f} t/s {r['ratio']:>5.2f}x {r['python_share']:>7.1%} "
+              f"{r['agreement']:>8.0%}")
     print(f"\nmedian over prompts (each a median of {args.repeats} runs): llama-cpp-python "
           f"{summary['median_llama_cpp_python_tps']:.1f} t/s, specviz {summary['median_specviz_tps']:.1f} t/s, "
           f"ratio {summary['median_ratio']:.2f}x; specviz Python share of a round: median "
