@@ -243,6 +243,12 @@ def cmd_run(args: argparse.Namespace) -> int:
               f"acceptance {t['acceptance_rate']:.1%} ({t['accepted']}/{t['drafted']}), "
               f"mean accepted length {t['mean_accepted_length']:.2f}, {t['tokens_per_second']:.1f} tokens/s, "
               f"finish: {res['finish_reason']}", file=sys.stderr)
+        st = t.get("strategy_stats") or {}
+        if st and res["strategy"] != "none":
+            print(f"statistics {res['strategy']}: #calls = {st['calls']}, #gen drafts = {st['drafts_generated']}, "
+                  f"#acc drafts = {st['drafts_accepted']}, #gen tokens = {st['tokens_generated']}, "
+                  f"#acc tokens = {st['tokens_accepted']}, dur(b,g,a) = {st['begin_seconds'] * 1e3:.3f}, "
+                  f"{st['draft_seconds'] * 1e3:.3f}, {st['accept_seconds'] * 1e3:.3f} ms", file=sys.stderr)
     s.close()
     return 0
 

@@ -99,6 +99,11 @@ def test_run_json_on_a_tiny_model(tiny_model_path):
         assert key in t, key
     assert t["accepted"] <= t["drafted"]
     assert t["tokens_per_second"] == pytest.approx(24 / t["seconds"])
+    st = t["strategy_stats"]
+    for key in ("calls", "drafts_generated", "drafts_accepted", "tokens_generated", "tokens_accepted",
+                "begin_seconds", "draft_seconds", "accept_seconds"):
+        assert key in st, key
+    assert st["tokens_generated"] == t["drafted"] and st["tokens_accepted"] == t["accepted"]
 
 
 def test_knob_of_another_strategy_is_warned_not_applied(tiny_model_path):
@@ -116,6 +121,7 @@ def test_prompt_file_and_text_output(tiny_model_path, tmp_path):
                 "--strategy", "ngram-simple", "--size-n", "2", "--size-m", "4")
     assert p.returncode == 0, p.stderr
     assert "acceptance" in p.stderr and "tokens/s" in p.stderr
+    assert "statistics ngram-simple: #calls = " in p.stderr and "#acc tokens = " in p.stderr
 
 
 @pytest.mark.parametrize("strategy", ["prompt-lookup", "ngram-simple"])
