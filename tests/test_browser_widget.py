@@ -119,7 +119,7 @@ def test_plotly_comes_from_the_host_when_the_page_lacks_it(browser, groups):
     feed(page, groups[:10])
     sent = page.evaluate("window.__sent")
     assert {"type": "plotly"} in sent
-    assert page.locator(".sv-chart-loading").count() == 5
+    assert page.locator(".sv-chart-loading").count() == 7  # one per chart card
     deliver(page, {"type": "plotly", "source": plotly_source()})
     page.wait_for_selector(".sv-kv .main-svg")
     assert page.locator(".sv-chart-loading").count() == 0
@@ -153,3 +153,68 @@ def test_knob_form_sends_values_and_shows_errors_beside_fields(browser):
     deliver(page, {"type": "state", "running": True})
     assert "Pause" in page.locator(".sv-play").inner_text()
     assert page.locator(".sv-step").is_disabled()
+
+
+def _chart_traces(page, key):
+    """The plotly traces drawn in chart ``key`` (name → number of points), read from the chart element."""
+    return page.evaluate("""k => {
+        const gd = document.querySelector(`.sv-chart-card[data-chart="${k}"] .sv-chart`);
+        return (gd.data || []).map(t => ({n: (t.x || []).length, y: t.y, base: t.base, hover: t.hovertemplate || ""}));
+    }""", key)
+
+
+def test_draft_context_confidence_and_expected_tokens_are_charted(browser):
+    from specviz.ui.harness import open_harness
+    from specviz.ui.synthetic import synthetic_rounds
+
+    groups = synthetic_rounds(150, seed=4, draft_model=True)
+    page = open_harness(browser)
+    feed(page, groups)
+    n_rounds = len(groups) - 1
+    page.wait_for_function(f"document.querySelector('.specviz-inspector').dataset.chartRounds === '{n_rounds}'")
+    evs = [e for g in groups for e in g]
+    # KV timeline: the draft context's before → after and its rollback beside the target's
+    kv = _chart_traces(page, "kv")
+    hovers = " ".join(t["hover"] for t in kv)
+    assert "draft ctx" in hovers and "draft rollback" in hovers and "target rollback" in hovers
+    last = [e for e in evs if e["round"] == n_rounds]
+    ver = next(e for e in last if e["kind"] == "verified")
+    draft_trace = next(t for t in kv if "draft ctx" in t["hover"])
+    assert draft_trace["base"][-1] == ver["draft_kv_before"]
+    rb = next((e for e in last if e["kind"] == "kv_rollback" and e["context"] == "draft"), None)
+    after = rb["to_pos"] if rb else ver["draft_kv_peak"]
+    assert draft_trace["base"][-1] + draft_trace["y"][-1] == after
+    legend = page.locator('.sv-chart-card[data-chart="kv"] .sv-chart-legend').inner_text()
+    assert "draft ctx: rolled back" in legend
+    # draft confidence: one bar per bucket with the telemetry's rates; draft_p_min is not in the state yet
+    buckets = [e for e in evs if e["kind"] == "telemetry"][-1]["data"]["draft_buckets"]
+    conf = _chart_traces(page, "conf")
+    assert conf[0]["y"] == [b["rate"] for b in buckets]
+    assert page.locator('.sv-chart-card[data-chart="conf"] .sv-chart-note').is_hidden()
+    # draft_p_min of the draft strategy is marked once the state says so
+    deliver(page, {"type": "state", "strategy": "draft", "knobs": {"draft_p_min": 0.3}, "schema": [],
+                   "strategies": ["draft"], "running": False, "can_step": True, "can_control": True})
+    page.wait_for_function("document.querySelector('.sv-chart-card[data-chart=\"conf\"] .sv-chart-legend').textContent.includes('draft_p_min = 0.3')")
+    # expected vs realised tokens per round (cost policy) and the draft model's own speed
+    tpr = _chart_traces(page, "tpr")
+    exp = [e["expected_tokens"] for e in evs if e["kind"] == "draft_proposed"][-len(tpr[0]["y"]):]
+    assert any("expected" in t["hover"] for t in tpr)
+    assert next(t for t in tpr if "round %{x}: expected" in t["hover"])["y"] == exp
+    extra = page.locator(".sv-extra-stats").inner_text()
+    assert "draft-model tok/s" in extra and "expected vs" in extra
+
+
+def test_without_drafter_probabilities_the_confidence_chart_explains_why(browser, groups):
+    from specviz.ui.harness import open_harness
+
+    page = open_harness(browser)
+    feed(page, groups)
+    page.wait_for_function(f"document.querySelector('.specviz-inspector').dataset.chartRounds === '{len(groups) - 1}'")
+    note = page.locator('.sv-chart-card[data-chart="conf"] .sv-chart-note')
+    assert note.is_visible() and "No drafter probabilities" in note.inner_text()
+    assert page.locator('.sv-chart-card[data-chart="conf"] .sv-chart').is_hidden()
+    # no cost policy: no expected trace, and the subtitle says how to get one
+    assert not any("expected" in t["hover"] for t in _chart_traces(page, "tpr"))
+    assert "draft_policy = cost" in page.locator('.sv-chart-card[data-chart="tpr"] .sv-card-h').inner_text()
+    # no draft model: the KV timeline has only the target's bars
+    assert not any("draft" in t["hover"] for t in _chart_traces(page, "kv"))

@@ -281,3 +281,20 @@ def test_panel_component_wraps_the_same_core(started):
     comp.core.wait(30)
     assert [e["kind"] for e in comp.core.log].count("telemetry") == 1
     assert any(m["type"] == "events" for m in sent)
+
+
+def test_draft_models_are_offered_in_the_state_and_found_in_the_derived_cache(started, tmp_path, monkeypatch):
+    from specviz.ui.server import derived_drafts_dir, draft_candidates
+
+    sink = Sink()
+    core = InspectorCore(sink, started, draft_models=["/models/a.gguf"])
+    core.handle({"type": "hello", "epoch": 0, "have": 0})
+    state = [m for m in sink.msgs if m["type"] == "state"][-1]
+    assert state["draft_models"] == ["/models/a.gguf"]
+    # drafts derived from the target are found by the target's file stem, explicit ones first
+    monkeypatch.setenv("SPECVIZ_MODEL_CACHE", str(tmp_path / "cache"))
+    d = derived_drafts_dir()
+    d.mkdir(parents=True)
+    (d / "target-keep-0-1.gguf").write_bytes(b"")
+    (d / "other-keep-0.gguf").write_bytes(b"")
+    assert draft_candidates(tmp_path / "target.gguf", ["/x/mine.gguf"]) == ["/x/mine.gguf", str(d / "target-keep-0-1.gguf")]

@@ -14,9 +14,9 @@
 // A view applies an "events" message only when start == the number of events it holds; a gap
 // (a message it missed) makes it ask again with hello, so Python never resends what a view has.
 
-const CHART_ROUNDS = 120; // per-round charts show the most recent rounds
+const CHART_ROUNDS = 60; // per-round charts show the most recent rounds (fewer SVG nodes per redraw)
 const KV_ROUNDS = 30;
-const CHART_MIN_INTERVAL = 250; // ms between two chart redraws while rounds stream in
+const CHART_GAP = 90; // ms between two chart redraws (one chart each) while rounds stream in
 
 function hostOf(model) {
   if (typeof model.send_msg === "function") {
@@ -107,6 +107,7 @@ function installPlotly(source) {
 function render({ model, el }) {
   if (el.__specvizCleanup) el.__specvizCleanup(); // a host may render the same element again
   const host = hostOf(model);
+  const uid = Math.random().toString(36).slice(2, 9);
   const S = newState();
   let config = { running: false, finished: null, replay: false, strategies: [], strategy: "", knobs: {}, schema: [] };
   let formStrategy = null; // strategy whose schema the form shows
@@ -152,15 +153,16 @@ function render({ model, el }) {
 
   // stats
   const statDefs = [
-    ["tps", "tokens/s"], ["acceptance", "acceptance"], ["mal", "mean accepted len"],
+    ["tps", "tokens/s"], ["acceptance", "acceptance"], ["mal", "mean acc. length"],
     ["generated", "generated"], ["rounds", "rounds"], ["kv", "KV committed"],
   ];
   const statEls = {};
+  const extraStats = h("div", { class: "sv-extra-stats", hidden: true });
   const stats = h("div", { class: "sv-stats" }, ...statDefs.map(([k, label]) => {
     const v = h("div", { class: "sv-stat-v", text: "—" });
     statEls[k] = v;
     return h("div", { class: "sv-stat", "data-k": k }, v, h("div", { class: "sv-stat-l", text: label }));
-  }));
+  }), extraStats);
 
   // controls: strategy + knob form
   const stratSel = h("select", { class: "sv-strategy" });
@@ -182,21 +184,44 @@ function render({ model, el }) {
   const side = h("div", { class: "sv-side" }, stats, ctrlCard);
   const top = h("div", { class: "sv-top" }, streamCard, side);
 
-  // charts
-  const mkChart = (cls, label, sub) => {
+  // charts: each card has an HTML legend (cheaper and more legible than plotly's) and, when its data
+  // is missing, a note in place of the plot.
+  const mkChart = (key, cls, label, sub, legendItems) => {
     const box = h("div", { class: "sv-chart " + cls }, h("div", { class: "sv-chart-loading", text: "loading charts…" }));
-    const card = h("div", { class: "sv-card sv-chart-card" },
-      h("div", { class: "sv-card-h" }, h("span", { text: label }), h("span", { class: "sv-sub", text: sub || "" })), box);
-    return { box, card };
+    const note = h("div", { class: "sv-chart-note", hidden: true });
+    const legendEl = h("div", { class: "sv-chart-legend" });
+    const subEl = h("span", { class: "sv-sub", text: sub || "" });
+    const card = h("div", { class: "sv-card sv-chart-card", "data-chart": key },
+      h("div", { class: "sv-card-h" }, h("span", { text: label }), subEl), legendEl, box, note);
+    const c = { key, box, note, card, legendEl, subEl, shown: true };
+    c.legend = (items) => legendEl.replaceChildren(...items.map(([cls2, text]) =>
+      h("span", { class: "sv-lg" }, h("i", { class: "sv-sw " + cls2 }), h("span", { text }))));
+    c.legend(legendItems || []);
+    c.show = (yes, text) => {
+      c.shown = yes;
+      box.hidden = !yes;
+      note.hidden = yes;
+      if (!yes) note.textContent = text || "";
+      card.classList.toggle("sv-chart-empty", !yes);
+    };
+    return c;
   };
   const kvSwa = h("span", { class: "sv-sub sv-swa", text: "" });
-  const cKV = mkChart("sv-kv", "KV cache timeline", "before → peak → after rollback, last " + KV_ROUNDS + " rounds");
+  const cKV = mkChart("kv", "sv-kv", "KV cache timeline", "per round: length before the verify → peak → after the rollback, last " + KV_ROUNDS + " rounds",
+    [["sv-sw-tc", "target: committed"], ["sv-sw-tr", "target: rolled back"]]);
   cKV.card.querySelector(".sv-card-h").append(kvSwa);
-  const cAcc = mkChart("sv-acc-chart", "Acceptance rate", "per round (last " + CHART_ROUNDS + ") and cumulative");
-  const cHist = mkChart("sv-hist", "Accepted length", "tokens committed per round");
-  const cPos = mkChart("sv-pos", "Per-position acceptance", "by draft depth");
-  const cTime = mkChart("sv-time", "Drafting vs verification", "ms per round, tokens/s");
-  const charts = h("div", { class: "sv-charts" }, cKV.card, cAcc.card, cHist.card, cPos.card, cTime.card);
+  const cAcc = mkChart("acc", "sv-acc-chart", "Acceptance rate", "per round (last " + CHART_ROUNDS + ") and cumulative",
+    [["sv-sw-acc", "this round"], ["sv-sw-line", "cumulative"]]);
+  const cHist = mkChart("hist", "sv-hist", "Accepted length", "rounds by tokens committed (bonus/correction included)");
+  const cPos = mkChart("pos", "sv-pos", "Per-position acceptance", "share of drafts reaching a depth that were accepted there");
+  const cTime = mkChart("time", "sv-time", "Drafting vs verification", "ms per round; tokens/s so far",
+    [["sv-sw-draft", "drafting ms"], ["sv-sw-verify", "verification ms"], ["sv-sw-tps", "tokens/s"]]);
+  const cConf = mkChart("conf", "sv-conf", "Draft confidence", "acceptance by the drafter's own probability",
+    [["sv-sw-acc", "acceptance in bucket"], ["sv-sw-tries", "draft tokens"], ["sv-sw-pmin", "draft_p_min"]]);
+  const cTpr = mkChart("tpr", "sv-tpr", "Tokens per round", "committed per round; policy's expectation",
+    [["sv-sw-verify", "realised"], ["sv-sw-line", "realised (mean)"], ["sv-sw-exp", "expected (cost policy)"]]);
+  const chartList = [cKV, cAcc, cHist, cPos, cTime, cConf, cTpr];
+  const charts = h("div", { class: "sv-charts" }, ...chartList.map((c) => c.card));
 
   const tip = h("div", { class: "sv-tip", hidden: true });
   root.append(header, toolbar, top, charts, tip);
@@ -207,7 +232,7 @@ function render({ model, el }) {
   function newState() {
     return {
       epoch: -1, n: 0, started: null, toks: [], rounds: [], cur: null, tel: null, finished: null,
-      hist: [], posAcc: [], rejGroups: 0,
+      hist: [], posAcc: [], rejGroups: 0, hasDraftKV: false, hasExpected: false, expSum: 0, expN: 0,
     };
   }
 
@@ -289,6 +314,10 @@ function render({ model, el }) {
       case "knobs_changed": {
         sink().append(h("span", { class: "sv-knobmark", title: knobText(ev.knobs), text: "⚙ " + ev.strategy }));
         strategyPill.textContent = ev.strategy;
+        if (S.started) {
+          const dm = ev.strategy === "draft" && ev.knobs ? ev.knobs.draft_model : null;
+          modelPill.textContent = basename(S.started.model) + (dm ? " + " + basename(dm) : "");
+        }
         break;
       }
       case "draft_proposed":
@@ -381,13 +410,21 @@ function render({ model, el }) {
       rate: drafted > 0 ? nacc / drafted : null,
       cum: c.tel ? c.tel.acceptance_rate : null,
       draftMs: d ? d.seconds * 1000 : 0, verifyMs: v ? v.seconds * 1000 : 0,
-      tps: c.tel ? c.tel.tokens_per_second : null,
+      tps: c.tel ? c.tel.tokens_per_second : null, tpr: c.tel ? c.tel.tokens_per_round : null,
       before, peak, after, rbT: c.rb.target || null, rbD: c.rb.draft || null,
+      dBefore: v && v.draft_kv_before != null ? v.draft_kv_before : null,
+      dPeak: v && v.draft_kv_peak != null ? v.draft_kv_peak : null,
+      expected: d && d.expected_tokens != null ? d.expected_tokens : null,
+      policy: d ? d.policy : null,
     };
+    r.dAfter = c.rb.draft ? c.rb.draft.to_pos : r.dPeak;
+    if (r.dBefore != null) S.hasDraftKV = true;
+    if (r.expected != null) { S.hasExpected = true; S.expSum += r.expected; S.expN += 1; }
+    r.expMean = S.expN ? S.expSum / S.expN : null;
     S.rounds.push(r);
     maybeCloseChunk(c.lastPiece);
     S.hist[committed] = (S.hist[committed] || 0) + 1;
-    if (c.tel && c.tel.per_position_acceptance) S.posAcc = c.tel.per_position_acceptance;
+    if (c.tel && c.tel.per_position_acceptance) { S.posAcc = c.tel.per_position_acceptance; S.posTries = c.tel.per_position_tries || []; }
     updateStats();
     scheduleCharts();
   }
@@ -400,6 +437,13 @@ function render({ model, el }) {
     statEls.generated.textContent = t.n_generated == null ? "—" : String(t.n_generated);
     statEls.rounds.textContent = t.rounds == null ? String(S.rounds.length) : String(t.rounds);
     statEls.kv.textContent = t.kv == null ? "—" : String(t.kv);
+    const dm = t.draft_model_tokens_per_second;
+    extraStats.hidden = dm == null && t.expected_tokens_per_round == null;
+    extraStats.replaceChildren(
+      ...(dm != null ? [h("span", null, h("b", { text: fmtN(dm, 0) }), " draft-model tok/s"),
+        h("span", null, h("b", { text: fmtN(t.draft_model_seconds, 2) + " s" }), " in the draft model")] : []),
+      ...(t.expected_tokens_per_round != null ? [h("span", null, h("b", { text: fmtN(t.expected_tokens_per_round, 2) }),
+        " expected vs ", h("b", { text: fmtN(t.tokens_per_round, 2) }), " realised tokens/round")] : []));
   }
 
   function applyEvents(msg) {
@@ -528,6 +572,11 @@ function render({ model, el }) {
         inp = h("input", { type: "checkbox", checked: !!v });
       } else if (k.choices && k.choices.length) {
         inp = h("select", null, ...k.choices.map((c) => h("option", { value: c, selected: c === v, text: c })));
+      } else if (k.name === "draft_model" && (config.draft_models || []).length) {
+        // a free-text path, with the host's known drafts offered (and the first one prefilled)
+        const listId = "sv-drafts-" + uid;
+        inp = h("input", { type: "text", list: listId, value: v ? String(v) : config.draft_models[0], title: "path of the draft GGUF" });
+        form.append(h("datalist", { id: listId }, ...config.draft_models.map((d) => h("option", { value: d, text: basename(d) }))));
       } else {
         inp = h("input", { type: "text", inputmode: k.type === "str" ? "text" : "decimal", value: v == null ? "" : String(v) });
       }
@@ -574,6 +623,7 @@ function render({ model, el }) {
       stratSel.value = config.strategy;
       buildForm(config.strategy, config.schema, config.knobs);
     }
+    if (config.strategy !== prevStrategy || JSON.stringify(config.knobs) !== prevKnobs) { dirty.add("conf"); kickCharts(); }
     if (st.pending) formNote.textContent = "queued: " + st.pending + " — applies at the next round";
     else if ("pending" in st) formNote.textContent = "";
     if (st.prompt != null && !promptBox.value) promptBox.value = st.prompt;
@@ -594,113 +644,238 @@ function render({ model, el }) {
   }
 
   // ---- charts -----------------------------------------------------------------------------------
+  // A plotly redraw is the expensive part of a frame (about 5–15 ms per chart on a small CPU, more
+  // with legends, unified hover or autoranged axes — so none of those are used: legends are HTML, the
+  // ranges are computed here and the width comes from a ResizeObserver). A round only marks the charts
+  // dirty; one dirty chart is redrawn at most every CHART_GAP ms, round-robin, so no frame carries two
+  // redraws, most frames carry none, and the charts still trail the stream by well under a second.
+  const dirty = new Set();
+  let chartRaf = null, nextChart = 0;
+  const widths = new Map();
+  const ro = typeof ResizeObserver === "function" ? new ResizeObserver((entries) => {
+    for (const e of entries) {
+      const c = chartList.find((x) => x.box === e.target);
+      const w = Math.round(e.contentRect.width);
+      if (c && w > 0 && Math.abs((widths.get(c.key) || 0) - w) > 2) { widths.set(c.key, w); dirty.add(c.key); kickCharts(); }
+    }
+  }) : null;
+  if (ro) for (const c of chartList) ro.observe(c.box);
+
   function scheduleCharts() {
-    if (chartTimer != null || destroyed) return;
-    const wait = Math.max(0, CHART_MIN_INTERVAL - (performance.now() - lastChart));
-    chartTimer = setTimeout(() => {
-      chartTimer = null;
-      requestAnimationFrame(() => { if (!destroyed) drawCharts(); });
-    }, wait);
+    for (const c of chartList) dirty.add(c.key);
+    kickCharts();
+  }
+  function kickCharts() {
+    if (destroyed || !Plotly || chartTimer != null || chartRaf != null || !dirty.size) return;
+    const wait = Math.max(0, CHART_GAP - (performance.now() - lastChart));
+    chartTimer = setTimeout(() => { chartTimer = null; chartRaf = requestAnimationFrame(drawNextChart); }, wait);
+  }
+  function drawNextChart() {
+    chartRaf = null;
+    if (destroyed) return;
+    for (let k = 0; k < chartList.length; k++) {
+      const c = chartList[(nextChart + k) % chartList.length];
+      if (!dirty.has(c.key)) continue;
+      dirty.delete(c.key);
+      nextChart = (chartList.indexOf(c) + 1) % chartList.length;
+      drawChart(c);
+      lastChart = performance.now();
+      break;
+    }
+    if (dirty.size) kickCharts();
+    else root.dataset.chartRounds = String(S.rounds.length);
+  }
+  /** Redraw every chart now (staggered=false: tests, benchmark) or mark them all for the scheduler. */
+  function drawCharts(staggered = true) {
+    if (!Plotly) return;
+    if (staggered) { scheduleCharts(); return; }
+    for (const c of chartList) drawChart(c);
+    dirty.clear();
+    lastChart = performance.now();
+    root.dataset.chartRounds = String(S.rounds.length);
   }
 
-  const css = (v) => getComputedStyle(root).getPropertyValue(v).trim() || undefined;
-  function baseLayout(extra) {
-    const fg = css("--sv-fg-2"), grid = css("--sv-grid");
+  let P = null; // palette, read from the CSS variables once (getComputedStyle forces a style pass)
+  function pal() {
+    if (P) return P;
+    const cs = getComputedStyle(root);
+    const v = (n) => cs.getPropertyValue(n).trim() || undefined;
+    P = { fg2: v("--sv-fg-2"), muted: v("--sv-muted"), grid: v("--sv-grid"), border: v("--sv-border"),
+      green: v("--sv-acc-fg"), red: v("--sv-rej-fg"), blue: v("--sv-bonus-fg"), amber: v("--sv-corr-fg"),
+      teal: v("--sv-draft-fg"), tealBg: v("--sv-draft-rb"), slate: v("--sv-plain-fg"), accent: v("--sv-accent") };
+    return P;
+  }
+  const plotCfg = { displayModeBar: false, responsive: false, doubleClick: false };
+  function layout(c, extra) {
+    const p = pal();
+    const w = widths.get(c.key);
     return Object.assign({
-      margin: { l: 40, r: 12, t: 8, b: 30 }, height: 210, autosize: true,
+      height: 210, margin: { l: 46, r: 14, t: 8, b: 36 }, autosize: !w, width: w || undefined,
       paper_bgcolor: "rgba(0,0,0,0)", plot_bgcolor: "rgba(0,0,0,0)",
-      font: { family: "system-ui, -apple-system, Segoe UI, Roboto, sans-serif", size: 11, color: fg },
-      xaxis: { gridcolor: grid, zeroline: false }, yaxis: { gridcolor: grid, zeroline: false },
-      showlegend: true, legend: { orientation: "h", y: 1.12, x: 0, font: { size: 10 } },
-      bargap: 0.15, hovermode: "x unified",
+      font: { family: "system-ui, -apple-system, Segoe UI, Roboto, sans-serif", size: 11.5, color: p.fg2 },
+      showlegend: false, hovermode: "closest", bargap: 0.18,
+      hoverlabel: { font: { size: 12 } },
     }, extra || {});
   }
-  const plotCfg = { displayModeBar: false, responsive: true };
+  function ax(range, extra) {
+    const p = pal();
+    return Object.assign({ range, autorange: false, fixedrange: true, gridcolor: p.grid, zeroline: false,
+      linecolor: p.border, ticks: "", automargin: false }, extra || {});
+  }
+  const axTitle = (text) => ({ text, font: { size: 11 }, standoff: 6 });
+  function roundRange(rs) {
+    if (!rs.length) return [0.5, 1.5];
+    return [rs[0].round - 0.6, rs[rs.length - 1].round + 0.6];
+  }
+  // a "nice" axis maximum (1, 2, 2.5, 5 × 10^k) at or above x, so ticks land on round numbers
+  const nice = (x) => {
+    if (!(x > 0)) return 1;
+    const e = Math.pow(10, Math.floor(Math.log10(x)));
+    for (const m of [1, 1.2, 1.5, 2, 2.5, 3, 4, 5, 6, 8, 10]) if (m * e >= x) return m * e;
+    return 10 * e;
+  };
+  const maxOf = (xs, d = 1) => { let m = -Infinity; for (const x of xs) if (x != null && x > m) m = x; return m === -Infinity ? d : m; };
+  const minOf = (xs, d = 0) => { let m = Infinity; for (const x of xs) if (x != null && x < m) m = x; return m === Infinity ? d : m; };
+  const pct = (r) => ax([0, 1.05], { tickvals: [0, 0.25, 0.5, 0.75, 1], ticktext: ["0%", "25%", "50%", "75%", "100%"] });
 
-  // While rounds stream in, the five charts are redrawn one per animation frame so that no single
-  // frame carries all of them.
-  function drawCharts(staggered = true) {
-    lastChart = performance.now();
-    if (!Plotly) return;
-    const jobs = chartJobs();
-    if (!staggered) { for (const j of jobs) j(); return; }
-    const next = () => {
-      if (destroyed || !jobs.length) return;
-      jobs.shift()();
-      if (jobs.length) requestAnimationFrame(next);
-    };
-    next();
+  function drawChart(c) {
+    const spec = chartSpec(c);
+    if (!spec) return;
+    if (spec.note != null) { c.show(false, spec.note); return; }
+    if (!c.shown) c.show(true);
+    if (spec.legend) {
+      const sig = JSON.stringify(spec.legend);
+      if (c.legendSig !== sig) { c.legendSig = sig; c.legend(spec.legend); }
+    }
+    if (spec.sub != null && c.subEl.textContent !== spec.sub) c.subEl.textContent = spec.sub;
+    Plotly.react(c.box, spec.data, spec.layout, plotCfg);
   }
 
-  function chartJobs() {
-    const jobs = [];
-    const R = S.rounds;
-    const green = css("--sv-acc-fg"), red = css("--sv-rej-fg"), blue = css("--sv-bonus-fg"), amber = css("--sv-corr-fg"), gray = css("--sv-fg-2");
-    // KV timeline
-    const kv = R.slice(-KV_ROUNDS);
-    const xs = kv.map((r) => r.round);
-    const kvData = [
-      { type: "bar", name: "committed", x: xs, base: kv.map((r) => r.before), y: kv.map((r) => (r.after ?? r.peak ?? 0) - (r.before ?? 0)),
-        marker: { color: green }, offsetgroup: "t", hovertemplate: "round %{x}: %{base} → %{customdata}<extra>committed</extra>",
-        customdata: kv.map((r) => r.after) },
-      { type: "bar", name: "rolled back (target)", x: xs, base: kv.map((r) => r.after), y: kv.map((r) => (r.peak ?? 0) - (r.after ?? r.peak ?? 0)),
-        marker: { color: red, opacity: 0.8 }, offsetgroup: "t",
-        hovertemplate: "round %{x}: removed [%{base}, %{customdata})<extra>target rollback</extra>", customdata: kv.map((r) => r.peak) },
-      { type: "scatter", mode: "markers", name: "peak", x: xs, y: kv.map((r) => r.peak), marker: { symbol: "line-ew-open", size: 14, color: gray },
-        hovertemplate: "peak %{y}<extra></extra>" },
-    ];
-    if (R.some((r) => r.rbD)) {
-      kvData.push({ type: "bar", name: "rolled back (draft ctx)", x: xs, base: kv.map((r) => (r.rbD ? r.rbD.to_pos : null)),
-        y: kv.map((r) => (r.rbD ? r.rbD.from_pos - r.rbD.to_pos : 0)), offsetgroup: "d",
-        marker: { color: amber, opacity: 0.7 }, hovertemplate: "draft ctx: removed [%{base}, …)<extra></extra>" });
-    }
-    const ys = kv.flatMap((r) => [r.before, r.peak, r.after]).filter((v) => v != null);
-    const shapes = [];
-    const nswa = S.started ? S.started.n_swa : 0;
-    if (nswa > 0 && kv.length) {
-      kvData.push({ type: "scatter", mode: "lines", name: "SWA window start", x: xs, y: kv.map((r) => Math.max(0, (r.after ?? 0) - nswa)),
-        line: { dash: "dot", color: blue, width: 1.5 }, hovertemplate: "oldest attended position %{y} (window " + nswa + ")<extra></extra>" });
-    }
-    const lo = ys.length ? Math.min(...ys) : 0, hi = ys.length ? Math.max(...ys) : 1;
-    const ylo = nswa > 0 && kv.length && Math.max(0, (kv[0].after ?? 0) - nswa) > 0 ? Math.min(lo, Math.max(0, kv[0].after - nswa)) : lo;
-    jobs.push(() => Plotly.react(cKV.box, kvData, baseLayout({ barmode: "overlay", shapes, height: 250,
-      yaxis: { gridcolor: css("--sv-grid"), title: { text: "position", font: { size: 10 } }, range: [Math.max(0, ylo - 2), hi + 2] },
-      xaxis: { gridcolor: css("--sv-grid"), title: { text: "round", font: { size: 10 } } } }), plotCfg));
-
-    // acceptance
+  function chartSpec(c) {
+    const R = S.rounds, p = pal();
     const w = R.slice(-CHART_ROUNDS);
-    jobs.push(() => Plotly.react(cAcc.box, [
-      { type: "bar", name: "this round", x: w.map((r) => r.round), y: w.map((r) => r.rate), marker: { color: green, opacity: 0.55 },
-        hovertemplate: "%{y:.0%}<extra>round</extra>" },
-      { type: "scatter", mode: "lines", name: "cumulative", x: w.map((r) => r.round), y: w.map((r) => r.cum), line: { color: blue, width: 2.5, shape: "hv" },
-        hovertemplate: "%{y:.1%}<extra>cumulative</extra>" },
-    ], baseLayout({ yaxis: { range: [0, 1.05], tickformat: ".0%", gridcolor: css("--sv-grid") } }), plotCfg));
-
-    // accepted-length histogram
-    const hx = [], hy = [];
-    for (let i = 0; i < S.hist.length; i++) { hx.push(i); hy.push(S.hist[i] || 0); }
-    jobs.push(() => Plotly.react(cHist.box, [{ type: "bar", name: "rounds", x: hx, y: hy, marker: { color: blue },
-      hovertemplate: "%{y} rounds committed %{x} tokens<extra></extra>" }],
-    baseLayout({ showlegend: false, hovermode: "closest", xaxis: { dtick: 1, gridcolor: css("--sv-grid"), title: { text: "tokens committed in the round", font: { size: 10 } } } }), plotCfg));
-
-    // per-position acceptance
-    const pa = S.posAcc || [];
-    jobs.push(() => Plotly.react(cPos.box, [{ type: "bar", name: "acceptance", x: pa.map((_, i) => i + 1), y: pa, marker: { color: green },
-      hovertemplate: "depth %{x}: %{y:.1%}<extra></extra>" }],
-    baseLayout({ showlegend: false, hovermode: "closest", yaxis: { range: [0, 1.05], tickformat: ".0%", gridcolor: css("--sv-grid") },
-      xaxis: { dtick: 1, gridcolor: css("--sv-grid"), title: { text: "draft position", font: { size: 10 } } } }), plotCfg));
-
-    // timing
-    jobs.push(() => Plotly.react(cTime.box, [
-      { type: "scatter", mode: "lines", stackgroup: "t", name: "drafting ms", x: w.map((r) => r.round), y: w.map((r) => r.draftMs), line: { color: amber, width: 1 } },
-      { type: "scatter", mode: "lines", stackgroup: "t", name: "verification ms", x: w.map((r) => r.round), y: w.map((r) => r.verifyMs), line: { color: blue, width: 1 } },
-      { type: "scatter", mode: "lines", name: "tokens/s", x: w.map((r) => r.round), y: w.map((r) => r.tps), yaxis: "y2", line: { color: green, width: 2.5 } },
-    ], baseLayout({ yaxis: { gridcolor: css("--sv-grid"), title: { text: "ms", font: { size: 10 } } },
-      yaxis2: { overlaying: "y", side: "right", showgrid: false, title: { text: "tok/s", font: { size: 10 } } },
-      margin: { l: 40, r: 40, t: 8, b: 30 } }), plotCfg));
-    const nR = R.length;
-    jobs.push(() => { root.dataset.chartRounds = String(nR); });
-    return jobs;
+    const wx = w.map((r) => r.round);
+    switch (c.key) {
+      case "kv": {
+        const kv = R.slice(-KV_ROUNDS), xs = kv.map((r) => r.round);
+        const draft = S.hasDraftKV;
+        const data = [
+          { type: "bar", x: xs, base: kv.map((r) => r.before), y: kv.map((r) => (r.after ?? r.peak ?? 0) - (r.before ?? 0)),
+            offsetgroup: "t", marker: { color: p.green }, customdata: kv.map((r) => [r.before, r.peak, r.after]),
+            hovertemplate: "round %{x}<br>target: %{customdata[0]} → peak %{customdata[1]} → %{customdata[2]}<extra></extra>" },
+          { type: "bar", x: xs, base: kv.map((r) => r.after), y: kv.map((r) => (r.peak ?? 0) - (r.after ?? r.peak ?? 0)),
+            offsetgroup: "t", marker: { color: p.red, opacity: 0.85 }, customdata: kv.map((r) => r.peak),
+            hovertemplate: "round %{x}<br>target rollback: removed [%{base}, %{customdata})<extra></extra>" },
+        ];
+        const legend = [["sv-sw-tc", "target: committed"], ["sv-sw-tr", "target: rolled back"]];
+        if (draft) {
+          data.push(
+            { type: "bar", x: xs, base: kv.map((r) => r.dBefore), y: kv.map((r) => (r.dAfter ?? r.dPeak ?? 0) - (r.dBefore ?? 0)),
+              offsetgroup: "d", marker: { color: p.teal }, customdata: kv.map((r) => [r.dBefore, r.dPeak, r.dAfter]),
+              hovertemplate: "round %{x}<br>draft ctx: %{customdata[0]} → peak %{customdata[1]} → %{customdata[2]}<extra></extra>" },
+            { type: "bar", x: xs, base: kv.map((r) => r.dAfter), y: kv.map((r) => (r.dPeak ?? 0) - (r.dAfter ?? r.dPeak ?? 0)),
+              offsetgroup: "d", marker: { color: p.amber, opacity: 0.85 }, customdata: kv.map((r) => r.dPeak),
+              hovertemplate: "round %{x}<br>draft rollback: removed [%{base}, %{customdata})<extra></extra>" });
+          legend.push(["sv-sw-dc", "draft ctx: committed"], ["sv-sw-dr", "draft ctx: rolled back"]);
+        }
+        const ys = kv.flatMap((r) => [r.before, r.peak, r.after, r.dBefore, r.dPeak]);
+        let lo = minOf(ys, 0), hi = maxOf(ys, 1);
+        const nswa = S.started ? S.started.n_swa : 0;
+        const shapes = [];
+        if (nswa > 0 && kv.length && maxOf(kv.map((r) => r.after), 0) > nswa) {
+          data.push({ type: "scatter", mode: "lines", x: xs, y: kv.map((r) => Math.max(0, (r.after ?? 0) - nswa)),
+            line: { dash: "dot", color: p.blue, width: 1.5 }, hovertemplate: "oldest attended position %{y} (window " + nswa + ")<extra></extra>" });
+          lo = Math.min(lo, Math.max(0, (kv[0].after ?? 0) - nswa));
+          legend.push(["sv-sw-swa", "sliding-window start"]);
+        }
+        const pad = Math.max(2, Math.round((hi - lo) * 0.06));
+        return { legend, data, layout: layout(c, { height: 240, barmode: draft ? "group" : "overlay", bargap: 0.3, bargroupgap: 0.08, shapes,
+          xaxis: ax(roundRange(kv), { title: axTitle("round") }), yaxis: ax([Math.max(0, lo - pad), hi + pad], { title: axTitle("KV position") }) }) };
+      }
+      case "acc": {
+        return { data: [
+          { type: "bar", x: wx, y: w.map((r) => r.rate), marker: { color: p.green, opacity: 0.55 },
+            customdata: w.map((r) => [r.nacc, r.drafted]), hovertemplate: "round %{x}: %{customdata[0]}/%{customdata[1]} accepted<extra></extra>" },
+          { type: "scatter", mode: "lines", x: wx, y: w.map((r) => r.cum), line: { color: p.blue, width: 2.5, shape: "hv" },
+            hovertemplate: "cumulative %{y:.1%}<extra></extra>" },
+        ], layout: layout(c, { xaxis: ax(roundRange(w), { title: axTitle("round") }), yaxis: pct() }) };
+      }
+      case "hist": {
+        const hx = [], hy = [];
+        for (let i = 1; i < S.hist.length; i++) { hx.push(i); hy.push(S.hist[i] || 0); }
+        const n = Math.max(2, S.hist.length);
+        return { data: [{ type: "bar", x: hx, y: hy, marker: { color: p.blue },
+          hovertemplate: "%{y} rounds committed %{x} token(s)<extra></extra>" }],
+        layout: layout(c, { xaxis: ax([0.4, n - 0.4], { dtick: n > 20 ? 2 : 1, title: axTitle("tokens committed in the round") }),
+          yaxis: ax([0, nice(Math.max(1, maxOf(hy, 1)) * 1.05)], { title: axTitle("rounds") }) }) };
+      }
+      case "pos": {
+        const pa = S.posAcc || [], tries = S.posTries || [];
+        if (!pa.length) return { note: "No draft tokens yet: per-position acceptance appears once the strategy drafts." };
+        return { data: [{ type: "bar", x: pa.map((_, i) => i + 1), y: pa, marker: { color: p.green }, customdata: pa.map((_, i) => tries[i] ?? ""),
+          hovertemplate: "depth %{x}: %{y:.1%} of %{customdata} drafts<extra></extra>" }],
+        layout: layout(c, { yaxis: pct(), xaxis: ax([0.4, pa.length + 0.6], { dtick: pa.length > 20 ? 2 : 1, title: axTitle("draft position") }) }) };
+      }
+      case "time": {
+        const stackMax = maxOf(w.map((r) => (r.draftMs || 0) + (r.verifyMs || 0)), 1);
+        const tpsMax = maxOf(w.map((r) => r.tps), 1);
+        return { data: [
+          { type: "scatter", mode: "lines", stackgroup: "t", x: wx, y: w.map((r) => r.draftMs), line: { color: p.amber, width: 1 },
+            hovertemplate: "round %{x}: drafting %{y:.1f} ms<extra></extra>" },
+          { type: "scatter", mode: "lines", stackgroup: "t", x: wx, y: w.map((r) => r.verifyMs), line: { color: p.blue, width: 1 },
+            hovertemplate: "round %{x}: verification %{y:.1f} ms<extra></extra>" },
+          { type: "scatter", mode: "lines", x: wx, y: w.map((r) => r.tps), yaxis: "y2", line: { color: p.green, width: 2.5 },
+            hovertemplate: "%{y:.1f} tokens/s so far<extra></extra>" },
+        ], layout: layout(c, { margin: { l: 46, r: 46, t: 8, b: 36 }, xaxis: ax(roundRange(w), { title: axTitle("round") }),
+          yaxis: ax([0, nice(stackMax * 1.05)], { title: axTitle("ms") }),
+          yaxis2: ax([0, nice(tpsMax * 1.05)], { overlaying: "y", side: "right", showgrid: false, title: axTitle("tok/s") }) }) };
+      }
+      case "conf": {
+        const bs = (S.tel && S.tel.draft_buckets) || [];
+        const total = bs.reduce((a, b) => a + (b.tries || 0), 0);
+        if (!total) {
+          const modelDraft = config.strategy === "draft" || (S.started && S.started.draft_model);
+          return { note: modelDraft ? "No draft tokens yet: this chart fills as the draft model proposes tokens."
+            : "No drafter probabilities: " + (config.strategy || "this strategy") + " drafts without a probability (n-gram strategies copy " +
+              "tokens). Choose the draft strategy to see whether the draft's confidence predicts acceptance — the chart draft_p_min is tuned from." };
+        }
+        const xs = bs.map((b) => (b.lo + b.hi) / 2);
+        const pmin = config.strategy === "draft" && config.knobs ? config.knobs.draft_p_min : null;
+        const shapes = pmin != null ? [{ type: "line", x0: pmin, x1: pmin, y0: 0, y1: 1.05, yref: "y", line: { color: p.red, width: 2, dash: "dash" } }] : [];
+        return { data: [
+          { type: "bar", x: xs, y: bs.map((b) => (b.tries ? b.rate : null)), width: 0.085, marker: { color: p.green },
+            customdata: bs.map((b) => [b.lo, b.hi, b.accepted, b.tries]),
+            hovertemplate: "draft p in [%{customdata[0]}, %{customdata[1]}): %{customdata[2]}/%{customdata[3]} accepted (%{y:.0%})<extra></extra>" },
+          { type: "scatter", mode: "lines+markers", x: xs, y: bs.map((b) => b.tries), yaxis: "y2", line: { color: p.muted, width: 1.5, dash: "dot" },
+            marker: { size: 5, color: p.muted }, hovertemplate: "%{y} draft tokens<extra></extra>" },
+        ], legend: pmin != null ? [["sv-sw-acc", "acceptance in bucket"], ["sv-sw-tries", "draft tokens"], ["sv-sw-pmin", "draft_p_min = " + pmin]]
+          : [["sv-sw-acc", "acceptance in bucket"], ["sv-sw-tries", "draft tokens"]],
+        layout: layout(c, { shapes, margin: { l: 46, r: 46, t: 8, b: 36 },
+          xaxis: ax([0, 1], { dtick: 0.1, tickformat: ".1f", title: axTitle("draft model's probability of its token") }), yaxis: pct(),
+          yaxis2: ax([0, nice(maxOf(bs.map((b) => b.tries), 1) * 1.05)], { overlaying: "y", side: "right", showgrid: false, title: axTitle("tokens") }) }) };
+      }
+      case "tpr": {
+        const exp = S.hasExpected;
+        const data = [
+          { type: "bar", x: wx, y: w.map((r) => r.committed), marker: { color: p.blue, opacity: 0.45 },
+            hovertemplate: "round %{x}: %{y} committed<extra></extra>" },
+          { type: "scatter", mode: "lines", x: wx, y: w.map((r) => r.tpr), line: { color: p.blue, width: 2.5 },
+            hovertemplate: "mean %{y:.2f} tokens/round<extra></extra>" },
+        ];
+        if (exp) data.push(
+          { type: "scatter", mode: "markers", x: wx, y: w.map((r) => r.expected), marker: { symbol: "line-ew-open", size: 9, color: p.amber, line: { width: 2, color: p.amber } },
+            hovertemplate: "round %{x}: expected %{y:.2f}<extra></extra>" },
+          { type: "scatter", mode: "lines", x: wx, y: w.map((r) => r.expMean), line: { color: p.amber, width: 2, dash: "dash" },
+            hovertemplate: "mean expected %{y:.2f} tokens/round<extra></extra>" });
+        const legend = [["sv-sw-verify", "committed this round"], ["sv-sw-line", "mean tokens/round"]];
+        if (exp) legend.push(["sv-sw-tick", "expected this round"], ["sv-sw-exp", "mean expected (cost policy)"]);
+        return { data, legend, sub: exp ? "realised vs the cost policy's expectation" : "realised; the expectation shows with draft_policy = cost",
+          layout: layout(c, { xaxis: ax(roundRange(w), { title: axTitle("round") }),
+            yaxis: ax([0, nice(Math.max(2, maxOf(w.map((r) => Math.max(r.committed || 0, r.expected || 0)), 1)) * 1.05)], { title: axTitle("tokens") }) }) };
+      }
+      default:
+        return null;
+    }
   }
 
   // ---- messages ---------------------------------------------------------------------------------
@@ -736,12 +911,14 @@ function render({ model, el }) {
   });
 
   // test/benchmark hooks (no effect on the widget itself)
-  root.__specviz = { state: S, apply: onMsg, drawCharts };
+  root.__specviz = { state: S, apply: onMsg, drawCharts, drawChart: (key) => drawChart(chartList.find((c) => c.key === key)), charts: chartList.map((c) => c.key) };
 
   const cleanup = () => {
     destroyed = true;
     host.off(onMsg);
     if (chartTimer != null) clearTimeout(chartTimer);
+    if (chartRaf != null) cancelAnimationFrame(chartRaf);
+    if (ro) ro.disconnect();
     root.remove();
     el.__specvizCleanup = null;
   };

@@ -70,10 +70,11 @@ class InspectorCore:
 
     ``send(msg)`` delivers a JSON-serialisable message to every view of the host widget. Exactly one of
     ``session`` and ``events`` is given: a live session, or the recorded events of a replay.
+    ``draft_models`` lists draft GGUF paths the form offers for the ``draft`` strategy's ``draft_model``.
     """
 
     def __init__(self, send: Callable[[dict], None], session: Any = None, *, events: list[Event] | None = None,
-                 prompt: str | None = None) -> None:
+                 prompt: str | None = None, draft_models: Iterable[str] | None = None) -> None:
         if (session is None) == (events is None):
             raise ValueError("give either a session or recorded events")
         self._send = send
@@ -90,6 +91,8 @@ class InspectorCore:
         self._error: str | None = None
         self._last_state: dict | None = None
         self._prompt_text = prompt
+        #: Draft GGUF paths offered in the form's ``draft_model`` field (free text is accepted too).
+        self.draft_models: list[str] = [str(p) for p in (draft_models or [])]
         self._unsubscribe: Callable[[], None] | None = None
         if self.replay:
             self._groups = group_rounds(events or [])
@@ -166,7 +169,8 @@ class InspectorCore:
                 "can_step": started and s.finished is None, "can_reset": started or bool(self._prompt_text),
                 "can_control": True, "strategy": s.strategy if started else "", "knobs": dict(s.knobs),
                 "schema": s.schema() if started else [], "strategies": strategy_names(),
-                "pending": self._pending, "prompt": self._prompt(), "epoch": self.epoch, "error": self._error}
+                "pending": self._pending, "prompt": self._prompt(), "epoch": self.epoch, "error": self._error,
+                "draft_models": list(self.draft_models)}
 
     def _send_state(self, force: bool = False) -> None:
         st = self.state()

@@ -18,11 +18,17 @@ from ..recorder import read_events
 from .core import InspectorCore, static_text
 
 
+def _draft_paths(session: Any) -> list[str]:
+    path = (getattr(session, "knobs", None) or {}).get("draft_model") if session is not None else None
+    return [str(path)] if path else []
+
+
 class Inspector(anywidget.AnyWidget):
     """Visual inspector of a :class:`~specviz.session.Session`: token stream, KV timeline, telemetry.
 
     ``prompt`` (with ``max_tokens``, ``strategy`` and knobs) starts the session when it has not been
-    started yet. Rounds run by the buttons, by :meth:`step`/:meth:`run`/:meth:`play`, or by calling
+    started yet. ``draft_models`` lists draft GGUF paths offered in the form for the ``draft`` strategy
+    (by default the session's current draft model, if any). Rounds run by the buttons, by :meth:`step`/:meth:`run`/:meth:`play`, or by calling
     ``session.step()`` directly all appear: the inspector subscribes to the session's events and sends
     each round once.
     """
@@ -31,11 +37,13 @@ class Inspector(anywidget.AnyWidget):
     _css = static_text("inspector.css")
 
     def __init__(self, session: Any = None, *, prompt: str | None = None, max_tokens: int = 128,
-                 strategy: str = "prompt-lookup", _events: list[Event] | None = None, **knobs: Any) -> None:
+                 strategy: str = "prompt-lookup", draft_models: list[str] | None = None,
+                 _events: list[Event] | None = None, **knobs: Any) -> None:
         super().__init__()
         if session is not None and prompt is not None and not getattr(session, "started", False):
             session.start(prompt, max_tokens=max_tokens, strategy=strategy, **knobs)
-        self.core = InspectorCore(self.send, session, events=_events, prompt=prompt)
+        self.core = InspectorCore(self.send, session, events=_events, prompt=prompt,
+                                  draft_models=draft_models or _draft_paths(session))
         self.on_msg(self._on_msg)
 
     @classmethod

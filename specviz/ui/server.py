@@ -9,7 +9,8 @@ Both listen on loopback by default and block until interrupted (Ctrl-C).
 from __future__ import annotations
 
 import os
-from typing import Any
+from pathlib import Path
+from typing import Any, Iterable
 
 from .panel_app import DEFAULT_PROMPT
 
@@ -23,20 +24,46 @@ def _serve_panel(factory, *, port: int, address: str, show: bool, title: str) ->
                     websocket_origin=sorted(set(origins)), start=True, threaded=False)
 
 
+def derived_drafts_dir() -> Path:
+    """Where the examples keep drafts derived from the embedded model (``<cache>/derived``)."""
+    from ..models import cache_dir
+
+    return cache_dir() / "derived"
+
+
+def draft_candidates(model_path: str | os.PathLike, extra: Iterable[str | os.PathLike] = ()) -> list[str]:
+    """Draft GGUF paths to offer in the inspector's form: ``extra`` first, then derived drafts of ``model_path``.
+
+    A derived draft is a ``*.gguf`` in :func:`derived_drafts_dir` whose name starts with the target's
+    file stem (the naming ``examples/serve_inspector.py`` uses); nothing is loaded or checked here
+    (the session checks the vocabulary when the strategy is applied).
+    """
+    out = [str(p) for p in extra]
+    stem = Path(model_path).stem
+    d = derived_drafts_dir()
+    if d.is_dir():
+        out += [str(p) for p in sorted(d.glob(f"{stem}*.gguf")) if str(p) not in out]
+    return out
+
+
 def serve(port: int = 5006, model: str | os.PathLike | None = None, *, address: str = "127.0.0.1",
           prompt: str = DEFAULT_PROMPT, max_tokens: int = 256, strategy: str = "prompt-lookup",
-          n_ctx: int = 4096, show: bool = False, **knobs: Any) -> None:
+          n_ctx: int = 4096, show: bool = False, draft_models: Iterable[str | os.PathLike] = (),
+          **knobs: Any) -> None:
     """Serve the inspector on ``model`` (default: the embedded Gemma 3 270M) at ``http://address:port/``.
 
     Each page gets a fresh :class:`~specviz.session.Session` started on ``prompt`` with ``strategy``
-    and ``knobs``; the model weights are loaded once and shared.
+    and ``knobs``; the model weights are loaded once and shared. The form offers ``draft_models``
+    (and drafts derived from the model found by :func:`draft_candidates`) for the ``draft`` strategy.
     """
     from ..backends.llama import LlamaModel
     from ..models import resolve_model
     from ..session import Session
     from .panel_app import inspector_app
 
-    loaded = LlamaModel(resolve_model(model))
+    target = resolve_model(model)
+    loaded = LlamaModel(target)
+    drafts = draft_candidates(target, list(draft_models) + ([knobs["draft_model"]] if knobs.get("draft_model") else []))
 
     def factory():
         def make_session():
@@ -44,7 +71,7 @@ def serve(port: int = 5006, model: str | os.PathLike | None = None, *, address: 
             s.start(prompt, max_tokens=max_tokens, strategy=strategy, **knobs)
             return s
 
-        return inspector_app(make_session, prompt=prompt)
+        return inspector_app(make_session, prompt=prompt, draft_models=drafts)
 
     _serve_panel(factory, port=port, address=address, show=show, title="specviz inspector")
 

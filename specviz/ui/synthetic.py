@@ -16,12 +16,14 @@ _WORDS = [" the", " a", " speculative", " draft", " token", " is", " accepted", 
 
 
 def synthetic_rounds(n_tokens: int = 200, *, seed: int = 0, draft_max: int = 8, n_swa: int = 512,
-                     prompt: str = "def fib(n):\n    return") -> list[list[dict]]:
+                     prompt: str = "def fib(n):\n    return", draft_model: bool = False) -> list[list[dict]]:
     """Event dictionaries grouped by round until ``n_tokens`` tokens are generated.
 
     Group 0 holds ``SessionStarted``; each later group is one round (draft → verify → accept →
     reject → rollback → telemetry), every kind of target token (bonus, correction, plain) and a
-    mid-stream ``KnobsChanged`` included.
+    mid-stream ``KnobsChanged`` included. With ``draft_model`` the stream is that of the ``draft``
+    strategy under the cost policy: a draft context (its KV before/peak and rollbacks), draft
+    probabilities bucketed in the telemetry, the draft model's own timing and expected tokens per round.
     """
     rng = random.Random(seed)
     vocab = {w: 1000 + i for i, w in enumerate(_WORDS)}
@@ -32,8 +34,14 @@ def synthetic_rounds(n_tokens: int = 200, *, seed: int = 0, draft_max: int = 8, 
 
     prompt_pieces = ["<bos>"] + [c for c in prompt.replace("    ", "\t")]
     prompt_ids = [2] + [vocab.get(p, 300 + ord(p[0]) % 200) for p in prompt_pieces[1:]]
-    knobs = {"draft_max": draft_max, "draft_min": 0, "ngram_min": 1, "ngram_max": 3}
-    groups: list[list[dict]] = [[SessionStarted(0, model="/models/synthetic.gguf", strategy="prompt-lookup",
+    strategy = "draft" if draft_model else "prompt-lookup"
+    knobs = ({"draft_max": draft_max, "draft_min": 0, "draft_policy": "cost", "draft_model": "/models/draft.gguf",
+              "draft_p_min": 0.3} if draft_model else {"draft_max": draft_max, "draft_min": 0, "ngram_min": 1, "ngram_max": 3})
+    b_tries = [0] * 10
+    b_hits = [0] * 10
+    expected_sum = 0.0
+    groups: list[list[dict]] = [[SessionStarted(0, model="/models/synthetic.gguf", strategy=strategy,
+                                                draft_model="/models/draft.gguf" if draft_model else None,
                                                 knobs=knobs, prompt_tokens=tuple(prompt_ids),
                                                 prompt_pieces=tuple(prompt_pieces), max_tokens=n_tokens, n_ctx=8192,
                                                 n_batch=512, n_ubatch=512, n_swa=n_swa, n_vocab=262144).to_dict()]]
@@ -48,7 +56,7 @@ def synthetic_rounds(n_tokens: int = 200, *, seed: int = 0, draft_max: int = 8, 
         g: list[dict] = []
         if r == 6:
             new = dict(knobs, draft_max=max(1, draft_max // 2))
-            g.append(KnobsChanged(r - 1, strategy="prompt-lookup", knobs=new, previous_strategy="prompt-lookup",
+            g.append(KnobsChanged(r - 1, strategy=strategy, knobs=new, previous_strategy=strategy,
                                   previous_knobs=knobs).to_dict())
             knobs = new
         n_hist = len(prompt_ids) + n_gen
@@ -56,10 +64,13 @@ def synthetic_rounds(n_tokens: int = 200, *, seed: int = 0, draft_max: int = 8, 
         n_draft = min(n_draft, max(0, n_tokens - n_gen - 1))
         draft = [tok() for _ in range(n_draft)]
         dprobs = [round(rng.uniform(0.2, 1.0), 3) for _ in draft]
-        ds = rng.uniform(0.0002, 0.002)
+        ds = rng.uniform(0.0002, 0.002) if not draft_model else 0.004 * (n_draft + 1) + rng.uniform(0, 0.002)
+        expected = round(1 + sum(0.8 ** (i + 1) for i in range(n_draft)), 3) if draft_model else None
+        expected_sum += expected or 0.0
         g.append(DraftProposed(r, tokens=tuple(t for t, _ in draft), pieces=tuple(p for _, p in draft),
                                probs=tuple(dprobs), seconds=ds, requested=knobs["draft_max"], limit=knobs["draft_max"],
-                               reason=None if n_draft else "no-match", position=n_hist).to_dict())
+                               reason=None if n_draft else ("p-min" if draft_model else "no-match"), position=n_hist,
+                               policy="cost" if draft_model else "fixed", expected_tokens=expected).to_dict())
         n_acc = n_draft if rng.random() < 0.35 else rng.randint(0, max(0, n_draft - 1)) if n_draft else 0
         targets = list(draft[:n_acc]) + [tok() for _ in range(n_draft - n_acc + 1)]
         if n_acc < n_draft and targets[n_acc][0] == draft[n_acc][0]:
@@ -70,7 +81,8 @@ def synthetic_rounds(n_tokens: int = 200, *, seed: int = 0, draft_max: int = 8, 
         kv_peak = kv_before + n_draft + 1
         g.append(Verified(r, tokens=tuple(t for t, _ in targets), pieces=tuple(p for _, p in targets),
                           probs=tuple(tprobs), seconds=vs, batch_size=n_draft + 1, kv_before=kv_before,
-                          kv_peak=kv_peak).to_dict())
+                          kv_peak=kv_peak, draft_kv_before=kv_before if draft_model else None,
+                          draft_kv_peak=kv_before + max(1, n_draft) if draft_model else None).to_dict())
         committed = [t for t in draft[:n_acc]] + [targets[n_acc]]
         kind = "plain" if n_draft == 0 else ("bonus" if n_acc == n_draft else "correction")
         g.append(Accepted(r, tokens=tuple(t for t, _ in committed), pieces=tuple(p for _, p in committed),
@@ -91,6 +103,12 @@ def synthetic_rounds(n_tokens: int = 200, *, seed: int = 0, draft_max: int = 8, 
         keep = n_hist + len(committed) - 1
         if kv_peak > keep:
             g.append(KVRollback(r, context="target", from_pos=kv_peak, to_pos=keep).to_dict())
+        if draft_model and kv_before + max(1, n_draft) > keep:
+            g.append(KVRollback(r, context="draft", from_pos=kv_before + max(1, n_draft), to_pos=keep).to_dict())
+        for i, pr in enumerate(dprobs):
+            b = min(int(pr * 10), 9)
+            b_tries[b] += 1
+            b_hits[b] += 1 if i < n_acc else 0
         n_gen += len(committed)
         rounds_with += 1 if n_draft else 0
         drafted += n_draft
@@ -110,7 +128,15 @@ def synthetic_rounds(n_tokens: int = 200, *, seed: int = 0, draft_max: int = 8, 
             "mean_accepted_length": 1 + accepted / rounds_with if rounds_with else 1.0,
             "per_position_acceptance": [h / t if t else 0.0 for h, t in zip(pos_hits, pos_tries)],
             "draft_seconds": dsec, "verify_seconds": vsec, "seconds": secs,
-            "tokens_per_second": n_gen / secs, "n_generated": n_gen, "kv": keep}).to_dict())
+            "tokens_per_second": n_gen / secs, "n_generated": n_gen, "kv": keep, "tokens_per_round": n_gen / r,
+            "expected_tokens_per_round": expected_sum / r if draft_model else None,
+            "draft_buckets": [{"lo": round(i / 10, 1), "hi": round((i + 1) / 10, 1), "tries": t, "accepted": hh,
+                               "rate": hh / t if t else None}
+                              for i, (t, hh) in enumerate(zip(b_tries, b_hits))] if draft_model else
+                             [{"lo": round(i / 10, 1), "hi": round((i + 1) / 10, 1), "tries": 0, "accepted": 0, "rate": None}
+                              for i in range(10)],
+            **({"draft_model_seconds": dsec, "draft_model_tokens_per_second": (drafted + r) / dsec} if draft_model else {}),
+            }).to_dict())
         if n_gen >= n_tokens:
             g.append(Finished(r, reason="max_tokens", n_generated=n_gen).to_dict())
         groups.append(g)
