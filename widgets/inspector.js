@@ -828,7 +828,7 @@ function render({ model, el }) {
             hovertemplate: "%{y:.1f} tokens/s so far<extra></extra>" },
         ], layout: layout(c, { margin: { l: 46, r: 46, t: 8, b: 36 }, xaxis: ax(roundRange(w), { title: axTitle("round") }),
           yaxis: ax([0, nice(stackMax * 1.05)], { title: axTitle("ms") }),
-          yaxis2: ax([0, nice(tpsMax * 1.05)], { overlaying: "y", side: "right", showgrid: false, title: axTitle("tok/s") }) }) };
+          yaxis2: ax([0, nice(tpsMax * 1.05)], { tickmode: "auto", nticks: 5, overlaying: "y", side: "right", showgrid: false, title: axTitle("tok/s") }) }) };
       }
       case "conf": {
         const bs = (S.tel && S.tel.draft_buckets) || [];
@@ -852,7 +852,7 @@ function render({ model, el }) {
           : [["sv-sw-acc", "acceptance in bucket"], ["sv-sw-tries", "draft tokens"]],
         layout: layout(c, { shapes, margin: { l: 46, r: 46, t: 8, b: 36 },
           xaxis: ax([0, 1], { dtick: 0.1, tickformat: ".1f", title: axTitle("draft model's probability of its token") }), yaxis: pct(),
-          yaxis2: ax([0, nice(maxOf(bs.map((b) => b.tries), 1) * 1.05)], { overlaying: "y", side: "right", showgrid: false, title: axTitle("tokens") }) }) };
+          yaxis2: ax([0, nice(maxOf(bs.map((b) => b.tries), 1) * 1.05)], { tickmode: "auto", nticks: 5, overlaying: "y", side: "right", showgrid: false, title: axTitle("tokens") }) }) };
       }
       case "tpr": {
         const exp = S.hasExpected;
