@@ -72,3 +72,23 @@ def test_quickstart_renders_the_inspector_in_jupyterlab(tiny_model_path, tmp_pat
             assert external == [], f"requests left the machine: {external}"
     finally:
         stop(proc)
+
+
+@pytest.mark.embedded
+def test_quickstart_on_the_embedded_model_writes_the_screenshot(tmp_path):
+    """The quick start run in JupyterLab on Gemma 3 270M: the inspector renders, plays to the end, offline."""
+    need_browser()
+    pytest.importorskip("jupyterlab")
+    import sys
+    import time
+
+    sys.path.insert(0, str(ROOT / "examples"))
+    from make_screenshots import jupyterlab_screenshot
+
+    out = SCREENSHOTS / "jupyterlab_inspector.png"
+    t0 = time.time()
+    shown = jupyterlab_screenshot(out, workdir=tmp_path)
+    assert out.stat().st_mtime >= t0 - 1 and out.stat().st_size > 50_000
+    assert shown["inspectors"] == 2 and shown["tokens"] > 0
+    assert shown["external"] == [], f"requests left the machine: {shown['external']}"
+    assert not [c for c in shown["console"] if c.startswith("pageerror")]

@@ -154,3 +154,25 @@ def test_panel_replay_shows_every_token_kind(browser, tmp_path_factory):
         assert external == []
     finally:
         stop(proc)
+
+
+@pytest.mark.embedded
+def test_panel_on_the_embedded_model_writes_the_screenshot(browser):
+    """A real Gemma session (prompt lookup, then a derived draft model) captured mid-generation."""
+    import sys
+    import time
+
+    from browser_util import ROOT
+
+    sys.path.insert(0, str(ROOT / "examples"))
+    from make_screenshots import panel_screenshot
+
+    out = SCREENSHOTS / "panel_inspector.png"
+    t0 = time.time()
+    shown = panel_screenshot(out)
+    assert out.stat().st_mtime >= t0 - 1 and out.stat().st_size > 50_000
+    assert shown["rounds"] >= 18
+    for cls in ("sv-prompt", "sv-acc", "sv-corr", "sv-rej"):
+        assert shown["kinds"][cls] > 0, cls
+    assert "draft ctx: committed" in shown["draft_kv"]  # the derived draft's context is drawn
+    assert shown["external"] == [] and shown["errors"] == []
