@@ -77,10 +77,12 @@ def _attr(page, name: str, value: str, timeout: float = 120000) -> None:
     expect(page.locator(".specviz-inspector").first).to_have_attribute(name, value, timeout=timeout)
 
 
-def panel_screenshot(out: Path, model: str | None = None, *, draft: bool = True, log: Path | None = None) -> dict:
+def panel_screenshot(out: Path, model: str | None = None, *, draft: bool = True, log: Path | None = None,
+                     browser=None) -> dict:
     """Serve the Panel inspector on ``model``, step a real session and write the screenshot to ``out``.
 
-    Returns what was shown: ``{"rounds", "kinds": {token class: count}, "external": [...], "errors": [...]}``.
+    ``browser`` is a Playwright browser to use (one is launched otherwise). Returns what was shown:
+    ``{"rounds", "kinds": {token class: count}, "external": [...], "errors": [...], "draft_kv": legend}``.
     """
     from playwright.sync_api import expect, sync_playwright
 
@@ -102,57 +104,69 @@ def panel_screenshot(out: Path, model: str | None = None, *, draft: bool = True,
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=logf, stderr=subprocess.STDOUT, cwd=str(ROOT))
     try:
         _wait_http(f"http://127.0.0.1:{port}/", proc)
+        if browser is not None:
+            return _panel_page(browser, port, drafts, out)
         with sync_playwright() as p:
             b = launch(p)
-            page = b.new_page(viewport={"width": 1440, "height": 1000}, device_scale_factor=1)
-            external = _offline(page)
-            errors: list[str] = []
-            page.on("pageerror", lambda e: errors.append(str(e)))
-            page.goto(f"http://127.0.0.1:{port}/")
-            page.wait_for_selector(".specviz-inspector .sv-tok.sv-prompt", timeout=120000)
-            expect(page.locator(".sv-step")).to_be_enabled(timeout=60000)
-            page.locator(".sv-runn").fill("10")
-            page.locator(".sv-run").click()
-            _attr(page, "data-rounds", "10")
-            rounds = 10
-            if drafts:
-                page.locator(".sv-strategy").select_option("draft")
-                page.wait_for_selector('.sv-field[data-knob="draft_model"] input')
-                page.locator('.sv-field[data-knob="draft_model"] input').fill(drafts[0])
-                page.locator('.sv-field[data-knob="draft_p_min"] input').fill("0.3")
-                page.locator('.sv-field[data-knob="draft_max"] input').fill("8")
-                page.locator(".sv-apply").click()
-                expect(page.locator(".sv-form-note")).to_contain_text("queued", timeout=30000)
-                page.locator(".sv-runn").fill("6")
-                page.locator(".sv-run").click()
-                rounds = 16
-                _attr(page, "data-rounds", str(rounds))
-            # mid-generation: Play, let a few rounds land, capture while it runs, then Pause
-            page.locator(".sv-play").click()
-            expect(page.locator(".sv-status")).to_contain_text("running", timeout=30000)
-            deadline = time.monotonic() + 30
-            while int(page.locator(".specviz-inspector").get_attribute("data-rounds") or 0) < rounds + 2 \
-                    and time.monotonic() < deadline:
-                page.wait_for_timeout(200)
-            page.wait_for_timeout(700)  # let the chart scheduler catch up
-            # show a rejected token's alternatives in the detail panel
-            rej = page.locator(".sv-stream .sv-rej")
-            if rej.count():
-                rej.last.click()
-            out.parent.mkdir(parents=True, exist_ok=True)
-            page.screenshot(path=str(out), full_page=True)
-            page.locator(".sv-play").click()
-            expect(page.locator(".sv-play")).to_contain_text("Play", timeout=60000)
-            kinds = {c: page.locator(f".sv-stream .sv-tok.{c}").count()
-                     for c in ("sv-prompt", "sv-acc", "sv-bonus", "sv-corr", "sv-plain", "sv-rej")}
-            shown = {"rounds": int(page.locator(".specviz-inspector").get_attribute("data-rounds") or 0),
-                     "kinds": kinds, "external": external, "errors": errors,
-                     "draft_kv": page.locator('.sv-chart-card[data-chart="kv"] .sv-chart-legend').inner_text()}
-            b.close()
-            return shown
+            try:
+                return _panel_page(b, port, drafts, out)
+            finally:
+                b.close()
     finally:
         _stop(proc)
         logf.close()
+
+
+def _panel_page(b, port: int, drafts: list[str], out: Path) -> dict:
+    """Drive one page of the served app and take the screenshot (see :func:`panel_screenshot`)."""
+    from playwright.sync_api import expect
+
+    page = b.new_page(viewport={"width": 1440, "height": 1000}, device_scale_factor=1)
+    external = _offline(page)
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(f"http://127.0.0.1:{port}/")
+    page.wait_for_selector(".specviz-inspector .sv-tok.sv-prompt", timeout=120000)
+    expect(page.locator(".sv-step")).to_be_enabled(timeout=60000)
+    page.locator(".sv-runn").fill("10")
+    page.locator(".sv-run").click()
+    _attr(page, "data-rounds", "10")
+    rounds = 10
+    if drafts:
+        page.locator(".sv-strategy").select_option("draft")
+        page.wait_for_selector('.sv-field[data-knob="draft_model"] input')
+        page.locator('.sv-field[data-knob="draft_model"] input').fill(drafts[0])
+        page.locator('.sv-field[data-knob="draft_p_min"] input').fill("0.3")
+        page.locator('.sv-field[data-knob="draft_max"] input').fill("8")
+        page.locator(".sv-apply").click()
+        expect(page.locator(".sv-form-note")).to_contain_text("queued", timeout=30000)
+        page.locator(".sv-runn").fill("6")
+        page.locator(".sv-run").click()
+        rounds = 16
+        _attr(page, "data-rounds", str(rounds))
+    # mid-generation: Play, let a few rounds land, capture while it runs, then Pause
+    page.locator(".sv-play").click()
+    expect(page.locator(".sv-status")).to_contain_text("running", timeout=30000)
+    deadline = time.monotonic() + 30
+    while int(page.locator(".specviz-inspector").get_attribute("data-rounds") or 0) < rounds + 2 \
+            and time.monotonic() < deadline:
+        page.wait_for_timeout(200)
+    page.wait_for_timeout(700)  # let the chart scheduler catch up
+    # show a rejected token's alternatives in the detail panel
+    rej = page.locator(".sv-stream .sv-rej")
+    if rej.count():
+        rej.last.click()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(out), full_page=True)
+    page.locator(".sv-play").click()
+    expect(page.locator(".sv-play")).to_contain_text("Play", timeout=60000)
+    kinds = {c: page.locator(f".sv-stream .sv-tok.{c}").count()
+             for c in ("sv-prompt", "sv-acc", "sv-bonus", "sv-corr", "sv-plain", "sv-rej")}
+    shown = {"rounds": int(page.locator(".specviz-inspector").get_attribute("data-rounds") or 0),
+             "kinds": kinds, "external": external, "errors": errors,
+             "draft_kv": page.locator('.sv-chart-card[data-chart="kv"] .sv-chart-legend').inner_text()}
+    page.close()
+    return shown
 
 
 def _n_layer(path: Path) -> int:

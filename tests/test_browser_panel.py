@@ -169,7 +169,7 @@ def test_panel_on_the_embedded_model_writes_the_screenshot(browser):
 
     out = SCREENSHOTS / "panel_inspector.png"
     t0 = time.time()
-    shown = panel_screenshot(out)
+    shown = panel_screenshot(out, browser=browser)
     assert out.stat().st_mtime >= t0 - 1 and out.stat().st_size > 50_000
     assert shown["rounds"] >= 18
     for cls in ("sv-prompt", "sv-acc", "sv-corr", "sv-rej"):
