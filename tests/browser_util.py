@@ -45,7 +45,7 @@ def wait_http(url: str, proc: subprocess.Popen, timeout: float = 90) -> None:
         if proc.poll() is not None:
             raise RuntimeError(f"server exited with {proc.returncode}")
         try:
-            urllib.request.urlopen(url, timeout=2).read(1)
+            urllib.request.urlopen(url, timeout=30).read(1)  # a Panel page starts a session: slow under load
             return
         except Exception:
             time.sleep(0.25)
