@@ -27,8 +27,9 @@ $(STAMP): pyproject.toml Makefile
 	$(PY) -c "import specviz.models as m; print('embedded model:', m.default_model_path())"
 	touch $(STAMP)
 
+# the inspector on the embedded model, with a good and a bad derived draft ready for the draft strategy
 demo: install
-	$(VENV)/bin/specviz serve
+	$(PY) examples/serve_inspector.py
 
 test: install
 	$(PY) -m pytest -ra

@@ -426,10 +426,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if strategy not in strategy_names() or strategy == "draft":
         raise UsageError(f"option --strategy: {strategy!r} is not allowed; choose one of: "
                          f"{', '.join(n for n in strategy_names() if n != 'draft')}")
+    for d in args.draft_model or []:
+        if not Path(d).is_file():
+            raise UsageError(f"option --draft-model: {d!r} does not exist; pass the path of a .gguf file")
     from .ui.server import serve
 
     kwargs = {"prompt": args.prompt} if args.prompt else {}
-    serve(port, args.model, address=args.address, max_tokens=max_tokens, strategy=strategy, **kwargs)
+    serve(port, args.model, address=args.address, max_tokens=max_tokens, strategy=strategy,
+          draft_models=args.draft_model or (), **kwargs)
     return 0
 
 
@@ -479,6 +483,8 @@ def build_parser() -> argparse.ArgumentParser:
     sv.add_argument("--prompt", default=None, help="the prompt each new page starts with")
     sv.add_argument("--max-tokens", default="256")
     sv.add_argument("--strategy", default="prompt-lookup")
+    sv.add_argument("--draft-model", action="append", metavar="PATH",
+                    help="a draft GGUF to offer for the draft strategy (repeatable)")
     sv.set_defaults(func=cmd_serve)
     rp = sub.add_parser("replay", help="show a recorded .jsonl session, without a model")
     rp.add_argument("file", metavar="FILE")
