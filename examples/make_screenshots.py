@@ -18,35 +18,22 @@ import argparse
 import os
 import secrets
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 LOCAL = ("http://127.0.0.1", "ws://127.0.0.1", "http://localhost", "ws://localhost", "data:", "blob:")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from specviz.ui.harness import free_port as _free_port  # noqa: E402
+from specviz.ui.harness import wait_http
 
 
 def _wait_http(url: str, proc: subprocess.Popen, timeout: float = 120) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"server exited with {proc.returncode}")
-        try:
-            urllib.request.urlopen(url, timeout=60).read(1)  # a page starts a session: slow under load
-            return
-        except Exception:
-            time.sleep(0.25)
-    raise TimeoutError(f"{url} did not answer in {timeout}s")
+    wait_http(url, proc, timeout)
 
 
 def _stop(proc: subprocess.Popen) -> None:

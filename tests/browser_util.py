@@ -3,11 +3,8 @@
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -33,23 +30,7 @@ def need_browser():
         pytest.skip(problem)
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_http(url: str, proc: subprocess.Popen, timeout: float = 90) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"server exited with {proc.returncode}")
-        try:
-            urllib.request.urlopen(url, timeout=30).read(1)  # a Panel page starts a session: slow under load
-            return
-        except Exception:
-            time.sleep(0.25)
-    raise TimeoutError(f"{url} did not answer in {timeout}s")
+from specviz.ui.harness import free_port, wait_http  # noqa: E402,F401  (shared with the examples)
 
 
 def start(args: list[str], log: Path, env: dict | None = None) -> subprocess.Popen:

@@ -11,6 +11,10 @@ from __future__ import annotations
 import importlib.resources
 import os
 import shutil
+import socket
+import subprocess
+import time
+import urllib.request
 
 ORIGIN = "http://specviz.local"
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-background-networking", "--disable-component-update",
@@ -35,6 +39,27 @@ window.__deliver = (msg) => { for (const h of handlers.slice()) h(msg, []); };
 window.__cleanup = inspector.render({ model, el: document.getElementById("host") });
 window.__ready = true;
 </script></body></html>"""
+
+
+def free_port() -> int:
+    """A free TCP port on the loopback interface."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def wait_http(url: str, proc: subprocess.Popen, timeout: float = 90) -> None:
+    """Wait until ``url`` answers (a Panel page starts a session, so allow slow first pages)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"server exited with {proc.returncode}")
+        try:
+            urllib.request.urlopen(url, timeout=60).read(1)
+            return
+        except Exception:
+            time.sleep(0.25)
+    raise TimeoutError(f"{url} did not answer in {timeout}s")
 
 
 def chromium_path() -> str | None:
