@@ -35,6 +35,9 @@ class FixedPolicy:
     def observe(self, n_drafted: int, n_accepted: int, draft_seconds: float) -> None:
         """Learn from a verified round."""
 
+    def observe_verify(self, batch_size: int, seconds: float) -> None:
+        """Learn from the time of a real verify batch."""
+
     def state(self) -> dict:
         """JSON-serialisable state for snapshots."""
         return {}
@@ -89,6 +92,15 @@ class VerifyCostModel:
     def to_dict(self) -> dict:
         """Plain form (for telemetry and snapshots)."""
         return {"sizes": self.sizes.astype(int).tolist(), "seconds": self.seconds.tolist()}
+
+    def update(self, b: int, seconds: float, weight: float = 0.2) -> None:
+        """Blend a real verify time for a batch of ``b`` tokens into the model (moving average)."""
+        i = int(np.searchsorted(self.sizes, b))
+        if i < len(self.sizes) and self.sizes[i] == b:
+            self.seconds[i] += weight * (seconds - self.seconds[i])
+        else:
+            self.sizes = np.insert(self.sizes, i, float(b))
+            self.seconds = np.insert(self.seconds, i, seconds)
 
     @classmethod
     def measure(cls, evaluate: Callable[[int], None], max_batch: int, repeats: int = 2) -> "VerifyCostModel":
@@ -168,6 +180,11 @@ class CostPolicy(FixedPolicy):
                 self.rounds_since_draft = 0
                 best_k = max(draft_min, 1)
         return best_k, self.expected_tokens(best_k)
+
+    def observe_verify(self, batch_size: int, seconds: float) -> None:
+        """Refine the measured cost curve with a real verify of ``batch_size`` tokens."""
+        if self.cost is not None:
+            self.cost.update(batch_size, seconds)
 
     def observe(self, n_drafted: int, n_accepted: int, draft_seconds: float) -> None:
         if n_drafted == 0:

@@ -403,6 +403,7 @@ class Session:
                 n_acc = sampled.n_accepted
                 targets = list(sampled.tokens)
             verify_seconds = time.perf_counter() - t1
+            self.policy.observe_verify(len(batch), verify_seconds)
             kv_peak = n_past + len(batch)
 
             if sampled is None:

@@ -57,6 +57,15 @@ def test_cost_model_interpolates_and_extrapolates():
     assert c(6) == pytest.approx(6.0)
 
 
+def test_cost_model_learns_from_real_verify_times():
+    c = VerifyCostModel([1, 2, 4], [1.0, 2.0, 4.0])
+    for _ in range(50):
+        c.update(2, 3.0)
+    assert c(2) == pytest.approx(3.0, rel=1e-3)
+    c.update(3, 10.0)  # a size never measured is inserted
+    assert c(3) == pytest.approx(10.0) and list(c.sizes) == [1, 2, 3, 4]
+
+
 @pytest.mark.parametrize("policy", ["adaptive", "cost"])
 @pytest.mark.parametrize("strategy", [s for s in DRAFTLESS if s != "none"])
 def test_equivalence_under_every_policy(tiny_session, tiny_model, strategy, policy):
