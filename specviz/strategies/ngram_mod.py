@@ -9,7 +9,8 @@ it (collisions are not detected, as upstream). The hash is the 64-bit LCG polyno
 Drafting starts from the last ``n_match`` tokens of the history, reads the token stored for their slot,
 appends it, slides the window by one and repeats, up to ``n_max`` tokens. An empty slot ends the chain;
 if that happens before ``n_min`` tokens were found there is no draft at all, so drafts are of variable
-length in ``[n_min, n_max]`` or empty.
+length in ``[n_min, n_max]`` or empty (when a round allows fewer than ``n_min`` tokens, a chain that
+fills the allowance is enough).
 
 As upstream:
 
@@ -179,10 +180,12 @@ class NgramModDrafter(RestorableState, Drafter):
         h = ngram_hash(window)
         top = pow(LCG_MULT, n - 1, 1 << 64)  # weight of the window's oldest token
         out: list[int] = []
+        # a round allowed fewer tokens than n_min (draft_max, budget, context) still drafts a full-length chain
+        n_min = min(self.config["n_min"], n_max)
         for i in range(self.config["n_max"]):
             tok = int(self._pool[h % size])
             if tok == EMPTY:
-                if i < self.config["n_min"]:
+                if i < n_min:
                     return Draft(reason="n-min")
                 break
             out.append(tok)
