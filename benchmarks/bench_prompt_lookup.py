@@ -69,6 +69,9 @@ def main(argv=None) -> int:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--max-tokens", type=int, default=128)
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--llama-defaults", action="store_true",
+                    help="construct llama-cpp-python's Llama with its own defaults (threads: half the cores for "
+                         "one-token decodes; flash attention off) instead of specviz's settings")
     args = ap.parse_args(argv)
 
     from llama_cpp import Llama
@@ -77,9 +80,10 @@ def main(argv=None) -> int:
     path = str(default_model_path())
     threads = os.cpu_count() or 1
     # same settings on both sides: threads for one-token and batch decodes, flash attention, batch sizes
-    llm = Llama(model_path=path, n_ctx=2048, n_batch=512, n_ubatch=512, n_threads=threads,
-                n_threads_batch=threads, flash_attn=True, verbose=False, logits_all=True,
-                draft_model=LlamaPromptLookupDecoding(max_ngram_size=MAX_NGRAM, num_pred_tokens=NUM_PRED))
+    same = {} if args.llama_defaults else {"n_ubatch": 512, "n_threads": threads, "n_threads_batch": threads,
+                                          "flash_attn": True}
+    llm = Llama(model_path=path, n_ctx=2048, n_batch=512, verbose=False, logits_all=True,
+                draft_model=LlamaPromptLookupDecoding(max_ngram_size=MAX_NGRAM, num_pred_tokens=NUM_PRED), **same)
     session = Session(path, n_ctx=2048, n_batch=512, n_ubatch=512, n_threads=threads)
     prompts = [(k, p) for k in ("code-rewrite", "quote") for p in WORKLOADS[k]]
     rows = []
@@ -105,6 +109,7 @@ def main(argv=None) -> int:
                      "agreement": statistics.median(agree)})
     summary = {
         "model": path,
+        "llama_cpp_python_settings": "its defaults" if args.llama_defaults else "specviz's (threads, flash attention)",
         "max_tokens": args.max_tokens,
         "repeats": args.repeats,
         "median_llama_cpp_python_tps": statistics.median(r["llama_cpp_python_tps"] for r in rows),
@@ -123,7 +128,8 @@ def main(argv=None) -> int:
         print(f"{r['kind']:<13} {r['prompt'][:40]!r:<42} {r['llama_cpp_python_tps']:>13.1f} t/s "
               f"{r['specviz_tps']:>6.1f} t/s {r['ratio']:>5.2f}x {r['python_share']:>7.1%} "
               f"{r['agreement']:>8.0%}")
-    print(f"\nmedian over prompts (each a median of {args.repeats} runs): llama-cpp-python "
+    print(f"\nllama-cpp-python settings: {summary['llama_cpp_python_settings']}")
+    print(f"median over prompts (each a median of {args.repeats} runs): llama-cpp-python "
           f"{summary['median_llama_cpp_python_tps']:.1f} t/s, specviz {summary['median_specviz_tps']:.1f} t/s, "
           f"ratio {summary['median_ratio']:.2f}x; specviz Python share of a round: median "
           f"{summary['median_python_share']:.1%}, max {summary['max_python_share']:.1%}")
