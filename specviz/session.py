@@ -310,9 +310,6 @@ class Session:
         if self.strategy == "none":
             return 0, None, None
         requested = int(self.knobs.get("draft_max", 0))
-        if self.knobs.get("draft_policy") == "cost" and self.cost_model is None:
-            self._measure_cost()
-            self.policy.cost = self.cost_model
         n, expected = self.policy.length(int(self.knobs.get("draft_min", 0)), requested)
         limit, cap = n, ("policy" if n < requested else None)
         remaining = self.max_tokens - len(self.tokens)
@@ -359,6 +356,9 @@ class Session:
                 return self._finish("cancelled", out)
             if len(self.history) >= self.ctx.capacity.n_ctx:
                 return self._finish("context", out)
+            if self.strategy != "none" and self.knobs.get("draft_policy") == "cost" and self.cost_model is None:
+                self._measure_cost()  # once per session, outside the round's timing
+                self.policy.cost = self.cost_model
             self.round_index += 1
             r = self.round_index
             t_round = time.perf_counter()
