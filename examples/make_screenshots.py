@@ -71,7 +71,7 @@ def panel_screenshot(out: Path, model: str | None = None, *, draft: bool = True,
     ``browser`` is a Playwright browser to use (one is launched otherwise). Returns what was shown:
     ``{"rounds", "kinds": {token class: count}, "external": [...], "errors": [...], "draft_kv": legend}``.
     """
-    from playwright.sync_api import expect, sync_playwright
+    from playwright.sync_api import sync_playwright
 
     from specviz.models import resolve_model
     from specviz.ui.harness import launch

@@ -25,7 +25,7 @@ DEMO_DRAFTS = {"0-16": "keep-0-16", "0-5,12-17": "keep-0-5_12-17"}
 
 def derive_demo_drafts(target: Path, specs: dict[str, str] | None = None) -> list[Path]:
     """Derive the demo drafts of ``target`` into the derived-drafts cache (skipping those present)."""
-    from specviz.derive import derive_draft, parse_layers
+    from specviz.derive import derive_draft
     from specviz.ui.server import derived_drafts_dir
 
     out_dir = derived_drafts_dir()

@@ -289,7 +289,7 @@ def test_chi2_helper_detects_a_wrong_distribution():
 
 @pytest.mark.parametrize("use_q", [True, False])
 def test_sampled_speculation_matches_target_distribution(use_q):
-    n, k = 6, 2
+    n = 6
     params = SamplingParams(1.0)
     # the target row at position 1 depends on the draft token at position 0 (as a real model does);
     # draft tokens are sampled from q, so draft position 1 only exists along with d_0
