@@ -36,13 +36,7 @@ def _wait_http(url: str, proc: subprocess.Popen, timeout: float = 120) -> None:
     wait_http(url, proc, timeout)
 
 
-def _stop(proc: subprocess.Popen) -> None:
-    proc.terminate()
-    try:
-        proc.wait(15)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait(5)
+from specviz.ui.harness import stop_process as _stop  # noqa: E402
 
 
 def _offline(page) -> list[str]:

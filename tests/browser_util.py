@@ -40,13 +40,7 @@ def start(args: list[str], log: Path, env: dict | None = None) -> subprocess.Pop
                             cwd=str(ROOT))
 
 
-def stop(proc: subprocess.Popen) -> None:
-    proc.terminate()
-    try:
-        proc.wait(15)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait(5)
+from specviz.ui.harness import stop_process as stop  # noqa: E402,F401
 
 
 def offline(page, allowed=("http://127.0.0.1", "ws://127.0.0.1", "http://localhost", "ws://localhost")):
@@ -62,3 +56,16 @@ def offline(page, allowed=("http://127.0.0.1", "ws://127.0.0.1", "http://localho
 
     page.route("**/*", route)
     return external
+
+
+def browser_fixture():
+    """Generator behind the ``browser`` fixtures: one headless chromium per test module."""
+    need_browser()
+    from playwright.sync_api import sync_playwright
+
+    from specviz.ui.harness import launch
+
+    with sync_playwright() as p:
+        b = launch(p)
+        yield b
+        b.close()

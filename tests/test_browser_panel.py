@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from browser_util import SCREENSHOTS, free_port, need_browser, offline, start, stop, wait_http
+from browser_util import SCREENSHOTS, browser_fixture, free_port, offline, start, stop, wait_http
 
 pytestmark = pytest.mark.browser
 
@@ -15,15 +15,8 @@ PROMPT = "the cat sat on the mat and the cat sat"
 
 @pytest.fixture(scope="module")
 def browser():
-    need_browser()
-    from playwright.sync_api import sync_playwright
-
-    from specviz.ui.harness import launch
-
-    with sync_playwright() as p:
-        b = launch(p)
-        yield b
-        b.close()
+    """One headless chromium for this module (skips with a reason without one; fails in CI)."""
+    yield from browser_fixture()
 
 
 @pytest.fixture(scope="module")

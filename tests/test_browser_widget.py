@@ -4,22 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from browser_util import need_browser
+from browser_util import browser_fixture
 
 pytestmark = pytest.mark.browser
 
 
 @pytest.fixture(scope="module")
 def browser():
-    need_browser()
-    from playwright.sync_api import sync_playwright
-
-    from specviz.ui.harness import launch
-
-    with sync_playwright() as p:
-        b = launch(p)
-        yield b
-        b.close()
+    """One headless chromium for this module (skips with a reason without one; fails in CI)."""
+    yield from browser_fixture()
 
 
 def deliver(page, msg):

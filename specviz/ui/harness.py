@@ -62,6 +62,16 @@ def wait_http(url: str, proc: subprocess.Popen, timeout: float = 90) -> None:
     raise TimeoutError(f"{url} did not answer in {timeout}s")
 
 
+def stop_process(proc: subprocess.Popen) -> None:
+    """Terminate a server process, killing it if it does not exit within 15 s."""
+    proc.terminate()
+    try:
+        proc.wait(15)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(5)
+
+
 def chromium_path() -> str | None:
     """Debian's chromium, or ``$SPECVIZ_CHROMIUM``; ``None`` when absent."""
     env = os.environ.get("SPECVIZ_CHROMIUM")
