@@ -507,7 +507,7 @@ class Session:
                 "model": str(self.model.path),
                 "model_size": self.model.path.stat().st_size,
                 "n_vocab": self.model.n_vocab,
-                "ctx": {k: v for k, v in self._ctx_args.items()},
+                "ctx": dict(self._ctx_args),
                 "history": self.history,
                 "n_prompt": self.n_prompt,
                 "max_tokens": self.max_tokens,

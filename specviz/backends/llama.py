@@ -275,6 +275,12 @@ class LlamaContext:
         for i in range(0, len(tokens), nb):
             self.eval(tokens[i:i + nb], start + i, rows="none")
 
+    def last_row(self) -> np.ndarray:
+        """Logits of the last row whose logits the previous :meth:`eval` kept."""
+        if not self._out_rows:
+            raise ContextError("the last batch kept no logits")
+        return self.row(self._out_rows[-1])
+
     def row(self, i: int) -> np.ndarray:
         """Logits of batch row ``i`` as a zero-copy float32 view (valid until the next eval)."""
         ptr = _lib().llama_get_logits_ith(self._ctx, i)

@@ -105,7 +105,7 @@ class DraftModelDrafter(Drafter):
         p_min = self.config["draft_p_min"]
         t0 = time.perf_counter()
         self._feed(history[len(self._cached):], rows="last")
-        row = self.ctx.row(self.ctx._out_rows[-1])
+        row = self.ctx.last_row()
         toks: list[int] = []
         probs: list[float] = []
         dists = []
