@@ -178,5 +178,10 @@ SESSION_KNOBS: tuple[Knob, ...] = (
          "(+2 after a fully accepted draft, -1 otherwise) or cost (maximise expected tokens/s from the "
          "measured verify cost)", choices=("fixed", "adaptive", "cost")),
     Knob("align", bool, True, "verify-tile alignment: shorten a proposal so the draft plus the last token fit "
-         "in one micro-batch (n_ubatch), so one verify is one forward"),
+         "in one micro-batch (n_ubatch), so one verify is one forward, and round that batch down to a "
+         "multiple of verify_tile rows"),
+    Knob("verify_tile", int, 4, "rows of the target's batch kernel (with align): a verify batch longer than "
+         "this is rounded down to a multiple of it. llama.cpp's CPU kernels for quantised weights process "
+         "a batch four rows at a time and the rows left over each read every weight again, so a batch of 17 "
+         "costs more than one of 16; 1 turns the rounding off", lo=1, hi=64),
 )

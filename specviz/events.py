@@ -84,7 +84,7 @@ class DraftProposed(Event):
     ``probs`` holds the drafter's probability for each token where it has one (``None`` otherwise).
     ``requested`` is the configured draft length, ``limit`` the length allowed this round after the
     caps, and ``cap`` names the cap that lowered the limit below the request (``budget``, ``context``,
-    ``batch``, ``ubatch``, ``policy``) or ``None``; ``reason`` says why the draft is shorter than the
+    ``batch``, ``ubatch``, ``tile``, ``policy``) or ``None``; ``reason`` says why the draft is shorter than the
     limit when the drafter itself stopped (``no-match``, ``p-min``, ``check-rate``, ``min-hits`` …).
     """
 

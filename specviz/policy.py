@@ -10,7 +10,10 @@
 
 After the policy, the session applies its hard caps (remaining budget, free context, n_batch) and —
 when ``align`` is on — verify-tile alignment: the draft plus the pending token must fit in one
-micro-batch (n_ubatch), so that one verify is one forward of the target.
+micro-batch (n_ubatch), so that one verify is one forward of the target, and a batch longer than
+``verify_tile`` rows is rounded down to a multiple of it (:func:`tile_aligned`). On a CPU, llama.cpp's
+kernels for repacked quantised weights multiply four batch rows at a time; the rows left over take a
+one-row path that reads every weight again, so a verify of 17 rows costs more than one of 16.
 """
 
 from __future__ import annotations
@@ -23,13 +26,28 @@ import numpy as np
 POLICIES = ("fixed", "adaptive", "cost")
 
 
+def tile_aligned(k: int, tile: int) -> int:
+    """The longest draft ``<= k`` whose verify batch (the draft plus the pending token) suits the tile.
+
+    Batches of up to ``tile`` rows are left alone; longer ones are rounded down to a multiple of
+    ``tile``. ``tile_aligned(16, 4) == 15`` (a batch of 16), ``tile_aligned(2, 4) == 2``.
+    """
+    if tile <= 1 or k + 1 <= tile or (k + 1) % tile == 0:
+        return k
+    return (k + 1) // tile * tile - 1
+
+
 class FixedPolicy:
     """Always the configured maximum."""
 
     name = "fixed"
 
-    def length(self, draft_min: int, draft_max: int) -> tuple[int, float | None]:
-        """Draft length for this round and the expected tokens it yields (None when not modelled)."""
+    def length(self, draft_min: int, draft_max: int, tile: int = 1) -> tuple[int, float | None]:
+        """Draft length for this round and the expected tokens it yields (None when not modelled).
+
+        ``tile`` is the verify tile the session will round the length to afterwards; a policy that
+        compares lengths only needs to compare the lengths that survive that rounding.
+        """
         return draft_max, None
 
     def observe(self, n_drafted: int, n_accepted: int, draft_seconds: float) -> None:
@@ -54,7 +72,7 @@ class AdaptivePolicy(FixedPolicy):
     def __init__(self) -> None:
         self.current: int | None = None
 
-    def length(self, draft_min: int, draft_max: int) -> tuple[int, float | None]:
+    def length(self, draft_min: int, draft_max: int, tile: int = 1) -> tuple[int, float | None]:
         lo = max(draft_min, 1)
         if self.current is None:
             self.current = draft_max
@@ -103,31 +121,37 @@ class VerifyCostModel:
             self.seconds = np.insert(self.seconds, i, seconds)
 
     @classmethod
-    def measure(cls, evaluate: Callable[[int], None], max_batch: int, repeats: int = 2) -> "VerifyCostModel":
-        """Time ``evaluate(b)`` (one verify-shaped batch of b tokens) for b in 1, 2, 3, 4, 6, 8, 12, 16 …"""
-        sizes = sorted({b for b in (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512,
-                                    768, 1024) if b <= max_batch} | {max_batch})
+    def measure(cls, evaluate: Callable[[int], None], max_batch: int, repeats: int = 2,
+                tile: int = 1) -> "VerifyCostModel":
+        """Time ``evaluate(b)`` (one verify-shaped batch of b tokens) for every batch size a round can use.
+
+        With a verify tile those are the sizes up to the tile and its multiples; without one, every size
+        up to 32 and a geometric spread beyond (a batch of hundreds of drafted tokens is rare, and timing
+        each would take minutes). Each size is timed ``repeats`` times, interleaved, keeping the fastest.
+        """
+        usable = [b for b in range(1, max_batch + 1) if tile_aligned(b - 1, tile) == b - 1]
+        spread = {1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024}
+        sizes = sorted(b for b in usable if b <= 32 or b in spread or b == usable[-1])
         evaluate(1)  # warm up
-        secs = []
-        for b in sizes:
-            best = float("inf")
-            for _ in range(repeats):
+        best = [float("inf")] * len(sizes)
+        for _ in range(repeats):
+            for i, b in enumerate(sizes):
                 t = time.perf_counter()
                 evaluate(b)
-                best = min(best, time.perf_counter() - t)
-            secs.append(best)
-        # costs cannot fall with the batch size: smooth measurement noise
-        secs = np.maximum.accumulate(np.asarray(secs))
-        return cls(sizes, secs)
+                best[i] = min(best[i], time.perf_counter() - t)
+        return cls(sizes, best)
 
 
 class CostPolicy(FixedPolicy):
     """Pick the draft length that maximises expected tokens per second.
 
     Acceptance at draft depth i is estimated as the ratio of accepted to tried tokens at that depth
-    (conditional on the previous depths being accepted), shrunk towards the pooled acceptance and
-    decayed so recent rounds weigh more. Expected tokens for length k: ``1 + Σ_{j≤k} Π_{i≤j} a_i``; expected time: verify cost of
-    ``k+1`` tokens plus the drafter's measured seconds per drafted token times k.
+    (conditional on the previous depths being accepted), decayed so recent rounds weigh more. The
+    estimates are kept apart for two regimes, because acceptance comes in runs: after a fully accepted
+    draft the model is usually still copying, after a rejection it usually is not. Each depth's ratio
+    is shrunk towards its regime's pooled acceptance, and that towards the acceptance pooled over both.
+    Expected tokens for length k: ``1 + Σ_{j≤k} Π_{i≤j} a_i``; expected time: the measured verify cost
+    of ``k+1`` tokens plus the drafter's measured seconds per drafted token times k.
     """
 
     name = "cost"
@@ -135,26 +159,30 @@ class CostPolicy(FixedPolicy):
     PRIOR = (1.0, 1.0)  # Beta(1, 1) for the pooled acceptance: a fresh session is a coin flip
     SHRINK = 2.0  # weight (in tries) of the pooled acceptance in each depth's estimate
     PROBE_EVERY = 8
+    AFTER_REJECTION, AFTER_FULL = 0, 1
 
     def __init__(self, cost: VerifyCostModel | None = None) -> None:
         self.cost = cost
-        self.tries: list[float] = []
-        self.hits: list[float] = []
+        self.tries: list[list[float]] = [[], []]  # per regime, per depth
+        self.hits: list[list[float]] = [[], []]
+        self.regime = self.AFTER_REJECTION
         self.draft_tok_seconds = 0.0
         self.draft_calls = 0
         self.rounds_since_draft = 0
 
-    def acceptance(self, depth: int) -> float:
+    def acceptance(self, depth: int, regime: int | None = None) -> float:
         """Estimated probability that the token at ``depth`` (0-based) is accepted given the ones before.
 
-        Each depth's ratio is shrunk towards the acceptance pooled over all depths (itself Beta(1, 1)
-        smoothed), so depths never tried yet are expected to behave like the ones seen so far — which
-        lets the policy explore longer drafts when the short ones are all accepted.
+        ``regime`` defaults to the current one (after a fully accepted draft, or not). Depths never
+        tried yet are expected to behave like the ones seen so far, which lets the policy explore longer
+        drafts when the short ones are all accepted.
         """
+        r = self.regime if regime is None else regime
         a, b = self.PRIOR
-        pooled = (sum(self.hits) + a) / (sum(self.tries) + a + b)
-        t = self.tries[depth] if depth < len(self.tries) else 0.0
-        h = self.hits[depth] if depth < len(self.hits) else 0.0
+        overall = (sum(map(sum, self.hits)) + a) / (sum(map(sum, self.tries)) + a + b)
+        pooled = (sum(self.hits[r]) + self.SHRINK * overall) / (sum(self.tries[r]) + self.SHRINK)
+        t = self.tries[r][depth] if depth < len(self.tries[r]) else 0.0
+        h = self.hits[r][depth] if depth < len(self.hits[r]) else 0.0
         return (h + self.SHRINK * pooled) / (t + self.SHRINK)
 
     def expected_tokens(self, k: int) -> float:
@@ -165,11 +193,13 @@ class CostPolicy(FixedPolicy):
             e += p
         return e
 
-    def length(self, draft_min: int, draft_max: int) -> tuple[int, float | None]:
+    def length(self, draft_min: int, draft_max: int, tile: int = 1) -> tuple[int, float | None]:
         if self.cost is None:
             return draft_max, None
         best_k, best_rate = 0, self.expected_tokens(0) / self.cost(1)
         for k in range(max(draft_min, 1), draft_max + 1):
+            if tile_aligned(k, tile) != k:
+                continue  # the session would round it down anyway
             t = self.cost(k + 1) + self.draft_tok_seconds * k
             rate = self.expected_tokens(k) / t
             if rate > best_rate:
@@ -193,24 +223,28 @@ class CostPolicy(FixedPolicy):
         self.draft_calls += 1
         per_tok = draft_seconds / n_drafted
         self.draft_tok_seconds += (per_tok - self.draft_tok_seconds) / min(self.draft_calls, 20)
-        self.tries = [x * self.DECAY for x in self.tries]
-        self.hits = [x * self.DECAY for x in self.hits]
+        self.tries = [[x * self.DECAY for x in row] for row in self.tries]
+        self.hits = [[x * self.DECAY for x in row] for row in self.hits]
+        tries, hits = self.tries[self.regime], self.hits[self.regime]
         tried = min(n_drafted, n_accepted + 1)  # depths after the first rejection were never tested
-        while len(self.tries) < tried:
-            self.tries.append(0.0)
-            self.hits.append(0.0)
+        while len(tries) < tried:
+            tries.append(0.0)
+            hits.append(0.0)
         for i in range(tried):
-            self.tries[i] += 1.0
+            tries[i] += 1.0
             if i < n_accepted:
-                self.hits[i] += 1.0
+                hits[i] += 1.0
+        self.regime = self.AFTER_FULL if n_accepted == n_drafted else self.AFTER_REJECTION
 
     def state(self) -> dict:
-        return {"tries": self.tries, "hits": self.hits, "draft_tok_seconds": self.draft_tok_seconds,
-                "draft_calls": self.draft_calls, "rounds_since_draft": self.rounds_since_draft}
+        return {"tries": self.tries, "hits": self.hits, "regime": self.regime,
+                "draft_tok_seconds": self.draft_tok_seconds, "draft_calls": self.draft_calls,
+                "rounds_since_draft": self.rounds_since_draft}
 
     def load(self, d: dict) -> None:
-        self.tries = list(d.get("tries", []))
-        self.hits = list(d.get("hits", []))
+        self.tries = [list(row) for row in d.get("tries", [[], []])]
+        self.hits = [list(row) for row in d.get("hits", [[], []])]
+        self.regime = int(d.get("regime", self.AFTER_REJECTION))
         self.draft_tok_seconds = float(d.get("draft_tok_seconds", 0.0))
         self.draft_calls = int(d.get("draft_calls", 0))
         self.rounds_since_draft = int(d.get("rounds_since_draft", 0))

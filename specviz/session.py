@@ -29,7 +29,7 @@ from .errors import ContextError, KnobError, SessionStateError, SnapshotError
 from .events import (Accepted, Alternative, DraftProposed, Event, Finished, KnobsChanged, KVRollback,
                      Rejected, Round, SessionStarted, Telemetry as TelemetryEvent, Verified)
 from .models import resolve_model
-from .policy import VerifyCostModel, make_policy
+from .policy import VerifyCostModel, make_policy, tile_aligned
 from .sampling import SamplingParams, speculative_sample
 from .strategies import make_drafter, strategy_class, strategy_names, strategy_schema
 from .telemetry import Telemetry
@@ -310,7 +310,10 @@ class Session:
         if self.strategy == "none":
             return 0, None, None
         requested = int(self.knobs.get("draft_max", 0))
-        n, expected = self.policy.length(int(self.knobs.get("draft_min", 0)), requested)
+        align = bool(self.knobs.get("align", True))
+        tile = int(self.knobs.get("verify_tile", 1)) if align else 1
+        draft_min = int(self.knobs.get("draft_min", 0))
+        n, expected = self.policy.length(draft_min, requested, tile)
         limit, cap = n, ("policy" if n < requested else None)
         remaining = self.max_tokens - len(self.tokens)
         caps = [
@@ -318,11 +321,14 @@ class Session:
             ("context", self.ctx.capacity.n_ctx - len(self.history)),
             ("batch", self.ctx.capacity.n_batch - 1),
         ]
-        if self.knobs.get("align", True):
+        if align:
             caps.append(("ubatch", self.ctx.capacity.n_ubatch - 1))
         for name, v in caps:
             if v < limit:
                 limit, cap = max(v, 0), name
+        aligned = tile_aligned(limit, tile)
+        if aligned < limit and aligned >= max(draft_min, 1):
+            limit, cap = aligned, "tile"
         if expected is not None and limit < n:
             expected = self.policy.expected_tokens(limit)
         return limit, cap, expected
@@ -335,12 +341,13 @@ class Session:
                     int(self.knobs.get("draft_max", 16)) + 1, cap.n_ctx - n_past)
         max_b = max(max_b, 2)
         filler = self.history[-1]
+        tile = int(self.knobs.get("verify_tile", 1)) if self.knobs.get("align", True) else 1
 
         def evaluate(b: int) -> None:
             self.ctx.eval([filler] * b, n_past, rows="all")
             self.ctx.truncate(n_past)
 
-        self.cost_model = VerifyCostModel.measure(evaluate, max_b)
+        self.cost_model = VerifyCostModel.measure(evaluate, max_b, tile=tile)
 
     def step(self) -> Round:
         """Run exactly one round (draft → one verify batch → accept → roll back) and return it."""

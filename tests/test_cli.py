@@ -90,7 +90,7 @@ def test_run_json_on_a_tiny_model(tiny_model_path):
     out = json.loads(p.stdout)
     assert out["strategy"] == "prompt-lookup"
     assert out["knobs"] == {"draft_max": 5, "draft_min": 0, "max_ngram": 3, "min_ngram": 1, "draft_policy": "fixed",
-                            "align": True}
+                            "align": True, "verify_tile": 4}
     assert len(out["tokens"]) == 24 and out["finish_reason"] == "max_tokens"
     assert isinstance(out["text"], str) and out["prompt_tokens"] > 0
     t = out["telemetry"]

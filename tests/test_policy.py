@@ -6,7 +6,7 @@ import pytest
 
 from specviz import Session
 from specviz.errors import KnobError
-from specviz.policy import AdaptivePolicy, CostPolicy, VerifyCostModel
+from specviz.policy import AdaptivePolicy, CostPolicy, VerifyCostModel, tile_aligned
 
 from test_session import DRAFTLESS, eager, plain_reference
 
@@ -119,3 +119,88 @@ def test_policy_state_survives_a_snapshot(tiny_session, tiny_model):
     restored = [e.limit for e in r.events if e.kind == "draft_proposed"]
     assert restored == original[len(original) - len(restored):]
     r.ctx.close()
+
+
+def test_tile_aligned_rounds_long_verify_batches_down_to_the_tile():
+    # k draft tokens make a verify batch of k + 1 rows
+    assert [tile_aligned(k, 4) for k in range(1, 20)] == [1, 2, 3, 3, 3, 3, 7, 7, 7, 7, 11, 11, 11, 11, 15,
+                                                          15, 15, 15, 19]
+    assert tile_aligned(0, 4) == 0
+    assert [tile_aligned(k, 1) for k in range(0, 20)] == list(range(0, 20))
+    assert tile_aligned(16, 8) == 15 and tile_aligned(6, 8) == 6 and tile_aligned(23, 8) == 23
+
+
+def test_verify_tile_shortens_the_round_limit_and_names_the_cap(tiny_model):
+    s = Session(tiny_model, n_ctx=256, n_threads=1)
+    prompt = "the a the a the a the a the a the a"
+    s.start(prompt, 60, "prompt-lookup", max_ngram=2, draft_max=16)
+    s.run()
+    drafts = [e for e in s.events if e.kind == "draft_proposed"]
+    assert drafts[0].limit == 15 and drafts[0].cap == "tile" and drafts[0].requested == 16
+    # every limit, the budget-capped ones near the end included, leaves a tile-shaped verify batch
+    assert all(tile_aligned(d.limit, 4) == d.limit for d in drafts), [d.limit for d in drafts]
+    assert any(d.tokens for d in drafts)
+    ref = s.tokens
+    # off three ways: tile 1, alignment off, or a draft_min the rounding would fall below
+    for knobs in ({"verify_tile": 1}, {"align": False}, {"draft_min": 16}):
+        s.start(prompt, 60, "prompt-lookup", max_ngram=2, draft_max=16, **knobs)
+        s.run()
+        first = next(e for e in s.events if e.kind == "draft_proposed")
+        assert first.limit == 16 and first.cap is None, knobs
+        assert s.tokens == ref  # lossless either way
+    s.start(prompt, 60, "prompt-lookup", max_ngram=2, draft_max=16, verify_tile=8)
+    s.run()
+    assert next(e for e in s.events if e.kind == "draft_proposed").limit == 15
+    assert s.tokens == ref
+    s.ctx.close()
+
+
+def test_verify_tile_knob_bounds(tiny_session):
+    tiny_session.start("the a", 5, "prompt-lookup")
+    for bad in (0, 65, "four", 2.5):
+        with pytest.raises(KnobError, match="verify_tile"):
+            tiny_session.configure(verify_tile=bad)
+    assert tiny_session.configure(verify_tile=1)["verify_tile"] == 1
+    assert tiny_session.step() is not None  # still usable
+
+
+def test_cost_policy_only_weighs_lengths_that_survive_the_tile():
+    cost = VerifyCostModel([1, 2, 3, 4, 8, 12, 16], [0.020, 0.024, 0.027, 0.030, 0.055, 0.075, 0.090])
+    p = CostPolicy(cost)
+    for _ in range(40):
+        p.observe(15, 15, 0.0)
+    k, _ = p.length(0, 16, tile=4)
+    assert k == 15
+    for draft_max in range(1, 17):
+        k, _ = p.length(0, draft_max, tile=4)
+        assert tile_aligned(k, 4) == k and k <= draft_max
+
+
+def test_cost_measurement_times_every_usable_batch_size():
+    seen = []
+    c = VerifyCostModel.measure(lambda b: seen.append(b), 17, repeats=2, tile=4)
+    assert c.sizes.astype(int).tolist() == [1, 2, 3, 4, 8, 12, 16]
+    assert sorted(set(seen)) == [1, 2, 3, 4, 8, 12, 16]
+    c = VerifyCostModel.measure(lambda b: None, 40, repeats=1, tile=1)
+    assert c.sizes.astype(int).tolist() == list(range(1, 33)) + [40]
+
+
+def test_cost_policy_keeps_acceptance_apart_after_full_and_after_rejected_drafts():
+    cost = VerifyCostModel([1, 2, 3, 4, 8, 12, 16], [0.020, 0.024, 0.027, 0.030, 0.055, 0.075, 0.090])
+    p = CostPolicy(cost)
+    for _ in range(8):  # acceptance comes in runs: five fully accepted drafts, then five rejected ones
+        for _ in range(5):
+            p.observe(15, 15, 0.0)
+        for _ in range(5):
+            p.observe(15, 0, 0.0)
+    assert p.regime == CostPolicy.AFTER_REJECTION
+    after_rejection = p.length(0, 16, tile=4)[0]
+    p.observe(15, 15, 0.0)
+    assert p.regime == CostPolicy.AFTER_FULL
+    after_full = p.length(0, 16, tile=4)[0]
+    assert after_full == 15 and after_rejection <= 3
+    assert p.acceptance(0, CostPolicy.AFTER_FULL) > 0.7 > 0.3 > p.acceptance(0, CostPolicy.AFTER_REJECTION)
+    # the regime travels with the state (snapshots)
+    q = CostPolicy(cost)
+    q.load(p.state())
+    assert q.length(0, 16, tile=4) == p.length(0, 16, tile=4)

@@ -64,7 +64,7 @@ def test_strategies_are_registered():
 def test_schema_lists_exactly_the_documented_knobs_and_the_shared_ones():
     for name in ("ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache"):
         own = [k for (s, k, *_rest) in KNOB_TABLE if s == name]
-        assert strategy_schema(name).names() == ["draft_max", "draft_min", "draft_policy", "align"] + own
+        assert strategy_schema(name).names() == ["draft_max", "draft_min", "draft_policy", "align", "verify_tile"] + own
 
 
 @pytest.mark.parametrize("name,knob,default,lo,hi", KNOB_TABLE)
