@@ -8,9 +8,19 @@ difference between plain and speculative greedy output comes from the logits, ne
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
+
+# the largest logit range in which the normaliser can skip subtracting the maximum (see ScoredRow.z)
+_DIRECT_LO, _DIRECT_HI = -30.0, 60.0
+
+
+def _sum(values: np.ndarray) -> float:
+    """Sum of a float32 vector: einsum's vectorised blocked sum — several times faster than
+    ``ndarray.sum`` on a 262 144-entry row, with the same ~1e-7 relative error."""
+    return float(np.einsum("i->", values))
 
 
 class ScoredRow:
@@ -35,15 +45,21 @@ class ScoredRow:
         self._buf = buf
 
     def z(self) -> float:
-        """Σ exp(logit − max) over the row (float32 exponentials, numpy's pairwise float32 sum)."""
+        """Σ exp(logit − max) over the row (float32 exponentials and sum; ~1e-7 relative error)."""
         if self._z is None:
             if not np.isfinite(self.max):
                 self._z = float("nan")
             else:
                 buf = self._buf if self._buf is not None and self._buf.shape == self.row.shape else None
-                tmp = np.subtract(self.row, np.float32(self.max), out=buf)
-                np.exp(tmp, out=tmp)
-                self._z = float(tmp.sum())  # pairwise summation: relative error ~1e-7 here
+                if _DIRECT_LO < self.max < _DIRECT_HI:
+                    # Σ exp(l) · exp(−max): one pass fewer, and safe here — no exp(l) overflows float32,
+                    # nor does their sum (262 144 · e^60 < 3.4e38), and exp(max) is far above underflow
+                    tmp = np.exp(self.row, out=buf)
+                    self._z = _sum(tmp) * math.exp(-self.max)
+                else:
+                    tmp = np.subtract(self.row, np.float32(self.max), out=buf)
+                    np.exp(tmp, out=tmp)
+                    self._z = _sum(tmp)
         return self._z
 
     def prob(self, token: int) -> float:
@@ -56,9 +72,22 @@ class ScoredRow:
     def top(self, k: int = 5) -> list[tuple[int, float]]:
         """The ``k`` most likely tokens with their probabilities, best first (ties: lowest id)."""
         r = self.row
-        k = min(k, r.shape[0])
-        idx = np.argpartition(r, r.shape[0] - k)[r.shape[0] - k:]
-        idx = idx[np.lexsort((idx, -r[idx]))]
+        n = r.shape[0]
+        k = min(k, n)
+        cand = None
+        if np.isfinite(self.max):
+            # the k best are among the logits close to the maximum: look there first (a short list)
+            gap = 4.0
+            while cand is None and gap <= 64.0:
+                near = np.flatnonzero(r >= np.float32(self.max - gap))
+                cand = near if near.shape[0] >= k else None
+                gap *= 2
+        if cand is None:
+            cand = np.arange(n)
+        # the k-th best value, then every logit at or above it, so ties resolve to the lowest ids
+        kth = r[cand].min() if cand.shape[0] == k else np.partition(r[cand], cand.shape[0] - k)[cand.shape[0] - k]
+        idx = cand[r[cand] >= kth]
+        idx = idx[np.lexsort((idx, -r[idx]))][:k]
         return [(int(i), self.prob(int(i))) for i in idx]
 
 

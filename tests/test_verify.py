@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -66,6 +67,42 @@ def test_top_alternatives_are_sorted_and_ties_prefer_low_ids():
     assert alts[0][1] == alts[1][1] > alts[2][1]
 
 
+
+def _reference_top(row, k):
+    vals = [(-math.inf if v != v else float(v)) for v in row]
+    order = sorted(range(len(vals)), key=lambda i: (-vals[i], i))
+    return order[:k]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.sampled_from([-100.0, -3.0, -1.0, 0.0, 0.5, 1.0, 2.0, 7.0, 7.5, 8.0, float("nan")]),
+                min_size=1, max_size=40), st.integers(1, 8))
+def test_top_alternatives_match_a_reference_sort_with_ties(vals, k):
+    row = np.array(vals, dtype=np.float32)
+    assert [t for t, _ in verify.top_alternatives(row, k)] == _reference_top(vals, k)
+
+
+def test_top_alternatives_on_vocabulary_sized_rows():
+    rng = np.random.default_rng(3)
+    n = 262144
+    for spread, ties in ((3.0, False), (0.05, False), (3.0, True), (200.0, False)):
+        row = (rng.standard_normal(n) * spread).astype(np.float32)
+        if ties:  # several tokens share the best values: the lowest ids must win
+            row[[7, 70000, 200000, 9]] = row.max() + 1
+        got = [t for t, _ in verify.top_alternatives(row, 5)]
+        ref = np.lexsort((np.arange(n), -row))[:5].tolist()
+        assert got == ref, (spread, ties)
+
+
+@pytest.mark.parametrize("shift", [0.0, 45.0, -25.0, 80.0, -60.0])
+def test_normaliser_is_exact_inside_and_outside_the_direct_range(shift):
+    rng = np.random.default_rng(4)
+    row = (rng.standard_normal(262144) * 3 + shift).astype(np.float32)
+    exact = float(np.exp(row.astype(np.float64) - float(row.max())).sum())
+    assert abs(verify.ScoredRow(row).z() - exact) / exact < 2e-6
+    best = int(np.argmax(row))
+    assert abs(verify.token_prob(row, best) - 1 / exact) * exact < 2e-6
+
 def test_top_two_margin():
     assert verify.top_two_margin(np.array([1.0, 4.0, 2.5], dtype=np.float32)) == 1.5
     assert verify.top_two_margin(np.array([3.0, 3.0], dtype=np.float32)) == 0.0
@@ -85,3 +122,4 @@ def test_scan_greedy_stops_at_first_mismatch():
     assert calls == [0, 1]  # the row after the rejection is never read
     full = verify.scan_greedy(lambda i: rows[i], [1, 2])
     assert full.n_accepted == 2 and full.target_tokens == [1, 2, 0]
+
