@@ -5,18 +5,20 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-# llama-cpp-python builds llama.cpp from source. A portable build (no -march=native): some virtual
-# machines advertise CPU features (AMX tiles) that the guest cannot use, and a native build then dies
-# with "Illegal instruction" on quantized models. The wheel is built once and kept in WHEELHOUSE.
+# llama-cpp-python builds llama.cpp from source, for this CPU but without -march=native: some virtual
+# machines advertise AMX tiles that the guest cannot use, and a native build then dies with "Illegal
+# instruction" on quantized models. tools/llama_cmake_args.py turns on each x86 feature the CPU lists
+# (AVX-512 included) except AMX. The wheel is built once per feature set and kept in WHEELHOUSE.
 LLAMA_VERSION    := 0.3.36
-LLAMA_CMAKE_ARGS := -DGGML_NATIVE=OFF
-WHEELHOUSE       ?= $(HOME)/.cache/specviz/wheels/llama-cpp-python-$(LLAMA_VERSION)-portable
+LLAMA_CMAKE_ARGS := $(shell $(PYTHON) tools/llama_cmake_args.py)
+LLAMA_TAG        := $(shell $(PYTHON) tools/llama_cmake_args.py --tag)
+WHEELHOUSE       ?= $(HOME)/.cache/specviz/wheels/llama-cpp-python-$(LLAMA_VERSION)-$(LLAMA_TAG)
 
 .PHONY: install demo test bench clean
 
 install: $(STAMP)
 
-$(STAMP): pyproject.toml Makefile
+$(STAMP): pyproject.toml Makefile tools/llama_cmake_args.py
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	ls $(WHEELHOUSE)/llama_cpp_python-$(LLAMA_VERSION)-*.whl >/dev/null 2>&1 || \
