@@ -368,7 +368,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     try:
         common = strategy_schema("prompt-lookup").validate(
             {k: v for k, v in (("draft_policy", args.draft_policy), ("draft_max", args.draft_max)) if v is not None})
-        common = {k: common[k] for k in ("draft_policy", "draft_max", "draft_min", "align")}
+        common = {k: common[k] for k in ("draft_policy", "draft_max", "draft_min", "align", "verify_tile")}
     except KnobError as e:
         raise UsageError(str(e).replace("knob ", "option --", 1).replace("'draft_policy'", "draft-policy")
                          .replace("'draft_max'", "draft-max")) from None

@@ -5,69 +5,147 @@ Three kinds, as speculative decoding behaves very differently on each:
 * ``code-rewrite``: rewrite or edit a given piece of code (the output repeats much of the input);
 * ``quote``: summarise or quote a given text (the output copies spans of the input);
 * ``free``: free generation (little to copy; speculation can only lose a little).
+
+The code and the texts given in the ``code-rewrite`` and ``quote`` prompts are longer than the
+benchmarks' 128-token budget, so that a faithful answer is copying from start to end, and the figures
+measure the workload named rather than free text written after a short copy ended.
 """
 
 from __future__ import annotations
 
-_FIB = '''def fibonacci(n):
-    """Return the n-th Fibonacci number."""
-    if n < 2:
-        return n
-    a, b = 0, 1
-    for _ in range(n - 1):
-        a, b = b, a + b
-    return b
-'''
+_INVENTORY = '''class Inventory:
+    """A store's stock: item names mapped to quantities and unit prices."""
 
-_STACK = '''class Stack:
     def __init__(self):
-        self.items = []
+        self.quantities = {}
+        self.prices = {}
 
-    def push(self, item):
-        self.items.append(item)
+    def add(self, name, quantity, price):
+        if quantity <= 0:
+            raise ValueError("quantity must be positive")
+        self.quantities[name] = self.quantities.get(name, 0) + quantity
+        self.prices[name] = price
 
-    def pop(self):
-        return self.items.pop()
+    def remove(self, name, quantity):
+        if self.quantities.get(name, 0) < quantity:
+            raise ValueError("not enough " + name + " in stock")
+        self.quantities[name] -= quantity
+        if self.quantities[name] == 0:
+            del self.quantities[name]
+            del self.prices[name]
 
-    def is_empty(self):
-        return len(self.items) == 0
+    def value(self):
+        total = 0
+        for name, quantity in self.quantities.items():
+            total += quantity * self.prices[name]
+        return total
+
+    def report(self):
+        lines = []
+        for name in sorted(self.quantities):
+            lines.append(name + ": " + str(self.quantities[name]))
+        return "\\n".join(lines)
 '''
 
-_JS = '''function sumEven(values) {
-  let total = 0;
-  for (let i = 0; i < values.length; i++) {
-    if (values[i] % 2 === 0) {
-      total += values[i];
+_PARSER = '''def parse_config(text):
+    """Parse lines of the form key = value into a dictionary."""
+    result = {}
+    for number, line in enumerate(text.splitlines(), start=1):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        if "=" not in line:
+            raise ValueError("line " + str(number) + ": expected key = value")
+        key, value = line.split("=", 1)
+        key = key.strip()
+        value = value.strip()
+        if value.lower() in ("true", "yes", "on"):
+            value = True
+        elif value.lower() in ("false", "no", "off"):
+            value = False
+        elif value.isdigit():
+            value = int(value)
+        result[key] = value
+    return result
+
+
+def merge_configs(base, override):
+    """Return a new dictionary with the keys of override replacing those of base."""
+    merged = dict(base)
+    for key, value in override.items():
+        merged[key] = value
+    return merged
+'''
+
+_CART = '''function cartTotal(items, discountCode) {
+  let subtotal = 0;
+  for (let i = 0; i < items.length; i++) {
+    const item = items[i];
+    if (item.quantity <= 0) {
+      throw new Error("invalid quantity for " + item.name);
     }
+    subtotal += item.price * item.quantity;
   }
-  return total;
+  let discount = 0;
+  if (discountCode === "SPRING10") {
+    discount = subtotal * 0.1;
+  } else if (discountCode === "BULK" && items.length >= 5) {
+    discount = subtotal * 0.15;
+  }
+  let shipping = 4.99;
+  if (subtotal - discount >= 50) {
+    shipping = 0;
+  }
+  return {
+    subtotal: subtotal,
+    discount: discount,
+    shipping: shipping,
+    total: subtotal - discount + shipping,
+  };
 }
 '''
 
-_TEXT_1 = ("The lighthouse stood on the northern cliff for two hundred years. Every night its keeper climbed "
-           "the ninety steps, trimmed the wick and wound the clockwork that turned the great lens. Ships "
-           "passing the reef counted the flashes, three short and one long, and knew where they were.")
-_TEXT_2 = ("Photosynthesis converts light energy into chemical energy. In the chloroplasts, light splits "
-           "water molecules, releasing oxygen, while the energy captured drives the synthesis of sugars "
-           "from carbon dioxide. Nearly all life on Earth depends on this process.")
-_TEXT_3 = ("The committee met on Tuesday to review the budget. It approved the new library wing, postponed "
-           "the road repairs until spring, and asked the treasurer to prepare a report on the pension fund "
-           "before the next meeting.")
+_LIGHTHOUSE = ("The lighthouse stood on the northern cliff for two hundred years. Every night its keeper climbed "
+               "the ninety steps, trimmed the wick and wound the clockwork that turned the great lens. Ships "
+               "passing the reef counted the flashes, three short and one long, and knew where they were. In "
+               "the winter of the great storm the clockwork froze, and the keeper turned the lens by hand from "
+               "dusk until dawn for eleven nights, while his daughter kept the lamp burning below. When the "
+               "storm passed, the harbour master rowed out to thank them and found them both asleep on the "
+               "gallery floor. The lens was replaced by an electric lamp in 1931, the last keeper left in "
+               "1958, and today the tower is a museum where visitors can climb the same ninety steps and see "
+               "the old clockwork, still stopped at the hour it froze.")
+_PHOTOSYNTHESIS = ("Photosynthesis converts light energy into chemical energy. In the chloroplasts of plant "
+                   "cells, pigments such as chlorophyll absorb light, mostly in the blue and red parts of the "
+                   "spectrum. The absorbed energy splits water molecules, releasing oxygen as a by-product, and "
+                   "is stored for a short time in two carrier molecules, ATP and NADPH. In a second set of "
+                   "reactions, known as the Calvin cycle, these carriers supply the energy and the hydrogen "
+                   "needed to turn carbon dioxide from the air into sugars. The sugars are used to build "
+                   "starch, cellulose and the other molecules from which the plant grows. Nearly all life on "
+                   "Earth depends on this process, directly or through the food chain, and the oxygen it "
+                   "releases makes up about a fifth of the air we breathe.")
+_MINUTES = ("The committee met on Tuesday evening in the council chamber to review the budget for the coming "
+            "year. The chair opened the meeting at seven o'clock and the minutes of the previous meeting were "
+            "approved without changes. The treasurer reported that income from the parking charges was higher "
+            "than expected, while the cost of heating the town hall had risen by a third. After a long "
+            "discussion the committee approved the new library wing, postponed the road repairs on Mill Lane "
+            "until spring, and agreed to keep the swimming pool open on Sunday mornings through the summer. "
+            "The treasurer was asked to prepare a report on the pension fund before the next meeting, and "
+            "the clerk was asked to write to the county about the broken street lights near the station. The "
+            "meeting closed at half past nine.")
 
 WORKLOADS: dict[str, list[str]] = {
     "code-rewrite": [
-        "Rewrite this function with the variable names a and b renamed to prev and curr:\n\n" + _FIB
-        + "\nRewritten:\n\n",
-        "Add type hints to this class and keep everything else the same:\n\n" + _STACK + "\nWith type hints:\n\n",
-        "Convert this JavaScript function to use const where possible, changing nothing else:\n\n" + _JS
-        + "\nConverted:\n\n",
-        "Here is a Python function:\n\n" + _FIB + "\nHere is the same function again, unchanged:\n\n",
+        "Add type hints to this class and keep everything else the same:\n\n" + _INVENTORY
+        + "\nWith type hints:\n\n",
+        "Rewrite this code so that parse_config is called read_config:\n\n" + _PARSER + "\nRewritten code:\n\n",
+        "Rename the variable subtotal to sub_total in this JavaScript function:\n\n" + _CART + "\nRenamed:\n\n",
+        "Here is a Python class:\n\n" + _INVENTORY + "\nHere is the same class again, unchanged:\n\n",
     ],
     "quote": [
-        "Text: " + _TEXT_1 + "\n\nQuote the first two sentences of the text exactly:\n",
-        "Text: " + _TEXT_2 + "\n\nRepeat the text word for word:\n",
-        "Minutes: " + _TEXT_3 + "\n\nSummarise the minutes, quoting the decisions:\n",
-        "Text: " + _TEXT_1 + "\n\nCopy the text above:\n",
+        "Text: " + _LIGHTHOUSE + "\n\nQuote the first four sentences of the text exactly:\n",
+        "Read this passage:\n\n" + _PHOTOSYNTHESIS + "\n\nNow write out the passage again, word for word:\n\n",
+        "Minutes: " + _MINUTES + "\n\nSummarise the minutes, quoting the decisions:\n",
+        "Text: " + _LIGHTHOUSE + "\n\nCopy the text above:\n",
     ],
     "free": [
         "Once upon a time, in a village at the edge of a great forest,",
