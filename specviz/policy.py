@@ -177,31 +177,42 @@ class CostPolicy(FixedPolicy):
         tried yet are expected to behave like the ones seen so far, which lets the policy explore longer
         drafts when the short ones are all accepted.
         """
+        return self._acceptances(depth + 1, regime)[depth]
+
+    def _acceptances(self, n: int, regime: int | None = None) -> list[float]:
+        """:meth:`acceptance` for depths ``0…n-1`` (the pooled rates computed once)."""
         r = self.regime if regime is None else regime
         a, b = self.PRIOR
         overall = (sum(map(sum, self.hits)) + a) / (sum(map(sum, self.tries)) + a + b)
-        pooled = (sum(self.hits[r]) + self.SHRINK * overall) / (sum(self.tries[r]) + self.SHRINK)
-        t = self.tries[r][depth] if depth < len(self.tries[r]) else 0.0
-        h = self.hits[r][depth] if depth < len(self.hits[r]) else 0.0
-        return (h + self.SHRINK * pooled) / (t + self.SHRINK)
+        tries, hits = self.tries[r], self.hits[r]
+        pooled = (sum(hits) + self.SHRINK * overall) / (sum(tries) + self.SHRINK)
+        seen = min(n, len(tries))
+        out = [(hits[i] + self.SHRINK * pooled) / (tries[i] + self.SHRINK) for i in range(seen)]
+        return out + [pooled] * (n - seen)
+
+    def _expected_curve(self, n: int) -> list[float]:
+        """Expected committed tokens for draft lengths ``0…n``."""
+        curve, e, p = [1.0], 1.0, 1.0
+        for acc in self._acceptances(n):
+            p *= acc
+            e += p
+            curve.append(e)
+        return curve
 
     def expected_tokens(self, k: int) -> float:
         """Expected committed tokens of a round with a k-token draft (bonus or correction included)."""
-        e, p = 1.0, 1.0
-        for i in range(k):
-            p *= self.acceptance(i)
-            e += p
-        return e
+        return self._expected_curve(k)[k]
 
     def length(self, draft_min: int, draft_max: int, tile: int = 1) -> tuple[int, float | None]:
         if self.cost is None:
             return draft_max, None
-        best_k, best_rate = 0, self.expected_tokens(0) / self.cost(1)
+        curve = self._expected_curve(draft_max)
+        best_k, best_rate = 0, curve[0] / self.cost(1)
         for k in range(max(draft_min, 1), draft_max + 1):
             if tile_aligned(k, tile) != k:
                 continue  # the session would round it down anyway
             t = self.cost(k + 1) + self.draft_tok_seconds * k
-            rate = self.expected_tokens(k) / t
+            rate = curve[k] / t
             if rate > best_rate:
                 best_k, best_rate = k, rate
         if best_k == 0:
@@ -209,7 +220,7 @@ class CostPolicy(FixedPolicy):
             if self.rounds_since_draft >= self.PROBE_EVERY:
                 self.rounds_since_draft = 0
                 best_k = max(draft_min, 1)
-        return best_k, self.expected_tokens(best_k)
+        return best_k, curve[best_k]
 
     def observe_verify(self, batch_size: int, seconds: float) -> None:
         """Refine the measured cost curve with a real verify of ``batch_size`` tokens."""
