@@ -91,7 +91,7 @@ def main(argv=None) -> int:
     prompts = [(k, p) for k in ("code-rewrite", "quote") for p in WORKLOADS[k]]
     rows = []
     for kind, prompt in prompts:
-        lcp, sv, sv1, ovh, agree = [], [], [], [], []
+        lcp, sv, sv1, ovh, agree, agree1 = [], [], [], [], [], []
         for rep in range(args.repeats):
             # rotate which side runs first, so warm-cache and drift effects cancel
             runs = {}
@@ -110,11 +110,13 @@ def main(argv=None) -> int:
             sv1.append(runs["sv1"][0])
             ovh.append(o)
             agree.append(_common_prefix(ta, tb) / max(len(ta), 1))
+            agree1.append(_common_prefix(ta, runs["sv1"][2]) / max(len(ta), 1))
         rows.append({"kind": kind, "prompt": prompt[:40], "llama_cpp_python_tps": statistics.median(lcp),
                      "specviz_tps": statistics.median(sv), "ratio": statistics.median(sv) / statistics.median(lcp),
                      "specviz_untiled_tps": statistics.median(sv1),
                      "untiled_ratio": statistics.median(sv1) / statistics.median(lcp),
-                     "python_share": statistics.median(ovh), "agreement": statistics.median(agree)})
+                     "python_share": statistics.median(ovh), "agreement": statistics.median(agree),
+                     "untiled_agreement": statistics.median(agree1)})
     summary = {
         "model": path,
         "llama_cpp_python_settings": "its defaults" if args.llama_defaults else "specviz's (threads, flash attention)",
@@ -133,11 +135,12 @@ def main(argv=None) -> int:
         print(json.dumps(summary, indent=1))
         return 0
     print(f"{'kind':<13} {'prompt':<42} {'llama-cpp-python':>16} {'specviz':>9} {'ratio':>6} "
-          f"{'tile off':>9} {'ratio':>6} {'py share':>8} {'same text':>9}")
+          f"{'tile off':>9} {'ratio':>6} {'py share':>8} {'same text':>9} {'(tile off)':>10}")
     for r in rows:
         print(f"{r['kind']:<13} {r['prompt'][:40]!r:<42} {r['llama_cpp_python_tps']:>12.1f} t/s "
               f"{r['specviz_tps']:>5.1f} t/s {r['ratio']:>5.2f}x {r['specviz_untiled_tps']:>5.1f} t/s "
-              f"{r['untiled_ratio']:>5.2f}x {r['python_share']:>7.1%} {r['agreement']:>8.0%}")
+              f"{r['untiled_ratio']:>5.2f}x {r['python_share']:>7.1%} {r['agreement']:>8.0%} "
+              f"{r['untiled_agreement']:>9.0%}")
     print(f"\nllama-cpp-python settings: {summary['llama_cpp_python_settings']}")
     print(f"median over prompts (each a median of {args.repeats} runs): llama-cpp-python "
           f"{summary['median_llama_cpp_python_tps']:.1f} t/s, specviz {summary['median_specviz_tps']:.1f} t/s "
