@@ -522,9 +522,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:  # e.g. `specviz run --json | head`: the reader went away
-        try:
-            sys.stdout = open(os.devnull, "w")
-        except OSError:
+        try:  # point stdout's descriptor at /dev/null so the interpreter's final flush cannot fail
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            os.close(devnull)
+        except (OSError, ValueError):
             pass
         return 0
 

@@ -195,3 +195,16 @@ def test_strategies_lists_every_strategy(capsys):
     out = json.loads(capsys.readouterr().out)
     assert {"none", "prompt-lookup", "ngram-simple"} <= set(out)
     assert any(k["name"] == "draft_max" for k in out["prompt-lookup"])
+
+
+def test_a_reader_that_goes_away_is_not_an_error():
+    # `specviz strategies | head -1` where head has already gone: every write meets a closed pipe
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        p = subprocess.run([sys.executable, "-W", "error::ResourceWarning", "-m", "specviz.cli", "strategies"],
+                           stdout=write_end, stderr=subprocess.PIPE, text=True, timeout=120)
+    finally:
+        os.close(write_end)
+    assert p.returncode == 0, p.stderr
+    assert "Traceback" not in p.stderr and "BrokenPipe" not in p.stderr and "ResourceWarning" not in p.stderr, p.stderr
