@@ -29,7 +29,7 @@ LOCAL = ("http://127.0.0.1", "ws://127.0.0.1", "http://localhost", "ws://localho
 
 
 from specviz.ui.harness import free_port as _free_port  # noqa: E402
-from specviz.ui.harness import wait_http
+from specviz.ui.harness import jupyterlab_args, wait_http  # noqa: E402
 
 
 def _wait_http(url: str, proc: subprocess.Popen, timeout: float = 120) -> None:
@@ -178,10 +178,7 @@ def jupyterlab_screenshot(out: Path, model: str | None = None, *, workdir: Path 
     env = dict(os.environ, SPECVIZ_MODEL=str(resolve_model(model)), JUPYTER_CONFIG_DIR=str(work / "cfg"),
                JUPYTERLAB_WORKSPACES_DIR=str(work / "ws"))
     logf = (work / "lab.log").open("w")
-    proc = subprocess.Popen([sys.executable, "-m", "jupyterlab", "--no-browser", "--ip=127.0.0.1", f"--port={port}",
-                             f"--ServerApp.token={token}", f"--ServerApp.root_dir={nbdir}",
-                             "--ServerApp.open_browser=False", "--allow-root", "--LabApp.news_url=",
-                             "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"],
+    proc = subprocess.Popen([sys.executable, *jupyterlab_args(port, token, str(nbdir))],
                             stdout=logf, stderr=subprocess.STDOUT, env=env, cwd=str(ROOT))
     try:
         _wait_http(f"http://127.0.0.1:{port}/api/status?token={token}", proc)

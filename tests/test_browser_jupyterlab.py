@@ -9,6 +9,8 @@ import pytest
 
 from browser_util import ROOT, SCREENSHOTS, free_port, need_browser, offline, start, stop, wait_http
 
+from specviz.ui.harness import jupyterlab_args
+
 pytestmark = pytest.mark.browser
 
 
@@ -23,9 +25,7 @@ def test_quickstart_renders_the_inspector_in_jupyterlab(tiny_model_path, tmp_pat
     nbdir.mkdir()
     shutil.copy(ROOT / "notebooks" / "quickstart.ipynb", nbdir / "quickstart.ipynb")
     port, token = free_port(), secrets.token_hex(16)
-    proc = start(["-m", "jupyterlab", "--no-browser", "--ip=127.0.0.1", f"--port={port}",
-                  f"--ServerApp.token={token}", f"--ServerApp.root_dir={nbdir}", "--ServerApp.open_browser=False", "--allow-root",
-                  "--LabApp.news_url=", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"],
+    proc = start(jupyterlab_args(port, token, str(nbdir)),
                  tmp_path / "lab.log", env={"SPECVIZ_MODEL": str(tiny_model_path), "JUPYTER_CONFIG_DIR": str(tmp_path / "cfg"),
                                             "JUPYTERLAB_WORKSPACES_DIR": str(tmp_path / "ws")})
     try:

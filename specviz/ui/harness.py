@@ -62,6 +62,17 @@ def wait_http(url: str, proc: subprocess.Popen, timeout: float = 90) -> None:
     raise TimeoutError(f"{url} did not answer in {timeout}s")
 
 
+def jupyterlab_args(port: int, token: str, root_dir: str) -> list[str]:
+    """``python`` arguments that start a headless JupyterLab server on 127.0.0.1 for browser checks.
+
+    No browser is opened, and the news feed and the update check are off, so the server never tries
+    the network.
+    """
+    return ["-m", "jupyterlab", "--no-browser", "--ip=127.0.0.1", f"--port={port}", f"--ServerApp.token={token}",
+            f"--ServerApp.root_dir={root_dir}", "--ServerApp.open_browser=False", "--allow-root",
+            "--LabApp.news_url=", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"]
+
+
 def stop_process(proc: subprocess.Popen) -> None:
     """Terminate a server process, killing it if it does not exit within 15 s."""
     proc.terminate()
