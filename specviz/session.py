@@ -311,7 +311,7 @@ class Session:
             return 0, None, None
         requested = int(self.knobs.get("draft_max", 0))
         align = bool(self.knobs.get("align", True))
-        tile = int(self.knobs.get("verify_tile", 1)) if align else 1
+        tile = self._verify_tile()
         draft_min = int(self.knobs.get("draft_min", 0))
         n, expected = self.policy.length(draft_min, requested, tile)
         limit, cap = n, ("policy" if n < requested else None)
@@ -333,6 +333,10 @@ class Session:
             expected = self.policy.expected_tokens(limit)
         return limit, cap, expected
 
+    def _verify_tile(self) -> int:
+        """The verify tile in force: the ``verify_tile`` knob with alignment on, 1 (none) without."""
+        return int(self.knobs.get("verify_tile", 1)) if self.knobs.get("align", True) else 1
+
     def _measure_cost(self) -> None:
         """Time verify batches of 1…k+1 tokens once per session (the cache is left unchanged)."""
         n_past = len(self.history) - 1
@@ -341,7 +345,7 @@ class Session:
                     int(self.knobs.get("draft_max", 16)) + 1, cap.n_ctx - n_past)
         max_b = max(max_b, 2)
         filler = self.history[-1]
-        tile = int(self.knobs.get("verify_tile", 1)) if self.knobs.get("align", True) else 1
+        tile = self._verify_tile()
 
         def evaluate(b: int) -> None:
             self.ctx.eval([filler] * b, n_past, rows="all")
