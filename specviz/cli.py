@@ -348,7 +348,7 @@ def cmd_strategies(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    """``specviz bench``: every strategy on every workload kind, one table of medians."""
+    """``specviz bench``: every strategy on every workload kind, one table of medians (see :mod:`specviz.bench`)."""
     from .workloads import WORKLOADS
 
     names = strategy_names()
@@ -374,7 +374,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
                          .replace("'draft_max'", "draft-max")) from None
     if args.model is not None and not Path(args.model).exists():
         raise UsageError(f"option --model: {args.model!r} does not exist; pass the path of a .gguf file")
-    from .bench import format_table, run_bench
+    from .bench import format_per_prompt, format_table, run_bench
     from .session import Session
 
     s = Session(args.model, n_ctx=4096)
@@ -385,9 +385,13 @@ def cmd_bench(args: argparse.Namespace) -> int:
         print(json.dumps({"max_tokens": max_tokens, "repeats": repeats, "common": common,
                           "rows": [r.to_dict() for r in rows]}))
     else:
-        print(f"specviz bench — model {s.model.path.name}, {max_tokens} tokens, median of {repeats} repeats x "
-              f"prompts, knobs {common}")
+        print(f"specviz bench — model {s.model.path.name}, {max_tokens} tokens, {repeats} repeats, knobs {common}")
+        print("each figure: per prompt the median over repeats, then the median over prompts; speedup: each run "
+              "over the none run just before it; total-time speedup: all runs pooled")
         print(format_table(rows))
+        print()
+        print("speedup vs none per prompt (median over repeats):")
+        print(format_per_prompt(rows))
     return 0
 
 

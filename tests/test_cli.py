@@ -54,6 +54,10 @@ BAD_OPTIONS = [
     (["run", "--prompt", "x", "--adaptive-draft-count", "--draft-policy", "cost"], "--adaptive-draft-count",
      "--draft-policy"),
     (["run", "--prompt", "x", "--draft-policy", "sometimes"], "--draft-policy", "fixed, adaptive, cost"),
+    (["bench", "--kinds", "poetry"], "--kinds", "'poetry'"),
+    (["bench", "--strategies", "draft"], "--strategies", "'draft'"),
+    (["bench", "--repeats", "0"], "--repeats", "'0'"),
+    (["bench", "--draft-policy", "greedy"], "--draft-policy", "fixed, adaptive, cost"),
     (["derive-draft", "/nonexistent.gguf", "--keep-layers", "0-3", "-o", "/tmp/x.gguf"], "TARGET", "does not exist"),
 ]
 
