@@ -3,10 +3,11 @@
 * ``fixed``: the configured ``draft_max``.
 * ``adaptive`` (the runner PR's ``--adaptive-draft-count``): start at ``draft_max``; grow by 2 after a
   fully accepted draft, shrink by 1 otherwise, within ``[max(draft_min, 1), draft_max]``.
-* ``cost`` (ours): measure the target's verify cost for batch sizes 1…k+1 once per session, keep a
-  per-position acceptance estimate, and pick each round the length that maximises expected tokens per
-  second. A length of 0 (plain decoding) is allowed when speculation does not pay; a one-token probe
-  every few rounds keeps the estimate alive.
+* ``cost`` (ours): measure the target's verify cost for batch sizes 1…k+1 once per session, keep an
+  acceptance estimate per run position (how many tokens in a row were accepted before), and pick each
+  round the length that maximises expected tokens per second. A length of 0 (plain decoding) is allowed
+  when speculation does not pay; the drafter's unverified prediction in such a round, or a one-token
+  probe every few rounds, keeps the estimate alive.
 
 After the policy, the session applies its hard caps (remaining budget, free context, n_batch) and —
 when ``align`` is on — verify-tile alignment: the draft plus the pending token must fit in one
@@ -55,6 +56,12 @@ class FixedPolicy:
 
     def observe_verify(self, batch_size: int, seconds: float) -> None:
         """Learn from the time of a real verify batch."""
+
+    def observe_shadow(self, hit: bool) -> None:
+        """Learn from a round without a draft: the drafter's unverified prediction was right (``hit``) or not."""
+
+    def observe_idle(self) -> None:
+        """Learn from a round without a draft and without a prediction."""
 
     def state(self) -> dict:
         """JSON-serialisable state for snapshots."""
@@ -145,56 +152,70 @@ class VerifyCostModel:
 class CostPolicy(FixedPolicy):
     """Pick the draft length that maximises expected tokens per second.
 
-    Acceptance at draft depth i is estimated as the ratio of accepted to tried tokens at that depth
-    (conditional on the previous depths being accepted), decayed so recent rounds weigh more. The
-    estimates are kept apart for two regimes, because acceptance comes in runs: after a fully accepted
-    draft the model is usually still copying, after a rejection it usually is not. Each depth's ratio
-    is shrunk towards its regime's pooled acceptance, and that towards the acceptance pooled over both.
-    Expected tokens for length k: ``1 + Σ_{j≤k} Π_{i≤j} a_i``; expected time: the measured verify cost
-    of ``k+1`` tokens plus the drafter's measured seconds per drafted token times k.
+    Acceptance comes in runs: while the model copies a span it tends to copy on, and once it departs
+    from the span it tends to stay away for a while. So acceptance is estimated per *run position* —
+    how many draft tokens in a row the target has accepted just before this one, across rounds (the
+    token at depth i of a draft that follows a run of r sits at run position r + i). Positions are
+    grouped in buckets 0, 1, 2–3, 4–7, 8–15, 16–31 and 32+; each bucket's estimate is its ratio of
+    accepted to tried tokens, decayed so recent rounds weigh more, and shrunk towards the bucket below
+    it (bucket 0 towards the acceptance pooled over all). A bucket never tried yet takes the estimate
+    of the bucket below, which lets the policy explore longer drafts when the short ones all pass.
+
+    Expected tokens for length k: ``1 + Σ_{j≤k} Π_{i≤j} a(r + i)``; expected time: the measured verify
+    cost of ``k+1`` tokens plus the drafter's measured seconds per drafted token times k.
+
+    A round without a draft teaches the policy nothing, unless the drafter can say, without side
+    effects, which token it would have proposed (:meth:`Drafter.peek`): the session then reports
+    whether the target produced that token (:meth:`observe_shadow`), a free try at the current run
+    position. Without such evidence for ``PROBE_EVERY`` rounds, a one-token probe is drafted.
     """
 
     name = "cost"
     DECAY = 0.98
     PRIOR = (1.0, 1.0)  # Beta(1, 1) for the pooled acceptance: a fresh session is a coin flip
-    SHRINK = 2.0  # weight (in tries) of the pooled acceptance in each depth's estimate
+    SHRINK = 2.0  # weight (in tries) of the neighbouring estimate in each bucket's estimate
     PROBE_EVERY = 8
-    AFTER_REJECTION, AFTER_FULL = 0, 1
+    BUCKETS = 7  # run positions 0, 1, 2-3, 4-7, 8-15, 16-31, 32+
 
     def __init__(self, cost: VerifyCostModel | None = None) -> None:
         self.cost = cost
-        self.tries: list[list[float]] = [[], []]  # per regime, per depth
-        self.hits: list[list[float]] = [[], []]
-        self.regime = self.AFTER_REJECTION
+        self.tries = [0.0] * self.BUCKETS
+        self.hits = [0.0] * self.BUCKETS
+        self.run = 0  # draft tokens accepted in a row up to now
         self.draft_tok_seconds = 0.0
         self.draft_calls = 0
-        self.rounds_since_draft = 0
+        self.shadow_tries = 0
+        self.shadow_hits = 0
+        self.rounds_since_evidence = 0
 
-    def acceptance(self, depth: int, regime: int | None = None) -> float:
-        """Estimated probability that the token at ``depth`` (0-based) is accepted given the ones before.
+    @classmethod
+    def bucket(cls, position: int) -> int:
+        """The bucket of a run position: 0, 1, 2–3, 4–7, 8–15, 16–31, 32+ → 0…6."""
+        return min(int(position).bit_length(), cls.BUCKETS - 1)
 
-        ``regime`` defaults to the current one (after a fully accepted draft, or not). Depths never
-        tried yet are expected to behave like the ones seen so far, which lets the policy explore longer
-        drafts when the short ones are all accepted.
-        """
-        return self._acceptances(depth + 1, regime)[depth]
-
-    def _acceptances(self, n: int, regime: int | None = None) -> list[float]:
-        """:meth:`acceptance` for depths ``0…n-1`` (the pooled rates computed once)."""
-        r = self.regime if regime is None else regime
+    def bucket_estimates(self) -> list[float]:
+        """Estimated acceptance per run-position bucket (see the class docstring)."""
         a, b = self.PRIOR
-        overall = (sum(map(sum, self.hits)) + a) / (sum(map(sum, self.tries)) + a + b)
-        tries, hits = self.tries[r], self.hits[r]
-        pooled = (sum(hits) + self.SHRINK * overall) / (sum(tries) + self.SHRINK)
-        seen = min(n, len(tries))
-        out = [(hits[i] + self.SHRINK * pooled) / (tries[i] + self.SHRINK) for i in range(seen)]
-        return out + [pooled] * (n - seen)
+        below = (sum(self.hits) + a) / (sum(self.tries) + a + b)
+        out = []
+        for hits, tries in zip(self.hits, self.tries):
+            if tries > 0:
+                below = (hits + self.SHRINK * below) / (tries + self.SHRINK)
+            out.append(below)
+        return out
+
+    def acceptance(self, depth: int, run: int | None = None) -> float:
+        """Estimated probability that the draft token at ``depth`` (0-based) is accepted, given the ones
+        before it, for a draft that follows a run of ``run`` accepted tokens (default: the current run)."""
+        r = self.run if run is None else run
+        return self.bucket_estimates()[self.bucket(r + depth)]
 
     def _expected_curve(self, n: int) -> list[float]:
-        """Expected committed tokens for draft lengths ``0…n``."""
+        """Expected committed tokens for draft lengths ``0…n`` after the current run."""
+        est = self.bucket_estimates()
         curve, e, p = [1.0], 1.0, 1.0
-        for acc in self._acceptances(n):
-            p *= acc
+        for i in range(n):
+            p *= est[self.bucket(self.run + i)]
             e += p
             curve.append(e)
         return curve
@@ -216,9 +237,9 @@ class CostPolicy(FixedPolicy):
             if rate > best_rate:
                 best_k, best_rate = k, rate
         if best_k == 0:
-            self.rounds_since_draft += 1
-            if self.rounds_since_draft >= self.PROBE_EVERY:
-                self.rounds_since_draft = 0
+            self.rounds_since_evidence += 1
+            if self.rounds_since_evidence >= self.PROBE_EVERY:
+                self.rounds_since_evidence = 0
                 best_k = max(draft_min, 1)
         return best_k, curve[best_k]
 
@@ -227,38 +248,54 @@ class CostPolicy(FixedPolicy):
         if self.cost is not None:
             self.cost.update(batch_size, seconds)
 
+    def _record(self, n_drafted: int, n_accepted: int) -> None:
+        self.rounds_since_evidence = 0
+        self.tries = [x * self.DECAY for x in self.tries]
+        self.hits = [x * self.DECAY for x in self.hits]
+        for i in range(min(n_drafted, n_accepted + 1)):  # depths after the first rejection were never tested
+            b = self.bucket(self.run + i)
+            self.tries[b] += 1.0
+            if i < n_accepted:
+                self.hits[b] += 1.0
+        self.run = self.run + n_accepted if n_accepted == n_drafted else 0
+
     def observe(self, n_drafted: int, n_accepted: int, draft_seconds: float) -> None:
         if n_drafted == 0:
+            self.observe_idle()
             return
-        self.rounds_since_draft = 0
         self.draft_calls += 1
         per_tok = draft_seconds / n_drafted
         self.draft_tok_seconds += (per_tok - self.draft_tok_seconds) / min(self.draft_calls, 20)
-        self.tries = [[x * self.DECAY for x in row] for row in self.tries]
-        self.hits = [[x * self.DECAY for x in row] for row in self.hits]
-        tries, hits = self.tries[self.regime], self.hits[self.regime]
-        tried = min(n_drafted, n_accepted + 1)  # depths after the first rejection were never tested
-        while len(tries) < tried:
-            tries.append(0.0)
-            hits.append(0.0)
-        for i in range(tried):
-            tries[i] += 1.0
-            if i < n_accepted:
-                hits[i] += 1.0
-        self.regime = self.AFTER_FULL if n_accepted == n_drafted else self.AFTER_REJECTION
+        self._record(n_drafted, n_accepted)
+
+    def observe_shadow(self, hit: bool) -> None:
+        """Learn from a round without a draft whose first token the drafter had predicted (``hit``) or not."""
+        self.shadow_tries += 1
+        self.shadow_hits += int(bool(hit))
+        self._record(1, int(bool(hit)))
+
+    def observe_idle(self) -> None:
+        """A round without a draft and without a prediction: the run of accepted tokens is broken."""
+        self.run = 0
 
     def state(self) -> dict:
-        return {"tries": self.tries, "hits": self.hits, "regime": self.regime,
+        return {"tries": list(self.tries), "hits": list(self.hits), "run": self.run,
                 "draft_tok_seconds": self.draft_tok_seconds, "draft_calls": self.draft_calls,
-                "rounds_since_draft": self.rounds_since_draft}
+                "shadow_tries": self.shadow_tries, "shadow_hits": self.shadow_hits,
+                "rounds_since_evidence": self.rounds_since_evidence}
 
     def load(self, d: dict) -> None:
-        self.tries = [list(row) for row in d.get("tries", [[], []])]
-        self.hits = [list(row) for row in d.get("hits", [[], []])]
-        self.regime = int(d.get("regime", self.AFTER_REJECTION))
+        tries, hits = d.get("tries"), d.get("hits")
+        ok = all(isinstance(x, list) and len(x) == self.BUCKETS and all(isinstance(v, (int, float)) for v in x)
+                 for x in (tries, hits))
+        if ok:  # anything else (a snapshot of an older policy) starts the estimates afresh
+            self.tries, self.hits = [float(v) for v in tries], [float(v) for v in hits]
+            self.run = int(d.get("run", 0))
         self.draft_tok_seconds = float(d.get("draft_tok_seconds", 0.0))
         self.draft_calls = int(d.get("draft_calls", 0))
-        self.rounds_since_draft = int(d.get("rounds_since_draft", 0))
+        self.shadow_tries = int(d.get("shadow_tries", 0))
+        self.shadow_hits = int(d.get("shadow_hits", 0))
+        self.rounds_since_evidence = int(d.get("rounds_since_evidence", 0))
 
 
 def make_policy(name: str, cost: VerifyCostModel | None = None) -> FixedPolicy:

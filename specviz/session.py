@@ -388,6 +388,8 @@ class Session:
             if dtoks and len(dtoks) < self.knobs.get("draft_min", 0):
                 dtoks, reason = [], "below-min"
             dprobs = list(draft.probs[: len(dtoks)]) if draft.probs is not None else [None] * len(dtoks)
+            # a round the policy kept plain: what would the drafter have proposed? (free evidence for it)
+            shadow = self.drafter.peek(self.history) if limit == 0 and cap == "policy" else None
             self._emit(DraftProposed(r, tokens=tuple(dtoks), pieces=tuple(self.model.pieces(dtoks)),
                                      probs=tuple(dprobs), seconds=draft_seconds, requested=requested, limit=limit,
                                      cap=cap,
@@ -477,6 +479,10 @@ class Session:
             if dtoks:  # only verified drafts are reported back (a dropped draft was never tested)
                 self.drafter.accept(n_acc_kept, self.history)
                 self.policy.observe(len(dtoks), n_acc_kept, draft_seconds)
+            elif shadow is not None and committed:
+                self.policy.observe_shadow(shadow == committed[0])
+            else:
+                self.policy.observe_idle()
             if finish is None and len(self.tokens) >= self.max_tokens:
                 finish = "max_tokens"
             round_seconds = time.perf_counter() - t_round

@@ -185,22 +185,100 @@ def test_cost_measurement_times_every_usable_batch_size():
     assert c.sizes.astype(int).tolist() == list(range(1, 33)) + [40]
 
 
-def test_cost_policy_keeps_acceptance_apart_after_full_and_after_rejected_drafts():
+def test_cost_policy_estimates_acceptance_by_run_position():
     cost = VerifyCostModel([1, 2, 3, 4, 8, 12, 16], [0.020, 0.024, 0.027, 0.030, 0.055, 0.075, 0.090])
     p = CostPolicy(cost)
-    for _ in range(8):  # acceptance comes in runs: five fully accepted drafts, then five rejected ones
-        for _ in range(5):
-            p.observe(15, 15, 0.0)
-        for _ in range(5):
-            p.observe(15, 0, 0.0)
-    assert p.regime == CostPolicy.AFTER_REJECTION
+    assert [CostPolicy.bucket(r) for r in (0, 1, 2, 3, 4, 7, 8, 15, 16, 31, 32, 500)] == [0, 1, 2, 2, 3, 3, 4, 4,
+                                                                                      5, 5, 6, 6]
+    for _ in range(8):  # acceptance comes in runs: a few long copies, each followed by rejections
+        p.observe(15, 15, 0.0)
+        p.observe(15, 15, 0.0)
+        p.observe(15, 3, 0.0)
+        for _ in range(4):
+            p.observe(3, 0, 0.0)
+    assert p.run == 0
     after_rejection = p.length(0, 16, tile=4)[0]
-    p.observe(15, 15, 0.0)
-    assert p.regime == CostPolicy.AFTER_FULL
-    after_full = p.length(0, 16, tile=4)[0]
-    assert after_full == 15 and after_rejection <= 3
-    assert p.acceptance(0, CostPolicy.AFTER_FULL) > 0.7 > 0.3 > p.acceptance(0, CostPolicy.AFTER_REJECTION)
-    # the regime travels with the state (snapshots)
+    assert p.acceptance(0) < 0.3 and after_rejection <= 3
+    p.observe(1, 1, 0.0)  # a one-token probe passes: the run has begun
+    assert p.run == 1
+    p.observe(3, 3, 0.0)
+    assert p.run == 4
+    assert p.acceptance(0) > 0.9 and p.length(0, 16, tile=4)[0] == 15
+    # the run position is counted across rounds: a draft's depth i sits at run position run + i
+    assert p.acceptance(4, run=0) == p.acceptance(0, run=4) == p.bucket_estimates()[3]
+    # the estimates and the run travel with the state (snapshots)
     q = CostPolicy(cost)
     q.load(p.state())
-    assert q.length(0, 16, tile=4) == p.length(0, 16, tile=4)
+    assert q.length(0, 16, tile=4) == p.length(0, 16, tile=4) and q.run == p.run
+    # a snapshot of an older policy's state starts the estimates afresh rather than failing
+    old = CostPolicy(cost)
+    old.load({"tries": [[1.0, 2.0], [3.0]], "hits": [[1.0], []], "regime": 1, "draft_calls": 3})
+    assert old.tries == [0.0] * CostPolicy.BUCKETS and old.draft_calls == 3
+
+
+def test_cost_policy_untried_run_positions_borrow_from_the_bucket_below():
+    cost = VerifyCostModel([1, 2, 4, 8, 16], [0.020, 0.024, 0.030, 0.055, 0.090])
+    p = CostPolicy(cost)
+    for _ in range(10):
+        p.observe(2, 2, 0.0)
+        p.observe_idle()  # the run is broken without evidence
+    est = p.bucket_estimates()
+    assert est[1] > 0.8 and est[2:] == [est[1]] * (CostPolicy.BUCKETS - 2)
+    assert p.length(0, 16)[0] > 2  # so it explores longer drafts
+
+
+def test_cost_policy_learns_from_the_drafters_prediction_in_plain_rounds():
+    cost = VerifyCostModel([1, 2, 4, 8, 16], [0.020, 0.024, 0.030, 0.055, 0.090])
+    p = CostPolicy(cost)
+    for _ in range(30):
+        p.observe(4, 0, 0.0)
+    assert p.length(0, 16)[0] == 0
+    # predictions keep coming and keep failing: no probe is needed, the estimate stays low
+    for _ in range(3 * CostPolicy.PROBE_EVERY):
+        assert p.length(0, 16)[0] == 0
+        p.observe_shadow(False)
+    assert p.shadow_tries == 3 * CostPolicy.PROBE_EVERY and p.shadow_hits == 0
+    # the model starts to copy: predictions pass, the run grows, and drafting resumes
+    ks = []
+    for _ in range(6):
+        ks.append(p.length(0, 16)[0])
+        p.observe_shadow(True)
+    assert p.run == 6 and p.shadow_hits == 6
+    assert ks[0] == 0 and p.length(0, 16)[0] > 0
+
+
+def test_rounds_the_cost_policy_keeps_plain_still_teach_it(tiny_session, tiny_model):
+    s = tiny_session
+    prompt = "the a of the a of the a of"
+    ref = plain_reference(tiny_model, tiny_model.tokenize(prompt, add_special=True), 40)
+    # a verify cost curve so steep that drafting never pays: every round is plain (but for probes)
+    s.cost_model = VerifyCostModel([1, 2, 16], [0.001, 1.0, 10.0])
+    s.start(prompt, 40, "prompt-lookup", draft_policy="cost", max_ngram=2, min_ngram=1, draft_max=8)
+    s.run()
+    assert s.tokens == ref
+    plain = [e for e in s.events if e.kind == "draft_proposed" and e.limit == 0]
+    assert plain and all(e.cap == "policy" and not e.tokens for e in plain)
+    # each plain round asked the drafter what it would have proposed and compared it with the target:
+    # work out the same independently, with a fresh drafter at each plain round's position
+    from specviz.strategies import strategy_class
+
+    history = list(s.history)
+    tries = hits = 0
+    for e in plain:
+        d = strategy_class("prompt-lookup")(max_ngram=2, min_ngram=1)
+        d.begin(history[:e.position])
+        proposal = d.draft(history[:e.position], 1).tokens
+        if proposal and e.position < len(history):
+            tries += 1
+            hits += proposal[0] == history[e.position]
+    assert tries > 0 and hits > 0
+    assert (s.policy.shadow_tries, s.policy.shadow_hits) == (tries, hits)
+
+
+def test_a_strategy_without_peek_breaks_the_run_in_plain_rounds(tiny_session):
+    s = tiny_session
+    s.cost_model = VerifyCostModel([1, 2, 16], [0.001, 1.0, 10.0])
+    s.start("the a of the a of the a of", 20, "ngram-mod", draft_policy="cost", n_match=2, n_min=1, draft_max=8)
+    s.policy.run = 5
+    s.step()
+    assert s.policy.shadow_tries == 0 and s.policy.run == 0

@@ -644,3 +644,32 @@ def test_reconfigure_ngram_mod_rebuilds_the_pool():
     d.reconfigure(n_match=2, pool_size=1 << 12)
     assert d.pool_bytes == (1 << 12) * 4
     assert d.draft(h, 16).tokens == fresh(Mod, h, n_match=2, n_min=1, n_max=5, pool_size=1 << 12).draft(h, 16).tokens
+
+
+# ------------------------------------------------------------------------------------------------
+# peek: the side-effect-free look-ahead the cost policy learns from in rounds it keeps plain
+# ------------------------------------------------------------------------------------------------
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(h=st.lists(st.integers(0, 5), min_size=1, max_size=60), check_rate=st.integers(1, 3))
+def test_peek_is_the_first_draft_token_and_changes_nothing(h, check_rate):
+    for name, knobs in (("prompt-lookup", {"max_ngram": 3, "min_ngram": 1}),
+                        ("ngram-simple", {"size_n": 2, "size_m": 4, "check_rate": check_rate})):
+        cls = strategy_class(name)
+        peeked, plain = fresh(cls, h[:1], **knobs), fresh(cls, h[:1], **knobs)
+        for i in range(1, len(h) + 1):
+            before = peeked.stats.to_dict()
+            first = peeked.peek(h[:i])
+            assert peeked.stats.to_dict() == before  # a peek is not a draft call
+            d = peeked.draft(h[:i], 8)
+            assert plain.draft(h[:i], 8).tokens == d.tokens  # peeking changed no state
+            assert first == (d.tokens[0] if d.tokens else None)
+
+
+def test_strategies_without_a_side_effect_free_look_ahead_say_so():
+    h = [1, 2, 3, 1, 2, 3, 1, 2, 3, 1, 2, 3, 1, 2, 3, 1, 2, 3, 1, 2]
+    for cls, knobs in ((MapK, {"size_n": 2, "size_m": 3}), (MapK4V, {"size_n": 2, "size_m": 3}),
+                       (Mod, {"n_match": 2}), (Cache, {})):
+        d = fresh(cls, h, **knobs)
+        assert d.draft(h, 4).tokens  # it would draft here, but cannot tell without side effects
+        assert d.peek(h) is None

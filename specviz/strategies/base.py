@@ -9,6 +9,8 @@ In the spirit of llama.cpp's ``common_speculative`` (begin / draft / accept per 
   included, whose last token is the newest committed one).
 * :meth:`Drafter.accept` reports how many of the last proposal's tokens the target accepted, and the
   tokens committed this round (already appended to ``history``).
+* :meth:`Drafter.peek` (optional) tells, without side effects, the first token :meth:`draft` would
+  propose now; the ``cost`` policy learns from it in rounds where it chose not to draft.
 
 Each class declares ``name`` and ``knobs`` (a tuple of :class:`~specviz.config.Knob`); the session's
 shared draft-length knobs are added by the registry. A drafter never imports a UI library.
@@ -100,6 +102,11 @@ class Drafter:
             self.stats.drafts_accepted += 1
             self.stats.tokens_accepted += n_accepted
 
+    def peek(self, history: Sequence[int]) -> int | None:
+        """The first token :meth:`draft` would propose after ``history``, leaving every state and statistic
+        unchanged; ``None`` when there is none or the strategy cannot tell without side effects."""
+        return self._peek(history)
+
     @staticmethod
     def check(config: dict[str, Any]) -> None:
         """Cross-knob rules on a complete, type-checked config; raise KnobError to refuse it."""
@@ -117,6 +124,9 @@ class Drafter:
 
     def _accept(self, n_accepted: int, history: Sequence[int]) -> None:
         pass
+
+    def _peek(self, history: Sequence[int]) -> int | None:
+        return None
 
     def after_round(self, history: Sequence[int]) -> None:
         """Called after every round (drafted or not) with the committed history."""

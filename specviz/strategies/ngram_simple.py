@@ -57,3 +57,11 @@ class NgramSimpleDrafter(Drafter):
         if copy < n:
             return Draft(reason="no-match")
         return Draft(tokens=arr[pos + n: pos + n + copy].tolist())
+
+    def _peek(self, history: Sequence[int]) -> int | None:
+        last_check = self._last_check  # the only state a draft changes
+        try:
+            d = self._draft(history, 1)
+        finally:
+            self._last_check = last_check
+        return d.tokens[0] if d.tokens else None

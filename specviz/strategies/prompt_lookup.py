@@ -52,3 +52,7 @@ class PromptLookupDrafter(Drafter):
                 start = pos + n
                 return Draft(tokens=arr[start:min(start + n_max, L)].tolist())
         return Draft(reason="no-match")
+
+    def _peek(self, history: Sequence[int]) -> int | None:
+        d = self._draft(history, 1)  # stateless: drafting changes nothing but the history mirror
+        return d.tokens[0] if d.tokens else None
