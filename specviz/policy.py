@@ -67,6 +67,10 @@ class FixedPolicy:
         """JSON-serialisable state for snapshots."""
         return {}
 
+    def describe(self) -> dict:
+        """What the policy is working from, for telemetry (JSON-serialisable)."""
+        return {"name": self.name}
+
     def load(self, d: dict) -> None:
         """Restore :meth:`state`."""
 
@@ -93,6 +97,9 @@ class AdaptivePolicy(FixedPolicy):
 
     def state(self) -> dict:
         return {"current": self.current}
+
+    def describe(self) -> dict:
+        return {"name": self.name, "current": self.current}
 
     def load(self, d: dict) -> None:
         self.current = d.get("current")
@@ -277,6 +284,18 @@ class CostPolicy(FixedPolicy):
     def observe_idle(self) -> None:
         """A round without a draft and without a prediction: the run of accepted tokens is broken."""
         self.run = 0
+
+    #: Labels of the run-position buckets, for telemetry.
+    BUCKET_LABELS = ("0", "1", "2-3", "4-7", "8-15", "16-31", "32+")
+
+    def describe(self) -> dict:
+        """The run so far, acceptance by run position, plain-round predictions and the verify cost."""
+        return {"name": self.name, "run": self.run,
+                "acceptance_by_run_position": dict(zip(self.BUCKET_LABELS, self.bucket_estimates())),
+                "tries_by_run_position": dict(zip(self.BUCKET_LABELS, self.tries)),
+                "shadow_tries": self.shadow_tries, "shadow_hits": self.shadow_hits,
+                "draft_seconds_per_token": self.draft_tok_seconds,
+                "verify_cost": self.cost.to_dict() if self.cost is not None else None}
 
     def state(self) -> dict:
         return {"tries": list(self.tries), "hits": list(self.hits), "run": self.run,

@@ -503,13 +503,15 @@ class Session:
         return Round(self.round_index, tuple(out), tuple(new_tokens), reason)
 
     def telemetry_dict(self) -> dict[str, Any]:
-        """Telemetry as a dictionary, with the drafter's own statistics and the cache length."""
+        """Telemetry as a dictionary, with the drafter's own statistics, the cache length and what the
+        drafting policy is working from (``policy``: for ``cost``, acceptance by run position)."""
         d = self.telemetry.to_dict()
         d["strategy"] = self.strategy
         d["strategy_stats"] = self.drafter.stats.to_dict() if self.drafter is not None else {}
         if self.drafter is not None and hasattr(self.drafter, "stats_extra"):
             d.update(self.drafter.stats_extra())
         d["kv"] = self.committed
+        d["policy"] = self.policy.describe()
         return d
 
     # -- snapshots -----------------------------------------------------------------------------------

@@ -12,7 +12,10 @@ Figures (all in :meth:`Telemetry.to_dict`):
 * ``draft_seconds``, ``verify_seconds``, ``seconds`` (decode wall time, prompt excluded),
   ``prompt_seconds``, ``tokens_per_second`` = generated / seconds;
 * ``draft_buckets``: acceptance by draft-probability bucket (when the drafter reports probabilities);
-* ``strategy_stats``: the drafter's own counters as llama.cpp prints them.
+* ``strategy_stats``: the drafter's own counters as llama.cpp prints them (added by the session);
+* ``policy``: what the drafting policy works from (added by the session); for ``cost``, the current
+  run of accepted tokens, acceptance by run position, the plain rounds' predictions and the verify
+  cost curve.
 """
 
 from __future__ import annotations

@@ -282,3 +282,24 @@ def test_a_strategy_without_peek_breaks_the_run_in_plain_rounds(tiny_session):
     s.policy.run = 5
     s.step()
     assert s.policy.shadow_tries == 0 and s.policy.run == 0
+
+
+def test_telemetry_says_what_the_policy_works_from(tiny_session):
+    import json
+
+    s = tiny_session
+    s.start("the a of the a of the a of", 30, "prompt-lookup", draft_policy="cost", max_ngram=2, draft_max=8)
+    s.run()
+    d = json.loads(json.dumps(s.telemetry_dict()))["policy"]
+    assert d["name"] == "cost" and d["run"] == s.policy.run
+    assert list(d["acceptance_by_run_position"]) == ["0", "1", "2-3", "4-7", "8-15", "16-31", "32+"]
+    assert list(d["acceptance_by_run_position"].values()) == pytest.approx(s.policy.bucket_estimates())
+    assert sum(d["tries_by_run_position"].values()) > 0
+    assert d["verify_cost"]["sizes"][0] == 1 and (d["shadow_tries"], d["shadow_hits"]) == (
+        s.policy.shadow_tries, s.policy.shadow_hits)
+    s.start("the a", 4, "prompt-lookup", draft_policy="adaptive", draft_max=6)
+    s.run()
+    assert s.telemetry_dict()["policy"]["name"] == "adaptive"
+    s.start("the a", 4, "none")
+    s.step()
+    assert s.telemetry_dict()["policy"] == {"name": "fixed"}
