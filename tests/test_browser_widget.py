@@ -195,6 +195,15 @@ def test_draft_context_confidence_and_expected_tokens_are_charted(browser):
     assert next(t for t in tpr if "round %{x}: expected" in t["hover"])["y"] == exp
     extra = page.locator(".sv-extra-stats").inner_text()
     assert "draft-model tok/s" in extra and "expected vs" in extra
+    # what the cost policy works from, as the last telemetry says
+    policy = [e for e in evs if e["kind"] == "telemetry"][-1]["data"]["policy"]
+    run = page.locator(".sv-extra-stats .sv-policy-run").inner_text()
+    assert run == f"{policy['run']} accepted in a row"
+    acc = page.locator(".sv-extra-stats .sv-policy-acc").inner_text()
+    assert acc == "acceptance by run: " + " · ".join(
+        f"{k} {100 * v:.0f}%" for k, v in policy["acceptance_by_run_position"].items())
+    shadow = page.locator(".sv-extra-stats .sv-policy-shadow").inner_text()
+    assert shadow == f"{policy['shadow_hits']}/{policy['shadow_tries']} plain-round predictions right"
 
 
 def test_without_drafter_probabilities_the_confidence_chart_explains_why(browser, groups):
@@ -209,5 +218,8 @@ def test_without_drafter_probabilities_the_confidence_chart_explains_why(browser
     # no cost policy: no expected trace, and the subtitle says how to get one
     assert not any("expected" in t["hover"] for t in _chart_traces(page, "tpr"))
     assert "draft_policy = cost" in page.locator('.sv-chart-card[data-chart="tpr"] .sv-card-h').inner_text()
+    # no cost policy: no policy figures (nor any other extra figure here)
+    assert page.locator(".sv-extra-stats").is_hidden()
+    assert page.locator(".sv-policy-acc").count() == 0
     # no draft model: the KV timeline has only the target's bars
     assert not any("draft" in t["hover"] for t in _chart_traces(page, "kv"))

@@ -438,12 +438,28 @@ function render({ model, el }) {
     statEls.rounds.textContent = t.rounds == null ? String(S.rounds.length) : String(t.rounds);
     statEls.kv.textContent = t.kv == null ? "—" : String(t.kv);
     const dm = t.draft_model_tokens_per_second;
-    extraStats.hidden = dm == null && t.expected_tokens_per_round == null;
+    const cost = t.policy && t.policy.name === "cost" && t.policy.acceptance_by_run_position ? t.policy : null;
+    extraStats.hidden = dm == null && t.expected_tokens_per_round == null && !cost;
     extraStats.replaceChildren(
       ...(dm != null ? [h("span", null, h("b", { text: fmtN(dm, 0) }), " draft-model tok/s"),
         h("span", null, h("b", { text: fmtN(t.draft_model_seconds, 2) + " s" }), " in the draft model")] : []),
       ...(t.expected_tokens_per_round != null ? [h("span", null, h("b", { text: fmtN(t.expected_tokens_per_round, 2) }),
-        " expected vs ", h("b", { text: fmtN(t.tokens_per_round, 2) }), " realised tokens/round")] : []));
+        " expected vs ", h("b", { text: fmtN(t.tokens_per_round, 2) }), " realised tokens/round")] : []),
+      ...(cost ? costPolicyStats(cost) : []));
+  }
+
+  // what the cost policy works from: the run of accepted tokens, acceptance by run position, and how
+  // often the drafter's prediction was right in the rounds it kept plain
+  function costPolicyStats(p) {
+    const acc = Object.entries(p.acceptance_by_run_position).flatMap(([k, v], i) =>
+      [i ? " · " : "", k + " ", h("b", { text: (100 * v).toFixed(0) + "%" })]);
+    return [
+      h("span", { class: "sv-policy-run" }, h("b", { text: String(p.run) }), " accepted in a row"),
+      h("span", { class: "sv-policy-acc", title: "the cost policy's acceptance estimate after a run of this many accepted tokens" },
+        "acceptance by run: ", ...acc),
+      ...(p.shadow_tries ? [h("span", { class: "sv-policy-shadow", title: "rounds the cost policy kept plain, where the drafter's unverified prediction was checked against the target" },
+        h("b", { text: p.shadow_hits + "/" + p.shadow_tries }), " plain-round predictions right")] : []),
+    ];
   }
 
   function applyEvents(msg) {

@@ -136,8 +136,18 @@ def synthetic_rounds(n_tokens: int = 200, *, seed: int = 0, draft_max: int = 8, 
                              [{"lo": round(i / 10, 1), "hi": round((i + 1) / 10, 1), "tries": 0, "accepted": 0, "rate": None}
                               for i in range(10)],
             **({"draft_model_seconds": dsec, "draft_model_tokens_per_second": (drafted + r) / dsec} if draft_model else {}),
+            "policy": _cost_policy_view(r, n_draft, n_acc) if draft_model else {"name": "fixed"},
             }).to_dict())
         if n_gen >= n_tokens:
             g.append(Finished(r, reason="max_tokens", n_generated=n_gen).to_dict())
         groups.append(g)
     return groups
+
+
+def _cost_policy_view(r: int, n_draft: int, n_acc: int) -> dict:
+    """A plausible ``policy`` telemetry entry of the cost policy after round ``r``."""
+    labels = ("0", "1", "2-3", "4-7", "8-15", "16-31", "32+")
+    return {"name": "cost", "run": n_acc if n_acc == n_draft else 0,
+            "acceptance_by_run_position": {k: round(0.35 + 0.1 * i, 2) for i, k in enumerate(labels)},
+            "tries_by_run_position": {k: float(r) / (i + 1) for i, k in enumerate(labels)},
+            "shadow_tries": r // 3, "shadow_hits": r // 6}
