@@ -146,7 +146,9 @@ def synthetic_rounds(n_tokens: int = 200, *, seed: int = 0, draft_max: int = 8, 
 
 def _cost_policy_view(r: int, n_draft: int, n_acc: int) -> dict:
     """A plausible ``policy`` telemetry entry of the cost policy after round ``r``."""
-    labels = ("0", "1", "2-3", "4-7", "8-15", "16-31", "32+")
+    from ..policy import CostPolicy
+
+    labels = CostPolicy.BUCKET_LABELS
     return {"name": "cost", "run": n_acc if n_acc == n_draft else 0,
             "acceptance_by_run_position": {k: round(0.35 + 0.1 * i, 2) for i, k in enumerate(labels)},
             "tries_by_run_position": {k: float(r) / (i + 1) for i, k in enumerate(labels)},
