@@ -26,7 +26,7 @@ from typing import Any, Callable, Sequence
 
 from .session import Session
 from .strategies import strategy_names
-from .workloads import WORKLOADS
+from .workloads import WORKLOADS, copied_fraction
 
 
 @dataclass
@@ -40,6 +40,7 @@ class BenchRun:
     tokens: int
     seconds: float
     paired_speedup: float = 1.0  # tokens/s over the partner none run's (same prompt and repeat)
+    copied: float = 0.0  # share of the output copied from the prompt (workloads.copied_fraction)
 
     @property
     def tokens_per_second(self) -> float:
@@ -82,6 +83,7 @@ def summarise(kind: str, strategy: str, runs: Sequence[BenchRun], none_runs: Seq
             "mean_accepted_length": statistics.median(r.mean_accepted_length for r in xs),
             "tokens_per_second": statistics.median(r.tokens_per_second for r in xs),
             "speedup": statistics.median(r.paired_speedup for r in xs),
+            "copied": statistics.median(r.copied for r in xs),
         })
 
     def across(key: str) -> float:
@@ -121,7 +123,7 @@ def run_bench(session: Session, *, strategies: Sequence[str] | None = None, kind
                     session.run()
                     t = session.telemetry_dict()
                     run = BenchRun(p, rep, t["acceptance_rate"], t["mean_accepted_length"], t["n_generated"],
-                                   t["seconds"])
+                                   t["seconds"], copied=copied_fraction(session.prompt_tokens, session.tokens))
                     if strat == "none":
                         partner = run
                     elif partner.tokens_per_second > 0:
@@ -146,10 +148,16 @@ def format_table(rows: Sequence[BenchRow]) -> str:
 
 
 def format_per_prompt(rows: Sequence[BenchRow]) -> str:
-    """Per-prompt medians of every row's paired speedup, one line per (kind, strategy)."""
+    """Per-prompt medians of every row's paired speedup, one line per (kind, strategy).
+
+    Each kind starts with a ``copied`` line: the share of ``none``'s output copied from the prompt,
+    which bounds what a draftless strategy can draft.
+    """
     out = []
     for r in rows:
         if r.strategy == "none":
+            cells = "  ".join(f"#{d['prompt']} {d.get('copied', 0.0):>5.0%}" for d in r.per_prompt)
+            out.append(f"{r.kind:<13} {'copied':<14} {cells}")
             continue
         cells = "  ".join(f"#{d['prompt']} {d['speedup']:.2f}×" for d in r.per_prompt)
         out.append(f"{r.kind:<13} {r.strategy:<14} {cells}")

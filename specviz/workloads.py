@@ -1,13 +1,24 @@
 """Prompt suites by workload kind, used by the benchmarks, ``specviz bench`` and the equivalence tests.
 
-Three kinds, as speculative decoding behaves very differently on each:
+Four kinds, as speculative decoding behaves very differently on each:
 
 * ``code-rewrite``: rewrite or edit a given piece of code (the output repeats much of the input);
-* ``quote``: summarise or quote a given text (the output copies spans of the input);
+* ``quote``: quote a given text (the output is a long verbatim span of the input);
+* ``summarise``: summarise or restate a given text (the output reuses phrases of the input, shortened,
+  numbered or reordered);
 * ``free``: free generation (little to copy; speculation can only lose a little).
 
-The code and the texts given in the ``code-rewrite`` and ``quote`` prompts are longer than the
-benchmarks' 128-token budget, so that a faithful answer is copying from start to end, and the figures
+Quoting and summarising were one kind until the figures showed them to be two: a quote copies whole
+sentences, a restatement only phrases, and a median over a mix of the two measured neither.
+
+The kind of a prompt is what the model does with it, not only what it asks: the embedded model is a
+small base model and follows a request to quote only in some phrasings. Every ``quote`` prompt is one
+whose greedy answer from the embedded model is a quote — at least 90% of it in spans of 8 or more
+tokens copied from the prompt (:func:`copied_fraction`), which a test checks. A request to quote that
+the model answers with numbered, shortened sentences is a restatement and sits in ``summarise``.
+
+The code and the texts given in the ``code-rewrite``, ``quote`` and ``summarise`` prompts are longer than
+the benchmarks' 128-token budget, so that a faithful answer is copying from start to end, and the figures
 measure the workload named rather than free text written after a short copy ended.
 """
 
@@ -133,6 +144,23 @@ _MINUTES = ("The committee met on Tuesday evening in the council chamber to revi
             "the clerk was asked to write to the county about the broken street lights near the station. The "
             "meeting closed at half past nine.")
 
+_BREAD = ("To make a simple loaf, mix five hundred grams of strong white flour with ten grams of salt and seven "
+          "grams of dried yeast in a large bowl. Add three hundred and fifty millilitres of warm water and stir "
+          "until the dough comes together. Turn it out onto a floured table and knead it for ten minutes, until "
+          "it is smooth and springs back when pressed. Put the dough back in the bowl, cover it with a damp "
+          "cloth and leave it somewhere warm for an hour, until it has doubled in size. Knock it back, shape it "
+          "into a round and place it on a baking tray. Leave it to rise for another forty minutes while the oven "
+          "heats to two hundred and twenty degrees. Bake the loaf for thirty minutes, until it is golden brown "
+          "and sounds hollow when tapped underneath, then let it cool on a wire rack before slicing.")
+_NOTICE = ("From Monday the first of March, the number 12 bus will no longer stop on Station Road while the "
+           "bridge is being repaired. Passengers for the station should use the temporary stop outside the "
+           "post office on Church Street, about two hundred metres further on. The last bus from the town "
+           "centre will leave at twenty past eleven instead of eleven o'clock, to allow for the longer route. "
+           "Season tickets remain valid on all routes, and children under five continue to travel free. The "
+           "repairs are expected to take six weeks. We apologise for the inconvenience and thank passengers "
+           "for their patience. For the latest times, ask the driver or call the travel line, which is open "
+           "from seven in the morning until eight in the evening every day except Christmas Day.")
+
 WORKLOADS: dict[str, list[str]] = {
     "code-rewrite": [
         "Add type hints to this class and keep everything else the same:\n\n" + _INVENTORY
@@ -143,9 +171,16 @@ WORKLOADS: dict[str, list[str]] = {
     ],
     "quote": [
         "Text: " + _LIGHTHOUSE + "\n\nQuote the first four sentences of the text exactly:\n",
-        "Read this passage:\n\n" + _PHOTOSYNTHESIS + "\n\nNow write out the passage again, word for word:\n\n",
+        "Text: " + _MINUTES + "\n\nCopy the text above:\n",
+        "Text: " + _PHOTOSYNTHESIS + "\n\nThe text, quoted in full:\n\"",
+        "Text: " + _BREAD + "\n\nThe text, quoted in full:\n\"",
+    ],
+    "summarise": [
         "Minutes: " + _MINUTES + "\n\nSummarise the minutes, quoting the decisions:\n",
-        "Text: " + _LIGHTHOUSE + "\n\nCopy the text above:\n",
+        # asked for a quote, the model numbers the sentences and drops clauses: a restatement
+        "Read this passage:\n\n" + _PHOTOSYNTHESIS + "\n\nNow write out the passage again, word for word:\n\n",
+        "Text: " + _LIGHTHOUSE + "\n\nSummarise the text in three sentences:\n",
+        "Notice: " + _NOTICE + "\n\nSummarise the notice for a passenger in a hurry:\n",
     ],
     "free": [
         "Once upon a time, in a village at the edge of a great forest,",
@@ -158,7 +193,8 @@ WORKLOADS: dict[str, list[str]] = {
 #: Ten or more varied prompts for equivalence checks (every kind, plus lists, numbers and dialogue).
 VARIED_PROMPTS: list[str] = (
     WORKLOADS["code-rewrite"][:3]
-    + WORKLOADS["quote"][:3]
+    + WORKLOADS["quote"][:1]
+    + WORKLOADS["summarise"][:2]
     + WORKLOADS["free"][:3]
     + [
         "1, 2, 3, 4, 5, 6, 7, 8,",
@@ -171,3 +207,21 @@ VARIED_PROMPTS: list[str] = (
 def workload_kinds() -> list[str]:
     """The workload kinds, in report order."""
     return list(WORKLOADS)
+
+
+def copied_fraction(prompt_tokens: list[int], output_tokens: list[int], span: int = 8) -> float:
+    """The share of ``output_tokens`` that lies in runs of at least ``span`` tokens also found in the prompt.
+
+    1.0 is a verbatim quote; a summary that reuses only short phrases scores low. It is how much of an
+    answer the draftless strategies can hope to draft, and what tells ``quote`` from ``summarise``.
+    """
+    if span < 1:
+        raise ValueError(f"span must be at least 1, got {span}")
+    if not output_tokens:
+        return 0.0
+    seen = {tuple(prompt_tokens[i:i + span]) for i in range(len(prompt_tokens) - span + 1)}
+    covered = [False] * len(output_tokens)
+    for i in range(len(output_tokens) - span + 1):
+        if tuple(output_tokens[i:i + span]) in seen:
+            covered[i:i + span] = [True] * span
+    return sum(covered) / len(output_tokens)

@@ -12,8 +12,8 @@ from specviz.bench import BenchRun, format_per_prompt, format_table, summarise
 from test_cli import run_cli
 
 
-def _run(prompt, repeat, tokens, seconds, paired=1.0, acc=0.5, mal=2.0):
-    return BenchRun(prompt, repeat, acc, mal, tokens, seconds, paired)
+def _run(prompt, repeat, tokens, seconds, paired=1.0, acc=0.5, mal=2.0, copied=0.0):
+    return BenchRun(prompt, repeat, acc, mal, tokens, seconds, paired, copied)
 
 
 def test_a_cell_is_the_median_over_prompts_of_per_prompt_medians_over_repeats():
@@ -44,12 +44,13 @@ def test_total_time_speedup_weighs_prompts_by_their_time():
 
 def test_table_and_per_prompt_lines():
     runs = [_run(0, 0, 100, 1.0, 4.0), _run(1, 0, 100, 4.0, 1.0)]
-    none = [_run(0, 0, 100, 4.0), _run(1, 0, 100, 4.0)]
+    none = [_run(0, 0, 100, 4.0, copied=0.99), _run(1, 0, 100, 4.0, copied=0.125)]
     rows = [summarise("quote", "none", none, none), summarise("quote", "ngram-mod", runs, none)]
     table = format_table(rows)
     assert "| speedup vs none | total-time speedup |" in table.splitlines()[0]
     assert "| quote | ngram-mod | 50.0% | 2.00 | 62.5 | 2.50× | 1.60× |" in table
-    assert format_per_prompt(rows) == "quote         ngram-mod      #0 4.00×  #1 1.00×"
+    assert format_per_prompt(rows).splitlines() == ["quote         copied         #0   99%  #1   12%",
+                                                    "quote         ngram-mod      #0 4.00×  #1 1.00×"]
 
 
 def test_bench_command_on_a_tiny_model(tiny_model_path):
@@ -68,6 +69,7 @@ def test_bench_command_on_a_tiny_model(tiny_model_path):
         assert r["speedup"] == pytest.approx(statistics.median(d["speedup"] for d in r["per_prompt"]))
         assert r["tokens_per_second"] == pytest.approx(statistics.median(d["tokens_per_second"] for d in r["per_prompt"]))
         assert r["total_time_speedup"] > 0 and 0.0 <= r["acceptance_rate"] <= 1.0
+        assert all(0.0 <= d["copied"] <= 1.0 for d in r["per_prompt"])
 
 
 def test_bench_command_prints_the_table(tiny_model_path):
@@ -79,3 +81,4 @@ def test_bench_command_prints_the_table(tiny_model_path):
     assert "'draft_policy': 'cost'" in lines[0] and "'draft_max': 8" in lines[0]
     assert any(line.startswith("| quote | ngram-simple |") for line in lines)
     assert any(line.startswith("quote         ngram-simple   #0 ") for line in lines)
+    assert any(line.startswith("quote         copied         #0 ") and line.endswith("%") for line in lines)

@@ -86,3 +86,18 @@ def test_verify_never_says_mismatch(gemma_session, strategy):
     assert len(verdicts) >= 10
     # the check is not vacuous: most prompts agree exactly
     assert verdicts.count("identical") >= len(verdicts) // 2, verdicts
+
+
+def test_quote_prompts_make_the_model_quote_and_summaries_do_not_all(gemma_session):
+    """The ``quote`` kind is what the model quotes: each greedy answer is at least 90% copied text."""
+    from specviz.workloads import WORKLOADS, copied_fraction
+
+    def copied(prompt):
+        gemma_session.start(prompt, 128, "none")
+        gemma_session.run()
+        return copied_fraction(gemma_session.prompt_tokens, gemma_session.tokens)
+
+    quotes = [copied(p) for p in WORKLOADS["quote"]]
+    assert min(quotes) >= 0.9, quotes
+    summaries = [copied(p) for p in WORKLOADS["summarise"]]
+    assert min(summaries) < 0.5, summaries  # the kind holds real restatements, not more quotes
