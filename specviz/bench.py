@@ -151,12 +151,12 @@ def format_per_prompt(rows: Sequence[BenchRow]) -> str:
     """Per-prompt medians of every row's paired speedup, one line per (kind, strategy).
 
     Each kind starts with a ``copied`` line: the share of ``none``'s output copied from the prompt,
-    which bounds what a draftless strategy can draft.
+    which a draftless strategy can find there (an output that repeats itself offers more).
     """
     out = []
     for r in rows:
         if r.strategy == "none":
-            cells = "  ".join(f"#{d['prompt']} {d.get('copied', 0.0):>5.0%}" for d in r.per_prompt)
+            cells = "  ".join(f"#{d['prompt']} {d['copied']:>5.0%}" for d in r.per_prompt)
             out.append(f"{r.kind:<13} {'copied':<14} {cells}")
             continue
         cells = "  ".join(f"#{d['prompt']} {d['speedup']:.2f}×" for d in r.per_prompt)

@@ -213,7 +213,8 @@ def copied_fraction(prompt_tokens: list[int], output_tokens: list[int], span: in
     """The share of ``output_tokens`` that lies in runs of at least ``span`` tokens also found in the prompt.
 
     1.0 is a verbatim quote; a summary that reuses only short phrases scores low. It is how much of an
-    answer the draftless strategies can hope to draft, and what tells ``quote`` from ``summarise``.
+    answer the draftless strategies can find in the prompt (an answer that repeats itself offers more
+    on top), and what tells ``quote`` from ``summarise``.
     """
     if span < 1:
         raise ValueError(f"span must be at least 1, got {span}")
