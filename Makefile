@@ -33,7 +33,9 @@ $(STAMP): pyproject.toml Makefile tools/llama_cmake_args.py
 demo: install
 	$(PY) examples/serve_inspector.py
 
+# the front-end's reducer and chart specifications under node's own test runner (no npm packages), then pytest
 test: install
+	node --test widgets/tests/
 	$(PY) -m pytest -ra
 
 bench: install

@@ -30,6 +30,8 @@ CHUNK = 2000
 _FLUSH_KINDS = frozenset({"telemetry", "finished", "session_started"})
 
 _PLOTLY_SOURCE: str | None = None
+#: The name under which the hosts ask :func:`static_text` for the assembled front-end module.
+INSPECTOR_JS = "inspector.js"
 
 
 def plotly_source() -> str:
@@ -45,7 +47,15 @@ def plotly_source() -> str:
 
 
 def static_text(name: str) -> str:
-    """A front-end file shipped in ``specviz.static`` (the ``widgets/`` folder of the source tree)."""
+    """A front-end file shipped in ``specviz.static`` (the ``widgets/`` folder of the source tree).
+
+    ``inspector.js`` is the one ES module both hosts load: it is assembled from the source modules in
+    ``widgets/inspector/`` (see :mod:`specviz.ui.bundle`), not read from a file.
+    """
+    if name == INSPECTOR_JS:
+        from .bundle import inspector_module
+
+        return inspector_module()
     return (importlib.resources.files("specviz.static") / name).read_text(encoding="utf-8")
 
 
