@@ -62,8 +62,10 @@ def test_the_assembled_module_is_valid_and_exports_render(tmp_path):
     check = subprocess.run([node, "--check", str(path)], capture_output=True, text=True)
     assert check.returncode == 0, check.stderr
     # importing it runs every module's top level (no DOM is touched until render is called)
-    code = ("const m = await import(process.argv[1]);"
-            "if (typeof m.render !== 'function' || m.default.render !== m.render) process.exit(3);")
+    code = (
+        "const m = await import(process.argv[1]);"
+        "if (typeof m.render !== 'function' || m.default.render !== m.render) process.exit(3);"
+    )
     run = subprocess.run([node, "--input-type=module", "-e", code, path.as_uri()], capture_output=True, text=True)
     assert run.returncode == 0, run.stderr
 
@@ -75,7 +77,8 @@ def test_package_data_ships_every_source_module():
     assert conf["tool"]["setuptools"]["package-dir"]["specviz.static"] == "widgets"
     for path in source_files():
         assert any(fnmatch.fnmatch(f"inspector/{path}", g) and g.count("/") == path.count("/") + 1 for g in globs), (
-            f"inspector/{path} is not matched by the package-data globs {globs}: add its folder to pyproject.toml")
+            f"inspector/{path} is not matched by the package-data globs {globs}: add its folder to pyproject.toml"
+        )
     assert source_root().joinpath(ENTRY).is_file()
 
 
@@ -90,15 +93,20 @@ def write(root: Path, files: dict[str, str]) -> Path:
     return root
 
 
-ENTRY_OK = 'import { a } from "./a.js";\nfunction render() { return a(); }\nexport { render };\nexport default { render };\n'
+ENTRY_OK = (
+    'import { a } from "./a.js";\nfunction render() { return a(); }\nexport { render };\nexport default { render };\n'
+)
 
 
 def test_a_tiny_tree_is_assembled_in_dependency_order(tmp_path):
-    root = write(tmp_path, {
-        "index.js": ENTRY_OK,
-        "a.js": 'import { B } from "./sub/b.js";\n\nexport function a() {\n  return B;\n}\n',
-        "sub/b.js": "export const B = 2;\n",
-    })
+    root = write(
+        tmp_path,
+        {
+            "index.js": ENTRY_OK,
+            "a.js": 'import { B } from "./sub/b.js";\n\nexport function a() {\n  return B;\n}\n',
+            "sub/b.js": "export const B = 2;\n",
+        },
+    )
     js = assemble(root)
     assert js.index("const B = 2;") < js.index("function a()") < js.index("function render()")
     assert "export const" not in js and "export function" not in js
@@ -106,22 +114,36 @@ def test_a_tiny_tree_is_assembled_in_dependency_order(tmp_path):
     assert source_files(root) == ["a.js", "index.js", "sub/b.js"]
 
 
-@pytest.mark.parametrize("files, message", [
-    ({"a.js": "export function a() {}\nexport const x = 1;\n", "b.js": ""}, None),  # control: fine
-    ({"a.js": 'import { h } from "./b.js";\nexport function a() {}\n', "b.js": "export function g() {}\n"},
-     "imports h from b.js, which does not export it"),
-    ({"a.js": 'import { a2 } from "./missing.js";\nexport function a() {}\n'}, "missing.js, which does not exist"),
-    ({"a.js": 'import { thing } from "lodash";\nexport function a() {}\n'}, "only relative imports"),
-    ({"a.js": 'import { b as c } from "./b.js";\nexport function a() {}\n', "b.js": "export function b() {}\n"},
-     "no 'as' renames"),
-    ({"a.js": 'import * as b from "./b.js";\nexport function a() {}\n', "b.js": "export function b() {}\n"},
-     "every import must read"),
-    ({"a.js": "export function a() {}\nexport default a;\n"}, "only the entry module"),
-    ({"a.js": "export function a() {}\nexport * from './b.js';\n"}, "every export must be"),
-    ({"a.js": "export function a() {}\nfunction render() {}\n"}, "'render' is declared in both"),
-    ({"a.js": 'import { b } from "./b.js";\nexport function a() {}\n', "b.js": 'import { a } from "./a.js";\nexport function b() {}\n'},
-     "import cycle"),
-])
+@pytest.mark.parametrize(
+    "files, message",
+    [
+        ({"a.js": "export function a() {}\nexport const x = 1;\n", "b.js": ""}, None),  # control: fine
+        (
+            {"a.js": 'import { h } from "./b.js";\nexport function a() {}\n', "b.js": "export function g() {}\n"},
+            "imports h from b.js, which does not export it",
+        ),
+        ({"a.js": 'import { a2 } from "./missing.js";\nexport function a() {}\n'}, "missing.js, which does not exist"),
+        ({"a.js": 'import { thing } from "lodash";\nexport function a() {}\n'}, "only relative imports"),
+        (
+            {"a.js": 'import { b as c } from "./b.js";\nexport function a() {}\n', "b.js": "export function b() {}\n"},
+            "no 'as' renames",
+        ),
+        (
+            {"a.js": 'import * as b from "./b.js";\nexport function a() {}\n', "b.js": "export function b() {}\n"},
+            "every import must read",
+        ),
+        ({"a.js": "export function a() {}\nexport default a;\n"}, "only the entry module"),
+        ({"a.js": "export function a() {}\nexport * from './b.js';\n"}, "every export must be"),
+        ({"a.js": "export function a() {}\nfunction render() {}\n"}, "'render' is declared in both"),
+        (
+            {
+                "a.js": 'import { b } from "./b.js";\nexport function a() {}\n',
+                "b.js": 'import { a } from "./a.js";\nexport function b() {}\n',
+            },
+            "import cycle",
+        ),
+    ],
+)
 def test_what_cannot_be_assembled_is_refused_with_the_reason(tmp_path, files, message):
     root = write(tmp_path, {"index.js": ENTRY_OK, **files})
     if message is None:

@@ -37,9 +37,12 @@ class Sink:
 
 def error_shown(msgs: list[dict]) -> bool:
     """Did the page get an error to show: a notice of level error, errors beside the knob form or the strategy?"""
-    return any((m["type"] == "notice" and m["level"] == "error")
-               or (m["type"] == "knob_errors" and m["errors"])
-               or (m["type"] == "schema" and m.get("error")) for m in msgs)
+    return any(
+        (m["type"] == "notice" and m["level"] == "error")
+        or (m["type"] == "knob_errors" and m["errors"])
+        or (m["type"] == "schema" and m.get("error"))
+        for m in msgs
+    )
 
 
 class Gate:
@@ -72,15 +75,27 @@ class Gate:
 
 def snapshot(core: InspectorCore) -> dict[str, Any]:
     """What a refused message must not change: the session's state and events, the inspector's log."""
-    snap: dict[str, Any] = {"epoch": core.epoch, "log": list(core.log), "pending": core._pending,
-                            "prompt": core._prompt_text}
+    snap: dict[str, Any] = {
+        "epoch": core.epoch,
+        "log": list(core.log),
+        "pending": core._pending,
+        "prompt": core._prompt_text,
+    }
     s = core.session
     if s is None:
         snap["pos"] = core._pos
     else:
-        snap.update(history=list(s.history), knobs=dict(s.knobs), strategy=s.strategy, finished=s.finished,
-                    started=s.started, rounds=s.round_index, events=list(s.events), queued=s._pending,
-                    max_tokens=s.max_tokens)
+        snap.update(
+            history=list(s.history),
+            knobs=dict(s.knobs),
+            strategy=s.strategy,
+            finished=s.finished,
+            started=s.started,
+            rounds=s.round_index,
+            events=list(s.events),
+            queued=s._pending,
+            max_tokens=s.max_tokens,
+        )
     return snap
 
 
@@ -121,7 +136,12 @@ def check(core: InspectorCore, sink: Sink, msg: Any, *, busy: bool = False) -> l
     answer = sink.msgs[n:]
     if must_refuse(msg):
         assert error_shown(answer), f"{msg!r} was not refused with an error: {answer!r}"
-    if busy and isinstance(msg, dict) and msg.get("type") == "cmd" and msg.get("cmd") in ("step", "run", "play", "reset"):
+    if (
+        busy
+        and isinstance(msg, dict)
+        and msg.get("type") == "cmd"
+        and msg.get("cmd") in ("step", "run", "play", "reset")
+    ):
         assert error_shown(answer), f"{msg!r} while a worker runs was not refused: {answer!r}"
     if error_shown(answer):
         assert snapshot(core) == before, f"{msg!r} was refused but changed something"
@@ -151,17 +171,38 @@ def notices(msgs):
 # -- hand-picked messages ----------------------------------------------------------------------------------
 
 BAD = [
-    None, 3, "step", ["cmd", "step"], {}, {"type": None}, {"type": 7}, {"type": "explode"}, {"type": ["cmd"]},
-    {"type": "hello"}, {"type": "hello", "epoch": "0", "have": 0}, {"type": "hello", "epoch": 0, "have": -1},
-    {"type": "hello", "epoch": 0, "have": True}, {"type": "hello", "epoch": 0.5, "have": 0},
+    None,
+    3,
+    "step",
+    ["cmd", "step"],
+    {},
+    {"type": None},
+    {"type": 7},
+    {"type": "explode"},
+    {"type": ["cmd"]},
+    {"type": "hello"},
+    {"type": "hello", "epoch": "0", "have": 0},
+    {"type": "hello", "epoch": 0, "have": -1},
+    {"type": "hello", "epoch": 0, "have": True},
+    {"type": "hello", "epoch": 0.5, "have": 0},
     {"type": "hello", "epoch": 0, "have": 10**30},
-    {"type": "cmd"}, {"type": "cmd", "cmd": "jump"}, {"type": "cmd", "cmd": 1},
-    {"type": "cmd", "cmd": "run", "n": 0}, {"type": "cmd", "cmd": "run", "n": -5}, {"type": "cmd", "cmd": "run", "n": 2.5},
-    {"type": "cmd", "cmd": "run", "n": "8"}, {"type": "cmd", "cmd": "run", "n": 10**12}, {"type": "cmd", "cmd": "run", "n": True},
-    {"type": "cmd", "cmd": "reset", "prompt": 5}, {"type": "cmd", "cmd": "reset", "prompt": ["a"]},
-    {"type": "cmd", "cmd": "reset", "max_tokens": 0}, {"type": "cmd", "cmd": "reset", "max_tokens": -3},
-    {"type": "cmd", "cmd": "reset", "max_tokens": 10**20}, {"type": "cmd", "cmd": "reset", "max_tokens": "12"},
-    {"type": "configure", "strategy": 5, "knobs": {}}, {"type": "configure", "strategy": "prompt-lookup", "knobs": [1, 2]},
+    {"type": "cmd"},
+    {"type": "cmd", "cmd": "jump"},
+    {"type": "cmd", "cmd": 1},
+    {"type": "cmd", "cmd": "run", "n": 0},
+    {"type": "cmd", "cmd": "run", "n": -5},
+    {"type": "cmd", "cmd": "run", "n": 2.5},
+    {"type": "cmd", "cmd": "run", "n": "8"},
+    {"type": "cmd", "cmd": "run", "n": 10**12},
+    {"type": "cmd", "cmd": "run", "n": True},
+    {"type": "cmd", "cmd": "reset", "prompt": 5},
+    {"type": "cmd", "cmd": "reset", "prompt": ["a"]},
+    {"type": "cmd", "cmd": "reset", "max_tokens": 0},
+    {"type": "cmd", "cmd": "reset", "max_tokens": -3},
+    {"type": "cmd", "cmd": "reset", "max_tokens": 10**20},
+    {"type": "cmd", "cmd": "reset", "max_tokens": "12"},
+    {"type": "configure", "strategy": 5, "knobs": {}},
+    {"type": "configure", "strategy": "prompt-lookup", "knobs": [1, 2]},
     {"type": "configure", "strategy": "prompt-lookup", "knobs": "draft_max=3"},
     {"type": "configure", "strategy": "no-such-strategy", "knobs": {}},
     {"type": "configure", "strategy": "prompt-lookup", "knobs": {"draft_max": "0"}},
@@ -175,7 +216,9 @@ BAD = [
     {"type": "configure", "strategy": "prompt-lookup", "knobs": {f"k{i}": 1 for i in range(100)}},
     {"type": "configure", "strategy": "draft", "knobs": {"draft_model": "/no/such/draft.gguf"}},
     {"type": "configure", "strategy": "draft", "knobs": {"draft_model": "bad\x00path"}},
-    {"type": "schema"}, {"type": "schema", "strategy": 3}, {"type": "schema", "strategy": "nope"},
+    {"type": "schema"},
+    {"type": "schema", "strategy": 3},
+    {"type": "schema", "strategy": "nope"},
 ]
 
 
@@ -230,7 +273,9 @@ def test_commands_while_rounds_run_are_refused_and_pause_is_not(live):
         answer = check(core, sink, {"type": "cmd", **cmd}, busy=True)
         assert "Pause first" in notices(answer)[0]
     # a knob change is queued for the next round, as the form says ("Apply at next round")
-    answer = check(core, sink, {"type": "configure", "strategy": "prompt-lookup", "knobs": {"draft_max": "3"}}, busy=True)
+    answer = check(
+        core, sink, {"type": "configure", "strategy": "prompt-lookup", "knobs": {"draft_max": "3"}}, busy=True
+    )
     assert not error_shown(answer) and core.state()["pending"] == "draft_max=3"
     answer = check(core, sink, {"type": "cmd", "cmd": "pause"}, busy=True)
     assert not error_shown(answer)
@@ -244,7 +289,10 @@ def test_out_of_order_commands_are_refused(live, tiny_model):
     gate.drain(core)
     assert core.session.finished == "max_tokens"
     for cmd in ("step", "run", "play"):
-        assert "has finished (max_tokens); Reset starts it again" in notices(check(core, sink, {"type": "cmd", "cmd": cmd}))[0]
+        assert (
+            "has finished (max_tokens); Reset starts it again"
+            in notices(check(core, sink, {"type": "cmd", "cmd": cmd}))[0]
+        )
     # a hello that claims more events than were sent
     answer = check(core, sink, {"type": "hello", "epoch": core.epoch, "have": len(core.log) + 1})
     assert "reload the page" in notices(answer)[0]
@@ -287,7 +335,10 @@ def test_a_recording_refuses_what_a_replay_cannot_do(started_replay):
     answer = check(core, sink, {"type": "configure", "strategy": "prompt-lookup", "knobs": {"draft_max": "2"}})
     assert answer[-1]["errors"] == {"strategy": "a recorded session cannot be reconfigured"}
     for cmd in ("step", "run", "play"):
-        assert "the recording is at its end; Reset rewinds it" in notices(check(core, sink, {"type": "cmd", "cmd": cmd}))[0]
+        assert (
+            "the recording is at its end; Reset rewinds it"
+            in notices(check(core, sink, {"type": "cmd", "cmd": cmd}))[0]
+        )
     # Reset rewinds (whatever prompt the page sends), then the recording steps again
     assert not error_shown(check(core, sink, {"type": "cmd", "cmd": "reset", "prompt": "ignored", "max_tokens": 3}))
     assert not error_shown(check(core, sink, {"type": "cmd", "cmd": "step"}))
@@ -307,17 +358,28 @@ def started_replay(tiny_session):
 
 # -- random message sequences ------------------------------------------------------------------------------
 
-_scalars = st.one_of(st.none(), st.booleans(), st.integers(min_value=-(2**70), max_value=2**70),
-                     st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=12))
-junk = st.recursive(_scalars, lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=6), c, max_size=3),
-                    max_leaves=6)
+_scalars = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(2**70), max_value=2**70),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=12),
+)
+junk = st.recursive(
+    _scalars, lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=6), c, max_size=3), max_leaves=6
+)
 small_int = st.integers(min_value=-3, max_value=60)
 maybe = st.one_of  # readability: maybe(a, b) is "a or b"
 
 _knob_names = sorted({k.name for name in strategy_names() for k in strategy_schema(name).knobs}) + ["no_such_knob"]
-_knob_value = maybe(st.integers(min_value=-5, max_value=40).map(str), st.integers(min_value=-(2**66), max_value=2**66),
-                    st.floats(allow_nan=True), st.booleans(), st.sampled_from(["", "abc", "1e309", "true", "fixed", "cost"]),
-                    junk)
+_knob_value = maybe(
+    st.integers(min_value=-5, max_value=40).map(str),
+    st.integers(min_value=-(2**66), max_value=2**66),
+    st.floats(allow_nan=True),
+    st.booleans(),
+    st.sampled_from(["", "abc", "1e309", "true", "fixed", "cost"]),
+    junk,
+)
 
 
 def _fields(**kw) -> st.SearchStrategy[dict]:
@@ -331,10 +393,14 @@ _knobs = st.dictionaries(st.sampled_from(_knob_names), _knob_value, max_size=3)
 # well-formed messages (each may still be refused for the session's state), then the same with junk fields
 well_formed = st.one_of(
     _fields(type=st.just("hello"), epoch=st.integers(-1, 3), have=small_int).filter(lambda m: len(m) == 3),
-    st.fixed_dictionaries({"type": st.just("cmd"), "cmd": st.sampled_from(["step", "run", "play", "pause"])},
-                          optional={"n": st.integers(1, 6)}),
-    st.fixed_dictionaries({"type": st.just("cmd"), "cmd": st.just("reset")},
-                          optional={"prompt": _prompt, "max_tokens": st.integers(1, 30)}),
+    st.fixed_dictionaries(
+        {"type": st.just("cmd"), "cmd": st.sampled_from(["step", "run", "play", "pause"])},
+        optional={"n": st.integers(1, 6)},
+    ),
+    st.fixed_dictionaries(
+        {"type": st.just("cmd"), "cmd": st.just("reset")},
+        optional={"prompt": _prompt, "max_tokens": st.integers(1, 30)},
+    ),
     st.fixed_dictionaries({"type": st.just("configure"), "strategy": _strategy_name, "knobs": _knobs}),
     st.fixed_dictionaries({"type": st.just("schema"), "strategy": _strategy_name}),
 )
@@ -342,8 +408,13 @@ malformed = st.one_of(
     junk,
     _fields(type=junk),
     _fields(type=st.just("hello"), epoch=maybe(st.integers(-2, 3), junk), have=maybe(small_int, junk)),
-    _fields(type=st.just("cmd"), cmd=maybe(st.sampled_from([*COMMANDS, "jump", ""]), junk), n=maybe(small_int, junk),
-            prompt=maybe(_prompt, junk), max_tokens=maybe(st.integers(-2, 30), st.just(MAX_TOKENS + 1), junk)),
+    _fields(
+        type=st.just("cmd"),
+        cmd=maybe(st.sampled_from([*COMMANDS, "jump", ""]), junk),
+        n=maybe(small_int, junk),
+        prompt=maybe(_prompt, junk),
+        max_tokens=maybe(st.integers(-2, 30), st.just(MAX_TOKENS + 1), junk),
+    ),
     _fields(type=st.just("configure"), strategy=maybe(_strategy_name, junk), knobs=maybe(_knobs, junk)),
     _fields(type=st.just("schema"), strategy=maybe(_strategy_name, junk)),
 )

@@ -92,12 +92,14 @@ def _parse(path: str, text: str, entry: bool) -> Module:
     for m in _IMPORT.finditer(text):
         spec = m.group(2)
         if not spec.startswith(("./", "../")):
-            raise BundleError(f"{path}: import from {spec!r}: only relative imports of the inspector's own modules "
-                              "are allowed (the assembled module must load with no network)")
+            raise BundleError(
+                f"{path}: import from {spec!r}: only relative imports of the inspector's own modules "
+                "are allowed (the assembled module must load with no network)"
+            )
         target = posixpath.normpath(posixpath.join(posixpath.dirname(path), spec))
         imports.append((target, _names(m.group(1), path, "import")))
     if len(_ANY_IMPORT.findall(text)) != len(imports):
-        raise BundleError(f"{path}: every import must read `import {{ a, b }} from \"./file.js\";`")
+        raise BundleError(f'{path}: every import must read `import {{ a, b }} from "./file.js";`')
     exports = {m.group(2) for m in _EXPORT_DECL.finditer(text)}
     for m in _EXPORT_LIST.finditer(text):
         exports.update(_names(m.group(1), path, "export"))
@@ -106,7 +108,9 @@ def _parse(path: str, text: str, entry: bool) -> Module:
     if n_default and not entry:
         raise BundleError(f"{path}: only the entry module {ENTRY} may `export default`")
     if len(_ANY_EXPORT.findall(text)) != n_forms + n_default:
-        raise BundleError(f"{path}: every export must be `export function|const|let|class name` or `export {{ a, b }};`")
+        raise BundleError(
+            f"{path}: every export must be `export function|const|let|class name` or `export {{ a, b }};`"
+        )
     declared = tuple(m.group(1) for m in _TOP_DECL.finditer(text))
     undeclared = sorted(n for n in exports if n not in declared)
     if undeclared:
@@ -138,14 +142,14 @@ def load_modules(root: Traversable | None = None) -> list[Module]:
         if path in modules:
             return
         if path in visiting:
-            cycle = " → ".join(visiting[visiting.index(path):] + [path])
+            cycle = " → ".join(visiting[visiting.index(path) :] + [path])
             raise BundleError(f"import cycle: {cycle}")
         node = root.joinpath(*path.split("/"))
         if not node.is_file():
             raise BundleError(f"{importer}: imports {path}, which does not exist" if importer else f"no entry {path}")
         mod = _parse(path, node.read_text(encoding="utf-8"), entry=importer is None)
         visiting.append(path)
-        for dep, _names_ in mod.imports:
+        for dep, _imported in mod.imports:
             visit(dep, path)
         visiting.pop()
         for dep, names in mod.imports:
@@ -160,8 +164,10 @@ def load_modules(root: Traversable | None = None) -> list[Module]:
     for mod in order:
         for name in mod.declared:
             if name in owner and owner[name] != mod.path:
-                raise BundleError(f"top-level name {name!r} is declared in both {owner[name]} and {mod.path}; "
-                                  "the assembled module shares one scope, so rename one of them")
+                raise BundleError(
+                    f"top-level name {name!r} is declared in both {owner[name]} and {mod.path}; "
+                    "the assembled module shares one scope, so rename one of them"
+                )
             owner[name] = mod.path
     return order
 
@@ -169,8 +175,10 @@ def load_modules(root: Traversable | None = None) -> list[Module]:
 def assemble(root: Traversable | None = None) -> str:
     """The one ES module both hosts load: every source module in dependency order, the entry last."""
     order = load_modules(root)
-    parts = ["// specviz inspector: ONE ES module assembled by specviz/ui/bundle.py from the modules in widgets/inspector/.\n"
-             "// Edit those files, not this text. Modules, in order: " + ", ".join(m.path for m in order) + "\n"]
+    parts = [
+        "// specviz inspector: ONE ES module assembled by specviz/ui/bundle.py from widgets/inspector/*.js.\n"
+        "// Edit those files, not this text. Modules, in order: " + ", ".join(m.path for m in order) + "\n"
+    ]
     for mod in order:
         parts.append(f"\n// ---- {SOURCE_DIR}/{mod.path} " + "-" * max(0, 90 - len(mod.path)) + "\n\n")
         parts.append(_body(mod, entry=mod.path == ENTRY))

@@ -64,16 +64,16 @@ def _show(value: Any, limit: int = 60) -> str:
 def _int_field(msg: dict, name: str, where: str, lo: int | None = None, hi: int | None = None) -> int:
     """``msg[name]`` as an int in ``[lo, hi]``, or :class:`MessageError` naming the field and the range."""
     value = msg.get(name)
-    ok = isinstance(value, int) and not isinstance(value, bool)
-    ok = ok and (lo is None or value >= lo) and (hi is None or value <= hi)
-    if not ok:
-        if lo is None and hi is None:
-            expected = "an integer"
-        else:
-            expected = f"an integer in [{'-inf' if lo is None else lo}, {'inf' if hi is None else hi}]"
-        got = "nothing" if name not in msg else _show(value)
-        raise MessageError(f"{where}: {name!r} must be {expected}; got {got}")
-    return value
+    if isinstance(value, int) and not isinstance(value, bool):
+        if (lo is None or value >= lo) and (hi is None or value <= hi):
+            return value
+    if lo is None and hi is None:
+        expected = "an integer"
+    else:
+        expected = f"an integer in [{'-inf' if lo is None else lo}, {'inf' if hi is None else hi}]"
+    got = "nothing" if name not in msg else _show(value)
+    raise MessageError(f"{where}: {name!r} must be {expected}; got {got}")
+
 
 _PLOTLY_SOURCE: str | None = None
 #: The name under which the hosts ask :func:`static_text` for the assembled front-end module.
@@ -86,7 +86,8 @@ def plotly_source() -> str:
     if _PLOTLY_SOURCE is None:
         try:
             _PLOTLY_SOURCE = (importlib.resources.files("plotly") / "package_data" / "plotly.min.js").read_text(
-                encoding="utf-8")
+                encoding="utf-8"
+            )
         except (ModuleNotFoundError, FileNotFoundError) as e:  # pragma: no cover - depends on the install
             raise SpecvizError("the inspector's charts need the 'plotly' package: pip install 'specviz[ui]'") from e
     return _PLOTLY_SOURCE
@@ -129,8 +130,15 @@ class InspectorCore:
     ``draft_models`` lists draft GGUF paths the form offers for the ``draft`` strategy's ``draft_model``.
     """
 
-    def __init__(self, send: Callable[[dict], None], session: Any = None, *, events: list[Event] | None = None,
-                 prompt: str | None = None, draft_models: Iterable[str] | None = None) -> None:
+    def __init__(
+        self,
+        send: Callable[[dict], None],
+        session: Any = None,
+        *,
+        events: list[Event] | None = None,
+        prompt: str | None = None,
+        draft_models: Iterable[str] | None = None,
+    ) -> None:
         if (session is None) == (events is None):
             raise ValueError("give either a session or recorded events")
         self._send = send
@@ -212,21 +220,56 @@ class InspectorCore:
             try:
                 schema = strategy_schema(strategy).to_list() if strategy else []
             except SpecvizError:
-                schema = [{"name": k, "type": type(v).__name__, "default": v, "help": "", "lo": None, "hi": None,
-                           "choices": [], "flag": ""} for k, v in knobs.items()]
+                schema = [
+                    {
+                        "name": k,
+                        "type": type(v).__name__,
+                        "default": v,
+                        "help": "",
+                        "lo": None,
+                        "hi": None,
+                        "choices": [],
+                        "flag": "",
+                    }
+                    for k, v in knobs.items()
+                ]
             at_end = self._pos >= len(self._groups)
-            return {"type": "state", "replay": True, "running": self.running, "finished": fin if at_end else None,
-                    "can_step": not at_end, "can_reset": True, "can_control": False, "strategy": strategy,
-                    "knobs": knobs, "schema": schema, "strategies": [strategy] if strategy else [],
-                    "pending": None, "epoch": self.epoch, "error": self._error}
+            return {
+                "type": "state",
+                "replay": True,
+                "running": self.running,
+                "finished": fin if at_end else None,
+                "can_step": not at_end,
+                "can_reset": True,
+                "can_control": False,
+                "strategy": strategy,
+                "knobs": knobs,
+                "schema": schema,
+                "strategies": [strategy] if strategy else [],
+                "pending": None,
+                "epoch": self.epoch,
+                "error": self._error,
+            }
         s = self.session
-        started = bool(getattr(s, "started", False))
-        return {"type": "state", "replay": False, "running": self.running, "finished": s.finished,
-                "can_step": started and s.finished is None, "can_reset": started or bool(self._prompt_text),
-                "can_control": True, "strategy": s.strategy if started else "", "knobs": dict(s.knobs),
-                "schema": s.schema() if started else [], "strategies": strategy_names(),
-                "pending": self._pending, "prompt": self._prompt(), "epoch": self.epoch, "error": self._error,
-                "draft_models": list(self.draft_models)}
+        is_started = bool(getattr(s, "started", False))
+        return {
+            "type": "state",
+            "replay": False,
+            "running": self.running,
+            "finished": s.finished,
+            "can_step": is_started and s.finished is None,
+            "can_reset": is_started or bool(self._prompt_text),
+            "can_control": True,
+            "strategy": s.strategy if is_started else "",
+            "knobs": dict(s.knobs),
+            "schema": s.schema() if is_started else [],
+            "strategies": strategy_names(),
+            "pending": self._pending,
+            "prompt": self._prompt(),
+            "epoch": self.epoch,
+            "error": self._error,
+            "draft_models": list(self.draft_models),
+        }
 
     def _send_state(self, force: bool = False) -> None:
         st = self.state()
@@ -286,8 +329,10 @@ class InspectorCore:
         have = _int_field(msg, "have", "hello", lo=0)
         with self._lock:
             if epoch == self.epoch and have > self._unsent:
-                raise MessageError(f"hello: the page says it holds {have} events of epoch {epoch}, but only "
-                                   f"{self._unsent} were sent; reload the page")
+                raise MessageError(
+                    f"hello: the page says it holds {have} events of epoch {epoch}, but only "
+                    f"{self._unsent} were sent; reload the page"
+                )
             start = have if epoch == self.epoch else 0  # a view of another epoch gets this one from its start
             self._send_state(force=True)
             for first in range(start, self._unsent, CHUNK):
