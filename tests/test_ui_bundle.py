@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import fnmatch
 import os
+import posixpath
 import re
 import shutil
 import subprocess
@@ -72,13 +73,14 @@ def test_the_assembled_module_is_valid_and_exports_render(tmp_path):
 
 def test_package_data_ships_every_source_module():
     tomllib = pytest.importorskip("tomllib", reason="tomllib is in the standard library from Python 3.11")
-    conf = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
-    globs = conf["tool"]["setuptools"]["package-data"]["specviz.static"]
-    assert conf["tool"]["setuptools"]["package-dir"]["specviz.static"] == "widgets"
+    conf = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["setuptools"]
+    assert conf["package-dir"]["specviz.static"] == "widgets"
     for path in source_files():
-        assert any(fnmatch.fnmatch(f"inspector/{path}", g) and g.count("/") == path.count("/") + 1 for g in globs), (
-            f"inspector/{path} is not matched by the package-data globs {globs}: add its folder to pyproject.toml"
-        )
+        folder, name = posixpath.split(f"inspector/{path}")
+        package = "specviz.static." + folder.replace("/", ".")
+        assert package in conf["packages"], f"{package} (widgets/{folder}) is missing from pyproject.toml's packages"
+        globs = conf["package-data"].get(package, [])
+        assert any(fnmatch.fnmatch(name, g) for g in globs), f"widgets/{folder}/{name}: not in {package}'s package-data"
     assert source_root().joinpath(ENTRY).is_file()
 
 

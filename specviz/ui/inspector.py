@@ -1,8 +1,9 @@
 """The inspector as an anywidget for JupyterLab (and any other anywidget host).
 
 ``Inspector(session)`` shows a live session and its controls; ``Inspector.replay(path)`` shows a
-recorded JSON Lines file without a model. The front-end is ``widgets/inspector.js`` (shipped as
-``specviz.static``), the same module the Panel app uses. All logic lives in
+recorded JSON Lines file without a model. The front-end is the ES module assembled from
+``widgets/inspector/`` (shipped as ``specviz.static``; see :mod:`specviz.ui.bundle`), the same module
+the Panel app uses. All logic lives in
 :class:`~specviz.ui.core.InspectorCore`; this class only connects it to the widget's comm.
 """
 
