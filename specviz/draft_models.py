@@ -20,6 +20,16 @@ class DraftModelCache:
     def __init__(self, target: LlamaModel) -> None:
         self.target = target
         self._models: dict[str, LlamaModel] = {}
+        self._holders = [1]  # caches sharing these models (see share); the last close frees them
+        self._closed = False
+
+    def share(self) -> DraftModelCache:
+        """A cache over the same loaded models (for a forked session); the models are freed when the last
+        of the sharing caches is closed."""
+        other = DraftModelCache.__new__(DraftModelCache)
+        other.target, other._models, other._holders, other._closed = self.target, self._models, self._holders, False
+        self._holders[0] += 1
+        return other
 
     def get(self, path: str | os.PathLike) -> LlamaModel:
         """The draft model at ``path``, loaded on first use and checked against the target's vocabulary.
@@ -40,7 +50,13 @@ class DraftModelCache:
         return m
 
     def close(self) -> None:
-        """Free every loaded draft model."""
+        """Free every loaded draft model, unless another cache still shares them (idempotent)."""
+        if self._closed:
+            return
+        self._closed = True
+        self._holders[0] -= 1
+        if self._holders[0] > 0:
+            return
         for m in self._models.values():
             m.close()
         self._models.clear()

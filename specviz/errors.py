@@ -52,6 +52,15 @@ class SessionStateError(SpecvizError, RuntimeError):
     """The call does not fit the session's state (for example step() before start())."""
 
 
+class RewindError(SessionStateError, ValueError):
+    """A rewind to a round or position outside the committed range (or before the session began). Nothing
+    was changed."""
+
+
+class ChatTemplateError(SpecvizError, ValueError):
+    """The model has no chat template (or llama.cpp cannot apply it), or the messages are malformed."""
+
+
 class SnapshotError(SpecvizError, ValueError):
     """A snapshot envelope is corrupted, truncated or belongs to other models."""
 

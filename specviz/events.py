@@ -4,7 +4,8 @@ Every event is a frozen dataclass with a ``kind`` string and a ``to_dict()``; :f
 turns a dictionary back into the event (used by the replayer). A round publishes, in order:
 ``DraftProposed`` → ``Verified`` → ``Accepted`` → ``Rejected`` (when a draft token was refused) →
 ``KVRollback`` (once per context whose tail was removed) → ``Telemetry``. ``SessionStarted`` opens a
-session, ``KnobsChanged`` marks a configuration applied at a round boundary and ``Finished`` closes it.
+session, ``KnobsChanged`` marks a configuration applied at a round boundary and ``Finished`` closes it;
+``Rewound`` says the session went back to an earlier round (the events after it no longer hold).
 
 Token texts ("pieces") travel with the ids so that a front-end or a replay never needs the model.
 """
@@ -208,10 +209,39 @@ class Finished(Event):
     message: str | None = None
 
 
+@dataclass(frozen=True)
+class Rewound(Event):
+    """The session went back to the state right after round ``round``, with ``position`` tokens of history
+    (see :mod:`specviz.rewind`).
+
+    Events of the rounds after ``round`` no longer describe the session; a consumer drops them (a
+    recording keeps them, followed by this event). ``n_events`` is how many events of the session's
+    own list stand before this one, so replaying a recording and truncating to ``n_events`` at each
+    ``rewound`` gives the session's list (:func:`specviz.rewind.effective_events`). A rewind to a
+    position inside a round keeps that round's first tokens: ``kept_tokens`` / ``kept_pieces``.
+    ``from_round`` / ``from_position`` say where the session was; ``strategy``, ``knobs``,
+    ``finished`` and ``telemetry`` (the figures after round ``round``) are what holds now;
+    ``kv_rollbacks`` lists each context's cut as ``{"context", "from_pos", "to_pos"}``.
+    """
+
+    kind: ClassVar[str] = "rewound"
+    position: int = 0
+    from_round: int = 0
+    from_position: int = 0
+    n_events: int = 0
+    kept_tokens: tuple = ()
+    kept_pieces: tuple = ()
+    strategy: str = ""
+    knobs: dict = field(default_factory=dict)
+    finished: str | None = None
+    telemetry: dict = field(default_factory=dict)
+    kv_rollbacks: tuple = ()
+
+
 EVENT_TYPES: dict[str, type[Event]] = {
     cls.kind: cls
     for cls in (SessionStarted, DraftProposed, Verified, Accepted, Rejected, KVRollback, KnobsChanged,
-                Telemetry, Finished)
+                Telemetry, Finished, Rewound)
 }
 
 

@@ -25,10 +25,13 @@ from .budget import Caps, plan
 from .config import Knob
 from .draft_models import DraftModelCache
 from .errors import ContextError, KnobError, SessionStateError, SnapshotError
-from .events import Event, Finished, KnobsChanged, Round, SessionStarted
+from .events import Event, Finished, KnobsChanged, Rewound, Round, SessionStarted
 from .events import Telemetry as TelemetryEvent
 from .models import resolve_model
 from .policy import FixedPolicy, VerifyCostModel, make_policy, measure_verify_cost
+from .rewind import Checkpoint, capture, extras_state, load_extras
+from .rewind import fork as _fork
+from .rewind import rewind as _rewind
 from .round import RoundResult, run_round
 from .round_events import round_events
 from .sampling import SamplingParams
@@ -79,6 +82,10 @@ class Session:
         self.telemetry = Telemetry()
         self.policy: FixedPolicy = make_policy("fixed")
         self.last_result: RoundResult | None = None
+        #: One checkpoint per round (and one for the start), for :meth:`rewind` (see :mod:`specviz.rewind`).
+        self.checkpoints: list[Checkpoint] = []
+        #: Stop strings of the current generation (see :mod:`specviz.stops`).
+        self.stop: tuple[str, ...] = ()
 
     @property
     def temperature(self) -> float:
@@ -273,6 +280,7 @@ class Session:
                                 seed=self.seed, n_ctx=cap.n_ctx, n_batch=cap.n_batch, n_ubatch=cap.n_ubatch,
                                 n_swa=cap.n_swa, n_vocab=self.model.n_vocab)
             self._emit(ev)
+            capture(self)
             return ev
 
     def _draft_model_name(self) -> str | None:
@@ -329,10 +337,13 @@ class Session:
                 self._emit(ev, out)
             self._emit(TelemetryEvent(res.index, data=self.telemetry_dict()), out)
             finish = res.finish or ("max_tokens" if len(self.tokens) >= self.max_tokens else None)
-            if finish is None and self._cancel.is_set():
-                finish = "cancelled"
             if finish is not None:
-                return self._finish(finish, out, res.committed)
+                rnd = self._finish(finish, out, res.committed)
+                capture(self)  # a rewind to this round finds it finished, as it was
+                return rnd
+            capture(self)  # before a cancellation: a rewind to this round may continue
+            if self._cancel.is_set():
+                return self._finish("cancelled", out, res.committed)
             return Round(res.index, tuple(out), tuple(res.committed), None)
 
     def _learn(self, res: RoundResult) -> None:
@@ -382,6 +393,7 @@ class Session:
                 "round": self.round_index, "finished": self.finished, "telemetry": self.telemetry.state(),
                 "drafter_state": self.drafter.state(), "policy_state": self.policy.state(),
                 "cost_model": self.cost_model.to_dict() if self.cost_model is not None else None,
+                "workbench": extras_state(self),
             }
             blobs: list[tuple[str, bytes]] = [("target", self.ctx.state()), ("drafter", self.drafter.context_state())]
             return pack(header, blobs)
@@ -433,7 +445,7 @@ class Session:
             backup = self.ctx.state() if self.started else None
             saved, rng_state = self.__dict__.copy(), self.rng.bit_generator.state
             try:
-                self._adopt(h, blobs, cfg, pending, sampling, telemetry)
+                self._adopt(h, blobs, cfg, pending, sampling, telemetry, header.get("workbench"))
             except Exception as exc:
                 new_drafter = self.drafter
                 self.__dict__.update(saved)
@@ -449,7 +461,7 @@ class Session:
                 raise
 
     def _adopt(self, h: Any, blobs: dict[str, bytes], cfg: dict[str, Any], pending: Any, sampling: SamplingParams,
-               telemetry: Telemetry) -> None:
+               telemetry: Telemetry, extras: Any = None) -> None:
         """Install a checked snapshot (called by :meth:`restore_into`, which undoes it on failure)."""
         old = self.drafter
         self._reset_state()
@@ -478,10 +490,27 @@ class Session:
         if h.drafter_state is not None and h.drafter_state.get("format"):
             self.drafter.load_state(h.drafter_state)
         self.started = True
+        load_extras(self, extras)
         if self.kv_length != self.committed:
             raise SnapshotError(f"the restored cache holds {self.kv_length} positions, expected {self.committed}")
         if old is not None and old is not self.drafter:
             old.close()
+
+    # -- rewind and branch -----------------------------------------------------------------------------
+    def rewind(self, round: int | None = None, *, position: int | None = None) -> Rewound:
+        """Go back to the state right after round ``round`` (0: right after the prompt), or to ``position``
+        tokens of history: caches cut, drafter rebuilt, telemetry and events of the later rounds dropped,
+        a :class:`~specviz.events.Rewound` event published (see :mod:`specviz.rewind`).
+
+        A round or position outside the committed range raises :class:`~specviz.errors.RewindError` and
+        changes nothing. A configuration queued with :meth:`configure` is discarded.
+        """
+        return _rewind(self, round=round, position=position)
+
+    def fork(self) -> Session:
+        """A second session at this point, sharing the loaded models, independent afterwards (its own
+        contexts, drafter, history, events and checkpoints). Close it with :meth:`close` when done."""
+        return _fork(self)
 
     def close(self) -> None:
         """Free the contexts and the draft models this session loaded."""

@@ -3,14 +3,15 @@
 Hypothesis drives random sequences of start, step, run, configure (valid and invalid values, every
 strategy, draft models of the same and of another vocabulary, missing files, non-GGUF files), cancel,
 snapshot and restore (including a snapshot of another model and a corrupted one) on tiny real GGUF
-models. After every call:
+models, and rewind (to a round, to a position, out of range) and fork. After every call:
 
 * a refused call raised a typed :class:`~specviz.errors.SpecvizError` and changed nothing observable
   (history, strategy, knobs, the pending change, the finish reason, the round counter, the events, the
   cache length);
 * the target's cache holds exactly the committed tokens (and a draft model's cache too);
 * greedy output is a prefix of plain greedy output for the prompt (knob and strategy changes between
-  rounds, snapshots and restores included).
+  rounds, snapshots and restores, rewinds and forks included);
+* a rewind leaves a prefix of the history it cut, and a fork's rounds leave the original untouched.
 
 A segmentation fault or an abort kills this process; the test runner outside sees the exit status.
 """
@@ -198,6 +199,41 @@ class SessionMachine(RuleBasedStateMachine):
             check_session(s2)
         finally:
             s2.close()
+
+    @rule(data=st.data(), how=st.sampled_from(["round", "round", "position", "out-of-range"]))
+    def rewind(self, data, how):
+        s = self.s
+        history = list(s.history)
+        if how == "round":
+            ok, ev = self.attempt(s.rewind, data.draw(st.integers(0, max(s.round_index, 0))))
+        elif how == "position":
+            lo = s.checkpoints[0].n_history if s.checkpoints else 1
+            ok, ev = self.attempt(s.rewind, position=data.draw(st.integers(lo, max(len(history), lo))))
+        else:
+            bad = data.draw(st.sampled_from([{"round": -1}, {"round": s.round_index + 1}, {"position": 0},
+                                             {"position": len(history) + 1}, {"round": "2"}]))
+            ok, ev = self.attempt(s.rewind, **bad)
+            assert not ok, f"an out-of-range rewind {bad} was accepted"
+        if ok:
+            assert s.history == history[: len(s.history)] and ev.position == len(s.history)
+            assert s.events[-1] is ev
+
+    @rule(rounds=st.integers(0, 4), strategy=st.sampled_from(["prompt-lookup", "ngram-cache", None]))
+    def fork(self, rounds, strategy):
+        before = self.observable()
+        ok, f = self.attempt(self.s.fork)
+        if not ok:
+            return
+        try:
+            if strategy is not None:
+                f.configure(strategy)
+            if f.finished is None:
+                f.run(rounds)
+            check_session(f)
+        finally:
+            f.close()
+        assert self.observable() == before, "running a fork changed the original session"
+        check_session(self.s)
 
     # -- invariants ----------------------------------------------------------------------------
     @invariant()

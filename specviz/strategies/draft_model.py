@@ -85,10 +85,11 @@ class DraftModelDrafter(Drafter):
 
     # -- drafter interface -------------------------------------------------------------------------
     def _begin(self, history: Sequence[int]) -> None:
-        self.ctx.clear()
-        self._cached = []
+        # keep what the context already holds of history[:-1] (a rewind cuts the history: the cache is cut
+        # to the common prefix, whose keys are the ones the earlier rounds computed), feed the rest
+        self._truncate_to_common_prefix(history[:-1])
         self._rollbacks = []
-        self._feed(history[:-1], rows="none")
+        self._feed(history[len(self._cached):-1], rows="none")
 
     def _draft(self, history: Sequence[int], n_max: int) -> Draft:
         self._truncate_to_common_prefix(history)

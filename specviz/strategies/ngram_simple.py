@@ -5,6 +5,10 @@ for the most recent occurrence, and draft the ``size_m`` tokens (the m-gram) tha
 search runs at most every ``check_rate`` tokens of history. As upstream, there is no draft until the
 history holds more than ``size_n + size_m + 1`` tokens, and a match followed by fewer than ``size_n``
 tokens is not used.
+
+Restoring: the check-rate position is what ``begin`` cannot rebuild from the history; it is saved by
+:meth:`~Drafter.state` (so a snapshot or a rewind with ``check_rate`` above 1 drafts as the running
+session did).
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ class NgramSimpleDrafter(Drafter):
 
     name = "ngram-simple"
     can_peek = True
+    state_format = "ngram-simple/1"
     knobs = ngram_size_knobs("ngram-simple", min_hits=False)
 
     def __init__(self, **knobs: Any) -> None:
@@ -49,6 +54,15 @@ class NgramSimpleDrafter(Drafter):
         if copy < n:
             return Draft(reason="no-match")
         return Draft(tokens=arr[pos + n: pos + n + copy].tolist())
+
+    def _export_state(self) -> dict[str, Any]:
+        return {"last_check": self._last_check}
+
+    def _import_state(self, d: dict[str, Any]) -> None:
+        last = d["last_check"]
+        if not isinstance(last, int) or isinstance(last, bool) or not 0 <= last <= self.tokens.shape[0]:
+            raise ValueError(f"check position {last!r} does not fit a history of {self.tokens.shape[0]} tokens")
+        self._last_check = last
 
     def peek(self, history: Sequence[int]) -> int | None:
         """The first token a draft would propose now; the check-rate position is left as it was."""
