@@ -87,8 +87,11 @@ class Verdict:
     rejection, or the bonus when the whole draft was accepted — then ``bonus`` is True; a round
     without a draft has ``bonus`` True and nothing accepted). ``probs[j]`` is the target's
     probability of ``tokens[j]``. At a rejection, ``rejected_prob`` is the target's probability of
-    the refused draft token and ``alternatives`` the target's top choices there, best first; both
-    are empty/None otherwise. ``positions`` (sampled decoding only) details each examined draft
+    the refused draft token, ``rejected_rank`` its rank among the target's choices there (1 = the
+    target's own choice; ties go to the lower id, as the greedy scan), ``margin`` the target's top-two
+    logit margin there and ``alternatives`` the target's top choices, best first; all are empty/None
+    otherwise. Under sampling the probabilities and the rank are those of the sampling distribution
+    (after temperature, top-k and top-p); the margin is always in raw logits. ``positions`` (sampled decoding only) details each examined draft
     position. ``rows_read`` is ``n_accepted + 1``.
     """
 
@@ -100,6 +103,8 @@ class Verdict:
     alternatives: tuple[tuple[int, float], ...] = ()
     positions: tuple[PositionVerdict, ...] = ()
     rows_read: int = 0
+    rejected_rank: int | None = None
+    margin: float | None = None
 
     @property
     def final_token(self) -> int:
@@ -111,7 +116,8 @@ class Verdict:
         return {"n_accepted": self.n_accepted, "tokens": list(self.tokens), "probs": list(self.probs),
                 "bonus": self.bonus, "rejected_prob": self.rejected_prob,
                 "alternatives": [list(a) for a in self.alternatives],
-                "positions": [p.to_dict() for p in self.positions], "rows_read": self.rows_read}
+                "positions": [p.to_dict() for p in self.positions], "rows_read": self.rows_read,
+                "rejected_rank": self.rejected_rank, "margin": self.margin}
 
 
 def accept(draft: Sequence[int], rows: RowSource, params: SamplingParams, rng: np.random.Generator,
@@ -141,9 +147,40 @@ def _accept_greedy(draft: Sequence[int], row: Callable[[int], np.ndarray], top_n
             return Verdict(k, tuple(tokens), tuple(probs), True, rows_read=k + 1)
         d = int(draft[i])
         if sr.best != d:
+            alts = sr.top(top_n)
             return Verdict(i, tuple(tokens), tuple(probs), False, rejected_prob=sr.prob(d),
-                           alternatives=tuple(sr.top(top_n)), rows_read=i + 1)
+                           alternatives=tuple(alts), rows_read=i + 1, rejected_rank=_rank(sr.row, d, alts),
+                           margin=_margin(sr.row, alts))
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _rank(row: np.ndarray, token: int, alts: Sequence[tuple[int, float]]) -> int:
+    """Rank of ``token`` in a NaN-free logits row (1 = first maximum; ties go to the lower id): read from
+    the alternatives when it is among them, else one counting pass over the row (once per rejection)."""
+    for j, (t, _) in enumerate(alts):
+        if t == token:
+            return j + 1
+    v = row[token]
+    return int(np.count_nonzero(row > v)) + int(np.count_nonzero(row[:token] == v)) + 1
+
+
+def _dist_rank(p: TokenDist, token: int, alts: Sequence[tuple[int, float]]) -> int:
+    """Rank of ``token`` in a sampling distribution (tokens outside its support rank after all of it)."""
+    for j, (t, _) in enumerate(alts):
+        if t == token:
+            return j + 1
+    pt = p.prob(token)
+    if pt <= 0.0:
+        return int(np.count_nonzero(p.probs > 0)) + 1
+    ids = p.ids if p.ids is not None else np.arange(p.probs.shape[0])
+    return int(np.count_nonzero(p.probs > pt)) + int(np.count_nonzero((p.probs == pt) & (ids < token))) + 1
+
+
+def _margin(row: np.ndarray, alts: Sequence[tuple[int, float]]) -> float | None:
+    """The top-two logit margin of ``row`` given its two best tokens (two reads of the row)."""
+    if len(alts) < 2:
+        return None
+    return float(row[alts[0][0]]) - float(row[alts[1][0]])
 
 
 def _accept_sampled(draft: Sequence[int], row: Callable[[int], np.ndarray], params: SamplingParams,
@@ -154,7 +191,8 @@ def _accept_sampled(draft: Sequence[int], row: Callable[[int], np.ndarray], para
     k = len(draft)
     for i in range(k):
         d = int(draft[i])
-        p = probs_from_logits(row(i), params)
+        logits = row(i)
+        p = probs_from_logits(logits, params)
         q = None if qdist is None else qdist(i)
         a = acceptance_probability(p, q, d)
         u = float(rng.random())
@@ -167,8 +205,10 @@ def _accept_sampled(draft: Sequence[int], row: Callable[[int], np.ndarray], para
         tok = sample(residual_distribution(p, q, d), rng)
         tokens.append(tok)
         probs.append(p.prob(tok))
+        alts = p.top(top_n)
         return Verdict(i, tuple(tokens), tuple(probs), False, rejected_prob=p.prob(d),
-                       alternatives=tuple(p.top(top_n)), positions=tuple(positions), rows_read=i + 1)
+                       alternatives=tuple(alts), positions=tuple(positions), rows_read=i + 1,
+                       rejected_rank=_dist_rank(p, d, alts), margin=_margin(logits, alts))
     p = probs_from_logits(row(k), params)
     tok = sample(p, rng)
     tokens.append(tok)

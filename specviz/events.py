@@ -57,7 +57,11 @@ class Alternative:
 
 @dataclass(frozen=True)
 class SessionStarted(Event):
-    """A session began: the models, the prompt, the strategy and its knobs, and the capacities."""
+    """A session began: the models, the prompt, the strategy and its knobs, and the capacities.
+
+    A chat request also carries its ``messages`` (``{"role", "content"}`` each) and the ``chat_template``
+    used (``"model"`` for the model's own); ``prompt_tokens`` are then what the template produced.
+    ``stop`` lists the stop strings."""
 
     kind: ClassVar[str] = "session_started"
     model: str = ""
@@ -76,6 +80,9 @@ class SessionStarted(Event):
     n_ubatch: int = 0
     n_swa: int = 0
     n_vocab: int = 0
+    stop: tuple = ()
+    messages: tuple = ()
+    chat_template: str | None = None
 
 
 @dataclass(frozen=True)
@@ -154,6 +161,9 @@ class Rejected(Event):
     """Draft tokens the target refused, starting at draft ``depth`` (0-based).
 
     ``target_token`` is the target's choice at that depth and ``alternatives`` its top choices there.
+    ``draft_token_target_prob`` and ``draft_token_target_rank`` are the target's probability and rank
+    (1 = its own choice) of the refused draft token, ``target_margin`` the target's top-two logit margin
+    there; ``draft_probs[0]`` is the drafter's own probability of it (None when it has none).
     """
 
     kind: ClassVar[str] = "rejected"
@@ -167,6 +177,8 @@ class Rejected(Event):
     draft_token_target_prob: float | None = None
     alternatives: tuple = ()
     position: int = 0
+    draft_token_target_rank: int | None = None
+    target_margin: float | None = None
 
 
 @dataclass(frozen=True)
@@ -201,7 +213,8 @@ class Telemetry(Event):
 
 @dataclass(frozen=True)
 class Finished(Event):
-    """Generation ended: ``reason`` is ``eos``, ``max_tokens``, ``context``, ``cancelled`` or ``error``."""
+    """Generation ended: ``reason`` is ``eos``, ``stop`` (a stop string; ``message`` names it),
+    ``max_tokens``, ``context``, ``cancelled`` or ``error``."""
 
     kind: ClassVar[str] = "finished"
     reason: str = ""

@@ -74,9 +74,13 @@ class RoundResult:
 def run_round(index: int, ctx: LlamaContext, drafter: Drafter, history: list[int], budget: Budget, *,
               params: SamplingParams, rng: np.random.Generator, is_eog: Callable[[int], bool],
               draft_min: int = 0, scratch: np.ndarray | None = None,
-              record_margins: bool = False) -> RoundResult:
+              record_margins: bool = False, stop: Callable[[list[int]], int | None] | None = None) -> RoundResult:
     """Run one round on ``ctx`` with ``drafter`` and extend ``history`` (the full token history, whose
     last token is pending) by what it commits. See the module docstring for the five steps.
+
+    ``stop(committed)`` (stop strings, :mod:`specviz.stops`) returns the index of the first committed token
+    that completes a stop string, or None; the round then commits up to and including it (``finish`` is
+    ``"stop"``), so the caches and the drafter end where plain decoding with the same stop strings ends.
 
     A verify batch llama.cpp refuses raises :class:`~specviz.errors.ContextError` with the target's
     cache left as before the round.
@@ -123,6 +127,10 @@ def run_round(index: int, ctx: LlamaContext, drafter: Drafter, history: list[int
         if is_eog(t):
             committed, finish = committed[:j], "eos"
             break
+    if stop is not None and committed:
+        cut = stop(committed)
+        if cut is not None:
+            committed, finish = committed[: cut + 1], "stop"
     n_accepted = min(verdict.n_accepted, len(committed))
     history.extend(committed)
 

@@ -44,7 +44,8 @@ def round_events(r: RoundResult, pieces: Callable[[Sequence[int]], list[str]], *
                             draft_probs=tuple(r.draft_probs[v.n_accepted:]), target_token=final,
                             target_piece=final_piece, target_prob=v.probs[v.n_accepted],
                             draft_token_target_prob=v.rejected_prob, alternatives=alternatives,
-                            position=r.position + v.n_accepted))
+                            position=r.position + v.n_accepted, draft_token_target_rank=v.rejected_rank,
+                            target_margin=v.margin))
     if r.kv_peak > r.kv_after:
         out.append(KVRollback(i, context="target", from_pos=r.kv_peak, to_pos=r.kv_after))
     for f, t in r.draft_rollbacks:

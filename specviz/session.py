@@ -35,7 +35,9 @@ from .rewind import rewind as _rewind
 from .round import RoundResult, run_round
 from .round_events import round_events
 from .sampling import SamplingParams
+from .chat import apply_chat_template, check_messages
 from .snapshot import pack, read_header, unpack
+from .stops import StopScanner, check_stops, cut_text
 from .strategies import make_drafter, strategy_class, strategy_names, strategy_schema
 from .strategies.base import Drafter, DraftResources
 from .telemetry import Telemetry
@@ -104,8 +106,18 @@ class Session:
 
     @property
     def text(self) -> str:
-        """Generated text."""
+        """Generated text (ending before the stop string when a stop string ended it)."""
+        if self.stop:
+            return cut_text(self._stop_scanner(), self.tokens)
         return self.model.detokenize(self.tokens)
+
+    def _stop_scanner(self) -> StopScanner:
+        m = self.model
+        sc = getattr(self, "_scanner", None)
+        if sc is None or sc[0] != self.stop:
+            sc = (self.stop, StopScanner(self.stop, m.piece_bytes, lambda t: not (t == m.bos or m.is_eog(t))))
+            self._scanner = sc
+        return sc[1]
 
     @property
     def kv_length(self) -> int:
@@ -224,12 +236,18 @@ class Session:
             raise KnobError("prompt: the prompt is empty; give at least one token", knob="prompt", value=prompt)
         return ids
 
-    def start(self, prompt: str | list[int], max_tokens: int = 128, strategy: str = "prompt-lookup", *,
+    def start(self, prompt: str | list[int] | None = None, max_tokens: int = 128, strategy: str = "prompt-lookup", *,
               temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0, seed: int | None = None,
-              **knobs: Any) -> SessionStarted:
+              messages: list[dict[str, str]] | None = None, chat_template: str | None = None,
+              stop: str | list[str] | None = None, **knobs: Any) -> SessionStarted:
         """Begin a new generation: validate everything, evaluate the prompt, publish ``SessionStarted``.
 
-        ``prompt`` is text (tokenized with BOS) or a list of token ids. ``temperature`` 0 (the default)
+        ``prompt`` is text (tokenized with BOS) or a list of token ids. ``messages`` (instead of a prompt:
+        ``[{"role": "user", "content": "..."}]``) is a chat request formatted with the model's own chat
+        template, or the llama.cpp built-in one named by ``chat_template`` (:mod:`specviz.chat`; a model
+        without one raises :class:`~specviz.errors.ChatTemplateError`). ``stop`` is a stop string or a list
+        of them: the generation ends where plain decoding with them would (:mod:`specviz.stops`), and
+        :attr:`text` ends before the stop string. ``temperature`` 0 (the default)
         is greedy and exact; above 0 every strategy samples losslessly (rejection sampling, the target's
         distribution after ``top_k``/``top_p``) from a generator seeded with ``seed`` (a random seed is
         drawn and recorded when ``seed`` is None). Every argument is validated before anything changes;
@@ -246,7 +264,19 @@ class Session:
                 raise KnobError(f"seed: {seed!r} is not allowed; expected an integer >= 0 or None", knob="seed",
                                 value=seed)
             cfg = self._validate(strategy, knobs, None)
-            ids = self._prompt_ids(prompt)
+            stops = check_stops(stop)
+            chat: list[dict[str, str]] = []
+            if messages is not None:
+                if prompt is not None:
+                    raise KnobError("start: give either a prompt or messages, not both", knob="messages",
+                                    value=messages)
+                chat = check_messages(messages)
+                text = apply_chat_template(self.model, chat, template=chat_template)
+                ids = self.model.tokenize(text, add_special=True, parse_special=True)
+            elif prompt is None:
+                raise KnobError("start: give a prompt (text or token ids) or messages", knob="prompt", value=None)
+            else:
+                ids = self._prompt_ids(prompt)
             n_ctx = self.ctx.capacity.n_ctx
             if len(ids) + 1 > n_ctx:
                 raise ContextError(f"the prompt has {len(ids)} tokens but the context holds {n_ctx}; "
@@ -264,6 +294,7 @@ class Session:
             self._cancel.clear()
             self.history, self.n_prompt, self.max_tokens = list(ids), len(ids), int(max_tokens)
             self.strategy, self.knobs = strategy, cfg
+            self.stop = stops
             self.policy = make_policy(cfg.get("draft_policy", "fixed"), self.cost_model)
             t0 = time.perf_counter()
             self.ctx.clear()
@@ -278,7 +309,8 @@ class Session:
                                 prompt_pieces=tuple(self.model.pieces(ids)), max_tokens=self.max_tokens,
                                 temperature=sampling.temperature, top_k=sampling.top_k, top_p=sampling.top_p,
                                 seed=self.seed, n_ctx=cap.n_ctx, n_batch=cap.n_batch, n_ubatch=cap.n_ubatch,
-                                n_swa=cap.n_swa, n_vocab=self.model.n_vocab)
+                                n_swa=cap.n_swa, n_vocab=self.model.n_vocab, stop=stops, messages=tuple(chat),
+                                chat_template=(chat_template or "model") if chat else None)
             self._emit(ev)
             capture(self)
             return ev
@@ -330,7 +362,7 @@ class Session:
             self.round_index += 1
             res = run_round(self.round_index, self.ctx, self.drafter, self.history, budget, params=self.sampling,
                             rng=self.rng, is_eog=self.model.is_eog, draft_min=int(self.knobs.get("draft_min", 0)),
-                            scratch=self._scratch, record_margins=self.record_margins)
+                            scratch=self._scratch, record_margins=self.record_margins, stop=self._stop_fn())
             self.last_result = res
             self._learn(res)
             for ev in round_events(res, self.model.pieces, policy=str(self.knobs.get("draft_policy", "fixed"))):
@@ -345,6 +377,13 @@ class Session:
             if self._cancel.is_set():
                 return self._finish("cancelled", out, res.committed)
             return Round(res.index, tuple(out), tuple(res.committed), None)
+
+    def _stop_fn(self) -> Callable[[list[int]], int | None] | None:
+        """The round's stop check (None without stop strings): where a committed token completes one."""
+        if not self.stop:
+            return None
+        scanner, history, start = self._stop_scanner(), self.history, self.n_prompt
+        return lambda new: scanner.find(history, new, start)
 
     def _learn(self, res: RoundResult) -> None:
         """Feed one round to the drafting policy and the telemetry counters."""
@@ -362,7 +401,14 @@ class Session:
 
     def _finish(self, reason: str, out: list[Event], new_tokens: list[int] | tuple = ()) -> Round:
         self.finished = reason
-        self._emit(Finished(self.round_index, reason=reason, n_generated=len(self.tokens)), out)
+        message = None
+        if reason == "stop":
+            at = self._stop_scanner().cut(self.tokens)
+            text = b"".join(self.model.piece_bytes(t) for t in self.tokens if not (t == self.model.bos or
+                                                                                  self.model.is_eog(t)))
+            message = next((f"stop string {s!r}" for s in self.stop if at is not None and
+                            text.startswith(s.encode(), at)), None)
+        self._emit(Finished(self.round_index, reason=reason, n_generated=len(self.tokens), message=message), out)
         return Round(self.round_index, tuple(out), tuple(new_tokens), reason)
 
     def telemetry_dict(self) -> dict[str, Any]:

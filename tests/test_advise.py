@@ -1,0 +1,133 @@
+"""The advisor (specviz.advise): its choice on synthetic cost curves and hand-made rounds, flags, a session."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from specviz.advise import advise, cost_from_times, llama_flags
+from specviz.policy import VerifyCostModel
+from test_diagnose import Rounds
+
+NO_TILE = {"align": False, "draft_max": 8, "draft_min": 0}
+
+
+def linear(fixed, per_token, n=64):
+    """A cost curve: ``fixed`` seconds for a one-token verify, ``per_token`` more per extra token."""
+    return VerifyCostModel(list(range(1, n + 1)), [fixed + per_token * (b - 1) for b in range(1, n + 1)])
+
+
+def rejected_at_depth(k, rounds=20, strategy="ngram-simple", knobs=NO_TILE):
+    R = Rounds(list(range(1, 30)), knobs=dict(knobs), strategy=strategy)
+    for i in range(rounds):
+        R.round([100 + j for j in range(8)], k, 7, rank=2)
+    return R.events
+
+
+def test_a_cheap_extra_token_favours_drafts_as_long_as_they_are_accepted():
+    adv = advise(rejected_at_depth(2), cost=linear(0.010, 0.005))
+    b = adv.best
+    # k=2: 3 tokens in 20 ms (150/s) beats k=1 (2 in 15 ms), k=3 (3 in 25 ms) and plain (100/s)
+    assert (b.strategy, b.draft_max, b.draft_min, b.draft_p_min) == ("ngram-simple", 2, 0, None)
+    assert b.tokens_per_second == pytest.approx(150.0) and b.speedup == pytest.approx(1.5)
+    assert adv.baseline_tokens_per_second == pytest.approx(100.0)
+    # the setting run (draft_max 8): 3 tokens in 50 ms (a batch of 9)
+    assert adv.current["ngram-simple"].tokens_per_second == pytest.approx(3 / 0.050)
+    assert "expected 150.0 tokens/s, 1.50x plain decoding" in adv.text
+    assert adv.flags == "--spec-type ngram-simple --spec-ngram-simple-size-n 12 --spec-ngram-simple-size-m 2"
+    json.dumps(adv.to_dict())
+
+
+def test_an_expensive_extra_token_makes_plain_decoding_the_advice():
+    adv = advise(rejected_at_depth(2), cost=linear(0.010, 0.010))  # every token costs as much as a decode
+    assert adv.best.strategy == "none" and adv.flags == "--spec-type none"
+    assert adv.text.startswith("speculation does not pay here")
+
+
+def test_tile_alignment_is_honoured():
+    knobs = {"align": True, "verify_tile": 4, "draft_max": 8}
+    adv = advise(rejected_at_depth(6, knobs=knobs), cost=linear(0.010, 0.001))
+    # with a nearly free extra token the longest useful draft wins, but only tile-aligned lengths exist:
+    # 6 accepted + 1 → k=7 (a batch of 8), never k=6 (a batch of 7)
+    assert adv.best.draft_max == 7
+
+
+def test_draft_min_drops_the_short_drafts_that_never_pass():
+    R = Rounds(list(range(1, 30)), knobs=NO_TILE, strategy="ngram-map-k")
+    for i in range(10):
+        R.round([50], 0, 9, rank=3)  # one-token drafts: always rejected
+        R.round([60 + j for j in range(6)], 6)  # six-token drafts: always accepted
+    adv = advise(R.events, cost=linear(0.010, 0.002))
+    assert adv.best.draft_min == 2 and adv.best.draft_max == 6
+    assert "llama.cpp's ngram-map-k has no minimum draft length" in " ".join(adv.flag_notes)
+
+
+def test_draft_p_min_cuts_unsure_draft_tokens():
+    knobs = {**NO_TILE, "draft_p_min": 0.0, "draft_model": "/models/d.gguf"}
+    R = Rounds(list(range(1, 30)), knobs=knobs, strategy="draft")
+    for i in range(12):
+        # sure tokens (0.9) are accepted, the first unsure one (0.3) is rejected, at depth 1 or at depth 4:
+        # no draft_max cuts both drafts where they turn unsure, a draft_p_min does
+        R.round([10, 11, 12, 13, 14], 1, 5, probs=[0.9, 0.3, 0.2, 0.2, 0.2], draft_seconds=0.005)
+        R.round([10, 11, 12, 13, 14], 4, 5, probs=[0.9, 0.9, 0.9, 0.9, 0.3], draft_seconds=0.005)
+    adv = advise(R.events, cost=linear(0.010, 0.004))
+    b = adv.best
+    assert b.strategy == "draft" and b.draft_max >= 4 and 0.3 < b.draft_p_min <= 0.9
+    assert adv.flags.startswith("--spec-type draft-simple -md /models/d.gguf --spec-draft-n-max ")
+    assert f"--spec-draft-p-min {b.draft_p_min:g}" in adv.flags
+    # the search never goes below the draft_p_min the session drafted with
+    R2 = Rounds(list(range(1, 30)), knobs={**knobs, "draft_p_min": 0.5}, strategy="draft")
+    for i in range(12):
+        R2.round([10, 11], 2, probs=[0.9, 0.8], draft_seconds=0.004)
+    assert advise(R2.events, cost=linear(0.010, 0.004)).best.draft_p_min >= 0.5
+
+
+def test_the_best_strategy_among_those_run():
+    R = Rounds(list(range(1, 30)), knobs=NO_TILE, strategy="prompt-lookup")
+    for i in range(10):
+        R.round([100 + j for j in range(4)], 1, 7, rank=2)
+    from specviz.events import KnobsChanged
+
+    R.events.append(KnobsChanged(R.r, strategy="ngram-cache", knobs=dict(NO_TILE)))
+    for i in range(10):
+        R.round([200 + j for j in range(4)], 4)
+    adv = advise(R.events, cost=linear(0.010, 0.003))
+    assert set(adv.per_strategy) == {"prompt-lookup", "ngram-cache"}
+    assert adv.best.strategy == "ngram-cache" and adv.best.draft_max == 4
+    assert adv.per_strategy["prompt-lookup"].draft_max == 1
+
+
+def test_cost_curve_fitted_from_recorded_verify_times():
+    c = cost_from_times({1: [0.010, 0.011, 0.009], 3: [0.020], 5: [0.030, 0.030]})
+    assert c(1) == pytest.approx(0.010) and c(3) == pytest.approx(0.020) and c(4) == pytest.approx(0.025)
+    assert cost_from_times({1: [0.01]}) is None
+    # without a given curve the advisor fits one to the rounds' verify times
+    R = Rounds(list(range(1, 30)), knobs=NO_TILE, strategy="ngram-simple")
+    for i in range(10):
+        R.round([1, 2, 3], 3, verify_seconds=0.010 + 0.005 * 3)
+        R.round([], 0, reason="no-match", verify_seconds=0.010)
+    adv = advise(R.events)
+    assert adv.cost_source == "fitted to the recorded verify times" and adv.best.draft_max == 3
+
+
+def test_flags_for_each_family():
+    from specviz.advise import Candidate
+
+    c = Candidate("ngram-mod", 16, 4, None, 1.0, 1.0, 1.0)
+    assert llama_flags(c, {"n_match": 12})[0] == ("--spec-type ngram-mod --spec-ngram-mod-n-match 12 "
+                                                   "--spec-ngram-mod-n-min 4 --spec-ngram-mod-n-max 16")
+    flags, notes = llama_flags(Candidate("prompt-lookup", 7, 0, None, 1, 1, 1), {"max_ngram": 3})
+    assert flags == "--spec-type ngram-simple --spec-ngram-simple-size-n 3 --spec-ngram-simple-size-m 7"
+    assert any("no prompt-lookup type" in n for n in notes)
+    assert llama_flags(Candidate("ngram-cache", 8, 0, None, 1, 1, 1), {})[0] == "--spec-type ngram-cache"
+
+
+def test_advise_a_live_session(tiny_session):
+    s = tiny_session
+    s.start("the cat of the dog and the a the cat of the", 80, "prompt-lookup", draft_max=8)
+    s.run()
+    adv = advise(s)  # no measured curve: fitted to the verify times of this run
+    assert adv.cost_source == "fitted to the recorded verify times"
+    assert adv.best is not None and "prompt-lookup" in adv.per_strategy
+    assert adv.measured["prompt-lookup"] > 0
