@@ -236,7 +236,8 @@ class Diagnosis:
                     "threshold": be,
                     "text": (
                         f"{late / total_rej:.0%} of rejections are at depth {cut['depth'] + 1} and beyond, where "
-                        f"{t_acc / t_ex:.0%} of draft tokens are accepted (break-even {be:.0%}, {self.break_even_source}): "
+                        f"{t_acc / t_ex:.0%} of draft tokens are accepted "
+                        f"(break-even {be:.0%}, {self.break_even_source}): "
                         f"drafts past {cut['depth']} token{'s' if cut['depth'] != 1 else ''} cost more than they return"
                     ),
                 }
@@ -322,7 +323,8 @@ class Diagnosis:
                         "key": "copied",
                         "threshold": 0.3,
                         "text": (
-                            f"acceptance is {a_in:.0%} inside copied spans and {a_el:.0%} elsewhere (gap over 30 points): "
+                            f"acceptance is {a_in:.0%} inside copied spans and {a_el:.0%} elsewhere "
+                            "(gap over 30 points): "
                             "the drafter pays where the output copies; draft_policy=cost keeps drafts short elsewhere"
                         ),
                     }
@@ -336,7 +338,8 @@ class Diagnosis:
                         "key": "class",
                         "threshold": 0.25,
                         "text": (
-                            f"{cls} tokens are accepted {g['acceptance']:.0%} of the time against {overall:.0%} overall "
+                            f"{cls} tokens are accepted {g['acceptance']:.0%} of the time "
+                            f"against {overall:.0%} overall "
                             f"({g['examined']} examined; a gap over 25 points)"
                         ),
                     }
