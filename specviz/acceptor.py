@@ -91,8 +91,8 @@ class Verdict:
     target's own choice; ties go to the lower id, as the greedy scan), ``margin`` the target's top-two
     logit margin there and ``alternatives`` the target's top choices, best first; all are empty/None
     otherwise. Under sampling the probabilities and the rank are those of the sampling distribution
-    (after temperature, top-k and top-p); the margin is always in raw logits. ``positions`` (sampled decoding only) details each examined draft
-    position. ``rows_read`` is ``n_accepted + 1``.
+    (after temperature, top-k and top-p); the margin is always in raw logits. ``positions`` (sampled
+    decoding only) details each examined draft position. ``rows_read`` is ``n_accepted + 1``.
     """
 
     n_accepted: int

@@ -22,6 +22,7 @@ import numpy as np
 
 from .backends.llama import LlamaContext, LlamaModel
 from .budget import Caps, plan
+from .chat import apply_chat_template, check_messages
 from .config import Knob
 from .draft_models import DraftModelCache
 from .errors import ContextError, KnobError, SessionStateError, SnapshotError
@@ -35,7 +36,6 @@ from .rewind import rewind as _rewind
 from .round import RoundResult, run_round
 from .round_events import round_events
 from .sampling import SamplingParams
-from .chat import apply_chat_template, check_messages
 from .snapshot import pack, read_header, unpack
 from .stops import StopScanner, check_stops, cut_text
 from .strategies import make_drafter, strategy_class, strategy_names, strategy_schema
