@@ -15,6 +15,8 @@ import sys
 from pathlib import Path
 from typing import Any, NoReturn, Sequence
 
+from .cli_workbench import OptionError, add_request_options, request_config
+from .cli_workbench import add_commands as _add_workbench_commands
 from .config import SESSION_KNOBS, Knob
 from .errors import KnobError, SpecvizError
 from .strategies import strategy_class, strategy_names, strategy_schema
@@ -96,6 +98,7 @@ def _add_generation_options(p: argparse.ArgumentParser, *, strategy_default: str
                    help="the runner's spelling of --draft-policy adaptive")
     p.add_argument("--no-align-proposals", action="store_true",
                    help="do not shorten proposals to fit one micro-batch (--align false)")
+    add_request_options(p)
 
 
 def _int_option(flag: str, value: str, lo: int, hi: int | None = None) -> int:
@@ -200,6 +203,11 @@ def _generation_config(args: argparse.Namespace, *, warn) -> dict[str, Any]:
         prompt = args.prompt
     if not prompt:
         raise UsageError("option --prompt: the prompt is empty; give some text")
+    args.prompt_text = prompt
+    try:
+        request = request_config(args)
+    except (ValueError, KnobError) as e:
+        raise UsageError(str(e).replace("stop:", "option --stop:", 1)) from None
     max_tokens = _int_option("--max-tokens", args.max_tokens, 1, 1 << 20)
     sampling = _sampling_options(args, warn=warn, greedy_only=getattr(args, "greedy_only", None))
     n_ctx = _int_option("--n-ctx", args.n_ctx, 16, 1 << 20)
@@ -209,7 +217,7 @@ def _generation_config(args: argparse.Namespace, *, warn) -> dict[str, Any]:
     if seed is not None and sampling["temperature"] == 0:
         warn("option --seed is accepted but not applied: greedy decoding draws no random numbers")
     return {"prompt": prompt, "max_tokens": max_tokens, "strategy": strategy, "knobs": knobs, "seed": seed,
-            "n_ctx": n_ctx, "model": args.model, "sampling": sampling}
+            "n_ctx": n_ctx, "model": args.model, "sampling": sampling, "request": request}
 
 
 def _sampling_options(args: argparse.Namespace, *, warn, greedy_only: str | None) -> dict[str, Any]:
@@ -285,12 +293,17 @@ def cmd_run(args: argparse.Namespace) -> int:
     recorder = Recorder(args.record) if args.record else None
     if recorder is not None:
         s.subscribe(recorder)
-    s.start(cfg["prompt"], cfg["max_tokens"], cfg["strategy"], seed=cfg["seed"], **cfg["sampling"], **cfg["knobs"])
+    req = cfg["request"]
+    prompt = None if "messages" in req else cfg["prompt"]
+    s.start(prompt, cfg["max_tokens"], cfg["strategy"], seed=cfg["seed"], **cfg["sampling"], **req, **cfg["knobs"])
     s.run()
     if recorder is not None:
         recorder.close()
     res = _result(s, cfg)
     if args.json:
+        from .cli_workbench import run_extras
+
+        res.update(run_extras(s))
         print(json.dumps(res, ensure_ascii=False))
     else:
         t = res["telemetry"]
@@ -312,6 +325,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 def cmd_verify(args: argparse.Namespace) -> int:
     """``specviz verify``: plain greedy vs speculative greedy on one prompt, with a verdict."""
     cfg = _generation_config(args, warn=_warn)
+    if cfg["request"]:
+        raise UsageError("specviz verify compares plain text prompts: --chat and --stop are for specviz run")
     try:
         threshold = float(args.threshold)
         if not threshold > 0:
@@ -507,8 +522,8 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-#: Functions adding further subcommands (serve, replay, bench, derive-draft) to the parser.
-_EXTRA_COMMANDS: list = []
+#: Functions adding further subcommands to the parser (the workbench's diagnose and advise).
+_EXTRA_COMMANDS: list = [_add_workbench_commands]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -520,7 +535,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser.print_help()
             return 2
         return int(args.func(args) or 0)
-    except UsageError as e:
+    except (UsageError, OptionError) as e:
         print(f"specviz: error: {e}", file=sys.stderr)
         return 2
     except SpecvizError as e:
