@@ -44,41 +44,42 @@ class Lane:
         lane = cls(label)
         n_prompt = 0
         for ev in effective_events(list(events)):
-            k = ev.kind
+            e: Any = ev  # the kinds below carry their own fields
+            k = e.kind
             if k == "session_started":
                 lane = cls(
                     label,
-                    strategy=ev.strategy,
-                    knobs=dict(ev.knobs),  # type: ignore[attr-defined]
-                    prompt_tokens=list(ev.prompt_tokens),
-                )  # type: ignore[attr-defined]
+                    strategy=e.strategy,
+                    knobs=dict(e.knobs),
+                    prompt_tokens=list(e.prompt_tokens),
+                )
                 n_prompt = len(lane.prompt_tokens)
             elif k == "knobs_changed":
-                lane.strategy, lane.knobs = ev.strategy, dict(ev.knobs)  # type: ignore[attr-defined]
+                lane.strategy, lane.knobs = e.strategy, dict(e.knobs)
             elif k == "accepted":
-                at = ev.position - n_prompt  # type: ignore[attr-defined]
+                at = e.position - n_prompt
                 del lane.tokens[at:], lane.pieces[at:], lane.kinds[at:], lane.rounds[at:]
-                n_acc = ev.n_accepted  # type: ignore[attr-defined]
-                for j, (t, p) in enumerate(zip(ev.tokens, ev.pieces)):  # type: ignore[attr-defined]
+                n_acc = e.n_accepted
+                for j, (t, p) in enumerate(zip(e.tokens, e.pieces)):
                     lane.tokens.append(int(t))
                     lane.pieces.append(p)
-                    lane.kinds.append("accepted" if j < n_acc else (ev.bonus_kind or "plain"))  # type: ignore[attr-defined]
-                    lane.rounds.append(ev.round)
+                    lane.kinds.append("accepted" if j < n_acc else (e.bonus_kind or "plain"))
+                    lane.rounds.append(e.round)
             elif k == "telemetry":
-                lane.telemetry = dict(ev.data)  # type: ignore[attr-defined]
+                lane.telemetry = dict(e.data)
             elif k == "finished":
-                lane.finished = ev.reason  # type: ignore[attr-defined]
+                lane.finished = e.reason
             elif k == "rewound":
-                kept = list(ev.kept_tokens)  # type: ignore[attr-defined]
-                at = ev.position - n_prompt - len(kept)  # type: ignore[attr-defined]
+                kept = list(e.kept_tokens)
+                at = e.position - n_prompt - len(kept)
                 del lane.tokens[at:], lane.pieces[at:], lane.kinds[at:], lane.rounds[at:]
                 lane.tokens += [int(t) for t in kept]
-                lane.pieces += list(ev.kept_pieces)  # type: ignore[attr-defined]
+                lane.pieces += list(e.kept_pieces)
                 lane.kinds += ["kept"] * len(kept)
-                lane.rounds += [ev.round + 1] * len(kept)
-                lane.telemetry = dict(ev.telemetry)  # type: ignore[attr-defined]
-                lane.strategy, lane.knobs = ev.strategy, dict(ev.knobs)  # type: ignore[attr-defined]
-                lane.finished = ev.finished  # type: ignore[attr-defined]
+                lane.rounds += [e.round + 1] * len(kept)
+                lane.telemetry = dict(e.telemetry)
+                lane.strategy, lane.knobs = e.strategy, dict(e.knobs)
+                lane.finished = e.finished
         return lane
 
     def figure(self, name: str) -> Any:
