@@ -22,7 +22,10 @@ How a setting is scored — a replay of the recorded rounds, no model needed:
   measure it), else from the curve recorded in the telemetry, else fitted to the recorded verify times
   (the median per batch size, a straight line through them for sizes never seen);
 * drafting time: a model drafter's seconds per drafted token times ``k``; an n-gram drafter's recorded
-  seconds per call (they barely depend on ``k``).
+  seconds per call (they barely depend on ``k``);
+* everything else a round costs (reading the logits rows up to the first rejection, events, telemetry)
+  is fitted to the recorded rounds as ``a + b * rows read`` (a round's seconds minus its drafting and its
+  verify batch's cost); on a small model it is most of a round, on a large one a few percent.
 
 Limits, stated in every answer: the search does not go beyond the longest draft recorded (nothing is
 known about tokens never drafted), nor below the ``draft_p_min`` the session drafted with (tokens below
@@ -102,6 +105,7 @@ class Advice:
     current: dict[str, Candidate] = field(default_factory=dict)
     measured: dict[str, float] = field(default_factory=dict)
     cost_source: str = ""
+    overhead: tuple[float, float] = (0.0, 0.0)
     cost_curve: dict[str, Any] = field(default_factory=dict)
     limits: list[str] = field(default_factory=list)
     flags: str = ""
@@ -141,6 +145,7 @@ class Advice:
             "cost_source": self.cost_source,
             "cost_curve": self.cost_curve,
             "limits": list(self.limits),
+            "round_overhead": {"seconds": self.overhead[0], "seconds_per_row": self.overhead[1]},
             "llama_cpp_flags": self.flags,
             "flag_notes": list(self.flag_notes),
             "by_depth": self.by_depth,
@@ -171,10 +176,19 @@ class Advice:
 # -- inputs ----------------------------------------------------------------------------------------
 
 
-def _collect(
-    events: Sequence[Event],
-) -> tuple[dict[str, _Rounds], dict[int, list[float]], dict[str, Any] | None, dict[str, float]]:
-    """Rounds per strategy, verify seconds per batch size, the last recorded cost curve, measured tok/s."""
+_Collected = tuple[
+    dict[str, _Rounds],
+    dict[int, list[float]],
+    dict[str, Any] | None,
+    dict[str, float],
+    list[tuple[int, int, float, float]],
+]
+
+
+def _collect(events: Sequence[Event]) -> _Collected:
+    """Rounds per strategy, verify seconds per batch size, the last recorded cost curve, measured tok/s, and
+    per round (rows read, batch size, round seconds, draft seconds) where the telemetry tells them."""
+    overhead: list[tuple[int, int, float, float]] = []
     per: dict[str, dict[str, Any]] = {}
     verify: dict[int, list[float]] = {}
     curve = None
@@ -198,13 +212,19 @@ def _collect(
             g["n"].append(int(ev.n_accepted))  # type: ignore[attr-defined]
             g["p"].append(list(d.probs))
             g["s"].append(float(d.seconds))
+            cur["n"], cur["b"] = int(ev.n_accepted) + 1, len(d.tokens) + 1  # type: ignore[attr-defined]
             m = measured.setdefault(strategy, [0.0, 0.0])
             m[0] += len(ev.tokens)  # type: ignore[attr-defined]
             m[1] += float(d.seconds) + cur.pop("v", 0.0)
         elif k == "telemetry":
-            pol = (ev.data or {}).get("policy") or {}  # type: ignore[attr-defined]
+            data = ev.data or {}  # type: ignore[attr-defined]
+            pol = data.get("policy") or {}
             if isinstance(pol, dict) and pol.get("verify_cost"):
                 curve = pol["verify_cost"]
+            last = data.get("last_round") or {}
+            if "seconds" in last and "n" in cur:
+                rows_read, batch = cur.pop("n"), cur.pop("b", 1)
+                overhead.append((rows_read, batch, float(last["seconds"]), float(last.get("draft_seconds", 0.0))))
     out = {}
     for name, g in per.items():
         has_probs = any(p is not None for ps in g["p"] for p in ps)
@@ -217,7 +237,22 @@ def _collect(
             np.array(g["s"], dtype=float),
             has_probs,
         )
-    return out, verify, curve, {k: m[0] / m[1] for k, m in measured.items() if m[1] > 0}
+    return out, verify, curve, {k: m[0] / m[1] for k, m in measured.items() if m[1] > 0}, overhead
+
+
+def fit_overhead(rows: list[tuple[int, int, float, float]], cost: VerifyCostModel) -> tuple[float, float]:
+    """``(a, b)``: what a round costs besides drafting and its verify batch, as ``a + b * rows read``, fitted
+    (least squares; a constant when the slope would be negative) to recorded rounds; ``(0, 0)`` without them."""
+    if not rows:
+        return 0.0, 0.0
+    x = np.array([r[0] for r in rows], float)
+    y = np.array([max(r[2] - r[3] - cost(r[1]), 0.0) for r in rows], float)
+    if len(set(x.tolist())) < 2:
+        return float(np.median(y)), 0.0
+    b, a = np.polyfit(x, y, 1)
+    if b < 0 or a < 0:
+        return float(np.median(y)), 0.0
+    return float(a), float(b)
 
 
 def cost_from_times(verify: dict[int, list[float]]) -> VerifyCostModel | None:
@@ -254,6 +289,7 @@ def _score(
     p_min: float | None,
     tile: int,
     first_below: np.ndarray | None,
+    overhead: tuple[float, float] = (0.0, 0.0),
 ) -> tuple[float, float]:
     """(tokens/s, tokens/round) of rounds ``r`` replayed under one setting (see the module docstring)."""
     limit = tile_aligned(kmax, tile)
@@ -269,11 +305,13 @@ def _score(
         draft = np.where(r.length == 0, r.draft_seconds, per_tok * np.maximum(k, 1))
     else:
         draft = r.draft_seconds
-    total = float(np.sum(verify + draft))
+    total = float(np.sum(verify + draft + overhead[0] + overhead[1] * n_tok))
     return (float(np.sum(n_tok)) / total if total > 0 else 0.0), float(np.mean(n_tok)) if n_tok.size else 0.0
 
 
-def _search(r: _Rounds, cost: VerifyCostModel, base: float, tile: int) -> Candidate | None:
+def _search(
+    r: _Rounds, cost: VerifyCostModel, base: float, tile: int, overhead: tuple[float, float] = (0.0, 0.0)
+) -> Candidate | None:
     if not r.length.size or r.length.max() == 0:
         return None
     recorded_pmin = float(r.knobs.get("draft_p_min", 0.0) or 0.0) if r.has_probs else None
@@ -289,7 +327,7 @@ def _search(r: _Rounds, cost: VerifyCostModel, base: float, tile: int) -> Candid
             for kmin in DRAFT_MIN_GRID:
                 if kmin > kmax:
                     break
-                tps, tpr = _score(r, cost, kmax, kmin, p, tile, fb)
+                tps, tpr = _score(r, cost, kmax, kmin, p, tile, fb, overhead)
                 if best is None or tps > best.tokens_per_second * (1 + 1e-9):
                     best = Candidate(r.strategy, kmax, kmin, p, tps, tpr, tps / base if base else 0.0)
     return best
@@ -303,7 +341,7 @@ def advise(source: Any, *, cost: VerifyCostModel | None = None) -> Advice:
     if cost is None:
         cost = getattr(source, "cost_model", None)
     events = effective_events(list(events))
-    rounds, verify, recorded_curve, measured = _collect(events)
+    rounds, verify, recorded_curve, measured, overhead_rows = _collect(events)
     if cost is not None:
         source_name = "measured"
     elif recorded_curve:
@@ -323,11 +361,13 @@ def advise(source: Any, *, cost: VerifyCostModel | None = None) -> Advice:
             "(benchmarks/bench_verify_cost.py, or the cost policy) or record a drafting session"
         )
         return adv
-    base = 1.0 / cost(1)
+    overhead = fit_overhead(overhead_rows, cost)
+    base = 1.0 / (cost(1) + overhead[0] + overhead[1])
     adv = Advice(
         None,
         base,
         cost_source=source_name,
+        overhead=overhead,
         cost_curve=cost.to_dict(),
         by_depth=dg.by_depth(),
         by_confidence=dg.by_confidence(),
@@ -338,13 +378,13 @@ def advise(source: Any, *, cost: VerifyCostModel | None = None) -> Advice:
         if name == "none":
             continue
         tile = int(r.knobs.get("verify_tile", 1)) if r.knobs.get("align", True) else 1
-        c = _search(r, cost, base, tile)
+        c = _search(r, cost, base, tile, overhead)
         if c is None:
             continue
         adv.per_strategy[name] = c
         kmax, kmin = int(r.knobs.get("draft_max", int(r.length.max()))), int(r.knobs.get("draft_min", 0))
         p = float(r.knobs["draft_p_min"]) if r.has_probs and "draft_p_min" in r.knobs else None
-        tps, tpr = _score(r, cost, kmax, kmin, p, tile, _first_below(r.probs, p) if p else None)
+        tps, tpr = _score(r, cost, kmax, kmin, p, tile, _first_below(r.probs, p) if p else None, overhead)
         adv.current[name] = Candidate(name, kmax, kmin, p, tps, tpr, tps / base)
         longest = int(r.length.max())
         adv.limits.append(
