@@ -32,11 +32,13 @@ from typing import Any, Callable, Iterable
 from ..errors import KnobError, SessionStateError, SpecvizError, StrategyError
 from ..events import Event
 from ..strategies import strategy_names, strategy_schema
+from .workbench import MESSAGE_TYPES as WORKBENCH_TYPES
+from .workbench import Workbench
 
 #: Events per message when a view catches up on a backlog.
 CHUNK = 2000
 #: Event kinds that close a batch: everything up to them is sent at once.
-_FLUSH_KINDS = frozenset({"telemetry", "finished", "session_started"})
+_FLUSH_KINDS = frozenset({"telemetry", "finished", "session_started", "rewound"})
 #: The most rounds one ``run`` command may ask for (the Run field's maximum).
 MAX_RUN = 100_000
 #: The longest generation a ``reset`` command may ask for.
@@ -44,8 +46,9 @@ MAX_TOKENS = 1_000_000
 #: Bounds on a ``configure`` message: knobs per message, and characters in a knob name or text value.
 MAX_KNOBS = 64
 MAX_TEXT = 4096
-#: The message types a view may send, and the commands of a ``cmd`` message.
-MESSAGE_TYPES = ("hello", "cmd", "configure", "schema", "plotly")
+#: The message types a view may send (the workbench's too, see :mod:`specviz.ui.workbench`), and the commands
+#: of a ``cmd`` message.
+MESSAGE_TYPES = ("hello", "cmd", "configure", "schema", "plotly") + WORKBENCH_TYPES
 COMMANDS = ("step", "run", "play", "pause", "reset")
 
 _log = logging.getLogger(__name__)
@@ -138,6 +141,7 @@ class InspectorCore:
         events: list[Event] | None = None,
         prompt: str | None = None,
         draft_models: Iterable[str] | None = None,
+        presets: list[dict[str, Any]] | None = None,
     ) -> None:
         if (session is None) == (events is None):
             raise ValueError("give either a session or recorded events")
@@ -172,6 +176,8 @@ class InspectorCore:
                 self._on_event(ev, flush=False)
             self._unsent = len(self.log)
             self._unsubscribe = session.subscribe(self._on_event)
+        #: Rewind, branch and compare lanes, diagnosis, advice, presets and files (:mod:`specviz.ui.workbench`).
+        self.workbench = Workbench(self, presets)
 
     # -- event log -----------------------------------------------------------------------------------
     def _on_event(self, ev: Event, flush: bool = True) -> None:
@@ -316,6 +322,8 @@ class InspectorCore:
             if not isinstance(strategy, str):
                 raise MessageError(f"schema: 'strategy' must be a strategy name; got {_show(strategy)}")
             self._schema(strategy)
+        elif t in WORKBENCH_TYPES:
+            self.workbench.handle(msg)
         elif t == "plotly":
             try:
                 self._emit({"type": "plotly", "source": plotly_source()})
@@ -338,6 +346,7 @@ class InspectorCore:
             for first in range(start, self._unsent, CHUNK):
                 end = min(first + CHUNK, self._unsent)
                 self._emit({"type": "events", "epoch": self.epoch, "start": first, "events": self.log[first:end]})
+        self.workbench.hello()
 
     def _schema(self, strategy: str) -> None:
         try:
@@ -355,12 +364,12 @@ class InspectorCore:
             return
         # every field is checked before anything happens
         n = _int_field(msg, "n", "run", lo=1, hi=MAX_RUN) if cmd == "run" and msg.get("n") is not None else 1
-        prompt, max_tokens = self._reset_fields(msg) if cmd == "reset" else (None, None)
+        prompt, max_tokens, request = self._reset_fields(msg) if cmd == "reset" else (None, None, {})
         if self.running:
             raise MessageError(f"{cmd}: rounds are running; Pause first (or wait for the run to end)")
         if cmd == "reset":
             try:
-                self.reset(prompt, max_tokens)
+                self.reset(prompt, max_tokens, **request)
             except SpecvizError as e:
                 raise MessageError(f"reset: {e}") from e
             return
@@ -369,14 +378,34 @@ class InspectorCore:
             raise MessageError(f"{cmd}: rounds are running; Pause first (or wait for the run to end)")
 
     @staticmethod
-    def _reset_fields(msg: dict) -> tuple[str | None, int | None]:
+    def _reset_fields(msg: dict) -> tuple[str | None, int | None, dict[str, Any]]:
         prompt = msg.get("prompt")
         if prompt is not None and not isinstance(prompt, str):
             raise MessageError(f"reset: 'prompt' must be text; got {_show(prompt)}")
         max_tokens = msg.get("max_tokens")
         if max_tokens is not None:
             max_tokens = _int_field(msg, "max_tokens", "reset", lo=1, hi=MAX_TOKENS)
-        return prompt, max_tokens
+        # the sampling settings and the request's form (ranges are checked by Session.start)
+        request: dict[str, Any] = {}
+        for name, kind in (("temperature", "number"), ("top_p", "number"), ("top_k", "int"), ("seed", "int")):
+            v = msg.get(name)
+            if v is None:
+                continue
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or (kind == "int" and not isinstance(v, int)):
+                raise MessageError(f"reset: {name!r} must be {'an integer' if kind == 'int' else 'a number'}; "
+                                   f"got {_show(v)}")
+            request[name] = v
+        stop = msg.get("stop")
+        if stop is not None:
+            if not isinstance(stop, list) or not all(isinstance(x, str) for x in stop) or len(stop) > 16:
+                raise MessageError(f"reset: 'stop' must be a list of at most 16 texts; got {_show(stop)}")
+            request["stop"] = stop
+        chat = msg.get("chat")
+        if chat is not None:
+            if not isinstance(chat, bool):
+                raise MessageError(f"reset: 'chat' must be true or false; got {_show(chat)}")
+            request["chat"] = chat
+        return prompt, max_tokens, request
 
     def _check_can_step(self, cmd: str) -> None:
         """Refuse a step/run/play that would do nothing: no session yet, or nothing left to run."""
@@ -486,8 +515,14 @@ class InspectorCore:
         if w is not None:
             w.join(timeout)
 
-    def reset(self, prompt: str | None = None, max_tokens: int | None = None) -> None:
-        """Start the generation again (same prompt unless ``prompt`` is given); rewinds a replay."""
+    def reset(self, prompt: str | None = None, max_tokens: int | None = None, *, temperature: float | None = None,
+              top_k: int | None = None, top_p: float | None = None, seed: int | None = None,
+              stop: list[str] | None = None, chat: bool | None = None) -> None:
+        """Start the generation again (same prompt unless ``prompt`` is given); rewinds a replay.
+
+        The sampling settings (``temperature``, ``top_k``, ``top_p``, ``seed``), the stop strings and
+        ``chat`` (send the prompt as a user message through the model's chat template) default to the
+        current generation's."""
         self.pause()
         self.wait()
         if self.replay:
@@ -507,11 +542,23 @@ class InspectorCore:
                 raise SessionStateError("nothing to reset: give a prompt")
         else:
             src = prompt
-        kwargs: dict[str, Any] = {}
-        if started is not None:
-            kwargs = {"temperature": started.get("temperature", 0.0), "seed": started.get("seed")}
-        mt = max_tokens or (started or {}).get("max_tokens") or 128
-        strategy = s.strategy if getattr(s, "started", False) else (started or {}).get("strategy", "prompt-lookup")
+        st = started or {}
+        kwargs: dict[str, Any] = {k: st[k] for k in ("temperature", "top_k", "top_p", "seed") if k in st}
+        kwargs.update({k: v for k, v in (("temperature", temperature), ("top_k", top_k), ("top_p", top_p),
+                                         ("seed", seed)) if v is not None})
+        kwargs["stop"] = list(st.get("stop") or []) if stop is None else [x for x in stop if x]
+        was_chat = bool(st.get("messages"))
+        if chat if chat is not None else was_chat:
+            if src is not prompt and was_chat:  # the same request again
+                kwargs["messages"] = [dict(m) for m in st["messages"]]
+                if st.get("chat_template") not in (None, "model"):
+                    kwargs["chat_template"] = st["chat_template"]
+            else:
+                text = prompt if isinstance(prompt, str) and prompt else self._prompt()
+                kwargs["messages"] = [{"role": "user", "content": text}]
+            src = None
+        mt = max_tokens or st.get("max_tokens") or 128
+        strategy = s.strategy if getattr(s, "started", False) else st.get("strategy", "prompt-lookup")
         knobs = dict(s.knobs) if getattr(s, "started", False) else {}
         s.start(src, max_tokens=int(mt), strategy=strategy, **kwargs, **knobs)  # refused: nothing changed
         if isinstance(src, str):
@@ -578,3 +625,4 @@ class InspectorCore:
         if self._unsubscribe is not None:
             self._unsubscribe()
             self._unsubscribe = None
+        self.workbench.close()

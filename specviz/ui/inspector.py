@@ -39,12 +39,13 @@ class Inspector(anywidget.AnyWidget):
 
     def __init__(self, session: Any = None, *, prompt: str | None = None, max_tokens: int = 128,
                  strategy: str = "prompt-lookup", draft_models: list[str] | None = None,
-                 _events: list[Event] | None = None, **knobs: Any) -> None:
+                 presets: list[dict[str, Any]] | None = None, _events: list[Event] | None = None,
+                 **knobs: Any) -> None:
         super().__init__()
         if session is not None and prompt is not None and not getattr(session, "started", False):
             session.start(prompt, max_tokens=max_tokens, strategy=strategy, **knobs)
         self.core = InspectorCore(self.send, session, events=_events, prompt=prompt,
-                                  draft_models=draft_models or _draft_paths(session))
+                                  draft_models=draft_models or _draft_paths(session), presets=presets)
         self.on_msg(self._on_msg)
 
     @classmethod
@@ -93,6 +94,35 @@ class Inspector(anywidget.AnyWidget):
     def configure(self, strategy: str | None = None, **knobs: Any) -> dict[str, str]:
         """Queue a strategy/knob change for the next round; returns ``{knob: error}`` (empty when accepted)."""
         return self.core.configure_from_form(strategy, knobs)
+
+    # -- the debugging workbench (mirrors its buttons; see specviz.ui.workbench) -------------------------
+    def rewind(self, round: int | None = None, *, position: int | None = None) -> None:
+        """Rewind the session to right after ``round`` (or to ``position`` tokens); the views follow."""
+        self.core.workbench.rewind(round, position=position)
+
+    def branch(self, round: int | None = None) -> Any:
+        """Open a second lane: a fork of the session now (or at ``round``); returns the fork."""
+        return self.core.workbench.branch(round)
+
+    def compare(self, strategy: str | None = None, /, run: bool = True, **knobs: Any) -> Any:
+        """Open a second lane from the start with another ``strategy`` / ``knobs`` and run both lanes to
+        their end in the background (:meth:`wait`); returns the second lane's session."""
+        return self.core.workbench.compare(strategy, run=run, **knobs)
+
+    @property
+    def comparison(self) -> dict | None:
+        """The last comparison shown (:meth:`specviz.compare.Comparison.to_dict`), or None."""
+        return self.core.workbench.comparison
+
+    def diagnose(self) -> dict:
+        """Compute and show the diagnosis (:func:`specviz.diagnose.diagnose`); returns it as a dictionary."""
+        self.core.workbench.handle({"type": "diagnose"})
+        return self.core.workbench.diagnosis or {}
+
+    def advise(self) -> dict:
+        """Compute and show the advice (:func:`specviz.advise.advise`); returns it as a dictionary."""
+        self.core.workbench.handle({"type": "advise"})
+        return self.core.workbench.advice or {}
 
     def close(self) -> None:  # noqa: D102 - ipywidgets API
         self.core.close()

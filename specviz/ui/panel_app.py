@@ -37,10 +37,12 @@ class InspectorComponent(JSComponent):
     _stylesheets = [static_text("inspector.css")]
 
     def __init__(self, session: Any = None, *, events: list[Event] | None = None, prompt: str | None = None,
-                 draft_models: list[str] | None = None, **params: Any) -> None:
+                 draft_models: list[str] | None = None, presets: list[dict[str, Any]] | None = None,
+                 **params: Any) -> None:
         params.setdefault("sizing_mode", "stretch_width")
         super().__init__(**params)
-        self.core = InspectorCore(self._send_msg, session, events=events, prompt=prompt, draft_models=draft_models)
+        self.core = InspectorCore(self._send_msg, session, events=events, prompt=prompt, draft_models=draft_models,
+                                  presets=presets)
 
     def _handle_msg(self, data: Any) -> None:
         self.core.handle(data)
@@ -48,15 +50,17 @@ class InspectorComponent(JSComponent):
 
 def inspector_app(session_factory: Callable[[], Any] | None = None, *, events: list[Event] | None = None,
                   prompt: str | None = None, title: str = "specviz inspector",
-                  draft_models: list[str] | None = None) -> pn.viewable.Viewable:
+                  draft_models: list[str] | None = None,
+                  presets: list[dict[str, Any]] | None = None) -> pn.viewable.Viewable:
     """One page of the app: a live session made by ``session_factory()``, or recorded ``events``.
 
-    ``draft_models`` are the draft GGUF paths the form offers for the ``draft`` strategy.
+    ``draft_models`` are the draft GGUF paths the form offers for the ``draft`` strategy; ``presets`` the
+    starting points offered as buttons (see :class:`~specviz.ui.workbench.Workbench`).
     """
     if events is not None:
         comp = InspectorComponent(events=events)
     else:
         session = session_factory() if session_factory is not None else None
-        comp = InspectorComponent(session, prompt=prompt, draft_models=draft_models)
+        comp = InspectorComponent(session, prompt=prompt, draft_models=draft_models, presets=presets)
     return pn.Column(comp, sizing_mode="stretch_width", styles={"padding": "12px", "max-width": "1500px",
                                                                    "margin": "0 auto"}, name=title)

@@ -49,12 +49,13 @@ def draft_candidates(model_path: str | os.PathLike, extra: Iterable[str | os.Pat
 def serve(port: int = 5006, model: str | os.PathLike | None = None, *, address: str = "127.0.0.1",
           prompt: str = DEFAULT_PROMPT, max_tokens: int = 256, strategy: str = "prompt-lookup",
           n_ctx: int = 4096, show: bool = False, draft_models: Iterable[str | os.PathLike] = (),
-          **knobs: Any) -> None:
+          presets: list[dict[str, Any]] | None = None, **knobs: Any) -> None:
     """Serve the inspector on ``model`` (default: the embedded Gemma 3 270M) at ``http://address:port/``.
 
     Each page gets a fresh :class:`~specviz.session.Session` started on ``prompt`` with ``strategy``
     and ``knobs``; the model weights are loaded once and shared. The form offers ``draft_models``
-    (and drafts derived from the model found by :func:`draft_candidates`) for the ``draft`` strategy.
+    (and drafts derived from the model found by :func:`draft_candidates`) for the ``draft`` strategy, and
+    ``presets`` as one-click starting points.
     """
     from ..backends.llama import LlamaModel
     from ..models import resolve_model
@@ -71,7 +72,7 @@ def serve(port: int = 5006, model: str | os.PathLike | None = None, *, address: 
             s.start(prompt, max_tokens=max_tokens, strategy=strategy, **knobs)
             return s
 
-        return inspector_app(make_session, prompt=prompt, draft_models=drafts)
+        return inspector_app(make_session, prompt=prompt, draft_models=drafts, presets=presets)
 
     _serve_panel(factory, port=port, address=address, show=show, title="specviz inspector")
 

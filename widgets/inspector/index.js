@@ -12,11 +12,17 @@ import { hostOf } from "./host.js";
 import { getPlotly, installPlotly } from "./plotly.js";
 import { helloMessage, planEvents } from "./protocol.js";
 import { initialState, reduce } from "./state.js";
+import { adviceView } from "./views/advice.js";
 import { chartsView } from "./views/charts.js";
 import { controlsView } from "./views/controls.js";
 import { detailView } from "./views/detail.js";
+import { diagnosisView } from "./views/diagnosis.js";
+import { filesView } from "./views/files.js";
 import { headerView } from "./views/header.js";
+import { lanesView } from "./views/lanes.js";
 import { noticesView } from "./views/notices.js";
+import { presetsView } from "./views/presets.js";
+import { rewindActions } from "./views/rewind_actions.js";
 import { statsView } from "./views/stats.js";
 import { streamView } from "./views/stream.js";
 
@@ -32,14 +38,26 @@ function render({ model, el }) {
   const root = h("div", { class: "specviz-inspector" });
   const header = headerView();
   const notices = noticesView();
-  const controls = controlsView((m) => host.send(m), root, uid);
-  const detail = detailView();
+  const send = (m) => host.send(m);
+  const controls = controlsView(send, root, uid);
+  const detail = detailView(rewindActions(send, () => controls.config));
   const stream = streamView(detail, getState);
   const stats = statsView();
   const charts = chartsView(root, getState, () => controls.config);
-  root.append(header.el, controls.toolbar, notices.el,
+  // the debugging workbench: presets, files, comparison lanes, diagnosis and advice
+  const presets = presetsView(send);
+  const files = filesView(send, notices);
+  const lanes = lanesView(send);
+  const diagnosis = diagnosisView(send);
+  const advice = adviceView(send);
+  controls.toolbar.append(files.el);
+  charts.kv.onPoint = (pt) => {
+    const c = controls.config;
+    if (!c.replay && c.can_control && !c.running && Number.isInteger(pt.x)) send({ type: "rewind", round: pt.x });
+  };
+  root.append(header.el, controls.toolbar, presets.el, notices.el,
     h("div", { class: "sv-top" }, stream.card, h("div", { class: "sv-side" }, stats.el, controls.card)),
-    charts.el, detail.tip);
+    lanes.card, h("div", { class: "sv-workbench" }, diagnosis.card, advice.card), charts.el, detail.tip);
   el.append(root);
   if (document.body && document.body.dataset && document.body.dataset.jpThemeLight === "false") root.classList.add("sv-dark");
 
@@ -90,7 +108,15 @@ function render({ model, el }) {
         case "state":
           if (controls.applyState(msg)) charts.mark("conf");
           header.status(controls.config);
+          lanes.sync(controls.config);
+          files.sync(controls.config);
+          presets.sync(controls.config);
           break;
+        case "comparison": lanes.update(msg); break;
+        case "diagnosis": diagnosis.update(msg.data); break;
+        case "advice": advice.update(msg.data); break;
+        case "presets": presets.update(msg); break;
+        case "download": files.download(msg); break;
         case "knob_errors": controls.knobErrors(msg); break;
         case "schema": controls.schema(msg); break;
         case "plotly":
@@ -112,7 +138,10 @@ function render({ model, el }) {
   host.on(onMsg);
   hello();
   getPlotly(host).then((P) => {
-    if (!destroyed) charts.setPlotly(P);
+    if (!destroyed) {
+      charts.setPlotly(P);
+      lanes.setPlotly(P);
+    }
   });
 
   // test/benchmark hooks (no effect on the widget itself)

@@ -6,10 +6,10 @@
 // hello/gap protocol compares with the `start` of each events message. A reducer never modifies the
 // state it is given; growing lists are append-only sequences (seq.js) shared between states.
 
-import { EMPTY_SEQ, seqPush } from "./seq.js";
+import { EMPTY_SEQ, seqPush, seqSlice } from "./seq.js";
 
-/** Token statuses, in the order of the legend. */
-export const TOKEN_STATUSES = ["prompt", "accepted", "bonus", "correction", "plain", "rejected"];
+/** Token statuses, in the order of the legend ("kept": committed by a round a rewind cut inside). */
+export const TOKEN_STATUSES = ["prompt", "accepted", "bonus", "correction", "plain", "rejected", "kept"];
 
 /** The state of a view that holds no event of `epoch` (-1: no epoch yet). */
 export function initialState(epoch = -1) {
@@ -32,6 +32,8 @@ export function initialState(epoch = -1) {
     hasExpected: false, // some round carried the cost policy's expected tokens
     expSum: 0,
     expN: 0,
+    rewinds: 0, // rewound events seen
+    rewound: null, // the last rewound event
   };
 }
 
@@ -69,9 +71,47 @@ export function reduce(state, ev) {
       const done = s.cur && s.cur.accepted ? finishRound(s, s.cur) : s;
       return { ...done, finished: ev };
     }
+    case "rewound":
+      return rewind(s, ev);
     default:
       return s;
   }
+}
+
+/**
+ * The state after a rewind to round `ev.round` (history `ev.position` long): the tokens and round summaries
+ * of later rounds are dropped, the tokens a cut round keeps come back as "kept", and the telemetry, the
+ * strategy and the finish are the event's. The same whether the dropped events were applied before (a live
+ * view) or never seen (a view built from the session's own list, which no longer holds them).
+ */
+function rewind(s, ev) {
+  const N = ev.round;
+  const toks = seqSlice(s.tokens).filter((t) => t.status === "prompt" || t.round <= N);
+  const keptIds = ev.kept_tokens || [], keptPieces = ev.kept_pieces || [];
+  const start = (ev.position || 0) - keptIds.length;
+  keptIds.forEach((id, j) => toks.push({ status: "kept", id, piece: keptPieces[j], round: N + 1, depth: j, pos: start + j }));
+  const rs = seqSlice(s.rounds).filter((r) => r.round <= N);
+  const hist = [];
+  let expSum = 0, expN = 0, hasDraftKV = false, hasExpected = false;
+  for (const r of rs) {
+    hist[r.committed] = (hist[r.committed] || 0) + 1;
+    if (r.expected != null) {
+      expSum += r.expected;
+      expN += 1;
+      hasExpected = true;
+    }
+    if (r.draftKv && r.draftKv.before != null) hasDraftKV = true;
+  }
+  const tel = ev.telemetry || null;
+  return {
+    ...s, tokens: seqPush(EMPTY_SEQ, toks), rounds: seqPush(EMPTY_SEQ, rs), cur: null, tel, hist, expSum, expN,
+    hasDraftKV, hasExpected, strategy: ev.strategy || s.strategy, knobs: ev.knobs || s.knobs,
+    posAcc: tel && tel.per_position_acceptance ? tel.per_position_acceptance : [],
+    posTries: tel && tel.per_position_tries ? tel.per_position_tries : [],
+    finished: ev.finished ? { kind: "finished", round: N, reason: ev.finished,
+      n_generated: (ev.position || 0) - (s.started ? (s.started.prompt_tokens || []).length : 0) } : null,
+    rewinds: s.rewinds + 1, rewound: ev,
+  };
 }
 
 /** `reduce` over a list of events. */

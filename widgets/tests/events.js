@@ -67,3 +67,11 @@ export function session() {
     telemetry(3, { n_generated: 7, acceptance_rate: 0.8, kv: 9 }),
   ];
 }
+
+/** A rewind to `round`, keeping `position` history tokens (`kept` ids of a round cut inside), with `tel`. */
+export function rewound(round, position, over = {}) {
+  return { kind: "rewound", round, position, from_round: 3, from_position: 12, n_events: 0, kept_tokens: [], kept_pieces: [],
+    strategy: "prompt-lookup", knobs: { draft_max: 4 }, finished: null,
+    telemetry: { rounds: round, n_generated: position - 3, acceptance_rate: 2 / 3, per_position_acceptance: [1, 1, 0],
+      per_position_tries: [1, 1, 1] }, kv_rollbacks: [], ...over };
+}

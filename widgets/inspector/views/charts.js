@@ -72,6 +72,13 @@ export function chartsView(root, getState, getConfig) {
     }
     if (spec.sub != null && c.subEl.textContent !== spec.sub) c.subEl.textContent = spec.sub;
     Plotly.react(c.box, spec.data, spec.layout, PLOT_CONFIG);
+    // a card may act on a click on a bar (the KV timeline: rewind to that round); bound once plotted
+    if (c.onPoint && !c.pointBound && typeof c.box.on === "function") {
+      c.box.on("plotly_click", (d) => {
+        if (d && d.points && d.points.length) c.onPoint(d.points[0]);
+      });
+      c.pointBound = true;
+    }
   }
 
   const ro = typeof ResizeObserver === "function" ? new ResizeObserver((entries) => {

@@ -41,7 +41,21 @@ export function controlsView(send, root, uid) {
   const sessionFields = h("details", { class: "sv-newsession" }, h("summary", { text: "New session (used by Reset)" }));
   const promptBox = h("textarea", { class: "sv-prompt-input", rows: "3" });
   const maxTok = h("input", { class: "sv-maxtok", type: "number", min: "1", value: "128" });
-  sessionFields.append(h("label", { class: "sv-lbl", text: "prompt" }), promptBox, h("label", { class: "sv-lbl", text: "max tokens" }), maxTok);
+  // sampling and the request's form, passed on by Reset (blank: the current generation's value)
+  const temp = h("input", { class: "sv-temp", type: "text", inputmode: "decimal", placeholder: "0 = greedy", title: "temperature (0: greedy, exact)" });
+  const topK = h("input", { class: "sv-topk", type: "text", inputmode: "numeric", placeholder: "0 = off", title: "top-k (0: off)" });
+  const topP = h("input", { class: "sv-topp", type: "text", inputmode: "decimal", placeholder: "1 = off", title: "top-p (1: off)" });
+  const seed = h("input", { class: "sv-seed", type: "text", inputmode: "numeric", placeholder: "random", title: "seed of the sampling generator" });
+  const stops = h("textarea", { class: "sv-stops", rows: "2", placeholder: "one stop string per line (\\n for a newline)",
+    title: "stop strings: the output ends before the first one, as plain decoding's would" });
+  const chat = h("input", { type: "checkbox", class: "sv-chat" });
+  const sampling = h("div", { class: "sv-sampling" },
+    h("label", { class: "sv-lbl", text: "temperature" }), temp, h("label", { class: "sv-lbl", text: "top-k" }), topK,
+    h("label", { class: "sv-lbl", text: "top-p" }), topP, h("label", { class: "sv-lbl", text: "seed" }), seed);
+  sessionFields.append(h("label", { class: "sv-lbl", text: "prompt" }), promptBox, h("label", { class: "sv-lbl", text: "max tokens" }), maxTok,
+    sampling, h("label", { class: "sv-lbl", text: "stop strings" }), stops,
+    h("label", { class: "sv-check sv-chat-lbl", title: "send the prompt as a user message through the model's own chat template" }, chat,
+      " chat (the model's template)"));
   const card = h("div", { class: "sv-card sv-ctrl-card" },
     h("div", { class: "sv-card-h" }, h("span", { text: "Strategy & knobs" })),
     h("div", { class: "sv-field sv-field-strategy" }, h("label", { class: "sv-lbl", text: "strategy" }), stratSel, stratErr),
@@ -52,8 +66,18 @@ export function controlsView(send, root, uid) {
   btnStep.addEventListener("click", () => send({ type: "cmd", cmd: "step" }));
   btnRun.addEventListener("click", () => send({ type: "cmd", cmd: "run", n: Math.max(1, parseInt(runN.value || "1", 10)) }));
   btnPlay.addEventListener("click", () => send({ type: "cmd", cmd: config.running ? "pause" : "play" }));
-  btnReset.addEventListener("click", () => send({ type: "cmd", cmd: "reset", prompt: promptBox.value,
-    max_tokens: parseInt(maxTok.value || "0", 10) || null }));
+  const num = (inp) => {
+    const v = inp.value.trim();
+    if (v === "") return null;
+    const x = Number(v);
+    return Number.isNaN(x) ? v : x; // a non-number (or a fraction for an integer) goes to Python, which refuses it
+  };
+  btnReset.addEventListener("click", () => {
+    const msg = { type: "cmd", cmd: "reset", prompt: promptBox.value, max_tokens: parseInt(maxTok.value || "0", 10) || null,
+      temperature: num(temp), top_k: num(topK), top_p: num(topP), seed: num(seed), chat: chat.checked,
+      stop: stops.value.split("\n").filter((x) => x !== "").map((x) => x.replace(/\\n/g, "\n").replace(/\\t/g, "\t")) };
+    send(msg);
+  });
   showRej.addEventListener("change", () => root.classList.toggle("sv-hide-rej", !showRej.checked));
   stratSel.addEventListener("change", () => {
     stratErr.textContent = "";
@@ -87,6 +111,7 @@ export function controlsView(send, root, uid) {
     for (const i of form.querySelectorAll("input,select")) i.disabled = ro;
     promptBox.disabled = config.replay;
     maxTok.disabled = config.replay;
+    for (const i of [temp, topK, topP, seed, stops, chat]) i.disabled = config.replay;
     sessionFields.hidden = !!config.replay;
   }
 
@@ -128,8 +153,16 @@ export function controlsView(send, root, uid) {
   // a new session shows its prompt and length in the new-session fields (unless the user typed one)
   function event(ev) {
     if (ev.kind !== "session_started") return;
-    if (!promptBox.value) promptBox.value = (ev.prompt_pieces || []).join("");
+    const msgs = ev.messages || [];
+    const user = msgs.length ? msgs[msgs.length - 1].content : null;
+    if (!promptBox.value) promptBox.value = user != null ? user : (ev.prompt_pieces || []).join("");
     maxTok.value = ev.max_tokens || maxTok.value;
+    temp.value = ev.temperature != null ? String(ev.temperature) : "";
+    topK.value = ev.top_k != null ? String(ev.top_k) : "";
+    topP.value = ev.top_p != null ? String(ev.top_p) : "";
+    seed.value = ev.temperature > 0 && ev.seed != null ? String(ev.seed) : "";
+    stops.value = (ev.stop || []).map((x) => x.replace(/\n/g, "\\n").replace(/\t/g, "\\t")).join("\n");
+    chat.checked = msgs.length > 0;
   }
 
   return { toolbar, card, config, applyState, schema, knobErrors, event };

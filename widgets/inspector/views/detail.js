@@ -7,7 +7,7 @@ import { tokenClass } from "./token_class.js";
 
 const HINT = "Hover a token for its details; click a rejected token for the target's top alternatives.";
 const KIND_TEXT = { prompt: "prompt", accepted: "accepted draft", bonus: "bonus (target)", correction: "correction (target)",
-  plain: "target (no draft)", rejected: "rejected draft" };
+  plain: "target (no draft)", rejected: "rejected draft", kept: "kept (its round was cut by a rewind)" };
 
 /** The rows describing a token: text, id, kind, then its position or round, depth and probabilities. */
 export function describeToken(t) {
@@ -18,8 +18,12 @@ export function describeToken(t) {
   return rows;
 }
 
-/** `{panel, tip, hover(token, el), hideTip(), select(token), clear()}`; `tip` belongs at the root's end. */
-export function detailView() {
+/**
+ * `{panel, tip, hover(token, el), hideTip(), select(token), clear()}`; `tip` belongs at the root's end.
+ * `actions(token)`, when given, returns elements shown under a selected token (the workbench's rewind
+ * and branch buttons).
+ */
+export function detailView(actions) {
   const panel = h("div", { class: "sv-detail" });
   const tip = h("div", { class: "sv-tip", hidden: true });
 
@@ -40,6 +44,8 @@ export function detailView() {
     const parts = [h("div", { class: "sv-detail-h" }, h("span", { class: "sv-tok " + tokenClass(t), text: showPiece(t.piece) }),
       h("span", { class: "sv-muted", text: where })), table(describeToken(t))];
     if (t.rejection) parts.push(alternatives(t.rejection));
+    const extra = actions ? actions(t) : null;
+    if (extra) parts.splice(1, 0, extra);
     panel.replaceChildren(...parts);
   }
 

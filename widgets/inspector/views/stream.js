@@ -87,8 +87,51 @@ export function streamView(detail, getState) {
     detail.clear();
   }
 
+  // The whole stream again from the state (after a rewind): prompt tokens, then one span per round with
+  // its rejected tokens grouped, and a marker where the session went back.
+  function rebuild(state, ev) {
+    clear();
+    const toks = seqSlice(state.tokens);
+    let roundEl = null, roundNo = null, rejEl = null;
+    toks.forEach((t, i) => {
+      if (t.status === "prompt") {
+        tokenNodes(t, i, sink());
+        return;
+      }
+      if (roundNo !== t.round) {
+        roundEl = document.createElement("span");
+        roundEl.className = "sv-r";
+        roundEl.dataset.round = t.round;
+        sink().append(roundEl);
+        roundNo = t.round;
+        rejEl = null;
+      }
+      if (t.status === "rejected") {
+        if (!rejEl) {
+          const g = h("span", { class: "sv-rejg" }, h("span", { class: "sv-rejtgl", title: "collapse/expand the rejected draft tokens", text: "✕" }));
+          rejEl = h("span", { class: "sv-rejin" });
+          g.append(rejEl);
+          roundEl.append(g);
+        }
+        tokenNodes(t, i, rejEl);
+      } else {
+        tokenNodes(t, i, roundEl);
+      }
+    });
+    if (roundEl) wrap = { round: roundNo, el: roundEl };
+    sink().append(h("span", { class: "sv-rewindmark", title: "rewound from round " + ev.from_round + " (" + ev.from_position +
+      " tokens) to round " + ev.round + " (" + ev.position + " tokens)", text: "⟲ " + ev.round }));
+    if (state.finished) {
+      finishedBar.hidden = false;
+      finishedBar.textContent = "finished: " + state.finished.reason;
+    }
+  }
+
   function event(ev, state, prev) {
     switch (ev.kind) {
+      case "rewound":
+        rebuild(state, ev);
+        break;
       case "session_started": {
         clear();
         const frag = document.createDocumentFragment();

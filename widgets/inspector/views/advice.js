@@ -1,0 +1,43 @@
+// The advice panel: the draft settings with the best expected tokens/s on this machine (computed in
+// Python: specviz.advise), the expected speedup, and the same setting as llama-server flags to copy.
+
+import { h } from "../dom.js";
+
+/** `{card, update(data)}`; `send(msg)` goes to the host (the Advise button). */
+export function adviceView(send) {
+  const btn = h("button", { class: "sv-btn sv-advise", title: "measure the verify cost and search draft_max / draft_min / draft_p_min" }, "Advise");
+  const body = h("div", { class: "sv-advice-body" }, h("div", { class: "sv-muted", text: "Press Advise after some rounds: the advice replays them under other settings." }));
+  const card = h("div", { class: "sv-card sv-advice-card" }, h("div", { class: "sv-card-h" }, h("span", { text: "Advice" }),
+    h("span", { class: "sv-sub", text: "settings that pay on this machine" }), btn), body);
+  btn.addEventListener("click", () => send({ type: "advise" }));
+
+  function update(a) {
+    if (!a) return;
+    const flags = h("code", { class: "sv-flags", text: a.llama_cpp_flags || "" });
+    const copy = h("button", { class: "sv-btn sv-copy", title: "copy the flags" }, "Copy");
+    copy.addEventListener("click", () => {
+      try {
+        navigator.clipboard.writeText(a.llama_cpp_flags || "");
+        copy.textContent = "Copied";
+      } catch (e) {
+        copy.textContent = "select and copy";
+      }
+    });
+    const rows = Object.entries(a.per_strategy || {}).map(([name, c]) => {
+      const cur = (a.current || {})[name];
+      return h("tr", null, h("th", { text: name }), h("td", { text: "max " + c.draft_max + ", min " + c.draft_min + (c.draft_p_min != null ? ", p_min " + c.draft_p_min : "") }),
+        h("td", { text: c.tokens_per_second.toFixed(1) + " t/s" }), h("td", { text: c.speedup.toFixed(2) + "×" }),
+        h("td", { class: "sv-muted", text: cur ? "as run: " + cur.speedup.toFixed(2) + "×" : "" }));
+    });
+    body.replaceChildren(
+      h("div", { class: "sv-advice-text", text: a.text }),
+      a.llama_cpp_flags ? h("div", { class: "sv-flags-row" }, h("span", { class: "sv-lbl", text: "llama-server" }), flags, copy) : null,
+      ...(a.flag_notes || []).map((n) => h("div", { class: "sv-muted sv-advice-note", text: "note: " + n })),
+      rows.length ? h("table", { class: "sv-kvtable sv-advice-table" }, ...rows) : null,
+      h("div", { class: "sv-muted", text: "plain decoding " + (a.baseline_tokens_per_second || 0).toFixed(1) + " t/s expected · verify cost " + a.cost_source }),
+      ...(a.limits || []).map((l) => h("div", { class: "sv-muted sv-advice-limit", text: "limit: " + l })));
+    card.dataset.best = a.best ? a.best.strategy : "";
+  }
+
+  return { card, update };
+}
