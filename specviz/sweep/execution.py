@@ -71,6 +71,7 @@ class LocalExecutor:
 
     def __init__(self, workers: int | None = None) -> None:
         self.n_workers = max(1, workers or usable_cores())
+        self.restarts = 0  # pools rebuilt after a worker process died
 
     def describe(self) -> str:
         """See :class:`Executor`."""
@@ -135,6 +136,7 @@ class LocalExecutor:
                     inflight.clear()
                     self._stop(pool)
                     pool = self._pool(config)
+                    self.restarts += 1
         finally:
             self._stop(pool)
 

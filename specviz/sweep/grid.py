@@ -106,7 +106,9 @@ class GridSpec:
 
     def where(self, name: str) -> str:
         """The option or file key that gave field ``name``."""
-        return self.origin.get(name, "--" + name.replace("_", "-"))
+        flags = {"strategies": "--strategy", "knobs": "--knob", "temperatures": "--temperature",
+                 "draft_models": "--draft-model"}
+        return self.origin.get(name, flags.get(name, "--" + name.replace("_", "-")))
 
 
 @dataclass
@@ -261,11 +263,11 @@ def build_grid(spec: GridSpec) -> Grid:
             raise GridError(knob_where, "draft_model is not allowed here; give draft models with --draft-model")
     for name in shared:
         if not any(name in strategy_schema(s).names() for s in strategies if s != "none"):
-            holders = sorted({s for s in strategies if s != "none"})
+            holders = ", ".join(sorted({s for s in strategies if s != "none"})) or "only none, which has no knobs"
             raise GridError(
                 f"{knob_where} {name}",
-                f"no strategy in the grid ({', '.join(holders)}) has a knob "
-                f"{name!r}; `specviz strategies` lists each strategy's knobs",
+                f"no strategy in the grid ({holders}) has a knob {name!r}; `specviz strategies` lists each "
+                "strategy's knobs",
             )
     for strat, table in own.items():
         for name in table:
