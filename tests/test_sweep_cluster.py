@@ -62,8 +62,8 @@ def test_local_cluster_results_equal_the_local_run(tiny_model_path, tmp_path, cl
 
 def test_a_killed_worker_loses_and_duplicates_nothing(tiny_model_path, tmp_path, client):
     prompts = tmp_path / "prompts.txt"
-    prompts.write_text("\n".join(f"Chapter {i}. It was a dark and stormy night" for i in range(6)) + "\n")
-    grid = build_grid(GridSpec(strategies=["prompt-lookup"], max_tokens=800))
+    prompts.write_text("\n".join(f"Chapter {i}. It was a dark and stormy night" for i in range(5)) + "\n")
+    grid = build_grid(GridSpec(strategies=["prompt-lookup"], max_tokens=500))
     ds = load_dataset(str(prompts))
     killed: dict[str, object] = {}
 
@@ -84,7 +84,7 @@ def test_a_killed_worker_loses_and_duplicates_nothing(tiny_model_path, tmp_path,
     assert killed, "no worker was busy when a result came in"
     assert summary.complete and not summary.failures
     df = read_results(out)
-    assert len(df) == 12 and not df.duplicated(["question_id", "setting_key", "repeat"]).any()
+    assert len(df) == 10 and not df.duplicated(["question_id", "setting_key", "repeat"]).any()
     # the task that was running on the killed worker ran again on another process
     index = int(str(killed["key"]).rsplit("-", 1)[1])
     qid = ds.prompts[index].id
@@ -94,3 +94,26 @@ def test_a_killed_worker_loses_and_duplicates_nothing(tiny_model_path, tmp_path,
     run_sweep(ds, grid, ref, model=tiny_model_path, executor=LocalExecutor(2), threads=1, progress=False)
     a, b = by_key(read_results(ref)), by_key(df)
     assert [list(t) for t in a["tokens"]] == [list(t) for t in b["tokens"]]
+
+
+def test_an_existing_scheduler_by_address(tiny_model_path, tmp_path, client, capsys):
+    from specviz import cli
+
+    out = tmp_path / "r.parquet"
+    code = cli.main(["sweep", "free", "-o", str(out), "--model", str(tiny_model_path), "--strategy", "prompt-lookup",
+                     "--max-tokens", "16", "--scheduler", client.scheduler.address, "--threads", "1",
+                     "--no-progress"])
+    err = capsys.readouterr().err
+    assert code == 0, err
+    assert f"on Dask at {client.scheduler.address}" in err and "8 of 8 runs stored" in err
+    pids = {str(p) for p in client.run(os.getpid).values()}
+    assert {w.split(":")[1] for w in read_results(out)["worker"]} <= pids
+
+
+def test_an_unreachable_scheduler_is_a_clear_error():
+    from specviz.sweep.dask_executor import ClusterError
+    from specviz.ui.harness import free_port
+
+    address = f"tcp://127.0.0.1:{free_port()}"
+    with pytest.raises(ClusterError, match=f"cannot reach the Dask scheduler at {address}"):
+        DaskExecutor(scheduler=address, connect_timeout=1)

@@ -111,3 +111,18 @@ def test_report_command_prints_the_table_and_writes_the_page(results, tmp_path, 
     assert (tmp_path / "results.html").is_file() and "wrote" in out.err
     assert cli.main(["report", str(src), "-o", str(tmp_path / "other.html"), "--title", "T"]) == 0
     assert "<title>T</title>" in (tmp_path / "other.html").read_text(encoding="utf-8")
+
+
+@pytest.mark.browser
+def test_html_report_draws_its_charts_offline_in_chromium(results, tmp_path):
+    import importlib.util
+
+    from browser_util import ROOT, need_browser
+
+    need_browser()
+    spec = importlib.util.spec_from_file_location("shot", ROOT / "examples" / "sweep_report_screenshot.py")
+    shot = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(shot)
+    page = write_report(results, tmp_path / "r.html")
+    refused = shot.screenshot(page, tmp_path / "r.png")  # waits until all five charts have drawn
+    assert refused == [] and (tmp_path / "r.png").stat().st_size > 10_000

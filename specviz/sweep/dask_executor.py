@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
+import zlib
 from typing import Any
 
 from ..errors import SpecvizError
@@ -106,7 +107,9 @@ class DaskExecutor:
         """See :class:`~specviz.sweep.execution.Executor`."""
         from distributed import as_completed
 
-        self.client.register_plugin(ModelPreload(config), name=f"specviz-sweep-model-{uuid.uuid4().hex[:8]}")
+        # one name per model: registering again replaces the plugin instead of piling them up
+        plugin = f"specviz-sweep-model-{zlib.crc32(config.model.encode()):08x}"
+        self.client.register_plugin(ModelPreload(config), name=plugin)
         run = uuid.uuid4().hex[:8]
         by_key: dict[str, Task] = {}
         futures = []
@@ -123,6 +126,8 @@ class DaskExecutor:
                     t = by_key[f.key]
                     if f.status == "finished":
                         done(t, f.result())
+                    elif f.status == "cancelled":
+                        failed(t, "cancelled by the Dask scheduler")
                     else:
                         exc = f.exception()
                         failed(t, f"{type(exc).__name__}: {exc}")
@@ -130,14 +135,26 @@ class DaskExecutor:
                 now = time.monotonic()
                 if now - last_tick >= 0.5:
                     last_tick = now
-                    processing = self.client.processing()
-                    tick(sum(by_key[k].n_rows for keys in processing.values() for k in keys if k in by_key))
+                    tick(self._running_rows(by_key))
                 if not batch:
                     time.sleep(0.1)
         finally:
             pending = [f for f in futures if not f.done()]
             if pending:
                 self.client.cancel(pending)
+            # workers that join later need no model for this sweep any more (those running keep theirs cached)
+            self.client.unregister_worker_plugin(plugin)
+
+    def _running_rows(self, by_key: dict[str, Task]) -> int:
+        """Rows of the tasks running now: the scheduler also counts tasks queued on a worker as processing,
+        so each worker counts for at most as many tasks as it has threads."""
+        processing = self.client.processing()
+        threads = {a: w.get("nthreads", 1) for a, w in self.client.scheduler_info().get("workers", {}).items()}
+        rows = 0
+        for addr, keys in processing.items():
+            mine = [by_key[k] for k in keys if k in by_key]
+            rows += sum(t.n_rows for t in mine[: threads.get(addr, 1)])
+        return rows
 
     def close(self) -> None:
         """Close the client and the local cluster this executor started (a given client is left open)."""

@@ -106,8 +106,12 @@ class GridSpec:
 
     def where(self, name: str) -> str:
         """The option or file key that gave field ``name``."""
-        flags = {"strategies": "--strategy", "knobs": "--knob", "temperatures": "--temperature",
-                 "draft_models": "--draft-model"}
+        flags = {
+            "strategies": "--strategy",
+            "knobs": "--knob",
+            "temperatures": "--temperature",
+            "draft_models": "--draft-model",
+        }
         return self.origin.get(name, flags.get(name, "--" + name.replace("_", "-")))
 
 
