@@ -34,7 +34,7 @@ class ClusterError(SpecvizError):
     """Dask is not installed, or the cluster cannot be reached or started."""
 
 
-class ModelPreload(WorkerPlugin):  # type: ignore[misc]
+class ModelPreload(WorkerPlugin):
     """Loads the sweep's model into each worker process when the worker starts (or joins later)."""
 
     def __init__(self, config: RunConfig) -> None:

@@ -163,7 +163,7 @@ def read_grid_file(path: str | Path) -> GridSpec:
             try:
                 import tomllib
             except ModuleNotFoundError:  # Python 3.10
-                import tomli as tomllib  # type: ignore[no-redef]
+                import tomli as tomllib
             data = tomllib.loads(p.read_text(encoding="utf-8"))
         elif suffix in (".yaml", ".yml"):
             try:

@@ -181,9 +181,10 @@ def format_table(summary) -> str:
         )
     widths2 = [max(len(h), *(len(b[i]) for b in body)) for i, h in enumerate(header)]
     right = {2, 3, 4, 5, 6}
-    fmt_row = lambda cells: "  ".join(
-        c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths2))
-    )
+
+    def fmt_row(cells: list[str]) -> str:
+        return "  ".join(c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths2)))
+
     lines.append(fmt_row(header))
     lines.extend(fmt_row(b) for b in body)
     return "\n".join(lines)
@@ -377,6 +378,7 @@ def write_report(df, path: str | Path, *, title: str = "specviz sweep") -> Path:
         )
         for i, fig in enumerate(figs.values())
     ]
+    embedded = html.escape(json.dumps(summary.to_dict(orient="records"), default=float))
     page = f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>
 <style>{_CSS}</style>
@@ -395,7 +397,7 @@ accepted / drafted tokens (pooled).</p>
 <p class="note">± is one standard deviation over prompts. The speedup's spread and range are those of each
 prompt's paired speedup: its runs over the none run taken just before them on the same worker.</p>
 {"".join(f'<div class="fig">{p}</div>' for p in parts)}
-<script type="application/json" id="specviz-summary">{html.escape(json.dumps(summary.to_dict(orient="records"), default=float))}</script>
+<script type="application/json" id="specviz-summary">{embedded}</script>
 </body></html>
 """
     out = Path(path)
