@@ -126,3 +126,17 @@ def test_bad_grid_file_is_refused(tmp_path, text, detail):
     with pytest.raises(GridError, match="--grid") as e:
         build_grid(read_grid_file(tmp_path / "g.toml"))
     assert detail in str(e.value)
+
+
+def test_the_examples_grid_and_questions_used_in_the_readme():
+    from browser_util import ROOT
+
+    from specviz.sweep import load_dataset
+
+    g = build_grid(read_grid_file(ROOT / "examples" / "sweep_grid.toml"))
+    assert labels(g) == ["none", "prompt-lookup draft_max=8 max_ngram=2", "prompt-lookup draft_max=8 max_ngram=3",
+                         "prompt-lookup draft_max=16 max_ngram=2", "prompt-lookup draft_max=16 max_ngram=3",
+                         "ngram-simple draft_max=8", "ngram-simple draft_max=16"]
+    ds = load_dataset(str(ROOT / "examples" / "sweep_questions.jsonl"))
+    assert len(ds) == 8 and {p.category for p in ds.prompts} == {"writing", "extraction", "coding", "reasoning"}
+    assert sum(len(p.turns) == 2 for p in ds.prompts) == 3

@@ -193,12 +193,15 @@ def format_table(summary) -> str:
 def figures(df) -> dict[str, Any]:
     """The report's plotly figures by title: speedup, per-prompt speedups, mean accepted tokens, acceptance."""
     import plotly.graph_objects as go
+    from plotly.colors import qualitative
 
     summary = summarise(df)
     pp = per_prompt(df)
     cats = [c for c in dict.fromkeys(summary["category"]) if c != OVERALL]
     order = list(dict.fromkeys(summary["setting"]))
     spec = [s for s in order if not summary[summary["setting"] == s]["strategy"].eq("none").all()]
+    palette = qualitative.Plotly + qualitative.D3 + qualitative.Dark24
+    color = {s: palette[i % len(palette)] for i, s in enumerate(order)}  # one colour per setting in every chart
     figs: dict[str, Any] = {}
 
     def bars(value: str, sd: str, title: str, axis: str, settings: list[str], fmt: str) -> Any:
@@ -209,6 +212,7 @@ def figures(df) -> dict[str, Any]:
                 name=s,
                 x=cats + [OVERALL],
                 y=sub[value],
+                marker_color=color[s],
                 error_y={"type": "data", "array": sub[sd].fillna(0), "visible": True},
                 hovertemplate=f"%{{x}}<br>{s}<br>{axis} %{{y:{fmt}}}<extra></extra>",
             )
@@ -234,6 +238,7 @@ def figures(df) -> dict[str, Any]:
         fig.add_box(
             name=s,
             y=sub["speedup"],
+            marker_color=color[s],
             boxpoints="all",
             jitter=0.4,
             pointpos=0,
@@ -272,6 +277,7 @@ def figures(df) -> dict[str, Any]:
             x=sub["acceptance_rate"],
             y=sub["speedup"],
             mode="markers",
+            marker_color=color[s],
             text=sub["category"] + " / " + sub["question_id"].astype(str),
             hovertemplate="%{text}<br>acceptance %{x:.1%}<br>speedup %{y:.2f}<extra></extra>",
         )
