@@ -20,23 +20,29 @@ class SweepProgress:
         self.running = 0
         self.failed = 0
         self._bar = None
+        self._live = False
         if enabled:
             from tqdm.auto import tqdm
 
+            out = file if file is not None else sys.stderr
+            # a terminal or a notebook widget redraws in place; a log file gets a line per redraw, so fewer
+            live = "notebook" in tqdm.__module__ or bool(getattr(out, "isatty", lambda: False)())
+            self._live = live
             self._bar = tqdm(
                 total=total,
                 initial=initial,
                 unit="run",
                 desc=desc,
                 dynamic_ncols=True,
-                file=file if file is not None else sys.stderr,
+                file=out,
                 smoothing=0.1,
+                mininterval=0.1 if live else 5.0,
             )
             self._show()
 
     def _show(self) -> None:
         if self._bar is not None:
-            self._bar.set_postfix_str(f"running {self.running}, failed {self.failed}", refresh=True)
+            self._bar.set_postfix_str(f"running {self.running}, failed {self.failed}", refresh=self._live)
 
     def update(self, *, done: int = 0, running: int | None = None, failed: int = 0) -> None:
         """Add ``done`` finished and ``failed`` runs; set the number of runs ``running`` now."""
@@ -55,6 +61,6 @@ class SweepProgress:
         """Leave the final line on screen."""
         if self._bar is not None:
             self.running = 0
-            self._show()
-            self._bar.close()
+            self._bar.set_postfix_str(f"running 0, failed {self.failed}", refresh=False)
+            self._bar.close()  # draws the final state once
             self._bar = None
