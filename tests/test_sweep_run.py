@@ -64,7 +64,7 @@ def test_local_sweep_rows_pairing_and_one_model_load_per_worker(tiny_model_path,
     assert summary.tasks == 3 * 2 * 2 and set(summary.model_loads.values()) == {1}
     assert set(df["worker"]) == set(summary.model_loads) and os.getpid() not in {int(w.split(":")[1]) for w in
                                                                                df["worker"]}
-    for (qid, rep, temp), g in df.groupby(["question_id", "repeat", "temperature"]):
+    for (qid, _rep, temp), g in df.groupby(["question_id", "repeat", "temperature"]):
         none = g[g["strategy"] == "none"].iloc[0]
         # every run of a task is paired with the none run taken just before it on the same worker
         assert (g["none_tokens_per_second"] == none["tokens_per_second"]).all()
