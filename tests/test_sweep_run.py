@@ -257,3 +257,21 @@ def test_sweep_turns_go_through_the_chat_template(chat_model, questions, tmp_pat
     assert list(row["tokens"]) == tokens and list(row["turn_lengths"]) == [len(t) for t in (tokens[: row[
         "turn_lengths"][0]], tokens[row["turn_lengths"][0]:])]
     assert row["prompt_tokens"] == n_prompt
+
+
+def test_draft_models_are_settings_of_the_draft_strategy(tiny_model_path, questions, tmp_path):
+    from specviz.derive import derive_draft
+
+    draft = tmp_path / "draft.gguf"
+    derive_draft(tiny_model_path, "0-1", draft)  # every layer kept: the target itself, so it drafts well
+    grid = build_grid(GridSpec(strategies=["none"], draft_models=[str(draft)], max_tokens=24))
+    out = tmp_path / "r.parquet"
+    summary = sweep(load_dataset(str(questions)), grid, out, tiny_model_path)
+    df = read_results(out)
+    assert summary.complete and len(df) == 6
+    drafted = df[df["strategy"] == "draft"]
+    assert (drafted["knobs"].map(json.loads).map(lambda k: k["draft_model"]) == str(draft)).all()
+    assert drafted["drafted"].sum() > 0 and drafted["accepted"].sum() == drafted["drafted"].sum()
+    for _, g in df.groupby("question_id"):
+        by = {s: list(g[g["strategy"] == s]["tokens"].iloc[0]) for s in ("draft", "none")}
+        assert by["draft"] == by["none"]  # greedy: the same text as none
