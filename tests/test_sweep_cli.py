@@ -50,12 +50,14 @@ BAD = [
 def test_bad_options_exit_2_with_one_line_before_loading(argv, option, detail, tmp_path, capsys, monkeypatch):
     import specviz.models as models
     import specviz.sweep.chat as chat
+    import specviz.sweep.execution as execution
 
     def poisoned(*a, **k):
         raise AssertionError("a model was loaded")
 
     monkeypatch.setattr(models, "default_model_path", poisoned)
     monkeypatch.setattr(chat, "probe_format", poisoned)
+    monkeypatch.setattr(execution, "run_sweep", poisoned)  # a refused option never reaches the sweep
     (tmp_path / "bad.toml").write_text('colour = "blue"\n')
     (tmp_path / "bad.jsonl").write_text('{"question_id": 1, "turns": ["ok"]}\n{oops\n')
     (tmp_path / "r.parquet").write_bytes(b"")

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from .chat import PromptFormat, probe_format
+from .chat import probe_format
 from .dataset import Dataset
 from .grid import Grid
 from .progress import SweepProgress
@@ -212,7 +212,6 @@ def run_sweep(
     threads: int | None = None,
     progress: bool = True,
     on_result: Callable[[TaskResult], None] | None = None,
-    prompt_format_resolved: PromptFormat | None = None,
 ) -> SweepSummary:
     """Run (or resume) a sweep of ``dataset`` over ``grid`` into the Parquet file ``output``.
 
@@ -229,7 +228,7 @@ def run_sweep(
     )
     bar = None
     try:
-        fmt = prompt_format_resolved or probe_format(model_path, prompt_format)
+        fmt = probe_format(model_path, prompt_format)
         executor = executor or LocalExecutor()
         config = RunConfig(
             model_path,
