@@ -12,12 +12,12 @@ The pieces, one module each:
 * :mod:`~specviz.sweep.progress`: the progress bar (terminal and JupyterLab);
 * :mod:`~specviz.sweep.report`: the per-category table, the charts and the offline HTML page.
 
-From Python::
+From Python (in a script, under ``if __name__ == "__main__":``: the local workers are spawned)::
 
-    from specviz.sweep import GridSpec, build_grid, load_dataset, run_sweep, summarise
+    from specviz.sweep import GridSpec, build_grid, format_table, load_dataset, read_results, run_sweep, summarise
     grid = build_grid(GridSpec(strategies=["prompt-lookup"], knobs={"draft_max": [4, 8]}, max_tokens=64))
     run_sweep(load_dataset("workloads"), grid, "results.parquet")
-    print(summarise(read_results("results.parquet")))
+    print(format_table(summarise(read_results("results.parquet"))))
 """
 
 from __future__ import annotations
