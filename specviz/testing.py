@@ -68,8 +68,8 @@ def write_tiny_llama(
     ``layers_from`` (the dict returned by :func:`tiny_weights`) makes the model reuse another model's
     embedding, output and first ``n_layer`` blocks: a draft that agrees with its target often.
     ``token_overrides`` (token id -> text) replaces the text of some tokens, to build a vocabulary
-    that differs from the default one of the same size. ``chat_template`` is stored as
-    ``tokenizer.chat_template`` (the model's own chat template).
+    that differs from the default one of the same size. ``chat_template`` is stored as the model's
+    ``tokenizer.chat_template`` (its own chat template: the chat requests of sessions and sweeps).
     """
     import gguf
 
