@@ -9,6 +9,10 @@ are kept in the specviz cache under ``derived/``):
 Both are offered in the inspector's ``draft_model`` field when you choose the ``draft`` strategy, so a
 demo can switch between n-gram drafting, a good draft model and a bad one without typing paths.
 
+The page opens on a setting where speculation pays (quoting a given text with prompt lookup, about 3x
+plain decoding), with presets one click away (:func:`specviz.ui.presets.demo_presets`): a summary where
+16-token drafts lose, the cost policy on that summary, and the bad derived draft.
+
     python examples/serve_inspector.py [--port 5006] [--model PATH] [--no-derive] [--strategy NAME]
 
 Open http://127.0.0.1:5006/ and press Step, Run or Play. Ctrl-C stops the server.
@@ -50,18 +54,23 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--port", type=int, default=5006)
     ap.add_argument("--address", default="127.0.0.1")
     ap.add_argument("--model", default=None, help="target GGUF (default: the embedded Gemma 3 270M)")
-    ap.add_argument("--strategy", default="prompt-lookup", help="strategy each page starts with")
-    ap.add_argument("--max-tokens", type=int, default=256)
+    ap.add_argument("--preset", default="quote", help="the preset each page opens on (quote, summarise-fixed, "
+                    "summarise-cost, bad-draft)")
     ap.add_argument("--no-derive", action="store_true", help="do not derive the demo drafts")
     a = ap.parse_args(argv)
 
     from specviz.models import resolve_model
+    from specviz.ui.presets import demo_presets
     from specviz.ui.server import serve
 
     target = resolve_model(a.model)
     drafts = [] if a.no_derive else derive_demo_drafts(target)
-    serve(a.port, target, address=a.address, strategy=a.strategy, max_tokens=a.max_tokens,
-          draft_models=[str(p) for p in drafts])
+    presets = demo_presets(drafts)
+    start = next((p for p in presets if p["name"] == a.preset), None)
+    if start is None:
+        ap.error(f"--preset: {a.preset!r} is not one of {', '.join(p['name'] for p in presets)}")
+    serve(a.port, target, address=a.address, prompt=start["prompt"], strategy=start["strategy"],
+          max_tokens=start["max_tokens"], draft_models=[str(p) for p in drafts], presets=presets, **start["knobs"])
 
 
 if __name__ == "__main__":

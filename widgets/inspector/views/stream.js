@@ -108,12 +108,15 @@ export function streamView(detail, getState) {
       }
       if (t.status === "rejected") {
         if (!rejEl) {
-          const g = h("span", { class: "sv-rejg" }, h("span", { class: "sv-rejtgl", title: "collapse/expand the rejected draft tokens", text: "✕" }));
+          const tgl = h("span", { class: "sv-rejtgl", title: "collapse/expand the rejected draft tokens", text: "✕" });
           rejEl = h("span", { class: "sv-rejin" });
-          g.append(rejEl);
-          roundEl.append(g);
+          rejEl.tgl = tgl;
+          rejEl.n = 0;
+          roundEl.append(h("span", { class: "sv-rejg" }, tgl, rejEl));
         }
         tokenNodes(t, i, rejEl);
+        rejEl.n += 1;
+        rejEl.tgl.textContent = "✕" + rejEl.n;
       } else {
         tokenNodes(t, i, roundEl);
       }
