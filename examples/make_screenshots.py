@@ -1,6 +1,7 @@
 """Screenshots of the inspector on real sessions: the Panel app and JupyterLab (quick start).
 
-    python examples/make_screenshots.py [--model PATH] [--out docs/screenshots] [--only panel|jupyterlab]
+    python examples/make_screenshots.py [--model PATH] [--out docs/screenshots]
+        [--only panel|jupyterlab|workbench|jupyterlab-workbench]
 
 * ``panel_inspector.png``: ``specviz serve`` on the model (default: the embedded Gemma 3 270M) in a
   headless chromium — some prompt-lookup rounds, then the ``draft`` strategy with a draft derived from
@@ -8,8 +9,13 @@
 * ``jupyterlab_inspector.png``: a local JupyterLab on loopback running ``notebooks/quickstart.ipynb``
   (Run All Cells) on the same model, captured when the inspector has played to the end.
 
+* ``panel_workbench.png``: the debugging workbench in the Panel app (the demo's losing summary preset
+  played to its end, rewound, compared with the cost policy from the start, diagnosed and advised).
+* ``jupyterlab_workbench.png``: ``notebooks/why_is_my_acceptance_low.ipynb`` run in JupyterLab.
+
 Nothing leaves the machine: every request to another host is aborted (and reported). The browser tests
-marked ``embedded`` call :func:`panel_screenshot` and :func:`jupyterlab_screenshot`.
+marked ``embedded`` call :func:`panel_screenshot`, :func:`jupyterlab_screenshot`,
+:func:`workbench_screenshot` and :func:`jupyterlab_workbench_screenshot`.
 """
 
 from __future__ import annotations
@@ -232,12 +238,140 @@ def jupyterlab_screenshot(out: Path, model: str | None = None, *, workdir: Path 
         logf.close()
 
 
+def workbench_screenshot(out: Path, model: str | None = None, *, browser=None, log: Path | None = None) -> dict:
+    """The debugging workbench in the Panel app on ``model`` (the demo's presets): the losing summary with
+    16-token drafts played to its end, rewound, compared with the cost policy from the start, diagnosed
+    and advised; writes the screenshot to ``out`` and returns what was shown."""
+    from playwright.sync_api import expect, sync_playwright
+
+    from specviz.models import resolve_model
+    from specviz.ui.harness import launch
+    from specviz.ui.presets import demo_presets
+
+    target = resolve_model(model)
+    presets = demo_presets()
+    bad = next(p for p in presets if p["name"] == "summarise-fixed")
+    port = _free_port()
+    code = (f"from specviz.ui.server import serve; serve({port}, {str(target)!r}, prompt={bad['prompt']!r}, "
+            f"max_tokens=96, strategy='prompt-lookup', presets={presets!r}, **{bad['knobs']!r})")
+    logf = (log or Path(tempfile.mkdtemp()) / "serve.log").open("w")
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=logf, stderr=subprocess.STDOUT, cwd=str(ROOT))
+
+    def drive(b) -> dict:
+        page = b.new_page(viewport={"width": 1440, "height": 1000}, device_scale_factor=1)
+        external = _offline(page)
+        errors: list[str] = []
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        page.goto(f"http://127.0.0.1:{port}/")
+        page.wait_for_selector(".specviz-inspector .sv-tok.sv-prompt", timeout=120000)
+        expect(page.locator(".sv-step")).to_be_enabled(timeout=60000)
+        page.locator(".sv-play").click()
+        expect(page.locator(".sv-finished")).to_be_visible(timeout=300000)
+        expect(page.locator(".sv-diag-card .sv-findings li").first).to_be_visible(timeout=60000)
+        # rewind to round 6 from the token stream, then compare the cost policy from the start
+        page.locator(".sv-stream .sv-r[data-round='6'] .sv-tok").first.click()
+        page.locator(".sv-actions .sv-rewind-round").click()
+        _attr(page, "data-rounds", "6")
+        page.locator(".sv-lane-knobs").fill("draft_policy=cost")
+        page.locator(".sv-lane-compare").click()
+        expect(page.locator(".sv-lanes-card")).to_have_attribute("data-lane", "finished", timeout=600000)
+        page.locator(".sv-advise").click()
+        expect(page.locator(".sv-advice-card .sv-flags")).to_contain_text("--spec-type", timeout=300000)
+        page.locator(".sv-diagnose").click()
+        page.wait_for_timeout(1500)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(out), full_page=True)
+        shown = {"rounds": int(page.locator(".specviz-inspector").get_attribute("data-rounds") or 0),
+                 "words": page.locator(".sv-lane-words li").all_inner_texts(),
+                 "findings": page.locator(".sv-findings li").all_inner_texts(),
+                 "advice": page.locator(".sv-advice-text").inner_text(),
+                 "flags": page.locator(".sv-flags").inner_text(), "external": external, "errors": errors}
+        page.close()
+        return shown
+
+    try:
+        _wait_http(f"http://127.0.0.1:{port}/", proc)
+        if browser is not None:
+            return drive(browser)
+        with sync_playwright() as p:
+            b = launch(p)
+            try:
+                return drive(b)
+            finally:
+                b.close()
+    finally:
+        _stop(proc)
+        logf.close()
+
+
+def jupyterlab_workbench_screenshot(out: Path, model: str | None = None, *, workdir: Path | None = None) -> dict:
+    """Run ``notebooks/why_is_my_acceptance_low.ipynb`` in a local JupyterLab on ``model`` and write the
+    screenshot of its inspector (rewound, compared, diagnosed and advised)."""
+    from playwright.sync_api import expect, sync_playwright
+
+    from specviz.models import resolve_model
+    from specviz.ui.harness import launch
+
+    name = "why_is_my_acceptance_low.ipynb"
+    work = workdir or Path(tempfile.mkdtemp(prefix="specviz-lab-"))
+    nbdir = work / "nb"
+    nbdir.mkdir(parents=True, exist_ok=True)
+    shutil.copy(ROOT / "notebooks" / name, nbdir / name)
+    port, token = _free_port(), secrets.token_hex(16)
+    env = dict(os.environ, SPECVIZ_MODEL=str(resolve_model(model)), JUPYTER_CONFIG_DIR=str(work / "cfg"),
+               JUPYTERLAB_WORKSPACES_DIR=str(work / "ws"))
+    logf = (work / "lab.log").open("w")
+    proc = subprocess.Popen([sys.executable, *jupyterlab_args(port, token, str(nbdir))],
+                            stdout=logf, stderr=subprocess.STDOUT, env=env, cwd=str(ROOT))
+    try:
+        _wait_http(f"http://127.0.0.1:{port}/api/status?token={token}", proc)
+        with sync_playwright() as p:
+            b = launch(p)
+            page = b.new_page(viewport={"width": 1440, "height": 1180})
+            external = _offline(page)
+            console: list[str] = []
+            page.on("pageerror", lambda e: console.append(f"pageerror: {e}"))
+            page.goto(f"http://127.0.0.1:{port}/lab/tree/{name}?reset&token={token}")
+            page.wait_for_selector(".jp-Notebook", timeout=120000)
+            try:  # some Lab versions still ask for the kernel despite the kernelspec
+                page.locator(".jp-Dialog .jp-mod-accept").click(timeout=5000)
+            except Exception:
+                pass
+            page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=120000)
+            page.locator(".lm-MenuBar-itemLabel").get_by_text("View", exact=True).click()
+            item = page.locator(".lm-Menu-itemLabel").get_by_text("Show Left Sidebar", exact=True)
+            if item.count():
+                item.click()
+            else:
+                page.keyboard.press("Escape")
+            page.locator(".lm-MenuBar-itemLabel").get_by_text("Run", exact=True).click()
+            page.locator(".lm-Menu-itemLabel").get_by_text("Run All Cells", exact=True).click()
+            root = page.locator(".specviz-inspector").first
+            root.wait_for(timeout=120000)
+            expect(root.locator(".sv-advice-card .sv-flags")).to_contain_text("--spec-type", timeout=900000)
+            for label in ("No", "Dismiss"):  # the "Jupyter news?" toast, if any
+                btn = page.locator(".jp-toast-button", has_text=label)
+                if btn.count():
+                    btn.first.click()
+            root.locator(".sv-lanes-card").evaluate("e => e.scrollIntoView({block: 'start'})")
+            page.wait_for_timeout(1200)
+            out.parent.mkdir(parents=True, exist_ok=True)
+            page.screenshot(path=str(out))
+            shown = {"lane": root.locator(".sv-lanes-card").get_attribute("data-lane"),
+                     "findings": root.locator(".sv-findings li").count(), "external": external, "console": console}
+            b.close()
+            return shown
+    finally:
+        _stop(proc)
+        logf.close()
+
+
 def main(argv: list[str] | None = None) -> None:
     """Write the screenshots and say what each shows."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", default=None, help="target GGUF (default: the embedded Gemma 3 270M)")
     ap.add_argument("--out", default=str(ROOT / "docs" / "screenshots"))
-    ap.add_argument("--only", choices=("panel", "jupyterlab"), default=None)
+    ap.add_argument("--only", choices=("panel", "jupyterlab", "workbench", "jupyterlab-workbench"), default=None)
     a = ap.parse_args(argv)
     out = Path(a.out)
     if a.only in (None, "panel"):
@@ -248,6 +382,14 @@ def main(argv: list[str] | None = None) -> None:
         t = time.monotonic()
         shown = jupyterlab_screenshot(out / "jupyterlab_inspector.png", a.model)
         print(f"{out / 'jupyterlab_inspector.png'}: {shown} ({time.monotonic() - t:.0f} s)")
+    if a.only in (None, "workbench"):
+        t = time.monotonic()
+        shown = workbench_screenshot(out / "panel_workbench.png", a.model)
+        print(f"{out / 'panel_workbench.png'}: {shown} ({time.monotonic() - t:.0f} s)")
+    if a.only in (None, "jupyterlab-workbench"):
+        t = time.monotonic()
+        shown = jupyterlab_workbench_screenshot(out / "jupyterlab_workbench.png", a.model)
+        print(f"{out / 'jupyterlab_workbench.png'}: {shown} ({time.monotonic() - t:.0f} s)")
 
 
 if __name__ == "__main__":

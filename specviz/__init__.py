@@ -13,9 +13,15 @@ from here::
 
 from __future__ import annotations
 
+# compare, diagnose and advise are functions here (their modules stay importable as specviz.compare.Lane …)
+from .advise import Advice, advise
+from .chat import apply_chat_template
+from .compare import Comparison, compare
 from .config import Knob, Schema
+from .diagnose import Diagnosis, diagnose
 from .equivalence import check_equivalence
 from .errors import (
+    ChatTemplateError,
     ContextError,
     EmbeddedModelError,
     KnobError,
@@ -23,6 +29,7 @@ from .errors import (
     ModelFormatError,
     ModelNotFoundError,
     OptionConflictError,
+    RewindError,
     SessionStateError,
     SnapshotError,
     SpecvizError,
@@ -38,6 +45,7 @@ from .events import (
     KnobsChanged,
     KVRollback,
     Rejected,
+    Rewound,
     Round,
     SessionStarted,
     Verified,
@@ -75,8 +83,10 @@ __all__ = [
     "NgramSimpleDrafter", "NgramMapKDrafter", "NgramMapK4VDrafter", "NgramModDrafter", "NgramCacheDrafter",
     "DraftModelDrafter", "strategy_names", "strategy_class", "strategy_schema",
     "Event", "SessionStarted", "DraftProposed", "Verified", "Accepted", "Rejected", "Alternative", "KVRollback",
-    "KnobsChanged", "TelemetryEvent", "Finished", "Round", "event_from_dict",
+    "KnobsChanged", "TelemetryEvent", "Finished", "Rewound", "Round", "event_from_dict",
+    "compare", "Comparison", "diagnose", "Diagnosis", "advise", "Advice", "apply_chat_template",
     "SpecvizError", "ModelError", "ModelNotFoundError", "ModelFormatError", "EmbeddedModelError", "ContextError",
-    "KnobError", "StrategyError", "OptionConflictError", "SessionStateError", "SnapshotError",
+    "KnobError", "StrategyError", "OptionConflictError", "SessionStateError", "SnapshotError", "RewindError",
+    "ChatTemplateError",
     "VocabularyMismatchError",
 ]

@@ -197,3 +197,23 @@ def test_presets_sampling_form_and_files(browser, app, tmp_path):
     page.locator(".sv-step").click()
     expect_attr(root(page), "data-rounds", "11")
     assert external == [] and errors == []
+
+
+@pytest.mark.embedded
+def test_workbench_on_the_embedded_model_writes_the_screenshot(browser):
+    """The demo's losing summary on Gemma: played, rewound, compared with the cost policy, diagnosed, advised."""
+    import sys
+    import time
+
+    from browser_util import ROOT
+
+    sys.path.insert(0, str(ROOT / "examples"))
+    from make_screenshots import workbench_screenshot
+
+    out = SCREENSHOTS / "panel_workbench.png"
+    t0 = time.time()
+    shown = workbench_screenshot(out, browser=browser)
+    assert out.stat().st_mtime >= t0 - 1 and out.stat().st_size > 50_000
+    assert any(w.startswith("B differs from A in draft_policy fixed → cost") for w in shown["words"])
+    assert shown["findings"] and shown["flags"].startswith("--spec-type")
+    assert shown["external"] == [] and shown["errors"] == []

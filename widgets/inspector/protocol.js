@@ -5,9 +5,14 @@
 //   JS → Py  hello {epoch, have}          first message of a view: "I hold `have` events of `epoch`"
 //            cmd {cmd, n?, prompt?, max_tokens?}   step | run | play | pause | reset
 //            configure {strategy, knobs}  schema {strategy}   plotly {}
+//            the workbench (specviz/ui/workbench.py): rewind {round | position}  lane {cmd, ...}
+//            diagnose {}  advise {}  preset {name}  file {cmd: snapshot | record | restore, ...}
 //   Py → JS  events {epoch, start, events}  only the events a view does not have yet
 //            state {...}  knob_errors {errors, general}  schema {strategy, knobs}
 //            plotly {source}  notice {level, text}
+//            comparison {data, lane}  diagnosis {data}  advice {data}  presets {presets}
+//            download {id, name, mime, index, count, data}
+// A rewind arrives as a "rewound" event in the stream: the reducer drops the later rounds itself.
 // A view applies an "events" message only when start == the number of events it holds; a gap
 // (a message it missed) makes it ask again with hello, so Python never resends what a view has.
 // Python checks every message a view sends; a message it refuses changes nothing and comes back as

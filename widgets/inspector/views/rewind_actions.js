@@ -17,7 +17,7 @@ export function rewindActions(send, getConfig) {
     const out = [];
     if (t.status === "prompt") {
       out.push(btn("sv-rewind-round", "⟲ Rewind to the start", "back to right after the prompt (round 0)", { type: "rewind", round: 0 }));
-      out.push(btn("sv-branch", "⑂ Branch from the start", "a second lane from round 0", { type: "lane", cmd: "branch", round: 0 }));
+      out.push(btn("sv-branch", "⇉ Branch from the start", "a second lane from round 0", { type: "lane", cmd: "branch", round: 0 }));
     } else {
       const r = t.round;
       if (t.status !== "kept") {
@@ -28,7 +28,7 @@ export function rewindActions(send, getConfig) {
       }
       if (r >= 1) out.push(btn("sv-rewind-before", "⟲ to before round " + r, "back to the state right after round " + (r - 1), { type: "rewind", round: r - 1 }));
       const at = t.status === "kept" ? r - 1 : r;
-      out.push(btn("sv-branch", "⑂ Branch after round " + at, "a second lane from the state right after round " + at + ", to try another setting",
+      out.push(btn("sv-branch", "⇉ Branch after round " + at, "a second lane from the state right after round " + at + ", to try another setting",
         { type: "lane", cmd: "branch", round: at }));
     }
     return h("div", { class: "sv-actions" }, ...out);
