@@ -279,6 +279,11 @@ def workbench_screenshot(out: Path, model: str | None = None, *, browser=None, l
         expect(page.locator(".sv-advice-card .sv-flags")).to_contain_text("--spec-type", timeout=300000)
         page.locator(".sv-diagnose").click()
         page.wait_for_timeout(1500)
+        # a full-page capture can skip the stream's off-screen chunks (CSS content-visibility): show them all,
+        # and the stream's end
+        page.locator(".sv-stream").evaluate("e => { e.querySelectorAll('.sv-chunk').forEach((c) => "
+                                            "{ c.style.contentVisibility = 'visible'; }); e.scrollTop = e.scrollHeight; }")
+        page.wait_for_timeout(500)
         out.parent.mkdir(parents=True, exist_ok=True)
         page.screenshot(path=str(out), full_page=True)
         shown = {"rounds": int(page.locator(".specviz-inspector").get_attribute("data-rounds") or 0),

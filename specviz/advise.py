@@ -106,6 +106,7 @@ class Advice:
     measured: dict[str, float] = field(default_factory=dict)
     cost_source: str = ""
     overhead: tuple[float, float] = (0.0, 0.0)
+    best_label: str = ""  #: the group of rounds (strategy and drafting policy) the best setting came from
     cost_curve: dict[str, Any] = field(default_factory=dict)
     limits: list[str] = field(default_factory=list)
     flags: str = ""
@@ -126,7 +127,7 @@ class Advice:
                 f"({self.baseline_tokens_per_second:.1f} tokens/s expected); run without it ({self.flags})"
             )
         pmin = f", draft_p_min {b.draft_p_min:g}" if b.draft_p_min is not None else ""
-        cur = self.current.get(b.strategy)
+        cur = self.current.get(self.best_label)
         vs = f" (the setting run: {cur.speedup:.2f}x)" if cur is not None else ""
         return (
             f"{b.strategy} with draft_max {b.draft_max}, draft_min {b.draft_min}{pmin}: expected "
@@ -138,6 +139,7 @@ class Advice:
         return {
             "text": self.text,
             "best": self.best.to_dict() if self.best else None,
+            "best_label": self.best_label,
             "baseline_tokens_per_second": self.baseline_tokens_per_second,
             "per_strategy": {k: v.to_dict() for k, v in self.per_strategy.items()},
             "current": {k: v.to_dict() for k, v in self.current.items()},
@@ -206,14 +208,17 @@ def _collect(events: Sequence[Event]) -> _Collected:
             cur["v"] = float(ev.seconds)  # type: ignore[attr-defined]
         elif k == "accepted" and "d" in cur:
             d = cur.pop("d")
-            g = per.setdefault(strategy, {"knobs": knobs, "L": [], "n": [], "p": [], "s": []})
+            # rounds are grouped by strategy and drafting policy: a policy's own draft lengths shape what
+            # the rounds could show, so the fixed and the cost policy's rounds of one strategy stay apart
+            label = _label(strategy, knobs)
+            g = per.setdefault(label, {"strategy": strategy, "knobs": knobs, "L": [], "n": [], "p": [], "s": []})
             g["knobs"] = knobs
             g["L"].append(len(d.tokens))
             g["n"].append(int(ev.n_accepted))  # type: ignore[attr-defined]
             g["p"].append(list(d.probs))
             g["s"].append(float(d.seconds))
             cur["n"], cur["b"] = int(ev.n_accepted) + 1, len(d.tokens) + 1  # type: ignore[attr-defined]
-            m = measured.setdefault(strategy, [0.0, 0.0])
+            m = measured.setdefault(label, [0.0, 0.0])
             m[0] += len(ev.tokens)  # type: ignore[attr-defined]
             m[1] += float(d.seconds) + cur.pop("v", 0.0)
         elif k == "telemetry":
@@ -229,7 +234,7 @@ def _collect(events: Sequence[Event]) -> _Collected:
     for name, g in per.items():
         has_probs = any(p is not None for ps in g["p"] for p in ps)
         out[name] = _Rounds(
-            name,
+            g["strategy"],
             g["knobs"],
             np.array(g["L"], dtype=np.int64),
             np.array(g["n"], dtype=np.int64),
@@ -238,6 +243,12 @@ def _collect(events: Sequence[Event]) -> _Collected:
             has_probs,
         )
     return out, verify, curve, {k: m[0] / m[1] for k, m in measured.items() if m[1] > 0}, overhead
+
+
+def _label(strategy: str, knobs: dict[str, Any]) -> str:
+    """The name of a group of rounds: the strategy, and the drafting policy when it is not the fixed one."""
+    policy = knobs.get("draft_policy", "fixed")
+    return strategy if policy in ("fixed", None) else f"{strategy} ({policy} policy)"
 
 
 def fit_overhead(rows: list[tuple[int, int, float, float]], cost: VerifyCostModel) -> tuple[float, float]:
@@ -333,14 +344,24 @@ def _search(
     return best
 
 
-def advise(source: Any, *, cost: VerifyCostModel | None = None) -> Advice:
-    """The advised setting for a :class:`~specviz.session.Session` or a list of events (see the module
-    docstring). ``cost`` is the measured verify-cost curve; without it, the session's measured one, the one
-    recorded in the telemetry, or one fitted to the recorded verify times is used."""
+def _events_of(source: Any) -> list[Event]:
+    """A source's events folded over its rewinds."""
     events = source.events if hasattr(source, "events") and not isinstance(source, list) else source
+    return effective_events(list(events))
+
+
+def advise(source: Any, *more: Any, cost: VerifyCostModel | None = None) -> Advice:
+    """The advised setting for a :class:`~specviz.session.Session` or a list of events (see the module
+    docstring); ``more`` sessions or recordings (another lane, another run) add their rounds, each folded
+    over its own rewinds. ``cost`` is the measured verify-cost curve; without it, the session's measured
+    one, the one recorded in the telemetry, or one fitted to the recorded verify times is used.
+
+    Rounds are grouped by strategy and drafting policy (``per_strategy`` / ``current`` are keyed
+    ``"prompt-lookup"`` or ``"prompt-lookup (cost policy)"``)."""
     if cost is None:
         cost = getattr(source, "cost_model", None)
-    events = effective_events(list(events))
+    first = _events_of(source)
+    events = first + [e for m in more for e in _events_of(m)]
     rounds, verify, recorded_curve, measured, overhead_rows = _collect(events)
     if cost is not None:
         source_name = "measured"
@@ -352,7 +373,7 @@ def advise(source: Any, *, cost: VerifyCostModel | None = None) -> Advice:
     else:
         cost = cost_from_times(verify)
         source_name = "fitted to the recorded verify times"
-    dg = diagnose(events)
+    dg = diagnose(first)
     knobs = dict(dg.knobs)
     if cost is None:
         adv = Advice(None, 0.0, cost_source="none: fewer than two verify batch sizes were recorded")
@@ -385,17 +406,17 @@ def advise(source: Any, *, cost: VerifyCostModel | None = None) -> Advice:
         kmax, kmin = int(r.knobs.get("draft_max", int(r.length.max()))), int(r.knobs.get("draft_min", 0))
         p = float(r.knobs["draft_p_min"]) if r.has_probs and "draft_p_min" in r.knobs else None
         tps, tpr = _score(r, cost, kmax, kmin, p, tile, _first_below(r.probs, p) if p else None, overhead)
-        adv.current[name] = Candidate(name, kmax, kmin, p, tps, tpr, tps / base)
+        adv.current[name] = Candidate(r.strategy, kmax, kmin, p, tps, tpr, tps / base)
         longest = int(r.length.max())
         adv.limits.append(
             f"{name}: draft_max searched up to {longest}, the longest draft recorded"
             + (f"; draft_p_min from {p:g}, the value it drafted with" if p is not None else "")
         )
     if adv.per_strategy:
-        best = max(adv.per_strategy.values(), key=lambda c: c.tokens_per_second)
+        label, best = max(adv.per_strategy.items(), key=lambda kv: kv[1].tokens_per_second)
         adv.best = best if best.speedup > 1.0 else Candidate("none", 0, 0, None, base, 1.0, 1.0)
-        strat_knobs = rounds[adv.best.strategy].knobs if adv.best.strategy in rounds else {}
-        adv.flags, adv.flag_notes = llama_flags(adv.best, strat_knobs)
+        adv.best_label = label if best.speedup > 1.0 else "none"
+        adv.flags, adv.flag_notes = llama_flags(adv.best, rounds[label].knobs if adv.best.strategy != "none" else {})
     return adv
 
 

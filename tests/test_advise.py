@@ -131,3 +131,21 @@ def test_advise_a_live_session(tiny_session):
     assert adv.cost_source == "fitted to the recorded verify times"
     assert adv.best is not None and "prompt-lookup" in adv.per_strategy
     assert adv.measured["prompt-lookup"] > 0
+
+
+def test_two_lanes_each_folded_on_its_own_and_policies_apart(tiny_session):
+    s = tiny_session
+    s.start("the cat of the dog and the a the cat of the", 60, "prompt-lookup", draft_max=8)
+    s.run()
+    f = s.fork()
+    try:
+        f.rewind(0)  # its Rewound event must not cut the first lane's rounds
+        f.configure(draft_policy="adaptive")
+        f.run()
+        one = advise(s)
+        both = advise(s, f)
+        assert set(both.per_strategy) == {"prompt-lookup", "prompt-lookup (adaptive policy)"}
+        assert both.current["prompt-lookup"].tokens_per_round == pytest.approx(one.current["prompt-lookup"].tokens_per_round)
+        assert both.best_label in both.per_strategy or both.best_label == "none"
+    finally:
+        f.close()

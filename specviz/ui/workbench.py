@@ -324,10 +324,8 @@ class Workbench:
             from ..cli_workbench import session_cost
 
             cost = session_cost(s)
-        events = self._events()
-        if self.lane is not None:
-            events = events + list(self.lane.events)  # both lanes' rounds: the strategies of both are advised on
-        self.advice = advise(events, cost=cost).to_dict()
+        lanes = [self._events()] + ([list(self.lane.events)] if self.lane is not None else [])
+        self.advice = advise(*lanes, cost=cost).to_dict()  # both lanes' rounds, each folded on its own
         self._send({"type": "advice", "data": self.advice})
 
     # -- presets -------------------------------------------------------------------------------------
