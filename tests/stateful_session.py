@@ -10,7 +10,7 @@ models, and rewind (to a round, to a position, out of range) and fork. After eve
   cache length);
 * the target's cache holds exactly the committed tokens (and a draft model's cache too);
 * greedy output is a prefix of plain greedy output for the prompt (knob and strategy changes between
-  rounds, snapshots and restores, rewinds and forks included);
+  rounds, snapshots and restores, rewinds and forks, stop strings included);
 * a rewind leaves a prefix of the history it cut, and a fork's rounds leave the original untouched.
 
 A segmentation fault or an abort kills this process; the test runner outside sees the exit status.
@@ -127,10 +127,11 @@ class SessionMachine(RuleBasedStateMachine):
         self.s.start(prompt, 24, "prompt-lookup")
 
     @rule(data=st.data(), prompt=st.sampled_from(PROMPTS), strategy=st.sampled_from(strategy_names() + ["bogus"]),
-          max_tokens=st.sampled_from([1, 5, 24, 60, 0, -3, "x"]), temperature=st.sampled_from([0.0, 0.0, 0.0, 0.7]))
-    def start(self, data, prompt, strategy, max_tokens, temperature):
+          max_tokens=st.sampled_from([1, 5, 24, 60, 0, -3, "x"]), temperature=st.sampled_from([0.0, 0.0, 0.0, 0.7]),
+          stop=st.sampled_from([None, None, ["e"], ["\x00", "th"], [""], "a"]))
+    def start(self, data, prompt, strategy, max_tokens, temperature, stop):
         knobs = data.draw(knob_values(strategy)) if strategy in strategy_names() else {}
-        self.attempt(self.s.start, prompt, max_tokens, strategy, temperature=temperature, seed=3, **knobs)
+        self.attempt(self.s.start, prompt, max_tokens, strategy, temperature=temperature, seed=3, stop=stop, **knobs)
 
     @rule()
     def step(self):
