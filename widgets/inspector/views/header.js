@@ -9,12 +9,20 @@ export function headerView() {
   const modelPill = h("span", { class: "sv-pill sv-pill-model", text: "no session" });
   const strategyPill = h("span", { class: "sv-pill sv-pill-strategy", text: "" });
   const statusPill = h("span", { class: "sv-pill sv-status", text: "idle" });
-  const el = h("div", { class: "sv-header" }, title, modelPill, strategyPill, h("span", { class: "sv-grow" }), statusPill);
+  // a chat request: the prompt tokens in the stream are what the chat template produced
+  const requestPill = h("span", { class: "sv-pill sv-pill-request", hidden: true });
+  const el = h("div", { class: "sv-header" }, title, modelPill, strategyPill, requestPill, h("span", { class: "sv-grow" }), statusPill);
 
   function event(ev, state) {
     if (ev.kind === "session_started") {
       modelPill.textContent = basename(ev.model) + (ev.draft_model ? " + " + basename(ev.draft_model) : "");
       strategyPill.textContent = ev.strategy;
+      const parts = [];
+      if (ev.chat_template) parts.push("chat · " + (ev.chat_template === "model" ? "the model's template" : ev.chat_template + " template"));
+      if (ev.stop && ev.stop.length) parts.push("stop " + ev.stop.map((x) => JSON.stringify(x)).join(" "));
+      requestPill.textContent = parts.join(" · ");
+      requestPill.hidden = !parts.length;
+      requestPill.title = ev.chat_template ? "the prompt tokens shown are what the chat template produced from the messages" : "";
     } else if (ev.kind === "knobs_changed") {
       strategyPill.textContent = ev.strategy;
       if (state.started) {
