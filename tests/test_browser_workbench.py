@@ -68,6 +68,17 @@ def state(page, expr):
     return root(page).evaluate(f"el => {{ const s = el.__specviz.state; return {expr}; }}")
 
 
+def wait_for(page, expr, timeout=30.0):
+    """Poll the page's state (the inspector is in a shadow root, out of reach of wait_for_function)."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while not state(page, expr):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"the page's state never satisfied {expr}")
+        page.wait_for_timeout(100)
+
+
 def test_rewind_branch_and_compare_lanes(browser, app):
     from playwright.sync_api import expect
 
@@ -88,8 +99,9 @@ def test_rewind_branch_and_compare_lanes(browser, app):
     page.locator(".sv-step").click()
     expect_attr(root(page), "data-rounds", "9")
     # rewind to just before a token (a position inside a round when the round committed several)
-    page.locator(".sv-stream .sv-r[data-round='4'] .sv-tok").last.click()
+    page.locator(".sv-stream .sv-r[data-round='4'] .sv-tok:not(.sv-rej)").last.click()
     page.locator(".sv-actions .sv-rewind-pos").click()
+    wait_for(page, "s.rewinds === 2")
     expect(page.locator(".sv-stream .sv-rewindmark")).to_have_count(1)
     assert int(root(page).get_attribute("data-rounds")) <= 4
     # the KV timeline: a click on a round's bar rewinds there
@@ -163,7 +175,7 @@ def test_presets_sampling_form_and_files(browser, app, tmp_path):
     page.locator(".sv-seed").fill("3")
     page.locator(".sv-stops").fill("zzz\\nqq")
     page.locator(".sv-reset").click()
-    page.wait_for_timeout(1500)
+    wait_for(page, "s.started && s.started.temperature === 0.7")
     st = state(page, "s.started")
     assert (st["temperature"], st["top_k"], st["top_p"], st["seed"], st["stop"]) == (0.7, 5, 0.9, 3, ["zzz\nqq"])
     page.locator(".sv-topk").fill("lots")
@@ -173,7 +185,7 @@ def test_presets_sampling_form_and_files(browser, app, tmp_path):
     page.locator(".sv-topk").fill("0")
     page.locator(".sv-topp").fill("1")
     page.locator(".sv-reset").click()
-    page.wait_for_timeout(1000)
+    wait_for(page, "s.started && s.started.temperature === 0")
     page.locator(".sv-runn").fill("10")
     page.locator(".sv-run").click()
     expect_attr(root(page), "data-rounds", "10")
