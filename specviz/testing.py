@@ -143,3 +143,33 @@ def tiny_weights(*, seed: int = 0, vocab_size: int = 320, n_embd: int = 64, n_la
         t[f"blk.{i}.ffn_up.weight"] = mat(n_ff, n_embd, 0.2)
         t[f"blk.{i}.ffn_down.weight"] = mat(n_embd, n_ff, 0.1 * block_scale)
     return t
+
+
+def write_tiny_eagle3(path: str | Path, target: str | Path, *, seed: int = 0, n_draft_vocab: int | None = None,
+                      target_layers: tuple[int, int, int] | None = None, n_head: int = 4, n_head_kv: int = 2,
+                      n_ff: int = 128, own_embeddings: bool = False, norm_before_fc: bool = False,
+                      scale: float = 1.0, d2t: tuple[int, ...] | None = None) -> Path:
+    """Write a tiny random EAGLE-3 head for the tiny llama ``target`` (f32, fixed seed) and return the path.
+
+    The head is as wide as the target and borrows its token embeddings unless ``own_embeddings``.
+    ``n_draft_vocab`` (default: half the target's vocabulary) picks a reduced draft vocabulary: every
+    other target id from 0, written as ``d2t`` (or pass ``d2t`` itself). ``target_layers`` defaults to
+    the converter's ``[2, N/2, N-3]`` clamped to the target's depth.
+    """
+    from .backends.gguf_check import check_gguf
+    from .eagle3_gguf import Eagle3HeadConfig, default_target_layers, random_eagle3_weights, write_eagle3_head
+
+    info = check_gguf(target)
+    arch = info.architecture
+    n_layer = int(info.metadata[f"{arch}.block_count"])
+    n_embd = int(info.metadata[f"{arch}.embedding_length"])
+    n_vocab = int(info.metadata["tokenizer.ggml.tokens"])
+    if d2t is None:
+        k = n_draft_vocab if n_draft_vocab is not None else n_vocab // 2
+        d2t = tuple(range(0, n_vocab, 2))[:k] if k <= (n_vocab + 1) // 2 else tuple(range(k))
+    cfg = Eagle3HeadConfig(n_embd=n_embd, n_head=n_head, n_head_kv=n_head_kv, n_ff=n_ff, target_hidden=n_embd,
+                           target_layers=target_layers or default_target_layers(n_layer), d2t=tuple(d2t),
+                           n_vocab=n_vocab, own_embeddings=own_embeddings, norm_before_fc=norm_before_fc,
+                           rms_eps=1e-5, context_length=int(info.metadata.get(f"{arch}.context_length", 2048)))
+    return write_eagle3_head(path, target, cfg, random_eagle3_weights(cfg, seed=seed, scale=scale),
+                             name=f"tiny-eagle3-s{seed}")
