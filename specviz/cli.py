@@ -254,59 +254,6 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
-def verify_equivalence(session, prompt: str, max_tokens: int, strategy: str, knobs: dict[str, Any],
-                       threshold: float = 0.5) -> dict[str, Any]:
-    """Run plain greedy and speculative greedy on one prompt and compare them.
-
-    Returns ``verdict`` (``identical``, ``numerics`` or ``mismatch``), and at the first divergence its
-    index, both runs' tokens and the target's top-two logit margin there under both runs. ``numerics``
-    means both margins are below ``threshold`` and both runs chose one of the same two top tokens:
-    batch-dependent CPU kernels can flip such a near-tie. Anything else is a ``mismatch`` (a bug).
-    """
-    session.record_margins = True
-    try:
-        session.start(prompt, max_tokens, "none")
-        session.run()
-        plain, plain_m = list(session.tokens), list(session.margins)
-        session.start(prompt, max_tokens, strategy, **knobs)
-        session.run()
-        spec, spec_m = list(session.tokens), list(session.margins)
-        tel = session.telemetry_dict()
-    finally:
-        session.record_margins = False
-    out: dict[str, Any] = {"strategy": strategy, "knobs": knobs, "threshold": threshold,
-                           "plain_tokens": len(plain), "speculative_tokens": len(spec),
-                           "acceptance_rate": tel["acceptance_rate"]}
-    n = min(len(plain), len(spec))
-    i = next((j for j in range(n) if plain[j] != spec[j]), None)
-    if i is None and len(plain) == len(spec):
-        out.update(verdict="identical", divergence=None)
-        return out
-    if i is None:  # one run stopped earlier (EOS) — compare the next token's margins
-        i = n
-    tp = plain_m[i] if i < len(plain_m) else None
-    tsp = spec_m[i] if i < len(spec_m) else None
-    mp = tp[0] if tp else None
-    ms = tsp[0] if tsp else None
-    # numerics: both rows are near-ties between the same two tokens, and each run took one of them
-    pair = {plain[i] if i < len(plain) else None, spec[i] if i < len(spec) else None}
-    same_pair = all(t is not None and {t[1], t[2]} >= (pair - {None}) for t in (tp, tsp))
-    near_tie = mp is not None and ms is not None and max(mp, ms) < threshold
-    verdict = "numerics" if near_tie and same_pair else "mismatch"
-    out.update(verdict=verdict, divergence={
-        "index": i,
-        "plain_token": plain[i] if i < len(plain) else None,
-        "speculative_token": spec[i] if i < len(spec) else None,
-        "plain_piece": session.model.piece(plain[i]) if i < len(plain) else None,
-        "speculative_piece": session.model.piece(spec[i]) if i < len(spec) else None,
-        "plain_margin": mp,
-        "speculative_margin": ms,
-        "plain_top_two": list(tp[1:]) if tp else None,
-        "speculative_top_two": list(tsp[1:]) if tsp else None,
-    })
-    return out
-
-
 def cmd_verify(args: argparse.Namespace) -> int:
     """``specviz verify``: plain greedy vs speculative greedy on one prompt, with a verdict."""
     cfg = _generation_config(args, warn=_warn)
@@ -316,10 +263,11 @@ def cmd_verify(args: argparse.Namespace) -> int:
             raise ValueError
     except ValueError:
         raise UsageError(f"option --threshold: {args.threshold!r} is not allowed; expected a number > 0") from None
+    from .equivalence import check_equivalence
     from .session import Session
 
     s = Session(cfg["model"], n_ctx=cfg["n_ctx"])
-    res = verify_equivalence(s, cfg["prompt"], cfg["max_tokens"], cfg["strategy"], cfg["knobs"], threshold)
+    res = check_equivalence(s, cfg["prompt"], cfg["max_tokens"], cfg["strategy"], cfg["knobs"], threshold)
     s.close()
     if args.json:
         print(json.dumps(res, ensure_ascii=False))

@@ -139,24 +139,27 @@ def test_verify_on_tiny_model_is_identical(tiny_model_path, strategy):
 
 def test_verify_reports_a_mismatch_when_drafting_is_broken(tiny_session, monkeypatch):
     """A deliberately broken acceptor must be caught: verify can fail."""
-    from specviz import verify as verify_mod
+    import dataclasses
 
-    orig = verify_mod.scan_greedy
+    from specviz import round as round_mod
+    from specviz.equivalence import check_equivalence
+    from specviz.rowscan import ScoredRow
 
-    def broken(rows, draft, buf=None):
-        scan = orig(rows, draft, buf)
-        if draft and scan.n_accepted < len(draft):
+    orig = round_mod.accept
+
+    def broken(draft, rows, params, rng, draft_dists=None, **kw):
+        v = orig(draft, rows, params, rng, draft_dists, **kw)
+        n = v.n_accepted
+        if draft and n < len(draft):
             # accept one token the target refused: commit the draft token instead of the correction
-            scan.target_tokens[scan.n_accepted] = draft[scan.n_accepted]
-            scan.n_accepted += 1
-            extra = verify_mod.ScoredRow(rows(scan.n_accepted), buf)
-            scan.target_tokens.append(extra.best)
-            scan.rows.append(extra)
-        return scan
+            extra = ScoredRow(rows(n + 1)).best
+            return dataclasses.replace(v, n_accepted=n + 1, tokens=(*draft[: n + 1], extra),
+                                       probs=(*v.probs, 1.0))
+        return v
 
-    monkeypatch.setattr(verify_mod, "scan_greedy", broken)
-    res = cli.verify_equivalence(tiny_session, "the a of the a of the cat", 40, "prompt-lookup",
-                                 {"max_ngram": 2, "min_ngram": 1, "draft_max": 4, "draft_min": 0})
+    monkeypatch.setattr(round_mod, "accept", broken)
+    res = check_equivalence(tiny_session, "the a of the a of the cat", 40, "prompt-lookup",
+                            {"max_ngram": 2, "min_ngram": 1, "draft_max": 4, "draft_min": 0})
     assert res["verdict"] == "mismatch"
     assert res["divergence"]["plain_margin"] is not None
 
