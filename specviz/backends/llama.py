@@ -74,6 +74,10 @@ class LlamaModel:
         lc = _lib()
         params = lc.llama_model_default_params()
         params.n_gpu_layers = n_gpu_layers
+        # multi-token-prediction (NextN) layers are skipped at load unless asked for; load them when the
+        # file has some, so the mtp strategy can draft with them (the trunk's graph never runs them)
+        nextn = self.info.metadata.get(f"{self.info.architecture}.nextn_predict_layers", 0)
+        params.load_mtp = bool(isinstance(nextn, int) and nextn > 0)
         ptr = lc.llama_model_load_from_file(str(self.path).encode(), params)
         if not ptr:
             raise ModelFormatError(
@@ -85,6 +89,7 @@ class LlamaModel:
         self.n_vocab = int(lc.llama_vocab_n_tokens(self.vocab))
         self.n_layer = int(lc.llama_model_n_layer(ptr))
         self.n_embd = int(lc.llama_model_n_embd(ptr))
+        self.n_layer_nextn = int(lc.llama_model_n_layer_nextn(ptr))
         self.n_swa = int(lc.llama_model_n_swa(ptr))
         self.n_ctx_train = int(lc.llama_model_n_ctx_train(ptr))
         self.bos = int(lc.llama_vocab_bos(self.vocab))
