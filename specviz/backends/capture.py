@@ -210,14 +210,18 @@ class CallbackTap:
         self.state.get_name, self.state.nbytes, self.state.tensor_get = gn, nb, tg
         self.callback_address = ctypes.cast(lib.specviz_capture_cb, ctypes.c_void_p).value
         self._buffers: list[np.ndarray] = []
+        self.owner: object | None = None  # the LayerCapture the shim currently serves
 
     @property
     def user_data(self) -> int:
         """Address of the state passed as ``cb_eval_user_data``."""
         return ctypes.addressof(self.state)
 
-    def arm(self, names: Sequence[str], n_embd: int, capacity_rows: int) -> list[np.ndarray]:
-        """Capture ``names`` into fresh float32 buffers of ``capacity_rows`` x ``n_embd``; returns them."""
+    def arm(self, names: Sequence[str], n_embd: int, capacity_rows: int, owner: object = None) -> list[np.ndarray]:
+        """Capture ``names`` into fresh float32 buffers of ``capacity_rows`` x ``n_embd``; returns them.
+
+        The shim serves one capture at a time: the newest ``owner`` wins, and :meth:`disarm` by an older
+        owner (a drafter closed after its successor was built) leaves it alone."""
         if len(names) > _MAX_TAPS:
             raise CaptureUnavailableError(f"the capture shim holds at most {_MAX_TAPS} taps")
         s = self.state
@@ -232,12 +236,17 @@ class CallbackTap:
         s.capacity_rows = capacity_rows
         s.error = 0
         s.enabled = 1
+        self.owner = owner
         return self._buffers
 
-    def disarm(self) -> None:
-        """Stop capturing (the callback then answers "not needed" for every node)."""
+    def disarm(self, owner: object = None) -> None:
+        """Stop capturing (the callback then answers "not needed" for every node), unless another owner
+        armed the shim since."""
+        if owner is not None and owner is not self.owner:
+            return
         self.state.enabled = 0
         self.state.n_taps = 0
+        self.owner = None
 
     def reset_rows(self) -> None:
         """Start the next batch's rows at row 0."""
@@ -248,6 +257,16 @@ class CallbackTap:
     def rows(self, i: int) -> int:
         """Rows written into tap ``i`` since the last reset."""
         return int(self.state.rows[i])
+
+
+def _api_users(ctx: Any) -> dict[int, int]:
+    """How many live captures read each layer of ``ctx`` through llama.cpp's taps (a drafter may be closed
+    after its successor switched the same taps on)."""
+    users = getattr(ctx, "_layer_tap_users", None)
+    if users is None:
+        users = {}
+        ctx._layer_tap_users = users
+    return users
 
 
 @dataclass(frozen=True)
@@ -303,11 +322,14 @@ class LayerCapture:
             from . import llama_ext
 
             self._ext = llama_ext.ext()
+            users = _api_users(ctx)
             for lid in self.layers:
-                self._ext.set_embeddings_layer_inp(ctx.ptr, lid, True)
+                if users.get(lid, 0) == 0:
+                    self._ext.set_embeddings_layer_inp(ctx.ptr, lid, True)
+                users[lid] = users.get(lid, 0) + 1
         else:
             names = [layer_input_tensor_name(arch, lid) for lid in self.layers]
-            self._buffers = ctx.tap.arm(names, self.n_embd, self._n_cap)
+            self._buffers = ctx.tap.arm(names, self.n_embd, self._n_cap, owner=self)
             ctx.before_eval = ctx.tap.reset_rows
         self._armed = True
 
@@ -355,11 +377,15 @@ class LayerCapture:
         if getattr(self.ctx, "_ctx", None) is None:
             return
         if self.method == "api":
+            users = _api_users(self.ctx)
             for lid in self.layers:
-                self._ext.set_embeddings_layer_inp(self.ctx.ptr, lid, False)
+                users[lid] = users.get(lid, 1) - 1
+                if users[lid] <= 0:  # the last capture reading this layer switches its tap off
+                    self._ext.set_embeddings_layer_inp(self.ctx.ptr, lid, False)
         else:
-            self.ctx.tap.disarm()
-            self.ctx.before_eval = None
+            if self.ctx.tap.owner is self:
+                self.ctx.before_eval = None
+            self.ctx.tap.disarm(owner=self)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

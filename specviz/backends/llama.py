@@ -226,6 +226,8 @@ class LlamaContext:
         self.tap = None
         self.before_eval = None  # called before every decode (the shim resets its row counters)
         self.eval_count = 0
+        if capture is None and os.environ.get("SPECVIZ_CAPTURE_SHIM", "").lower() in ("0", "off", "no", "false"):
+            capture = False  # the user switched the shim off: gemma3 targets then refuse eagle3, saying why
         if capture is not False:
             from ..errors import CaptureUnavailableError
             from .capture import CALLBACK_ARCHS, CallbackTap, capture_method

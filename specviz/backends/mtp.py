@@ -48,9 +48,8 @@ def mtp_problems(info: GGUFInfo) -> list[str]:
     arch = info.architecture
     n = nextn_layers(info)
     if n == 0:
-        return [f"the model ({arch}) has no NextN (multi-token prediction) layers; mtp needs a model with "
-                "{arch}.nextn_predict_layers > 0 (for example GLM-4.5, DeepSeek-V3, Qwen3.5 with their MTP "
-                "weights)"]
+        return [f"the model ({arch}) has no NextN (multi-token prediction) layers; mtp needs a model trained "
+                f"with them ({arch}.nextn_predict_layers > 0, as GLM-4.5 ships them)"]
     if arch not in MTP_ARCHS:
         return [f"the model has {n} NextN layer(s), but specviz's MTP driver supports {', '.join(MTP_ARCHS)} only: "
                 f"llama.cpp's {arch} MTP graph has requirements specviz does not check yet"]
@@ -202,6 +201,9 @@ class TargetNextNTap:
         self._ext = llama_ext.ext()
         self.target = target
         self.n_embd = int(_lib().llama_model_n_embd_out(target.model.ptr))
+        # several drafters may hold the output on at once (a successor is built before its predecessor is
+        # closed): count them on the context, and switch it off with the last one
+        target._nextn_users = getattr(target, "_nextn_users", 0) + 1
         self._ext.set_embeddings_nextn(target.ptr, True, False)
         self._on = True
 
@@ -214,9 +216,12 @@ class TargetNextNTap:
 
     def close(self) -> None:
         """Switch the output off again (idempotent)."""
-        if self._on and getattr(self.target, "_ctx", None) is not None:
-            self._ext.set_embeddings_nextn(self.target.ptr, False, False)
+        if not self._on:
+            return
         self._on = False
+        self.target._nextn_users = getattr(self.target, "_nextn_users", 1) - 1
+        if self.target._nextn_users <= 0 and getattr(self.target, "_ctx", None) is not None:
+            self._ext.set_embeddings_nextn(self.target.ptr, False, False)
 
 
 def describe(model: Any) -> dict[str, Any]:
