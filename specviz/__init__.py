@@ -14,14 +14,38 @@ from here::
 from __future__ import annotations
 
 from .config import Knob, Schema
-from .errors import (ContextError, EmbeddedModelError, KnobError, ModelError, ModelFormatError,
-                     ModelNotFoundError, OptionConflictError, SessionStateError, SnapshotError, SpecvizError,
-                     StrategyError, VocabularyMismatchError)
-from .events import (Accepted, Alternative, DraftProposed, Event, Finished, KnobsChanged, KVRollback, Rejected,
-                     Round, SessionStarted, Telemetry as TelemetryEvent, Verified, event_from_dict)
+from .equivalence import check_equivalence
+from .errors import (
+    ContextError,
+    EmbeddedModelError,
+    KnobError,
+    ModelError,
+    ModelFormatError,
+    ModelNotFoundError,
+    OptionConflictError,
+    SessionStateError,
+    SnapshotError,
+    SpecvizError,
+    StrategyError,
+    VocabularyMismatchError,
+)
+from .events import (
+    Accepted,
+    Alternative,
+    DraftProposed,
+    Event,
+    Finished,
+    KnobsChanged,
+    KVRollback,
+    Rejected,
+    Round,
+    SessionStarted,
+    Verified,
+    event_from_dict,
+)
+from .events import Telemetry as TelemetryEvent
 from .models import default_model_path
 from .recorder import Recorder, iter_rounds, read_events
-from .equivalence import check_equivalence
 from .session import Session
 from .strategies import Draft, Drafter, DraftResources, strategy_class, strategy_names, strategy_schema
 from .strategies.draft_model import DraftModelDrafter

@@ -41,7 +41,14 @@ from typing import Callable, Sequence, Union
 import numpy as np
 
 from .rowscan import ScoredRow
-from .sampling import SamplingParams, TokenDist, acceptance_probability, probs_from_logits, residual_distribution, sample
+from .sampling import (
+    SamplingParams,
+    TokenDist,
+    acceptance_probability,
+    probs_from_logits,
+    residual_distribution,
+    sample,
+)
 
 __all__ = ["PositionVerdict", "Verdict", "accept", "N_ALTERNATIVES"]
 

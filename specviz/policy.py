@@ -19,7 +19,6 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-
 from .budget import tile_aligned
 
 POLICIES = ("fixed", "adaptive", "cost")
@@ -41,6 +40,9 @@ class FixedPolicy:
     def expected_tokens(self, k: int) -> float | None:
         """Expected committed tokens of a round with a k-token draft (None when not modelled)."""
         return None
+
+    def use_cost(self, cost: VerifyCostModel) -> None:
+        """Give the policy the measured verify cost curve (only the cost policy uses it)."""
 
     def observe(self, n_drafted: int, n_accepted: int, draft_seconds: float) -> None:
         """Learn from a verified round."""
@@ -186,6 +188,10 @@ class CostPolicy(FixedPolicy):
         self.shadow_hits = 0
         self.rounds_since_evidence = 0
 
+    def use_cost(self, cost: VerifyCostModel) -> None:
+        """Adopt the measured verify cost curve."""
+        self.cost = cost
+
     @classmethod
     def bucket(cls, position: int) -> int:
         """The bucket of a run position: 0, 1, 2–3, 4–7, 8–15, 16–31, 32+ → 0…6."""
@@ -298,7 +304,7 @@ class CostPolicy(FixedPolicy):
         tries, hits = d.get("tries"), d.get("hits")
         ok = all(isinstance(x, list) and len(x) == self.BUCKETS and all(isinstance(v, (int, float)) for v in x)
                  for x in (tries, hits))
-        if ok:  # anything else (a snapshot of an older policy) starts the estimates afresh
+        if ok and isinstance(tries, list) and isinstance(hits, list):  # else (an older policy's state): afresh
             self.tries, self.hits = [float(v) for v in tries], [float(v) for v in hits]
             self.run = int(d.get("run", 0))
         self.draft_tok_seconds = float(d.get("draft_tok_seconds", 0.0))

@@ -95,7 +95,8 @@ def run_round(index: int, ctx: LlamaContext, drafter: Drafter, history: list[int
     reason = proposal.reason if len(tokens) < budget.limit else None
     if tokens and len(tokens) < draft_min:  # llama.cpp drops a draft shorter than --spec-draft-n-min
         tokens, reason = [], "below-min"
-    probs = list(proposal.probs[: len(tokens)]) if proposal.probs is not None else [None] * len(tokens)
+    probs: list[float | None] = (list(proposal.probs[: len(tokens)]) if proposal.probs is not None
+                                 else [None] * len(tokens))
     dists = proposal.dists if tokens else None
     # a round the policy kept plain: what would the drafter have proposed? (free evidence for the policy)
     shadow = None

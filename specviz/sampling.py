@@ -272,8 +272,8 @@ def probs_from_logits(logits_row: np.ndarray, params: SamplingParams) -> TokenDi
     if params.greedy:
         return TokenDist.point_mass(best, n)
     if top == np.inf:
-        ids = np.flatnonzero(row == np.inf).astype(np.int64)
-        return TokenDist(np.full(ids.shape[0], 1.0 / ids.shape[0]), ids, n)
+        inf_ids = np.flatnonzero(row == np.inf).astype(np.int64)
+        return TokenDist(np.full(inf_ids.shape[0], 1.0 / inf_ids.shape[0]), inf_ids, n)
 
     ids: np.ndarray | None
     if 0 < params.top_k < n:

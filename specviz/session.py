@@ -21,7 +21,7 @@ from typing import Any, Callable
 import numpy as np
 
 from .backends.llama import LlamaContext, LlamaModel
-from .budget import Caps, plan, verify_tile
+from .budget import Caps, plan
 from .config import Knob
 from .draft_models import DraftModelCache
 from .errors import ContextError, KnobError, SessionStateError, SnapshotError
@@ -255,7 +255,8 @@ class Session:
             self._reset_state()
             self.drafter = drafter
             self.sampling = sampling
-            self.seed = int(seed) if seed is not None else int(np.random.SeedSequence().entropy % (2**63))
+            self.seed = int(seed) if seed is not None else int(np.random.SeedSequence().generate_state(2, np.uint64)[0]
+                                                                 % (2**63))
             self.rng.bit_generator.state = np.random.default_rng(self.seed).bit_generator.state
             self._pending = None
             self._cancel.clear()
@@ -288,7 +289,7 @@ class Session:
 
     def run(self, max_rounds: int | None = None) -> list[Round]:
         """Step until the generation finishes (or ``max_rounds`` rounds); returns the rounds run."""
-        rounds = []
+        rounds: list[Round] = []
         while self.finished is None and (max_rounds is None or len(rounds) < max_rounds):
             rounds.append(self.step())
         return rounds
@@ -318,7 +319,7 @@ class Session:
             assert self.drafter is not None
             if self.drafter.drafts and self.knobs.get("draft_policy") == "cost" and self.cost_model is None:
                 self.cost_model = measure_verify_cost(self.ctx, self.history, self.knobs)  # once, outside rounds
-                self.policy.cost = self.cost_model
+                self.policy.use_cost(self.cost_model)
             cap = self.ctx.capacity
             caps = Caps(remaining=self.max_tokens - len(self.tokens), free_ctx=cap.n_ctx - len(self.history),
                         n_batch=cap.n_batch, n_ubatch=cap.n_ubatch)
@@ -387,7 +388,8 @@ class Session:
                 "drafter_state": self.drafter.state(), "policy_state": self.policy.state(),
                 "cost_model": self.cost_model.to_dict() if self.cost_model is not None else None,
             }
-            return pack(header, [("target", self.ctx.state()), ("drafter", self.drafter.context_state())])
+            blobs: list[tuple[str, bytes]] = [("target", self.ctx.state()), ("drafter", self.drafter.context_state())]
+            return pack(header, blobs)
 
     @classmethod
     def restore(cls, blob: bytes, model: str | os.PathLike | LlamaModel | None = None, **kwargs: Any) -> Session:
@@ -398,7 +400,7 @@ class Session:
         """
         header, _ = unpack(blob)
         h = read_header(header)
-        ctx_args = {k: h.ctx.get(k) for k in ("n_ctx", "n_batch", "n_ubatch", "n_threads") if k in h.ctx}
+        ctx_args: dict[str, Any] = {k: h.ctx[k] for k in ("n_ctx", "n_batch", "n_ubatch", "n_threads") if k in h.ctx}
         sess = cls(model if model is not None else h.model, **{**ctx_args, **kwargs})
         try:
             sess.restore_into(blob)

@@ -99,7 +99,8 @@ class SnapshotHeader:
 
 def _need(cond: bool, what: str) -> None:
     if not cond:
-        raise SnapshotError(f"the snapshot header is malformed: {what}; restore a snapshot written by Session.snapshot()")
+        raise SnapshotError(f"the snapshot header is malformed: {what}; restore a snapshot written by "
+                            "Session.snapshot()")
 
 
 def _is_int(v: Any) -> bool:
@@ -116,7 +117,9 @@ def read_header(h: dict[str, Any]) -> SnapshotHeader:
     for key in ("ctx", "knobs", "telemetry", "sampling"):
         _need(isinstance(h.get(key), dict), f"{key!r} is not an object")
     hist = h.get("history")
-    _need(isinstance(hist, list) and len(hist) >= 1 and all(_is_int(t) for t in hist), "'history' is not a token list")
+    if not isinstance(hist, list):
+        hist = []
+    _need(len(hist) >= 1 and all(_is_int(t) for t in hist), "'history' is not a token list")
     _need(all(0 <= t < h["n_vocab"] for t in hist), "'history' holds token ids outside the vocabulary")
     _need(1 <= h["n_prompt"] <= len(hist), "'n_prompt' does not fit the history")
     _need(h.get("finished") is None or isinstance(h["finished"], str), "'finished' is not a string")

@@ -101,7 +101,8 @@ class Telemetry:
         t = cls()
         for k, v in d.items():
             if hasattr(t, k):
-                if not isinstance(v, type(getattr(t, k))) and not (isinstance(v, int) and isinstance(getattr(t, k), float)):
+                want = type(getattr(t, k))
+                if not isinstance(v, want) and not (isinstance(v, int) and want is float):
                     raise TypeError(f"telemetry counter {k!r} has type {type(v).__name__}")
                 setattr(t, k, v)
         return t

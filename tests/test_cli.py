@@ -54,6 +54,14 @@ BAD_OPTIONS = [
     (["run", "--prompt", "x", "--adaptive-draft-count", "--draft-policy", "cost"], "--adaptive-draft-count",
      "--draft-policy"),
     (["run", "--prompt", "x", "--draft-policy", "sometimes"], "--draft-policy", "fixed, adaptive, cost"),
+    (["run", "--prompt", "x", "--spec-type", "magic"], "--spec-type", "'magic'"),
+    (["run", "--prompt", "x", "--spec-type", "ngram-mod,ngram-simple"], "--spec-type", "one strategy"),
+    (["run", "--prompt", "x", "--spec-type", "ngram-mod", "--strategy", "none"], "--spec-type", "conflicts"),
+    (["run", "--prompt", "x", "--spec-type", "ngram-map-k", "--spec-ngram-map-k-size-n", "0"], "--size-n",
+     "[1, 1024]"),
+    (["run", "--prompt", "x", "--spec-type", "ngram-simple", "--size-n", "3", "--spec-ngram-simple-size-n", "2"],
+     "--spec-ngram-simple-size-n", "conflicts"),
+    (["run", "--prompt", "x", "--spec-draft-n-max", "0"], "--draft-max", "[1, 1024]"),
     (["bench", "--kinds", "poetry"], "--kinds", "'poetry'"),
     (["bench", "--strategies", "draft"], "--strategies", "'draft'"),
     (["bench", "--repeats", "0"], "--repeats", "'0'"),
@@ -215,3 +223,17 @@ def test_a_reader_that_goes_away_is_not_an_error():
         os.close(write_end)
     assert p.returncode == 0, p.stderr
     assert "Traceback" not in p.stderr and "BrokenPipe" not in p.stderr and "ResourceWarning" not in p.stderr, p.stderr
+
+
+def test_llama_cpp_spellings_select_the_strategy_and_its_knobs(tiny_model_path):
+    p = run_cli("run", "--model", str(tiny_model_path), "--prompt", "the a of the a of", "--max-tokens", "12",
+                "--spec-type", "ngram-map-k", "--spec-ngram-map-k-size-n", "2", "--spec-ngram-map-k-min-hits", "3",
+                "--spec-draft-n-max", "5", "--spec-draft-n-min", "2", "--spec-ngram-simple-size-m", "7", "--json")
+    assert p.returncode == 0, p.stderr
+    out = json.loads(p.stdout)
+    assert out["strategy"] == "ngram-map-k"
+    assert (out["knobs"]["size_n"], out["knobs"]["min_hits"], out["knobs"]["draft_max"], out["knobs"]["draft_min"]) \
+        == (2, 3, 5, 2)
+    assert out["knobs"]["size_m"] == 48  # the ngram-simple spelling does not reach ngram-map-k ...
+    assert "--spec-ngram-simple-size-m is accepted but not applied" in p.stderr  # ... and says so
+

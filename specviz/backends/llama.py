@@ -308,7 +308,7 @@ class LlamaContext:
         elif rows == "none":
             self._out_rows = []
         else:
-            idx = list(rows)
+            idx = [int(i) for i in rows]
             flags[idx] = 1
             self._out_rows = idx
         self._batch.n_tokens = n
