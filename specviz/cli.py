@@ -38,13 +38,20 @@ def _all_knobs() -> dict[str, Knob]:
     return out
 
 
+def _per_type(alias: str, strategy: str) -> bool:
+    """True for llama.cpp's per-type spellings (``--spec-ngram-map-k-size-n``). ``--spec-draft-*`` is not one:
+    llama.cpp's draft settings (``--spec-draft-model``, ``--spec-draft-p-min`` …) serve every model-backed
+    type (draft-simple, draft-eagle3, draft-mtp), not only the strategy named ``draft``."""
+    return strategy != "draft" and alias.startswith(f"--spec-{strategy}-")
+
+
 def _strategy_flags() -> dict[str, tuple[str, str]]:
     """llama.cpp's per-type spellings (``--spec-ngram-map-k-size-n`` …): flag -> (strategy, knob)."""
     out: dict[str, tuple[str, str]] = {}
     for name in strategy_names():
         for k in strategy_class(name).knobs:
             for alias in k.aliases:
-                if alias.startswith(f"--spec-{name}-"):
+                if _per_type(alias, name):
                     out[alias] = (name, k.name)
     return out
 
@@ -55,7 +62,7 @@ def _general_flags(knob: Knob) -> list[str]:
     for name in strategy_names():
         for k in (*SESSION_KNOBS, *strategy_class(name).knobs):
             if k.name == knob.name:
-                flags += [a for a in k.aliases if not a.startswith(f"--spec-{name}-") and a not in flags]
+                flags += [a for a in k.aliases if not _per_type(a, name) and a not in flags]
     return flags
 
 
@@ -70,8 +77,6 @@ def _add_generation_options(p: argparse.ArgumentParser, *, strategy_default: str
     src.add_argument("--prompt-file", help="read the prompt from this file")
     p.add_argument("--max-tokens", default="128", help="tokens to generate (default 128)")
     p.add_argument("--strategy", default=strategy_default, help="one of: " + ", ".join(strategy_names()))
-    p.add_argument("--spec-type", default=None, metavar="TYPE",
-                   help="llama.cpp's spelling of --strategy: " + ", ".join(SPEC_TYPES))
     p.add_argument("--seed", default=None, help="seed for the sampling generator")
     p.add_argument("--temperature", default=None, help="sampling temperature (default 0: greedy, exact)")
     p.add_argument("--top-k", default=None, help="sample among the k most likely tokens (0: off)")
@@ -111,24 +116,6 @@ def _int_option(flag: str, value: str, lo: int, hi: int | None = None) -> int:
     return v
 
 
-#: llama.cpp's ``--spec-type`` names and the strategy each selects.
-SPEC_TYPES = {"none": "none", "draft-simple": "draft", "draft-eagle3": "eagle3", "draft-mtp": "mtp",
-              "ngram-simple": "ngram-simple", "ngram-map-k": "ngram-map-k", "ngram-map-k4v": "ngram-map-k4v",
-              "ngram-mod": "ngram-mod", "ngram-cache": "ngram-cache"}
-
-
-def _spec_type_strategy(args: argparse.Namespace) -> str | None:
-    """The strategy named by --strategy and/or llama.cpp's --spec-type (which must agree)."""
-    spec = getattr(args, "spec_type", None)
-    if spec is None:
-        return args.strategy
-    if spec not in SPEC_TYPES:
-        raise UsageError(f"option --spec-type: {spec!r} is not allowed; choose one of: {', '.join(SPEC_TYPES)}")
-    if args.strategy is not None and args.strategy != SPEC_TYPES[spec]:
-        raise UsageError(f"option --spec-type {spec} conflicts with --strategy {args.strategy}; use one of them")
-    return SPEC_TYPES[spec]
-
-
 def _draft_model_strategy(path: str) -> str:
     """``eagle3`` for an EAGLE-3 head, else ``draft`` (read from the file's architecture, no model loaded)."""
     from .backends.gguf_check import check_gguf
@@ -142,7 +129,7 @@ def _draft_model_strategy(path: str) -> str:
 
 def _generation_config(args: argparse.Namespace, *, warn) -> dict[str, Any]:
     """Validate the generation options into keyword arguments for Session.start (no model loaded)."""
-    strategy = _spec_type_strategy(args)
+    strategy = args.strategy
     knob_values: dict[str, Any] = {}
     if args.spec_type is not None:
         spec = SPEC_TYPES.get(args.spec_type, args.spec_type)

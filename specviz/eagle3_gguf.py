@@ -30,8 +30,15 @@ import numpy as np
 
 from .errors import KnobError, ModelFormatError, ModelNotFoundError
 
-__all__ = ["EAGLE3_ARCH", "Eagle3HeadConfig", "coverage_d2t", "default_target_layers", "eagle3_tensor_shapes",
-           "random_eagle3_weights", "write_eagle3_head"]
+__all__ = [
+    "EAGLE3_ARCH",
+    "Eagle3HeadConfig",
+    "coverage_d2t",
+    "default_target_layers",
+    "eagle3_tensor_shapes",
+    "random_eagle3_weights",
+    "write_eagle3_head",
+]
 
 EAGLE3_ARCH = "eagle3"
 
@@ -40,8 +47,9 @@ def default_target_layers(n_layer: int) -> tuple[int, int, int]:
     """The three target layers whose *inputs* feed the head: the official converter's ``[2, N/2, N-3]``,
     clamped into ``[0, N-1]`` for very shallow targets (the tiny test models)."""
     if n_layer < 1:
-        raise KnobError(f"target_layers: a target with {n_layer} layers has no layer to read", knob="target_layers",
-                        value=n_layer)
+        raise KnobError(
+            f"target_layers: a target with {n_layer} layers has no layer to read", knob="target_layers", value=n_layer
+        )
     raw = (2, n_layer // 2, n_layer - 3)
     return tuple(min(max(x, 0), n_layer - 1) for x in raw)  # type: ignore[return-value]
 
@@ -83,6 +91,7 @@ class Eagle3HeadConfig:
 
     def check(self) -> None:
         """Refuse shapes llama.cpp's loader or graph would reject (or abort on)."""
+
         def bad(name: str, value: object, why: str) -> KnobError:
             return KnobError(f"EAGLE-3 head {name}={value!r}: {why}", knob=name, value=value)
 
@@ -108,8 +117,12 @@ class Eagle3HeadConfig:
         if len(np.unique(d)) != len(d):
             raise bad("d2t", f"{len(d)} ids", "a target id is listed twice")
         if not self.own_embeddings and self.n_embd != self.target_hidden:
-            raise bad("n_embd", self.n_embd, f"a head that borrows the target's embeddings must be as wide as the "
-                                            f"target ({self.target_hidden}); pass own_embeddings=True otherwise")
+            raise bad(
+                "n_embd",
+                self.n_embd,
+                f"a head that borrows the target's embeddings must be as wide as the "
+                f"target ({self.target_hidden}); pass own_embeddings=True otherwise",
+            )
 
 
 def eagle3_tensor_shapes(cfg: Eagle3HeadConfig) -> dict[str, tuple[int, ...]]:
@@ -165,8 +178,9 @@ def _tokenizer_values(target: Path) -> tuple[int, list[tuple[str, int, int | Non
     info = check_gguf(target)
     tok = info.metadata.get("tokenizer.ggml.tokens")
     if not isinstance(tok, int):
-        raise ModelFormatError(f"{str(target)!r} has no tokenizer (tokenizer.ggml.tokens); an EAGLE-3 head needs "
-                               "the target's vocabulary")
+        raise ModelFormatError(
+            f"{str(target)!r} has no tokenizer (tokenizer.ggml.tokens); an EAGLE-3 head needs the target's vocabulary"
+        )
     out = []
     with open(target, "rb") as f:
         for key, (vtype, start, end) in info.spans.items():
@@ -181,9 +195,15 @@ def _tokenizer_values(target: Path) -> tuple[int, list[tuple[str, int, int | Non
     return tok, out
 
 
-def write_eagle3_head(path: str | Path, target: str | Path, cfg: Eagle3HeadConfig,
-                      weights: Mapping[str, np.ndarray], *, name: str = "specviz eagle3 head",
-                      extra_metadata: Mapping[str, object] | None = None) -> Path:
+def write_eagle3_head(
+    path: str | Path,
+    target: str | Path,
+    cfg: Eagle3HeadConfig,
+    weights: Mapping[str, np.ndarray],
+    *,
+    name: str = "specviz eagle3 head",
+    extra_metadata: Mapping[str, object] | None = None,
+) -> Path:
     """Write an EAGLE-3 head GGUF to ``path`` with the tokenizer of the ``target`` GGUF.
 
     ``weights`` maps GGUF tensor names to numpy arrays of the shapes :func:`random_eagle3_weights`
@@ -192,7 +212,7 @@ def write_eagle3_head(path: str | Path, target: str | Path, cfg: Eagle3HeadConfi
     """
     from gguf import GGUFValueType
 
-    from .derive import _RawValue, _raw_writer_class
+    from .derive import _raw_writer_class, _RawValue
 
     cfg.check()
     path, target = Path(path), Path(target)
@@ -201,16 +221,23 @@ def write_eagle3_head(path: str | Path, target: str | Path, cfg: Eagle3HeadConfi
     shapes = eagle3_tensor_shapes(cfg)
     missing = sorted(set(shapes) - set(weights))
     if missing:
-        raise KnobError(f"EAGLE-3 head weights: missing tensor(s) {', '.join(missing)}", knob="weights",
-                        value=missing[0])
+        raise KnobError(
+            f"EAGLE-3 head weights: missing tensor(s) {', '.join(missing)}", knob="weights", value=missing[0]
+        )
     for k, shp in shapes.items():
         if tuple(np.shape(weights[k])) != shp:
-            raise KnobError(f"EAGLE-3 head weights: {k} has shape {tuple(np.shape(weights[k]))}, expected {shp}",
-                            knob="weights", value=k)
+            raise KnobError(
+                f"EAGLE-3 head weights: {k} has shape {tuple(np.shape(weights[k]))}, expected {shp}",
+                knob="weights",
+                value=k,
+            )
     n_vocab_target, tok_values = _tokenizer_values(target)
     if n_vocab_target != cfg.n_vocab:
-        raise KnobError(f"EAGLE-3 head n_vocab={cfg.n_vocab} but the target's vocabulary has {n_vocab_target} tokens",
-                        knob="n_vocab", value=cfg.n_vocab)
+        raise KnobError(
+            f"EAGLE-3 head n_vocab={cfg.n_vocab} but the target's vocabulary has {n_vocab_target} tokens",
+            knob="n_vocab",
+            value=cfg.n_vocab,
+        )
 
     part = Path(str(path) + ".part")
     w = _raw_writer_class()(str(part), EAGLE3_ARCH)
@@ -226,18 +253,31 @@ def write_eagle3_head(path: str | Path, target: str | Path, cfg: Eagle3HeadConfi
         w.add_rope_freq_base(cfg.rope_freq_base)
         w.add_layer_norm_rms_eps(cfg.rms_eps)
         w.add_file_type(0)
-        w.add_key_value(f"{EAGLE3_ARCH}.target_layers", [int(x) for x in cfg.target_layers], GGUFValueType.ARRAY,
-                        GGUFValueType.INT32)
+        w.add_key_value(
+            f"{EAGLE3_ARCH}.target_layers",
+            [int(x) for x in cfg.target_layers],
+            GGUFValueType.ARRAY,
+            GGUFValueType.INT32,
+        )
         w.add_key_value(f"{EAGLE3_ARCH}.target_hidden_size", int(cfg.target_hidden), GGUFValueType.UINT32)
         w.add_key_value(f"{EAGLE3_ARCH}.norm_before_residual", bool(cfg.norm_before_residual), GGUFValueType.BOOL)
         w.add_key_value(f"{EAGLE3_ARCH}.norm_before_fc", bool(cfg.norm_before_fc), GGUFValueType.BOOL)
         for key, value in (extra_metadata or {}).items():
-            vt = (GGUFValueType.STRING if isinstance(value, str) else GGUFValueType.FLOAT32
-                  if isinstance(value, float) else GGUFValueType.INT64)
+            vt = (
+                GGUFValueType.STRING
+                if isinstance(value, str)
+                else GGUFValueType.FLOAT32
+                if isinstance(value, float)
+                else GGUFValueType.INT64
+            )
             w.add_key_value(f"specviz.{key}", value, vt)
         for key, vtype, sub, raw, count in tok_values:  # stored bytes: exact, and fast for 262k vocabularies
-            w.add_key_value(key, _RawValue(raw, max(1, count)), GGUFValueType(vtype),
-                            GGUFValueType(sub) if sub is not None else None)
+            w.add_key_value(
+                key,
+                _RawValue(raw, max(1, count)),
+                GGUFValueType(vtype),
+                GGUFValueType(sub) if sub is not None else None,
+            )
         for k in shapes:
             w.add_tensor(k, np.ascontiguousarray(weights[k], dtype=np.float32))
         w.add_tensor("d2t", np.asarray(cfg.d2t, dtype=np.int64))

@@ -24,9 +24,25 @@ from .models import resolve_model
 
 __all__ = ["ModelInfo", "StrategyFit", "model_info"]
 
-_FILE_TYPES = {0: "F32", 1: "F16", 2: "Q4_0", 3: "Q4_1", 7: "Q8_0", 8: "Q5_0", 9: "Q5_1", 10: "Q2_K", 11: "Q3_K_S",
-               12: "Q3_K_M", 13: "Q3_K_L", 14: "Q4_K_S", 15: "Q4_K_M", 16: "Q5_K_S", 17: "Q5_K_M", 18: "Q6_K",
-               32: "BF16"}
+_FILE_TYPES = {
+    0: "F32",
+    1: "F16",
+    2: "Q4_0",
+    3: "Q4_1",
+    7: "Q8_0",
+    8: "Q5_0",
+    9: "Q5_1",
+    10: "Q2_K",
+    11: "Q3_K_S",
+    12: "Q3_K_M",
+    13: "Q3_K_L",
+    14: "Q4_K_S",
+    15: "Q4_K_M",
+    16: "Q5_K_S",
+    17: "Q5_K_M",
+    18: "Q6_K",
+    32: "BF16",
+}
 
 
 @dataclass(frozen=True)
@@ -73,8 +89,8 @@ class ModelInfo:
 
     def format(self) -> str:
         """Human-readable text (what ``specviz info`` prints)."""
-        cap = (f"yes, through {'llama.cpp layer-input taps' if self.layer_capture == 'api' else 'the C eval-callback shim'}"
-               if self.layer_capture else f"no ({self.layer_capture_why})")
+        how = "llama.cpp layer-input taps" if self.layer_capture == "api" else "the C eval-callback shim"
+        cap = f"yes, through {how}" if self.layer_capture else f"no ({self.layer_capture_why})"
         rows = [
             ("model", self.path),
             ("architecture", f"{self.architecture}" + (f" ({self.name})" if self.name else "")),
@@ -90,12 +106,21 @@ class ModelInfo:
         ]
         if self.eagle3_head:
             h = self.eagle3_head
-            rows.append(("EAGLE-3 head", f"reads target layers {h['target_layers']} of a {h['target_hidden']}-wide "
-                                         f"target; draft vocabulary {h['n_draft_vocab']} of {h['n_vocab']}"))
+            rows.append(
+                (
+                    "EAGLE-3 head",
+                    f"reads target layers {h['target_layers']} of a {h['target_hidden']}-wide "
+                    f"target; draft vocabulary {h['n_draft_vocab']} of {h['n_vocab']}",
+                )
+            )
         if self.draft_model:
             dm = self.draft_model
-            rows.append(("draft model", f"{dm['path']} ({dm['architecture']}, {dm['n_layer']} "
-                                        f"layer{'s' if dm['n_layer'] != 1 else ''})"))
+            rows.append(
+                (
+                    "draft model",
+                    f"{dm['path']} ({dm['architecture']}, {dm['n_layer']} layer{'s' if dm['n_layer'] != 1 else ''})",
+                )
+            )
         w = max(len(k) for k, _ in rows)
         out = [f"{k:<{w}}  {v}" for k, v in rows]
         out.append("strategies")
@@ -119,8 +144,10 @@ def _fits(target: Any, tinfo: Any, draft: Any | None, dinfo: Any | None) -> list
     arch = tinfo.architecture
     out: list[StrategyFit] = []
     if arch == "eagle3":
-        why = ("an EAGLE-3 head drafts for a target and cannot generate alone; pass its target as MODEL and the "
-               "head with --draft-model")
+        why = (
+            "an EAGLE-3 head drafts for a target and cannot generate alone; pass its target as MODEL and the "
+            "head with --draft-model"
+        )
         return [StrategyFit(n, False, why) for n in strategy_names()]
     d_arch = dinfo.architecture if dinfo is not None else None
     vocab_diff = None
@@ -140,18 +167,25 @@ def _fits(target: Any, tinfo: Any, draft: Any | None, dinfo: Any | None) -> list
         elif name == "eagle3":
             cap_why = capture_unavailable_reason(arch)
             if draft is None:
-                why = f"the target's hidden states cannot be read: {cap_why}" if cap_why else None
-                out.append(StrategyFit(name, False, why, "--draft-model HEAD.gguf (an EAGLE-3 head for this model)"))
+                need = "--draft-model HEAD.gguf (an EAGLE-3 head for this model)"
+                no_read = f"the target's hidden states cannot be read: {cap_why}" if cap_why else None
+                out.append(StrategyFit(name, False, no_read, need))
                 continue
-            why_list = eagle3_problems(draft.path, target_arch=arch, target_n_layer=target.n_layer,
-                                       target_n_embd=target.n_embd, target_n_vocab=target.n_vocab, head_info=dinfo)
+            why_list = eagle3_problems(
+                draft.path,
+                target_arch=arch,
+                target_n_layer=target.n_layer,
+                target_n_embd=target.n_embd,
+                target_n_vocab=target.n_vocab,
+                head_info=dinfo,
+            )
             if vocab_diff and d_arch == "eagle3":
                 why_list.append(f"the vocabularies differ ({vocab_diff})")
             if cap_why:
                 why_list.append(f"the target's hidden states cannot be read: {cap_why}")
             out.append(StrategyFit(name, not why_list, "; ".join(why_list) or None))
         elif name == "mtp":
-            src = dinfo if (draft is not None and d_arch != "eagle3") else tinfo
+            src = dinfo if (dinfo is not None and d_arch != "eagle3") else tinfo
             why_list = mtp_problems(src)
             out.append(StrategyFit(name, not why_list, "; ".join(why_list) or None))
         else:
@@ -177,23 +211,38 @@ def model_info(model: str | os.PathLike | None = None, draft_model: str | os.Pat
         if arch == "eagle3":
             head = read_eagle3_head(path, tinfo).to_dict()
         dinfo = None
-        dsum = None
+        dsum: dict[str, Any] | None = None
         if draft_model is not None:
             draft = LlamaModel(Path(draft_model))
             dinfo = draft.info
-            dsum = {"path": str(draft.path), "architecture": dinfo.architecture, "n_layer": draft.n_layer,
-                    "n_vocab": draft.n_vocab}
+            dsum = {
+                "path": str(draft.path),
+                "architecture": dinfo.architecture,
+                "n_layer": draft.n_layer,
+                "n_vocab": draft.n_vocab,
+            }
             if dinfo.architecture == "eagle3":
                 dsum["eagle3_head"] = read_eagle3_head(draft.path, dinfo).to_dict()
         ft = meta.get("general.file_type")
         return ModelInfo(
-            path=str(path), architecture=arch, name=meta.get("general.name"),
+            path=str(path),
+            architecture=arch,
+            name=meta.get("general.name"),
             file_type=_FILE_TYPES.get(int(ft), str(ft)) if isinstance(ft, int) else None,
-            size_bytes=Path(path).stat().st_size, n_layer=target.n_layer, n_embd=target.n_embd,
-            n_vocab=target.n_vocab, n_ctx_train=target.n_ctx_train, sliding_window=target.n_swa,
-            nextn_layers=nextn_layers(tinfo), layer_capture=method, layer_capture_why=why,
-            chat_template=isinstance(meta.get("tokenizer.chat_template"), str), eagle3_head=head,
-            draft_model=dsum, strategies=_fits(target, tinfo, draft, dinfo))
+            size_bytes=Path(path).stat().st_size,
+            n_layer=target.n_layer,
+            n_embd=target.n_embd,
+            n_vocab=target.n_vocab,
+            n_ctx_train=target.n_ctx_train,
+            sliding_window=target.n_swa,
+            nextn_layers=nextn_layers(tinfo),
+            layer_capture=method,
+            layer_capture_why=why,
+            chat_template=isinstance(meta.get("tokenizer.chat_template"), str),
+            eagle3_head=head,
+            draft_model=dsum,
+            strategies=_fits(target, tinfo, draft, dinfo),
+        )
     finally:
         if draft is not None:
             draft.close()

@@ -36,6 +36,7 @@ import shutil
 import subprocess
 import sysconfig
 import threading
+import weakref
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
@@ -46,11 +47,29 @@ from ..errors import CaptureUnavailableError
 
 #: Architectures whose graph in the vendored llama.cpp sets ``res->t_layer_inp[il]`` for every layer
 #: (checked by reading ``src/models/*.cpp`` of llama-cpp-python 0.3.36's llama.cpp).
-API_ARCHS = frozenset({
-    "llama", "nanbeige", "qwen3", "qwen3moe", "qwen3next", "qwen35", "qwen35moe", "qwen4exp", "gemma4",
-    "muse-glimmer", "deepseek4", "nemotron_h", "bailingmoe3", "hunyuan_vl", "gpt-oss", "lfm2", "minimax-01",
-    "minimax-m2", "mimo2",
-})
+API_ARCHS = frozenset(
+    {
+        "llama",
+        "nanbeige",
+        "qwen3",
+        "qwen3moe",
+        "qwen3next",
+        "qwen35",
+        "qwen35moe",
+        "qwen4exp",
+        "gemma4",
+        "muse-glimmer",
+        "deepseek4",
+        "nemotron_h",
+        "bailingmoe3",
+        "hunyuan_vl",
+        "gpt-oss",
+        "lfm2",
+        "minimax-01",
+        "minimax-m2",
+        "mimo2",
+    }
+)
 
 #: Architectures read through the eval-callback shim: the name of the tensor holding layer 0's input
 #: (later layers' inputs are ``l_out-{k-1}``). ``gemma3`` scales the token embeddings by sqrt(n_embd)
@@ -77,8 +96,10 @@ def capture_unavailable_reason(arch: str | None) -> str | None:
     """Why layer inputs of ``arch`` cannot be read here, or ``None`` when they can."""
     m = capture_method(arch)
     if m is None:
-        return (f"llama.cpp's {arch!r} graph does not record its layer inputs and specviz has no capture "
-                "shim mapping for it")
+        return (
+            f"llama.cpp's {arch!r} graph does not record its layer inputs and specviz has no capture "
+            "shim mapping for it"
+        )
     if m == "api":
         from . import llama_ext
 
@@ -100,6 +121,7 @@ def layer_input_tensor_name(arch: str, layer: int) -> str:
 
 
 # -- the C shim ---------------------------------------------------------------------------------------------
+
 
 class _ShimState(ctypes.Structure):
     # mirrors struct specviz_capture in capture_shim.c, field by field
@@ -151,7 +173,8 @@ def build_shim(force: bool = False) -> Path:
     if not cc:
         raise CaptureUnavailableError(
             "building the layer-capture shim needs a C compiler (cc, gcc or clang) on PATH; install one and run "
-            "`python -m specviz.backends.capture --build` (or `make install`)")
+            "`python -m specviz.backends.capture --build` (or `make install`)"
+        )
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_suffix(f".{os.getpid()}.tmp")
     cmd = [*cc.split(), "-O2", "-shared", "-fPIC", "-o", str(tmp), str(_SHIM_SOURCE)]
@@ -191,13 +214,18 @@ def _ggml_functions() -> tuple[int, int, int]:
     import llama_cpp
 
     libdir = Path(llama_cpp.__file__).parent / "lib"
-    cands = sorted(libdir.glob("libggml-base.so*")) + sorted(libdir.glob("libggml-base.dylib")) + \
-        sorted(libdir.glob("ggml-base.dll"))
+    cands = (
+        sorted(libdir.glob("libggml-base.so*"))
+        + sorted(libdir.glob("libggml-base.dylib"))
+        + sorted(libdir.glob("ggml-base.dll"))
+    )
     if not cands:
         raise CaptureUnavailableError(f"libggml-base was not found next to llama-cpp-python ({libdir})")
     lib = ctypes.CDLL(str(cands[0]))
-    return tuple(ctypes.cast(getattr(lib, n), ctypes.c_void_p).value  # type: ignore[return-value]
-                 for n in ("ggml_get_name", "ggml_nbytes", "ggml_backend_tensor_get"))
+    return tuple(
+        ctypes.cast(getattr(lib, n), ctypes.c_void_p).value  # type: ignore[return-value]
+        for n in ("ggml_get_name", "ggml_nbytes", "ggml_backend_tensor_get")
+    )
 
 
 class CallbackTap:
@@ -259,14 +287,13 @@ class CallbackTap:
         return int(self.state.rows[i])
 
 
+_API_USERS: weakref.WeakKeyDictionary[Any, dict[int, int]] = weakref.WeakKeyDictionary()
+
+
 def _api_users(ctx: Any) -> dict[int, int]:
     """How many live captures read each layer of ``ctx`` through llama.cpp's taps (a drafter may be closed
     after its successor switched the same taps on)."""
-    users = getattr(ctx, "_layer_tap_users", None)
-    if users is None:
-        users = {}
-        ctx._layer_tap_users = users
-    return users
+    return _API_USERS.setdefault(ctx, {})
 
 
 @dataclass(frozen=True)
@@ -295,25 +322,31 @@ class LayerCapture:
         if bad:
             raise CaptureUnavailableError(
                 f"layer {bad[0]} is not a layer of the target ({model.n_layer} layers, 0-{model.n_layer - 1}); "
-                "specviz reads layer inputs, so EAGLE-3 target layers must lie in that range", knob="draft_model",
-                value=bad[0])
+                "specviz reads layer inputs, so EAGLE-3 target layers must lie in that range",
+                knob="draft_model",
+                value=bad[0],
+            )
         self.ctx = ctx
         self.n_embd = int(model.n_embd)
         if method is None:  # llama.cpp's own taps win where both exist
             method = capture_method(arch)
+        why: str | None
         if method not in ("api", "callback") or (method == "api" and arch not in API_ARCHS):
             why = capture_unavailable_reason(arch) or f"the {arch!r} graph does not record its layer inputs"
-            raise CaptureUnavailableError(f"cannot read the hidden states of the target ({arch}): {why}",
-                                          knob="strategy", value="eagle3")
+            raise CaptureUnavailableError(
+                f"cannot read the hidden states of the target ({arch}): {why}", knob="strategy", value="eagle3"
+            )
         if method == "api":
             why = capture_unavailable_reason(arch)
             if why is not None:
-                raise CaptureUnavailableError(f"cannot read the hidden states of the target ({arch}): {why}",
-                                              knob="strategy", value="eagle3")
+                raise CaptureUnavailableError(
+                    f"cannot read the hidden states of the target ({arch}): {why}", knob="strategy", value="eagle3"
+                )
         elif getattr(ctx, "tap", None) is None:
             why = capture_unavailable_reason(arch) or "the context was created without the capture callback"
-            raise CaptureUnavailableError(f"cannot read the hidden states of the target ({arch}): {why}",
-                                          knob="strategy", value="eagle3")
+            raise CaptureUnavailableError(
+                f"cannot read the hidden states of the target ({arch}): {why}", knob="strategy", value="eagle3"
+            )
         self.method = method
         self._n_cap = ctx.capacity.n_batch
         self._armed = False
@@ -355,18 +388,21 @@ class LayerCapture:
                 if not p:
                     raise CaptureUnavailableError(f"llama.cpp returned no input for layer {lid}")
                 src = np.ctypeslib.as_array(p, shape=(n_tokens, e))
-                out[:, k * e:(k + 1) * e] = src
+                out[:, k * e : (k + 1) * e] = src
         else:
             tap = self.ctx.tap
             if tap.state.error:
-                raise CaptureUnavailableError(f"the capture shim reported error {tap.state.error} "
-                                              "(a tensor larger than the batch or of an unexpected width)")
+                raise CaptureUnavailableError(
+                    f"the capture shim reported error {tap.state.error} "
+                    "(a tensor larger than the batch or of an unexpected width)"
+                )
             for k in range(len(self.layers)):
                 if tap.rows(k) < n_tokens:
+                    name = layer_input_tensor_name(self.ctx.model.info.architecture, self.layers[k])
                     raise CaptureUnavailableError(
-                        f"the capture shim saw {tap.rows(k)} rows of {layer_input_tensor_name(self.ctx.model.info.architecture, self.layers[k])!r}, "
-                        f"{n_tokens} expected")
-                out[:, k * e:(k + 1) * e] = self._buffers[k][:n_tokens]
+                        f"the capture shim saw {tap.rows(k)} rows of {name!r}, {n_tokens} expected"
+                    )
+                out[:, k * e : (k + 1) * e] = self._buffers[k][:n_tokens]
         return out
 
     def close(self) -> None:

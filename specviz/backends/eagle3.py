@@ -68,8 +68,10 @@ def read_eagle3_head(path: str | os.PathLike, info: GGUFInfo | None = None) -> E
     if info.architecture != "eagle3":
         raise StrategyUnavailableError(
             f"{path} is a {info.architecture!r} model, not an EAGLE-3 head (architecture 'eagle3'); give the eagle3 "
-            "strategy an EAGLE-3 GGUF, or use the draft strategy for a whole draft model", knob="draft_model",
-            value=str(path))
+            "strategy an EAGLE-3 GGUF, or use the draft strategy for a whole draft model",
+            knob="draft_model",
+            value=str(path),
+        )
     layers = info.get("eagle3.target_layers")
     tensors = info.tensors
     out = tensors.get("output.weight")
@@ -89,8 +91,15 @@ def read_eagle3_head(path: str | os.PathLike, info: GGUFInfo | None = None) -> E
     )
 
 
-def eagle3_problems(head_path: str | os.PathLike, *, target_arch: str | None, target_n_layer: int,
-                    target_n_embd: int, target_n_vocab: int, head_info: GGUFInfo | None = None) -> list[str]:
+def eagle3_problems(
+    head_path: str | os.PathLike,
+    *,
+    target_arch: str | None,
+    target_n_layer: int,
+    target_n_embd: int,
+    target_n_vocab: int,
+    head_info: GGUFInfo | None = None,
+) -> list[str]:
     """Every reason the head at ``head_path`` cannot draft for this target (empty: it can).
 
     Target-side capture (whether the target's layer inputs can be read) is not checked here; see
@@ -103,15 +112,21 @@ def eagle3_problems(head_path: str | os.PathLike, *, target_arch: str | None, ta
         return [str(e)]
     why: list[str] = []
     if len(h.target_layers) != 3:
-        why.append(f"the head lists {len(h.target_layers)} target layers (eagle3.target_layers); llama.cpp's "
-                   "EAGLE-3 needs exactly 3")
+        why.append(
+            f"the head lists {len(h.target_layers)} target layers (eagle3.target_layers); llama.cpp's "
+            "EAGLE-3 needs exactly 3"
+        )
     bad = [x for x in h.target_layers if not 0 <= x < target_n_layer]
     if bad:
-        why.append(f"the head reads target layer {bad[0]}, but the target has layers 0-{target_n_layer - 1}"
-                   + (" (layer N, the final hidden state, is not supported)" if bad[0] == target_n_layer else ""))
+        why.append(
+            f"the head reads target layer {bad[0]}, but the target has layers 0-{target_n_layer - 1}"
+            + (" (layer N, the final hidden state, is not supported)" if bad[0] == target_n_layer else "")
+        )
     if h.target_hidden != target_n_embd:
-        why.append(f"the head was made for a target of width {h.target_hidden} (eagle3.target_hidden_size), this "
-                   f"target is {target_n_embd} wide")
+        why.append(
+            f"the head was made for a target of width {h.target_hidden} (eagle3.target_hidden_size), this "
+            f"target is {target_n_embd} wide"
+        )
     if h.n_vocab != target_n_vocab:
         why.append(f"the head's vocabulary has {h.n_vocab} tokens, the target's {target_n_vocab}")
     fc = info.tensors.get("fc.weight")
@@ -132,8 +147,10 @@ def eagle3_problems(head_path: str | os.PathLike, *, target_arch: str | None, ta
         if d2t.ggml_type == _GGML_I64 and len(d2t.dims) == 1:
             ids = read_small_tensor(head_path, info, "d2t")
             if len(ids) and (ids.min() < 0 or ids.max() >= target_n_vocab):
-                why.append(f"d2t maps to target ids {int(ids.min())}..{int(ids.max())}, outside the target's "
-                           f"vocabulary of {target_n_vocab}")
+                why.append(
+                    f"d2t maps to target ids {int(ids.min())}..{int(ids.max())}, outside the target's "
+                    f"vocabulary of {target_n_vocab}"
+                )
     elif h.own_output and info.tensors["output.weight"].dims[1] != target_n_vocab:
         why.append("the head's output.weight does not cover the target vocabulary and there is no d2t mapping")
     if not h.own_embeddings and h.n_embd != target_n_embd:
@@ -157,8 +174,11 @@ class Eagle3Context:
         self._ext = llama_ext.ext()
         layers = llama_ext.target_layer_ids(head.ptr)
         if len(layers) != 3:
-            raise StrategyUnavailableError(f"{head.path} declares {len(layers)} target layers; EAGLE-3 needs 3",
-                                           knob="draft_model", value=str(head.path))
+            raise StrategyUnavailableError(
+                f"{head.path} declares {len(layers)} target layers; EAGLE-3 needs 3",
+                knob="draft_model",
+                value=str(head.path),
+            )
         self.target_layers = tuple(layers)
         self.n_embd = head.n_embd
         self.n_embd_target = target.model.n_embd
@@ -245,7 +265,7 @@ class Eagle3Context:
             g = self._ext.get_embeddings_nextn(self._ctx)
             if not g:
                 raise ContextError("the EAGLE-3 encoder produced no output")
-            out[i:i + m] = np.ctypeslib.as_array(g, shape=(m, self.n_embd))
+            out[i : i + m] = np.ctypeslib.as_array(g, shape=(m, self.n_embd))
         self.encode_seconds += time.perf_counter() - t0
         return out
 
@@ -274,8 +294,9 @@ class Eagle3Context:
                 raise ContextError(f"the EAGLE-3 batch refused token {tokens[i]} (code {idx})")
             self._pos[0] = start + i
             lc.llama_batch_ext_set_pos(self._batch, idx, self._pos)
-            if not lc.llama_batch_ext_set_embd_token(self._batch, idx,
-                                                     lc.llama_embd(rows[i].ctypes.data_as(fptr), 1, self.n_embd)):
+            if not lc.llama_batch_ext_set_embd_token(
+                self._batch, idx, lc.llama_embd(rows[i].ctypes.data_as(fptr), 1, self.n_embd)
+            ):
                 raise ContextError("the EAGLE-3 batch refused a g row")
             if i in want:
                 lc.llama_batch_ext_set_output_logits(self._batch, idx, True)
@@ -283,8 +304,10 @@ class Eagle3Context:
         rc = lc.llama_process(self._ctx, lc.LLAMA_PROCESS_TYPE_DECODE, self._batch)
         self.decode_seconds += time.perf_counter() - t0
         if rc != 0:
-            raise ContextError(f"the EAGLE-3 decoder failed with code {rc} for {n} pairs at position {start}"
-                               + (" (no free KV slot)" if rc == 1 else ""))
+            raise ContextError(
+                f"the EAGLE-3 decoder failed with code {rc} for {n} pairs at position {start}"
+                + (" (no free KV slot)" if rc == 1 else "")
+            )
 
     def logits(self, i: int) -> np.ndarray:
         """Logits of output row ``i`` over the target vocabulary (a zero-copy view, valid until the next call)."""

@@ -21,21 +21,41 @@ from ..errors import CaptureUnavailableError
 # name -> (candidate symbol names, argtypes builder, restype builder); builders take llama_cpp.llama_cpp.
 _SYMBOLS: dict[str, tuple[tuple[str, ...], str, str]] = {
     "set_embeddings_layer_inp": (
-        ("_Z30llama_set_embeddings_layer_inpP13llama_contextjb", "llama_set_embeddings_layer_inp",
-         "?llama_set_embeddings_layer_inp@@YAXPEAUllama_context@@I_N@Z"),
-        "ctx,u32,bool", "void"),
+        (
+            "_Z30llama_set_embeddings_layer_inpP13llama_contextjb",
+            "llama_set_embeddings_layer_inp",
+            "?llama_set_embeddings_layer_inp@@YAXPEAUllama_context@@I_N@Z",
+        ),
+        "ctx,u32,bool",
+        "void",
+    ),
     "get_embeddings_layer_inp": (
-        ("_Z30llama_get_embeddings_layer_inpP13llama_contextj", "llama_get_embeddings_layer_inp",
-         "?llama_get_embeddings_layer_inp@@YAPEAMPEAUllama_context@@I@Z"),
-        "ctx,u32", "floatp"),
+        (
+            "_Z30llama_get_embeddings_layer_inpP13llama_contextj",
+            "llama_get_embeddings_layer_inp",
+            "?llama_get_embeddings_layer_inp@@YAPEAMPEAUllama_context@@I@Z",
+        ),
+        "ctx,u32",
+        "floatp",
+    ),
     "model_target_layer_ids": (
-        ("_Z28llama_model_target_layer_idsPK11llama_model", "llama_model_target_layer_ids",
-         "?llama_model_target_layer_ids@@YAPEBHPEBUllama_model@@@Z"),
-        "model", "i32p"),
+        (
+            "_Z28llama_model_target_layer_idsPK11llama_model",
+            "llama_model_target_layer_ids",
+            "?llama_model_target_layer_ids@@YAPEBHPEBUllama_model@@@Z",
+        ),
+        "model",
+        "i32p",
+    ),
     "model_target_layer_ids_n": (
-        ("_Z30llama_model_target_layer_ids_nPK11llama_model", "llama_model_target_layer_ids_n",
-         "?llama_model_target_layer_ids_n@@YAIPEBUllama_model@@@Z"),
-        "model", "u32"),
+        (
+            "_Z30llama_model_target_layer_ids_nPK11llama_model",
+            "llama_model_target_layer_ids_n",
+            "?llama_model_target_layer_ids_n@@YAIPEBUllama_model@@@Z",
+        ),
+        "model",
+        "u32",
+    ),
 }
 
 
@@ -57,14 +77,23 @@ _error: str | None = None
 
 
 def _types(spec: str, lc: Any) -> list:
-    table = {"ctx": lc.llama_context_p_ctypes, "model": lc.llama_model_p_ctypes, "u32": ctypes.c_uint32,
-             "bool": ctypes.c_bool, "i32": ctypes.c_int32}
+    table = {
+        "ctx": lc.llama_context_p_ctypes,
+        "model": lc.llama_model_p_ctypes,
+        "u32": ctypes.c_uint32,
+        "bool": ctypes.c_bool,
+        "i32": ctypes.c_int32,
+    }
     return [table[s] for s in spec.split(",")] if spec else []
 
 
 def _restype(spec: str) -> Any:
-    return {"void": None, "floatp": ctypes.POINTER(ctypes.c_float), "i32p": ctypes.POINTER(ctypes.c_int32),
-            "u32": ctypes.c_uint32}[spec]
+    return {
+        "void": None,
+        "floatp": ctypes.POINTER(ctypes.c_float),
+        "i32p": ctypes.POINTER(ctypes.c_int32),
+        "u32": ctypes.c_uint32,
+    }[spec]
 
 
 def _load() -> LlamaExt:
@@ -82,16 +111,23 @@ def _load() -> LlamaExt:
         else:
             raise CaptureUnavailableError(
                 f"this llama.cpp build does not export {names[1]} (llama-ext.h); specviz needs llama-cpp-python "
-                "0.3.36 as built by `make install`")
+                "0.3.36 as built by `make install`"
+            )
     try:
         import llama_cpp.llama_cpp_ext as ext
     except (ImportError, AttributeError) as exc:
-        raise CaptureUnavailableError(f"llama-cpp-python's llama_cpp_ext bindings are unavailable ({exc}); "
-                                      "specviz needs llama-cpp-python 0.3.36") from None
-    return LlamaExt(funcs["set_embeddings_layer_inp"], funcs["get_embeddings_layer_inp"],
-                    funcs["model_target_layer_ids"], funcs["model_target_layer_ids_n"],
-                    ext.llama_set_embeddings_nextn, ext.llama_get_embeddings_nextn,
-                    ext.llama_get_embeddings_nextn_ith)
+        raise CaptureUnavailableError(
+            f"llama-cpp-python's llama_cpp_ext bindings are unavailable ({exc}); specviz needs llama-cpp-python 0.3.36"
+        ) from None
+    return LlamaExt(
+        funcs["set_embeddings_layer_inp"],
+        funcs["get_embeddings_layer_inp"],
+        funcs["model_target_layer_ids"],
+        funcs["model_target_layer_ids_n"],
+        ext.llama_set_embeddings_nextn,
+        ext.llama_get_embeddings_nextn,
+        ext.llama_get_embeddings_nextn_ith,
+    )
 
 
 def ext() -> LlamaExt:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import ctypes
 import os
 import time
+import weakref
 from typing import Any, Sequence
 
 import numpy as np
@@ -32,8 +33,14 @@ from .llama import LlamaContext, LlamaModel, _lib
 
 #: Architectures whose MTP graph specviz checks fully: name -> tensors (per NextN block) the graph requires.
 MTP_ARCHS: dict[str, tuple[str, ...]] = {
-    "glm4moe": ("nextn.eh_proj.weight", "nextn.enorm.weight", "nextn.hnorm.weight", "ffn_gate_inp.weight",
-                "attn_norm.weight", "post_attention_norm.weight"),
+    "glm4moe": (
+        "nextn.eh_proj.weight",
+        "nextn.enorm.weight",
+        "nextn.hnorm.weight",
+        "ffn_gate_inp.weight",
+        "attn_norm.weight",
+        "post_attention_norm.weight",
+    ),
 }
 
 
@@ -48,11 +55,15 @@ def mtp_problems(info: GGUFInfo) -> list[str]:
     arch = info.architecture
     n = nextn_layers(info)
     if n == 0:
-        return [f"the model ({arch}) has no NextN (multi-token prediction) layers; mtp needs a model trained "
-                f"with them ({arch}.nextn_predict_layers > 0, as GLM-4.5 ships them)"]
+        return [
+            f"the model ({arch}) has no NextN (multi-token prediction) layers; mtp needs a model trained "
+            f"with them ({arch}.nextn_predict_layers > 0, as GLM-4.5 ships them)"
+        ]
     if arch not in MTP_ARCHS:
-        return [f"the model has {n} NextN layer(s), but specviz's MTP driver supports {', '.join(MTP_ARCHS)} only: "
-                f"llama.cpp's {arch} MTP graph has requirements specviz does not check yet"]
+        return [
+            f"the model has {n} NextN layer(s), but specviz's MTP driver supports {', '.join(MTP_ARCHS)} only: "
+            f"llama.cpp's {arch} MTP graph has requirements specviz does not check yet"
+        ]
     if n != 1:
         return [f"the model has {n} NextN layers; llama.cpp's {arch} MTP graph runs exactly one"]
     n_all = int(info.metadata.get(f"{arch}.block_count", 0))
@@ -73,16 +84,18 @@ class NextNContext:
         if why:
             raise StrategyUnavailableError("; ".join(why), knob="strategy", value="mtp")
         if model.n_layer_nextn < 1:
-            raise StrategyUnavailableError(f"{model.path} was loaded without its NextN layers", knob="strategy",
-                                           value="mtp")
+            raise StrategyUnavailableError(
+                f"{model.path} was loaded without its NextN layers", knob="strategy", value="mtp"
+            )
         lc = _lib()
         self._ext = llama_ext.ext()
         self.model = model
         self.target = target
         self.n_embd = int(lc.llama_model_n_embd_out(model.ptr))
         if self.n_embd != int(lc.llama_model_n_embd_out(target.model.ptr)):
-            raise StrategyUnavailableError("the NextN model's hidden size differs from the target's", knob="strategy",
-                                           value="mtp")
+            raise StrategyUnavailableError(
+                "the NextN model's hidden size differs from the target's", knob="strategy", value="mtp"
+            )
         self.n_vocab = model.n_vocab
         cap = target.capacity
         threads = n_threads or max(1, os.cpu_count() or 1)
@@ -137,8 +150,9 @@ class NextNContext:
                 raise ContextError(f"the MTP batch refused token {tokens[i]} (code {idx})")
             self._pos[0] = start + i
             lc.llama_batch_ext_set_pos(self._batch, idx, self._pos)
-            if not lc.llama_batch_ext_set_embd_token(self._batch, idx,
-                                                     lc.llama_embd(rows[i].ctypes.data_as(fptr), 1, self.n_embd)):
+            if not lc.llama_batch_ext_set_embd_token(
+                self._batch, idx, lc.llama_embd(rows[i].ctypes.data_as(fptr), 1, self.n_embd)
+            ):
                 raise ContextError("the MTP batch refused a hidden-state row")
             if i in want:
                 lc.llama_batch_ext_set_output_logits(self._batch, idx, True)
@@ -192,6 +206,10 @@ class NextNContext:
             pass
 
 
+#: How many live taps keep each target context's hidden-state output on.
+_NEXTN_USERS: weakref.WeakKeyDictionary[LlamaContext, int] = weakref.WeakKeyDictionary()
+
+
 class TargetNextNTap:
     """Switches a target context's per-row hidden-state output on (unmasked: every batch row) and reads it."""
 
@@ -203,7 +221,7 @@ class TargetNextNTap:
         self.n_embd = int(_lib().llama_model_n_embd_out(target.model.ptr))
         # several drafters may hold the output on at once (a successor is built before its predecessor is
         # closed): count them on the context, and switch it off with the last one
-        target._nextn_users = getattr(target, "_nextn_users", 0) + 1
+        _NEXTN_USERS[target] = _NEXTN_USERS.get(target, 0) + 1
         self._ext.set_embeddings_nextn(target.ptr, True, False)
         self._on = True
 
@@ -219,8 +237,8 @@ class TargetNextNTap:
         if not self._on:
             return
         self._on = False
-        self.target._nextn_users = getattr(self.target, "_nextn_users", 1) - 1
-        if self.target._nextn_users <= 0 and getattr(self.target, "_ctx", None) is not None:
+        _NEXTN_USERS[self.target] = _NEXTN_USERS.get(self.target, 1) - 1
+        if _NEXTN_USERS[self.target] <= 0 and getattr(self.target, "_ctx", None) is not None:
             self._ext.set_embeddings_nextn(self.target.ptr, False, False)
 
 

@@ -39,14 +39,21 @@ def eagle3_unusable_reasons(target_ctx: Any, head_path: str | Path) -> list[str]
     """Why this head cannot draft for this target context (empty: it can), without touching llama.cpp."""
     model = target_ctx.model
     arch = model.info.architecture
-    why = eagle3_problems(head_path, target_arch=arch, target_n_layer=model.n_layer, target_n_embd=model.n_embd,
-                          target_n_vocab=model.n_vocab)
+    why = eagle3_problems(
+        head_path,
+        target_arch=arch,
+        target_n_layer=model.n_layer,
+        target_n_embd=model.n_embd,
+        target_n_vocab=model.n_vocab,
+    )
     cap = capture_unavailable_reason(arch)
     if cap is not None:
         why.append(f"the target's hidden states cannot be read: {cap}")
     elif arch == "gemma3" and getattr(target_ctx, "tap", None) is None:
-        why.append("the target context was created without the layer-capture callback (llama.cpp's gemma3 graph "
-                   "records no layer inputs); create it with capture enabled")
+        why.append(
+            "the target context was created without the layer-capture callback (llama.cpp's gemma3 graph "
+            "records no layer inputs); create it with capture enabled"
+        )
     return why
 
 
@@ -63,11 +70,18 @@ class Eagle3Drafter(HiddenStateDrafter):
         """The head path must name an existing file."""
         path = config.get("draft_model") or ""
         if not path:
-            raise KnobError("knob 'draft_model': the eagle3 strategy needs an EAGLE-3 head; pass draft_model=PATH "
-                            "(--draft-model PATH)", knob="draft_model", value=path)
+            raise KnobError(
+                "knob 'draft_model': the eagle3 strategy needs an EAGLE-3 head; pass draft_model=PATH "
+                "(--draft-model PATH)",
+                knob="draft_model",
+                value=path,
+            )
         if not Path(path).is_file():
-            raise KnobError(f"knob 'draft_model': {path!r} does not exist; pass the path of an EAGLE-3 .gguf file",
-                            knob="draft_model", value=path)
+            raise KnobError(
+                f"knob 'draft_model': {path!r} does not exist; pass the path of an EAGLE-3 .gguf file",
+                knob="draft_model",
+                value=path,
+            )
 
     @classmethod
     def check_models(cls, config: dict[str, Any], target_ctx: Any, model: Any) -> None:
@@ -75,10 +89,16 @@ class Eagle3Drafter(HiddenStateDrafter):
         path = config.get("draft_model") or ""
         why = eagle3_unusable_reasons(target_ctx, path)
         if why:
-            err = CaptureUnavailableError if all("hidden states" in w or "capture" in w for w in why) else \
-                StrategyUnavailableError
-            raise err(f"eagle3 cannot use {path} with {target_ctx.model.path.name}: " + "; ".join(why),
-                      knob="draft_model", value=path)
+            err = (
+                CaptureUnavailableError
+                if all("hidden states" in w or "capture" in w for w in why)
+                else StrategyUnavailableError
+            )
+            raise err(
+                f"eagle3 cannot use {path} with {target_ctx.model.path.name}: " + "; ".join(why),
+                knob="draft_model",
+                value=path,
+            )
 
     def __init__(self, resources: DraftResources, **knobs: Any) -> None:
         super().__init__(resources, **knobs)
@@ -105,7 +125,11 @@ class Eagle3Drafter(HiddenStateDrafter):
     def extra_telemetry(self) -> dict[str, Any]:
         """Adds the head's shape, how its features are read and its encoder/decoder time."""
         d = super().extra_telemetry()
-        d["eagle3"] = {"target_layers": list(self.dctx.target_layers), "capture": self.capture.method,
-                       "draft_vocab": self.head_info.n_draft_vocab, "encode_seconds": self.dctx.encode_seconds,
-                       "decode_seconds": self.dctx.decode_seconds}
+        d["eagle3"] = {
+            "target_layers": list(self.dctx.target_layers),
+            "capture": self.capture.method,
+            "draft_vocab": self.head_info.n_draft_vocab,
+            "encode_seconds": self.dctx.encode_seconds,
+            "decode_seconds": self.dctx.decode_seconds,
+        }
         return d

@@ -70,19 +70,19 @@ class HiddenStateDrafter(Drafter):
         self.n_vocab = resources.target.n_vocab
         self.dctx: Any = None
         self.vocab_ids: np.ndarray | None = None
-        self._n_pairs = 0                     # pairs written for target positions 0 .. _n_pairs - 1
-        self._pending_start = 0               # target position of the first state row waiting for its pair
+        self._n_pairs = 0  # pairs written for target positions 0 .. _n_pairs - 1
+        self._pending_start = 0  # target position of the first state row waiting for its pair
         self._pending = np.zeros((0, 0), dtype=np.float32)
-        self._hist_len = 0                    # history length at the last begin / sync
-        self._dirty = True                    # the pairs and states must be rebuilt from the target
-        self._eval_mark = -1                  # target eval_count when the next eval is the verify batch
+        self._hist_len = 0  # history length at the last begin / sync
+        self._dirty = True  # the pairs and states must be rebuilt from the target
+        self._eval_mark = -1  # target eval_count when the next eval is the verify batch
         self._init_evals = self.target_ctx.eval_count
         self._rollbacks: list[tuple[int, int]] = []
         self._last_draft: list[int] = []
         self._round_start = 0
         self.model_seconds = 0.0
         self.model_tokens = 0
-        self.catch_up_tokens = 0              # target positions re-evaluated to recover states
+        self.catch_up_tokens = 0  # target positions re-evaluated to recover states
         self.coverage = {"committed": 0, "expressible": 0, "rejections": 0, "rejections_expressible": 0}
 
     # -- to implement ------------------------------------------------------------------------------
@@ -103,8 +103,10 @@ class HiddenStateDrafter(Drafter):
     def _state_of(self, p: int) -> np.ndarray:
         i = p - self._pending_start
         if not 0 <= i < self._pending.shape[0]:
-            raise ContextError(f"internal: no target state for position {p} (have {self._pending_start}.."
-                               f"{self._pending_start + self._pending.shape[0] - 1})")
+            raise ContextError(
+                f"internal: no target state for position {p} (have {self._pending_start}.."
+                f"{self._pending_start + self._pending.shape[0] - 1})"
+            )
         return self._pending[i]
 
     def _write_pairs(self, history: Sequence[int], upto: int) -> None:
@@ -128,8 +130,10 @@ class HiddenStateDrafter(Drafter):
         n_committed = len(history) - 1
         tgt = self.target_ctx
         if tgt.kv_len() != n_committed:
-            raise ContextError(f"the target cache holds {tgt.kv_len()} positions, the history {n_committed}; "
-                               "the hidden-state drafter cannot catch up")
+            raise ContextError(
+                f"the target cache holds {tgt.kv_len()} positions, the history {n_committed}; "
+                "the hidden-state drafter cannot catch up"
+            )
         start = self._n_pairs
         if n_committed - start <= 0:
             self._dirty = False
@@ -138,7 +142,7 @@ class HiddenStateDrafter(Drafter):
         rows = []
         tgt.truncate(start)
         for a in range(start, n_committed, nb):
-            chunk = [int(t) for t in history[a:min(a + nb, n_committed)]]
+            chunk = [int(t) for t in history[a : min(a + nb, n_committed)]]
             tgt.eval(chunk, a, rows="none")
             rows.append(self._states(len(chunk)))
         self.catch_up_tokens += n_committed - start
@@ -163,8 +167,11 @@ class HiddenStateDrafter(Drafter):
         n_committed = len(history) - 1
         tgt = self.target_ctx
         # cheap path: the session has just evaluated the prompt in one batch with our outputs switched on
-        if (0 < n_committed <= tgt.capacity.n_batch and tgt.eval_count == self._init_evals + 1
-                and tgt.kv_len() == n_committed):
+        if (
+            0 < n_committed <= tgt.capacity.n_batch
+            and tgt.eval_count == self._init_evals + 1
+            and tgt.kv_len() == n_committed
+        ):
             self._set_pending(0, self._states(n_committed))
             self._dirty = False
             self._complete(history)
@@ -290,17 +297,22 @@ class HiddenStateDrafter(Drafter):
         c = self.coverage
         d: dict[str, Any] = {
             "draft_model": str(self.res.model.path) if self.res.model is not None else None,
-            "draft_model_seconds": self.model_seconds, "draft_model_tokens": self.model_tokens,
+            "draft_model_seconds": self.model_seconds,
+            "draft_model_tokens": self.model_tokens,
             "draft_model_tokens_per_second": self.model_tokens / self.model_seconds if self.model_seconds else 0.0,
-            "draft_kv": self.kv_length(), "catch_up_tokens": self.catch_up_tokens,
+            "draft_kv": self.kv_length(),
+            "catch_up_tokens": self.catch_up_tokens,
         }
         if self.vocab_ids is not None:
             d["vocab_coverage"] = {
-                "draft_vocab": int(self.vocab_ids.shape[0]), "target_vocab": int(self.n_vocab),
+                "draft_vocab": int(self.vocab_ids.shape[0]),
+                "target_vocab": int(self.n_vocab),
                 "vocab_share": float(self.vocab_ids.shape[0]) / self.n_vocab,
-                "committed": c["committed"], "expressible": c["expressible"],
+                "committed": c["committed"],
+                "expressible": c["expressible"],
                 "committed_share": c["expressible"] / c["committed"] if c["committed"] else None,
-                "rejections": c["rejections"], "rejections_expressible": c["rejections_expressible"],
+                "rejections": c["rejections"],
+                "rejections_expressible": c["rejections_expressible"],
                 "rejection_share": c["rejections_expressible"] / c["rejections"] if c["rejections"] else None,
             }
         return d
@@ -315,12 +327,16 @@ class HiddenStateDrafter(Drafter):
 
     def context_state(self) -> bytes:
         """The drafter's context, its pair count and the states waiting for their pairs (for snapshots)."""
-        if self._dirty:
-            head = {"dirty": True}
-            return json.dumps(head).encode()
-        head = {"dirty": False, "n_pairs": self._n_pairs, "hist_len": self._hist_len,
-                "pending_start": self._pending_start, "pending_shape": list(self._pending.shape),
-                "pending": base64.b64encode(self._pending.astype("<f4").tobytes()).decode()}
+        if self._dirty:  # nothing worth saving: the restored drafter catches up from the target
+            return json.dumps({"dirty": True}).encode()
+        head: dict[str, Any] = {
+            "dirty": False,
+            "n_pairs": self._n_pairs,
+            "hist_len": self._hist_len,
+            "pending_start": self._pending_start,
+            "pending_shape": list(self._pending.shape),
+            "pending": base64.b64encode(self._pending.astype("<f4").tobytes()).decode(),
+        }
         hb = json.dumps(head).encode()
         return len(hb).to_bytes(8, "little") + hb + self.dctx.state()
 
@@ -331,15 +347,17 @@ class HiddenStateDrafter(Drafter):
             return
         try:
             n = int.from_bytes(blob[:8], "little")
-            head = json.loads(blob[8:8 + n])
+            head = json.loads(blob[8 : 8 + n])
             shape = tuple(int(x) for x in head["pending_shape"])
             rows = np.frombuffer(base64.b64decode(head["pending"]), dtype="<f4").reshape(shape).astype(np.float32)
             n_pairs, hist_len, start = int(head["n_pairs"]), int(head["hist_len"]), int(head["pending_start"])
         except (ValueError, KeyError, TypeError) as exc:
             raise SnapshotError(f"the {self.name} drafter's state is malformed ({exc})") from None
         if not 0 <= n_pairs <= hist_len or start != n_pairs:
-            raise SnapshotError(f"the {self.name} drafter's state is inconsistent (pairs {n_pairs}, history {hist_len})")
-        self.dctx.load_state(blob[8 + n:])
+            raise SnapshotError(
+                f"the {self.name} drafter's state is inconsistent (pairs {n_pairs}, history {hist_len})"
+            )
+        self.dctx.load_state(blob[8 + n :])
         self._n_pairs, self._hist_len = n_pairs, hist_len
         self._set_pending(start, rows)
         self._dirty = False

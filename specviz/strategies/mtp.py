@@ -27,8 +27,13 @@ from .base import DraftResources
 from .hidden_state import HiddenStateDrafter
 from .knobs import DRAFT_P_MIN_KNOB
 
-MTP_MODEL_KNOB = Knob("draft_model", str, "", "GGUF holding the NextN layers (empty: the target's own)",
-                      aliases=("--model-draft", "--spec-draft-model", "-md"))
+MTP_MODEL_KNOB = Knob(
+    "draft_model",
+    str,
+    "",
+    "GGUF holding the NextN layers (empty: the target's own)",
+    aliases=("--model-draft", "--spec-draft-model", "-md"),
+)
 
 
 class MtpDrafter(HiddenStateDrafter):
@@ -46,8 +51,12 @@ class MtpDrafter(HiddenStateDrafter):
         """A given NextN GGUF must exist."""
         path = config.get("draft_model") or ""
         if path and not Path(path).is_file():
-            raise KnobError(f"knob 'draft_model': {path!r} does not exist; pass a .gguf file with NextN layers, or "
-                            "nothing to use the target's own", knob="draft_model", value=path)
+            raise KnobError(
+                f"knob 'draft_model': {path!r} does not exist; pass a .gguf file with NextN layers, or "
+                "nothing to use the target's own",
+                knob="draft_model",
+                value=path,
+            )
 
     @classmethod
     def check_models(cls, config: dict[str, Any], target_ctx: Any, model: Any) -> None:
@@ -55,10 +64,13 @@ class MtpDrafter(HiddenStateDrafter):
         m = model if model is not None else target_ctx.model
         why = mtp_problems(m.info)
         if not why and m.info.architecture != target_ctx.model.info.architecture:
-            why = [f"the NextN model is a {m.info.architecture!r} model, the target {target_ctx.model.info.architecture!r}"]
+            why = [
+                f"the NextN model is a {m.info.architecture!r} model, the target {target_ctx.model.info.architecture!r}"
+            ]
         if why:
-            raise StrategyUnavailableError(f"mtp cannot draft with {m.path.name}: " + "; ".join(why),
-                                           knob="strategy", value="mtp")
+            raise StrategyUnavailableError(
+                f"mtp cannot draft with {m.path.name}: " + "; ".join(why), knob="strategy", value="mtp"
+            )
 
     def __init__(self, resources: DraftResources, **knobs: Any) -> None:
         super().__init__(resources, **knobs)
