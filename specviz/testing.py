@@ -177,7 +177,8 @@ def write_tiny_eagle3(path: str | Path, target: str | Path, *, seed: int = 0, n_
 
 def write_tiny_nextn(path: str | Path, *, seed: int = 0, vocab_size: int = 320, n_embd: int = 64, n_layer: int = 2,
                      n_head: int = 4, n_head_kv: int = 2, n_ff: int = 128, n_expert: int = 2, n_ff_exp: int = 32,
-                     context_length: int = 2048, scale: float = 1.0, nextn: bool = True) -> Path:
+                     context_length: int = 2048, scale: float = 1.0, nextn: bool = True, block_scale: float = 1.0,
+                     binary: tuple[int, int] | None = None) -> Path:
     """Write a tiny ``glm4moe`` GGUF with one NextN (multi-token prediction) layer; return the path.
 
     The trunk has ``n_layer`` dense blocks (``leading_dense_block_count`` covers them all, so no trunk
@@ -185,6 +186,9 @@ def write_tiny_nextn(path: str | Path, *, seed: int = 0, vocab_size: int = 320, 
     glm4moe MTP graph requires (``n_expert`` routed experts, one used, one shared expert), with the
     ``nextn.eh_proj``, ``nextn.enorm``, ``nextn.hnorm`` and ``nextn.shared_head_norm`` tensors. The
     vocabulary is the tiny llama one. ``nextn=False`` writes the same trunk without the NextN block.
+    ``block_scale`` scales the trunk blocks' output projections. ``binary=(A, B)`` makes the output head
+    able to say only A or B (A after B and B after A when ``block_scale`` is small): the NextN block,
+    which shares that head, then guesses between two tokens, so drafts are partly accepted.
     """
     import gguf
 
@@ -230,20 +234,27 @@ def write_tiny_nextn(path: str | Path, *, seed: int = 0, vocab_size: int = 320, 
     w.add_unk_token_id(0)
     w.add_add_bos_token(True)
     w.add_add_eos_token(False)
-    w.add_tensor("token_embd.weight", mat(vocab_size, n_embd, s=1.0))
+    emb = mat(vocab_size, n_embd, s=1.0)
+    out = mat(vocab_size, n_embd, s=0.5)
+    if binary is not None:
+        a, b = binary
+        out = np.zeros_like(out)
+        out[a] = emb[b] - emb[a]
+        out[b] = emb[a] - emb[b]
+    w.add_tensor("token_embd.weight", emb)
     w.add_tensor("output_norm.weight", ones(n_embd))
-    w.add_tensor("output.weight", mat(vocab_size, n_embd, s=0.5))
+    w.add_tensor("output.weight", out)
     for i in range(n_all):
         w.add_tensor(f"blk.{i}.attn_norm.weight", ones(n_embd))
         w.add_tensor(f"blk.{i}.attn_q.weight", mat(n_q, n_embd))
         w.add_tensor(f"blk.{i}.attn_k.weight", mat(n_kv, n_embd))
         w.add_tensor(f"blk.{i}.attn_v.weight", mat(n_kv, n_embd))
-        w.add_tensor(f"blk.{i}.attn_output.weight", mat(n_embd, n_q, s=0.1))
+        w.add_tensor(f"blk.{i}.attn_output.weight", mat(n_embd, n_q, s=0.1 * (block_scale if i < n_layer else 1)))
         w.add_tensor(f"blk.{i}.post_attention_norm.weight", ones(n_embd))
         if i < n_layer:
             w.add_tensor(f"blk.{i}.ffn_gate.weight", mat(n_ff, n_embd, s=0.2))
             w.add_tensor(f"blk.{i}.ffn_up.weight", mat(n_ff, n_embd, s=0.2))
-            w.add_tensor(f"blk.{i}.ffn_down.weight", mat(n_embd, n_ff, s=0.1))
+            w.add_tensor(f"blk.{i}.ffn_down.weight", mat(n_embd, n_ff, s=0.1 * block_scale))
             continue
         w.add_tensor(f"blk.{i}.ffn_gate_inp.weight", mat(n_expert, n_embd))
         w.add_tensor(f"blk.{i}.exp_probs_b.bias", np.zeros(n_expert, dtype=np.float32))
