@@ -195,6 +195,26 @@ def _tokenizer_values(target: Path) -> tuple[int, list[tuple[str, int, int | Non
     return tok, out
 
 
+#: Storage types of a head's matrices -> llama.cpp file type id.
+_DTYPES = {"f32": 0, "f16": 1, "q8_0": 7}
+
+
+def _add_matrix(w: object, name: str, a: np.ndarray, dtype: str) -> None:
+    """Add one tensor: vectors (norms) as f32, matrices in ``dtype``."""
+    from gguf import GGMLQuantizationType, quants
+
+    if a.ndim < 2 or dtype == "f32":
+        w.add_tensor(name, a)  # type: ignore[attr-defined]
+    elif dtype == "f16":
+        w.add_tensor(name, a.astype(np.float16))  # type: ignore[attr-defined]
+    else:
+        if a.shape[-1] % 32:
+            w.add_tensor(name, a.astype(np.float16))  # type: ignore[attr-defined]  # Q8_0 needs rows of 32k
+            return
+        q = quants.quantize(a, GGMLQuantizationType.Q8_0)
+        w.add_tensor(name, q, raw_shape=q.shape, raw_dtype=GGMLQuantizationType.Q8_0)  # type: ignore[attr-defined]
+
+
 def write_eagle3_head(
     path: str | Path,
     target: str | Path,
@@ -203,18 +223,25 @@ def write_eagle3_head(
     *,
     name: str = "specviz eagle3 head",
     extra_metadata: Mapping[str, object] | None = None,
+    dtype: str = "f32",
 ) -> Path:
     """Write an EAGLE-3 head GGUF to ``path`` with the tokenizer of the ``target`` GGUF.
 
     ``weights`` maps GGUF tensor names to numpy arrays of the shapes :func:`random_eagle3_weights`
-    produces (float tensors are written as f32). The file is written next to ``path`` and renamed, so
-    a failure leaves nothing half-written. ``extra_metadata`` adds ``specviz.*`` string/number keys.
+    produces. ``dtype`` is the storage of the matrices: ``f32``, ``f16`` or ``q8_0`` (norms stay f32, as
+    llama.cpp's converters keep them). On a CPU a one-token step reads every weight once, so a smaller
+    type makes the head's step proportionally cheaper. The file is written next to ``path`` and
+    renamed, so a failure leaves nothing half-written. ``extra_metadata`` adds ``specviz.*`` keys.
     """
     from gguf import GGUFValueType
 
     from .derive import _raw_writer_class, _RawValue
 
     cfg.check()
+    if dtype not in _DTYPES:
+        raise KnobError(
+            f"dtype {dtype!r} is not allowed; choose one of {', '.join(_DTYPES)}", knob="dtype", value=dtype
+        )
     path, target = Path(path), Path(target)
     if not target.is_file():
         raise ModelNotFoundError(f"target model {str(target)!r} does not exist; pass the target's .gguf file")
@@ -252,7 +279,7 @@ def write_eagle3_head(
         w.add_rope_dimension_count(cfg.head_dim)
         w.add_rope_freq_base(cfg.rope_freq_base)
         w.add_layer_norm_rms_eps(cfg.rms_eps)
-        w.add_file_type(0)
+        w.add_file_type(_DTYPES[dtype])
         w.add_key_value(
             f"{EAGLE3_ARCH}.target_layers",
             [int(x) for x in cfg.target_layers],
@@ -279,7 +306,7 @@ def write_eagle3_head(
                 GGUFValueType(sub) if sub is not None else None,
             )
         for k in shapes:
-            w.add_tensor(k, np.ascontiguousarray(weights[k], dtype=np.float32))
+            _add_matrix(w, k, np.ascontiguousarray(weights[k], dtype=np.float32), dtype)
         w.add_tensor("d2t", np.asarray(cfg.d2t, dtype=np.int64))
         w.write_header_to_file()
         w.write_kv_data_to_file()
