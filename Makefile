@@ -34,7 +34,12 @@ $(STAMP): pyproject.toml Makefile tools/llama_cmake_args.py
 demo: install
 	$(PY) examples/serve_inspector.py
 
+# the front-end's reducer and chart specifications under node's own test runner (no npm packages), then pytest
+# lint and types first (seconds), then the front-end's node tests, then the whole Python suite
 test: install
+	$(VENV)/bin/ruff check specviz
+	$(VENV)/bin/mypy
+	node --test widgets/tests/
 	$(PY) -m pytest -ra
 
 bench: install
