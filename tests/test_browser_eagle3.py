@@ -40,5 +40,6 @@ def test_an_eagle3_session_shows_its_context_and_vocabulary_coverage(browser):
     assert "60% of rejections expressible" in stats.inner_text()
     assert page.locator(".sv-pill-strategy").inner_text() == "eagle3"
     # the head's own context is drawn next to the target's in the KV timeline
-    legend = page.locator(".sv-kv").inner_text()
+    page.wait_for_function(f"document.querySelector('.specviz-inspector').dataset.chartRounds === '{len(groups) - 1}'")
+    legend = page.locator('.sv-chart-card[data-chart="kv"] .sv-chart-legend').inner_text()
     assert "draft ctx: committed" in legend and "draft ctx: rolled back" in legend
