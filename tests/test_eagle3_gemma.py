@@ -90,7 +90,12 @@ print("survived")
 
 def test_the_guarded_call_really_aborts_gemma3(tmp_path):
     """Why the guard matters: llama.cpp's own layer taps on gemma3 abort the whole process."""
+    def no_core_dump() -> None:  # the child aborts on purpose; leave no core file behind
+        import resource
+
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+
     r = subprocess.run([sys.executable, "-c", textwrap.dedent(_RAW_ABORT)], capture_output=True, text=True,
-                       timeout=300)
+                       timeout=300, preexec_fn=no_core_dump)
     assert r.returncode != 0 and "survived" not in r.stdout
     assert "layer input tensor is null" in r.stderr or r.returncode < 0
