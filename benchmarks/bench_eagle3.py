@@ -88,10 +88,9 @@ def capture_overhead(model: LlamaModel, toks: list[int], repeats: int, n_threads
                     cap.features(n)
                 if r >= 2:  # two warm-up rounds
                     times[name].append(time.perf_counter() - t)
-        ref = _median_ms(times["off"])
-        for name in variants:
-            ms = _median_ms(times[name])
-            out.append({"batch": n, "variant": name, "ms": ms, "overhead_pct": 100 * (ms / ref - 1)})
+        for name in variants:  # per-repeat ratios against "off", timed back to back
+            ratio = statistics.median(x / y for x, y in zip(times[name], times["off"]))
+            out.append({"batch": n, "variant": name, "ms": _median_ms(times[name]), "overhead_pct": 100 * (ratio - 1)})
     cap.close()
     for ctx in variants.values():
         ctx.close()
@@ -100,20 +99,14 @@ def capture_overhead(model: LlamaModel, toks: list[int], repeats: int, n_threads
 
 def draft_step_cost(model: LlamaModel, toks: list[int], vocab_sizes: list[int], dtypes: list[str], repeats: int,
                     n_threads: int, folder: Path) -> list[dict]:
+    """Every head's step and encoder, and the target's one-token decode, timed in the same loop (each repeat
+    times them all back to back), so that machine drift hits them alike; ratios are medians of per-repeat
+    ratios."""
     target = LlamaContext(model, n_ctx=1024, n_batch=64, n_ubatch=64, n_threads=n_threads)
     base = 48
     target.eval(toks[:base], 0, rows="last")
-    times_t: list[float] = []
-    for r in range(repeats + 2):
-        target.truncate(base)
-        t = time.perf_counter()
-        target.eval([toks[base]], base, rows="all")
-        if r >= 2:
-            times_t.append(time.perf_counter() - t)
-    target_ms = _median_ms(times_t)
-    rows = [{"what": "target one-token decode", "draft_vocab": None, "dtype": "Q4_K_M", "ms": target_ms,
-             "of_target_pct": 100.0}]
     rng = np.random.default_rng(0)
+    heads = []
     for nv, dtype in [(nv, dt) for nv in vocab_sizes for dt in dtypes]:
         d2t = tuple(int(x) for x in np.sort(rng.choice(model.n_vocab, size=nv, replace=False)))
         cfg = Eagle3HeadConfig(n_embd=model.n_embd, n_head=4, n_head_kv=1, n_ff=2048, target_hidden=model.n_embd,
@@ -122,18 +115,25 @@ def draft_step_cost(model: LlamaModel, toks: list[int], vocab_sizes: list[int], 
                                  random_eagle3_weights(cfg), dtype=dtype)
         head = LlamaModel(path)
         e = Eagle3Context(head, target, n_threads=n_threads)
-        ids = np.asarray(d2t, dtype=np.int64)
         g = rng.standard_normal((base, model.n_embd)).astype(np.float32)
         e.decode(toks[1:base + 1], g, 0)
-        feats = rng.standard_normal((8, 3 * model.n_embd)).astype(np.float32)
-        step, step_choose, enc1, enc8 = [], [], [], []
-        for r in range(repeats + 2):
+        heads.append({"vocab": nv, "dtype": dtype, "model": head, "ctx": e, "ids": np.asarray(d2t, dtype=np.int64),
+                      "g": g, "t": {"step": [], "choose": [], "enc1": [], "enc8": []}})
+    feats = rng.standard_normal((8, 3 * model.n_embd)).astype(np.float32)
+    t_target: list[float] = []
+    for r in range(repeats + 2):
+        target.truncate(base)
+        t = time.perf_counter()
+        target.eval([toks[base]], base, rows="all")
+        if r >= 2:
+            t_target.append(time.perf_counter() - t)
+        for hd in heads:
+            e, ids = hd["ctx"], hd["ids"]
             e.truncate(base)
             t = time.perf_counter()
-            e.decode([toks[base]], g[:1], base, outputs=[0])
+            e.decode([toks[base]], hd["g"][:1], base, outputs=[0])
             t1 = time.perf_counter()
-            row = e.logits(0)
-            sub = row[ids]
+            sub = e.logits(0)[ids]
             int(ids[int(np.argmax(sub))])
             e.prenorm(0)
             t2 = time.perf_counter()
@@ -142,17 +142,20 @@ def draft_step_cost(model: LlamaModel, toks: list[int], vocab_sizes: list[int], 
             e.encode(feats)
             t4 = time.perf_counter()
             if r >= 2:
-                step.append(t1 - t)
-                step_choose.append(t2 - t)
-                enc1.append(t3 - t2)
-                enc8.append(t4 - t3)
-        for what, xs in (("head draft step (decode)", step), ("head draft step + greedy choice", step_choose),
-                         ("encoder, 1 row", enc1), ("encoder, 8 rows", enc8)):
-            ms = _median_ms(xs)
-            pct = 100 * ms / target_ms
-            rows.append({"what": what, "draft_vocab": nv, "dtype": dtype, "ms": ms, "of_target_pct": pct})
-        e.close()
-        head.close()
+                for k, v in (("step", t1 - t), ("choose", t2 - t), ("enc1", t3 - t2), ("enc8", t4 - t3)):
+                    hd["t"][k].append(v)
+    target_ms = _median_ms(t_target)
+    rows = [{"what": "target one-token decode", "draft_vocab": None, "dtype": "Q4_K_M", "ms": target_ms,
+             "of_target_pct": 100.0}]
+    for hd in heads:
+        for key, what in (("step", "head draft step (decode)"), ("choose", "head draft step + greedy choice"),
+                          ("enc1", "encoder, 1 row"), ("enc8", "encoder, 8 rows")):
+            xs = hd["t"][key]
+            ratio = statistics.median(x / y for x, y in zip(xs, t_target))
+            rows.append({"what": what, "draft_vocab": hd["vocab"], "dtype": hd["dtype"], "ms": _median_ms(xs),
+                         "of_target_pct": 100 * ratio})
+        hd["ctx"].close()
+        hd["model"].close()
     target.close()
     return rows
 
@@ -162,7 +165,8 @@ def main(argv=None) -> int:
     ap.add_argument("--repeats", type=int, default=41)
     ap.add_argument("--vocab", default="8192,16384,32768")
     ap.add_argument("--dtype", default="f32,q8_0", help="storage of the heads' matrices: f32, f16, q8_0")
-    ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--threads", type=int, default=os.cpu_count() or 1,
+                    help="threads per context (1 avoids llama.cpp's thread barriers stalling on a busy machine)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     vocab_sizes = [int(x) for x in args.vocab.split(",")]
