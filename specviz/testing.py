@@ -6,6 +6,10 @@ Greedy decoding of such a model quickly falls into loops, which makes it a good 
 drafting. Two models written with the same ``vocab_size`` share a vocabulary (usable as a target and
 a draft); ``layers_from`` lets a draft reuse the target's embedding and output weights so that the two
 agree often.
+
+:func:`write_tiny_eagle3` writes a random EAGLE-3 head for such a target (llama.cpp's ``eagle3``
+architecture, a reduced draft vocabulary in ``d2t``) and :func:`write_tiny_nextn` a tiny ``glm4moe``
+model with one NextN (multi-token prediction) layer, both in milliseconds.
 """
 
 from __future__ import annotations

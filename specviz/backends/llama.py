@@ -199,7 +199,13 @@ class LlamaModel:
 
 
 class LlamaContext:
-    """One llama.cpp context (sequence 0) over a :class:`LlamaModel`."""
+    """One llama.cpp context (sequence 0) over a :class:`LlamaModel`.
+
+    ``capture``: whether to install the layer-capture eval callback (:mod:`specviz.backends.capture`), which
+    llama.cpp accepts only at creation. ``None`` (the default) installs it, switched off, on architectures
+    whose layer inputs only it can read (``gemma3``) unless ``SPECVIZ_CAPTURE_SHIM=0``; ``True`` installs it
+    wherever its tensor names are known (or raises); ``False`` never. :attr:`eval_count` counts decodes.
+    """
 
     def __init__(self, model: LlamaModel, *, n_ctx: int = 4096, n_batch: int = 512, n_ubatch: int = 512,
                  n_threads: int | None = None, capture: bool | None = None) -> None:
