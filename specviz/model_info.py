@@ -17,9 +17,7 @@ from typing import Any
 
 from .backends.capture import capture_method, capture_unavailable_reason
 from .backends.eagle3 import eagle3_problems, read_eagle3_head
-from .backends.gguf_check import check_gguf
 from .backends.mtp import mtp_problems, nextn_layers
-from .errors import SpecvizError
 from .models import resolve_model
 
 __all__ = ["ModelInfo", "StrategyFit", "model_info"]
@@ -247,12 +245,3 @@ def model_info(model: str | os.PathLike | None = None, draft_model: str | os.Pat
         if draft is not None:
             draft.close()
         target.close()
-
-
-def check_info_paths(model: str | None, draft_model: str | None) -> None:
-    """Refuse missing paths before any model loads (for the CLI)."""
-    for flag, p in (("MODEL", model), ("--draft-model", draft_model)):
-        if p is not None and not Path(p).is_file():
-            raise SpecvizError(f"{flag} {p!r} does not exist; pass the path of a .gguf file")
-    if draft_model is not None:
-        check_gguf(draft_model)
