@@ -14,15 +14,44 @@ from here::
 from __future__ import annotations
 
 from .config import Knob, Schema
-from .errors import (ContextError, EmbeddedModelError, KnobError, ModelError, ModelFormatError,
-                     ModelNotFoundError, OptionConflictError, SessionStateError, SnapshotError, SpecvizError,
-                     StrategyError, VocabularyMismatchError)
-from .events import (Accepted, Alternative, DraftProposed, Event, Finished, KnobsChanged, KVRollback, Rejected,
-                     Round, SessionStarted, Telemetry as TelemetryEvent, Verified, event_from_dict)
+from .equivalence import check_equivalence
+from .errors import (
+    ContextError,
+    EmbeddedModelError,
+    KnobError,
+    ModelError,
+    ModelFormatError,
+    ModelNotFoundError,
+    OptionConflictError,
+    SessionStateError,
+    SnapshotError,
+    SpecvizError,
+    StrategyError,
+    VocabularyMismatchError,
+)
+from .events import (
+    Accepted,
+    Alternative,
+    DraftProposed,
+    Event,
+    Finished,
+    KnobsChanged,
+    KVRollback,
+    Rejected,
+    Round,
+    SessionStarted,
+    Verified,
+    event_from_dict,
+)
+from .events import Telemetry as TelemetryEvent
 from .models import default_model_path
 from .recorder import Recorder, iter_rounds, read_events
 from .session import Session
-from .strategies import Draft, Drafter, strategy_class, strategy_names, strategy_schema
+from .strategies import Draft, Drafter, DraftResources, strategy_class, strategy_names, strategy_schema
+from .strategies.draft_model import DraftModelDrafter
+from .strategies.ngram_cache import NgramCacheDrafter
+from .strategies.ngram_map import NgramMapK4VDrafter, NgramMapKDrafter
+from .strategies.ngram_mod import NgramModDrafter
 from .strategies.ngram_simple import NgramSimpleDrafter
 from .strategies.none import NoDrafter
 from .strategies.prompt_lookup import PromptLookupDrafter
@@ -42,8 +71,9 @@ def __getattr__(name: str):
 
 __all__ = [
     "Session", "Inspector", "Telemetry", "Recorder", "read_events", "iter_rounds", "default_model_path",
-    "Knob", "Schema", "Drafter", "Draft", "NoDrafter", "PromptLookupDrafter", "NgramSimpleDrafter",
-    "strategy_names", "strategy_class", "strategy_schema",
+    "check_equivalence", "Knob", "Schema", "Drafter", "Draft", "DraftResources", "NoDrafter", "PromptLookupDrafter",
+    "NgramSimpleDrafter", "NgramMapKDrafter", "NgramMapK4VDrafter", "NgramModDrafter", "NgramCacheDrafter",
+    "DraftModelDrafter", "strategy_names", "strategy_class", "strategy_schema",
     "Event", "SessionStarted", "DraftProposed", "Verified", "Accepted", "Rejected", "Alternative", "KVRollback",
     "KnobsChanged", "TelemetryEvent", "Finished", "Round", "event_from_dict",
     "SpecvizError", "ModelError", "ModelNotFoundError", "ModelFormatError", "EmbeddedModelError", "ContextError",

@@ -126,7 +126,7 @@ def run_bench(session: Session, *, strategies: Sequence[str] | None = None, kind
                                    t["seconds"], copied=copied_fraction(session.prompt_tokens, session.tokens))
                     if strat == "none":
                         partner = run
-                    elif partner.tokens_per_second > 0:
+                    elif partner is not None and partner.tokens_per_second > 0:
                         run.paired_speedup = run.tokens_per_second / partner.tokens_per_second
                     runs[strat].append(run)
             if progress:

@@ -13,7 +13,7 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, NoReturn, Sequence
 
 from .config import SESSION_KNOBS, Knob
 from .errors import KnobError, SpecvizError
@@ -25,17 +25,42 @@ class UsageError(Exception):
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # one line, no usage dump, status 2
+    def error(self, message: str) -> NoReturn:  # one line, no usage dump, status 2
         raise UsageError(message)
 
 
 def _all_knobs() -> dict[str, Knob]:
-    """Every knob of every strategy by name (the first declaration wins for flags)."""
+    """Every knob of every strategy by name (the first declaration gives the help text)."""
     out: dict[str, Knob] = {k.name: k for k in SESSION_KNOBS}
     for name in strategy_names():
         for k in strategy_class(name).knobs:
             out.setdefault(k.name, k)
     return out
+
+
+def _strategy_flags() -> dict[str, tuple[str, str]]:
+    """llama.cpp's per-type spellings (``--spec-ngram-map-k-size-n`` …): flag -> (strategy, knob)."""
+    out: dict[str, tuple[str, str]] = {}
+    for name in strategy_names():
+        for k in strategy_class(name).knobs:
+            for alias in k.aliases:
+                if alias.startswith(f"--spec-{name}-"):
+                    out[alias] = (name, k.name)
+    return out
+
+
+def _general_flags(knob: Knob) -> list[str]:
+    """A knob's flag and every alias of any declaration of it that is not tied to one strategy."""
+    flags = [knob.flag]
+    for name in strategy_names():
+        for k in (*SESSION_KNOBS, *strategy_class(name).knobs):
+            if k.name == knob.name:
+                flags += [a for a in k.aliases if not a.startswith(f"--spec-{name}-") and a not in flags]
+    return flags
+
+
+#: llama.cpp's ``--spec-type`` names for the strategies whose specviz name differs.
+SPEC_TYPES = {"draft-simple": "draft", "draft-eagle3": "eagle3", "draft-mtp": "mtp"}
 
 
 def _add_generation_options(p: argparse.ArgumentParser, *, strategy_default: str | None) -> None:
@@ -54,14 +79,19 @@ def _add_generation_options(p: argparse.ArgumentParser, *, strategy_default: str
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--prompt-lookup", nargs="?", const=True, default=None, metavar="MAX_NGRAM",
                    help="use prompt lookup (the runner's spelling); optional largest n-gram size")
+    p.add_argument("--spec-type", default=None, metavar="TYPE",
+                   help="llama.cpp's spelling of --strategy (draft-simple, draft-eagle3, draft-mtp, ngram-* ...)")
     seen: set[str] = {"--prompt-lookup"}
     for knob in _all_knobs().values():
-        flags = [f for f in (knob.flag,) + knob.aliases if f not in seen]
+        flags = [f for f in _general_flags(knob) if f not in seen]
         seen.update(flags)
         if flags:
-            extra = {"nargs": "?", "const": "true"} if knob.type is bool else {}
+            extra: dict[str, Any] = {"nargs": "?", "const": "true"} if knob.type is bool else {}
             p.add_argument(*flags, dest="knob_" + knob.name, default=None, metavar=knob.type.__name__.upper(),
                            help=f"{knob.help} ({knob.describe_range()}; default {knob.default})", **extra)
+    for flag, (strategy, name) in _strategy_flags().items():
+        p.add_argument(flag, dest=f"spec_{strategy}_{name}", default=None, metavar="N",
+                       help=f"llama.cpp's spelling of --{name.replace('_', '-')} for --strategy {strategy}")
     p.add_argument("--adaptive-draft-count", action="store_true",
                    help="the runner's spelling of --draft-policy adaptive")
     p.add_argument("--no-align-proposals", action="store_true",
@@ -83,6 +113,19 @@ def _generation_config(args: argparse.Namespace, *, warn) -> dict[str, Any]:
     """Validate the generation options into keyword arguments for Session.start (no model loaded)."""
     strategy = args.strategy
     knob_values: dict[str, Any] = {}
+    if args.spec_type is not None:
+        spec = SPEC_TYPES.get(args.spec_type, args.spec_type)
+        if "," in args.spec_type:
+            raise UsageError(f"option --spec-type: {args.spec_type!r} names several types; specviz drafts with one "
+                             "strategy per round: give one")
+        if spec not in strategy_names():
+            names = [n for n in strategy_names() if n not in SPEC_TYPES.values()]
+            names += [t for t, n in SPEC_TYPES.items() if n in strategy_names()]
+            raise UsageError(f"option --spec-type: {args.spec_type!r} is not allowed; choose one of: "
+                             f"{', '.join(sorted(names))}")
+        if strategy not in (None, spec):
+            raise UsageError(f"option --spec-type {args.spec_type} conflicts with --strategy {strategy}; use one")
+        strategy = spec
     if args.prompt_lookup is not None:
         if strategy not in (None, "prompt-lookup"):
             raise UsageError(f"option --prompt-lookup conflicts with --strategy {strategy}; use one of them")
@@ -108,7 +151,8 @@ def _generation_config(args: argparse.Namespace, *, warn) -> dict[str, Any]:
             strategy = "draft"
     strategy = strategy or "prompt-lookup"
     if strategy not in strategy_names():
-        raise UsageError(f"option --strategy: {strategy!r} is not allowed; choose one of: {', '.join(strategy_names())}")
+        raise UsageError(f"option --strategy: {strategy!r} is not allowed; choose one of: "
+                         f"{', '.join(strategy_names())}")
     schema = strategy_schema(strategy)
     own = set(schema.names())
     all_knobs = _all_knobs()
@@ -121,6 +165,17 @@ def _generation_config(args: argparse.Namespace, *, warn) -> dict[str, Any]:
         else:
             warn(f"option {all_knobs[name].flag} is accepted but not applied: strategy {strategy!r} has no "
                  f"knob {name!r}")
+    for flag, (owner, name) in _strategy_flags().items():
+        v = getattr(args, f"spec_{owner}_{name}", None)
+        if v is None:
+            continue
+        if owner != strategy:
+            warn(f"option {flag} is accepted but not applied: it is for strategy {owner!r}, not {strategy!r}")
+        elif name in knob_values and str(knob_values[name]) != str(v):
+            raise UsageError(f"option {flag} {v} conflicts with --{name.replace('_', '-')} {knob_values[name]}; "
+                             "use one of them")
+        else:
+            knob_values[name] = v
     by_name = {k.name: k for k in schema.knobs}
     try:
         knobs = schema.validate(knob_values)
@@ -254,59 +309,6 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
-def verify_equivalence(session, prompt: str, max_tokens: int, strategy: str, knobs: dict[str, Any],
-                       threshold: float = 0.5) -> dict[str, Any]:
-    """Run plain greedy and speculative greedy on one prompt and compare them.
-
-    Returns ``verdict`` (``identical``, ``numerics`` or ``mismatch``), and at the first divergence its
-    index, both runs' tokens and the target's top-two logit margin there under both runs. ``numerics``
-    means both margins are below ``threshold`` and both runs chose one of the same two top tokens:
-    batch-dependent CPU kernels can flip such a near-tie. Anything else is a ``mismatch`` (a bug).
-    """
-    session.record_margins = True
-    try:
-        session.start(prompt, max_tokens, "none")
-        session.run()
-        plain, plain_m = list(session.tokens), list(session.margins)
-        session.start(prompt, max_tokens, strategy, **knobs)
-        session.run()
-        spec, spec_m = list(session.tokens), list(session.margins)
-        tel = session.telemetry_dict()
-    finally:
-        session.record_margins = False
-    out: dict[str, Any] = {"strategy": strategy, "knobs": knobs, "threshold": threshold,
-                           "plain_tokens": len(plain), "speculative_tokens": len(spec),
-                           "acceptance_rate": tel["acceptance_rate"]}
-    n = min(len(plain), len(spec))
-    i = next((j for j in range(n) if plain[j] != spec[j]), None)
-    if i is None and len(plain) == len(spec):
-        out.update(verdict="identical", divergence=None)
-        return out
-    if i is None:  # one run stopped earlier (EOS) — compare the next token's margins
-        i = n
-    tp = plain_m[i] if i < len(plain_m) else None
-    tsp = spec_m[i] if i < len(spec_m) else None
-    mp = tp[0] if tp else None
-    ms = tsp[0] if tsp else None
-    # numerics: both rows are near-ties between the same two tokens, and each run took one of them
-    pair = {plain[i] if i < len(plain) else None, spec[i] if i < len(spec) else None}
-    same_pair = all(t is not None and {t[1], t[2]} >= (pair - {None}) for t in (tp, tsp))
-    near_tie = mp is not None and ms is not None and max(mp, ms) < threshold
-    verdict = "numerics" if near_tie and same_pair else "mismatch"
-    out.update(verdict=verdict, divergence={
-        "index": i,
-        "plain_token": plain[i] if i < len(plain) else None,
-        "speculative_token": spec[i] if i < len(spec) else None,
-        "plain_piece": session.model.piece(plain[i]) if i < len(plain) else None,
-        "speculative_piece": session.model.piece(spec[i]) if i < len(spec) else None,
-        "plain_margin": mp,
-        "speculative_margin": ms,
-        "plain_top_two": list(tp[1:]) if tp else None,
-        "speculative_top_two": list(tsp[1:]) if tsp else None,
-    })
-    return out
-
-
 def cmd_verify(args: argparse.Namespace) -> int:
     """``specviz verify``: plain greedy vs speculative greedy on one prompt, with a verdict."""
     cfg = _generation_config(args, warn=_warn)
@@ -316,10 +318,11 @@ def cmd_verify(args: argparse.Namespace) -> int:
             raise ValueError
     except ValueError:
         raise UsageError(f"option --threshold: {args.threshold!r} is not allowed; expected a number > 0") from None
+    from .equivalence import check_equivalence
     from .session import Session
 
     s = Session(cfg["model"], n_ctx=cfg["n_ctx"])
-    res = verify_equivalence(s, cfg["prompt"], cfg["max_tokens"], cfg["strategy"], cfg["knobs"], threshold)
+    res = check_equivalence(s, cfg["prompt"], cfg["max_tokens"], cfg["strategy"], cfg["knobs"], threshold)
     s.close()
     if args.json:
         print(json.dumps(res, ensure_ascii=False))

@@ -171,9 +171,9 @@ DRAFT_MAX_LIMIT = 1024
 SESSION_KNOBS: tuple[Knob, ...] = (
     Knob("draft_max", int, 16, "maximum number of draft tokens per round (capped each round by the "
          "remaining budget, the free context and n_batch)", lo=1, hi=DRAFT_MAX_LIMIT,
-         aliases=("--num-draft-tokens", "--draft")),
+         aliases=("--num-draft-tokens", "--draft", "--spec-draft-n-max")),
     Knob("draft_min", int, 0, "minimum draft length; a shorter proposal is dropped (not verified)",
-         lo=0, hi=DRAFT_MAX_LIMIT),
+         lo=0, hi=DRAFT_MAX_LIMIT, aliases=("--spec-draft-n-min",)),
     Knob("draft_policy", str, "fixed", "how each round's draft length is chosen: fixed (draft_max), adaptive "
          "(+2 after a fully accepted draft, -1 otherwise) or cost (maximise expected tokens/s from the "
          "measured verify cost)", choices=("fixed", "adaptive", "cost")),

@@ -71,8 +71,7 @@ def parse_layers(spec: str, n_layer: int | None = None, *, option: str = "--keep
         if hi < lo:
             raise fail(f"range {lo}-{hi} runs backwards")
         out.extend(range(lo, hi + 1))
-    seen: set[int] = set()
-    dups = sorted({x for x in out if x in seen or seen.add(x)})
+    dups = sorted({x for x in out if out.count(x) > 1})
     if dups:
         raise fail(f"layer(s) {', '.join(map(str, dups))} listed twice")
     if n_layer is not None:
@@ -143,7 +142,7 @@ def _raw_writer_class():
     from gguf import GGUFWriter
 
     class RawKVWriter(GGUFWriter):
-        def _pack_val(self, val, vtype, add_vtype, sub_type=None):  # type: ignore[override]
+        def _pack_val(self, val, vtype, add_vtype, sub_type=None):
             if isinstance(val, _RawValue):
                 head = self._pack("I", vtype) if add_vtype else b""
                 return head + val.payload
@@ -315,9 +314,9 @@ def derive_draft(target_path: str | Path, keep_layers: Sequence[int] | str,
 def _compact(keep: Sequence[int]) -> str:
     """``[0,1,2,5,6]`` -> ``"0-2,5-6"``."""
     parts: list[str] = []
-    start = prev = None
+    start = prev = -2
     for x in keep:
-        if start is None:
+        if start == -2:
             start = prev = x
         elif x == prev + 1:
             prev = x

@@ -50,7 +50,10 @@ def default_model_path() -> Path:
     expected = pkg.EXPECTED_SHA256
     target = cache_dir() / DEFAULT_MODEL_NAME
     ok_marker = target.with_suffix(".sha256-ok")
-    if target.exists() and ok_marker.exists() and ok_marker.read_text().strip() == f"{expected} {target.stat().st_size} {target.stat().st_mtime_ns}":
+    def stamp() -> str:
+        return f"{expected} {target.stat().st_size} {target.stat().st_mtime_ns}"
+
+    if target.exists() and ok_marker.exists() and ok_marker.read_text().strip() == stamp():
         return target
     try:
         target.parent.mkdir(parents=True, exist_ok=True)

@@ -9,33 +9,19 @@
   when speculation does not pay; the drafter's unverified prediction in such a round, or a one-token
   probe every few rounds, keeps the estimate alive.
 
-After the policy, the session applies its hard caps (remaining budget, free context, n_batch) and —
-when ``align`` is on — verify-tile alignment: the draft plus the pending token must fit in one
-micro-batch (n_ubatch), so that one verify is one forward of the target, and a batch longer than
-``verify_tile`` rows is rounded down to a multiple of it (:func:`tile_aligned`). On a CPU, llama.cpp's
-kernels for repacked quantised weights multiply four batch rows at a time; the rows left over take a
-one-row path that reads every weight again, so a verify of 17 rows costs more than one of 16.
+After the policy, :mod:`specviz.budget` applies the hard caps and verify-tile alignment.
 """
 
 from __future__ import annotations
 
 import time
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from .budget import tile_aligned
+
 POLICIES = ("fixed", "adaptive", "cost")
-
-
-def tile_aligned(k: int, tile: int) -> int:
-    """The longest draft ``<= k`` whose verify batch (the draft plus the pending token) suits the tile.
-
-    Batches of up to ``tile`` rows are left alone; longer ones are rounded down to a multiple of
-    ``tile``. ``tile_aligned(16, 4) == 15`` (a batch of 16), ``tile_aligned(2, 4) == 2``.
-    """
-    if tile <= 1 or k + 1 <= tile or (k + 1) % tile == 0:
-        return k
-    return (k + 1) // tile * tile - 1
 
 
 class FixedPolicy:
@@ -50,6 +36,13 @@ class FixedPolicy:
         compares lengths only needs to compare the lengths that survive that rounding.
         """
         return draft_max, None
+
+    def expected_tokens(self, k: int) -> float | None:
+        """Expected committed tokens of a round with a k-token draft (None when not modelled)."""
+        return None
+
+    def use_cost(self, cost: VerifyCostModel) -> None:
+        """Give the policy the measured verify cost curve (only the cost policy uses it)."""
 
     def observe(self, n_drafted: int, n_accepted: int, draft_seconds: float) -> None:
         """Learn from a verified round."""
@@ -195,6 +188,10 @@ class CostPolicy(FixedPolicy):
         self.shadow_hits = 0
         self.rounds_since_evidence = 0
 
+    def use_cost(self, cost: VerifyCostModel) -> None:
+        """Adopt the measured verify cost curve."""
+        self.cost = cost
+
     @classmethod
     def bucket(cls, position: int) -> int:
         """The bucket of a run position: 0, 1, 2–3, 4–7, 8–15, 16–31, 32+ → 0…6."""
@@ -307,7 +304,7 @@ class CostPolicy(FixedPolicy):
         tries, hits = d.get("tries"), d.get("hits")
         ok = all(isinstance(x, list) and len(x) == self.BUCKETS and all(isinstance(v, (int, float)) for v in x)
                  for x in (tries, hits))
-        if ok:  # anything else (a snapshot of an older policy) starts the estimates afresh
+        if ok and isinstance(tries, list) and isinstance(hits, list):  # else (an older policy's state): afresh
             self.tries, self.hits = [float(v) for v in tries], [float(v) for v in hits]
             self.run = int(d.get("run", 0))
         self.draft_tok_seconds = float(d.get("draft_tok_seconds", 0.0))
@@ -315,6 +312,26 @@ class CostPolicy(FixedPolicy):
         self.shadow_tries = int(d.get("shadow_tries", 0))
         self.shadow_hits = int(d.get("shadow_hits", 0))
         self.rounds_since_evidence = int(d.get("rounds_since_evidence", 0))
+
+
+def measure_verify_cost(ctx: Any, history: Sequence[int], knobs: dict) -> VerifyCostModel:
+    """Time verify batches of every size a round can use on ``ctx`` (a
+    :class:`~specviz.backends.llama.LlamaContext` holding ``history[:-1]``), once per session, and leave
+    the cache unchanged. Sizes reach ``draft_max + 1`` within the batch (with ``align``: micro-batch) and
+    context limits."""
+    from .budget import verify_tile
+
+    n_past = len(history) - 1
+    cap = ctx.capacity
+    max_b = min(cap.n_ubatch if knobs.get("align", True) else cap.n_batch, int(knobs.get("draft_max", 16)) + 1,
+                cap.n_ctx - n_past)
+    filler = history[-1]
+
+    def evaluate(b: int) -> None:
+        ctx.eval([filler] * b, n_past, rows="all")
+        ctx.truncate(n_past)
+
+    return VerifyCostModel.measure(evaluate, max(max_b, 2), tile=verify_tile(knobs))
 
 
 def make_policy(name: str, cost: VerifyCostModel | None = None) -> FixedPolicy:

@@ -19,24 +19,14 @@ Building a distribution (:func:`probs_from_logits`)
     This is the Hugging Face order (temperature before top-p). llama.cpp's default sampler chain
     applies top-p before temperature, so the two can keep slightly different nucleus sets.
 
-Speculative acceptance (:func:`speculative_sample`)
-    For a model draft with distributions ``q_i``: accept ``d_i`` with probability
-    ``min(1, p_i(d_i) / q_i(d_i))``; at the first rejection sample the correction from the
-    normalised residual ``max(0, p_i - q_i)``; if all are accepted sample a bonus token from
-    ``p_{k+1}``. For a deterministic draft (no ``q``), the proposal is a point mass: accept with
-    probability ``p_i(d_i)`` and on rejection sample from ``p_i`` without ``d_i``, renormalised.
-    Both rules leave the committed tokens distributed exactly as the target would sample them.
-
-Random numbers are consumed in a fixed, documented order (one uniform per examined draft position,
-then one uniform for the correction or bonus token), so the same seed, settings and rows give the
-same tokens.
+The two pieces of the lossless acceptance rule live here too (:func:`acceptance_probability` and
+:func:`residual_distribution`); :mod:`specviz.acceptor` applies them to a round.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
-from typing import Callable, Sequence, Union
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -45,14 +35,11 @@ from specviz.errors import ContextError, KnobError
 __all__ = [
     "SamplingParams",
     "TokenDist",
-    "PositionVerdict",
-    "SampledRound",
     "probs_from_logits",
     "sample",
     "sample_token",
     "acceptance_probability",
     "residual_distribution",
-    "speculative_sample",
     "MAX_TEMPERATURE",
 ]
 
@@ -285,8 +272,8 @@ def probs_from_logits(logits_row: np.ndarray, params: SamplingParams) -> TokenDi
     if params.greedy:
         return TokenDist.point_mass(best, n)
     if top == np.inf:
-        ids = np.flatnonzero(row == np.inf).astype(np.int64)
-        return TokenDist(np.full(ids.shape[0], 1.0 / ids.shape[0]), ids, n)
+        inf_ids = np.flatnonzero(row == np.inf).astype(np.int64)
+        return TokenDist(np.full(inf_ids.shape[0], 1.0 / inf_ids.shape[0]), inf_ids, n)
 
     ids: np.ndarray | None
     if 0 < params.top_k < n:
@@ -375,115 +362,3 @@ def residual_distribution(p: TokenDist, q: TokenDist | None, token: int) -> Toke
     if not total > 0.0:
         return p
     return TokenDist(r / total, p.ids, p.n_vocab)
-
-
-@dataclass(frozen=True)
-class PositionVerdict:
-    """What happened to one draft token: its probabilities, the uniform drawn and the outcome."""
-
-    index: int                 #: 0-based position in the draft
-    token: int                 #: the draft token d_i
-    p: float                   #: target probability p_i(d_i)
-    q: float | None            #: draft probability q_i(d_i); None for a deterministic draft
-    accept_prob: float         #: min(1, p/q), or p for the point-mass rule
-    u: float                   #: the uniform drawn; accepted iff u < accept_prob
-    accepted: bool
-
-    def to_dict(self) -> dict:
-        """JSON-serialisable form."""
-        return {"index": self.index, "token": self.token, "p": self.p, "q": self.q,
-                "accept_prob": self.accept_prob, "u": self.u, "accepted": self.accepted}
-
-
-@dataclass(frozen=True)
-class SampledRound:
-    """The outcome of one speculative sampling round.
-
-    ``tokens`` are the tokens to commit: the accepted draft prefix followed by exactly one token
-    from the target (the correction at the first rejection, or the bonus when all were accepted).
-    ``final_prob`` is the target probability of that last token under ``p`` (not the residual).
-    ``rows_read`` says how many target rows were requested (``n_accepted + 1``).
-    """
-
-    n_accepted: int
-    tokens: tuple[int, ...]
-    positions: tuple[PositionVerdict, ...]
-    bonus: bool
-    final_token: int
-    final_prob: float
-    final_top: tuple[tuple[int, float], ...] = field(default=())
-    rows_read: int = 0
-
-    def to_dict(self) -> dict:
-        """JSON-serialisable form."""
-        return {"n_accepted": self.n_accepted, "tokens": list(self.tokens),
-                "positions": [p.to_dict() for p in self.positions], "bonus": self.bonus,
-                "final_token": self.final_token, "final_prob": self.final_prob,
-                "final_top": [list(t) for t in self.final_top], "rows_read": self.rows_read}
-
-
-RowSource = Union[Callable[[int], np.ndarray], Sequence[np.ndarray]]
-DraftDists = Union[Callable[[int], TokenDist], Sequence[TokenDist], None]
-
-
-def speculative_sample(
-    draft_tokens: Sequence[int],
-    target_rows: RowSource,
-    params: SamplingParams,
-    rng: np.random.Generator,
-    draft_dists: DraftDists = None,
-    *,
-    top_n: int = 5,
-) -> SampledRound:
-    """Run the acceptance test over one draft and return what to commit.
-
-    ``target_rows(i)`` (or ``target_rows[i]``) is the target's logit row for position ``i`` in
-    ``0..k``: row ``i`` predicts the token after the committed prefix plus ``d_1..d_i``. It is read
-    lazily, only up to the first rejection (or the bonus row), so a callable that fetches a row from
-    llama.cpp on demand avoids reading rows that are not needed.
-
-    ``draft_dists`` gives ``q_i`` for each draft position (a sequence or a callable), built with
-    :func:`probs_from_logits` and the *same* ``params`` as the target, and the draft tokens must have
-    been sampled from them. ``None`` means a deterministic draft (n-gram, prompt lookup, or a
-    greedy draft model), handled with the point-mass rule.
-
-    Random numbers: for each examined position one ``rng.random()`` (``u``); then one more for the
-    correction or bonus token. With greedy params no random number is used and the result equals
-    greedy verification (accept while the draft token is the first argmax).
-    """
-    k = len(draft_tokens)
-
-    def row(i: int) -> np.ndarray:
-        return target_rows(i) if callable(target_rows) else target_rows[i]
-
-    def qdist(i: int) -> TokenDist | None:
-        if draft_dists is None:
-            return None
-        return draft_dists(i) if callable(draft_dists) else draft_dists[i]
-
-    positions: list[PositionVerdict] = []
-    committed: list[int] = []
-    rows_read = 0
-    for i in range(k):
-        d = int(draft_tokens[i])
-        p = probs_from_logits(row(i), params)
-        rows_read += 1
-        q = None if params.greedy else qdist(i)
-        a = acceptance_probability(p, q, d)
-        u = 0.0 if params.greedy else float(rng.random())
-        ok = (a >= 1.0) if params.greedy else (u < a)
-        positions.append(PositionVerdict(i, d, p.prob(d), None if q is None else q.prob(d), a, u, ok))
-        if ok:
-            committed.append(d)
-            continue
-        res = residual_distribution(p, q, d)
-        tok = res.argmax() if params.greedy else sample(res, rng)
-        committed.append(tok)
-        return SampledRound(i, tuple(committed), tuple(positions), False, tok, p.prob(tok),
-                            tuple(p.top(top_n)), rows_read)
-    p = probs_from_logits(row(k), params)
-    rows_read += 1
-    tok = p.argmax() if params.greedy else sample(p, rng)
-    committed.append(tok)
-    return SampledRound(k, tuple(committed), tuple(positions), True, tok, p.prob(tok),
-                        tuple(p.top(top_n)), rows_read)

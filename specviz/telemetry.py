@@ -1,35 +1,37 @@
-"""Cumulative telemetry of a session, updated once per round.
+"""Telemetry of a session: raw counters, updated once per round, kept apart from the figures derived
+from them (as vLLM's ``spec_decode/metrics.py`` keeps its counters apart from what prints them).
 
-Figures (all in :meth:`Telemetry.to_dict`):
+:class:`Telemetry` holds only counts and sums. Each derived figure is a small function of counters,
+tested on hand-made numbers:
 
-* ``rounds``, ``drafted`` (draft tokens proposed), ``accepted`` (draft tokens accepted),
-  ``acceptance_rate`` = accepted / drafted;
-* ``mean_accepted_length`` as vLLM reports it: 1 + accepted / rounds-with-a-draft (the bonus or
-  correction token included); ``tokens_per_round`` = generated / rounds;
-* ``per_position_acceptance``: for draft depth i, the fraction of drafts reaching depth i whose token
-  there was accepted;
-* ``accepted_length_histogram``: how many rounds accepted 0, 1, 2 … draft tokens;
-* ``draft_seconds``, ``verify_seconds``, ``seconds`` (decode wall time, prompt excluded),
-  ``prompt_seconds``, ``tokens_per_second`` = generated / seconds;
-* ``draft_buckets``: acceptance by draft-probability bucket (when the drafter reports probabilities);
-* ``strategy_stats``: the drafter's own counters as llama.cpp prints them (added by the session);
-* ``policy``: what the drafting policy works from (added by the session); for ``cost``, the current
-  run of accepted tokens, acceptance by run position, the plain rounds' predictions and the verify
-  cost curve.
+* :func:`acceptance_rate` = accepted / drafted;
+* :func:`mean_accepted_length` as vLLM reports it: 1 + accepted / rounds with a draft (the bonus or
+  correction token counts, so a round that accepts nothing has length 1);
+* :func:`tokens_per_round` = generated / rounds;
+* :func:`per_position_acceptance`: for draft depth i, accepted at i / drafts reaching depth i;
+* :func:`tokens_per_second` = generated / decode seconds (prompt processing excluded);
+* :func:`bucket_rates`: acceptance by the drafter's own probability (0.1-wide buckets).
+
+:func:`figures` returns all of them with the counters as one JSON-serialisable dictionary (what
+``Session.telemetry_dict()`` extends with the strategy's counters, the cache length and the policy).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Sequence
 
 #: Upper edges of the draft-probability buckets.
 PROB_BUCKETS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
 
 
+def _zeros() -> list[int]:
+    return [0] * len(PROB_BUCKETS)
+
+
 @dataclass
 class Telemetry:
-    """Running totals; call :meth:`record_round` after each round."""
+    """Raw running counters of a session; :meth:`record_round` adds one round."""
 
     rounds: int = 0
     rounds_with_draft: int = 0
@@ -41,18 +43,19 @@ class Telemetry:
     seconds: float = 0.0
     prompt_seconds: float = 0.0
     prompt_tokens: int = 0
-    position_tries: list = field(default_factory=list)
-    position_hits: list = field(default_factory=list)
-    length_hist: list = field(default_factory=list)
-    bucket_tries: list = field(default_factory=lambda: [0] * len(PROB_BUCKETS))
-    bucket_hits: list = field(default_factory=lambda: [0] * len(PROB_BUCKETS))
-    expected_tokens: float = 0.0  # sum of the policy's expected tokens per round (cost policy)
-    last_round: dict = field(default_factory=dict)
+    position_tries: list[int] = field(default_factory=list)
+    position_hits: list[int] = field(default_factory=list)
+    length_hist: list[int] = field(default_factory=list)
+    bucket_tries: list[int] = field(default_factory=_zeros)
+    bucket_hits: list[int] = field(default_factory=_zeros)
+    expected_tokens: float = 0.0  #: sum of the policy's expected tokens per round (cost policy)
+    last_round: dict[str, Any] = field(default_factory=dict)
 
     def record_round(self, *, n_drafted: int, n_accepted: int, n_committed: int, draft_seconds: float,
-                     verify_seconds: float, round_seconds: float, draft_probs=None,
+                     verify_seconds: float, round_seconds: float,
+                     draft_probs: Sequence[float | None] | None = None,
                      expected_tokens: float | None = None) -> None:
-        """Add one round's figures."""
+        """Add one round: its draft length, accepted draft tokens, committed tokens and timings."""
         self.rounds += 1
         self.generated += n_committed
         self.draft_seconds += draft_seconds
@@ -62,24 +65,21 @@ class Telemetry:
             self.rounds_with_draft += 1
             self.drafted += n_drafted
             self.accepted += n_accepted
-            while len(self.position_tries) < n_drafted:
-                self.position_tries.append(0)
-                self.position_hits.append(0)
+            _grow(self.position_tries, n_drafted)
+            _grow(self.position_hits, n_drafted)
             for i in range(n_drafted):
                 self.position_tries[i] += 1
                 if i < n_accepted:
                     self.position_hits[i] += 1
-            while len(self.length_hist) <= n_accepted:
-                self.length_hist.append(0)
+            _grow(self.length_hist, n_accepted + 1)
             self.length_hist[n_accepted] += 1
-            if draft_probs:
-                for i, p in enumerate(draft_probs[:n_drafted]):
-                    if p is None:
-                        continue
-                    b = min(int(p * 10), len(PROB_BUCKETS) - 1)
-                    self.bucket_tries[b] += 1
-                    if i < n_accepted:
-                        self.bucket_hits[b] += 1
+            for i, p in enumerate((draft_probs or [])[:n_drafted]):
+                if p is None:
+                    continue
+                b = min(int(p * 10), len(PROB_BUCKETS) - 1)
+                self.bucket_tries[b] += 1
+                if i < n_accepted:
+                    self.bucket_hits[b] += 1
         if expected_tokens is not None:
             self.expected_tokens += expected_tokens
         self.last_round = {"drafted": n_drafted, "accepted": n_accepted, "committed": n_committed,
@@ -87,42 +87,86 @@ class Telemetry:
                            "seconds": round_seconds, "expected_tokens": expected_tokens}
 
     def to_dict(self) -> dict[str, Any]:
-        """Every figure as a JSON-serialisable dictionary."""
-        return {
-            "rounds": self.rounds,
-            "drafted": self.drafted,
-            "accepted": self.accepted,
-            "acceptance_rate": self.accepted / self.drafted if self.drafted else 0.0,
-            "mean_accepted_length": (1.0 + self.accepted / self.rounds_with_draft) if self.rounds_with_draft else 1.0,
-            "tokens_per_round": self.generated / self.rounds if self.rounds else 0.0,
-            "per_position_acceptance": [h / t if t else 0.0 for h, t in zip(self.position_hits, self.position_tries)],
-            "per_position_tries": list(self.position_tries),
-            "accepted_length_histogram": list(self.length_hist),
-            "draft_seconds": self.draft_seconds,
-            "verify_seconds": self.verify_seconds,
-            "seconds": self.seconds,
-            "prompt_seconds": self.prompt_seconds,
-            "prompt_tokens": self.prompt_tokens,
-            "n_generated": self.generated,
-            "tokens_per_second": self.generated / self.seconds if self.seconds > 0 else 0.0,
-            "expected_tokens_per_round": self.expected_tokens / self.rounds if self.rounds and self.expected_tokens else None,
-            "draft_buckets": [
-                {"lo": round(hi - 0.1, 1), "hi": hi, "tries": t, "accepted": h, "rate": h / t if t else None}
-                for hi, t, h in zip(PROB_BUCKETS, self.bucket_tries, self.bucket_hits)
-            ],
-            "last_round": dict(self.last_round),
-        }
+        """Every counter and derived figure (see :func:`figures`)."""
+        return figures(self)
 
     def state(self) -> dict[str, Any]:
-        """Raw counters for snapshots."""
+        """The raw counters, for snapshots."""
         return {k: (list(v) if isinstance(v, list) else (dict(v) if isinstance(v, dict) else v))
                 for k, v in self.__dict__.items()}
 
     @classmethod
-    def from_state(cls, d: dict[str, Any]) -> "Telemetry":
-        """Rebuild from :meth:`state`."""
+    def from_state(cls, d: dict[str, Any]) -> Telemetry:
+        """Rebuild from :meth:`state` (unknown keys are ignored; a wrong type raises TypeError)."""
         t = cls()
         for k, v in d.items():
             if hasattr(t, k):
+                want = type(getattr(t, k))
+                if not isinstance(v, want) and not (isinstance(v, int) and want is float):
+                    raise TypeError(f"telemetry counter {k!r} has type {type(v).__name__}")
                 setattr(t, k, v)
         return t
+
+
+def _grow(xs: list[int], n: int) -> None:
+    while len(xs) < n:
+        xs.append(0)
+
+
+# -- derived figures: each a function of counters ----------------------------------------------------
+
+def acceptance_rate(accepted: int, drafted: int) -> float:
+    """Accepted draft tokens over drafted tokens (0 when nothing was drafted)."""
+    return accepted / drafted if drafted else 0.0
+
+
+def mean_accepted_length(accepted: int, rounds_with_draft: int) -> float:
+    """Tokens committed per drafting round, as vLLM counts it: 1 (the target's own token) + accepted
+    draft tokens per round with a draft; 1.0 before any draft."""
+    return 1.0 + accepted / rounds_with_draft if rounds_with_draft else 1.0
+
+
+def tokens_per_round(generated: int, rounds: int) -> float:
+    """Committed tokens per round, drafting or not (0 before the first round)."""
+    return generated / rounds if rounds else 0.0
+
+
+def per_position_acceptance(hits: Sequence[int], tries: Sequence[int]) -> list[float]:
+    """For each draft depth, accepted tokens there over drafts that reached it."""
+    return [h / t if t else 0.0 for h, t in zip(hits, tries)]
+
+
+def tokens_per_second(generated: int, seconds: float) -> float:
+    """Committed tokens over decode seconds (prompt processing excluded); 0 before any time passed."""
+    return generated / seconds if seconds > 0 else 0.0
+
+
+def bucket_rates(tries: Sequence[int], hits: Sequence[int]) -> list[dict[str, Any]]:
+    """Acceptance per draft-probability bucket ``[lo, hi)``; ``rate`` None for an empty bucket."""
+    return [{"lo": round(hi - 0.1, 1), "hi": hi, "tries": t, "accepted": h, "rate": h / t if t else None}
+            for hi, t, h in zip(PROB_BUCKETS, tries, hits)]
+
+
+def figures(t: Telemetry) -> dict[str, Any]:
+    """The counters and every derived figure, as one JSON-serialisable dictionary."""
+    return {
+        "rounds": t.rounds,
+        "drafted": t.drafted,
+        "accepted": t.accepted,
+        "acceptance_rate": acceptance_rate(t.accepted, t.drafted),
+        "mean_accepted_length": mean_accepted_length(t.accepted, t.rounds_with_draft),
+        "tokens_per_round": tokens_per_round(t.generated, t.rounds),
+        "per_position_acceptance": per_position_acceptance(t.position_hits, t.position_tries),
+        "per_position_tries": list(t.position_tries),
+        "accepted_length_histogram": list(t.length_hist),
+        "draft_seconds": t.draft_seconds,
+        "verify_seconds": t.verify_seconds,
+        "seconds": t.seconds,
+        "prompt_seconds": t.prompt_seconds,
+        "prompt_tokens": t.prompt_tokens,
+        "n_generated": t.generated,
+        "tokens_per_second": tokens_per_second(t.generated, t.seconds),
+        "expected_tokens_per_round": t.expected_tokens / t.rounds if t.rounds and t.expected_tokens else None,
+        "draft_buckets": bucket_rates(t.bucket_tries, t.bucket_hits),
+        "last_round": dict(t.last_round),
+    }

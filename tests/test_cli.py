@@ -54,6 +54,14 @@ BAD_OPTIONS = [
     (["run", "--prompt", "x", "--adaptive-draft-count", "--draft-policy", "cost"], "--adaptive-draft-count",
      "--draft-policy"),
     (["run", "--prompt", "x", "--draft-policy", "sometimes"], "--draft-policy", "fixed, adaptive, cost"),
+    (["run", "--prompt", "x", "--spec-type", "magic"], "--spec-type", "'magic'"),
+    (["run", "--prompt", "x", "--spec-type", "ngram-mod,ngram-simple"], "--spec-type", "one strategy"),
+    (["run", "--prompt", "x", "--spec-type", "ngram-mod", "--strategy", "none"], "--spec-type", "conflicts"),
+    (["run", "--prompt", "x", "--spec-type", "ngram-map-k", "--spec-ngram-map-k-size-n", "0"], "--size-n",
+     "[1, 1024]"),
+    (["run", "--prompt", "x", "--spec-type", "ngram-simple", "--size-n", "3", "--spec-ngram-simple-size-n", "2"],
+     "--spec-ngram-simple-size-n", "conflicts"),
+    (["run", "--prompt", "x", "--spec-draft-n-max", "0"], "--draft-max", "[1, 1024]"),
     (["bench", "--kinds", "poetry"], "--kinds", "'poetry'"),
     (["bench", "--strategies", "draft"], "--strategies", "'draft'"),
     (["bench", "--repeats", "0"], "--repeats", "'0'"),
@@ -139,24 +147,27 @@ def test_verify_on_tiny_model_is_identical(tiny_model_path, strategy):
 
 def test_verify_reports_a_mismatch_when_drafting_is_broken(tiny_session, monkeypatch):
     """A deliberately broken acceptor must be caught: verify can fail."""
-    from specviz import verify as verify_mod
+    import dataclasses
 
-    orig = verify_mod.scan_greedy
+    from specviz import round as round_mod
+    from specviz.equivalence import check_equivalence
+    from specviz.rowscan import ScoredRow
 
-    def broken(rows, draft, buf=None):
-        scan = orig(rows, draft, buf)
-        if draft and scan.n_accepted < len(draft):
+    orig = round_mod.accept
+
+    def broken(draft, rows, params, rng, draft_dists=None, **kw):
+        v = orig(draft, rows, params, rng, draft_dists, **kw)
+        n = v.n_accepted
+        if draft and n < len(draft):
             # accept one token the target refused: commit the draft token instead of the correction
-            scan.target_tokens[scan.n_accepted] = draft[scan.n_accepted]
-            scan.n_accepted += 1
-            extra = verify_mod.ScoredRow(rows(scan.n_accepted), buf)
-            scan.target_tokens.append(extra.best)
-            scan.rows.append(extra)
-        return scan
+            extra = ScoredRow(rows(n + 1)).best
+            return dataclasses.replace(v, n_accepted=n + 1, tokens=(*draft[: n + 1], extra),
+                                       probs=(*v.probs, 1.0))
+        return v
 
-    monkeypatch.setattr(verify_mod, "scan_greedy", broken)
-    res = cli.verify_equivalence(tiny_session, "the a of the a of the cat", 40, "prompt-lookup",
-                                 {"max_ngram": 2, "min_ngram": 1, "draft_max": 4, "draft_min": 0})
+    monkeypatch.setattr(round_mod, "accept", broken)
+    res = check_equivalence(tiny_session, "the a of the a of the cat", 40, "prompt-lookup",
+                            {"max_ngram": 2, "min_ngram": 1, "draft_max": 4, "draft_min": 0})
     assert res["verdict"] == "mismatch"
     assert res["divergence"]["plain_margin"] is not None
 
@@ -212,3 +223,17 @@ def test_a_reader_that_goes_away_is_not_an_error():
         os.close(write_end)
     assert p.returncode == 0, p.stderr
     assert "Traceback" not in p.stderr and "BrokenPipe" not in p.stderr and "ResourceWarning" not in p.stderr, p.stderr
+
+
+def test_llama_cpp_spellings_select_the_strategy_and_its_knobs(tiny_model_path):
+    p = run_cli("run", "--model", str(tiny_model_path), "--prompt", "the a of the a of", "--max-tokens", "12",
+                "--spec-type", "ngram-map-k", "--spec-ngram-map-k-size-n", "2", "--spec-ngram-map-k-min-hits", "3",
+                "--spec-draft-n-max", "5", "--spec-draft-n-min", "2", "--spec-ngram-simple-size-m", "7", "--json")
+    assert p.returncode == 0, p.stderr
+    out = json.loads(p.stdout)
+    assert out["strategy"] == "ngram-map-k"
+    assert (out["knobs"]["size_n"], out["knobs"]["min_hits"], out["knobs"]["draft_max"], out["knobs"]["draft_min"]) \
+        == (2, 3, 5, 2)
+    assert out["knobs"]["size_m"] == 48  # the ngram-simple spelling does not reach ngram-map-k ...
+    assert "--spec-ngram-simple-size-m is accepted but not applied" in p.stderr  # ... and says so
+

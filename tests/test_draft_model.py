@@ -79,10 +79,44 @@ def test_incompatible_draft_vocabulary_is_refused(tiny_session, request, fixture
     assert ("320" in msg and "300" in msg) if fixture == "other_vocab_path" else ("300" in msg and "zzz" in msg)
     assert (list(tiny_session.history), tiny_session.strategy) == before
     with pytest.raises(VocabularyMismatchError):
-        tiny_session.configure(strategy="draft", **knobs(path))
-        tiny_session.step()
+        tiny_session.configure(strategy="draft", **knobs(path))  # refused now, not at the round boundary
     tiny_session.run()
     assert tiny_session.finished == "max_tokens"
+
+
+def test_swapping_in_a_draft_of_another_vocabulary_keeps_the_old_draft(tiny_session, tiny_model, draft_path,
+                                                                       other_vocab_path):
+    """The sequence that used to kill the process: start a draft session, configure a draft model of
+    another vocabulary, step, step. The swap is refused at configure(); the old drafter keeps drafting."""
+    s = tiny_session
+    s.start("the a of the a", 30, "draft", **knobs(draft_path))
+    s.step()
+    drafter, cfg = s.drafter, dict(s.knobs)
+    with pytest.raises(VocabularyMismatchError):
+        s.configure(draft_model=str(other_vocab_path))
+    assert s.drafter is drafter and s.knobs == cfg
+    s.step()
+    s.step()
+    assert s.drafter is drafter and s.kv_length == s.committed and s.drafter.kv_length() == s.committed
+    s.run()
+    assert s.tokens == plain_reference(tiny_model, s.prompt_tokens, 30)
+    assert s.telemetry_dict()["drafted"] > 0
+
+
+def test_a_draft_model_that_is_missing_or_not_a_gguf_is_refused_at_configure(tiny_session, draft_path, tmp_path):
+    from specviz.errors import ModelFormatError
+
+    s = tiny_session
+    s.start("the a of the a", 20, "draft", **knobs(draft_path))
+    s.step()
+    junk = tmp_path / "junk.gguf"
+    junk.write_bytes(b"not a model at all" * 10)
+    with pytest.raises(ModelFormatError):
+        s.configure(draft_model=str(junk))
+    with pytest.raises(KnobError, match="does not exist"):
+        s.configure(draft_model=str(tmp_path / "gone.gguf"))
+    s.run()
+    assert s.finished == "max_tokens"
 
 
 def test_draft_knob_validation(tiny_session, tmp_path):

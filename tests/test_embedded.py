@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from specviz import Session, strategy_names
-from specviz.cli import verify_equivalence
+from specviz.equivalence import check_equivalence as verify_equivalence
 from specviz.workloads import VARIED_PROMPTS
 
 pytestmark = pytest.mark.embedded

@@ -303,3 +303,18 @@ def test_telemetry_says_what_the_policy_works_from(tiny_session):
     s.start("the a", 4, "none")
     s.step()
     assert s.telemetry_dict()["policy"] == {"name": "fixed"}
+
+
+def test_cost_policy_counts_only_the_depths_a_draft_really_tested():
+    """Depths after the first rejection were never verified: they are neither tries nor failures."""
+    p = CostPolicy(VerifyCostModel([1, 2, 4], [0.02, 0.024, 0.03]))
+    p.observe(8, 2, 0.0)  # run positions 0 and 1 accepted, 2 rejected, 3..7 untested
+    assert p.tries == [1.0, 1.0, 1.0, 0.0, 0.0, 0.0, 0.0]
+    assert p.hits == [1.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0]
+    assert p.run == 0
+    p.observe(3, 3, 0.0)  # a full acceptance extends the run across rounds
+    assert p.run == 3
+    p.observe(2, 1, 0.0)  # positions 3 (accepted) and 4 (rejected), decayed counts before
+    assert p.tries[2] == pytest.approx(1.0 * 0.98 * 0.98 + 1.0 * 0.98 + 1.0)
+    assert p.hits[3] == pytest.approx(0.0) and p.tries[3] == pytest.approx(1.0)
+    assert p.hits[2] == pytest.approx(1.0 * 0.98 + 1.0)

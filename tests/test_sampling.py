@@ -7,6 +7,8 @@ import math
 import numpy as np
 import pytest
 
+from stat_helpers import _rows, chi2_critical, chi2_stat
+
 from specviz.errors import ContextError, KnobError
 from specviz.sampling import (
     SamplingParams,
@@ -16,30 +18,10 @@ from specviz.sampling import (
     residual_distribution,
     sample,
     sample_token,
-    speculative_sample,
 )
 
 # ------------------------------------------------------------------------------------------------
 # helpers
-
-
-def chi2_critical(df: int, z: float = 3.719) -> float:
-    """Upper critical value of chi-square(df) by the Wilson-Hilferty approximation.
-
-    z = 3.719 is the standard normal quantile for a tail probability of 1e-4.
-    """
-    a = 2.0 / (9.0 * df)
-    return df * (1.0 - a + z * math.sqrt(a)) ** 3
-
-
-def chi2_stat(counts: np.ndarray, probs: np.ndarray) -> tuple[float, int]:
-    """Pearson's statistic over the cells with positive expected probability; also the df."""
-    n = counts.sum()
-    expected = probs * n
-    mask = probs > 0
-    assert counts[~mask].sum() == 0, "a token with zero target probability was produced"
-    stat = float(((counts[mask] - expected[mask]) ** 2 / expected[mask]).sum())
-    return stat, int(mask.sum()) - 1
 
 
 def ref_probs(row: np.ndarray, t: float, k: int, p: float) -> np.ndarray:
@@ -270,11 +252,6 @@ def test_residual_all_zero_falls_back_to_p():
 # the sampled procedure: chi-square with fixed seeds, determinism, lazy rows
 
 
-def _rows(n: int, seed: int, k: int) -> list[np.ndarray]:
-    rng = np.random.default_rng(seed)
-    return [(rng.standard_normal(n) * 1.5).astype(np.float32) for _ in range(k + 1)]
-
-
 def test_chi2_helper_detects_a_wrong_distribution():
     rng = np.random.default_rng(0)
     p = np.array([0.1, 0.2, 0.3, 0.4])
@@ -285,117 +262,6 @@ def test_chi2_helper_detects_a_wrong_distribution():
     counts = np.bincount(rng.choice(4, 20000, p=p), minlength=4)
     stat, df = chi2_stat(counts, p)
     assert stat < chi2_critical(df)
-
-
-@pytest.mark.parametrize("use_q", [True, False])
-def test_sampled_speculation_matches_target_distribution(use_q):
-    n = 6
-    params = SamplingParams(1.0)
-    # the target row at position 1 depends on the draft token at position 0 (as a real model does);
-    # draft tokens are sampled from q, so draft position 1 only exists along with d_0
-    rng_rows = np.random.default_rng(42)
-    p0 = (rng_rows.standard_normal(n) * 1.5).astype(np.float32)
-    p1_given = [(rng_rows.standard_normal(n) * 1.5).astype(np.float32) for _ in range(n)]
-    bonus = (rng_rows.standard_normal(n)).astype(np.float32)
-    q0 = (rng_rows.standard_normal(n) * 1.5).astype(np.float32)
-    q1 = (rng_rows.standard_normal(n) * 1.5).astype(np.float32)
-    qd0, qd1 = probs_from_logits(q0, params), probs_from_logits(q1, params)
-    rng = np.random.default_rng(2024)
-    first = np.zeros(n, dtype=np.int64)
-    second_given = np.zeros((n, n), dtype=np.int64)
-    draws = 30000
-    for _ in range(draws):
-        if use_q:
-            d0, d1 = sample(qd0, rng), sample(qd1, rng)
-            dists = [qd0, qd1]
-        else:
-            d0, d1 = 2, 4  # a deterministic draft
-            dists = None
-        rows = [p0, p1_given[d0], bonus]
-        out = speculative_sample([d0, d1], lambda i, rows=rows: rows[i], params, rng, dists)
-        first[out.tokens[0]] += 1
-        if len(out.tokens) >= 2:
-            second_given[out.tokens[0], out.tokens[1]] += 1
-    stat, df = chi2_stat(first, probs_from_logits(p0, params).to_dense())
-    assert stat < chi2_critical(df), (stat, df)
-    # given that position 0 committed the draft token, the next committed token follows p1(.|d0)
-    for t in range(n):
-        if second_given[t].sum() > 2000:
-            stat, df = chi2_stat(second_given[t], probs_from_logits(p1_given[t], params).to_dense())
-            assert stat < chi2_critical(df), (t, stat, df)
-
-
-def test_sampled_speculation_with_top_k_top_p_matches_target():
-    n = 20
-    params = SamplingParams(0.8, top_k=8, top_p=0.9)
-    rows = _rows(n, 7, 1)
-    qd = probs_from_logits(_rows(n, 8, 0)[0], params)
-    p = probs_from_logits(rows[0], params).to_dense()
-    rng = np.random.default_rng(11)
-    counts = np.zeros(n, dtype=np.int64)
-    for _ in range(20000):
-        d = sample(qd, rng)
-        out = speculative_sample([d], rows, params, rng, [qd])
-        counts[out.tokens[0]] += 1
-    stat, df = chi2_stat(counts, p)
-    assert stat < chi2_critical(df)
-
-
-def test_same_seed_same_output_and_round_structure():
-    n, k = 50, 4
-    params = SamplingParams(0.9, top_k=20)
-    rows = _rows(n, 3, k)
-    qd = [probs_from_logits(r + 0.3, params) for r in _rows(n, 4, k - 1)]
-
-    def run(seed):
-        rng = np.random.default_rng(seed)
-        outs = []
-        for _ in range(30):
-            draft = [sample(q, rng) for q in qd]
-            outs.append(speculative_sample(draft, rows, params, rng, qd))
-        return outs
-
-    a, b = run(5), run(5)
-    assert [o.to_dict() for o in a] == [o.to_dict() for o in b]
-    assert [o.tokens for o in a] != [o.tokens for o in run(6)]
-    for o in a:
-        assert len(o.tokens) == o.n_accepted + 1 == o.rows_read
-        assert len(o.positions) == o.n_accepted + (0 if o.bonus else 1)
-        assert all(pv.accepted for pv in o.positions[: o.n_accepted])
-        assert o.bonus == (o.n_accepted == k)
-        assert o.final_token == o.tokens[-1]
-        for pv in o.positions:
-            assert pv.accepted == (pv.u < pv.accept_prob)
-
-
-def test_rows_are_read_lazily():
-    n = 10
-    rows = _rows(n, 1, 3)
-    read = []
-
-    def row(i):
-        read.append(i)
-        return rows[i]
-
-    # a draft token the target cannot produce (top_k=1 excludes it) is rejected at position 0
-    params = SamplingParams(1.0, top_k=1)
-    worst = int(np.argmin(rows[0]))
-    out = speculative_sample([worst, 0, 0], row, params, np.random.default_rng(0))
-    assert out.n_accepted == 0 and read == [0] and out.rows_read == 1
-    assert out.tokens == (int(np.argmax(rows[0])),)
-
-
-def test_greedy_params_reduce_to_greedy_verification():
-    n = 30
-    rows = _rows(n, 9, 3)
-    am = [int(np.argmax(r)) for r in rows]
-    rng = np.random.default_rng(0)
-    state = rng.bit_generator.state
-    out = speculative_sample([am[0], am[1], (am[2] + 1) % n], rows, SamplingParams(), rng)
-    assert out.tokens == (am[0], am[1], am[2]) and out.n_accepted == 2 and not out.bonus
-    out = speculative_sample(am[:3], rows, SamplingParams(), rng)
-    assert out.tokens == tuple(am) and out.bonus
-    assert rng.bit_generator.state == state  # greedy consumes no random numbers
 
 
 def test_plain_sampling_step_matches_distribution_and_is_seeded():

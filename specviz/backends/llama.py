@@ -94,6 +94,24 @@ class LlamaModel:
         buf = ctypes.create_string_buffer(256)
         n = lc.llama_model_desc(ptr, buf, 256)
         self.description = buf.value.decode("utf-8", "replace") if n > 0 else ""
+        self._fingerprint: str | None = None
+
+    @property
+    def fingerprint(self) -> str:
+        """A SHA-256 over the file's size and three 1 MiB samples (start, middle, end): tells two model
+        files apart cheaply, even two of the same size and vocabulary (computed once)."""
+        if self._fingerprint is None:
+            import hashlib
+
+            size = self.path.stat().st_size
+            h = hashlib.sha256(str(size).encode())
+            chunk = 1 << 20
+            with open(self.path, "rb") as f:
+                for off in sorted({0, max(0, size // 2 - chunk // 2), max(0, size - chunk)}):
+                    f.seek(off)
+                    h.update(f.read(chunk))
+            self._fingerprint = h.hexdigest()
+        return self._fingerprint
 
     @property
     def ptr(self):
@@ -258,7 +276,7 @@ class LlamaContext:
         elif rows == "none":
             self._out_rows = []
         else:
-            idx = list(rows)
+            idx = [int(i) for i in rows]
             flags[idx] = 1
             self._out_rows = idx
         self._batch.n_tokens = n

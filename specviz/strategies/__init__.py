@@ -11,7 +11,7 @@ from typing import Any
 
 from ..config import SESSION_KNOBS, Knob, Schema
 from ..errors import StrategyError
-from .base import Draft, Drafter, DrafterStats
+from .base import Draft, Drafter, DrafterStats, DraftResources
 
 # name -> "module:Class"; modules are imported on first use so a strategy's dependencies load lazily.
 _REGISTRY: dict[str, str] = {
@@ -50,12 +50,19 @@ def strategy_schema(name: str) -> Schema:
     return Schema(owner=f"strategy {name!r}", knobs=shared + own)
 
 
-def make_drafter(name: str, knobs: dict[str, Any], **resources: Any) -> Drafter:
-    """Instantiate strategy ``name`` with already-validated ``knobs`` (plus resources like models)."""
+def make_drafter(name: str, knobs: dict[str, Any], resources: DraftResources | None = None) -> Drafter:
+    """Instantiate strategy ``name`` with already-validated ``knobs``; a model-backed strategy
+    (``needs_model``) also gets its :class:`DraftResources`."""
     cls = strategy_class(name)
-    own = {k.name for k in cls.knobs}
-    return cls(**{k: v for k, v in knobs.items() if k in own}, **resources)
+    names = {k.name for k in cls.knobs}
+    own = {k: v for k, v in knobs.items() if k in names}
+    if cls.needs_model:
+        if resources is None:
+            raise StrategyError(f"strategy {name!r} drafts with a model: it is built by a Session, which loads "
+                                "and checks the draft model", knob="strategy", value=name)
+        return cls(resources, **own)  # type: ignore[call-arg]
+    return cls(**own)
 
 
-__all__ = ["Draft", "Drafter", "DrafterStats", "strategy_names", "strategy_class", "strategy_schema",
-           "make_drafter"]
+__all__ = ["Draft", "Drafter", "DrafterStats", "DraftResources", "strategy_names", "strategy_class",
+           "strategy_schema", "make_drafter"]

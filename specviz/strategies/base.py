@@ -1,53 +1,77 @@
 """The drafter interface every strategy implements.
 
-In the spirit of llama.cpp's ``common_speculative`` (begin / draft / accept per implementation):
+In the spirit of llama.cpp's ``common_speculative`` implementations (``begin`` / ``draft`` / ``accept``)
+and Hugging Face's ``CandidateGenerator`` (a proposer plus a feedback call):
 
-* :meth:`Drafter.begin` is called with the whole token history when a session starts, when the
-  strategy is switched in, and after a restore. Request-local state is rebuilt from that history, so
-  a restored session drafts exactly as the original would.
+* :meth:`Drafter.begin` receives the whole token history when a session starts, when the strategy is
+  switched in, and on a restore. Request-local state is rebuilt from that history.
 * :meth:`Drafter.draft` proposes up to ``n_max`` tokens to follow ``history`` (the full history, prompt
-  included, whose last token is the newest committed one).
-* :meth:`Drafter.accept` reports how many of the last proposal's tokens the target accepted, and the
-  tokens committed this round (already appended to ``history``).
-* :meth:`Drafter.peek` (optional) tells, without side effects, the first token :meth:`draft` would
-  propose now; the ``cost`` policy learns from it in rounds where it chose not to draft.
+  included, whose last token is the newest committed one — upstream's ``id_last``).
+* :meth:`Drafter.accept` reports how many tokens of the last proposal the target accepted; ``history``
+  already holds the tokens committed in that round. It is called only after a verified draft.
+* :meth:`Drafter.state` / :meth:`Drafter.load_state` save and restore what ``begin`` cannot rebuild from
+  the history alone (JSON-serialisable; empty for stateless drafters).
 
-Each class declares ``name`` and ``knobs`` (a tuple of :class:`~specviz.config.Knob`); the session's
-shared draft-length knobs are added by the registry. A drafter never imports a UI library.
+The base class owns the token mirror (:attr:`Drafter.mirror`, a numpy copy of the history that only
+appends what is new) and the llama.cpp-style counters (:attr:`Drafter.stats`). Subclasses override the
+underscore hooks.
+
+Optional abilities are declared by the class, never probed:
+
+* ``drafts`` — False only for ``none`` (no round ever drafts);
+* ``can_peek`` — :meth:`peek` tells, without side effects, the first token :meth:`draft` would propose
+  (the ``cost`` policy learns from it in rounds it keeps plain);
+* ``needs_model`` — the drafter is built with a :class:`DraftResources` holding the draft GGUF named by
+  its ``draft_model`` knob, already loaded and checked;
+* ``has_context`` — the drafter owns a llama.cpp context: :meth:`kv_length`, :meth:`sync` (which returns
+  the rollbacks of that context), :meth:`context_state` / :meth:`load_context_state`.
+
+A drafter never imports a UI library and never sees the session.
 """
 
 from __future__ import annotations
 
+import copy
 import time
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar, Sequence
+
+import numpy as np
 
 from ..config import Knob
+from ..errors import SnapshotError
+from .history import TokenMirror
+
+if TYPE_CHECKING:
+    from ..backends.llama import LlamaContext, LlamaModel
+    from ..sampling import SamplingParams, TokenDist
 
 
 @dataclass
 class Draft:
-    """A proposal: ``tokens``, the drafter's probability per token (or ``None``) and why it is short.
+    """A proposal: ``tokens``, the drafter's probability of each (or ``None``), and why it is short.
 
-    ``reason`` is a short code (``no-match``, ``check-rate``, ``p-min`` …) when the drafter proposed
-    fewer tokens than it was allowed, else ``None``.
+    ``reason`` is a short code (``no-match``, ``check-rate``, ``p-min`` …) when the drafter proposed fewer
+    tokens than it was allowed, else ``None``. ``dists`` holds the full draft distribution of each token
+    when the tokens were sampled from it (a model drafting under sampling), for the acceptor's
+    ``min(1, p/q)`` rule; ``None`` for deterministic drafts.
     """
 
     tokens: list[int] = field(default_factory=list)
     probs: list[float | None] | None = None
     reason: str | None = None
-    dists: Any = None  # per-token full draft distributions (model drafts under sampling), else None
+    dists: list[TokenDist] | None = None
 
 
 @dataclass
 class DrafterStats:
-    """Per-strategy statistics as llama.cpp prints them."""
+    """Per-strategy counters, as llama.cpp's ``common_speculative_print_stats`` prints them."""
 
-    calls: int = 0  # draft() calls
-    drafts_generated: int = 0  # calls that produced a non-empty draft
-    drafts_accepted: int = 0  # drafts with at least one token accepted
-    tokens_generated: int = 0  # draft tokens proposed
-    tokens_accepted: int = 0  # draft tokens accepted
+    calls: int = 0  #: draft() calls
+    drafts_generated: int = 0  #: calls that produced a non-empty draft
+    drafts_accepted: int = 0  #: verified drafts with at least one token accepted
+    tokens_generated: int = 0  #: draft tokens proposed
+    tokens_accepted: int = 0  #: draft tokens accepted
     begin_seconds: float = 0.0
     draft_seconds: float = 0.0
     accept_seconds: float = 0.0
@@ -57,35 +81,74 @@ class DrafterStats:
         return dict(self.__dict__)
 
 
-class Drafter:
-    """Base class of every strategy. Subclasses override :meth:`_begin`, :meth:`_draft`, :meth:`_accept`.
+@dataclass
+class DraftResources:
+    """What a model-backed drafter is given, explicitly (it never sees the session).
 
-    The public :meth:`begin`/:meth:`draft`/:meth:`accept` wrappers keep :attr:`stats`.
+    ``model`` is the draft GGUF, loaded and checked against the target's vocabulary; ``target`` and
+    ``target_ctx`` are the target model and its context (for drafters that read the target's hidden
+    state); the context sizes are those the drafter's own context should use; ``sampling`` and ``rng``
+    are the generation's sampling parameters and its seeded generator (a sampled draft draws from it, so
+    a seed reproduces the whole run).
+    """
+
+    model: LlamaModel
+    target: LlamaModel
+    target_ctx: LlamaContext
+    n_ctx: int
+    n_batch: int
+    n_ubatch: int
+    n_threads: int | None
+    sampling: SamplingParams
+    rng: np.random.Generator
+
+
+class Drafter:
+    """Base class of every strategy. Subclasses override :meth:`_begin`, :meth:`_draft`, :meth:`_accept`
+    (and, with state, :meth:`_export_state` / :meth:`_import_state`).
+
+    ``name`` and ``knobs`` (a tuple of :class:`~specviz.config.Knob`) are declared per class; the shared
+    draft-length knobs are added by the registry. ``config`` holds this instance's validated knob values.
     """
 
     name: ClassVar[str] = ""
     knobs: ClassVar[tuple[Knob, ...]] = ()
+    drafts: ClassVar[bool] = True
+    can_peek: ClassVar[bool] = False
     needs_model: ClassVar[bool] = False
+    has_context: ClassVar[bool] = False
+    #: Format tag of :meth:`state`; a state of another format is refused by :meth:`load_state`.
+    state_format: ClassVar[str] = ""
 
     def __init__(self, **knobs: Any) -> None:
         self.config: dict[str, Any] = {k.name: knobs.get(k.name, k.default) for k in self.knobs}
         self.stats = DrafterStats()
+        self.mirror = TokenMirror()
 
-    # -- public wrappers -------------------------------------------------------------------------
+    @property
+    def tokens(self) -> np.ndarray:
+        """The mirrored history (int32), as of the last begin / draft / accept."""
+        return self.mirror.array
+
+    # -- the interface ---------------------------------------------------------------------------
     def begin(self, history: Sequence[int]) -> None:
         """(Re)build request-local state from the full token history."""
         t = time.perf_counter()
+        self.mirror.reset(history)
         self._begin(history)
         self.stats.begin_seconds += time.perf_counter() - t
 
     def draft(self, history: Sequence[int], n_max: int) -> Draft:
         """Propose up to ``n_max`` tokens following ``history``."""
         t = time.perf_counter()
+        self.mirror.sync(history)
         d = self._draft(history, n_max) if n_max > 0 else Draft(reason="limit")
         if len(d.tokens) > n_max:
             d.tokens = d.tokens[:n_max]
             if d.probs is not None:
                 d.probs = d.probs[:n_max]
+            if d.dists is not None:
+                d.dists = d.dists[:n_max]
         self.stats.draft_seconds += time.perf_counter() - t
         self.stats.calls += 1
         if d.tokens:
@@ -94,8 +157,9 @@ class Drafter:
         return d
 
     def accept(self, n_accepted: int, history: Sequence[int]) -> None:
-        """Report that ``n_accepted`` tokens of the last draft were accepted."""
+        """Report that ``n_accepted`` tokens of the last draft were accepted (``history`` is committed)."""
         t = time.perf_counter()
+        self.mirror.sync(history)
         self._accept(n_accepted, history)
         self.stats.accept_seconds += time.perf_counter() - t
         if n_accepted > 0:
@@ -103,19 +167,72 @@ class Drafter:
             self.stats.tokens_accepted += n_accepted
 
     def peek(self, history: Sequence[int]) -> int | None:
-        """The first token :meth:`draft` would propose after ``history``, leaving every state and statistic
-        unchanged; ``None`` when there is none or the strategy cannot tell without side effects."""
-        return self._peek(history)
+        """(``can_peek`` drafters) The first token :meth:`draft` would propose after ``history``, leaving
+        every state and counter unchanged; ``None`` when there is none."""
+        return None
+
+    def state(self) -> dict[str, Any]:
+        """What :meth:`begin` cannot rebuild from the history, as JSON-serialisable data.
+
+        ``n_history`` records how much history the state belongs to; it applies to that history or any
+        extension of it (a drafter's state changes only in begin / draft / accept).
+        """
+        d = self._export_state()
+        d["format"] = self.state_format
+        d["n_history"] = int(self.mirror.array.shape[0])
+        return d
+
+    def load_state(self, d: Any) -> None:
+        """Restore :meth:`state` after :meth:`begin` on the history it belongs to (or an extension).
+
+        Raises :class:`~specviz.errors.SnapshotError` for a state of another strategy, another history
+        or a malformed one; the drafter is then unchanged.
+        """
+        if not isinstance(d, dict) or d.get("format") != self.state_format or "n_history" not in d:
+            got = d.get("format") if isinstance(d, dict) else type(d).__name__
+            raise SnapshotError(f"drafter state is not a {self.state_format!r} state (got {got!r}); restore it "
+                                "into the strategy that saved it")
+        n = d["n_history"]
+        if not isinstance(n, int) or not 0 <= n <= self.mirror.array.shape[0]:
+            raise SnapshotError(f"drafter state belongs to a history of {n!r} tokens, but the drafter holds "
+                                f"{self.mirror.array.shape[0]}; call begin() with that history first")
+        saved = self._export_state()
+        try:
+            self._import_state(copy.deepcopy(d))
+        except (KeyError, TypeError, ValueError, IndexError) as exc:
+            self._import_state(saved)
+            raise SnapshotError(f"drafter state for {self.name!r} is malformed ({exc}); restore a snapshot "
+                                "written by this version") from exc
+
+    def extra_telemetry(self) -> dict[str, Any]:
+        """Strategy-specific figures merged into the session's telemetry (none by default)."""
+        return {}
+
+    # -- has_context drafters ----------------------------------------------------------------------
+    def kv_length(self) -> int | None:
+        """(``has_context``) Positions the drafter's own context holds."""
+        return None
+
+    def sync(self, history: Sequence[int]) -> list[tuple[int, int]]:
+        """(``has_context``) Bring the drafter's context in step with the committed ``history`` after a
+        round; returns the rollbacks of that context since the last call, as ``(from, to)`` positions."""
+        return []
+
+    def context_state(self) -> bytes:
+        """(``has_context``) The drafter's context as bytes, for snapshots."""
+        return b""
+
+    def load_context_state(self, blob: bytes) -> None:
+        """(``has_context``) Restore :meth:`context_state`."""
+
+    def close(self) -> None:
+        """Release resources (model-backed drafters free their context)."""
 
     @staticmethod
     def check(config: dict[str, Any]) -> None:
         """Cross-knob rules on a complete, type-checked config; raise KnobError to refuse it."""
 
-    def reconfigure(self, **knobs: Any) -> None:
-        """Apply already-validated knob values. Default: update config and rebuild nothing."""
-        self.config.update({k: v for k, v in knobs.items() if k in self.config})
-
-    # -- to override -----------------------------------------------------------------------------
+    # -- to override -------------------------------------------------------------------------------
     def _begin(self, history: Sequence[int]) -> None:
         pass
 
@@ -125,15 +242,8 @@ class Drafter:
     def _accept(self, n_accepted: int, history: Sequence[int]) -> None:
         pass
 
-    def _peek(self, history: Sequence[int]) -> int | None:
-        return None
+    def _export_state(self) -> dict[str, Any]:
+        return {}
 
-    def after_round(self, history: Sequence[int]) -> None:
-        """Called after every round (drafted or not) with the committed history."""
-
-    def take_rollbacks(self) -> list[tuple[int, int]]:
-        """KV rollbacks of the drafter's own context since the last call, as (from, to) positions."""
-        return []
-
-    def close(self) -> None:
-        """Release resources (model-backed drafters free their context)."""
+    def _import_state(self, d: dict[str, Any]) -> None:
+        pass

@@ -1,26 +1,32 @@
-"""``draft``: a second, smaller GGUF drafts tokens one at a time (llama.cpp's draft-simple).
+"""``draft``: a second, smaller GGUF drafts tokens one at a time (llama.cpp's ``draft-simple``).
 
 The draft model gets its own llama.cpp context, fed the committed tokens and rolled back with the
 target, with the same invariant as the target: after every round it holds every committed token but
-the newest (pending) one. Drafting evaluates the pending token, then each drafted token, and stops
-at the round's limit or when the draft's own top probability falls below ``draft_p_min``.
+the newest (pending) one. Drafting evaluates the pending token, then each drafted token, and stops at
+the round's limit or when the draft's own top probability falls below ``draft_p_min``.
 
 Greedy sessions draft the draft model's argmax. Sampling sessions draft by sampling the draft
-distribution ``q`` (temperature, top-k and top-p applied exactly as for the target) from the session's
-seeded generator, and hand ``q`` to the acceptor for ``min(1, p/q)`` rejection sampling.
+distribution ``q`` (temperature, top-k and top-p applied exactly as for the target) from the
+generation's seeded generator, and hand ``q`` to the acceptor for ``min(1, p/q)`` rejection sampling.
+
+Departure from llama.cpp: upstream's default ``--spec-draft-p-min`` is 0 (draft the full length); ours
+is 0.75, so that a draft model on a CPU stops where it is unsure instead of paying for tokens the target
+will likely reject.
 """
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 from typing import Any, Sequence
 
-from ..config import Knob
-from ..errors import KnobError
-from ..sampling import probs_from_logits, sample
-from ..verify import greedy_token, token_prob
-from .base import Draft, Drafter
+from ..backends.llama import LlamaContext
+from ..errors import KnobError, SnapshotError
+from ..rowscan import ScoredRow
+from ..sampling import TokenDist, probs_from_logits, sample
+from .base import Draft, Drafter, DraftResources
+from .knobs import DRAFT_MODEL_KNOB, DRAFT_P_MIN_KNOB
 
 
 class DraftModelDrafter(Drafter):
@@ -28,12 +34,8 @@ class DraftModelDrafter(Drafter):
 
     name = "draft"
     needs_model = True
-    knobs = (
-        Knob("draft_model", str, "", "path of the draft GGUF (it must share the target's vocabulary)",
-             aliases=("--model-draft",)),
-        Knob("draft_p_min", float, 0.75, "stop drafting when the draft's own top probability falls below this",
-             lo=0.0, hi=1.0),
-    )
+    has_context = True
+    knobs = (DRAFT_MODEL_KNOB, DRAFT_P_MIN_KNOB)
 
     @staticmethod
     def check(config: dict[str, Any]) -> None:
@@ -46,18 +48,12 @@ class DraftModelDrafter(Drafter):
             raise KnobError(f"knob 'draft_model': {path!r} does not exist; pass the path of a .gguf file",
                             knob="draft_model", value=path)
 
-    def __init__(self, session=None, **knobs: Any) -> None:
+    def __init__(self, resources: DraftResources, **knobs: Any) -> None:
         super().__init__(**knobs)
-        if session is None:
-            raise KnobError("the draft strategy is created by a Session (it needs the target model)",
-                            knob="strategy", value="draft")
-        self.session = session
-        self.model = session.aux_model(self.config["draft_model"])
-        from ..backends.llama import LlamaContext
-
-        cap = session.ctx.capacity
-        self.ctx = LlamaContext(self.model, n_ctx=cap.n_ctx, n_batch=cap.n_batch, n_ubatch=cap.n_ubatch,
-                                n_threads=session.ctx_threads)
+        self.res = resources
+        self.model = resources.model
+        self.ctx = LlamaContext(self.model, n_ctx=resources.n_ctx, n_batch=resources.n_batch,
+                                n_ubatch=resources.n_ubatch, n_threads=resources.n_threads)
         self._cached: list[int] = []
         self._rollbacks: list[tuple[int, int]] = []
         self.model_seconds = 0.0  # time in the draft model's decodes while drafting
@@ -87,11 +83,6 @@ class DraftModelDrafter(Drafter):
         """Positions the draft context really holds."""
         return self.ctx.kv_len()
 
-    def take_rollbacks(self) -> list[tuple[int, int]]:
-        """Rollbacks of the draft cache since the last call, as (from, to) positions."""
-        out, self._rollbacks = self._rollbacks, []
-        return out
-
     # -- drafter interface -------------------------------------------------------------------------
     def _begin(self, history: Sequence[int]) -> None:
         self.ctx.clear()
@@ -101,30 +92,30 @@ class DraftModelDrafter(Drafter):
 
     def _draft(self, history: Sequence[int], n_max: int) -> Draft:
         self._truncate_to_common_prefix(history)
-        params, rng = self.session.sampling, self.session.rng
+        params, rng = self.res.sampling, self.res.rng
         p_min = self.config["draft_p_min"]
         t0 = time.perf_counter()
         self._feed(history[len(self._cached):], rows="last")
         row = self.ctx.last_row()
         toks: list[int] = []
-        probs: list[float] = []
-        dists = []
+        probs: list[float | None] = []
+        dists: list[TokenDist] = []
         reason = None
         for i in range(n_max):
             if params.greedy:
-                t = greedy_token(row)
-                p = token_prob(row, t)
-                top = p
+                sr = ScoredRow(row)
+                t, top = sr.best, sr.prob(sr.best)
+                p = top
             else:
                 q = probs_from_logits(row, params)
                 top = q.top(1)[0][1]
-                if top >= p_min:
-                    t = sample(q, rng)
-                    p = q.prob(t)
-                    dists.append(q)
             if top < p_min:
                 reason = "p-min"
                 break
+            if not params.greedy:
+                t = sample(q, rng)
+                p = q.prob(t)
+                dists.append(q)
             toks.append(int(t))
             probs.append(float(p))
             if i + 1 < n_max:
@@ -133,40 +124,41 @@ class DraftModelDrafter(Drafter):
                 row = self.ctx.row(0)
         self.model_seconds += time.perf_counter() - t0
         self.model_tokens += len(toks)
-        return Draft(tokens=toks, probs=probs, reason=reason, dists=dists if not params.greedy else None)
+        return Draft(tokens=toks, probs=probs, reason=reason, dists=None if params.greedy else dists)
 
-    def after_round(self, history: Sequence[int]) -> None:
-        """Keep the draft cache in step with the target after every round."""
-        self.sync(history)
-
-    def sync(self, history: Sequence[int]) -> None:
-        """Bring the draft cache to ``history[:-1]``: drop the rejected tail, feed what is missing."""
+    def sync(self, history: Sequence[int]) -> list[tuple[int, int]]:
+        """Bring the draft cache to ``history[:-1]`` (drop the rejected tail, feed what is missing) and
+        return the rollbacks of the draft cache since the last call."""
         self._truncate_to_common_prefix(history)
         missing = history[len(self._cached):-1]
         if missing:
             self._feed(missing, rows="none")
+        out, self._rollbacks = self._rollbacks, []
+        return out
 
-    def stats_extra(self) -> dict[str, Any]:
-        """The draft model's own seconds and tokens/s while drafting."""
+    def extra_telemetry(self) -> dict[str, Any]:
+        """The draft model's own seconds and tokens/s while drafting, and its cache length."""
         return {"draft_model": str(self.model.path), "draft_model_seconds": self.model_seconds,
                 "draft_model_tokens": self.model_tokens,
                 "draft_model_tokens_per_second": self.model_tokens / self.model_seconds if self.model_seconds else 0.0,
                 "draft_kv": self.kv_length()}
 
-    def state_blob(self) -> bytes:
-        """The draft context's state (for snapshots)."""
-        import json
-
+    def context_state(self) -> bytes:
+        """The draft context's state and the tokens it holds (for snapshots)."""
         head = json.dumps({"cached": self._cached}).encode()
         return len(head).to_bytes(8, "little") + head + self.ctx.state()
 
-    def load_state_blob(self, blob: bytes) -> None:
-        """Restore :meth:`state_blob`."""
-        import json
-
-        n = int.from_bytes(blob[:8], "little")
-        self._cached = [int(t) for t in json.loads(blob[8:8 + n])["cached"]]
+    def load_context_state(self, blob: bytes) -> None:
+        """Restore :meth:`context_state`; a malformed blob raises SnapshotError and changes nothing."""
+        try:
+            n = int.from_bytes(blob[:8], "little")
+            cached = [int(t) for t in json.loads(blob[8:8 + n])["cached"]]
+        except (ValueError, KeyError, TypeError) as exc:
+            raise SnapshotError(f"the draft context's state is malformed ({exc})") from None
+        if any(not 0 <= t < self.model.n_vocab for t in cached):
+            raise SnapshotError("the draft context's state holds token ids outside the draft vocabulary")
         self.ctx.load_state(blob[8 + n:])
+        self._cached = cached
         self._rollbacks = []
 
     def close(self) -> None:

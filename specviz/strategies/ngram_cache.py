@@ -29,7 +29,7 @@ Different from upstream (on purpose):
 * The draft length is the ``n_draft`` knob (upstream hard-codes 8), capped by the session.
 
 Restoring: ``begin`` rebuilds the context statistics from the history; the dynamic statistics are saved
-by :meth:`state_dict` and brought back by :meth:`load_state_dict`.
+by :meth:`~Drafter.state` and brought back by :meth:`~Drafter.load_state`.
 """
 
 from __future__ import annotations
@@ -39,9 +39,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..config import Knob
-from ._restore import RestorableState
 from .base import Draft, Drafter
-from .history import TokenMirror
 
 NGRAM_MIN = 1
 NGRAM_MAX = 4
@@ -96,36 +94,33 @@ def _pick(stats: _Stats, tail: list[int], min_samples: Sequence[int], min_percen
     return None
 
 
-class NgramCacheDrafter(RestorableState, Drafter):
+class NgramCacheDrafter(Drafter):
     """Context + dynamic n-gram statistics (n = 1…4), greedy confident drafting; memory only."""
 
     name = "ngram-cache"
-    _state_format = "ngram-cache/1"
+    state_format = "ngram-cache/1"
     knobs = (
         Knob("n_draft", int, 8, "most tokens drafted per round (upstream uses 8)", lo=1, hi=1024),
     )
 
     def __init__(self, **knobs: Any) -> None:
         super().__init__(**knobs)
-        self._mirror = TokenMirror()
+        self._prev = np.zeros(0, dtype=np.int32)  # the history of the previous begin, to tell a new request
         self._context: _Stats = _empty_stats()
         self._dynamic: _Stats = _empty_stats()
         self._counted = 0  # history positions already counted into the context statistics
-        self._init_restore()
 
     def _begin(self, history: Sequence[int]) -> None:
-        prev = self._mirror.array
-        new = np.asarray(history, dtype=np.int32)
+        prev, new = self._prev, self.tokens
         k = min(prev.shape[0], new.shape[0])
         if prev.shape[0] and not np.array_equal(prev[:k], new[:k]):
             # a different request: keep what the previous one taught, as dynamic statistics
             self._sync_context(prev)
             _merge(self._dynamic, self._context)
-        self._mirror.reset(history)
         self._context = _empty_stats()
         self._counted = 0
-        self._sync_context(self._mirror.array)
-        self._after_begin(history)
+        self._sync_context(new)
+        self._prev = new.copy()
 
     def _sync_context(self, arr: np.ndarray) -> None:
         L = arr.shape[0]
@@ -135,8 +130,8 @@ class NgramCacheDrafter(RestorableState, Drafter):
             self._counted = L
 
     def _draft(self, history: Sequence[int], n_max: int) -> Draft:
-        self._settle()
-        arr = self._mirror.sync(history)
+        arr = self.tokens
+        self._prev = arr.copy()
         if arr.shape[0] < 2:  # upstream needs at least LLAMA_NGRAM_STATIC tokens
             return Draft(reason="short-history")
         self._sync_context(arr)
@@ -155,8 +150,7 @@ class NgramCacheDrafter(RestorableState, Drafter):
         return Draft(tokens=out, reason="no-match" if len(out) < limit else None)
 
     def _accept(self, n_accepted: int, history: Sequence[int]) -> None:
-        self._settle()
-        self._mirror.sync(history)
+        self._prev = self.tokens.copy()
 
     # -- introspection --------------------------------------------------------------------------
     def followers(self, ngram: Sequence[int], *, dynamic: bool = False) -> dict[int, int]:

@@ -33,8 +33,8 @@ Where this differs from llama.cpp's ``common/ngram-map.cpp`` (on purpose):
 Restoring: with ``check_rate=1``, ``min_hits=1`` and no accept feedback shorter than a draft, the state
 is a function of the history, so a drafter begun on a history drafts exactly as one fed incrementally
 (``ngram-map-k4v`` counts occurrences, which the history determines). Look-up counts, the check-rate
-position and accepted counts depend on how the session ran; they are saved by :meth:`state_dict` and
-brought back by :meth:`load_state_dict`.
+position and accepted counts depend on how the session ran; they are saved by :meth:`~Drafter.state` and
+brought back by :meth:`~Drafter.load_state`.
 """
 
 from __future__ import annotations
@@ -43,11 +43,10 @@ from typing import Any, ClassVar, Sequence
 
 import numpy as np
 
-from ..config import Knob
 from ..errors import SnapshotError
-from ._restore import RestorableState
 from .base import Draft, Drafter
-from .history import TokenMirror, find_ngram
+from .history import find_ngram
+from .knobs import ngram_size_knobs
 
 #: Values (distinct m-grams) tracked per key, as upstream.
 MAX_VALUES = 4
@@ -85,16 +84,14 @@ class _Key:
         self.values = [[0, 0, m] for _ in range(MAX_VALUES)]
 
 
-class _NgramMapBase(RestorableState, Drafter):
+class _NgramMapBase(Drafter):
     """Shared look-up, bookkeeping and state handling of the two n-gram map drafters."""
 
     key_only: ClassVar[bool] = True
-    _state_format = "ngram-map/1"
+    state_format = "ngram-map/1"
 
     def __init__(self, **knobs: Any) -> None:
         super().__init__(**knobs)
-        self._mirror = TokenMirror()
-        self._init_restore()
         self._reset()
 
     def _reset(self) -> None:
@@ -103,22 +100,12 @@ class _NgramMapBase(RestorableState, Drafter):
         self._last: tuple[tuple[int, ...], int] | None = None  # (key, value slot) of the last draft
 
     def _begin(self, history: Sequence[int]) -> None:
-        self._mirror.reset(history)
         self._reset()
-        self._after_begin(history)
-
-    def reconfigure(self, **knobs: Any) -> None:
-        """Apply knobs; a new key or m-gram size invalidates every record, so the map starts over."""
-        old = (self.config["size_n"], self.config["size_m"])
-        super().reconfigure(**knobs)
-        if (self.config["size_n"], self.config["size_m"]) != old:
-            self._reset()
 
     # -- drafting -------------------------------------------------------------------------------
     def _draft(self, history: Sequence[int], n_max: int) -> Draft:
-        self._settle()
         self._last = None
-        arr = self._mirror.sync(history)
+        arr = self.tokens
         n, m = self.config["size_n"], self.config["size_m"]
         cur_len = arr.shape[0] - 1  # upstream's inp excludes the newest (sampled) token
         if cur_len < 2 * n + m:
@@ -177,8 +164,6 @@ class _NgramMapBase(RestorableState, Drafter):
         rec.stat_idx = max(rec.stat_idx, pos + 1)
 
     def _accept(self, n_accepted: int, history: Sequence[int]) -> None:
-        self._settle()
-        self._mirror.sync(history)
         if self._last is None:
             return
         key, slot = self._last
@@ -221,23 +206,12 @@ class _NgramMapBase(RestorableState, Drafter):
         self._last = None if last is None else (tuple(int(t) for t in last["tokens"]), int(last["slot"]))
 
 
-_MAP_KNOBS = (
-    Knob("size_n", int, 12, "key n-gram size (tokens matched against the history)", lo=1, hi=1024,
-         aliases=("--spec-ngram-size-n",)),
-    Knob("size_m", int, 48, "m-gram size: the most tokens one draft copies after the key", lo=1, hi=1024,
-         aliases=("--spec-ngram-size-m",)),
-    Knob("min_hits", int, 1, "look-ups of a key needed before it is used for a draft", lo=1, hi=1024,
-         aliases=("--spec-ngram-min-hits",)),
-    Knob("check_rate", int, 1, "search only every this many tokens of history", lo=1, hi=1024,
-         aliases=("--spec-ngram-check-rate",)),
-)
-
 
 class NgramMapKDrafter(_NgramMapBase):
     """Key n-gram → the m-gram after its most recent occurrence, capped by the key's accepted count."""
 
     name = "ngram-map-k"
-    knobs = _MAP_KNOBS
+    knobs = ngram_size_knobs("ngram-map-k", min_hits=True)
     key_only = True
 
 
@@ -245,5 +219,5 @@ class NgramMapK4VDrafter(_NgramMapBase):
     """Key n-gram → up to four counted m-gram values; drafts the clearly most frequent one."""
 
     name = "ngram-map-k4v"
-    knobs = _MAP_KNOBS
+    knobs = ngram_size_knobs("ngram-map-k4v", min_hits=True)
     key_only = False

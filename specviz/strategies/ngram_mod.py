@@ -30,7 +30,7 @@ Different from upstream (on purpose):
 
 Restoring: the pool is always "the n-grams at history positions ``[lo, i_last)`` added in order", so it
 is saved as those two numbers (with the acceptance streak and the last draft length) by
-:meth:`state_dict` and rebuilt from the history by :meth:`load_state_dict`; the state's size does not
+:meth:`~Drafter.state` and rebuilt from the history by :meth:`~Drafter.load_state`; the state's size does not
 grow with the history. ``begin`` alone adds *every* n-gram, which can differ from a running session
 that has not yet added its last (fewer than 33) positions.
 """
@@ -44,9 +44,7 @@ import numpy as np
 
 from ..config import Knob
 from ..errors import KnobError, SnapshotError
-from ._restore import RestorableState
 from .base import Draft, Drafter
-from .history import TokenMirror
 
 #: LCG multiplier of upstream's n-gram hash.
 LCG_MULT = 6364136223846793005
@@ -67,11 +65,11 @@ def ngram_hash(tokens: Sequence[int]) -> int:
     return h
 
 
-class NgramModDrafter(RestorableState, Drafter):
+class NgramModDrafter(Drafter):
     """Rolling n-gram hash → next token in a fixed-size pool; variable-length chained drafts."""
 
     name = "ngram-mod"
-    _state_format = "ngram-mod/1"
+    state_format = "ngram-mod/1"
     knobs = (
         Knob("n_match", int, 24, "n-gram length hashed to find the next token (small values draft "
              "poorly)", lo=1, hi=1024, aliases=("--spec-ngram-mod-n-match",)),
@@ -97,9 +95,7 @@ class NgramModDrafter(RestorableState, Drafter):
 
     def __init__(self, **knobs: Any) -> None:
         super().__init__(**knobs)
-        self._mirror = TokenMirror()
         self._pool = np.full(self.config["pool_size"], EMPTY, dtype=np.int32)
-        self._init_restore()
         self._clear_state()
 
     # -- pool -----------------------------------------------------------------------------------
@@ -139,8 +135,7 @@ class NgramModDrafter(RestorableState, Drafter):
 
     # -- drafter --------------------------------------------------------------------------------
     def _begin(self, history: Sequence[int]) -> None:
-        self._mirror.reset(history)
-        arr = self._mirror.array
+        arr = self.tokens
         self._clear_state()
         n = self.config["n_match"]
         L = arr.shape[0]
@@ -150,21 +145,9 @@ class NgramModDrafter(RestorableState, Drafter):
             if self._used / self._pool.shape[0] > OCCUPANCY_RESET:
                 self._clear_pool()
                 self._lo = self._i_last
-        self._after_begin(history)
-
-    def reconfigure(self, **knobs: Any) -> None:
-        """Apply knobs; a new ``n_match`` or ``pool_size`` rebuilds the pool from the history."""
-        old = (self.config["n_match"], self.config["pool_size"])
-        super().reconfigure(**knobs)
-        if (self.config["n_match"], self.config["pool_size"]) != old:
-            if self._pool.shape[0] != self.config["pool_size"]:
-                self._pool = np.full(self.config["pool_size"], EMPTY, dtype=np.int32)
-            self._pending_state = None
-            self._begin(self._mirror.array.tolist())
 
     def _draft(self, history: Sequence[int], n_max: int) -> Draft:
-        self._settle()
-        arr = self._mirror.sync(history)
+        arr = self.tokens
         self._n_draft_last = 0
         n = self.config["n_match"]
         L = arr.shape[0]
@@ -198,8 +181,6 @@ class NgramModDrafter(RestorableState, Drafter):
         return Draft(tokens=proposed, reason="no-match" if short else None)
 
     def _accept(self, n_accepted: int, history: Sequence[int]) -> None:
-        self._settle()
-        self._mirror.sync(history)
         if self._n_draft_last <= 0:
             return
         if n_accepted / self._n_draft_last < self.config["low_accept_ratio"]:
@@ -238,7 +219,7 @@ class NgramModDrafter(RestorableState, Drafter):
                 f"drafter has n_match={self.config['n_match']}, pool_size={self.config['pool_size']}: "
                 "restore the knobs first")
         lo, i_last = int(d["lo"]), int(d["i_last"])
-        arr = self._mirror.array
+        arr = self.tokens
         if not 0 <= lo <= i_last or (i_last > 0 and i_last + self.config["n_match"] > arr.shape[0]):
             raise ValueError(f"pool range [{lo}, {i_last}) does not fit a history of {arr.shape[0]} tokens")
         self._clear_pool()

@@ -11,35 +11,27 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from ..config import Knob
 from .base import Draft, Drafter
-from .history import TokenMirror, find_ngram
+from .history import find_ngram
+from .knobs import ngram_size_knobs
 
 
 class NgramSimpleDrafter(Drafter):
     """Most-recent n-gram match, m-gram draft, optional check rate."""
 
     name = "ngram-simple"
-    knobs = (
-        Knob("size_n", int, 12, "lookup n-gram size (tokens matched against the history)", lo=1, hi=1024,
-             aliases=("--spec-ngram-size-n",)),
-        Knob("size_m", int, 48, "draft m-gram size (tokens copied after the match)", lo=1, hi=1024,
-             aliases=("--spec-ngram-size-m",)),
-        Knob("check_rate", int, 1, "search only every this many tokens of history", lo=1, hi=1024,
-             aliases=("--spec-ngram-check-rate",)),
-    )
+    can_peek = True
+    knobs = ngram_size_knobs("ngram-simple", min_hits=False)
 
     def __init__(self, **knobs: Any) -> None:
         super().__init__(**knobs)
-        self._mirror = TokenMirror()
         self._last_check = 0
 
     def _begin(self, history: Sequence[int]) -> None:
-        self._mirror.reset(history)
         self._last_check = 0
 
     def _draft(self, history: Sequence[int], n_max: int) -> Draft:
-        arr = self._mirror.sync(history)
+        arr = self.tokens
         n, m = self.config["size_n"], self.config["size_m"]
         # upstream's cur_len excludes the newest (sampled) token, which we hold as history[-1]
         cur_len = arr.shape[0] - 1
@@ -58,7 +50,9 @@ class NgramSimpleDrafter(Drafter):
             return Draft(reason="no-match")
         return Draft(tokens=arr[pos + n: pos + n + copy].tolist())
 
-    def _peek(self, history: Sequence[int]) -> int | None:
+    def peek(self, history: Sequence[int]) -> int | None:
+        """The first token a draft would propose now; the check-rate position is left as it was."""
+        self.mirror.sync(history)
         last_check = self._last_check  # the only state a draft changes
         try:
             d = self._draft(history, 1)

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Sequence
-
-from .base import Draft, Drafter
+from .base import Drafter
 
 
 class NoDrafter(Drafter):
@@ -12,6 +10,4 @@ class NoDrafter(Drafter):
 
     name = "none"
     knobs = ()
-
-    def _draft(self, history: Sequence[int], n_max: int) -> Draft:
-        return Draft(reason="none")
+    drafts = False

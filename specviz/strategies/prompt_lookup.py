@@ -12,13 +12,14 @@ from typing import Any, Sequence
 from ..config import Knob
 from ..errors import KnobError
 from .base import Draft, Drafter
-from .history import TokenMirror, find_ngram
+from .history import find_ngram
 
 
 class PromptLookupDrafter(Drafter):
     """Prompt lookup decoding with a min/max n-gram size."""
 
     name = "prompt-lookup"
+    can_peek = True
     knobs = (
         Knob("max_ngram", int, 3, "largest n-gram size to look up (tried first)", lo=1, hi=64,
              aliases=("--prompt-lookup",)),
@@ -34,15 +35,8 @@ class PromptLookupDrafter(Drafter):
                 f"knob 'min_ngram': {config['min_ngram']} is larger than max_ngram={config['max_ngram']}; "
                 "set min_ngram <= max_ngram", knob="min_ngram", value=config["min_ngram"])
 
-    def __init__(self, **knobs: Any) -> None:
-        super().__init__(**knobs)
-        self._mirror = TokenMirror()
-
-    def _begin(self, history: Sequence[int]) -> None:
-        self._mirror.reset(history)
-
     def _draft(self, history: Sequence[int], n_max: int) -> Draft:
-        arr = self._mirror.sync(history)
+        arr = self.tokens
         L = arr.shape[0]
         for n in range(min(self.config["max_ngram"], L - 1), self.config["min_ngram"] - 1, -1):
             pattern = arr[L - n:]
@@ -53,6 +47,8 @@ class PromptLookupDrafter(Drafter):
                 return Draft(tokens=arr[start:min(start + n_max, L)].tolist())
         return Draft(reason="no-match")
 
-    def _peek(self, history: Sequence[int]) -> int | None:
-        d = self._draft(history, 1)  # stateless: drafting changes nothing but the history mirror
+    def peek(self, history: Sequence[int]) -> int | None:
+        """The first token a draft would propose now (prompt lookup keeps no state besides the mirror)."""
+        self.mirror.sync(history)
+        d = self._draft(history, 1)
         return d.tokens[0] if d.tokens else None

@@ -8,8 +8,18 @@ from __future__ import annotations
 
 import random
 
-from ..events import (Accepted, Alternative, DraftProposed, Finished, KnobsChanged, KVRollback, Rejected,
-                      SessionStarted, Telemetry, Verified)
+from ..events import (
+    Accepted,
+    Alternative,
+    DraftProposed,
+    Finished,
+    KnobsChanged,
+    KVRollback,
+    Rejected,
+    SessionStarted,
+    Telemetry,
+    Verified,
+)
 
 _WORDS = [" the", " a", " speculative", " draft", " token", " is", " accepted", "\n", " model", " of", ",", ".",
           " verify", "\t", " cache", " round", " def", "(", ")", ":", "  ", " return", " x", " =", " 1"]

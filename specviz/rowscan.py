@@ -1,15 +1,15 @@
-"""The acceptor's row scan, shared by plain decoding and speculative verification.
+"""The greedy row scan: the target's choice in one logits row, with explicit rules.
 
-Greedy choice uses explicit rules: the first maximum wins, and NaN counts as negative infinity. A row is
-read in place (a zero-copy view of llama.cpp's logits) and scanned once; probabilities come from the
-same pass's maximum. The plain path (strategy ``none``) goes through exactly the same functions, so any
-difference between plain and speculative greedy output comes from the logits, never from the scan.
+As the runner PR's ``LogitRowScan``: the first maximum wins, and NaN counts as negative infinity. A row is
+read in place (a zero-copy view of llama.cpp's logits) and scanned once; probabilities come from the same
+pass's maximum. Plain decoding (strategy ``none``) goes through exactly the same scan as speculative
+verification, so any difference between plain and speculative greedy output comes from the logits,
+never from the scan.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import numpy as np
 
@@ -91,32 +91,6 @@ class ScoredRow:
         return [(int(i), self.prob(int(i))) for i in idx]
 
 
-def greedy_token(row: np.ndarray) -> int:
-    """Index of the largest logit: first maximum wins, NaN counts as −∞ (all-NaN → 0)."""
-    return ScoredRow(row).best
-
-
-def token_prob(row: np.ndarray, token: int) -> float:
-    """Softmax probability of ``token`` in ``row`` (temperature 1; NaN as −∞)."""
-    return ScoredRow(row).prob(token)
-
-
-def probs_of(row: np.ndarray, tokens: list[int]) -> list[float]:
-    """Softmax probabilities of several tokens of one row, one exponent pass."""
-    sr = ScoredRow(row)
-    return [sr.prob(t) for t in tokens]
-
-
-def top_alternatives(row: np.ndarray, k: int = 5) -> list[tuple[int, float]]:
-    """The ``k`` most likely tokens of a row with their probabilities, best first (ties: lowest id)."""
-    return ScoredRow(row).top(k)
-
-
-def top_two_margin(row: np.ndarray) -> float:
-    """Difference between the largest and the second largest logit (0 at an exact tie)."""
-    return top_two(row)[0]
-
-
 def top_two(row: np.ndarray) -> tuple[float, int, int]:
     """``(margin, best, runner_up)``: the top-two logit margin and the two token ids (first max wins)."""
     sr = ScoredRow(row)
@@ -128,33 +102,3 @@ def top_two(row: np.ndarray) -> tuple[float, int, int]:
     r[sr.best] = -np.inf
     second = int(np.argmax(r))
     return float(saved - r[second]), sr.best, second
-
-
-@dataclass
-class GreedyScan:
-    """Result of scanning verify rows against a draft: the target's choices and how many matched."""
-
-    target_tokens: list[int]
-    n_accepted: int
-    rows: list = None  # the ScoredRow of each scanned position
-
-    def probs(self) -> list[float]:
-        """The target's probability of its own choice at each scanned position."""
-        return [r.prob(t) for r, t in zip(self.rows, self.target_tokens)]
-
-
-def scan_greedy(rows, draft: list[int], buf: np.ndarray | None = None) -> GreedyScan:
-    """Compare the draft with the target's greedy choice row by row, stopping at the first mismatch.
-
-    ``rows(i)`` returns the logits row for batch row ``i`` (row 0 scores the first draft token).
-    Returns the target's choices for rows ``0..n_accepted`` (the last is the bonus or correction).
-    """
-    chosen: list[int] = []
-    scored: list[ScoredRow] = []
-    for i in range(len(draft) + 1):
-        sr = ScoredRow(rows(i), buf)
-        chosen.append(sr.best)
-        scored.append(sr)
-        if i == len(draft) or sr.best != draft[i]:
-            return GreedyScan(chosen, i, scored)
-    raise AssertionError("unreachable")  # pragma: no cover

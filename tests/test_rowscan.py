@@ -1,4 +1,4 @@
-"""The shared row scan: first maximum wins, NaN is −∞; probabilities and alternatives."""
+"""The greedy row scan: first maximum wins, NaN is −∞; probabilities, alternatives, the top-two margin."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from specviz import verify
+from specviz.rowscan import ScoredRow, top_two
 
 
 def reference_argmax(row):
@@ -22,21 +22,21 @@ def reference_argmax(row):
 
 
 def test_first_maximum_wins():
-    assert verify.greedy_token(np.array([1.0, 3.0, 3.0, 2.0], dtype=np.float32)) == 1
+    assert ScoredRow(np.array([1.0, 3.0, 3.0, 2.0], dtype=np.float32)).best == 1
 
 
 def test_nan_counts_as_negative_infinity():
-    assert verify.greedy_token(np.array([np.nan, 1.0, 5.0, np.nan], dtype=np.float32)) == 2
-    assert verify.greedy_token(np.array([1.0, np.nan, 0.5], dtype=np.float32)) == 0
+    assert ScoredRow(np.array([np.nan, 1.0, 5.0, np.nan], dtype=np.float32)).best == 2
+    assert ScoredRow(np.array([1.0, np.nan, 0.5], dtype=np.float32)).best == 0
 
 
 def test_all_nan_and_all_minus_inf_pick_zero():
-    assert verify.greedy_token(np.full(5, np.nan, dtype=np.float32)) == 0
-    assert verify.greedy_token(np.full(5, -np.inf, dtype=np.float32)) == 0
+    assert ScoredRow(np.full(5, np.nan, dtype=np.float32)).best == 0
+    assert ScoredRow(np.full(5, -np.inf, dtype=np.float32)).best == 0
 
 
 def test_nan_before_tie():
-    assert verify.greedy_token(np.array([np.nan, 2.0, 2.0], dtype=np.float32)) == 1
+    assert ScoredRow(np.array([np.nan, 2.0, 2.0], dtype=np.float32)).best == 1
 
 
 values = st.one_of(st.floats(-5, 5, width=32), st.just(float("nan")), st.just(float("-inf")), st.sampled_from([0.0, 1.0]))
@@ -46,7 +46,7 @@ values = st.one_of(st.floats(-5, 5, width=32), st.just(float("nan")), st.just(fl
 @given(st.lists(values, min_size=1, max_size=40))
 def test_greedy_matches_the_reference_scan(vals):
     row = np.array(vals, dtype=np.float32)
-    assert verify.greedy_token(row) == reference_argmax(row.tolist())
+    assert ScoredRow(row).best == reference_argmax(row.tolist())
 
 
 def test_probabilities_sum_to_one_and_match_softmax():
@@ -55,14 +55,15 @@ def test_probabilities_sum_to_one_and_match_softmax():
     p = np.exp(row.astype(np.float64) - row.max())
     p /= p.sum()
     for t in (0, 5, int(np.argmax(row))):
-        assert abs(verify.token_prob(row, t) - p[t]) < 1e-5
-    got = verify.probs_of(row, [1, 2, 3])
+        assert abs(ScoredRow(row).prob(t) - p[t]) < 1e-5
+    sr = ScoredRow(row)
+    got = [sr.prob(t) for t in (1, 2, 3)]
     assert np.allclose(got, p[[1, 2, 3]], atol=1e-6)
 
 
 def test_top_alternatives_are_sorted_and_ties_prefer_low_ids():
     row = np.array([0.0, 5.0, 1.0, 5.0, 3.0, np.nan], dtype=np.float32)
-    alts = verify.top_alternatives(row, 3)
+    alts = ScoredRow(row).top(3)
     assert [a[0] for a in alts] == [1, 3, 4]
     assert alts[0][1] == alts[1][1] > alts[2][1]
 
@@ -79,7 +80,7 @@ def _reference_top(row, k):
                 min_size=1, max_size=40), st.integers(1, 8))
 def test_top_alternatives_match_a_reference_sort_with_ties(vals, k):
     row = np.array(vals, dtype=np.float32)
-    assert [t for t, _ in verify.top_alternatives(row, k)] == _reference_top(vals, k)
+    assert [t for t, _ in ScoredRow(row).top(k)] == _reference_top(vals, k)
 
 
 def test_top_alternatives_on_vocabulary_sized_rows():
@@ -89,7 +90,7 @@ def test_top_alternatives_on_vocabulary_sized_rows():
         row = (rng.standard_normal(n) * spread).astype(np.float32)
         if ties:  # several tokens share the best values: the lowest ids must win
             row[[7, 70000, 200000, 9]] = row.max() + 1
-        got = [t for t, _ in verify.top_alternatives(row, 5)]
+        got = [t for t, _ in ScoredRow(row).top(5)]
         ref = np.lexsort((np.arange(n), -row))[:5].tolist()
         assert got == ref, (spread, ties)
 
@@ -99,27 +100,11 @@ def test_normaliser_is_exact_inside_and_outside_the_direct_range(shift):
     rng = np.random.default_rng(4)
     row = (rng.standard_normal(262144) * 3 + shift).astype(np.float32)
     exact = float(np.exp(row.astype(np.float64) - float(row.max())).sum())
-    assert abs(verify.ScoredRow(row).z() - exact) / exact < 2e-6
+    assert abs(ScoredRow(row).z() - exact) / exact < 2e-6
     best = int(np.argmax(row))
-    assert abs(verify.token_prob(row, best) - 1 / exact) * exact < 2e-6
+    assert abs(ScoredRow(row).prob(best) - 1 / exact) * exact < 2e-6
 
-def test_top_two_margin():
-    assert verify.top_two_margin(np.array([1.0, 4.0, 2.5], dtype=np.float32)) == 1.5
-    assert verify.top_two_margin(np.array([3.0, 3.0], dtype=np.float32)) == 0.0
-
-
-def test_scan_greedy_stops_at_first_mismatch():
-    rows = {0: np.array([0, 9, 0, 0.0]), 1: np.array([0, 0, 9, 0.0]), 2: np.array([9, 0, 0, 0.0])}
-    calls = []
-
-    def get(i):
-        calls.append(i)
-        return rows[i]
-
-    scan = verify.scan_greedy(get, [1, 3, 3])
-    assert scan.n_accepted == 1
-    assert scan.target_tokens == [1, 2]
-    assert calls == [0, 1]  # the row after the rejection is never read
-    full = verify.scan_greedy(lambda i: rows[i], [1, 2])
-    assert full.n_accepted == 2 and full.target_tokens == [1, 2, 0]
-
+def test_top_two_margin_and_tokens():
+    assert top_two(np.array([1.0, 4.0, 2.5], dtype=np.float32)) == (1.5, 1, 2)
+    assert top_two(np.array([3.0, 3.0], dtype=np.float32)) == (0.0, 0, 1)
+    assert top_two(np.array([np.nan, 2.0, 1.0], dtype=np.float32)) == (1.0, 1, 2)

@@ -1,0 +1,76 @@
+"""The draft-length budget: policy first, then the hard caps in order, then verify-tile alignment."""
+
+from __future__ import annotations
+
+import pytest
+
+from specviz.budget import Caps, plan, tile_aligned, verify_tile
+from specviz.policy import FixedPolicy
+
+KNOBS = {"draft_max": 16, "draft_min": 0, "align": True, "verify_tile": 4}
+ROOMY = Caps(remaining=1000, free_ctx=1000, n_batch=512, n_ubatch=512)
+
+
+class Wants(FixedPolicy):
+    """A policy that asks for a fixed length with a made-up expectation."""
+
+    def __init__(self, k: int) -> None:
+        self.k = k
+
+    def length(self, draft_min, draft_max, tile=1):
+        return self.k, 1.0 + self.k
+
+    def expected_tokens(self, k):
+        return 1.0 + k
+
+
+def test_no_caps_leaves_the_request_but_aligns_the_batch():
+    b = plan(KNOBS, FixedPolicy(), ROOMY)
+    assert (b.requested, b.limit, b.cap) == (16, 15, "tile")  # a batch of 16 rows, not 17
+    b = plan({**KNOBS, "draft_max": 15}, FixedPolicy(), ROOMY)
+    assert (b.limit, b.cap) == (15, None)
+
+
+def test_a_strategy_that_never_drafts_gets_nothing():
+    assert plan(KNOBS, FixedPolicy(), ROOMY, drafts=False).limit == 0
+
+
+@pytest.mark.parametrize("caps,limit,cap", [
+    (Caps(remaining=8, free_ctx=1000, n_batch=512, n_ubatch=512), 7, "budget"),  # commits at most limit + 1
+    (Caps(remaining=5, free_ctx=1000, n_batch=512, n_ubatch=512), 3, "tile"),  # 4 -> a batch of 5 -> 4 rows
+    (Caps(remaining=1, free_ctx=1000, n_batch=512, n_ubatch=512), 0, "budget"),
+    (Caps(remaining=1000, free_ctx=7, n_batch=512, n_ubatch=512), 7, "context"),
+    (Caps(remaining=1000, free_ctx=1000, n_batch=8, n_ubatch=8), 7, "batch"),  # 7 + pending = one batch of 8
+    (Caps(remaining=1000, free_ctx=1000, n_batch=512, n_ubatch=10), 7, "tile"),  # ubatch 9 -> tile 7
+    (Caps(remaining=1000, free_ctx=1000, n_batch=512, n_ubatch=13), 11, "tile"),
+])
+def test_hard_caps_lower_the_limit_and_are_named(caps, limit, cap):
+    b = plan(KNOBS, FixedPolicy(), caps)
+    assert (b.limit, b.cap) == (limit, cap)
+
+
+def test_ubatch_cap_only_with_alignment():
+    caps = Caps(remaining=1000, free_ctx=1000, n_batch=512, n_ubatch=9)
+    assert plan(KNOBS, FixedPolicy(), caps).cap in ("ubatch", "tile")
+    b = plan({**KNOBS, "align": False}, FixedPolicy(), caps)
+    assert (b.limit, b.cap) == (16, None)
+
+
+def test_tile_never_rounds_below_draft_min():
+    caps = Caps(remaining=1000, free_ctx=6, n_batch=512, n_ubatch=512)
+    b = plan({**KNOBS, "draft_min": 5}, FixedPolicy(), caps)
+    assert (b.limit, b.cap) == (6, "context")  # rounding 6 down to 3 would drop a valid draft
+
+
+def test_policy_cap_and_expected_tokens_follow_the_final_limit():
+    b = plan(KNOBS, Wants(10), ROOMY)
+    assert (b.limit, b.cap, b.expected) == (7, "tile", 8.0)
+    b = plan(KNOBS, Wants(3), ROOMY)
+    assert (b.limit, b.cap, b.expected) == (3, "policy", 4.0)
+
+
+def test_tile_aligned_and_verify_tile():
+    assert [tile_aligned(k, 4) for k in (0, 1, 2, 3, 4, 6, 7, 8, 15, 16)] == [0, 1, 2, 3, 3, 3, 7, 7, 15, 15]
+    assert tile_aligned(16, 1) == 16
+    assert verify_tile({"align": False, "verify_tile": 4}) == 1
+    assert verify_tile({"align": True, "verify_tile": 8}) == 8
