@@ -21,6 +21,8 @@ from typing import Any, Callable, Sequence
 import pytest
 from conftest import IN_CI
 
+from specviz.strategies import ngram_cache
+
 _TOOLS = Path(__file__).resolve().parent.parent / "tools" / "llama_tools.py"
 _spec = importlib.util.spec_from_file_location("llama_tools", _TOOLS)
 assert _spec is not None and _spec.loader is not None
@@ -304,3 +306,45 @@ def libstdcxx_order(keys: Sequence[int]) -> list[int]:
                 next_resize = n_buckets
         place(order, int(k), n_buckets)
     return order
+
+
+# -- ngram-cache with llama.cpp's two behaviours specviz departs from ------------------------------------
+def _upstream_pick(stats: Any, tail: list[int], min_samples: Sequence[int], min_percent: Sequence[int]) -> int | None:
+    """``ngram_cache._pick`` with llama.cpp's tie-break: followers are met in libstdc++'s iteration order
+    (specviz's statistics keep them in order of first appearance, which is the order of insertion)."""
+    for n in range(ngram_cache.NGRAM_MAX, ngram_cache.NGRAM_MIN - 1, -1):
+        if len(tail) < n:
+            continue
+        part = stats[n].get(tuple(tail[-n:]))
+        if not part:
+            continue
+        best, best_count, total = None, 0, 0
+        for tok in libstdcxx_order(list(part)):
+            c = part[tok]
+            if c > best_count:
+                best, best_count = tok, c
+            total += c
+        if total < min_samples[n - 1] or 100 * best_count < min_percent[n - 1] * total:
+            continue
+        return best
+    return None
+
+
+class UpstreamNgramCache(ngram_cache.NgramCacheDrafter):
+    """specviz's ngram-cache with its two documented departures undone, to compare the rest with llama.cpp:
+    the context statistics are updated from each draft call's new tokens alone (n-grams that straddle two
+    calls are missed, as in ``common/speculative.cpp``), and ties between followers go to the first in
+    libstdc++'s ``unordered_map`` order. Everything else is specviz's own code."""
+
+    def _sync_context(self, arr: Any) -> None:
+        if arr.shape[0] > self._counted:
+            ngram_cache._count(self._context, arr[self._counted :].tolist(), 0)
+            self._counted = arr.shape[0]
+
+    def _draft(self, history: Sequence[int], n_max: int) -> Any:
+        saved = ngram_cache._pick
+        ngram_cache._pick = _upstream_pick
+        try:
+            return super()._draft(history, n_max)
+        finally:
+            ngram_cache._pick = saved
