@@ -89,9 +89,11 @@ DRAFT_CASES = [
 ]
 
 
-@pytest.mark.parametrize("strategy,knobs,cap", DRAFT_CASES,
-                         ids=[f"{s}-{'-'.join(f'{k}{v}' for k, v in kn.items())}-{getattr(c, '__name__', c)}"
-                              for s, kn, c in DRAFT_CASES])
+@pytest.mark.parametrize(
+    "strategy,knobs,cap",
+    DRAFT_CASES,
+    ids=[f"{s}-{'-'.join(f'{k}{v}' for k, v in kn.items())}-{getattr(c, '__name__', c)}" for s, kn, c in DRAFT_CASES],
+)
 def test_every_draft_equals_llama_cpps(strategy, knobs, cap):
     native_tool("specviz-draft-replay")
     drafted = accepted = rejected_rounds = 0
@@ -157,8 +159,15 @@ def run_like_the_tool(model: LlamaModel, prompt: str, strategy: str, knobs: dict
     """A greedy session run to the batches ``llama-speculative-simple -n n_predict`` verifies."""
     s = Session(model, n_ctx=N_CTX, n_batch=512, n_ubatch=512, n_threads=1)
     # no budget or draft_max of specviz's own may cut a draft: the tool's cap is set every round
-    s.start(prompt, max_tokens=n_predict + 2048, strategy=strategy, draft_max=1024, align=False,
-            draft_policy="fixed", **knobs)
+    s.start(
+        prompt,
+        max_tokens=n_predict + 2048,
+        strategy=strategy,
+        draft_max=1024,
+        align=False,
+        draft_policy="fixed",
+        **knobs,
+    )
     while s.finished is None and len(s.tokens) <= n_predict:
         cap = tool_draft_cap(N_CTX, len(s.history) - 1, n_predict, len(s.tokens))
         s.configure(draft_max=cap if cap is not None else 1024)
@@ -167,8 +176,11 @@ def run_like_the_tool(model: LlamaModel, prompt: str, strategy: str, knobs: dict
 
 
 @pytest.mark.parametrize("fixture", list(FIXTURES))
-@pytest.mark.parametrize("strategy,knobs", GENERATION_CASES,
-                         ids=[f"{s}-{'-'.join(f'{k}{v}' for k, v in kn.items())}" for s, kn in GENERATION_CASES])
+@pytest.mark.parametrize(
+    "strategy,knobs",
+    GENERATION_CASES,
+    ids=[f"{s}-{'-'.join(f'{k}{v}' for k, v in kn.items())}" for s, kn in GENERATION_CASES],
+)
 def test_generation_equals_llama_speculative_simple(fixtures, fixture, strategy, knobs, monkeypatch):
     tool = native_tool("llama-speculative-simple")
     if strategy == "ngram-cache":  # compare the rest; the departures are shown by the tests below
@@ -187,11 +199,25 @@ def test_generation_equals_llama_speculative_simple(fixtures, fixture, strategy,
 
 def test_tool_args_are_llama_cpps_spellings():
     assert tool_args("ngram-map-k4v", {"size_n": 3, "size_m": 8, "min_hits": 2, "check_rate": 1}) == [
-        "--spec-type", "ngram-map-k4v", "--spec-ngram-map-k4v-size-n", "3", "--spec-ngram-map-k4v-size-m", "8",
-        "--spec-ngram-map-k4v-min-hits", "2"]
+        "--spec-type",
+        "ngram-map-k4v",
+        "--spec-ngram-map-k4v-size-n",
+        "3",
+        "--spec-ngram-map-k4v-size-m",
+        "8",
+        "--spec-ngram-map-k4v-min-hits",
+        "2",
+    ]
     assert tool_args("ngram-mod", {"n_match": 4, "n_min": 2, "n_max": 9}) == [
-        "--spec-type", "ngram-mod", "--spec-ngram-mod-n-match", "4", "--spec-ngram-mod-n-min", "2",
-        "--spec-ngram-mod-n-max", "9"]
+        "--spec-type",
+        "ngram-mod",
+        "--spec-ngram-mod-n-match",
+        "4",
+        "--spec-ngram-mod-n-min",
+        "2",
+        "--spec-ngram-mod-n-max",
+        "9",
+    ]
     with pytest.raises(ValueError, match="n_draft"):
         tool_args("ngram-cache", {"n_draft": 5})  # upstream always drafts up to 8
     with pytest.raises(ValueError, match="prompt-lookup"):
@@ -208,6 +234,7 @@ def test_the_tools_draft_cap():
 # ------------------------------------------------------------------------------------------------------
 # the departures: a case where specviz and llama.cpp differ, and specviz does what it documents
 # ------------------------------------------------------------------------------------------------------
+
 
 def native_draft(strategy: str, knobs: dict, history: list[int], n_max: int) -> list[int]:
     """llama.cpp's first draft after ``history`` (begin with it, then one draft)."""
@@ -287,6 +314,7 @@ def test_ngram_cache_breaks_ties_by_first_appearance():
 # ------------------------------------------------------------------------------------------------------
 # prompt-lookup: not a llama.cpp type; compared with llama-cpp-python's LlamaPromptLookupDecoding
 # ------------------------------------------------------------------------------------------------------
+
 
 def test_prompt_lookup_equals_llama_cpp_pythons_prompt_lookup_decoding():
     """On every prefix of histories with repeated phrases, specviz's prompt lookup (``min_ngram=1``)

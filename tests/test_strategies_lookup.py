@@ -26,6 +26,7 @@ def draft(cls, history, n_max=16, **knobs):
 # prompt-lookup
 # ------------------------------------------------------------------------------------------------------
 
+
 def test_lookup_copies_after_the_earliest_occurrence():
     # trailing bigram [1,2] occurs at 1 and at 5 (and at 9, where it is the trailing one itself)
     h = [9, 1, 2, 5, 6, 1, 2, 7, 8, 1, 2]
@@ -73,6 +74,7 @@ def test_lookup_n_max_caps_the_copy():
 # ngram-simple
 # ------------------------------------------------------------------------------------------------------
 
+
 def test_simple_copies_after_the_most_recent_occurrence():
     h = [9, 1, 2, 5, 6, 7, 1, 2, 8, 8, 8, 4, 4, 1, 2]  # [1,2] at 1 and at 6 (and trailing at 13)
     assert draft(Simple, h, size_n=2, size_m=3).tokens == [8, 8, 8]  # the earliest would give [5, 6, 7]
@@ -90,13 +92,16 @@ def test_simple_needs_more_than_size_n_plus_size_m_plus_one_tokens_before_the_ne
     assert draft(Simple, [0, 1, 2, 3, 4, 5, 1, 2], size_n=2, size_m=3).tokens == [3, 4, 5]  # 7
 
 
-@pytest.mark.parametrize("history,expected", [
-    # the tokens after the match, up to the newest one excluded, are the most a draft can copy
-    ([9, 3, 3, 7, 7, 7, 5, 5, 5, 1, 2, 1, 2], []),  # 1 token after the most recent match: < size_n, none
-    ([9, 3, 3, 7, 7, 7, 5, 5, 5, 1, 2, 8, 1, 2], [8, 1]),  # 2 = size_n: drafted
-    ([9, 3, 3, 7, 7, 7, 5, 5, 1, 2, 8, 6, 1, 2], [8, 6, 1]),  # 3, between size_n and size_m: all 3
-    ([9, 1, 2, 8, 6, 4, 4, 4, 0, 0, 0, 0, 1, 2], [8, 6, 4, 4, 4]),  # more than size_m: size_m of them
-])
+@pytest.mark.parametrize(
+    "history,expected",
+    [
+        # the tokens after the match, up to the newest one excluded, are the most a draft can copy
+        ([9, 3, 3, 7, 7, 7, 5, 5, 5, 1, 2, 1, 2], []),  # 1 token after the most recent match: < size_n, none
+        ([9, 3, 3, 7, 7, 7, 5, 5, 5, 1, 2, 8, 1, 2], [8, 1]),  # 2 = size_n: drafted
+        ([9, 3, 3, 7, 7, 7, 5, 5, 1, 2, 8, 6, 1, 2], [8, 6, 1]),  # 3, between size_n and size_m: all 3
+        ([9, 1, 2, 8, 6, 4, 4, 4, 0, 0, 0, 0, 1, 2], [8, 6, 4, 4, 4]),  # more than size_m: size_m of them
+    ],
+)
 def test_simple_copy_condition(history, expected):
     """copy = min(size_m, tokens between the match and the newest one); no draft when copy < size_n."""
     got = draft(Simple, history, size_n=2, size_m=5)
