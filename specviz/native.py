@@ -143,7 +143,8 @@ def run_tool(
     timeout: float = 600.0,
     attempts: int = 10,
 ) -> ToolReport:
-    """Run ``llama-speculative-simple`` greedily on ``prompt`` (passed with ``-p``, so byte for byte).
+    """Run ``llama-speculative-simple`` greedily on ``prompt``, byte for byte: passed with ``-p`` (``-f`` drops a
+    trailing newline) and ``--no-escape`` (the tool would otherwise turn a backslash and ``n`` into a newline).
 
     The context keeps a full sliding-window cache (``--swa-full``), as specviz's does. The tool logs
     through a queue that a background thread writes out, and its logger is deliberately never shut down
@@ -171,6 +172,7 @@ def run_tool(
         "-ub",
         str(n_ubatch),
         "--swa-full",
+        "--no-escape",
         *tool_args(strategy, knobs),
         *extra,
     ]

@@ -349,3 +349,54 @@ def test_prompt_lookup_min_ngram_is_specvizs_own():
     d = strategy_class("prompt-lookup")(max_ngram=3, min_ngram=2)
     d.begin(h)
     assert d.draft(h, 2).tokens == []
+
+
+def test_bench_native_runs_and_prints_both_tables(tiny_model_path, capsys):
+    """benchmarks/bench_native.py end to end on the tiny model (its figures mean nothing here)."""
+    import importlib.util
+    from pathlib import Path
+
+    native_tool("llama-speculative-simple")
+    path = Path(__file__).resolve().parent.parent / "benchmarks" / "bench_native.py"
+    spec = importlib.util.spec_from_file_location("bench_native", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    argv = [
+        "--model",
+        str(tiny_model_path),
+        "--repeats",
+        "1",
+        "--max-tokens",
+        "8",
+        "--threads",
+        "1",
+        "--kinds",
+        "quote,free",
+        "--prompts",
+        "0",
+        "--strategies",
+        "ngram-simple,ngram-cache",
+        "--json",
+    ]
+    assert bench.main(argv) == 0
+    out = capsys.readouterr().out
+    assert "| quote | ngram-simple |" in out and "| quote | ngram-cache |" in out
+    assert "| free | none |" in out and "| free | ngram-cache |" in out
+    assert "| free | ngram-simple | " in out.split("cost policy vs none")[1]
+
+
+def test_the_tool_gets_the_prompt_byte_for_byte(tiny_model_path, tiny_model):
+    """A backslash-n stays two characters and a trailing newline stays (``-p --no-escape``)."""
+    prompt = 'print("a\\nb")\n'
+    report = run_tool(
+        native_tool("llama-speculative-simple"),
+        tiny_model_path,
+        prompt,
+        "ngram-simple",
+        {"size_n": 2, "size_m": 4},
+        n_predict=4,
+        threads=1,
+        n_ctx=256,
+    )
+    ids = tiny_model.tokenize(prompt)
+    assert report.output.startswith(b"\n\n" + b"".join(tiny_model.piece_bytes(t) for t in ids))
