@@ -25,6 +25,12 @@ targets=("$@")
 here=$(cd "$(dirname "$0")" && pwd)
 jobs=${LLAMA_TOOLS_JOBS:-2}
 
+if ! command -v cmake >/dev/null 2>&1; then
+  # no system cmake: take it from PyPI, as the wheel's build does
+  "$py" -m pip install --quiet cmake
+  PATH="$(dirname "$py"):$PATH"
+fi
+
 work=$(mktemp -d "${TMPDIR:-/tmp}/specviz-llama-tools.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 
