@@ -155,9 +155,11 @@ def fixtures(tmp_path_factory):
         model.close()
 
 
-def run_like_the_tool(model: LlamaModel, prompt: str, strategy: str, knobs: dict, n_predict: int) -> Session:
+def run_like_the_tool(
+    model: LlamaModel, prompt: str, strategy: str, knobs: dict, n_predict: int, threads: int = 1
+) -> Session:
     """A greedy session run to the batches ``llama-speculative-simple -n n_predict`` verifies."""
-    s = Session(model, n_ctx=N_CTX, n_batch=512, n_ubatch=512, n_threads=1)
+    s = Session(model, n_ctx=N_CTX, n_batch=512, n_ubatch=512, n_threads=threads)
     # no budget or draft_max of specviz's own may cut a draft: the tool's cap is set every round
     s.start(
         prompt,
@@ -195,6 +197,48 @@ def test_generation_equals_llama_speculative_simple(fixtures, fixture, strategy,
     assert (len(s.tokens), t["drafted"], t["accepted"]) == (report.n_predict, report.n_drafted, report.n_accept)
     assert report.n_predict > N_PREDICT  # the tool's overshoot, reproduced
     assert report.n_drafted > report.n_accept > 0  # it drafted, accepted and rejected
+
+
+@pytest.mark.parametrize("strategy,knobs", [("ngram-map-k4v", {"size_n": 2, "size_m": 4}), ("ngram-cache", {})])
+def test_generation_equals_llama_speculative_simple_with_two_threads(fixtures, strategy, knobs, monkeypatch):
+    tool = native_tool("llama-speculative-simple")
+    if strategy == "ngram-cache":
+        monkeypatch.setitem(strategies._REGISTRY, "ngram-cache", "native_util:UpstreamNgramCache")
+    path, model, prompt = fixtures["digits"]
+    report = run_tool(tool, path, prompt, strategy, knobs, n_predict=N_PREDICT, threads=2, n_ctx=N_CTX)
+    s = run_like_the_tool(model, prompt, strategy, knobs, N_PREDICT, threads=2)
+    t = s.telemetry_dict()
+    expected_text = b"".join(model.piece_bytes(tok) for tok in s.history)
+    s.close()
+    assert report.output.startswith(b"\n\n" + expected_text + b"\n\n")
+    assert (len(s.tokens), t["drafted"], t["accepted"]) == (report.n_predict, report.n_drafted, report.n_accept)
+    assert report.n_drafted > report.n_accept > 0
+
+
+def test_llama_cpps_draft_n_max_does_not_cap_ngram_drafts(fixtures):
+    """llama.cpp's ``--spec-draft-n-max`` applies to model drafts only: its n-gram types draft up to their
+    own ``size_m`` / ``n_max`` (ngram-cache 8). specviz's ``draft_max`` caps every strategy."""
+    tool = native_tool("llama-speculative-simple")
+    path, _, prompt = fixtures["digits"]
+    knobs = {"size_n": 1, "size_m": 8}
+    free = run_tool(tool, path, prompt, "ngram-simple", knobs, n_predict=N_PREDICT, threads=1, n_ctx=N_CTX)
+    capped = run_tool(
+        tool,
+        path,
+        prompt,
+        "ngram-simple",
+        knobs,
+        n_predict=N_PREDICT,
+        threads=1,
+        n_ctx=N_CTX,
+        extra=["--spec-draft-n-max", "2"],
+    )
+    assert (capped.n_drafted, capped.n_accept) == (free.n_drafted, free.n_accept)
+    # whereas the type's own size does cap them
+    short = run_tool(
+        tool, path, prompt, "ngram-simple", dict(knobs, size_m=2), n_predict=N_PREDICT, threads=1, n_ctx=N_CTX
+    )
+    assert short.n_drafted < free.n_drafted
 
 
 def test_tool_args_are_llama_cpps_spellings():
