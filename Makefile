@@ -41,7 +41,11 @@ llama-tools: $(STAMP)
 	test -x $(LLAMA_TOOLS)/llama-speculative-simple -a -x $(LLAMA_TOOLS)/specviz-draft-replay || \
 	  tools/build_llama_tools.sh $(PY) $(LLAMA_VERSION) $(LLAMA_TOOLS) "$(LLAMA_CMAKE_ARGS)"
 
+# lint and types first (seconds), then the front-end's node tests, then the whole Python suite
 test: install llama-tools
+	$(VENV)/bin/ruff check specviz
+	$(VENV)/bin/mypy
+	node --test widgets/tests/
 	$(PY) -m pytest -ra
 
 bench: install

@@ -169,3 +169,48 @@ def test_panel_on_the_embedded_model_writes_the_screenshot(browser):
         assert shown["kinds"][cls] > 0, cls
     assert "draft ctx: committed" in shown["draft_kv"]  # the derived draft's context is drawn
     assert shown["external"] == [] and shown["errors"] == []
+
+
+def test_panel_malformed_messages_from_the_page_show_an_error_and_change_nothing(browser, live_app):
+    """Messages the page's module would never send, and a Run N out of range typed in the page."""
+    from playwright.sync_api import expect
+
+    page = browser.new_page(viewport={"width": 1320, "height": 1000})
+    external = offline(page)
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(live_app)
+    page.wait_for_selector(".specviz-inspector .sv-tok.sv-prompt", timeout=60000)
+    expect(page.locator(".sv-step")).to_be_enabled(timeout=60000)
+    page.locator(".sv-step").click()
+    expect_attr(page, "data-rounds", "1")
+    events = root(page).get_attribute("data-events")
+    send = "(el, m) => el.__specviz.send(m)"  # the test hook of the page's own host adapter (Panel: in a shadow root)
+    for msg, text in [
+        ({"type": "cmd", "cmd": "jump"}, "unknown command 'jump'"),
+        ({"type": "explode", "payload": [1, 2]}, "unknown type 'explode'"),
+        ({"type": "hello", "epoch": "zero", "have": -4}, "'epoch' must be an integer"),
+        ({"type": "configure", "strategy": "prompt-lookup", "knobs": "draft_max=0"}, "'knobs' must be an object"),
+        ({"type": "cmd", "cmd": "reset", "prompt": 42}, "'prompt' must be text"),
+    ]:
+        root(page).evaluate(send, msg)
+        expect(page.locator(".sv-notice-error").first).to_contain_text(text, timeout=30000)
+    root(page).evaluate(send, [1, 2, 3])
+    expect(page.locator(".sv-notice-error").first).to_contain_text("not an object", timeout=30000)
+    # a Run N beyond the field's maximum, typed in the page
+    page.locator(".sv-runn").fill("250000")
+    page.locator(".sv-run").click()
+    expect(page.locator(".sv-notice-error").first).to_contain_text("'n' must be an integer in [1, 100000]; got 250000")
+    assert page.locator(".sv-notice").count() == 4, "the newest notices are kept"
+    # nothing changed: no round ran, no event arrived, the knobs are as they were
+    assert rounds(page) == 1 and root(page).get_attribute("data-events") == events
+    assert page.locator(".sv-knobmark").count() == 0
+    # the page still works: dismiss a notice, step, run
+    page.locator(".sv-notice-x").first.click()
+    assert page.locator(".sv-notice").count() == 3
+    page.locator(".sv-step").click()
+    expect_attr(page, "data-rounds", "2")
+    page.locator(".sv-runn").fill("3")
+    page.locator(".sv-run").click()
+    expect_attr(page, "data-rounds", "5")
+    assert external == [] and errors == []

@@ -223,3 +223,34 @@ def test_without_drafter_probabilities_the_confidence_chart_explains_why(browser
     assert page.locator(".sv-policy-acc").count() == 0
     # no draft model: the KV timeline has only the target's bars
     assert not any("draft" in t["hover"] for t in _chart_traces(page, "kv"))
+
+
+def test_notices_and_malformed_messages_are_shown_and_the_page_keeps_working(browser, groups):
+    from specviz.ui.harness import open_harness
+
+    page = open_harness(browser)
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    n = feed(page, groups[:5])
+    # a notice from the host: shown, the same text again counted instead of stacked
+    for _ in range(2):
+        deliver(page, {"type": "notice", "level": "error", "text": "cmd: unknown command 'jump'"})
+    notice = page.locator(".sv-notice")
+    assert notice.count() == 1 and "sv-notice-error" in notice.get_attribute("class")
+    assert notice.inner_text().startswith("cmd: unknown command 'jump'") and "×2" in notice.inner_text()
+    # an events message the page cannot use: refused in the page, nothing applied
+    deliver(page, {"type": "events", "epoch": 0, "start": "5", "events": groups[5]})
+    assert "malformed events message" in page.locator(".sv-notice").first.inner_text()
+    root = page.locator(".specviz-inspector")
+    assert root.get_attribute("data-events") == str(n)
+    # a message whose handling throws (a schema that is not a list): said in the page, not thrown at the host
+    deliver(page, {"type": "state", "strategies": "not-a-list", "schema": 5, "strategy": "x", "knobs": {}})
+    assert 'could not handle a "state" message' in page.locator(".sv-notice").first.inner_text()
+    deliver(page, {"type": "knob_errors", "errors": None})
+    assert errors == []
+    # still working: the next round applies, dismissing removes a notice
+    feed(page, groups[5:6], start=n)
+    assert root.get_attribute("data-rounds") == "5"
+    count = page.locator(".sv-notice").count()
+    page.locator(".sv-notice-x").first.click()
+    assert page.locator(".sv-notice").count() == count - 1

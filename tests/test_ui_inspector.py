@@ -251,12 +251,17 @@ def test_replay_shows_a_recording_and_steps_through_it(started, tmp_path):
 
 
 def test_front_end_files_ship_in_the_package():
+    from specviz.ui.bundle import source_files
+    from specviz.ui.core import static_text
+
     static = importlib.resources.files("specviz.static")
-    js = (static / "inspector.js").read_text(encoding="utf-8")
+    js = static_text("inspector.js")  # assembled from the source modules shipped in specviz.static/inspector/
     css = (static / "inspector.css").read_text(encoding="utf-8")
     assert "export default" in js and "function render" in js
     assert ".specviz-inspector" in css
-    assert "http://" not in js and "https://" not in js, "nothing is loaded from the network"
+    sources = [(static / "inspector" / p).read_text(encoding="utf-8") for p in source_files()]
+    for text in [js, *sources]:
+        assert "http://" not in text and "https://" not in text, "nothing is loaded from the network"
     assert "@import" not in css and "url(" not in css
 
 

@@ -11,12 +11,21 @@ event in the log. A view says which events it holds (``hello`` with ``epoch`` an
 appears, and gets only the events after those; a view that sees a gap in ``start`` asks again the same
 way. The whole history is sent only to a view that holds none of it (a new view, or a page reload).
 
+Nothing a view sends is trusted. :meth:`InspectorCore.handle` checks every message (its type, its fields'
+types and ranges, and whether it makes sense now: a command while a Run/Play worker is stepping, a step
+after the generation finished, a reconfiguration of a recording …). A message it refuses changes
+nothing, neither in the session nor in the log, and is answered with a ``notice`` of level ``error``
+that the page shows; refused knob-form values come back as ``knob_errors`` beside their fields, and an
+unknown strategy in a ``schema`` request as a ``schema`` message with an ``error``. No exception
+escapes :meth:`~InspectorCore.handle`.
+
 No UI library is imported here, so the core is tested without a browser.
 """
 
 from __future__ import annotations
 
 import importlib.resources
+import logging
 import threading
 from typing import Any, Callable, Iterable
 
@@ -28,8 +37,47 @@ from ..strategies import strategy_names, strategy_schema
 CHUNK = 2000
 #: Event kinds that close a batch: everything up to them is sent at once.
 _FLUSH_KINDS = frozenset({"telemetry", "finished", "session_started"})
+#: The most rounds one ``run`` command may ask for (the Run field's maximum).
+MAX_RUN = 100_000
+#: The longest generation a ``reset`` command may ask for.
+MAX_TOKENS = 1_000_000
+#: Bounds on a ``configure`` message: knobs per message, and characters in a knob name or text value.
+MAX_KNOBS = 64
+MAX_TEXT = 4096
+#: The message types a view may send, and the commands of a ``cmd`` message.
+MESSAGE_TYPES = ("hello", "cmd", "configure", "schema", "plotly")
+COMMANDS = ("step", "run", "play", "pause", "reset")
+
+_log = logging.getLogger(__name__)
+
+
+class MessageError(SpecvizError):
+    """A message from a view was refused: malformed, out of range, or out of order. Nothing changed."""
+
+
+def _show(value: Any, limit: int = 60) -> str:
+    """A short repr for error texts (a huge value must not flood the page)."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _int_field(msg: dict, name: str, where: str, lo: int | None = None, hi: int | None = None) -> int:
+    """``msg[name]`` as an int in ``[lo, hi]``, or :class:`MessageError` naming the field and the range."""
+    value = msg.get(name)
+    if isinstance(value, int) and not isinstance(value, bool):
+        if (lo is None or value >= lo) and (hi is None or value <= hi):
+            return value
+    if lo is None and hi is None:
+        expected = "an integer"
+    else:
+        expected = f"an integer in [{'-inf' if lo is None else lo}, {'inf' if hi is None else hi}]"
+    got = "nothing" if name not in msg else _show(value)
+    raise MessageError(f"{where}: {name!r} must be {expected}; got {got}")
+
 
 _PLOTLY_SOURCE: str | None = None
+#: The name under which the hosts ask :func:`static_text` for the assembled front-end module.
+INSPECTOR_JS = "inspector.js"
 
 
 def plotly_source() -> str:
@@ -38,14 +86,23 @@ def plotly_source() -> str:
     if _PLOTLY_SOURCE is None:
         try:
             _PLOTLY_SOURCE = (importlib.resources.files("plotly") / "package_data" / "plotly.min.js").read_text(
-                encoding="utf-8")
+                encoding="utf-8"
+            )
         except (ModuleNotFoundError, FileNotFoundError) as e:  # pragma: no cover - depends on the install
             raise SpecvizError("the inspector's charts need the 'plotly' package: pip install 'specviz[ui]'") from e
     return _PLOTLY_SOURCE
 
 
 def static_text(name: str) -> str:
-    """A front-end file shipped in ``specviz.static`` (the ``widgets/`` folder of the source tree)."""
+    """A front-end file shipped in ``specviz.static`` (the ``widgets/`` folder of the source tree).
+
+    ``inspector.js`` is the one ES module both hosts load: it is assembled from the source modules in
+    ``widgets/inspector/`` (see :mod:`specviz.ui.bundle`), not read from a file.
+    """
+    if name == INSPECTOR_JS:
+        from .bundle import inspector_module
+
+        return inspector_module()
     return (importlib.resources.files("specviz.static") / name).read_text(encoding="utf-8")
 
 
@@ -73,8 +130,15 @@ class InspectorCore:
     ``draft_models`` lists draft GGUF paths the form offers for the ``draft`` strategy's ``draft_model``.
     """
 
-    def __init__(self, send: Callable[[dict], None], session: Any = None, *, events: list[Event] | None = None,
-                 prompt: str | None = None, draft_models: Iterable[str] | None = None) -> None:
+    def __init__(
+        self,
+        send: Callable[[dict], None],
+        session: Any = None,
+        *,
+        events: list[Event] | None = None,
+        prompt: str | None = None,
+        draft_models: Iterable[str] | None = None,
+    ) -> None:
         if (session is None) == (events is None):
             raise ValueError("give either a session or recorded events")
         self._send = send
@@ -156,21 +220,56 @@ class InspectorCore:
             try:
                 schema = strategy_schema(strategy).to_list() if strategy else []
             except SpecvizError:
-                schema = [{"name": k, "type": type(v).__name__, "default": v, "help": "", "lo": None, "hi": None,
-                           "choices": [], "flag": ""} for k, v in knobs.items()]
+                schema = [
+                    {
+                        "name": k,
+                        "type": type(v).__name__,
+                        "default": v,
+                        "help": "",
+                        "lo": None,
+                        "hi": None,
+                        "choices": [],
+                        "flag": "",
+                    }
+                    for k, v in knobs.items()
+                ]
             at_end = self._pos >= len(self._groups)
-            return {"type": "state", "replay": True, "running": self.running, "finished": fin if at_end else None,
-                    "can_step": not at_end, "can_reset": True, "can_control": False, "strategy": strategy,
-                    "knobs": knobs, "schema": schema, "strategies": [strategy] if strategy else [],
-                    "pending": None, "epoch": self.epoch, "error": self._error}
+            return {
+                "type": "state",
+                "replay": True,
+                "running": self.running,
+                "finished": fin if at_end else None,
+                "can_step": not at_end,
+                "can_reset": True,
+                "can_control": False,
+                "strategy": strategy,
+                "knobs": knobs,
+                "schema": schema,
+                "strategies": [strategy] if strategy else [],
+                "pending": None,
+                "epoch": self.epoch,
+                "error": self._error,
+            }
         s = self.session
-        started = bool(getattr(s, "started", False))
-        return {"type": "state", "replay": False, "running": self.running, "finished": s.finished,
-                "can_step": started and s.finished is None, "can_reset": started or bool(self._prompt_text),
-                "can_control": True, "strategy": s.strategy if started else "", "knobs": dict(s.knobs),
-                "schema": s.schema() if started else [], "strategies": strategy_names(),
-                "pending": self._pending, "prompt": self._prompt(), "epoch": self.epoch, "error": self._error,
-                "draft_models": list(self.draft_models)}
+        is_started = bool(getattr(s, "started", False))
+        return {
+            "type": "state",
+            "replay": False,
+            "running": self.running,
+            "finished": s.finished,
+            "can_step": is_started and s.finished is None,
+            "can_reset": is_started or bool(self._prompt_text),
+            "can_control": True,
+            "strategy": s.strategy if is_started else "",
+            "knobs": dict(s.knobs),
+            "schema": s.schema() if is_started else [],
+            "strategies": strategy_names(),
+            "pending": self._pending,
+            "prompt": self._prompt(),
+            "epoch": self.epoch,
+            "error": self._error,
+            "draft_models": list(self.draft_models),
+        }
 
     def _send_state(self, force: bool = False) -> None:
         st = self.state()
@@ -186,61 +285,128 @@ class InspectorCore:
 
     # -- messages from the front-end -----------------------------------------------------------------
     def handle(self, msg: Any) -> None:
-        """Dispatch one message a view sent."""
+        """Dispatch one message a view sent; a refused message changes nothing and is answered with an error.
+
+        No exception escapes: the message's reason for refusal (or, for a failure nobody foresaw, the
+        exception) goes to the page as a ``notice`` of level ``error``.
+        """
+        try:
+            self._dispatch(msg)
+        except MessageError as e:
+            self._notice("error", str(e))
+        except Exception as e:  # keep the widget alive and say what happened
+            _log.exception("specviz inspector: a message from the page failed: %s", _show(msg, 200))
+            self._notice("error", f"the message {_show(msg)} failed: {type(e).__name__}: {e}")
+
+    def _notice(self, level: str, text: str) -> None:
+        self._emit({"type": "notice", "level": level, "text": text})
+
+    def _dispatch(self, msg: Any) -> None:
         if not isinstance(msg, dict):
-            return
+            raise MessageError(f"ignored a message that is not an object: {_show(msg)}")
         t = msg.get("type")
         if t == "hello":
             self._hello(msg)
         elif t == "cmd":
             self._command(msg)
         elif t == "configure":
-            self.configure_from_form(msg.get("strategy"), msg.get("knobs") or {})
+            self._configure_message(msg)
         elif t == "schema":
-            self._schema(msg.get("strategy"))
+            strategy = msg.get("strategy")
+            if not isinstance(strategy, str):
+                raise MessageError(f"schema: 'strategy' must be a strategy name; got {_show(strategy)}")
+            self._schema(strategy)
         elif t == "plotly":
             try:
                 self._emit({"type": "plotly", "source": plotly_source()})
             except SpecvizError as e:
-                self._emit({"type": "notice", "level": "error", "text": str(e)})
+                self._notice("error", str(e))
+        else:
+            raise MessageError(f"ignored a message of unknown type {_show(t)}; known types: {', '.join(MESSAGE_TYPES)}")
 
     def _hello(self, msg: dict) -> None:
+        epoch = _int_field(msg, "epoch", "hello")
+        have = _int_field(msg, "have", "hello", lo=0)
         with self._lock:
-            have = msg.get("have") if msg.get("epoch") == self.epoch else 0
-            if not isinstance(have, int) or have < 0 or have > self._unsent:
-                have = 0
+            if epoch == self.epoch and have > self._unsent:
+                raise MessageError(
+                    f"hello: the page says it holds {have} events of epoch {epoch}, but only "
+                    f"{self._unsent} were sent; reload the page"
+                )
+            start = have if epoch == self.epoch else 0  # a view of another epoch gets this one from its start
             self._send_state(force=True)
-            for start in range(have, self._unsent, CHUNK):
-                end = min(start + CHUNK, self._unsent)
-                self._emit({"type": "events", "epoch": self.epoch, "start": start, "events": self.log[start:end]})
+            for first in range(start, self._unsent, CHUNK):
+                end = min(first + CHUNK, self._unsent)
+                self._emit({"type": "events", "epoch": self.epoch, "start": first, "events": self.log[first:end]})
 
-    def _schema(self, strategy: Any) -> None:
+    def _schema(self, strategy: str) -> None:
         try:
-            knobs = strategy_schema(str(strategy)).to_list()
+            knobs = strategy_schema(strategy).to_list()
             self._emit({"type": "schema", "strategy": strategy, "knobs": knobs})
         except SpecvizError as e:
             self._emit({"type": "schema", "strategy": strategy, "knobs": [], "error": str(e)})
 
     def _command(self, msg: dict) -> None:
         cmd = msg.get("cmd")
-        if cmd == "pause":
+        if not isinstance(cmd, str) or cmd not in COMMANDS:
+            raise MessageError(f"cmd: unknown command {_show(cmd)}; known commands: {', '.join(COMMANDS)}")
+        if cmd == "pause":  # always allowed: stops a worker after its round, does nothing otherwise
             self.pause()
             return
+        # every field is checked before anything happens
+        n = _int_field(msg, "n", "run", lo=1, hi=MAX_RUN) if cmd == "run" and msg.get("n") is not None else 1
+        prompt, max_tokens = self._reset_fields(msg) if cmd == "reset" else (None, None)
         if self.running:
-            return
-        if cmd == "step":
-            self._start_worker(1)
-        elif cmd == "run":
-            n = msg.get("n")
-            self._start_worker(n if isinstance(n, int) and n > 0 else 1)
-        elif cmd == "play":
-            self._start_worker(None)
-        elif cmd == "reset":
+            raise MessageError(f"{cmd}: rounds are running; Pause first (or wait for the run to end)")
+        if cmd == "reset":
             try:
-                self.reset(msg.get("prompt"), msg.get("max_tokens"))
+                self.reset(prompt, max_tokens)
             except SpecvizError as e:
-                self._error = str(e)
-                self._send_state()
+                raise MessageError(f"reset: {e}") from e
+            return
+        self._check_can_step(cmd)
+        if not self._start_worker(n if cmd == "run" else 1 if cmd == "step" else None):
+            raise MessageError(f"{cmd}: rounds are running; Pause first (or wait for the run to end)")
+
+    @staticmethod
+    def _reset_fields(msg: dict) -> tuple[str | None, int | None]:
+        prompt = msg.get("prompt")
+        if prompt is not None and not isinstance(prompt, str):
+            raise MessageError(f"reset: 'prompt' must be text; got {_show(prompt)}")
+        max_tokens = msg.get("max_tokens")
+        if max_tokens is not None:
+            max_tokens = _int_field(msg, "max_tokens", "reset", lo=1, hi=MAX_TOKENS)
+        return prompt, max_tokens
+
+    def _check_can_step(self, cmd: str) -> None:
+        """Refuse a step/run/play that would do nothing: no session yet, or nothing left to run."""
+        if self.replay:
+            if self._pos >= len(self._groups):
+                raise MessageError(f"{cmd}: the recording is at its end; Reset rewinds it")
+            return
+        s = self.session
+        if not getattr(s, "started", False):
+            raise MessageError(f"{cmd}: no generation has started; Reset starts one with the prompt")
+        if s.finished is not None:
+            raise MessageError(f"{cmd}: the generation has finished ({s.finished}); Reset starts it again")
+
+    def _configure_message(self, msg: dict) -> None:
+        strategy = msg.get("strategy")
+        if strategy is not None and not isinstance(strategy, str):
+            raise MessageError(f"configure: 'strategy' must be a strategy name; got {_show(strategy)}")
+        knobs = msg.get("knobs")
+        if knobs is None:
+            knobs = {}
+        if not isinstance(knobs, dict):
+            raise MessageError(f"configure: 'knobs' must be an object of knob values; got {_show(knobs)}")
+        if len(knobs) > MAX_KNOBS:
+            raise MessageError(f"configure: {len(knobs)} knobs in one message; a strategy has far fewer")
+        for name, value in knobs.items():
+            if len(name) > MAX_TEXT or (isinstance(value, str) and len(value) > MAX_TEXT):
+                raise MessageError(f"configure: knob {_show(name)} or its value is longer than {MAX_TEXT} characters")
+        if not self.replay and not getattr(self.session, "started", False):
+            raise MessageError("configure: no generation has started yet; Reset starts one, then change its knobs")
+        self.configure_from_form(strategy, knobs)  # refused values come back as knob_errors beside the fields
 
     # -- controls (also the Python API of the inspector) ---------------------------------------------
     def step(self, n: int = 1) -> int:
@@ -278,14 +444,16 @@ class InspectorCore:
         self._error = None
         return True
 
-    def _start_worker(self, n: int | None) -> None:
+    def _start_worker(self, n: int | None) -> bool:
+        """Step ``n`` rounds (``None``: to the end) in a background thread; False when one already runs."""
         with self._lock:
             if self.running:
-                return
+                return False
             self._stop.clear()
             self._worker = threading.Thread(target=self._work, args=(n,), name="specviz-inspector-play", daemon=True)
             self._worker.start()
             self._send_state()
+            return True
 
     def _work(self, n: int | None) -> None:
         i = 0
@@ -339,16 +507,17 @@ class InspectorCore:
                 raise SessionStateError("nothing to reset: give a prompt")
         else:
             src = prompt
-            self._prompt_text = prompt
         kwargs: dict[str, Any] = {}
         if started is not None:
             kwargs = {"temperature": started.get("temperature", 0.0), "seed": started.get("seed")}
         mt = max_tokens or (started or {}).get("max_tokens") or 128
         strategy = s.strategy if getattr(s, "started", False) else (started or {}).get("strategy", "prompt-lookup")
         knobs = dict(s.knobs) if getattr(s, "started", False) else {}
+        s.start(src, max_tokens=int(mt), strategy=strategy, **kwargs, **knobs)  # refused: nothing changed
+        if isinstance(src, str):
+            self._prompt_text = src
         self._pending = None
         self._error = None
-        s.start(src, max_tokens=int(mt), strategy=strategy, **kwargs, **knobs)
         self._flush()
         self._send_state()
 

@@ -1,9 +1,9 @@
 """A stand-alone page that runs the inspector front-end with a scripted host (tests and benchmarks).
 
-The page imports ``inspector.js`` as an ES module and gives it an anywidget-style model whose
-``send`` records messages in ``window.__sent`` and whose custom messages are delivered with
-``window.__deliver(msg)``. Everything is served from memory through Playwright routing, so the page
-needs no server and no network.
+The page imports ``inspector.js`` (the module assembled by :mod:`specviz.ui.bundle`) as an ES module and
+gives it an anywidget-style model whose ``send`` records messages in ``window.__sent`` and whose custom
+messages are delivered with ``window.__deliver(msg)``. Everything is served from memory through
+Playwright routing, so the page needs no server and no network.
 """
 
 from __future__ import annotations
@@ -105,10 +105,11 @@ def open_harness(browser, *, preload_plotly: bool = True, viewport=None):
     With ``preload_plotly`` the page loads plotly.js from the plotly package in a script tag;
     otherwise the front-end asks its host for it (``{"type": "plotly"}``), as in JupyterLab.
     """
-    static = importlib.resources.files("specviz.static")
+    from .core import static_text
+
     files = {
-        "/inspector.js": ((static / "inspector.js").read_bytes(), "text/javascript"),
-        "/inspector.css": ((static / "inspector.css").read_bytes(), "text/css"),
+        "/inspector.js": (static_text("inspector.js").encode(), "text/javascript"),  # the assembled module
+        "/inspector.css": (static_text("inspector.css").encode(), "text/css"),
     }
     plotly_tag = ""
     if preload_plotly:
@@ -133,7 +134,7 @@ def open_harness(browser, *, preload_plotly: bool = True, viewport=None):
         return route.fulfill(status=404, body=b"not found")
 
     page.route("**/*", handler)
-    page.external_requests = external  # type: ignore[attr-defined]
+    page.external_requests = external
     page.goto(ORIGIN + "/")
     page.wait_for_function("window.__ready === true")
     return page

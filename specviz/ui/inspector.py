@@ -1,8 +1,9 @@
 """The inspector as an anywidget for JupyterLab (and any other anywidget host).
 
 ``Inspector(session)`` shows a live session and its controls; ``Inspector.replay(path)`` shows a
-recorded JSON Lines file without a model. The front-end is ``widgets/inspector.js`` (shipped as
-``specviz.static``), the same module the Panel app uses. All logic lives in
+recorded JSON Lines file without a model. The front-end is the ES module assembled from
+``widgets/inspector/`` (shipped as ``specviz.static``; see :mod:`specviz.ui.bundle`), the same module
+the Panel app uses. All logic lives in
 :class:`~specviz.ui.core.InspectorCore`; this class only connects it to the widget's comm.
 """
 
@@ -28,9 +29,9 @@ class Inspector(anywidget.AnyWidget):
 
     ``prompt`` (with ``max_tokens``, ``strategy`` and knobs) starts the session when it has not been
     started yet. ``draft_models`` lists draft GGUF paths offered in the form for the ``draft`` strategy
-    (by default the session's current draft model, if any). Rounds run by the buttons, by :meth:`step`/:meth:`run`/:meth:`play`, or by calling
-    ``session.step()`` directly all appear: the inspector subscribes to the session's events and sends
-    each round once.
+    (by default the session's current draft model, if any). Rounds run by the buttons, by
+    :meth:`step`/:meth:`run`/:meth:`play`, or by calling ``session.step()`` directly all appear: the
+    inspector subscribes to the session's events and sends each round once.
     """
 
     _esm = static_text("inspector.js")

@@ -1,9 +1,10 @@
 """The inspector in a Panel app, through Panel's ``JSComponent`` (no React, nothing from the network).
 
 Panel's ``AnyWidgetComponent`` is a ``ReactComponent`` that imports React from a CDN at run time unless
-compiled with node; ``JSComponent`` needs neither, so it runs the same ``widgets/inspector.js`` module
-as the JupyterLab widget. The front-end tells the two hosts apart by their model API (``send_msg`` vs
-``send``); the Python side is the same :class:`~specviz.ui.core.InspectorCore`.
+compiled with node; ``JSComponent`` needs neither, so it runs the same module as the JupyterLab widget
+(assembled from ``widgets/inspector/`` by :mod:`specviz.ui.bundle`). The front-end tells the two hosts
+apart by their model API (``send_msg`` vs ``send``); the Python side is the same
+:class:`~specviz.ui.core.InspectorCore`.
 """
 
 from __future__ import annotations

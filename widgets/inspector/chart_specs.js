@@ -1,0 +1,224 @@
+// Chart specifications: pure functions from the state to plotly {data, layout} (no DOM, no plotly).
+//
+// chartSpec(key, state, opts) returns {data, layout, legend?, sub?} to draw, {note} when the chart has
+// nothing to show (the card shows the note instead), or null for an unknown key. `opts` carries what
+// is not in the event state: the palette (colours read from the page's CSS), the plot's width in pixels
+// (undefined: autosize) and the host's control state (`config.strategy`, `config.knobs`).
+// Ranges are computed here (autorange is slow) and legends are HTML (see views/charts.js).
+
+import { seqSlice } from "./seq.js";
+
+/** Per-round charts show the most recent rounds (fewer SVG nodes per redraw). */
+export const CHART_ROUNDS = 60;
+/** The KV timeline shows fewer rounds: two bars per context and round. */
+export const KV_ROUNDS = 30;
+/** Chart keys, in page order. */
+export const CHART_KEYS = ["kv", "acc", "hist", "pos", "time", "conf", "tpr"];
+
+/** The spec of chart `key` for `state` (see the top of this file). */
+export function chartSpec(key, state, opts) {
+  const fn = SPECS[key];
+  return fn ? fn(state, { palette: {}, config: {}, ...opts }) : null;
+}
+
+const SPECS = { kv: kvSpec, acc: accSpec, hist: histSpec, pos: posSpec, time: timeSpec, conf: confSpec, tpr: tprSpec };
+
+/** A plot layout: fixed height and margins, transparent background, no plotly legend. */
+export function baseLayout(o, extra) {
+  const p = o.palette;
+  return {
+    height: 210, margin: { l: 46, r: 14, t: 8, b: 36 }, autosize: !o.width, width: o.width || undefined,
+    paper_bgcolor: "rgba(0,0,0,0)", plot_bgcolor: "rgba(0,0,0,0)",
+    font: { family: "system-ui, -apple-system, Segoe UI, Roboto, sans-serif", size: 11.5, color: p.fg2 },
+    showlegend: false, hovermode: "closest", bargap: 0.18,
+    hoverlabel: { font: { size: 12 } },
+    ...extra,
+  };
+}
+
+/** An axis with a fixed range. */
+function ax(o, range, extra) {
+  const p = o.palette;
+  return { range, autorange: false, fixedrange: true, gridcolor: p.grid, zeroline: false, linecolor: p.border, ticks: "",
+    automargin: false, ...extra };
+}
+const axTitle = (text) => ({ text, font: { size: 11 }, standoff: 6 });
+const pctAxis = (o) => ax(o, [0, 1.05], { tickvals: [0, 0.25, 0.5, 0.75, 1], ticktext: ["0%", "25%", "50%", "75%", "100%"] });
+
+/** The x range covering rounds `rs` (a window of round summaries). */
+export function roundRange(rs) {
+  if (!rs.length) return [0.5, 1.5];
+  return [rs[0].round - 0.6, rs[rs.length - 1].round + 0.6];
+}
+
+/** A "nice" axis maximum (1, 1.2, 1.5, 2, 2.5 … × 10^k) at or above x, so ticks land on round numbers. */
+export function nice(x) {
+  if (!(x > 0)) return 1;
+  const e = Math.pow(10, Math.floor(Math.log10(x)));
+  for (const m of [1, 1.2, 1.5, 2, 2.5, 3, 4, 5, 6, 8, 10]) if (m * e >= x) return m * e;
+  return 10 * e;
+}
+
+/** The largest / smallest non-null value of xs, or `d` when there is none. */
+export function maxOf(xs, d = 1) {
+  let m = -Infinity;
+  for (const x of xs) if (x != null && x > m) m = x;
+  return m === -Infinity ? d : m;
+}
+export function minOf(xs, d = 0) {
+  let m = Infinity;
+  for (const x of xs) if (x != null && x < m) m = x;
+  return m === Infinity ? d : m;
+}
+
+/** The most recent CHART_ROUNDS round summaries. */
+export function chartWindow(state) {
+  return seqSlice(state.rounds, -CHART_ROUNDS);
+}
+
+// KV cache timeline: per round, the target context's length before the verify batch → its peak → its
+// length after the rollback, as a committed bar and a rolled-back bar stacked on it; the draft model's
+// context beside it when there is one, and the sliding window's start when the context outgrows it.
+function kvSpec(state, o) {
+  const p = o.palette;
+  const kv = seqSlice(state.rounds, -KV_ROUNDS), xs = kv.map((r) => r.round);
+  const t = kv.map((r) => r.kv), d = kv.map((r) => r.draftKv);
+  const draft = state.hasDraftKV;
+  const data = [
+    { type: "bar", x: xs, base: t.map((k) => k.before), y: t.map((k) => (k.after ?? k.peak ?? 0) - (k.before ?? 0)),
+      offsetgroup: "t", marker: { color: p.green }, customdata: t.map((k) => [k.before, k.peak, k.after]),
+      hovertemplate: "round %{x}<br>target: %{customdata[0]} → peak %{customdata[1]} → %{customdata[2]}<extra></extra>" },
+    { type: "bar", x: xs, base: t.map((k) => k.after), y: t.map((k) => (k.peak ?? 0) - (k.after ?? k.peak ?? 0)),
+      offsetgroup: "t", marker: { color: p.red, opacity: 0.85 }, customdata: t.map((k) => k.peak),
+      hovertemplate: "round %{x}<br>target rollback: removed [%{base}, %{customdata})<extra></extra>" },
+  ];
+  const legend = [["sv-sw-tc", "target: committed"], ["sv-sw-tr", "target: rolled back"]];
+  if (draft) {
+    data.push(
+      { type: "bar", x: xs, base: d.map((k) => k.before), y: d.map((k) => (k.after ?? k.peak ?? 0) - (k.before ?? 0)),
+        offsetgroup: "d", marker: { color: p.teal }, customdata: d.map((k) => [k.before, k.peak, k.after]),
+        hovertemplate: "round %{x}<br>draft ctx: %{customdata[0]} → peak %{customdata[1]} → %{customdata[2]}<extra></extra>" },
+      { type: "bar", x: xs, base: d.map((k) => k.after), y: d.map((k) => (k.peak ?? 0) - (k.after ?? k.peak ?? 0)),
+        offsetgroup: "d", marker: { color: p.amber, opacity: 0.85 }, customdata: d.map((k) => k.peak),
+        hovertemplate: "round %{x}<br>draft rollback: removed [%{base}, %{customdata})<extra></extra>" });
+    legend.push(["sv-sw-dc", "draft ctx: committed"], ["sv-sw-dr", "draft ctx: rolled back"]);
+  }
+  const ys = kv.flatMap((r) => [r.kv.before, r.kv.peak, r.kv.after, r.draftKv.before, r.draftKv.peak]);
+  let lo = minOf(ys, 0);
+  const hi = maxOf(ys, 1);
+  const nswa = state.started ? state.started.n_swa : 0;
+  if (nswa > 0 && kv.length && maxOf(t.map((k) => k.after), 0) > nswa) {
+    data.push({ type: "scatter", mode: "lines", x: xs, y: t.map((k) => Math.max(0, (k.after ?? 0) - nswa)),
+      line: { dash: "dot", color: p.blue, width: 1.5 }, hovertemplate: "oldest attended position %{y} (window " + nswa + ")<extra></extra>" });
+    lo = Math.min(lo, Math.max(0, (t[0].after ?? 0) - nswa));
+    legend.push(["sv-sw-swa", "sliding-window start"]);
+  }
+  const pad = Math.max(2, Math.round((hi - lo) * 0.06));
+  return { legend, data, layout: baseLayout(o, { height: 240, barmode: draft ? "group" : "overlay", bargap: 0.3, bargroupgap: 0.08,
+    shapes: [], xaxis: ax(o, roundRange(kv), { title: axTitle("round") }),
+    yaxis: ax(o, [Math.max(0, lo - pad), hi + pad], { title: axTitle("KV position") }) }) };
+}
+
+// Acceptance rate: each round's share of draft tokens accepted, and the cumulative rate.
+function accSpec(state, o) {
+  const p = o.palette, w = chartWindow(state), wx = w.map((r) => r.round);
+  return { data: [
+    { type: "bar", x: wx, y: w.map((r) => r.rate), marker: { color: p.green, opacity: 0.55 },
+      customdata: w.map((r) => [r.accepted, r.drafted]), hovertemplate: "round %{x}: %{customdata[0]}/%{customdata[1]} accepted<extra></extra>" },
+    { type: "scatter", mode: "lines", x: wx, y: w.map((r) => r.cumRate), line: { color: p.blue, width: 2.5, shape: "hv" },
+      hovertemplate: "cumulative %{y:.1%}<extra></extra>" },
+  ], layout: baseLayout(o, { xaxis: ax(o, roundRange(w), { title: axTitle("round") }), yaxis: pctAxis(o) }) };
+}
+
+// Accepted length: rounds by the number of tokens they committed (every round since the start).
+function histSpec(state, o) {
+  const p = o.palette, hx = [], hy = [];
+  for (let i = 1; i < state.hist.length; i++) {
+    hx.push(i);
+    hy.push(state.hist[i] || 0);
+  }
+  const n = Math.max(2, state.hist.length);
+  return { data: [{ type: "bar", x: hx, y: hy, marker: { color: p.blue }, hovertemplate: "%{y} rounds committed %{x} token(s)<extra></extra>" }],
+    layout: baseLayout(o, { xaxis: ax(o, [0.4, n - 0.4], { dtick: n > 20 ? 2 : 1, title: axTitle("tokens committed in the round") }),
+      yaxis: ax(o, [0, nice(Math.max(1, maxOf(hy, 1)) * 1.05)], { title: axTitle("rounds") }) }) };
+}
+
+// Per-position acceptance, from the telemetry: of the drafts reaching a depth, the share accepted there.
+function posSpec(state, o) {
+  const p = o.palette, pa = state.posAcc || [], tries = state.posTries || [];
+  if (!pa.length) return { note: "No draft tokens yet: per-position acceptance appears once the strategy drafts." };
+  return { data: [{ type: "bar", x: pa.map((_, i) => i + 1), y: pa, marker: { color: p.green }, customdata: pa.map((_, i) => tries[i] ?? ""),
+    hovertemplate: "depth %{x}: %{y:.1%} of %{customdata} drafts<extra></extra>" }],
+  layout: baseLayout(o, { yaxis: pctAxis(o), xaxis: ax(o, [0.4, pa.length + 0.6], { dtick: pa.length > 20 ? 2 : 1, title: axTitle("draft position") }) }) };
+}
+
+// Drafting vs verification: stacked ms per round, and tokens/s so far on a second axis.
+function timeSpec(state, o) {
+  const p = o.palette, w = chartWindow(state), wx = w.map((r) => r.round);
+  const stackMax = maxOf(w.map((r) => (r.draftMs || 0) + (r.verifyMs || 0)), 1);
+  const tpsMax = maxOf(w.map((r) => r.tps), 1);
+  return { data: [
+    { type: "scatter", mode: "lines", stackgroup: "t", x: wx, y: w.map((r) => r.draftMs), line: { color: p.amber, width: 1 },
+      hovertemplate: "round %{x}: drafting %{y:.1f} ms<extra></extra>" },
+    { type: "scatter", mode: "lines", stackgroup: "t", x: wx, y: w.map((r) => r.verifyMs), line: { color: p.blue, width: 1 },
+      hovertemplate: "round %{x}: verification %{y:.1f} ms<extra></extra>" },
+    { type: "scatter", mode: "lines", x: wx, y: w.map((r) => r.tps), yaxis: "y2", line: { color: p.green, width: 2.5 },
+      hovertemplate: "%{y:.1f} tokens/s so far<extra></extra>" },
+  ], layout: baseLayout(o, { margin: { l: 46, r: 46, t: 8, b: 36 }, xaxis: ax(o, roundRange(w), { title: axTitle("round") }),
+    yaxis: ax(o, [0, nice(stackMax * 1.05)], { title: axTitle("ms") }),
+    yaxis2: ax(o, [0, nice(tpsMax * 1.05)], { tickmode: "auto", nticks: 5, overlaying: "y", side: "right", showgrid: false, title: axTitle("tok/s") }) }) };
+}
+
+// Draft confidence: acceptance by the drafter's own probability of its token (telemetry buckets), with
+// the draft strategy's draft_p_min marked; a note explains an empty chart.
+function confSpec(state, o) {
+  const p = o.palette, cfg = o.config || {};
+  const bs = (state.tel && state.tel.draft_buckets) || [];
+  const total = bs.reduce((a, b) => a + (b.tries || 0), 0);
+  if (!total) {
+    const modelDraft = cfg.strategy === "draft" || (state.started && state.started.draft_model);
+    return { note: modelDraft ? "No draft tokens yet: this chart fills as the draft model proposes tokens."
+      : "No drafter probabilities: " + (cfg.strategy || "this strategy") + " drafts without a probability (n-gram strategies copy " +
+        "tokens). Choose the draft strategy to see whether the draft's confidence predicts acceptance — the chart draft_p_min is tuned from." };
+  }
+  const xs = bs.map((b) => (b.lo + b.hi) / 2);
+  const pmin = cfg.strategy === "draft" && cfg.knobs ? cfg.knobs.draft_p_min : null;
+  const shapes = pmin != null ? [{ type: "line", x0: pmin, x1: pmin, y0: 0, y1: 1.05, yref: "y", line: { color: p.red, width: 2, dash: "dash" } }] : [];
+  const legend = [["sv-sw-acc", "acceptance in bucket"], ["sv-sw-tries", "draft tokens"]];
+  if (pmin != null) legend.push(["sv-sw-pmin", "draft_p_min = " + pmin]);
+  return { data: [
+    { type: "bar", x: xs, y: bs.map((b) => (b.tries ? b.rate : null)), width: 0.085, marker: { color: p.green },
+      customdata: bs.map((b) => [b.lo, b.hi, b.accepted, b.tries]),
+      hovertemplate: "draft p in [%{customdata[0]}, %{customdata[1]}): %{customdata[2]}/%{customdata[3]} accepted (%{y:.0%})<extra></extra>" },
+    { type: "scatter", mode: "lines+markers", x: xs, y: bs.map((b) => b.tries), yaxis: "y2", line: { color: p.muted, width: 1.5, dash: "dot" },
+      marker: { size: 5, color: p.muted }, hovertemplate: "%{y} draft tokens<extra></extra>" },
+  ], legend,
+  layout: baseLayout(o, { shapes, margin: { l: 46, r: 46, t: 8, b: 36 },
+    xaxis: ax(o, [0, 1], { dtick: 0.1, tickformat: ".1f", title: axTitle("draft model's probability of its token") }), yaxis: pctAxis(o),
+    yaxis2: ax(o, [0, nice(maxOf(bs.map((b) => b.tries), 1) * 1.05)], { tickmode: "auto", nticks: 5, overlaying: "y", side: "right", showgrid: false, title: axTitle("tokens") }) }) };
+}
+
+// Tokens per round: committed each round and the running mean; with the cost policy, its expectation.
+function tprSpec(state, o) {
+  const p = o.palette, w = chartWindow(state), wx = w.map((r) => r.round);
+  const exp = state.hasExpected;
+  const data = [
+    { type: "bar", x: wx, y: w.map((r) => r.committed), marker: { color: p.blue, opacity: 0.45 },
+      hovertemplate: "round %{x}: %{y} committed<extra></extra>" },
+    { type: "scatter", mode: "lines", x: wx, y: w.map((r) => r.tpr), line: { color: p.blue, width: 2.5 },
+      hovertemplate: "mean %{y:.2f} tokens/round<extra></extra>" },
+  ];
+  const legend = [["sv-sw-verify", "committed this round"], ["sv-sw-line", "mean tokens/round"]];
+  if (exp) {
+    data.push(
+      { type: "scatter", mode: "markers", x: wx, y: w.map((r) => r.expected), marker: { symbol: "line-ew-open", size: 9, color: p.amber, line: { width: 2, color: p.amber } },
+        hovertemplate: "round %{x}: expected %{y:.2f}<extra></extra>" },
+      { type: "scatter", mode: "lines", x: wx, y: w.map((r) => r.expectedMean), line: { color: p.amber, width: 2, dash: "dash" },
+        hovertemplate: "mean expected %{y:.2f} tokens/round<extra></extra>" });
+    legend.push(["sv-sw-tick", "expected this round"], ["sv-sw-exp", "mean expected (cost policy)"]);
+  }
+  const top = maxOf(w.map((r) => Math.max(r.committed || 0, r.expected || 0)), 1);
+  return { data, legend, sub: exp ? "realised vs the cost policy's expectation" : "realised; the expectation shows with draft_policy = cost",
+    layout: baseLayout(o, { xaxis: ax(o, roundRange(w), { title: axTitle("round") }),
+      yaxis: ax(o, [0, nice(Math.max(2, top) * 1.05)], { title: axTitle("tokens") }) }) };
+}

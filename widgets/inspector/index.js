@@ -1,0 +1,140 @@
+// specviz inspector — one front-end module for both hosts (the entry of the assembled module).
+//
+// anywidget (JupyterLab):  render({model, el}) with model.send / model.on("msg:custom")
+// Panel JSComponent:       render({model, el}) with model.send_msg / model.on("msg:custom")
+//
+// The message protocol is described in protocol.js. This file wires the parts together: the state
+// (state.js: reduce(state, event)), the views (views/*.js) and the host (host.js). Python assembles
+// this file and everything it imports into the one ES module both hosts load (specviz/ui/bundle.py).
+
+import { h } from "./dom.js";
+import { hostOf } from "./host.js";
+import { getPlotly, installPlotly } from "./plotly.js";
+import { helloMessage, planEvents } from "./protocol.js";
+import { initialState, reduce } from "./state.js";
+import { chartsView } from "./views/charts.js";
+import { controlsView } from "./views/controls.js";
+import { detailView } from "./views/detail.js";
+import { headerView } from "./views/header.js";
+import { noticesView } from "./views/notices.js";
+import { statsView } from "./views/stats.js";
+import { streamView } from "./views/stream.js";
+
+/** Render an inspector into `el`; returns the cleanup function (also run when `el` is rendered again). */
+function render({ model, el }) {
+  if (el.__specvizCleanup) el.__specvizCleanup(); // a host may render the same element again
+  const host = hostOf(model);
+  const uid = Math.random().toString(36).slice(2, 9);
+  let S = initialState();
+  let destroyed = false;
+  const getState = () => S;
+
+  const root = h("div", { class: "specviz-inspector" });
+  const header = headerView();
+  const notices = noticesView();
+  const controls = controlsView((m) => host.send(m), root, uid);
+  const detail = detailView();
+  const stream = streamView(detail, getState);
+  const stats = statsView();
+  const charts = chartsView(root, getState, () => controls.config);
+  root.append(header.el, controls.toolbar, notices.el,
+    h("div", { class: "sv-top" }, stream.card, h("div", { class: "sv-side" }, stats.el, controls.card)),
+    charts.el, detail.tip);
+  el.append(root);
+  if (document.body && document.body.dataset && document.body.dataset.jpThemeLight === "false") root.classList.add("sv-dark");
+
+  // ---- events: reduce, then let each view render what the event added
+  function hello() {
+    host.send(helloMessage(S));
+  }
+
+  function applyEvents(msg) {
+    const plan = planEvents(S, msg);
+    if (plan.error) {
+      notices.show("error", plan.error);
+      return;
+    }
+    if (plan.ask) { // a gap, or a new epoch that does not start at 0: ask for what is missing
+      hello();
+      return;
+    }
+    const before = S;
+    if (plan.reset) {
+      S = initialState(msg.epoch);
+      stream.clear();
+    }
+    for (const ev of plan.events) {
+      const prev = S;
+      S = reduce(S, ev);
+      if (!ev || typeof ev !== "object") continue;
+      stream.event(ev, S, prev);
+      header.event(ev, S);
+      charts.kv.event(ev);
+      controls.event(ev);
+    }
+    if (plan.reset || S.rounds !== before.rounds || S.started !== before.started) {
+      stats.update(S);
+      charts.schedule();
+    }
+    root.dataset.events = String(S.n);
+    root.dataset.rounds = String(S.rounds.length);
+    stream.batchDone(S);
+  }
+
+  // ---- messages from the host
+  function onMsg(msg) {
+    if (destroyed || !msg || typeof msg !== "object") return;
+    try {
+      switch (msg.type) {
+        case "events": applyEvents(msg); break;
+        case "state":
+          if (controls.applyState(msg)) charts.mark("conf");
+          header.status(controls.config);
+          break;
+        case "knob_errors": controls.knobErrors(msg); break;
+        case "schema": controls.schema(msg); break;
+        case "plotly":
+          try {
+            installPlotly(msg.source);
+          } catch (e) {
+            console.error("specviz: could not load plotly", e);
+            notices.show("error", "could not load plotly: " + e);
+          }
+          break;
+        case "notice": notices.show(msg.level, msg.text); break;
+        default: break;
+      }
+    } catch (e) { // keep the page alive and say what happened
+      console.error("specviz: could not handle a message", msg, e);
+      notices.show("error", "the page could not handle a " + JSON.stringify(String(msg.type)) + " message: " + e);
+    }
+  }
+  host.on(onMsg);
+  hello();
+  getPlotly(host).then((P) => {
+    if (!destroyed) charts.setPlotly(P);
+  });
+
+  // test/benchmark hooks (no effect on the widget itself)
+  root.__specviz = {
+    get state() { return S; },
+    apply: onMsg,
+    send: (m) => host.send(m),
+    drawCharts: (staggered) => charts.drawAll(staggered),
+    drawChart: (key) => charts.drawOne(key),
+    charts: charts.keys,
+  };
+
+  const cleanup = () => {
+    destroyed = true;
+    host.off(onMsg);
+    charts.destroy();
+    root.remove();
+    el.__specvizCleanup = null;
+  };
+  el.__specvizCleanup = cleanup;
+  return cleanup;
+}
+
+export { render };
+export default { render };

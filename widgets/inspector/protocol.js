@@ -1,0 +1,40 @@
+// The inspector's message protocol, as pure functions of the state (no DOM, no host).
+//
+// Python owns the session; the front-end only renders the event stream it is sent.  All messages are
+// plain JSON objects with a "type":
+//   JS → Py  hello {epoch, have}          first message of a view: "I hold `have` events of `epoch`"
+//            cmd {cmd, n?, prompt?, max_tokens?}   step | run | play | pause | reset
+//            configure {strategy, knobs}  schema {strategy}   plotly {}
+//   Py → JS  events {epoch, start, events}  only the events a view does not have yet
+//            state {...}  knob_errors {errors, general}  schema {strategy, knobs}
+//            plotly {source}  notice {level, text}
+// A view applies an "events" message only when start == the number of events it holds; a gap
+// (a message it missed) makes it ask again with hello, so Python never resends what a view has.
+// Python checks every message a view sends; a message it refuses changes nothing and comes back as
+// a "notice" of level "error" (or, for the knob form, as "knob_errors" beside the fields).
+
+/** The hello a view sends: the epoch it holds and how many of its events. */
+export function helloMessage(state) {
+  return { type: "hello", epoch: state.epoch, have: state.n };
+}
+
+/**
+ * What to do with an "events" message given the state: `{error}` for a malformed message, `{ask: true}`
+ * when events are missing (a gap, or a new epoch that does not start at 0: send hello again), otherwise
+ * `{reset, events}`: start from an empty state of the message's epoch when `reset`, then apply `events`
+ * (the ones the state does not hold yet; possibly none).
+ */
+export function planEvents(state, msg) {
+  if (!Number.isInteger(msg.epoch) || !Number.isInteger(msg.start) || msg.start < 0 || !Array.isArray(msg.events)) {
+    return { error: "ignored a malformed events message (epoch, start or events missing or of the wrong type)" };
+  }
+  let have = state.n;
+  let reset = false;
+  if (msg.epoch !== state.epoch) {
+    if (msg.start !== 0) return { ask: true };
+    reset = true;
+    have = 0;
+  }
+  if (msg.start > have) return { ask: true };
+  return { ask: false, reset, events: msg.events.slice(have - msg.start) };
+}

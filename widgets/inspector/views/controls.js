@@ -1,0 +1,136 @@
+// The controls: the toolbar (Step, Run N, Play/Pause, Reset, the legend and the rejected-token toggle)
+// and the card with the strategy, its knob form, Apply and the prompt for a new session. Every button
+// sends a message to Python; what they allow follows the host's "state" messages (`config`).
+
+import { h } from "../dom.js";
+import { buildKnobForm, readKnobForm, showKnobErrors } from "./knob_form.js";
+
+/**
+ * `{toolbar, card, config, applyState(msg) → bool, schema(msg), knobErrors(msg), event(ev)}`.
+ * `send(msg)` sends to the host; `root` gets the class that hides rejected tokens; `uid` is unique per view.
+ * `applyState` returns true when the strategy or its knobs changed.
+ */
+export function controlsView(send, root, uid) {
+  const config = { running: false, finished: null, replay: false, strategies: [], strategy: "", knobs: {}, schema: [], draft_models: [] };
+  let formStrategy = null; // strategy whose schema the form shows
+
+  // ---- toolbar
+  const btnStep = h("button", { class: "sv-btn sv-step", title: "Run one draft/verify round" }, "Step");
+  const runN = h("input", { class: "sv-runn", type: "number", min: "1", max: "100000", value: "8", title: "rounds for Run" });
+  const btnRun = h("button", { class: "sv-btn sv-run", title: "Run N rounds" }, "Run");
+  const btnPlay = h("button", { class: "sv-btn sv-primary sv-play", title: "Play until finished; Pause stops after the current round" }, "▶ Play");
+  const btnReset = h("button", { class: "sv-btn sv-reset", title: "Start the session again" }, "↺ Reset");
+  const showRej = h("input", { type: "checkbox", class: "sv-showrej", checked: true });
+  const legend = h("div", { class: "sv-legend" },
+    h("span", { class: "sv-tok sv-prompt", text: "prompt" }),
+    h("span", { class: "sv-tok sv-acc", text: "accepted" }),
+    h("span", { class: "sv-tok sv-bonus", text: "bonus" }),
+    h("span", { class: "sv-tok sv-corr", text: "correction" }),
+    h("span", { class: "sv-tok sv-plain", text: "target" }),
+    h("span", { class: "sv-tok sv-rej", text: "rejected" }),
+    h("label", { class: "sv-check" }, showRej, " rejected"));
+  const toolbar = h("div", { class: "sv-toolbar" },
+    btnStep, h("span", { class: "sv-runwrap" }, btnRun, runN), btnPlay, btnReset, h("span", { class: "sv-grow" }), legend);
+
+  // ---- strategy, knobs, new session
+  const stratSel = h("select", { class: "sv-strategy" });
+  const stratErr = h("div", { class: "sv-field-err" });
+  const form = h("div", { class: "sv-form" });
+  const formNote = h("div", { class: "sv-form-note" });
+  const btnApply = h("button", { class: "sv-btn sv-primary sv-apply" }, "Apply at next round");
+  const sessionFields = h("details", { class: "sv-newsession" }, h("summary", { text: "New session (used by Reset)" }));
+  const promptBox = h("textarea", { class: "sv-prompt-input", rows: "3" });
+  const maxTok = h("input", { class: "sv-maxtok", type: "number", min: "1", value: "128" });
+  sessionFields.append(h("label", { class: "sv-lbl", text: "prompt" }), promptBox, h("label", { class: "sv-lbl", text: "max tokens" }), maxTok);
+  const card = h("div", { class: "sv-card sv-ctrl-card" },
+    h("div", { class: "sv-card-h" }, h("span", { text: "Strategy & knobs" })),
+    h("div", { class: "sv-field sv-field-strategy" }, h("label", { class: "sv-lbl", text: "strategy" }), stratSel, stratErr),
+    form, h("div", { class: "sv-apply-row" }, btnApply), formNote, sessionFields);
+
+  // The numbers are sent as typed (parsed, but not checked): Python validates every message and shows
+  // what it refuses.
+  btnStep.addEventListener("click", () => send({ type: "cmd", cmd: "step" }));
+  btnRun.addEventListener("click", () => send({ type: "cmd", cmd: "run", n: Math.max(1, parseInt(runN.value || "1", 10)) }));
+  btnPlay.addEventListener("click", () => send({ type: "cmd", cmd: config.running ? "pause" : "play" }));
+  btnReset.addEventListener("click", () => send({ type: "cmd", cmd: "reset", prompt: promptBox.value,
+    max_tokens: parseInt(maxTok.value || "0", 10) || null }));
+  showRej.addEventListener("change", () => root.classList.toggle("sv-hide-rej", !showRej.checked));
+  stratSel.addEventListener("change", () => {
+    stratErr.textContent = "";
+    send({ type: "schema", strategy: stratSel.value });
+  });
+  btnApply.addEventListener("click", () => {
+    const knobs = readKnobForm(form);
+    stratErr.textContent = "";
+    formNote.textContent = "";
+    send({ type: "configure", strategy: stratSel.value, knobs });
+  });
+
+  function buildForm(strategy, schema, values) {
+    formStrategy = strategy;
+    buildKnobForm(form, schema || [], values, config.draft_models || [], uid);
+    syncDisabled();
+  }
+
+  function syncDisabled() {
+    const ro = config.replay || !config.can_control;
+    const busy = config.running;
+    const done = !!config.finished;
+    btnStep.disabled = busy || done || !config.can_step;
+    btnRun.disabled = busy || done || !config.can_step;
+    btnPlay.disabled = !busy && (done || !config.can_step);
+    btnPlay.textContent = busy ? "❚❚ Pause" : "▶ Play";
+    btnPlay.classList.toggle("sv-pausing", busy);
+    btnReset.disabled = busy || !config.can_reset;
+    stratSel.disabled = ro;
+    btnApply.disabled = ro;
+    for (const i of form.querySelectorAll("input,select")) i.disabled = ro;
+    promptBox.disabled = config.replay;
+    maxTok.disabled = config.replay;
+    sessionFields.hidden = !!config.replay;
+  }
+
+  function applyState(st) {
+    const prevStrategy = config.strategy;
+    const prevKnobs = JSON.stringify(config.knobs);
+    Object.assign(config, st);
+    if (Array.isArray(st.strategies)) {
+      const cur = stratSel.value;
+      stratSel.replaceChildren(...st.strategies.map((s) => h("option", { value: s, text: s })));
+      stratSel.value = cur && st.strategies.includes(cur) ? cur : config.strategy;
+    }
+    const changed = config.strategy !== prevStrategy || JSON.stringify(config.knobs) !== prevKnobs;
+    if (config.strategy && (changed || formStrategy === null)) {
+      stratSel.value = config.strategy;
+      buildForm(config.strategy, config.schema, config.knobs);
+    }
+    if (st.pending) formNote.textContent = "queued: " + st.pending + " — applies at the next round";
+    else if ("pending" in st) formNote.textContent = "";
+    if (st.prompt != null && !promptBox.value) promptBox.value = st.prompt;
+    if (st.error) formNote.textContent = st.error;
+    syncDisabled();
+    return changed;
+  }
+
+  function schema(msg) {
+    if (msg.strategy === stratSel.value) buildForm(msg.strategy, msg.knobs, msg.strategy === config.strategy ? config.knobs : null);
+    if (msg.error) stratErr.textContent = msg.error;
+  }
+
+  function knobErrors(msg) {
+    const errs = msg.errors || {};
+    showKnobErrors(form, errs);
+    if (errs.strategy) stratErr.textContent = errs.strategy;
+    formNote.textContent = msg.general || (Object.keys(errs).length ? "nothing changed" : "");
+    formNote.classList.toggle("sv-note-err", Object.keys(errs).length > 0 || !!msg.general);
+  }
+
+  // a new session shows its prompt and length in the new-session fields (unless the user typed one)
+  function event(ev) {
+    if (ev.kind !== "session_started") return;
+    if (!promptBox.value) promptBox.value = (ev.prompt_pieces || []).join("");
+    maxTok.value = ev.max_tokens || maxTok.value;
+  }
+
+  return { toolbar, card, config, applyState, schema, knobErrors, event };
+}

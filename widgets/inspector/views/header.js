@@ -1,0 +1,34 @@
+// The header: title, the model (and draft model) pill, the strategy pill and the status pill.
+
+import { h } from "../dom.js";
+import { basename } from "../format.js";
+
+/** `{el, event(ev, state), status(config)}`. */
+export function headerView() {
+  const title = h("div", { class: "sv-title" }, h("span", { class: "sv-logo", text: "◆" }), h("span", { text: "specviz" }));
+  const modelPill = h("span", { class: "sv-pill sv-pill-model", text: "no session" });
+  const strategyPill = h("span", { class: "sv-pill sv-pill-strategy", text: "" });
+  const statusPill = h("span", { class: "sv-pill sv-status", text: "idle" });
+  const el = h("div", { class: "sv-header" }, title, modelPill, strategyPill, h("span", { class: "sv-grow" }), statusPill);
+
+  function event(ev, state) {
+    if (ev.kind === "session_started") {
+      modelPill.textContent = basename(ev.model) + (ev.draft_model ? " + " + basename(ev.draft_model) : "");
+      strategyPill.textContent = ev.strategy;
+    } else if (ev.kind === "knobs_changed") {
+      strategyPill.textContent = ev.strategy;
+      if (state.started) {
+        const dm = ev.strategy === "draft" && ev.knobs ? ev.knobs.draft_model : null;
+        modelPill.textContent = basename(state.started.model) + (dm ? " + " + basename(dm) : "");
+      }
+    }
+  }
+
+  function status(c) {
+    statusPill.textContent = c.replay ? (c.running ? "replaying" : "replay")
+      : c.running ? "running" : c.finished ? "finished · " + c.finished : c.can_step ? "ready" : "idle";
+    statusPill.className = "sv-pill sv-status" + (c.running ? " sv-st-run" : c.finished ? " sv-st-done" : "");
+  }
+
+  return { el, event, status };
+}

@@ -1,0 +1,169 @@
+// The token stream card: every token coloured by its status, one span per round, the rejected draft
+// tokens of a round in a collapsible group, knob-change markers, and the "finished" bar.
+//
+// Rendering is incremental: each event appends only the tokens it added to the state. The stream is
+// split into block chunks so that appending a round re-lays out only the last chunk (one huge inline
+// paragraph costs a full reflow per append); off-screen chunks skip rendering (CSS content-visibility).
+
+import { h } from "../dom.js";
+import { knobText, showPiece } from "../format.js";
+import { seqAt, seqSlice } from "../seq.js";
+import { tokenClass } from "./token_class.js";
+
+/** Tokens after which a chunk is closed at the next newline, and after which it is closed anyway. */
+const CHUNK_TOKENS = 300, CHUNK_MAX = 1200;
+
+/**
+ * `{card, el, clear(), event(ev, state, prev), batchDone(state)}`. `detail` is the detail view (hover,
+ * click); `getState()` the current state, read when the pointer moves over a token.
+ */
+export function streamView(detail, getState) {
+  const el = h("div", { class: "sv-stream", tabindex: "0" });
+  const finishedBar = h("div", { class: "sv-finished", hidden: true });
+  const countEl = h("span", { class: "sv-sub sv-count", text: "" });
+  const card = h("div", { class: "sv-card sv-stream-card" },
+    h("div", { class: "sv-card-h" }, h("span", { text: "Token stream" }), countEl),
+    el, finishedBar, detail.panel);
+
+  let chunk = null, chunkTokens = 0;
+  let wrap = null; // the span of the round being received: {round, el}
+  let lastPiece = null; // the newest committed token's text (a chunk closes after a newline)
+
+  // Follow the newest tokens unless the user scrolled up; decided on scroll, applied once per frame,
+  // so an append never forces a synchronous layout of the whole stream.
+  let follow = true, scrollQueued = false;
+  el.addEventListener("scroll", () => {
+    if (!scrollQueued) follow = el.scrollHeight - el.scrollTop - el.clientHeight < 24;
+  });
+  function queueScroll() {
+    if (!follow || scrollQueued) return;
+    scrollQueued = true;
+    requestAnimationFrame(() => {
+      el.scrollTop = el.scrollHeight;
+      scrollQueued = false;
+    });
+  }
+
+  function sink() {
+    if (!chunk) {
+      chunk = h("div", { class: "sv-chunk" });
+      el.append(chunk);
+      chunkTokens = 0;
+    }
+    return chunk;
+  }
+  function maybeCloseChunk(piece) {
+    if (chunkTokens >= CHUNK_MAX || (chunkTokens >= CHUNK_TOKENS && piece && piece.endsWith("\n"))) chunk = null;
+  }
+
+  // The nodes of token `t` (index `i` in the state): its span, then a line break per newline it holds
+  // (rejected tokens stay inline).
+  function tokenNodes(t, i, into) {
+    chunkTokens += 1;
+    const s = document.createElement("span");
+    s.className = "sv-tok " + tokenClass(t);
+    s.dataset.i = i;
+    s.textContent = showPiece(t.piece);
+    into.append(s);
+    if (t.piece && t.status !== "rejected") {
+      const breaks = (String(t.piece).match(/\n/g) || []).length;
+      for (let k = 0; k < breaks; k++) into.append(document.createElement("br"));
+    }
+  }
+  // Append the tokens [from, to) of the state to `into`.
+  function appendTokens(state, from, into) {
+    const toks = seqSlice(state.tokens, from);
+    toks.forEach((t, k) => tokenNodes(t, from + k, into));
+    return toks;
+  }
+
+  function clear() {
+    el.replaceChildren();
+    chunk = null;
+    wrap = null;
+    lastPiece = null;
+    follow = true;
+    finishedBar.hidden = true;
+    detail.clear();
+  }
+
+  function event(ev, state, prev) {
+    switch (ev.kind) {
+      case "session_started": {
+        clear();
+        const frag = document.createDocumentFragment();
+        const toks = appendTokens(state, 0, frag);
+        sink().append(frag);
+        maybeCloseChunk(toks.length ? toks[toks.length - 1].piece : null);
+        break;
+      }
+      case "knobs_changed":
+        sink().append(h("span", { class: "sv-knobmark", title: knobText(ev.knobs), text: "⚙ " + ev.strategy }));
+        break;
+      case "accepted": {
+        const w = document.createElement("span");
+        w.className = "sv-r";
+        w.dataset.round = ev.round;
+        const toks = appendTokens(state, prev.tokens.length, w);
+        sink().append(w);
+        wrap = { round: ev.round, el: w };
+        if (toks.length) lastPiece = toks[toks.length - 1].piece;
+        break;
+      }
+      case "rejected": {
+        const n = state.tokens.length - prev.tokens.length;
+        const g = h("span", { class: "sv-rejg" }, h("span", { class: "sv-rejtgl", title: "collapse/expand the rejected draft tokens", text: "✕" + n }));
+        const inner = h("span", { class: "sv-rejin" });
+        appendTokens(state, prev.tokens.length, inner);
+        g.append(inner);
+        (wrap && wrap.round === ev.round ? wrap.el : sink()).append(g);
+        break;
+      }
+      case "finished":
+        finishedBar.hidden = false;
+        finishedBar.textContent = "finished: " + ev.reason + " · " + ev.n_generated + " tokens" + (ev.message ? " · " + ev.message : "");
+        break;
+      default:
+        break;
+    }
+    if (state.rounds.length > prev.rounds.length) { // a round completed: a chunk may end here
+      maybeCloseChunk(lastPiece);
+      lastPiece = null;
+    }
+  }
+
+  /** After a message's events: the token count in the card header, and follow the newest tokens. */
+  function batchDone(state) {
+    const nGen = state.tel ? state.tel.n_generated : null;
+    countEl.textContent = (state.started ? (state.started.prompt_tokens || []).length + " prompt · " : "") + (nGen == null ? 0 : nGen) + " generated";
+    queueScroll();
+  }
+
+  // hover and click: the token under the pointer, looked up in the current state by its index
+  function tokenAt(e) {
+    const s = e.target.closest ? e.target.closest(".sv-tok[data-i]") : null;
+    if (!s || !el.contains(s)) return null;
+    const t = seqAt(getState().tokens, +s.dataset.i);
+    return t ? [s, t] : null;
+  }
+  el.addEventListener("mouseover", (e) => {
+    const hit = tokenAt(e);
+    if (hit) detail.hover(hit[1], hit[0]);
+    else detail.hideTip();
+  });
+  el.addEventListener("mouseleave", () => detail.hideTip());
+  el.addEventListener("click", (e) => {
+    const tg = e.target.closest ? e.target.closest(".sv-rejtgl") : null;
+    if (tg) {
+      tg.parentElement.classList.toggle("sv-collapsed");
+      return;
+    }
+    const hit = tokenAt(e);
+    if (!hit) return;
+    for (const o of el.querySelectorAll(".sv-sel")) o.classList.remove("sv-sel");
+    hit[0].classList.add("sv-sel");
+    detail.select(hit[1]);
+  });
+
+  return { card, el, clear, event, batchDone };
+}

@@ -1,0 +1,69 @@
+// Hand-made events, shaped like specviz/events.py's to_dict() (only the fields the front-end reads).
+
+export function started(over = {}) {
+  return { kind: "session_started", round: 0, model: "/m/target.gguf", draft_model: null, strategy: "prompt-lookup",
+    knobs: { draft_max: 4 }, prompt_tokens: [2, 10, 11], prompt_pieces: ["<bos>", "a", " b"], max_tokens: 32,
+    n_ctx: 512, n_batch: 64, n_ubatch: 64, n_swa: 0, n_vocab: 320, ...over };
+}
+
+export function drafted(round, tokens, over = {}) {
+  return { kind: "draft_proposed", round, tokens, pieces: tokens.map((t) => "d" + t), probs: tokens.map(() => null),
+    seconds: 0.002, requested: 4, limit: 4, cap: null, reason: null, position: 0, policy: "fixed", expected_tokens: null, ...over };
+}
+
+export function verified(round, kvBefore, kvPeak, over = {}) {
+  return { kind: "verified", round, tokens: [], pieces: [], probs: [], seconds: 0.02, batch_size: kvPeak - kvBefore,
+    kv_before: kvBefore, kv_peak: kvPeak, draft_kv_before: null, draft_kv_peak: null, ...over };
+}
+
+/** `accepted` draft tokens then the target's `bonus` token of `kind` (bonus, correction, plain). */
+export function accepted(round, acc, bonus, kind, position, over = {}) {
+  const tokens = bonus == null ? acc : [...acc, bonus];
+  return { kind: "accepted", round, tokens, pieces: tokens.map((t) => "p" + t), n_accepted: acc.length,
+    draft_probs: acc.map(() => 0.9), target_probs: acc.map(() => 0.8), bonus_token: bonus,
+    bonus_piece: bonus == null ? null : "p" + bonus, bonus_prob: bonus == null ? null : 0.7, bonus_kind: bonus == null ? null : kind,
+    position, ...over };
+}
+
+export function rejected(round, depth, tokens, targetToken, over = {}) {
+  return { kind: "rejected", round, depth, tokens, pieces: tokens.map((t) => "r" + t), draft_probs: tokens.map(() => 0.4),
+    target_token: targetToken, target_piece: "p" + targetToken, target_prob: 0.6, draft_token_target_prob: 0.05,
+    alternatives: [{ token: targetToken, piece: "p" + targetToken, prob: 0.6 }, { token: tokens[0], piece: "r" + tokens[0], prob: 0.05 }],
+    position: 0, ...over };
+}
+
+export function rollback(round, context, from, to) {
+  return { kind: "kv_rollback", round, context, from_pos: from, to_pos: to };
+}
+
+export function telemetry(round, data = {}) {
+  return { kind: "telemetry", round, data: { rounds: round, n_generated: 0, acceptance_rate: 0.5, tokens_per_second: 100,
+    tokens_per_round: 2, kv: null, per_position_acceptance: [], per_position_tries: [], draft_buckets: [], ...data } };
+}
+
+export function knobsChanged(round, strategy, knobs) {
+  return { kind: "knobs_changed", round, strategy, knobs, previous_strategy: "", previous_knobs: {}, schema: [] };
+}
+
+export function finished(round, reason, nGenerated) {
+  return { kind: "finished", round, reason, n_generated: nGenerated, message: null };
+}
+
+/**
+ * A whole session: the prompt (3 tokens), then
+ *  round 1: draft [20, 21, 22], 2 accepted, 22 rejected, correction 30; target KV 2 → 6 → 5;
+ *  round 2: draft [23, 24], both accepted, bonus 31; target KV 5 → 8, nothing rolled back;
+ *  round 3: no draft, plain token 32; target KV 8 → 9.
+ */
+export function session() {
+  return [
+    started(),
+    drafted(1, [20, 21, 22]), verified(1, 2, 6), accepted(1, [20, 21], 30, "correction", 3),
+    rejected(1, 2, [22], 30), rollback(1, "target", 6, 5),
+    telemetry(1, { n_generated: 3, acceptance_rate: 2 / 3, kv: 5, per_position_acceptance: [1, 1, 0], per_position_tries: [1, 1, 1] }),
+    drafted(2, [23, 24]), verified(2, 5, 8), accepted(2, [23, 24], 31, "bonus", 6),
+    telemetry(2, { n_generated: 6, acceptance_rate: 0.8, kv: 8, per_position_acceptance: [1, 1, 0], per_position_tries: [2, 2, 1] }),
+    drafted(3, [], { reason: "no-match" }), verified(3, 8, 9), accepted(3, [], 32, "plain", 9),
+    telemetry(3, { n_generated: 7, acceptance_rate: 0.8, kv: 9 }),
+  ];
+}
