@@ -17,7 +17,7 @@ WHEELHOUSE       ?= $(HOME)/.cache/specviz/wheels/llama-cpp-python-$(LLAMA_VERSI
 # the same vendored llama.cpp with the same flags (statically linked), once per machine, beside the wheel.
 LLAMA_TOOLS      := $(shell $(PYTHON) tools/llama_tools.py $(LLAMA_VERSION))
 
-.PHONY: install demo test bench bench-native llama-tools clean
+.PHONY: install demo test bench bench-native llama-tools mutation clean
 
 install: $(STAMP)
 
@@ -58,3 +58,11 @@ bench-native: install llama-tools
 
 clean:
 	rm -rf $(VENV) build *.egg-info
+
+# mutation testing of the strategies, the acceptor, sampling, the budget, the policies and telemetry
+# (configured in pyproject.toml; takes an hour or more on 2 cores). `mutmut results` lists the survivors.
+mutation: install llama-tools
+	$(VENV)/bin/pip install --quiet mutmut==3.8.1
+	$(VENV)/bin/mutmut run --max-children 2
+	$(VENV)/bin/mutmut results
+
