@@ -546,6 +546,16 @@ def build_parser() -> argparse.ArgumentParser:
 _EXTRA_COMMANDS: list = []
 
 
+def _add_sweep_commands(sub) -> None:
+    """``sweep`` and ``report`` (:mod:`specviz.sweep.commands`), imported when the parser is built."""
+    from .sweep.commands import add_commands
+
+    add_commands(sub)
+
+
+_EXTRA_COMMANDS.append(_add_sweep_commands)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``specviz`` console script."""
     parser = build_parser()

@@ -65,13 +65,15 @@ def write_tiny_llama(
     layers_from: dict | None = None,
     token_overrides: dict[int, str] | None = None,
     eos_token_id: int = 2,
+    chat_template: str | None = None,
 ) -> Path:
     """Write a tiny llama-architecture GGUF to ``path`` and return the path.
 
     ``layers_from`` (the dict returned by :func:`tiny_weights`) makes the model reuse another model's
     embedding, output and first ``n_layer`` blocks: a draft that agrees with its target often.
     ``token_overrides`` (token id -> text) replaces the text of some tokens, to build a vocabulary
-    that differs from the default one of the same size.
+    that differs from the default one of the same size. ``chat_template`` is stored as the model's
+    ``tokenizer.chat_template`` (for the chat-template path of sweeps).
     """
     import gguf
 
@@ -102,6 +104,8 @@ def write_tiny_llama(
     w.add_unk_token_id(0)
     w.add_add_bos_token(True)
     w.add_add_eos_token(False)
+    if chat_template is not None:
+        w.add_chat_template(chat_template)
     w.add_tensor("token_embd.weight", weights["token_embd.weight"])
     w.add_tensor("output_norm.weight", weights["output_norm.weight"])
     w.add_tensor("output.weight", weights["output.weight"])
