@@ -35,6 +35,7 @@ import numpy as np
 from ..errors import ContextError, StrategyUnavailableError
 from .gguf_check import GGUFInfo, check_gguf, read_small_tensor
 from .llama import LlamaContext, LlamaModel, _lib
+from .tied_context import TiedContext
 
 _GGML_I64 = 27
 
@@ -162,16 +163,16 @@ def eagle3_problems(
     return why
 
 
-class Eagle3Context:
+class Eagle3Context(TiedContext):
     """The head's llama.cpp context, tied to a target context (see the module docstring)."""
+
+    what = "EAGLE-3"
 
     def __init__(self, head: LlamaModel, target: LlamaContext, *, n_threads: int | None = None) -> None:
         from . import llama_ext
 
-        lc = _lib()
         self.head = head
         self.target = target
-        self._ext = llama_ext.ext()
         layers = llama_ext.target_layer_ids(head.ptr)
         if len(layers) != 3:
             raise StrategyUnavailableError(
@@ -183,55 +184,10 @@ class Eagle3Context:
         self.n_embd = head.n_embd
         self.n_embd_target = target.model.n_embd
         self.n_vocab = head.n_vocab
-        cap = target.capacity
-        threads = n_threads or max(1, os.cpu_count() or 1)
-        p = lc.llama_context_default_params()
-        p.n_ctx = cap.n_ctx
-        p.n_batch = cap.n_batch
-        p.n_ubatch = cap.n_ubatch
-        p.n_seq_max = 1
-        p.n_threads = threads
-        p.n_threads_batch = threads
-        p.no_perf = True
-        p.ctx_other = target.ptr  # lets the head borrow the target's token embeddings (and output head)
-        ctx = lc.llama_init_from_model(head.ptr, p)
-        if not ctx:
-            raise ContextError(f"llama.cpp could not create a context for the EAGLE-3 head {head.path}")
-        self._ctx = ctx
-        self._mem = lc.llama_get_memory(ctx)
-        self.capacity_n_ubatch = int(lc.llama_n_ubatch(ctx))
-        self.capacity_n_batch = int(lc.llama_n_batch(ctx))
-        self.n_ctx = int(lc.llama_n_ctx(ctx))
-        # the pre-norm output of every output row (the next step's g) and the encoder's output
-        self._ext.set_embeddings_nextn(ctx, True, True)
-        self._batch = lc.llama_batch_ext_init(ctx)
-        if not self._batch:
-            lc.llama_free(ctx)
-            raise ContextError("llama.cpp could not create an extended batch for the EAGLE-3 head")
-        self._pos = (lc.llama_pos * 1)()
-        self.decode_seconds = 0.0
+        # ctx_other lets the head borrow the target's token embeddings (and output head); the pre-norm
+        # output of every output row (the next step's g) and the encoder's output are switched on
+        self._open(head, target, n_threads=n_threads)
         self.encode_seconds = 0.0
-
-    @property
-    def ptr(self) -> Any:
-        """The raw ``llama_context *`` of the head."""
-        if self._ctx is None:
-            raise ContextError("the EAGLE-3 context was closed")
-        return self._ctx
-
-    # -- KV ------------------------------------------------------------------------------------------
-    def kv_len(self) -> int:
-        """Pair positions held (largest position + 1)."""
-        return int(_lib().llama_memory_seq_pos_max(self._mem, 0)) + 1
-
-    def clear(self) -> None:
-        """Empty the head's cache."""
-        _lib().llama_memory_clear(self._mem, True)
-
-    def truncate(self, n: int) -> None:
-        """Remove every pair at position ``>= n``."""
-        if not _lib().llama_memory_seq_rm(self._mem, 0, n, -1):
-            raise ContextError(f"llama.cpp refused to remove the EAGLE-3 cache tail from position {n}")
 
     # -- encoder -------------------------------------------------------------------------------------
     def encode(self, features: np.ndarray) -> np.ndarray:
@@ -244,7 +200,7 @@ class Eagle3Context:
         if width != 3 * self.n_embd_target:
             raise ContextError(f"EAGLE-3 features are {width} wide, the head expects {3 * self.n_embd_target}")
         out = np.empty((n, self.n_embd), dtype=np.float32)
-        step = self.capacity_n_ubatch
+        step = self.n_ubatch
         fptr = ctypes.POINTER(ctypes.c_float)
         t0 = time.perf_counter()
         for i in range(0, n, step):
@@ -278,8 +234,8 @@ class Eagle3Context:
         n = len(tokens)
         if n == 0:
             return
-        if n > self.capacity_n_batch:
-            raise ContextError(f"{n} EAGLE-3 pairs exceed n_batch={self.capacity_n_batch}")
+        if n > self.n_batch:
+            raise ContextError(f"{n} EAGLE-3 pairs exceed n_batch={self.n_batch}")
         if start + n > self.n_ctx:
             raise ContextError(f"EAGLE-3 positions {start}..{start + n - 1} exceed n_ctx={self.n_ctx}")
         rows = np.ascontiguousarray(g, dtype=np.float32)
@@ -308,47 +264,3 @@ class Eagle3Context:
                 f"the EAGLE-3 decoder failed with code {rc} for {n} pairs at position {start}"
                 + (" (no free KV slot)" if rc == 1 else "")
             )
-
-    def logits(self, i: int) -> np.ndarray:
-        """Logits of output row ``i`` over the target vocabulary (a zero-copy view, valid until the next call)."""
-        ptr = _lib().llama_get_logits_ith(self._ctx, i)
-        if not ptr:
-            raise ContextError(f"no EAGLE-3 logits for batch row {i}")
-        return np.ctypeslib.as_array(ptr, shape=(self.n_vocab,))
-
-    def prenorm(self, i: int) -> np.ndarray:
-        """The pre-norm output of output row ``i`` (the next step's ``g``; a copy)."""
-        ptr = self._ext.get_embeddings_nextn_ith(self._ctx, i)
-        if not ptr:
-            raise ContextError(f"no EAGLE-3 pre-norm output for batch row {i}")
-        return np.ctypeslib.as_array(ptr, shape=(self.n_embd,)).copy()
-
-    # -- state ---------------------------------------------------------------------------------------
-    def state(self) -> bytes:
-        """The head context's state (its cache) as bytes."""
-        lc = _lib()
-        size = lc.llama_state_get_size(self._ctx)
-        buf = (ctypes.c_uint8 * size)()
-        n = lc.llama_state_get_data(self._ctx, buf, size)
-        return bytes(buf[:n])
-
-    def load_state(self, data: bytes) -> None:
-        """Restore :meth:`state`."""
-        lc = _lib()
-        buf = (ctypes.c_uint8 * len(data)).from_buffer_copy(data)
-        if lc.llama_state_set_data(self._ctx, buf, len(data)) == 0:
-            raise ContextError("llama.cpp refused the saved EAGLE-3 context state")
-
-    def close(self) -> None:
-        """Free the batch and the context (idempotent)."""
-        if getattr(self, "_ctx", None):
-            lc = _lib()
-            lc.llama_batch_ext_free(self._batch)
-            lc.llama_free(self._ctx)
-            self._ctx = None
-
-    def __del__(self) -> None:  # pragma: no cover - finaliser
-        try:
-            self.close()
-        except Exception:
-            pass

@@ -20,7 +20,6 @@ Pairing convention (llama.cpp's): the pair at MTP position ``p`` is ``(token[p],
 from __future__ import annotations
 
 import ctypes
-import os
 import time
 import weakref
 from typing import Any, Sequence
@@ -30,6 +29,7 @@ import numpy as np
 from ..errors import ContextError, StrategyUnavailableError
 from .gguf_check import GGUFInfo
 from .llama import LlamaContext, LlamaModel, _lib
+from .tied_context import TiedContext
 
 #: Architectures whose MTP graph specviz checks fully: name -> tensors (per NextN block) the graph requires.
 MTP_ARCHS: dict[str, tuple[str, ...]] = {
@@ -74,12 +74,12 @@ def mtp_problems(info: GGUFInfo) -> list[str]:
     return []
 
 
-class NextNContext:
+class NextNContext(TiedContext):
     """The MTP context of a model with NextN layers, tied to a target context (see the module docstring)."""
 
-    def __init__(self, model: LlamaModel, target: LlamaContext, *, n_threads: int | None = None) -> None:
-        from . import llama_ext
+    what = "MTP"
 
+    def __init__(self, model: LlamaModel, target: LlamaContext, *, n_threads: int | None = None) -> None:
         why = mtp_problems(model.info)
         if why:
             raise StrategyUnavailableError("; ".join(why), knob="strategy", value="mtp")
@@ -88,7 +88,6 @@ class NextNContext:
                 f"{model.path} was loaded without its NextN layers", knob="strategy", value="mtp"
             )
         lc = _lib()
-        self._ext = llama_ext.ext()
         self.model = model
         self.target = target
         self.n_embd = int(lc.llama_model_n_embd_out(model.ptr))
@@ -97,38 +96,7 @@ class NextNContext:
                 "the NextN model's hidden size differs from the target's", knob="strategy", value="mtp"
             )
         self.n_vocab = model.n_vocab
-        cap = target.capacity
-        threads = n_threads or max(1, os.cpu_count() or 1)
-        p = lc.llama_context_default_params()
-        p.n_ctx, p.n_batch, p.n_ubatch, p.n_seq_max = cap.n_ctx, cap.n_batch, cap.n_ubatch, 1
-        p.n_threads = p.n_threads_batch = threads
-        p.no_perf = True
-        p.ctx_type = 1  # LLAMA_CONTEXT_TYPE_MTP
-        p.ctx_other = target.ptr
-        ctx = lc.llama_init_from_model(model.ptr, p)
-        if not ctx:
-            raise ContextError(f"llama.cpp could not create an MTP context for {model.path}")
-        self._ctx = ctx
-        self._mem = lc.llama_get_memory(ctx)
-        self.n_ctx = int(lc.llama_n_ctx(ctx))
-        self.n_batch = int(lc.llama_n_batch(ctx))
-        self._ext.set_embeddings_nextn(ctx, True, True)
-        self._batch = lc.llama_batch_ext_init(ctx)
-        self._pos = (lc.llama_pos * 1)()
-        self.decode_seconds = 0.0
-
-    def kv_len(self) -> int:
-        """Largest position held + 1."""
-        return int(_lib().llama_memory_seq_pos_max(self._mem, 0)) + 1
-
-    def clear(self) -> None:
-        """Empty the cache."""
-        _lib().llama_memory_clear(self._mem, True)
-
-    def truncate(self, n: int) -> None:
-        """Remove every position ``>= n``."""
-        if not _lib().llama_memory_seq_rm(self._mem, 0, n, -1):
-            raise ContextError(f"llama.cpp refused to remove the MTP cache tail from position {n}")
+        self._open(model, target, n_threads=n_threads, ctx_type=1)  # LLAMA_CONTEXT_TYPE_MTP
 
     def decode(self, tokens: Sequence[int], h: np.ndarray, start: int, outputs: Sequence[int] = ()) -> None:
         """Evaluate pairs ``(tokens[i], h[i])`` at positions ``start + i``; keep outputs for rows ``outputs``."""
@@ -161,49 +129,6 @@ class NextNContext:
         self.decode_seconds += time.perf_counter() - t0
         if rc != 0:
             raise ContextError(f"the MTP decoder failed with code {rc} for {n} pairs at position {start}")
-
-    def logits(self, i: int) -> np.ndarray:
-        """Logits of batch row ``i`` (a zero-copy view, valid until the next call)."""
-        ptr = _lib().llama_get_logits_ith(self._ctx, i)
-        if not ptr:
-            raise ContextError(f"no MTP logits for batch row {i}")
-        return np.ctypeslib.as_array(ptr, shape=(self.n_vocab,))
-
-    def prenorm(self, i: int) -> np.ndarray:
-        """The NextN block's hidden output of row ``i`` (the next step's state; a copy)."""
-        ptr = self._ext.get_embeddings_nextn_ith(self._ctx, i)
-        if not ptr:
-            raise ContextError(f"no MTP hidden output for batch row {i}")
-        return np.ctypeslib.as_array(ptr, shape=(self.n_embd,)).copy()
-
-    def state(self) -> bytes:
-        """The MTP context's state as bytes."""
-        lc = _lib()
-        size = lc.llama_state_get_size(self._ctx)
-        buf = (ctypes.c_uint8 * size)()
-        n = lc.llama_state_get_data(self._ctx, buf, size)
-        return bytes(buf[:n])
-
-    def load_state(self, data: bytes) -> None:
-        """Restore :meth:`state`."""
-        lc = _lib()
-        buf = (ctypes.c_uint8 * len(data)).from_buffer_copy(data)
-        if lc.llama_state_set_data(self._ctx, buf, len(data)) == 0:
-            raise ContextError("llama.cpp refused the saved MTP context state")
-
-    def close(self) -> None:
-        """Free the batch and the context (idempotent)."""
-        if getattr(self, "_ctx", None):
-            lc = _lib()
-            lc.llama_batch_ext_free(self._batch)
-            lc.llama_free(self._ctx)
-            self._ctx = None
-
-    def __del__(self) -> None:  # pragma: no cover - finaliser
-        try:
-            self.close()
-        except Exception:
-            pass
 
 
 #: How many live taps keep each target context's hidden-state output on.
