@@ -135,7 +135,7 @@ class Grid:
 
 def default_strategies() -> list[str]:
     """The strategies a grid has when none are named: every draftless one."""
-    return [n for n in strategy_names() if n != "draft"]
+    return [n for n in strategy_names() if not strategy_class(n).needs_model]
 
 
 def parse_knob_flag(text: str) -> tuple[str | None, str, list[str]]:

@@ -1,0 +1,126 @@
+"""A llama.cpp context tied to a target context, decoding ``(token, hidden state)`` pairs.
+
+The EAGLE-3 head and the MTP (NextN) context share this plumbing: the context is created with
+``ctx_other`` set to the target's (llama.cpp lets it borrow the target's token embeddings and output
+head that way), its hidden output of every output row is switched on (``llama_set_embeddings_nextn``),
+batches are ``llama_batch_ext`` rows that carry a token id and an embedding, and its cache is read,
+rolled back, saved and restored like the target's.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+from typing import Any
+
+import numpy as np
+
+from ..errors import ContextError
+from .llama import LlamaContext, LlamaModel, _lib
+
+
+class TiedContext:
+    """Base of :class:`~specviz.backends.eagle3.Eagle3Context` and :class:`~specviz.backends.mtp.NextNContext`.
+
+    Subclasses call :meth:`_open` from their ``__init__``; ``what`` names the context in error messages.
+    """
+
+    what = "tied"
+    n_vocab: int  #: logits row width (the target vocabulary), set by the subclass
+    n_embd: int  #: hidden-state width, set by the subclass
+
+    def _open(self, model: LlamaModel, target: LlamaContext, *, n_threads: int | None, ctx_type: int = 0) -> None:
+        from . import llama_ext
+
+        lc = _lib()
+        self._ext = llama_ext.ext()
+        cap = target.capacity
+        threads = n_threads or max(1, os.cpu_count() or 1)
+        p = lc.llama_context_default_params()
+        p.n_ctx, p.n_batch, p.n_ubatch, p.n_seq_max = cap.n_ctx, cap.n_batch, cap.n_ubatch, 1
+        p.n_threads = p.n_threads_batch = threads
+        p.no_perf = True
+        p.ctx_type = ctx_type
+        p.ctx_other = target.ptr
+        ctx = lc.llama_init_from_model(model.ptr, p)
+        if not ctx:
+            raise ContextError(f"llama.cpp could not create the {self.what} context for {model.path}")
+        self._ctx = ctx
+        self._mem = lc.llama_get_memory(ctx)
+        self.n_ctx = int(lc.llama_n_ctx(ctx))
+        self.n_batch = int(lc.llama_n_batch(ctx))
+        self.n_ubatch = int(lc.llama_n_ubatch(ctx))
+        self._ext.set_embeddings_nextn(ctx, True, True)
+        self._batch = lc.llama_batch_ext_init(ctx)
+        if not self._batch:
+            lc.llama_free(ctx)
+            self._ctx = None
+            raise ContextError(f"llama.cpp could not create an extended batch for the {self.what} context")
+        self._pos = (lc.llama_pos * 1)()
+        self.decode_seconds = 0.0
+
+    @property
+    def ptr(self) -> Any:
+        """The raw ``llama_context *``."""
+        if self._ctx is None:
+            raise ContextError(f"the {self.what} context was closed")
+        return self._ctx
+
+    # -- cache ---------------------------------------------------------------------------------------
+    def kv_len(self) -> int:
+        """Positions held (largest position + 1)."""
+        return int(_lib().llama_memory_seq_pos_max(self._mem, 0)) + 1
+
+    def clear(self) -> None:
+        """Empty the cache."""
+        _lib().llama_memory_clear(self._mem, True)
+
+    def truncate(self, n: int) -> None:
+        """Remove every position ``>= n``."""
+        if not _lib().llama_memory_seq_rm(self._mem, 0, n, -1):
+            raise ContextError(f"llama.cpp refused to remove the {self.what} cache tail from position {n}")
+
+    # -- outputs -------------------------------------------------------------------------------------
+    def logits(self, i: int) -> np.ndarray:
+        """Logits of output row ``i`` over the target vocabulary (a zero-copy view, valid until the next call)."""
+        ptr = _lib().llama_get_logits_ith(self._ctx, i)
+        if not ptr:
+            raise ContextError(f"no {self.what} logits for batch row {i}")
+        return np.ctypeslib.as_array(ptr, shape=(self.n_vocab,))
+
+    def prenorm(self, i: int) -> np.ndarray:
+        """The hidden output of output row ``i`` (the next step's input state; a copy)."""
+        ptr = self._ext.get_embeddings_nextn_ith(self._ctx, i)
+        if not ptr:
+            raise ContextError(f"no {self.what} hidden output for batch row {i}")
+        return np.ctypeslib.as_array(ptr, shape=(self.n_embd,)).copy()
+
+    # -- state ---------------------------------------------------------------------------------------
+    def state(self) -> bytes:
+        """The context's state (its cache) as bytes."""
+        lc = _lib()
+        size = lc.llama_state_get_size(self._ctx)
+        buf = (ctypes.c_uint8 * size)()
+        n = lc.llama_state_get_data(self._ctx, buf, size)
+        return bytes(buf[:n])
+
+    def load_state(self, data: bytes) -> None:
+        """Restore :meth:`state`."""
+        lc = _lib()
+        buf = (ctypes.c_uint8 * len(data)).from_buffer_copy(data)
+        if lc.llama_state_set_data(self._ctx, buf, len(data)) == 0:
+            raise ContextError(f"llama.cpp refused the saved {self.what} context state")
+
+    def close(self) -> None:
+        """Free the batch and the context (idempotent)."""
+        if getattr(self, "_ctx", None):
+            lc = _lib()
+            lc.llama_batch_ext_free(self._batch)
+            lc.llama_free(self._ctx)
+            self._ctx = None
+
+    def __del__(self) -> None:  # pragma: no cover - finaliser
+        try:
+            self.close()
+        except Exception:
+            pass
