@@ -11,9 +11,12 @@ strategy and knobs in force, and how many events stood. A checkpoint holds no ca
 * the target's cache is cut to ``len(history) - 1`` positions (the newest token stays pending, as after
   every round); the positions before it are the very ones the original rounds computed, so continuing
   from there repeats the original continuation exactly;
-* the drafter is rebuilt: ``begin`` on the cut history (a drafter with its own context cuts that
-  context to the common prefix there), then ``load_state`` of the checkpoint's state; the strategy and
-  knobs of the checkpoint come back (a different drafter is built when they differ);
+* the drafter is rebuilt: ``begin`` on the cut history (the ``draft`` strategy's context is cut to the
+  common prefix there; ``eagle3`` and ``mtp``, whose context holds pairs built from the target's hidden
+  states, rebuild it at their next draft by re-evaluating the committed positions once — llama.cpp's
+  kernels give those states to about 1e-6 on the f32 test models, so the drafts repeat there), then
+  ``load_state`` of the checkpoint's state; the strategy and knobs of the checkpoint come back (a
+  different drafter is built when they differ);
 * the telemetry, the policy, the generator and the drafter's counters come back from the checkpoint;
 * the events after the checkpoint are dropped and a :class:`~specviz.events.Rewound` event is published;
 * a queued configuration is discarded (it was queued for a round that no longer comes next).
