@@ -13,7 +13,7 @@ The page opens on a setting where speculation pays (quoting a given text with pr
 plain decoding), with presets one click away (:func:`specviz.ui.presets.demo_presets`): a summary where
 16-token drafts lose, the cost policy on that summary, and the bad derived draft.
 
-    python examples/serve_inspector.py [--port 5006] [--model PATH] [--no-derive] [--strategy NAME]
+    python examples/serve_inspector.py [--port 5006] [--model PATH] [--no-derive] [--preset NAME]
 
 Open http://127.0.0.1:5006/ and press Step, Run or Play. Ctrl-C stops the server.
 """
