@@ -77,15 +77,24 @@ def main(argv: list[str] | None = None) -> int:
     measured = {k: (g / t if t else 0.0) for k, (t, g) in pooled.items()}
     cur = adv.current.get(a.strategy)
     out = {
-        "model": str(s.model.path), "kind": a.kind, "prompts": len(prompts), "repeats": a.repeats,
-        "max_tokens": a.max_tokens, "start": {"strategy": a.strategy, **start_knobs},
-        "advised": {"strategy": advised_strategy, **advised_knobs}, "llama_cpp_flags": adv.flags,
-        "expected": {"plain": adv.baseline_tokens_per_second,
-                     "start": cur.tokens_per_second if cur else None, "advised": b.tokens_per_second},
+        "model": str(s.model.path),
+        "kind": a.kind,
+        "prompts": len(prompts),
+        "repeats": a.repeats,
+        "max_tokens": a.max_tokens,
+        "start": {"strategy": a.strategy, **start_knobs},
+        "advised": {"strategy": advised_strategy, **advised_knobs},
+        "llama_cpp_flags": adv.flags,
+        "expected": {
+            "plain": adv.baseline_tokens_per_second,
+            "start": cur.tokens_per_second if cur else None,
+            "advised": b.tokens_per_second,
+        },
         "measured": measured,
         "expected_speedup": {"start": cur.speedup if cur else None, "advised": b.speedup},
-        "measured_speedup": {k: measured[k] / measured["none"] if measured["none"] else None
-                             for k in ("start", "advised")},
+        "measured_speedup": {
+            k: measured[k] / measured["none"] if measured["none"] else None for k in ("start", "advised")
+        },
     }
     s.close()
     if a.json:
@@ -96,13 +105,22 @@ def main(argv: list[str] | None = None) -> int:
     print(f"llama-server: {adv.flags}")
     print(f"{'setting':<44} {'expected t/s':>12} {'measured t/s':>12} {'exp. speedup':>12} {'meas. speedup':>13}")
     e, ms, es = out["expected"], out["measured_speedup"], out["expected_speedup"]
-    rows = [("none (plain decoding)", e["plain"], measured["none"], 1.0, 1.0),
-            (f"start: {a.strategy} {start_knobs}", e["start"], measured["start"], es["start"], ms["start"]),
-            (f"advised: {advised_strategy} {advised_knobs}", e["advised"], measured["advised"], es["advised"],
-             ms["advised"])]
+    rows = [
+        ("none (plain decoding)", e["plain"], measured["none"], 1.0, 1.0),
+        (f"start: {a.strategy} {start_knobs}", e["start"], measured["start"], es["start"], ms["start"]),
+        (
+            f"advised: {advised_strategy} {advised_knobs}",
+            e["advised"],
+            measured["advised"],
+            es["advised"],
+            ms["advised"],
+        ),
+    ]
     for label, exp, meas, esp, msp in rows:
+
         def f(x, d=1):
             return "—" if x is None else f"{x:.{d}f}"
+
         print(f"{label[:44]:<44} {f(exp):>12} {f(meas):>12} {f(esp, 2) + 'x':>12} {f(msp, 2) + 'x':>13}")
     return 0
 

@@ -165,8 +165,14 @@ class Workbench:
         b = self.lane
         if b is None:
             return {"open": False}
-        return {"open": True, "strategy": b.strategy, "knobs": dict(b.knobs), "finished": b.finished,
-                "rounds": b.round_index, "running": self.core.running}
+        return {
+            "open": True,
+            "strategy": b.strategy,
+            "knobs": dict(b.knobs),
+            "finished": b.finished,
+            "rounds": b.round_index,
+            "running": self.core.running,
+        }
 
     def _send_comparison(self) -> None:
         from ..compare import Comparison, Lane
@@ -330,8 +336,10 @@ class Workbench:
 
     # -- presets -------------------------------------------------------------------------------------
     def _preset_list(self) -> list[dict[str, Any]]:
-        return [{"name": p["name"], "title": p.get("title", p["name"]), "description": p.get("description", "")}
-                for p in self.presets]
+        return [
+            {"name": p["name"], "title": p.get("title", p["name"]), "description": p.get("description", "")}
+            for p in self.presets
+        ]
 
     def _preset_message(self, msg: dict[str, Any]) -> None:
         name = msg.get("name")
@@ -348,8 +356,13 @@ class Workbench:
         s = self.core.session
         kwargs = {k: preset[k] for k in ("temperature", "top_k", "top_p", "seed", "stop") if k in preset}
         try:
-            s.start(preset["prompt"], int(preset.get("max_tokens", 128)), preset.get("strategy", "prompt-lookup"),
-                    **kwargs, **dict(preset.get("knobs") or {}))
+            s.start(
+                preset["prompt"],
+                int(preset.get("max_tokens", 128)),
+                preset.get("strategy", "prompt-lookup"),
+                **kwargs,
+                **dict(preset.get("knobs") or {}),
+            )
         except SpecvizError as e:
             raise _message_error(f"preset {preset['name']}: {e}") from e
         self.core._prompt_text = preset["prompt"]
@@ -363,17 +376,27 @@ class Workbench:
         file_id = f"{int(time.time() * 1000)}"
         count = max(1, -(-len(data) // CHUNK_BYTES))
         for i in range(count):
-            part = base64.b64encode(data[i * CHUNK_BYTES:(i + 1) * CHUNK_BYTES]).decode()
-            self._send({"type": "download", "id": file_id, "name": name, "mime": mime, "index": i, "count": count,
-                        "data": part})
+            part = base64.b64encode(data[i * CHUNK_BYTES : (i + 1) * CHUNK_BYTES]).decode()
+            self._send(
+                {
+                    "type": "download",
+                    "id": file_id,
+                    "name": name,
+                    "mime": mime,
+                    "index": i,
+                    "count": count,
+                    "data": part,
+                }
+            )
 
     def _file_message(self, msg: dict[str, Any]) -> None:
         cmd = msg.get("cmd")
         if not isinstance(cmd, str) or cmd not in FILE_COMMANDS:
             raise _message_error(f"file: unknown command {cmd!r:.40}; known commands: {', '.join(FILE_COMMANDS)}")
         if cmd == "record":
-            text = "".join(json.dumps(e.to_dict(), ensure_ascii=False, separators=(",", ":")) + "\n"
-                           for e in self._events())
+            text = "".join(
+                json.dumps(e.to_dict(), ensure_ascii=False, separators=(",", ":")) + "\n" for e in self._events()
+            )
             self._download("specviz-recording.jsonl", "application/jsonl", text.encode())
             return
         s = self._live("saved" if cmd == "snapshot" else "restored")
