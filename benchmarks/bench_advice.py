@@ -56,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     start_knobs = {"draft_max": a.draft_max, "draft_policy": "fixed"}
     events, _, _ = run_once(s, prompts, a.max_tokens, a.strategy, start_knobs)
     cost = session_cost(s)
-    adv = advise(events, cost=cost)
+    adv = advise(events, cost=cost, scale_to_rounds=True)
     if adv.best is None:
         print("no drafting round to learn from", file=sys.stderr)
         return 1

@@ -245,6 +245,19 @@ def _collect(events: Sequence[Event]) -> _Collected:
     return out, verify, curve, {k: m[0] / m[1] for k, m in measured.items() if m[1] > 0}, overhead
 
 
+def scaled_to_times(cost: VerifyCostModel, verify: dict[int, list[float]]) -> tuple[VerifyCostModel, float]:
+    """``cost`` scaled to the level of the recorded verify times (the median of recorded / curve over every
+    recorded verify): the curve's shape comes from the measurement, its level from the rounds themselves,
+    which ran under the same load as the figures the advice is compared with. ``(cost, 1.0)`` without
+    recorded times. The recorded times include the acceptor's reading of the logits rows, so the scale is
+    a little above 1 on an idle machine."""
+    ratios = [t / cost(b) for b, ts in verify.items() for t in ts if cost(b) > 0]
+    if not ratios:
+        return cost, 1.0
+    scale = float(statistics.median(ratios))
+    return VerifyCostModel(cost.sizes.tolist(), (cost.seconds * scale).tolist()), scale
+
+
 def _label(strategy: str, knobs: dict[str, Any]) -> str:
     """The name of a group of rounds: the strategy, and the drafting policy when it is not the fixed one."""
     policy = knobs.get("draft_policy", "fixed")
@@ -350,11 +363,15 @@ def _events_of(source: Any) -> list[Event]:
     return effective_events(list(events))
 
 
-def advise(source: Any, *more: Any, cost: VerifyCostModel | None = None) -> Advice:
+def advise(source: Any, *more: Any, cost: VerifyCostModel | None = None, scale_to_rounds: bool = False) -> Advice:
     """The advised setting for a :class:`~specviz.session.Session` or a list of events (see the module
     docstring); ``more`` sessions or recordings (another lane, another run) add their rounds, each folded
     over its own rewinds. ``cost`` is the measured verify-cost curve; without it, the session's measured
     one, the one recorded in the telemetry, or one fitted to the recorded verify times is used.
+
+    ``scale_to_rounds``: scale the curve to the level of the rounds' own verify times
+    (:func:`scaled_to_times`) — for a curve measured on the same machine just after the run, whose load
+    may have changed meanwhile; not for a curve measured elsewhere on purpose.
 
     Rounds are grouped by strategy and drafting policy (``per_strategy`` / ``current`` are keyed
     ``"prompt-lookup"`` or ``"prompt-lookup (cost policy)"``)."""
@@ -382,6 +399,11 @@ def advise(source: Any, *more: Any, cost: VerifyCostModel | None = None) -> Advi
             "(benchmarks/bench_verify_cost.py, or the cost policy) or record a drafting session"
         )
         return adv
+    scale = 1.0
+    if scale_to_rounds and source_name != "fitted to the recorded verify times":
+        cost, scale = scaled_to_times(cost, verify)
+        if abs(scale - 1.0) > 0.05:
+            source_name += f", scaled by {scale:.2f} to the rounds' own verify times"
     overhead = fit_overhead(overhead_rows, cost)
     base = 1.0 / (cost(1) + overhead[0] + overhead[1])
     adv = Advice(

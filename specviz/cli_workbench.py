@@ -80,7 +80,10 @@ def session_cost(s: Any) -> VerifyCostModel | None:
 def run_extras(s: Any) -> dict[str, Any]:
     """The ``diagnosis`` and ``advice`` entries of ``specviz run --json``."""
     cost = session_cost(s)
-    return {"diagnosis": diagnose(s, cost=cost).to_dict(), "advice": advise(s, cost=cost).to_dict()}
+    return {
+        "diagnosis": diagnose(s, cost=cost).to_dict(),
+        "advice": advise(s, cost=cost, scale_to_rounds=True).to_dict(),
+    }
 
 
 def _read(path: str) -> list:

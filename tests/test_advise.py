@@ -149,3 +149,19 @@ def test_two_lanes_each_folded_on_its_own_and_policies_apart(tiny_session):
         assert both.best_label in both.per_strategy or both.best_label == "none"
     finally:
         f.close()
+
+
+def test_a_measured_curve_is_scaled_to_the_rounds_own_verify_times():
+    from specviz.advise import scaled_to_times
+
+    # the rounds ran under twice the load the curve was measured under
+    c, scale = scaled_to_times(linear(0.010, 0.005), {1: [0.020, 0.020], 3: [0.040]})
+    assert scale == pytest.approx(2.0) and c(1) == pytest.approx(0.020) and c(5) == pytest.approx(0.060)
+    assert scaled_to_times(linear(0.010, 0.005), {})[1] == 1.0
+    R = Rounds(list(range(1, 30)), knobs=NO_TILE, strategy="ngram-simple")
+    for i in range(10):
+        R.round([100 + j for j in range(8)], 2, 7, rank=2, verify_seconds=2 * (0.010 + 0.005 * 8))
+    adv = advise(R.events, cost=linear(0.010, 0.005), scale_to_rounds=True)
+    assert "scaled by 2.00" in adv.cost_source and adv.baseline_tokens_per_second == pytest.approx(50.0)
+    # the choice (a ratio of costs) is the same as unscaled; only the level moves
+    assert adv.best.draft_max == advise(R.events, cost=linear(0.010, 0.005)).best.draft_max == 2

@@ -34,7 +34,7 @@ def test_run_json_has_diagnosis_and_advice_and_honours_stop(tiny_model_path, tmp
     full = json.loads(p.stdout)
     d, a = full["diagnosis"], full["advice"]
     assert d["drafted"] == full["telemetry"]["drafted"] and isinstance(d["findings"], list)
-    assert a["cost_source"] == "measured" and a["llama_cpp_flags"].startswith("--spec-type ")
+    assert a["cost_source"].startswith("measured") and a["llama_cpp_flags"].startswith("--spec-type ")
     # a stop string from the middle of that text
     text = full["text"]
     i = next(i for i in range(len(text) // 3, len(text)) if "\ufffd" not in text[i:i + 3] and len(text[i:i + 3]) == 3)
@@ -54,7 +54,7 @@ def test_run_json_has_diagnosis_and_advice_and_honours_stop(tiny_model_path, tmp
     curve = tmp_path / "cost.json"
     curve.write_text(json.dumps([{"batch": b, "median_ms": 10 + 2 * b} for b in range(1, 20)]))
     p6 = run_cli("advise", str(rec), "--json", "--verify-cost", str(curve))
-    assert json.loads(p6.stdout)["cost_source"] == "measured"
+    assert json.loads(p6.stdout)["cost_source"].startswith("measured")
     bad = tmp_path / "bad.json"
     bad.write_text("{}")
     p7 = run_cli("advise", str(rec), "--verify-cost", str(bad))

@@ -107,7 +107,7 @@ def test_diagnosis_advice_presets_and_hello(live):
     assert diag and diag[-1]["data"]["drafted"] == core.session.telemetry_dict()["drafted"]
     core.handle({"type": "advise"})
     adv = of_type(sink.msgs, "advice")[-1]["data"]
-    assert adv["cost_source"] == "measured" and adv["llama_cpp_flags"].startswith("--spec-type")
+    assert adv["cost_source"].startswith("measured") and adv["llama_cpp_flags"].startswith("--spec-type")
     core.handle({"type": "preset", "name": "good"})
     assert core.session.strategy == "ngram-simple" and core.session.knobs["size_m"] == 6
     core.handle({"type": "preset", "name": "sampled"})

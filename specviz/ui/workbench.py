@@ -331,7 +331,9 @@ class Workbench:
 
             cost = session_cost(s)
         lanes = [self._events()] + ([list(self.lane.events)] if self.lane is not None else [])
-        self.advice = advise(*lanes, cost=cost).to_dict()  # both lanes' rounds, each folded on its own
+        self.advice = advise(
+            *lanes, cost=cost, scale_to_rounds=cost is not None
+        ).to_dict()  # both lanes' rounds, each folded on its own
         self._send({"type": "advice", "data": self.advice})
 
     # -- presets -------------------------------------------------------------------------------------
