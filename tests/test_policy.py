@@ -8,8 +8,8 @@ from types import SimpleNamespace
 import pytest
 
 from specviz import Session
-from specviz.errors import KnobError
 from specviz import policy as policy_module
+from specviz.errors import KnobError
 from specviz.policy import AdaptivePolicy, CostPolicy, VerifyCostModel, measure_verify_cost, tile_aligned
 
 from test_session import DRAFTLESS, eager, plain_reference
