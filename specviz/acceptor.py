@@ -72,11 +72,6 @@ class PositionVerdict:
     u: float  #: the uniform drawn
     accepted: bool
 
-    def to_dict(self) -> dict:
-        """JSON-serialisable form."""
-        return {"index": self.index, "token": self.token, "p": self.p, "q": self.q,
-                "accept_prob": self.accept_prob, "u": self.u, "accepted": self.accepted}
-
 
 @dataclass(frozen=True)
 class Verdict:
@@ -110,14 +105,6 @@ class Verdict:
     def final_token(self) -> int:
         """The target's own token that ends the committed run."""
         return self.tokens[-1]
-
-    def to_dict(self) -> dict:
-        """JSON-serialisable form."""
-        return {"n_accepted": self.n_accepted, "tokens": list(self.tokens), "probs": list(self.probs),
-                "bonus": self.bonus, "rejected_prob": self.rejected_prob,
-                "alternatives": [list(a) for a in self.alternatives],
-                "positions": [p.to_dict() for p in self.positions], "rows_read": self.rows_read,
-                "rejected_rank": self.rejected_rank, "margin": self.margin}
 
 
 def accept(draft: Sequence[int], rows: RowSource, params: SamplingParams, rng: np.random.Generator,

@@ -180,15 +180,6 @@ class TokenDist:
         """All the mass on ``token``."""
         return cls(np.ones(1, dtype=np.float64), np.array([int(token)], dtype=np.int64), int(n_vocab))
 
-    @classmethod
-    def from_dense(cls, probs: np.ndarray) -> "TokenDist":
-        """Wrap a dense probability vector (normalised here; must have positive finite mass)."""
-        p = np.asarray(probs, dtype=np.float64)
-        total = float(p.sum())
-        if not (math.isfinite(total) and total > 0) or np.any(p < 0):
-            raise ValueError("probabilities must be non-negative with a positive finite sum")
-        return cls(p / total, None, int(p.shape[0]))
-
 
 # --------------------------------------------------------------------------------------------------
 # building distributions
@@ -211,10 +202,9 @@ def _first_argmax(row: np.ndarray) -> int:
 
 
 def _top_k_ids(row: np.ndarray, k: int) -> np.ndarray:
-    """Ascending ids of the ``k`` largest entries; ties at the boundary keep the lowest ids."""
+    """Ascending ids of the ``k`` largest entries (``0 < k < len(row)``); ties at the boundary keep the
+    lowest ids."""
     n = row.shape[0]
-    if k >= n:
-        return np.arange(n, dtype=np.int64)
     part = np.argpartition(row, n - k)  # last k positions hold the k largest (ties arbitrary)
     kth = row[part[n - k]]
     above = np.flatnonzero(row > kth)

@@ -86,7 +86,7 @@ def test_same_seed_same_output_and_round_structure():
         return outs
 
     a, b = run(5), run(5)
-    assert [o.to_dict() for o in a] == [o.to_dict() for o in b]
+    assert a == b  # every field of every verdict, positions and uniforms included
     assert [o.tokens for o in a] != [o.tokens for o in run(6)]
     for o in a:
         assert len(o.tokens) == o.n_accepted + 1 == o.rows_read

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
 import pytest
 
 from specviz import Session
-from specviz.errors import KnobError, VocabularyMismatchError
+from specviz.errors import KnobError, SnapshotError, VocabularyMismatchError
 from specviz.sampling import SamplingParams, probs_from_logits
 from specviz.testing import tiny_weights, write_tiny_llama
 
@@ -141,6 +142,35 @@ def test_snapshot_restore_with_a_draft_model_continues_identically(tiny_session,
     r.run()
     assert r.tokens == original
     r.close()
+
+
+def test_a_draft_context_state_must_hold_token_ids_of_the_draft_vocabulary(tiny_session, draft_path):
+    s = tiny_session
+    s.start("the a of the dog", 20, "draft", **knobs(draft_path))
+    s.run(max_rounds=2)
+    d = s.drafter
+    blob = d.context_state()
+    n = int.from_bytes(blob[:8], "little")
+    cached = json.loads(blob[8:8 + n])["cached"]
+    assert len(cached) >= 2
+
+    def with_cached(tokens):  # the same context, its token list rewritten
+        head = json.dumps({"cached": tokens}).encode()
+        return len(head).to_bytes(8, "little") + head + blob[8 + n:]
+
+    def cached_now():
+        b = d.context_state()
+        return json.loads(b[8:8 + int.from_bytes(b[:8], "little")])["cached"]
+
+    n_vocab = d.model.n_vocab
+    edge = [0] + cached[1:-1] + [n_vocab - 1]  # the first and the last id are in the vocabulary
+    d.load_context_state(with_cached(edge))
+    assert cached_now() == edge
+    for bad in ([-1] + cached[1:], cached[:-1] + [n_vocab]):
+        with pytest.raises(SnapshotError):
+            d.load_context_state(with_cached(bad))
+        assert cached_now() == edge  # refused: unchanged
+    d.load_context_state(blob)
 
 
 @pytest.mark.parametrize("strategy", ["none", "prompt-lookup", "draft"])

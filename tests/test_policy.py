@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import json
+from types import SimpleNamespace
+
 import pytest
 
 from specviz import Session
+from specviz import policy as policy_module
 from specviz.errors import KnobError
-from specviz.policy import AdaptivePolicy, CostPolicy, VerifyCostModel, tile_aligned
+from specviz.policy import AdaptivePolicy, CostPolicy, VerifyCostModel, measure_verify_cost, tile_aligned
 
 from test_session import DRAFTLESS, eager, plain_reference
 
@@ -318,3 +322,214 @@ def test_cost_policy_counts_only_the_depths_a_draft_really_tested():
     assert p.tries[2] == pytest.approx(1.0 * 0.98 * 0.98 + 1.0 * 0.98 + 1.0)
     assert p.hits[3] == pytest.approx(0.0) and p.tries[3] == pytest.approx(1.0)
     assert p.hits[2] == pytest.approx(1.0 * 0.98 + 1.0)
+
+
+# ------------------------------------------------------------------------------------------------------
+# hand-worked figures for each rule (the mutation run found these unpinned)
+# ------------------------------------------------------------------------------------------------------
+
+
+def test_adaptive_steps_floor_and_state():
+    p = AdaptivePolicy()
+    assert p.length(0, 10) == (10, None)
+    for _ in range(5):
+        p.observe(10, 3, 0.0)  # -1 each
+    assert p.length(0, 10)[0] == 5
+    p.observe(5, 5, 0.0)  # +2
+    assert p.length(0, 10)[0] == 7
+    for _ in range(10):
+        p.observe(7, 0, 0.0)
+    assert p.length(0, 10)[0] == 1  # never below one token, even with draft_min 0
+    assert p.state() == {"current": 1}
+    assert p.describe() == {"name": "adaptive", "current": 1}
+    q = AdaptivePolicy()
+    q.load({"current": 4})
+    assert q.length(0, 10)[0] == 4
+    q.load({})  # nothing saved yet: start at draft_max
+    assert q.length(0, 10)[0] == 10
+
+
+def test_cost_model_interpolates_between_and_extends_the_last_segment_beyond_measured_sizes():
+    c = VerifyCostModel([1, 2, 4, 8], [1.0, 1.5, 2.0, 6.0])
+    assert c(3) == 1.75  # halfway between sizes 2 (1.5 s) and 4 (2.0 s)
+    assert c(6) == 4.0  # halfway between 4 (2.0 s) and 8 (6.0 s)
+    assert c(8) == 6.0
+    assert c(10) == 8.0  # beyond 8: the last segment's slope, (6 - 2) / (8 - 4) = 1 s per token
+    adjacent = VerifyCostModel([1, 2, 3], [1.0, 2.0, 4.0])
+    assert adjacent(5) == 8.0  # last segment 2 s per token: 4 + 2 * 2
+
+
+def test_cost_model_update_blends_in_a_fifth_of_a_new_time_and_inserts_new_sizes():
+    c = VerifyCostModel([1, 2, 4], [1, 2, 4])  # integer seconds are fine
+    c.update(2, 3.0)
+    assert c(2) == pytest.approx(2.2)  # 2 + 0.2 * (3 - 2)
+    c.update(8, 9.0)  # beyond the last size: appended
+    assert c(8) == 9.0 and c(6) == pytest.approx(6.5)
+    d = c.to_dict()
+    assert set(d) == {"sizes", "seconds"}
+    assert json.dumps(d["sizes"]) == "[1, 2, 4, 8]"  # whole numbers in telemetry and snapshots
+    assert d["seconds"] == pytest.approx([1.0, 2.2, 4.0, 9.0])
+
+
+def test_cost_measurement_warms_up_then_keeps_the_fastest_of_interleaved_timings(monkeypatch):
+    clock = [100.0]
+    # seconds each call takes: the warm-up, then two interleaved passes over sizes 1, 2, 3
+    takes = iter([8.0, 0.5, 0.75, 1.5, 0.25, 1.0, 1.25])
+    calls = []
+
+    def evaluate(b):
+        calls.append(b)
+        clock[0] += next(takes)
+
+    monkeypatch.setattr(policy_module, "time", SimpleNamespace(perf_counter=lambda: clock[0]))
+    c = VerifyCostModel.measure(evaluate, 3)
+    assert calls == [1, 1, 2, 3, 1, 2, 3]  # by default: no tile, two repeats
+    assert c.to_dict() == {"sizes": [1, 2, 3], "seconds": [0.25, 0.75, 1.25]}
+
+
+def test_cost_measurement_spreads_sizes_geometrically_beyond_32():
+    c = VerifyCostModel.measure(lambda b: None, 1100, repeats=1)
+    assert c.to_dict()["sizes"] == list(range(1, 33)) + [48, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1100]
+
+
+class FakeContext:
+    """Records the batches ``measure_verify_cost`` evaluates (no model)."""
+
+    def __init__(self, n_ctx, n_batch, n_ubatch):
+        self.capacity = SimpleNamespace(n_ctx=n_ctx, n_batch=n_batch, n_ubatch=n_ubatch)
+        self.batches = []
+        self.truncated = []
+
+    def eval(self, tokens, start, rows="all"):
+        self.batches.append((list(tokens), start, rows))
+
+    def truncate(self, n):
+        self.truncated.append(n)
+
+
+def test_verify_cost_is_measured_for_the_batch_sizes_a_round_can_use():
+    history = [5, 6, 7, 8]  # three positions cached, 8 pending
+
+    def sizes(knobs, n_ctx=64, n_batch=32, n_ubatch=8):
+        ctx = FakeContext(n_ctx, n_batch, n_ubatch)
+        c = measure_verify_cost(ctx, history, knobs)
+        # each batch repeats the pending token after the cached positions, and is removed again
+        assert all(toks == [8] * len(toks) and start == 3 and rows == "all" for toks, start, rows in ctx.batches)
+        assert ctx.truncated == [3] * len(ctx.batches)
+        return c.to_dict()["sizes"]
+
+    # draft_max tokens are verified with the pending one: batches up to draft_max + 1
+    assert sizes({"draft_max": 5, "align": True, "verify_tile": 1}) == [1, 2, 3, 4, 5, 6]
+    # with alignment a verify fits one micro-batch (n_ubatch = 8), without it one batch (n_batch = 32)
+    assert sizes({"draft_max": 20, "align": True, "verify_tile": 1}) == list(range(1, 9))
+    assert sizes({"draft_max": 20, "align": False}) == list(range(1, 22))
+    # and the free context: n_ctx 10 minus 3 cached positions
+    assert sizes({"draft_max": 20, "align": False}, n_ctx=10) == list(range(1, 8))
+    # the knobs' defaults when they are not given: draft_max 16, alignment on
+    assert sizes({}) == list(range(1, 9))
+    assert sizes({"align": False}) == list(range(1, 18))
+    # with a verify tile, only the sizes a tile-aligned round can use
+    assert sizes({"draft_max": 16, "align": True, "verify_tile": 4}, n_ubatch=32) == [1, 2, 3, 4, 8, 12, 16]
+    # always two sizes at least, so the curve has a slope to extend
+    assert sizes({"draft_max": 16, "align": True, "verify_tile": 1}, n_ubatch=1) == [1, 2]
+
+
+def test_cost_policy_fresh_estimates_and_expected_tokens():
+    p = CostPolicy()
+    assert p.bucket_estimates() == [0.5] * CostPolicy.BUCKETS  # the Beta(1, 1) prior everywhere
+    assert p.expected_tokens(0) == 1.0
+    assert p.expected_tokens(3) == 1.875  # 1 + 1/2 + 1/4 + 1/8
+    p.observe(2, 1, 0.0)  # run position 0 accepted, 1 rejected: tries [1, 1, 0 ...], hits [1, 0, 0 ...]
+    # pooled (1 + 1) / (2 + 2) = 1/2; bucket 0 (1 + 2 * 1/2) / (1 + 2) = 2/3; bucket 1 (0 + 2 * 2/3) / 3 = 4/9;
+    # the untried buckets borrow 4/9 from bucket 1
+    assert p.bucket_estimates() == pytest.approx([2 / 3, 4 / 9, 4 / 9, 4 / 9, 4 / 9, 4 / 9, 4 / 9])
+    # a draft's depth d after a run of r sits at run position r + d
+    assert p.acceptance(1, run=1) == pytest.approx(4 / 9)  # position 2
+    assert p.acceptance(0, run=0) == pytest.approx(2 / 3)
+    assert p.expected_tokens(2) == pytest.approx(1 + 2 / 3 + 2 / 3 * 4 / 9)
+
+
+def test_cost_policy_length_maximises_expected_tokens_per_second_on_hand_made_numbers():
+    # fresh: acceptance 1/2 everywhere, so k draft tokens are expected to commit 1, 1.5, 1.75, 1.875, 1.9375
+    # tokens; a verify of 1..5 tokens costs 1.0, 1.4, 2.0, 3.0, 4.0 s
+    p = CostPolicy(VerifyCostModel([1, 2, 3, 4, 5], [1.0, 1.4, 2.0, 3.0, 4.0]))
+    # tokens per second: k=0 1.0, k=1 1.5/1.4 = 1.07, k=2 0.875, k=3 0.625, k=4 0.48
+    assert p.length(0, 4) == (1, 1.5)
+    # with draft_min 3 the choice is 0 or 3..4, and neither 3 nor 4 beats plain decoding
+    assert p.length(3, 4) == (0, 1.0)
+    # a tie with plain decoding keeps the round plain: 1.5 tokens in 1.5 s is no better than 1 in 1 s
+    tie = CostPolicy(VerifyCostModel([1, 2], [1.0, 1.5]))
+    assert tie.length(0, 1) == (0, 1.0)
+
+
+def test_cost_policy_charges_the_drafters_seconds_per_token():
+    p = CostPolicy(VerifyCostModel([1, 8], [1.0, 1.0]))  # a flat verify cost
+    assert p.length(0, 3) == (3, 1.875)  # nothing known about drafting time yet: the longest draft
+    p.load({"draft_tok_seconds": 0.25})
+    # tokens per second: k=0 1/1, k=1 1.5/1.25 = 1.2, k=2 1.75/1.5 = 1.17, k=3 1.875/1.75 = 1.07
+    assert p.length(0, 3) == (1, 1.5)
+
+
+def test_cost_policy_draft_seconds_per_token_is_a_running_mean_then_weighs_a_twentieth():
+    p = CostPolicy()
+    p.observe(4, 0, 1.0)  # 0.25 s per token
+    assert p.draft_tok_seconds == 0.25
+    p.observe(2, 2, 1.5)  # 0.75 s per token: the mean of two calls is 0.5
+    assert p.draft_tok_seconds == 0.5
+    for _ in range(18):
+        p.observe(1, 1, 0.5)  # twenty calls in all, mean 0.5
+    assert p.draft_tok_seconds == pytest.approx(0.5) and p.draft_calls == 20
+    p.observe(1, 0, 2.5)  # from the 21st call on a new figure weighs 1/20: 0.5 + (2.5 - 0.5) / 20
+    assert p.draft_tok_seconds == pytest.approx(0.6) and p.draft_calls == 21
+    p.observe(0, 0, 0.3)  # a round without a draft is not a draft call
+    assert p.draft_calls == 21
+
+
+def test_cost_policy_probes_with_one_draft_after_every_eight_plain_rounds():
+    p = CostPolicy(VerifyCostModel([1, 2, 16], [0.001, 1.0, 10.0]))  # drafting never pays
+    assert [p.length(0, 4)[0] for _ in range(16)] == ([0] * 7 + [1]) * 2
+    p.observe(1, 0, 0.0)  # the probe's verdict is evidence: the count starts again
+    assert [p.length(0, 4)[0] for _ in range(8)] == [0] * 7 + [1]
+    assert [p.length(3, 4)[0] for _ in range(8)] == [0] * 7 + [3]  # a probe is draft_min tokens long
+
+
+def test_cost_policy_refines_its_cost_curve_with_real_verify_times():
+    p = CostPolicy(VerifyCostModel([1, 2, 4], [1.0, 2.0, 4.0]))
+    p.observe_verify(2, 3.0)
+    assert p.cost is not None and p.cost(2) == pytest.approx(2.2)
+    CostPolicy().observe_verify(2, 3.0)  # nothing measured yet: nothing to refine
+
+
+def test_cost_policy_state_and_description_carry_every_counter():
+    p = CostPolicy(VerifyCostModel([1, 2, 16], [0.001, 1.0, 10.0]))
+    p.observe(2, 1, 0.5)  # tries [1, 1, 0 ...], hits [1, 0 ...], 0.25 s per token, one draft call
+    p.observe_shadow(True)  # decayed by 0.98, then run position 0 tried and hit; the run is 1
+    assert p.length(0, 4)[0] == 0  # one plain round without evidence
+    s = p.state()
+    assert s["tries"] == pytest.approx([1.98, 0.98, 0, 0, 0, 0, 0])
+    assert s["hits"] == pytest.approx([1.98, 0, 0, 0, 0, 0, 0])
+    assert {k: v for k, v in s.items() if k not in ("tries", "hits")} == {
+        "run": 1, "draft_tok_seconds": 0.25, "draft_calls": 1, "shadow_tries": 1, "shadow_hits": 1,
+        "rounds_since_evidence": 1}
+    d = p.describe()
+    assert d == {"name": "cost", "run": 1,
+                 "acceptance_by_run_position": dict(zip(CostPolicy.BUCKET_LABELS, p.bucket_estimates())),
+                 "tries_by_run_position": dict(zip(CostPolicy.BUCKET_LABELS, p.tries)),
+                 "shadow_tries": 1, "shadow_hits": 1, "draft_seconds_per_token": 0.25,
+                 "verify_cost": {"sizes": [1, 2, 16], "seconds": [0.001, 1.0, 10.0]}}
+    assert CostPolicy().describe()["verify_cost"] is None
+    # the state brings every counter back
+    q = CostPolicy(VerifyCostModel([1, 2, 16], [0.001, 1.0, 10.0]))
+    q.load(json.loads(json.dumps(s)))
+    assert q.state() == s and q.describe() == d
+    # (a restore loads into a fresh policy) counters missing from a state start at zero ...
+    q = CostPolicy()
+    q.load({})
+    assert q.state() == CostPolicy().state()
+    q = CostPolicy()
+    q.load({"tries": [0.5] * 7, "hits": [0.5] * 7})
+    assert q.run == 0 and q.tries == [0.5] * 7
+    # ... and estimates of another bucket layout are not taken (a fresh start), nor the run with them
+    q = CostPolicy()
+    q.load({"tries": [1.0, 2.0, 3.0], "hits": [1.0, 1.0, 1.0], "run": 4})
+    assert q.tries == [0.0] * CostPolicy.BUCKETS and q.run == 0

@@ -108,3 +108,8 @@ def test_top_two_margin_and_tokens():
     assert top_two(np.array([1.0, 4.0, 2.5], dtype=np.float32)) == (1.5, 1, 2)
     assert top_two(np.array([3.0, 3.0], dtype=np.float32)) == (0.0, 0, 1)
     assert top_two(np.array([np.nan, 2.0, 1.0], dtype=np.float32)) == (1.0, 1, 2)
+
+
+def test_top_two_of_a_single_entry_row_has_an_infinite_margin():
+    # a one-token vocabulary has no runner-up: the choice cannot be a near tie
+    assert top_two(np.array([0.3], dtype=np.float32)) == (float("inf"), 0, 0)

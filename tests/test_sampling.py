@@ -53,11 +53,17 @@ def ref_probs(row: np.ndarray, t: float, k: int, p: float) -> np.ndarray:
     return pr
 
 
+def dense(weights) -> TokenDist:
+    """A dense distribution proportional to ``weights``."""
+    w = np.asarray(weights, dtype=np.float64)
+    return TokenDist(w / w.sum(), None, int(w.shape[0]))
+
+
 def random_dist(rng: np.random.Generator, n: int, zeros: int = 0) -> TokenDist:
     w = rng.random(n) ** 2
     if zeros:
         w[rng.choice(n, zeros, replace=False)] = 0.0
-    return TokenDist.from_dense(w)
+    return dense(w)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -130,6 +136,28 @@ def test_top_k_ties_at_boundary_keep_lowest_ids():
     assert list(d.token_ids()) == [1, 2, 3]
     d = probs_from_logits(row, SamplingParams(1.0, top_k=3, top_p=1.0))
     assert d.prob(4) == 0.0 and d.prob(2) == d.prob(3)
+
+
+def test_top_p_keeps_the_smallest_prefix_whose_mass_reaches_top_p_exactly():
+    # four equal logits: each token has probability 1/4 exactly, so the running mass is 1/4, 1/2, 3/4, 1
+    row = np.zeros(4, dtype=np.float32)
+    d = probs_from_logits(row, SamplingParams(1.0, top_p=0.5))
+    assert list(d.token_ids()) == [0, 1]  # 1/4 + 1/4 reaches 0.5: two tokens (ties: lowest ids), not three
+    assert list(d.probs) == [0.5, 0.5]
+    d = probs_from_logits(row, SamplingParams(1.0, top_p=0.25))
+    assert list(d.token_ids()) == [0] and list(d.probs) == [1.0]
+    d = probs_from_logits(row, SamplingParams(1.0, top_p=0.5000001))
+    assert list(d.token_ids()) == [0, 1, 2]
+
+
+def test_top_p_keeps_everything_when_rounding_leaves_the_total_just_under_top_p():
+    # seven equal logits: 1/7 each, and the float sum of seven sevenths is 1 - 2**-52, below the
+    # largest top_p under 1 (1 - 2**-53): no prefix reaches top_p, so the whole support is the nucleus
+    top_p = float(np.nextafter(1.0, 0.0))
+    assert np.cumsum(np.full(7, 1 / 7))[-1] < top_p  # the premise
+    d = probs_from_logits(np.zeros(7, dtype=np.float32), SamplingParams(1.0, top_p=top_p))
+    assert list(d.token_ids()) == list(range(7))
+    np.testing.assert_allclose(d.probs, np.full(7, 1 / 7), rtol=1e-15)
 
 
 def test_greedy_is_point_mass_on_first_maximum():
@@ -228,8 +256,8 @@ def test_point_mass_rule_is_lossless_for_any_deterministic_proposal(n):
 
 
 def test_draft_token_with_zero_draft_probability_falls_back_to_point_mass_rule():
-    p = TokenDist.from_dense(np.array([0.5, 0.3, 0.2]))
-    q = TokenDist.from_dense(np.array([0.0, 0.5, 0.5]))
+    p = dense(np.array([0.5, 0.3, 0.2]))
+    q = dense(np.array([0.0, 0.5, 0.5]))
     assert acceptance_probability(p, q, 0) == 0.5
     np.testing.assert_allclose(residual_distribution(p, q, 0).to_dense(), [0.0, 0.6, 0.4])
     # conditional on d=0 having been proposed, the committed token still follows p
@@ -241,7 +269,7 @@ def test_draft_token_with_zero_draft_probability_falls_back_to_point_mass_rule()
 
 
 def test_residual_all_zero_falls_back_to_p():
-    p = TokenDist.from_dense(np.array([0.25, 0.75]))
+    p = dense(np.array([0.25, 0.75]))
     res = residual_distribution(p, p, 1)
     np.testing.assert_allclose(res.to_dense(), p.to_dense())
     point = TokenDist.point_mass(1, 2)

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from specviz.errors import KnobError, SnapshotError
 from specviz.strategies import strategy_class, strategy_names, strategy_schema
+from specviz.strategies.knobs import ngram_size_knobs
 
 MapK = strategy_class("ngram-map-k")
 MapK4V = strategy_class("ngram-map-k4v")
@@ -80,6 +81,25 @@ def test_knob_default_and_bounds(name, knob, default, lo, hi):
     with pytest.raises(KnobError) as above:
         schema.validate({knob: hi + step})
     assert above.value.knob == knob
+
+
+def test_ngram_size_knobs_are_the_documented_schema():
+    # called directly: the strategy classes build their knobs at import time
+    def table(knobs):
+        return [(k.name, k.type, k.default, k.lo, k.hi, k.choices, k.aliases) for k in knobs]
+
+    assert table(ngram_size_knobs("ngram-simple", min_hits=False)) == [
+        ("size_n", int, 12, 1, 1024, (), ("--spec-ngram-simple-size-n",)),
+        ("size_m", int, 48, 1, 1024, (), ("--spec-ngram-simple-size-m",)),
+        ("check_rate", int, 1, 1, 1024, (), ()),
+    ]
+    assert table(ngram_size_knobs("ngram-map-k4v", min_hits=True)) == [
+        ("size_n", int, 12, 1, 1024, (), ("--spec-ngram-map-k4v-size-n",)),
+        ("size_m", int, 48, 1, 1024, (), ("--spec-ngram-map-k4v-size-m",)),
+        ("min_hits", int, 1, 1, 1024, (), ("--spec-ngram-map-k4v-min-hits",)),
+        ("check_rate", int, 1, 1, 1024, (), ()),
+    ]
+    assert all(isinstance(k.help, str) and k.help.strip() for k in ngram_size_knobs("ngram-map-k", min_hits=True))
 
 
 @pytest.mark.parametrize("name", ["ngram-map-k", "ngram-map-k4v", "ngram-mod"])
@@ -345,6 +365,31 @@ def test_mod_short_history():
     assert got.tokens == [] and got.reason == "short-history"
 
 
+def test_mod_a_full_window_is_enough_history():
+    # cur_len 3 = n_match: the window exists (no "short-history"); the pool is still empty
+    got = fresh(Mod, [1, 2, 3, 4], n_match=3, n_min=1, n_max=4).draft([1, 2, 3, 4], 4)
+    assert got.tokens == [] and got.reason == "n-min"
+
+
+def test_mod_a_draft_cut_by_the_round_has_no_reason():
+    # begin adds (10,11,12) ... (16,20,10): the chain 13 14 15 16 20 10 11 ends at (20,10,11), 7 tokens
+    h = [10, 11, 12, 13, 14, 15, 16, 20, 10, 11, 12]
+    d = fresh(Mod, h, n_match=3, n_min=1, n_max=10, pool_size=1 << 20)
+    got = d.draft(h, 3)
+    assert got.tokens == [13, 14, 15] and got.reason is None  # the round's limit, not a short chain
+    got = d.draft(h, 16)
+    assert got.tokens == [13, 14, 15, 16, 20, 10, 11] and got.reason == "no-match"
+
+
+def test_mod_one_token_drafts_count_towards_the_low_acceptance_streak():
+    h = [1, 2, 3, 4, 5, 6, 7, 8, 1, 2, 3]
+    d = fresh(Mod, h, n_match=3, n_min=1, n_max=4, pool_size=1 << 20, low_accept_streak=2)
+    for _ in range(2):
+        assert d.draft(h, 1).tokens == [4]
+        d.accept(0, h)
+    assert int(np.count_nonzero(d.pool != -1)) == 0
+
+
 def _low_rounds(d, h, k):
     for _ in range(k):
         got = d.draft(h, 16)
@@ -407,6 +452,31 @@ def test_mod_occupancy_guard_in_begin():
     h = list(range(1000, 1400)) + [1000, 1001]
     d = fresh(Mod, h, n_match=2, n_min=1, n_max=4, pool_size=8192)
     assert d.draft(h, 16).tokens == [1002, 1003, 1004, 1005]
+
+
+def test_mod_occupancy_guard_fires_above_a_quarter_of_the_pool_only():
+    knobs = dict(n_match=1, n_min=1, n_max=2, pool_size=1024)
+    # with n_match 1 a token's slot is the token itself (modulo 1024): begin adds 256 distinct slots,
+    # exactly a quarter of the pool, and keeps them
+    h = list(range(256)) + [1000, 1001]
+    d = fresh(Mod, h, **knobs)
+    assert d.slot([255]) == 255  # the premise
+    assert int(np.count_nonzero(d.pool != -1)) == 256
+    # 257 slots are more than a quarter: cleared, and the pool holds nothing before position 257
+    h = list(range(257)) + [1000, 1001]
+    d = fresh(Mod, h, **knobs)
+    assert int(np.count_nonzero(d.pool != -1)) == 0
+    assert (d.state()["lo"], d.state()["i_last"]) == (257, 257)
+    # later chunks add only the newer n-grams (41 of them, slots 1000, 1001 and 952..990): token 5's
+    # follower stays forgotten
+    h2 = h + list(range(3000, 3040)) + [5]
+    got = d.draft(h2, 16)
+    assert got.tokens == [] and got.reason == "n-min"
+    assert (d.state()["lo"], d.state()["i_last"]) == (257, 298)
+    # and the state rebuilds exactly that pool
+    r = fresh(Mod, h2, **knobs)
+    r.load_state(d.state())
+    assert np.array_equal(r.pool, d.pool) and int(np.count_nonzero(r.pool != -1)) == 41
 
 
 def test_mod_memory_is_constant():
@@ -495,6 +565,62 @@ def test_cache_restore_or_continuation_does_not_merge():
     d.begin(a + [8, 3])  # continuation
     d.begin(a[:5])  # back to an earlier point
     assert d.followers([3], dynamic=True) == {}
+
+
+def test_cache_unigram_share_threshold_is_66_percent():
+    # token 3 always follows a new token (blocks [100+i, 3, f]), so only the 1-gram (3) can decide
+    def history(n8, n9):
+        out = []
+        for i, f in enumerate([8] * n8 + [9] * n9):
+            out += [100 + i, 3, f]
+        return out + [200, 3]
+
+    got = fresh(Cache, history(17, 9), n_draft=1).draft(history(17, 9), 4)
+    assert got.tokens == [] and got.reason == "no-match"  # 17 of 26 = 65.4 %
+    assert fresh(Cache, history(18, 9), n_draft=1).draft(history(18, 9), 4).tokens == [8]  # 18 of 27 = 66.7 %
+
+
+def test_cache_a_shorter_confident_ngram_is_used_when_the_longer_one_is_not():
+    # (2,3) -> {9, 7, 5} once each: 33 % fails; the 1-gram (3) -> {9, 7, 5, 8 x 6}: 6 of 9 passes
+    h = [2, 3, 9, 2, 3, 7, 2, 3, 5] + [1, 3, 8] * 6 + [2, 3]
+    d = fresh(Cache, h, n_draft=1)
+    assert d.followers([2, 3]) == {9: 1, 7: 1, 5: 1}
+    assert d.draft(h, 4).tokens == [8]
+
+
+def test_cache_dynamic_statistics_are_consulted_from_the_first_two_tokens():
+    # in request a, (7,8) is always followed by 9, but (8) by 5 and 9 equally (50 % < 75 %)
+    a = [6, 8, 5, 7, 8, 9] * 4
+    d = fresh(Cache, a, n_draft=1)
+    b = [7, 8]  # a new request of two tokens: the whole of it is the 2-gram looked up
+    d.begin(b)
+    assert d.followers([7, 8], dynamic=True) == {9: 4}
+    assert d.followers([8], dynamic=True) == {5: 4, 9: 4}
+    assert d.draft(b, 4).tokens == [9]
+
+
+def test_cache_dynamic_statistics_add_up_across_requests_and_survive_a_state_round_trip():
+    a = [3, 8] * 4 + [3]
+    b = [50, 3, 8, 3, 8, 3]
+    c = [60, 61]
+    d = fresh(Cache, a)
+    d.begin(b)  # a new request: a's statistics become dynamic
+    d.begin(c)  # another: b's are added to them
+    # counted by hand, a's and b's together, every n-gram size
+    expected = {(3,): {8: 6}, (8,): {3: 6}, (50,): {3: 1}, (3, 8): {3: 6}, (8, 3): {8: 4}, (50, 3): {8: 1},
+                (3, 8, 3): {8: 4}, (8, 3, 8): {3: 4}, (50, 3, 8): {3: 1},
+                (3, 8, 3, 8): {3: 4}, (8, 3, 8, 3): {8: 2}, (50, 3, 8, 3): {8: 1}}
+    assert {g: d.followers(g, dynamic=True) for g in expected} == expected
+    state = json.loads(json.dumps(d.state()))
+    r = fresh(Cache, c)
+    r.load_state(state)
+    assert {g: r.followers(g, dynamic=True) for g in expected} == expected
+    assert r.state() == state
+    # n-grams of 0 or 5 tokens cannot be in a cache state: refused, nothing changes
+    for key in ([], [1, 2, 3, 4, 5]):
+        with pytest.raises(SnapshotError, match="malformed"):
+            r.load_state(dict(state, dynamic=state["dynamic"] + [[key, [[6, 1]]]]))
+        assert r.state() == state
 
 
 def test_cache_reads_and_writes_no_files(tmp_path, monkeypatch):
@@ -602,6 +728,17 @@ def test_map_state_restores_look_up_counts_that_begin_alone_cannot():
     assert restored.draft(h2, 16).tokens == d.draft(h2, 16).tokens == [3, 4, 5]
 
 
+def test_map_state_taken_between_draft_and_accept_carries_the_pending_feedback():
+    h1 = [7, 1, 2, 3, 4, 5, 9, 1, 2]
+    d = fresh(MapK, h1, size_n=2, size_m=3)
+    assert d.draft(h1, 16).tokens == [3, 4, 5]
+    r = fresh(MapK, h1, size_n=2, size_m=3)
+    r.load_state(json.loads(json.dumps(d.state())))  # saved before the verdict came back
+    h1b = h1 + [3, 0]
+    r.accept(1, h1b)  # one accepted: the key drafted before the save is capped at one token
+    assert r.draft(h1b + [1, 2], 16).tokens == [3]
+
+
 def test_mod_state_restores_the_chunk_position():
     knobs = dict(n_match=3, n_min=1, n_max=5, pool_size=1 << 20)
     h = PROMPT + [8, 1, 2, 3]
@@ -638,6 +775,63 @@ def test_state_applies_to_extensions_of_the_saved_history_only():
     r = fresh(MapK, h + [3, 0], size_n=2, size_m=3, min_hits=2)
     r.load_state(state)  # tokens committed after the last call (no accept followed an empty draft)
     assert r.state()["keys"] == state["keys"]
+
+
+def test_a_state_of_another_format_or_not_a_dict_is_refused():
+    h = [7, 1, 2, 3, 4, 5, 9, 1, 2]
+    d = fresh(MapK, h, size_n=2, size_m=3)
+    d.draft(h, 16)
+    good = d.state()
+    r = fresh(MapK, h, size_n=2, size_m=3)
+    for bad in (dict(good, format="ngram-map/1"), [good], "state", None):  # an older format's fields fit
+        with pytest.raises(SnapshotError):
+            r.load_state(bad)
+        assert r.state()["keys"] == []
+    with pytest.raises(SnapshotError):  # a stateless drafter refuses another's state as well
+        strategy_class("prompt-lookup")().load_state({"format": "ngram-mod/1", "n_history": 0})
+
+
+def test_a_state_saved_before_any_history_applies_to_every_history():
+    state = MapK(size_n=2, size_m=3).state()
+    assert state["n_history"] == 0
+    r = fresh(MapK, [7, 1, 2, 3, 4, 5, 9, 1, 2], size_n=2, size_m=3)
+    r.load_state(state)
+    assert r.state()["keys"] == []
+
+
+def test_draftless_drafters_have_no_context_of_their_own():
+    h = [7, 1, 2, 3, 4, 5, 9, 1, 2]
+    names = [n for n in strategy_names() if not strategy_class(n).needs_model]
+    assert "ngram-mod" in names and "prompt-lookup" in names
+    for name in names:
+        d = fresh(strategy_class(name), h)
+        assert not d.has_context
+        assert d.kv_length() is None and d.sync(h) == [] and d.context_state() == b""
+
+
+def test_a_malformed_map_or_mod_state_is_refused_and_changes_nothing():
+    h = [7, 1, 2, 3, 4, 5, 9, 1, 2]
+    d = fresh(MapK, h, size_n=2, size_m=3)
+    d.draft(h, 16)
+    good = d.state()
+    key = good["keys"][0]
+    r = fresh(MapK, h, size_n=2, size_m=3)
+    r.load_state(good)
+    for bad in (dict(good, keys=[dict(key, values=key["values"][:3])]),  # three value slots, not four
+                dict(good, keys=[dict(key, values=[v[:2] for v in key["values"]])]),  # slots of two numbers
+                dict(good, index=[[-1, 5]]),  # a slot outside the index
+                dict(good, index=[[3, 0]]),  # 0 marks an empty slot, never a position
+                dict(good, index=[[3, -2]])):
+        with pytest.raises(SnapshotError):
+            r.load_state(bad)
+        assert r.state() == good
+    knobs = dict(n_match=3, n_min=1, n_max=5, pool_size=1 << 20)
+    m = fresh(Mod, PROMPT, **knobs)
+    good = m.state()
+    assert (good["lo"], good["i_last"]) == (0, 3)
+    with pytest.raises(SnapshotError):
+        m.load_state(dict(good, lo=4))  # the pool range [4, 3) is backwards
+    assert m.state() == good
 
 
 def test_a_malformed_state_is_refused_and_changes_nothing():

@@ -8,9 +8,12 @@ No model is needed.
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
+from specviz.errors import KnobError
 from specviz.strategies import strategy_class
+from specviz.strategies.history import find_ngram
 
 Lookup = strategy_class("prompt-lookup")
 Simple = strategy_class("ngram-simple")
@@ -20,6 +23,26 @@ def draft(cls, history, n_max=16, **knobs):
     d = cls(**knobs)
     d.begin(history)
     return d.draft(history, n_max)
+
+
+# ------------------------------------------------------------------------------------------------------
+# find_ngram, the search both use
+# ------------------------------------------------------------------------------------------------------
+
+
+def test_find_ngram_edge_cases_and_return_value():
+    arr = np.array([5, 7, 5, 7, 9, 5, 7], dtype=np.int32)
+    pat = np.array([5, 7], dtype=np.int32)
+    assert find_ngram(arr, pat, 7, last=False) == 0  # occurrences start at 0, 2 and 5
+    assert find_ngram(arr, pat, 7, last=True) == 5
+    assert find_ngram(arr, pat, 5, last=True) == 2  # only starts before `end` count
+    assert find_ngram(arr, pat, 1, last=True) == 0
+    assert find_ngram(arr, pat, 0, last=False) == -1  # no start allowed
+    assert find_ngram(arr, np.array([7, 5, 9]), 7, last=False) == -1  # no occurrence
+    assert find_ngram(arr, np.array([], dtype=np.int32), 7, last=False) == -1  # an empty pattern
+    # an occurrence must fit in the array, whatever `end` says: the trailing 1 has no 2 after it
+    assert find_ngram(np.array([1, 2, 3, 1]), np.array([1, 2]), 10, last=True) == 0
+    assert find_ngram(np.array([1]), np.array([1, 2]), 5, last=False) == -1  # longer than the array
 
 
 # ------------------------------------------------------------------------------------------------------
@@ -51,9 +74,18 @@ def test_lookup_min_ngram_refuses_shorter_matches():
     assert got.tokens == [] and got.reason == "no-match"
 
 
+def test_lookup_min_ngram_may_equal_max_ngram_but_not_exceed_it():
+    Lookup.check({"min_ngram": 2, "max_ngram": 2})
+    with pytest.raises(KnobError) as e:
+        Lookup.check({"min_ngram": 3, "max_ngram": 2})
+    assert e.value.knob == "min_ngram"  # the CLI and the inspector point at this knob
+
+
 def test_lookup_sizes_start_below_the_history_length():
     # max_ngram 5 on 3 tokens: sizes 2 then 1 (an n-gram needs an earlier start than the trailing one)
     assert draft(Lookup, [1, 2, 1], max_ngram=5).tokens == [2, 1]
+    # size 2 (L - 1) is tried first: [5,5] at 0 leaves one token to copy (the unigram would copy two)
+    assert draft(Lookup, [5, 5, 5], max_ngram=3).tokens == [5]
     assert draft(Lookup, [1, 2], max_ngram=5).reason == "no-match"  # [2] never occurred before
     assert draft(Lookup, [7], max_ngram=3).reason == "no-match"  # nothing to look up in
 
@@ -127,6 +159,17 @@ def test_simple_check_rate():
     d1.begin(h)
     d1.draft(h, 16)
     assert d1.draft(h + [3], 16).reason != "check-rate"  # with 1 every call searches
+
+
+def test_simple_first_search_waits_for_check_rate_tokens_and_a_repeated_call_searches_again():
+    h = [0, 1, 2, 3, 4, 5, 6, 7, 1, 2]  # cur_len 9
+    for begun in (True, False):  # begin() is optional for a fresh drafter
+        d = Simple(size_n=2, size_m=3, check_rate=10)
+        if begun:
+            d.begin(h[:1])
+        assert d.draft(h, 16).reason == "check-rate"  # cur_len 9: fewer than check_rate tokens yet
+        assert d.draft(h + [3], 16).tokens == [4, 5, 6]  # cur_len 10: the first search, [2,3] at 2
+        assert d.draft(h + [3], 16).tokens == [4, 5, 6]  # the same history again: searched again
 
 
 def test_simple_n_max_caps_the_copy():

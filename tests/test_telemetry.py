@@ -77,3 +77,33 @@ def test_record_round_keeps_raw_counters():
 def test_from_state_refuses_counters_of_the_wrong_type():
     with pytest.raises(TypeError):
         Telemetry.from_state({"rounds": "many"})
+
+
+def test_state_is_a_copy_the_live_counters_do_not_share():
+    t = Telemetry()
+    t.record_round(n_drafted=2, n_accepted=1, n_committed=2, draft_seconds=0.0, verify_seconds=0.0,
+                   round_seconds=0.0, draft_probs=[0.5, 0.5])
+    s = t.state()
+    # editing the saved state leaves the session's counters alone ...
+    s["position_tries"].append(7)
+    s["bucket_hits"][5] = 99
+    s["last_round"]["committed"] = 99
+    assert t.position_tries == [1, 1] and t.bucket_hits[5] == 1 and t.last_round["committed"] == 2
+    # ... and more rounds leave the saved state alone
+    s = t.state()
+    t.record_round(n_drafted=3, n_accepted=3, n_committed=4, draft_seconds=0.0, verify_seconds=0.0,
+                   round_seconds=0.0)
+    assert s["position_tries"] == [1, 1] and s["length_hist"] == [0, 1] and s["last_round"]["committed"] == 2
+
+
+def test_from_state_checks_each_counters_type():
+    # an integer is a fine value for a float counter (JavaScript's JSON.stringify writes 2.0 as 2) ...
+    t = Telemetry.from_state({"seconds": 2, "rounds": 3, "position_tries": [1, 0]})
+    assert (t.seconds, t.rounds, t.position_tries) == (2, 3, [1, 0])
+    # ... but a float counter refuses text, and a list counter refuses a number
+    with pytest.raises(TypeError):
+        Telemetry.from_state({"draft_seconds": "slow"})
+    with pytest.raises(TypeError):
+        Telemetry.from_state({"position_tries": 3})
+    with pytest.raises(TypeError):
+        Telemetry.from_state({"last_round": [1]})
