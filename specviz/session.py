@@ -22,22 +22,21 @@ import numpy as np
 
 from .backends.llama import LlamaContext, LlamaModel
 from .budget import Caps, plan
-from .chat import apply_chat_template, check_messages
-from .config import Knob
 from .draft_models import DraftModelCache
-from .errors import ContextError, KnobError, SessionStateError, SnapshotError
+from .errors import KnobError, SessionStateError
 from .events import Event, Finished, KnobsChanged, Rewound, Round, SessionStarted
 from .events import Telemetry as TelemetryEvent
 from .models import resolve_model
 from .policy import FixedPolicy, VerifyCostModel, make_policy, measure_verify_cost
-from .rewind import Checkpoint, capture, extras_state, load_extras
+from .request import prepare_request
+from .rewind import Checkpoint, capture
 from .rewind import fork as _fork
 from .rewind import rewind as _rewind
 from .round import RoundResult, run_round
 from .round_events import round_events
 from .sampling import SamplingParams
-from .snapshot import pack, read_header, unpack
-from .stops import StopScanner, check_stops, cut_text
+from .snapshot import read_header, restore_snapshot, take_snapshot, unpack
+from .stops import StopScanner, cut_text
 from .strategies import make_drafter, strategy_class, strategy_names, strategy_schema
 from .strategies.base import Drafter, DraftResources
 from .telemetry import Telemetry
@@ -224,23 +223,6 @@ class Session:
                                     previous_knobs=prev_k, schema=tuple(self.schema(strategy))), out)
 
     # -- lifecycle -----------------------------------------------------------------------------------
-    def _prompt_ids(self, prompt: str | list[int]) -> list[int]:
-        if isinstance(prompt, str):
-            if not prompt:
-                raise KnobError("prompt: the prompt is empty; give at least one character of text",
-                                knob="prompt", value=prompt)
-            return self.model.tokenize(prompt, add_special=True)
-        if not isinstance(prompt, (list, tuple)) or not all(isinstance(t, (int, np.integer)) for t in prompt):
-            raise KnobError("prompt: expected text or a list of token ids", knob="prompt", value=prompt)
-        ids = [int(t) for t in prompt]
-        bad = [t for t in ids if not 0 <= t < self.model.n_vocab]
-        if bad:
-            raise KnobError(f"prompt: token id {bad[0]} is outside the vocabulary [0, {self.model.n_vocab - 1}]",
-                            knob="prompt", value=bad[0])
-        if not ids:
-            raise KnobError("prompt: the prompt is empty; give at least one token", knob="prompt", value=prompt)
-        return ids
-
     def start(self, prompt: str | list[int] | None = None, max_tokens: int = 128, strategy: str = "prompt-lookup", *,
               temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0, seed: int | None = None,
               messages: list[dict[str, str]] | None = None, chat_template: str | None = None,
@@ -259,45 +241,22 @@ class Session:
         a refused call leaves the previous generation intact.
         """
         with self._lock:
-            if isinstance(max_tokens, bool) or not isinstance(max_tokens, (int, np.integer)) or max_tokens < 1:
-                raise KnobError(f"max_tokens: {max_tokens!r} is not allowed; expected an integer >= 1",
-                                knob="max_tokens", value=max_tokens)
-            if isinstance(temperature, str):
-                temperature = Knob("temperature", float, 0.0, "", lo=0.0, hi=100.0).convert(temperature)
-            sampling = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p)
-            if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0):
-                raise KnobError(f"seed: {seed!r} is not allowed; expected an integer >= 0 or None", knob="seed",
-                                value=seed)
+            req = prepare_request(self.model, prompt, max_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
+                                  seed=seed, messages=messages, chat_template=chat_template, stop=stop,
+                                  n_ctx=self.ctx.capacity.n_ctx)
             cfg = self._validate(strategy, knobs, None)
-            stops = check_stops(stop)
-            chat: list[dict[str, str]] = []
-            if messages is not None:
-                if prompt is not None:
-                    raise KnobError("start: give either a prompt or messages, not both", knob="messages",
-                                    value=messages)
-                chat = check_messages(messages)
-                text = apply_chat_template(self.model, chat, template=chat_template)
-                ids = self.model.tokenize(text, add_special=True, parse_special=True)
-            elif prompt is None:
-                raise KnobError("start: give a prompt (text or token ids) or messages", knob="prompt", value=None)
-            else:
-                ids = self._prompt_ids(prompt)
-            n_ctx = self.ctx.capacity.n_ctx
-            if len(ids) + 1 > n_ctx:
-                raise ContextError(f"the prompt has {len(ids)} tokens but the context holds {n_ctx}; "
-                                   "shorten the prompt or create the Session with a larger n_ctx")
+            sampling, stops, ids, chat = req.sampling, req.stop, req.ids, req.messages
             drafter = self._make_drafter(strategy, cfg, sampling)  # may fail: nothing has changed yet
             if self.drafter is not None:
                 self.drafter.close()
             self._reset_state()
             self.drafter = drafter
             self.sampling = sampling
-            self.seed = int(seed) if seed is not None else int(np.random.SeedSequence().generate_state(2, np.uint64)[0]
-                                                                 % (2**63))
+            self.seed = req.seed
             self.rng.bit_generator.state = np.random.default_rng(self.seed).bit_generator.state
             self._pending = None
             self._cancel.clear()
-            self.history, self.n_prompt, self.max_tokens = list(ids), len(ids), int(max_tokens)
+            self.history, self.n_prompt, self.max_tokens = list(ids), len(ids), req.max_tokens
             self.strategy, self.knobs = strategy, cfg
             self.stop = stops
             self.policy = make_policy(cfg.get("draft_policy", "fixed"), self.cost_model)
@@ -428,26 +387,13 @@ class Session:
         d["policy"] = self.policy.describe()
         return d
 
-    # -- snapshots -----------------------------------------------------------------------------------
+    # -- snapshots (specviz.snapshot) -------------------------------------------------------------------
     def snapshot(self) -> bytes:
         """The whole session state (caches, history, strategy, knobs, telemetry) in one checksummed envelope."""
         with self._lock:
             if not self.started or self.drafter is None:
                 raise SessionStateError("nothing to snapshot: call start() first")
-            header = {
-                "version": 1, "model": str(self.model.path), "model_size": self.model.path.stat().st_size,
-                "model_fingerprint": self.model.fingerprint, "n_vocab": self.model.n_vocab,
-                "ctx": dict(self._ctx_args), "history": self.history, "n_prompt": self.n_prompt,
-                "max_tokens": self.max_tokens, "temperature": self.temperature, "sampling": self.sampling.to_dict(),
-                "seed": self.seed, "rng": self.rng.bit_generator.state, "strategy": self.strategy,
-                "knobs": self.knobs, "pending": list(self._pending) if self._pending else None,
-                "round": self.round_index, "finished": self.finished, "telemetry": self.telemetry.state(),
-                "drafter_state": self.drafter.state(), "policy_state": self.policy.state(),
-                "cost_model": self.cost_model.to_dict() if self.cost_model is not None else None,
-                "workbench": extras_state(self),
-            }
-            blobs: list[tuple[str, bytes]] = [("target", self.ctx.state()), ("drafter", self.drafter.context_state())]
-            return pack(header, blobs)
+            return take_snapshot(self)
 
     @classmethod
     def restore(cls, blob: bytes, model: str | os.PathLike | LlamaModel | None = None, **kwargs: Any) -> Session:
@@ -471,81 +417,8 @@ class Session:
         """Restore a snapshot into this session (same model and context sizes), replacing its current
         generation. Everything is checked before anything changes; a refused snapshot raises
         :class:`~specviz.errors.SnapshotError` (or the draft model's error) and leaves the session as it was."""
-        header, blobs = unpack(blob)
-        h = read_header(header)
-        m = self.model
-        if h.n_vocab != m.n_vocab or h.model_size != m.path.stat().st_size or \
-                (h.model_fingerprint is not None and h.model_fingerprint != m.fingerprint):
-            raise SnapshotError(f"the snapshot was taken with model {h.model} ({h.n_vocab} tokens); this session "
-                                f"runs {m.path}: restore it into a session of that model")
-        for k in ("n_ctx", "n_batch", "n_ubatch"):
-            if h.ctx.get(k) != self._ctx_args[k]:
-                raise SnapshotError(f"the snapshot's context has {k}={h.ctx.get(k)!r}, this session "
-                                    f"{self._ctx_args[k]}; restore it with Session.restore(), which creates a "
-                                    "matching session")
-        if len(h.history) > self.ctx.capacity.n_ctx:
-            raise SnapshotError("the snapshot's history is longer than the context")
-        try:
-            cfg = self._validate(h.strategy, h.knobs, None)
-            pending = (h.pending[0], self._validate(h.pending[0], h.pending[1], None)) if h.pending else None
-            sampling = SamplingParams(**h.sampling)
-            telemetry = Telemetry.from_state(h.telemetry)
-        except (KnobError, TypeError) as exc:
-            raise SnapshotError(f"the snapshot's settings are refused: {exc}") from exc
         with self._lock:
-            backup = self.ctx.state() if self.started else None
-            saved, rng_state = self.__dict__.copy(), self.rng.bit_generator.state
-            try:
-                self._adopt(h, blobs, cfg, pending, sampling, telemetry, header.get("workbench"))
-            except Exception as exc:
-                new_drafter = self.drafter
-                self.__dict__.update(saved)
-                self.rng.bit_generator.state = rng_state
-                if new_drafter is not None and new_drafter is not self.drafter:
-                    new_drafter.close()
-                if backup is not None:
-                    self.ctx.load_state(backup)
-                else:
-                    self.ctx.clear()
-                if isinstance(exc, (SnapshotError, ContextError, ValueError, TypeError, KeyError, IndexError)):
-                    raise SnapshotError(f"the snapshot cannot be restored: {exc}") from exc
-                raise
-
-    def _adopt(self, h: Any, blobs: dict[str, bytes], cfg: dict[str, Any], pending: Any, sampling: SamplingParams,
-               telemetry: Telemetry, extras: Any = None) -> None:
-        """Install a checked snapshot (called by :meth:`restore_into`, which undoes it on failure)."""
-        old = self.drafter
-        self._reset_state()
-        self.ctx.load_state(blobs.get("target", b""))
-        self.history, self.n_prompt, self.max_tokens = list(h.history), h.n_prompt, h.max_tokens
-        self.sampling, self.seed = sampling, h.seed
-        self.rng.bit_generator.state = np.random.default_rng(h.seed).bit_generator.state
-        if h.rng:
-            try:
-                self.rng.bit_generator.state = h.rng
-            except (TypeError, ValueError, KeyError) as exc:
-                raise SnapshotError(f"the generator state is malformed ({exc})") from None
-        self.strategy, self.knobs, self._pending = h.strategy, cfg, pending
-        self.round_index, self.finished, self.telemetry = h.round, h.finished, telemetry
-        if h.cost_model:
-            try:
-                self.cost_model = VerifyCostModel(h.cost_model["sizes"], h.cost_model["seconds"])
-            except (KeyError, TypeError, ValueError) as exc:
-                raise SnapshotError(f"the verify cost model is malformed ({exc})") from None
-        self.policy = make_policy(cfg.get("draft_policy", "fixed"), self.cost_model)
-        self.policy.load(h.policy_state)
-        self.drafter = self._make_drafter(h.strategy, cfg)
-        self.drafter.begin(self.history)
-        if blobs.get("drafter"):
-            self.drafter.load_context_state(blobs["drafter"])
-        if h.drafter_state is not None and h.drafter_state.get("format"):
-            self.drafter.load_state(h.drafter_state)
-        self.started = True
-        load_extras(self, extras)
-        if self.kv_length != self.committed:
-            raise SnapshotError(f"the restored cache holds {self.kv_length} positions, expected {self.committed}")
-        if old is not None and old is not self.drafter:
-            old.close()
+            restore_snapshot(self, blob)
 
     # -- rewind and branch -----------------------------------------------------------------------------
     def rewind(self, round: int | None = None, *, position: int | None = None) -> Rewound:

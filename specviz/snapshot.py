@@ -25,9 +25,18 @@ import hashlib
 import json
 import struct
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .errors import SnapshotError
+import numpy as np
+
+from .errors import ContextError, KnobError, SnapshotError
+from .policy import VerifyCostModel, make_policy
+from .rewind import extras_state, load_extras
+from .sampling import SamplingParams
+from .telemetry import Telemetry
+
+if TYPE_CHECKING:
+    from .session import Session
 
 MAGIC = b"SPECVIZ-SNAPSHOT-1\n"
 _DIGEST = 32
@@ -138,3 +147,104 @@ def read_header(h: dict[str, Any]) -> SnapshotHeader:
         pending=(pending[0], pending[1]) if pending else None, round=h["round"], finished=h.get("finished"),
         telemetry=h["telemetry"], drafter_state=h.get("drafter_state"), policy_state=h.get("policy_state") or {},
         cost_model=h.get("cost_model"))
+
+
+# -- a session's snapshot: taking it, and restoring it all-or-nothing ------------------------------------
+
+def take_snapshot(s: Session) -> bytes:
+    """The envelope of session ``s`` (started): header fields and the target's and drafter's states."""
+    assert s.drafter is not None
+    header = {
+        "version": 1, "model": str(s.model.path), "model_size": s.model.path.stat().st_size,
+        "model_fingerprint": s.model.fingerprint, "n_vocab": s.model.n_vocab,
+        "ctx": dict(s._ctx_args), "history": s.history, "n_prompt": s.n_prompt,
+        "max_tokens": s.max_tokens, "temperature": s.temperature, "sampling": s.sampling.to_dict(),
+        "seed": s.seed, "rng": s.rng.bit_generator.state, "strategy": s.strategy,
+        "knobs": s.knobs, "pending": list(s._pending) if s._pending else None,
+        "round": s.round_index, "finished": s.finished, "telemetry": s.telemetry.state(),
+        "drafter_state": s.drafter.state(), "policy_state": s.policy.state(),
+        "cost_model": s.cost_model.to_dict() if s.cost_model is not None else None,
+        "workbench": extras_state(s),
+    }
+    return pack(header, [("target", s.ctx.state()), ("drafter", s.drafter.context_state())])
+
+
+def restore_snapshot(s: Session, blob: bytes) -> None:
+    """Restore ``blob`` into session ``s`` (same model and context sizes), all or nothing: every field is
+    checked first, and if installing fails half-way the session and its cache are put back as they were."""
+    header, blobs = unpack(blob)
+    h = read_header(header)
+    m = s.model
+    if h.n_vocab != m.n_vocab or h.model_size != m.path.stat().st_size or \
+            (h.model_fingerprint is not None and h.model_fingerprint != m.fingerprint):
+        raise SnapshotError(f"the snapshot was taken with model {h.model} ({h.n_vocab} tokens); this session "
+                            f"runs {m.path}: restore it into a session of that model")
+    for k in ("n_ctx", "n_batch", "n_ubatch"):
+        if h.ctx.get(k) != s._ctx_args[k]:
+            raise SnapshotError(f"the snapshot's context has {k}={h.ctx.get(k)!r}, this session "
+                                f"{s._ctx_args[k]}; restore it with Session.restore(), which creates a "
+                                "matching session")
+    if len(h.history) > s.ctx.capacity.n_ctx:
+        raise SnapshotError("the snapshot's history is longer than the context")
+    try:
+        cfg = s._validate(h.strategy, h.knobs, None)
+        pending = (h.pending[0], s._validate(h.pending[0], h.pending[1], None)) if h.pending else None
+        sampling = SamplingParams(**h.sampling)
+        telemetry = Telemetry.from_state(h.telemetry)
+    except (KnobError, TypeError) as exc:
+        raise SnapshotError(f"the snapshot's settings are refused: {exc}") from exc
+    backup = s.ctx.state() if s.started else None
+    saved, rng_state = s.__dict__.copy(), s.rng.bit_generator.state
+    try:
+        _install(s, h, blobs, cfg, pending, sampling, telemetry, header.get("workbench"))
+    except Exception as exc:
+        new_drafter = s.drafter
+        s.__dict__.update(saved)
+        s.rng.bit_generator.state = rng_state
+        if new_drafter is not None and new_drafter is not s.drafter:
+            new_drafter.close()
+        if backup is not None:
+            s.ctx.load_state(backup)
+        else:
+            s.ctx.clear()
+        if isinstance(exc, (SnapshotError, ContextError, ValueError, TypeError, KeyError, IndexError)):
+            raise SnapshotError(f"the snapshot cannot be restored: {exc}") from exc
+        raise
+
+
+def _install(s: Session, h: SnapshotHeader, blobs: dict[str, bytes], cfg: dict[str, Any], pending: Any,
+             sampling: SamplingParams, telemetry: Telemetry, extras: Any = None) -> None:
+    """Install a checked snapshot into ``s`` (:func:`restore_snapshot` undoes it on failure)."""
+    old = s.drafter
+    s._reset_state()
+    s.ctx.load_state(blobs.get("target", b""))
+    s.history, s.n_prompt, s.max_tokens = list(h.history), h.n_prompt, h.max_tokens
+    s.sampling, s.seed = sampling, h.seed
+    s.rng.bit_generator.state = np.random.default_rng(h.seed).bit_generator.state
+    if h.rng:
+        try:
+            s.rng.bit_generator.state = h.rng
+        except (TypeError, ValueError, KeyError) as exc:
+            raise SnapshotError(f"the generator state is malformed ({exc})") from None
+    s.strategy, s.knobs, s._pending = h.strategy, cfg, pending
+    s.round_index, s.finished, s.telemetry = h.round, h.finished, telemetry
+    if h.cost_model:
+        try:
+            s.cost_model = VerifyCostModel(h.cost_model["sizes"], h.cost_model["seconds"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise SnapshotError(f"the verify cost model is malformed ({exc})") from None
+    s.policy = make_policy(cfg.get("draft_policy", "fixed"), s.cost_model)
+    s.policy.load(h.policy_state)
+    s.drafter = s._make_drafter(h.strategy, cfg)
+    s.drafter.begin(s.history)
+    if blobs.get("drafter"):
+        s.drafter.load_context_state(blobs["drafter"])
+    if h.drafter_state is not None and h.drafter_state.get("format"):
+        s.drafter.load_state(h.drafter_state)
+    s.started = True
+    load_extras(s, extras)
+    if s.kv_length != s.committed:
+        raise SnapshotError(f"the restored cache holds {s.kv_length} positions, expected {s.committed}")
+    if old is not None and old is not s.drafter:
+        old.close()
+
