@@ -95,7 +95,8 @@ def check_gguf(path: str | os.PathLike) -> GGUFInfo:
             raise ModelFormatError(f"{p}: file is {size} bytes, too small to be a GGUF model")
         magic = r.read(4)
         if magic != b"GGUF":
-            raise ModelFormatError(f"{p} is not a GGUF file (magic {magic!r}, expected b'GGUF'); "
+            # the message never quotes the file's bytes: it may reach a page (or a log) that must not see them
+            raise ModelFormatError(f"{p} is not a GGUF file (it does not start with the GGUF magic); "
                                    "convert the model to GGUF first")
         version = r.scalar("I")
         if version not in (2, 3):
@@ -115,11 +116,11 @@ def check_gguf(path: str | os.PathLike) -> GGUFInfo:
             elif key == "general.architecture" and isinstance(val, str):
                 arch = val
         end = 0
-        for _ in range(n_tensors):
-            name = r.string()
+        for i in range(n_tensors):
+            r.string()  # the tensor's name: not needed, and never quoted (see the magic above)
             n_dims = r.scalar("I")
             if n_dims > 8:
-                raise ModelFormatError(f"{p}: corrupt tensor info for {name!r} ({n_dims} dimensions)")
+                raise ModelFormatError(f"{p}: corrupt tensor info for tensor {i} ({n_dims} dimensions)")
             dims = [r.scalar("Q") for _ in range(n_dims)]
             ttype = r.scalar("I")
             offset = r.scalar("Q")

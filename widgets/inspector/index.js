@@ -12,6 +12,7 @@ import { hostOf } from "./host.js";
 import { getPlotly, installPlotly } from "./plotly.js";
 import { helloMessage, planEvents } from "./protocol.js";
 import { initialState, reduce } from "./state.js";
+import { audienceView } from "./views/audience.js";
 import { chartsView } from "./views/charts.js";
 import { controlsView } from "./views/controls.js";
 import { detailView } from "./views/detail.js";
@@ -32,12 +33,13 @@ function render({ model, el }) {
   const root = h("div", { class: "specviz-inspector" });
   const header = headerView();
   const notices = noticesView();
+  const audience = audienceView();
   const controls = controlsView((m) => host.send(m), root, uid);
   const detail = detailView();
   const stream = streamView(detail, getState);
   const stats = statsView();
   const charts = chartsView(root, getState, () => controls.config);
-  root.append(header.el, controls.toolbar, notices.el,
+  root.append(header.el, audience.el, controls.toolbar, notices.el,
     h("div", { class: "sv-top" }, stream.card, h("div", { class: "sv-side" }, stats.el, controls.card)),
     charts.el, detail.tip);
   el.append(root);
@@ -90,6 +92,7 @@ function render({ model, el }) {
         case "state":
           if (controls.applyState(msg)) charts.mark("conf");
           header.status(controls.config);
+          audience.apply(msg);
           break;
         case "knob_errors": controls.knobErrors(msg); break;
         case "schema": controls.schema(msg); break;

@@ -88,6 +88,12 @@ export function controlsView(send, root, uid) {
     promptBox.disabled = config.replay;
     maxTok.disabled = config.replay;
     sessionFields.hidden = !!config.replay;
+    // presenter mode: a viewer watches; every control but the view's own options is the presenter's
+    if (config.role === "viewer") {
+      for (const c of [...toolbar.querySelectorAll("button,input,select,textarea"), ...card.querySelectorAll("button,input,select,textarea")]) {
+        if (!c.classList.contains("sv-showrej")) c.disabled = true;
+      }
+    }
   }
 
   function applyState(st) {
