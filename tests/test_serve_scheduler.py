@@ -60,9 +60,9 @@ def test_turns_go_round_robin_and_a_releasing_owner_queues_behind_the_waiting_on
     players = {"A": a, "B": b}
     for i in range(7):  # end rounds 1..7; each time the other one must be waiting, and must go next
         cur, other = (a, b) if order[-1] == "A" else (b, a)
-        wait_until(lambda: sched.waiting() == [other.name], f"{other.name} waits while {cur.name} runs")
+        wait_until(lambda o=other: sched.waiting() == [o.name], f"{other.name} waits while {cur.name} runs")
         cur.go.release()  # end this round; the player loops and asks for its next turn at once
-        wait_until(lambda: len(order) == i + 2, f"turn {i + 2} granted")
+        wait_until(lambda n=i + 2: len(order) == n, f"turn {i + 2} granted")
         wait_until(lambda: players[order[-1]].in_round.is_set(), "the next round runs")
     players[order[-1]].go.release()
     a.thread.join(30)
@@ -81,7 +81,7 @@ def test_three_waiting_owners_are_served_in_arrival_order():
     players = [Player(sched, n, 1, order) for n in ("C", "A", "B")]
     for i, p in enumerate(players):
         p.thread.start()
-        wait_until(lambda: len(sched.waiting()) == i + 1, f"{p.name} queued")
+        wait_until(lambda n=i + 1: len(sched.waiting()) == n, f"{p.name} queued")
     assert sched.waiting() == ["C", "A", "B"]
     hold.go.release()
     for p in players:
@@ -114,8 +114,7 @@ def test_two_playing_sessions_on_the_tiny_model_both_progress(tiny_model):
     from specviz.ui.core import InspectorCore
     from specviz.ui.pool import SessionPool
 
-    pool = SessionPool(lambda: Session(tiny_model, n_ctx=1024, n_batch=64, n_ubatch=64, n_threads=1),
-                       max_sessions=2)
+    pool = SessionPool(lambda: Session(tiny_model, n_ctx=1024, n_batch=64, n_ubatch=64, n_threads=1), max_sessions=2)
     a, b = pool.open(), pool.open()
     cores = []
     try:

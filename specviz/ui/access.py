@@ -87,8 +87,9 @@ class AccessPolicy:
         return base + ("?" + "&".join(args) if args else "")
 
 
-def access_policy(address: str, token: str | None = None, *, shared: bool = False,
-                  presenter_token: str | None = None) -> AccessPolicy:
+def access_policy(
+    address: str, token: str | None = None, *, shared: bool = False, presenter_token: str | None = None
+) -> AccessPolicy:
     """The policy for a server bound to ``address``: a token when one is given or the address is not
     loopback (a random one when none is given); a presenter token in presenter mode (``shared``)."""
     if token is not None and not token.strip():
@@ -136,8 +137,14 @@ class MessageGate:
     """Admits a page's messages within a size and a rate: at most ``max_bytes`` per message (as JSON) and
     ``rate`` messages a second on average with bursts of ``burst`` (a token bucket)."""
 
-    def __init__(self, *, max_bytes: int = MAX_MESSAGE_BYTES, rate: float = MESSAGES_PER_SECOND,
-                 burst: int = MESSAGE_BURST, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        *,
+        max_bytes: int = MAX_MESSAGE_BYTES,
+        rate: float = MESSAGES_PER_SECOND,
+        burst: int = MESSAGE_BURST,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.max_bytes, self.rate, self.burst = max_bytes, rate, burst
         self._clock = clock
         self._tokens = float(burst)
@@ -153,8 +160,10 @@ class MessageGate:
         self._last = now
         if self._tokens < 1.0:
             self.refused += 1
-            return (f"too many messages from this page (more than {self.rate:g} a second); this one was ignored "
-                    "and nothing changed")
+            return (
+                f"too many messages from this page (more than {self.rate:g} a second); this one was ignored "
+                "and nothing changed"
+            )
         self._tokens -= 1.0
         try:
             size = len(json.dumps(msg, separators=(",", ":")))
@@ -162,7 +171,9 @@ class MessageGate:
             size = self.max_bytes + 1
         if size > self.max_bytes:
             self.refused += 1
-            return f"a message of {size} bytes from this page was ignored (the limit is {self.max_bytes}); nothing changed"
+            return (
+                f"a message of {size} bytes from this page was ignored (the limit is {self.max_bytes}); nothing changed"
+            )
         return None
 
     def notice(self, reason: str) -> dict | None:

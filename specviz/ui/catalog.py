@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Iterable
+from typing import Any, Iterable
 
 from ..errors import KnobError
 
@@ -62,10 +62,13 @@ class DraftCatalog:
             return self._by_name[value.strip()]
         offer = ", ".join(self._by_name) if self._by_name else "none (start the server with --draft-model PATH)"
         shown = value if isinstance(value, str) and len(value) <= 60 else "(a value)"
-        raise KnobError(f"knob 'draft_model': {shown!r} is not one of the server's draft models; choose one of: "
-                        f"{offer}", knob="draft_model", value=None)
+        raise KnobError(
+            f"knob 'draft_model': {shown!r} is not one of the server's draft models; choose one of: {offer}",
+            knob="draft_model",
+            value=None,
+        )
 
-    def name_for(self, path: object) -> object:
+    def name_for(self, path: Any) -> Any:
         """The name of a catalogued draft path; a name stays a name, any other path becomes its file name."""
         if not isinstance(path, str) or not path:
             return path

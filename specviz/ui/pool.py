@@ -75,8 +75,11 @@ def safe_model_error(err: ModelError, name: object) -> KnobError:
     else:
         what = "could not be loaded"
     _log.warning("specviz serve: draft model %r refused: %s", name, err)
-    return KnobError(f"knob 'draft_model': the draft model {name!r} {what}; pick another one (the server's log "
-                     "says more)", knob="draft_model", value=None)
+    return KnobError(
+        f"knob 'draft_model': the draft model {name!r} {what}; pick another one (the server's log says more)",
+        knob="draft_model",
+        value=None,
+    )
 
 
 class ManagedSession:
@@ -87,9 +90,15 @@ class ManagedSession:
     ``drafts`` is the process's :class:`SharedDraftModels` (optional); ``clock`` measures idleness.
     """
 
-    def __init__(self, make_session: Callable[[], Any], *, scheduler: RoundScheduler | None = None,
-                 catalog: DraftCatalog | None = None, drafts: SharedDraftModels | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        make_session: Callable[[], Any],
+        *,
+        scheduler: RoundScheduler | None = None,
+        catalog: DraftCatalog | None = None,
+        drafts: SharedDraftModels | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._make = make_session
         self._scheduler = scheduler
         self.catalog = catalog if catalog is not None else DraftCatalog()
@@ -132,9 +141,12 @@ class ManagedSession:
     def _redact(self, ev: Event) -> Event:
         """The event as a page sees it: the target by file name, draft models by catalog name."""
         if isinstance(ev, SessionStarted):
-            return dataclasses.replace(ev, model=self._model_name if hasattr(self, "_model_name") else "",
-                                       draft_model=self.catalog.name_for(ev.draft_model) if ev.draft_model else None,
-                                       knobs=self._names(ev.knobs))
+            return dataclasses.replace(
+                ev,
+                model=self._model_name if hasattr(self, "_model_name") else "",
+                draft_model=self.catalog.name_for(ev.draft_model) if ev.draft_model else None,
+                knobs=self._names(ev.knobs),
+            )
         if isinstance(ev, KnobsChanged):
             return dataclasses.replace(ev, knobs=self._names(ev.knobs), previous_knobs=self._names(ev.previous_knobs))
         if isinstance(ev, Telemetry) and "draft_model" in ev.data:
@@ -360,9 +372,17 @@ class SessionPool:
     """The managed sessions of the pages: at most ``max_sessions`` at once; those idle longer than
     ``idle_timeout`` seconds are parked by a background thread (:meth:`start_reaper`)."""
 
-    def __init__(self, make_session: Callable[[], Any], *, max_sessions: int = 8, idle_timeout: float = 300.0,
-                 scheduler: RoundScheduler | None = None, catalog: DraftCatalog | None = None,
-                 drafts: SharedDraftModels | None = None, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        make_session: Callable[[], Any],
+        *,
+        max_sessions: int = 8,
+        idle_timeout: float = 300.0,
+        scheduler: RoundScheduler | None = None,
+        catalog: DraftCatalog | None = None,
+        drafts: SharedDraftModels | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         if max_sessions < 1:
             raise ValueError(f"max_sessions must be at least 1; got {max_sessions}")
         self._make = make_session
@@ -385,8 +405,9 @@ class SessionPool:
             if len(self.sessions) >= self.max_sessions:
                 self.refused += 1
                 return None
-            ms = ManagedSession(self._make, scheduler=self.scheduler, catalog=self.catalog, drafts=self.drafts,
-                                clock=self._clock)
+            ms = ManagedSession(
+                self._make, scheduler=self.scheduler, catalog=self.catalog, drafts=self.drafts, clock=self._clock
+            )
             self.sessions.append(ms)
             return ms
 

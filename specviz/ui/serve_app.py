@@ -4,7 +4,7 @@ The inspector's front-end is the same module as everywhere (:mod:`specviz.ui.bun
 who its messages reach. :class:`ViewComponent` is a Panel ``JSComponent`` that hands every message its
 page sends to a handler, after the page's :class:`~specviz.ui.access.MessageGate` (size and rate).
 
-* :func:`per_page_app`: each page gets a :class:`~specviz.ui.pool.ManagedSession` from the
+* :func:`per_page_app`: each page (once its front-end speaks) gets a :class:`~specviz.ui.pool.ManagedSession` from the
   :class:`~specviz.ui.pool.SessionPool` (turns, the session cap, parking when idle) behind its own
   :class:`~specviz.ui.core.InspectorCore`; beyond the cap a page is told the server is busy.
 * :func:`shared_app`: every page is a view of one :class:`~specviz.ui.shared.SharedInspector`; a page
@@ -67,12 +67,13 @@ def gated(gate: MessageGate, send: Callable[[dict], None], handle: Callable[[Any
     return admit
 
 
-def busy_page(text: str) -> pn.viewable.Viewable:
-    """The page shown instead of an inspector when the server has no room for another one."""
-    html = (f'<div class="specviz-busy" data-busy="1" style="font:16px system-ui,sans-serif;padding:32px;'
-            f'max-width:640px;margin:40px auto;border:1px solid #d0d7de;border-radius:8px">'
-            f'<h2 style="margin-top:0">specviz is busy</h2><p>{text}</p></div>')
-    return pn.Column(pn.pane.HTML(html, sizing_mode="stretch_width"), sizing_mode="stretch_width", name="specviz busy")
+def busy_html(text: str) -> str:
+    """The "busy" notice shown instead of an inspector when the server has no room for another one."""
+    return (
+        f'<div class="specviz-busy" data-busy="1" style="font:16px system-ui,sans-serif;padding:32px;'
+        f'max-width:640px;margin:40px auto;border:1px solid #d0d7de;border-radius:8px">'
+        f'<h2 style="margin-top:0">specviz is busy</h2><p>{text}</p></div>'
+    )
 
 
 def _in_background(fn: Callable[[], None], name: str) -> None:
@@ -85,35 +86,66 @@ def _in_background(fn: Callable[[], None], name: str) -> None:
     threading.Thread(target=run, name=f"specviz-{name}", daemon=True).start()
 
 
-def per_page_app(pool: SessionPool, *, prompt: str, start_kwargs: dict[str, Any],
-                 title: str = "specviz inspector") -> Callable[[], pn.viewable.Viewable]:
+def per_page_app(
+    pool: SessionPool, *, prompt: str, start_kwargs: dict[str, Any], title: str = "specviz inspector"
+) -> Callable[[], pn.viewable.Viewable]:
     """The page factory of the default mode: a session per page, started in the background.
 
     ``start_kwargs`` (``max_tokens``, ``strategy`` and knobs) start each page's session on ``prompt``.
+    A page gets its session when its front-end first speaks (a request that never opens the page's
+    websocket — a probe, a crawler — takes no place); beyond the cap the page shows "busy" instead.
     """
 
     def page() -> pn.viewable.Viewable:
-        ms = pool.open()
-        if ms is None:
-            return busy_page(f"All {pool.max_sessions} sessions of this server are in use. Try again in a minute: "
-                             "a session is freed shortly after its page is closed.")
         comp = ViewComponent()
-        core = InspectorCore(comp.send, ms, prompt=prompt, draft_models=pool.catalog.names)
-        comp.handler = gated(MessageGate(), comp.send, core.handle)
+        col = pn.Column(comp, sizing_mode="stretch_width", styles=_PAGE_STYLES, name=title)
+        held: dict[str, Any] = {}
 
-        def start() -> None:  # the prompt is a decode: it waits for its turn, not in the server's thread
-            try:
-                ms.start(prompt, **start_kwargs)
-            except SpecvizError as e:
-                comp.send({"type": "notice", "level": "error", "text": f"the session could not start: {e}"})
+        def first_then_core(msg: Any) -> None:
+            if "core" not in held:
+                if held.get("busy"):
+                    return
+                ms = pool.open()
+                if ms is None:
+                    held["busy"] = True
+                    col[:] = [
+                        pn.pane.HTML(
+                            busy_html(
+                                f"All {pool.max_sessions} sessions of this server are in use. Try again in a minute: a "
+                                "session is freed shortly after its page is closed."
+                            ),
+                            sizing_mode="stretch_width",
+                        )
+                    ]
+                    return
+                held["ms"], held["core"] = (
+                    ms,
+                    InspectorCore(comp.send, ms, prompt=prompt, draft_models=pool.catalog.names),
+                )
 
-        _in_background(start, "start-session")
+                def start() -> None:  # the prompt is a decode: it waits for its turn, not in the server's thread
+                    try:
+                        ms.start(prompt, **start_kwargs)
+                    except SpecvizError as e:
+                        comp.send({"type": "notice", "level": "error", "text": f"the session could not start: {e}"})
+
+                _in_background(start, "start-session")
+            held["core"].handle(msg)
+
+        comp.handler = gated(MessageGate(), comp.send, first_then_core)
 
         def destroyed(_ctx: Any) -> None:
-            _in_background(lambda: (core.close(), pool.close(ms)), "close-session")
+            if "core" in held:
+                core, ms = held["core"], held["ms"]
+
+                def close() -> None:
+                    core.close()
+                    pool.close(ms)
+
+                _in_background(close, "close-session")
 
         pn.state.on_session_destroyed(destroyed)
-        return pn.Column(comp, sizing_mode="stretch_width", styles=_PAGE_STYLES, name=title)
+        return col
 
     return page
 
@@ -126,19 +158,49 @@ def _query_arg(name: str) -> str | None:
         return None
 
 
-def shared_app(shared: SharedInspector, policy: AccessPolicy, *, max_viewers: int = 100,
-               title: str = "specviz inspector") -> Callable[[], pn.viewable.Viewable]:
-    """The page factory of presenter mode: every page watches ``shared``; the presenter token presents."""
+def shared_app(
+    shared: SharedInspector, policy: AccessPolicy, *, max_viewers: int = 100, title: str = "specviz inspector"
+) -> Callable[[], pn.viewable.Viewable]:
+    """The page factory of presenter mode: every page watches ``shared``; the presenter token presents.
+
+    A page joins the audience when its front-end first speaks (a request that never opens the page's
+    websocket is not counted); beyond ``max_viewers`` watching pages a new one shows "busy".
+    """
 
     def page() -> pn.viewable.Viewable:
         role = "presenter" if policy.is_presenter(_query_arg(PRESENTER_ARG)) else "viewer"
-        if role == "viewer" and shared.audience()["viewers"] >= max_viewers:
-            return busy_page(f"This demo already has {max_viewers} viewers. Try again later.")
         comp = ViewComponent()
-        view = shared.attach(comp.send, role)
-        comp.handler = gated(MessageGate(), comp.send, lambda msg: shared.handle(view, msg))
-        pn.state.on_session_destroyed(lambda _ctx: shared.detach(view))
-        return pn.Column(comp, sizing_mode="stretch_width", styles=_PAGE_STYLES,
-                         name=f"{title} ({'presenter' if role == 'presenter' else 'watching'})")
+        col = pn.Column(
+            comp,
+            sizing_mode="stretch_width",
+            styles=_PAGE_STYLES,
+            name=f"{title} ({'presenter' if role == 'presenter' else 'watching'})",
+        )
+        held: dict[str, Any] = {}
+
+        def first_then_view(msg: Any) -> None:
+            if "view" not in held:
+                if held.get("busy"):
+                    return
+                if role == "viewer" and shared.audience()["viewers"] >= max_viewers:
+                    held["busy"] = True
+                    col[:] = [
+                        pn.pane.HTML(
+                            busy_html(f"This demo already has {max_viewers} viewers. Try again later."),
+                            sizing_mode="stretch_width",
+                        )
+                    ]
+                    return
+                held["view"] = shared.attach(comp.send, role)
+            shared.handle(held["view"], msg)
+
+        comp.handler = gated(MessageGate(), comp.send, first_then_view)
+
+        def destroyed(_ctx: Any) -> None:
+            if "view" in held:
+                shared.detach(held["view"])
+
+        pn.state.on_session_destroyed(destroyed)
+        return col
 
     return page

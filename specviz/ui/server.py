@@ -36,8 +36,9 @@ def _display_host(address: str) -> str:
     return f"[{address}]" if ":" in address else address
 
 
-def _serve_panel(factory, *, port: int, address: str, show: bool, title: str, policy: AccessPolicy,
-                 lines: Iterable[str] = ()) -> Any:
+def _serve_panel(
+    factory, *, port: int, address: str, show: bool, title: str, policy: AccessPolicy, lines: Iterable[str] = ()
+) -> Any:
     import panel as pn
 
     opts: dict[str, Any] = {}
@@ -50,10 +51,20 @@ def _serve_panel(factory, *, port: int, address: str, show: bool, title: str, po
         origins = sorted({f"{h}:{port}" for h in ("127.0.0.1", "localhost", address)})
     for line in lines:
         print(line, flush=True)
-    return pn.serve({"/": factory}, port=port, address=address, show=show, title=title, websocket_origin=origins,
-                    start=True, threaded=False, websocket_max_message_size=MAX_WEBSOCKET_BYTES,
-                    check_unused_sessions_milliseconds=CHECK_UNUSED_MS,
-                    unused_session_lifetime_milliseconds=UNUSED_LIFETIME_MS, **opts)
+    return pn.serve(
+        {"/": factory},
+        port=port,
+        address=address,
+        show=show,
+        title=title,
+        websocket_origin=origins,
+        start=True,
+        threaded=False,
+        websocket_max_message_size=MAX_WEBSOCKET_BYTES,
+        check_unused_sessions_milliseconds=CHECK_UNUSED_MS,
+        unused_session_lifetime_milliseconds=UNUSED_LIFETIME_MS,
+        **opts,
+    )
 
 
 def derived_drafts_dir() -> Path:
@@ -78,11 +89,25 @@ def draft_candidates(model_path: str | os.PathLike, extra: Iterable[str | os.Pat
     return out
 
 
-def serve(port: int = 5006, model: str | os.PathLike | None = None, *, address: str = "127.0.0.1",
-          prompt: str = DEFAULT_PROMPT, max_tokens: int = 256, strategy: str = "prompt-lookup",
-          n_ctx: int = 4096, show: bool = False, draft_models: Iterable[str | os.PathLike] = (),
-          shared: bool = False, token: str | None = None, presenter_token: str | None = None,
-          max_sessions: int = 8, idle_timeout: float = 300.0, max_viewers: int = 100, **knobs: Any) -> None:
+def serve(
+    port: int = 5006,
+    model: str | os.PathLike | None = None,
+    *,
+    address: str = "127.0.0.1",
+    prompt: str = DEFAULT_PROMPT,
+    max_tokens: int = 256,
+    strategy: str = "prompt-lookup",
+    n_ctx: int = 4096,
+    show: bool = False,
+    draft_models: Iterable[str | os.PathLike] = (),
+    shared: bool = False,
+    token: str | None = None,
+    presenter_token: str | None = None,
+    max_sessions: int = 8,
+    idle_timeout: float = 300.0,
+    max_viewers: int = 100,
+    **knobs: Any,
+) -> None:
     """Serve the inspector on ``model`` (default: the embedded Gemma 3 270M) at ``http://address:port/``.
 
     The model weights are loaded once and shared. By default each page gets its own session started on
@@ -108,8 +133,9 @@ def serve(port: int = 5006, model: str | os.PathLike | None = None, *, address: 
     policy = access_policy(address, token, shared=shared, presenter_token=presenter_token)
     target = resolve_model(model)
     loaded = LlamaModel(target)
-    catalog = DraftCatalog(draft_candidates(target, list(draft_models) +
-                                            ([knobs["draft_model"]] if knobs.get("draft_model") else [])))
+    catalog = DraftCatalog(
+        draft_candidates(target, list(draft_models) + ([knobs["draft_model"]] if knobs.get("draft_model") else []))
+    )
     if knobs.get("draft_model"):
         knobs["draft_model"] = catalog.name_for(str(knobs["draft_model"]))
     drafts = SharedDraftModels(loaded)
@@ -124,24 +150,36 @@ def serve(port: int = 5006, model: str | os.PathLike | None = None, *, address: 
         session.start(prompt, **start_kwargs)
         inspector = SharedInspector(session, prompt=prompt, draft_models=catalog.names)
         factory = shared_app(inspector, policy, max_viewers=max_viewers)
-        lines = [f"specviz inspector, presenter mode: one session, every page watches (Ctrl-C stops)",
-                 f"  audience:  {policy.url(base)}",
-                 f"  presenter: {policy.url(base, presenter=True)}   (keep this one to yourself)"]
+        lines = [
+            "specviz inspector, presenter mode: one session, every page watches (Ctrl-C stops)",
+            f"  audience:  {policy.url(base)}",
+            f"  presenter: {policy.url(base, presenter=True)}   (keep this one to yourself)",
+        ]
     else:
-        pool = SessionPool(make_session, max_sessions=max_sessions, idle_timeout=idle_timeout,
-                           scheduler=RoundScheduler(), catalog=catalog, drafts=drafts)
+        pool = SessionPool(
+            make_session,
+            max_sessions=max_sessions,
+            idle_timeout=idle_timeout,
+            scheduler=RoundScheduler(),
+            catalog=catalog,
+            drafts=drafts,
+        )
         pool.start_reaper()
         factory = per_page_app(pool, prompt=prompt, start_kwargs=start_kwargs)
-        lines = [f"specviz inspector: {policy.url(base)}  (Ctrl-C stops; a session per page, at most "
-                 f"{max_sessions})"]
+        lines = [f"specviz inspector: {policy.url(base)}  (Ctrl-C stops; a session per page, at most {max_sessions})"]
     if policy.required:
         lines.append("  every request needs the token above (open the URL as printed)")
-    _serve_panel(factory, port=port, address=address, show=show, title="specviz inspector", policy=policy,
-                 lines=lines)
+    _serve_panel(factory, port=port, address=address, show=show, title="specviz inspector", policy=policy, lines=lines)
 
 
-def replay(path: str | os.PathLike, port: int = 5006, *, address: str = "127.0.0.1", show: bool = False,
-           token: str | None = None) -> None:
+def replay(
+    path: str | os.PathLike,
+    port: int = 5006,
+    *,
+    address: str = "127.0.0.1",
+    show: bool = False,
+    token: str | None = None,
+) -> None:
     """Serve a recorded session (JSON Lines written by :class:`~specviz.recorder.Recorder`); no model.
 
     Off loopback (or with ``token``) every request needs the access token, printed at start.
@@ -156,8 +194,15 @@ def replay(path: str | os.PathLike, port: int = 5006, *, address: str = "127.0.0
         return inspector_app(events=events, title=f"specviz replay: {os.path.basename(str(path))}")
 
     base = f"http://{_display_host(address)}:{port}/"
-    _serve_panel(factory, port=port, address=address, show=show, title="specviz replay", policy=policy,
-                 lines=[f"specviz replay: {policy.url(base)}  (Ctrl-C stops)"])
+    _serve_panel(
+        factory,
+        port=port,
+        address=address,
+        show=show,
+        title="specviz replay",
+        policy=policy,
+        lines=[f"specviz replay: {policy.url(base)}  (Ctrl-C stops)"],
+    )
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -182,10 +227,19 @@ def main(argv: list[str] | None = None) -> None:
     r.add_argument("--token", default=None)
     a = p.parse_args(argv)
     if a.cmd == "serve":
-        serve(a.port, a.model, address=a.address, max_tokens=a.max_tokens, prompt=a.prompt, shared=a.shared,
-              token=a.token, max_sessions=a.max_sessions)
+        serve(
+            a.port,
+            a.model,
+            address=a.address,
+            max_tokens=a.max_tokens,
+            prompt=a.prompt,
+            shared=a.shared,
+            token=a.token,
+            max_sessions=a.max_sessions,
+        )
     else:
         replay(a.file, a.port, address=a.address, token=a.token)
+
 
 if __name__ == "__main__":
     main()

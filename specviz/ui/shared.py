@@ -104,9 +104,15 @@ class SharedInspector:
             what = str(kind)[:40] if isinstance(kind, str) else "a message"
             if kind == "cmd" and isinstance(msg.get("cmd"), str):
                 what = msg["cmd"][:40]
-            self._deliver(view, {"type": "notice", "level": "error",
-                                 "text": f"{what}: refused; this page watches the presenter's session — only "
-                                         "the presenter can step, play, reset or change knobs"})
+            self._deliver(
+                view,
+                {
+                    "type": "notice",
+                    "level": "error",
+                    "text": f"{what}: refused; this page watches the presenter's session — only "
+                    "the presenter can step, play, reset or change knobs",
+                },
+            )
             return
         self._asking.view, self._asking.kind = view, kind
         try:
