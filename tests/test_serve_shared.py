@@ -52,7 +52,7 @@ class Page:
 def shared(tiny_model):
     ms = ManagedSession(lambda: Session(tiny_model, n_ctx=1024, n_batch=64, n_ubatch=64, n_threads=1))
     ms.start(PROMPT, max_tokens=400, strategy="prompt-lookup")
-    sh = SharedInspector(ms, prompt=PROMPT)
+    sh = SharedInspector(ms, prompt=PROMPT, viewer_interval=0)  # every view sent each message at once
     yield sh
     sh.close()
     ms.close()
@@ -179,3 +179,51 @@ def test_a_page_that_goes_away_is_dropped(shared):
     assert shared.audience() == {"presenters": 1, "viewers": 0}
     with pytest.raises(ValueError):
         shared.attach(Page(), "owner")
+
+
+def test_viewers_are_sent_rounds_in_batches_that_merge_into_the_same_log(tiny_model):
+    """With batching (the server's default), a viewer's rounds wait in its outbox and arrive merged: fewer
+    messages, the same events; the presenter gets each round at once."""
+    ms = ManagedSession(lambda: Session(tiny_model, n_ctx=1024, n_batch=64, n_ubatch=64, n_threads=1))
+    ms.start(PROMPT, max_tokens=400, strategy="prompt-lookup")
+    sh = SharedInspector(ms, prompt=PROMPT, viewer_interval=3600)  # the test flushes by hand
+    try:
+        presenter, pv = join(sh, "presenter")
+        viewer, vv = join(sh, "viewer")  # its catch-up is a reply: sent at once
+        n0 = len(viewer.msgs)
+        sh.handle(pv, {"type": "cmd", "cmd": "run", "n": 12})
+        sh.core.wait(30)
+        assert presenter.events == sh.core.log
+        assert len(viewer.msgs) == n0, "nothing reaches a viewer before the batch goes"
+        pending = [m["type"] for m in vv.outbox]
+        assert pending.count("state") == 1 and pending.count("events") == 1, pending
+        sh.flush()
+        assert viewer.events == sh.core.log
+        assert len([m for m in viewer.msgs[n0:] if m["type"] == "events"]) == 1
+        assert viewer.last_state()["running"] is False and viewer.last_state()["role"] == "viewer"
+        # a reset between batches: the new epoch's events are not merged into the old one's
+        sh.handle(pv, {"type": "cmd", "cmd": "step"})
+        sh.core.wait(30)
+        sh.handle(pv, {"type": "cmd", "cmd": "reset", "prompt": "the dog ran and the dog ran"})
+        sh.core.wait(30)
+        sh.handle(pv, {"type": "cmd", "cmd": "run", "n": 3})
+        sh.core.wait(30)
+        sh.flush()
+        assert viewer.epoch == sh.core.epoch == 1 and viewer.events == sh.core.log
+    finally:
+        sh.close()
+        ms.close()
+
+
+def test_merging_keeps_order_and_gaps():
+    from specviz.ui.shared import merge_into
+
+    box: list[dict] = []
+    merge_into(box, {"type": "events", "epoch": 0, "start": 0, "events": [1, 2]})
+    merge_into(box, {"type": "state", "running": True})
+    merge_into(box, {"type": "events", "epoch": 0, "start": 2, "events": [3]})
+    merge_into(box, {"type": "state", "running": False})
+    assert box == [{"type": "events", "epoch": 0, "start": 0, "events": [1, 2, 3]}, {"type": "state", "running": False}]
+    merge_into(box, {"type": "events", "epoch": 0, "start": 5, "events": [6]})  # a gap: not merged
+    merge_into(box, {"type": "events", "epoch": 1, "start": 0, "events": [9]})  # a new epoch: not merged
+    assert [m.get("start") for m in box] == [0, None, 5, 0]

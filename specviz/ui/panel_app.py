@@ -9,6 +9,7 @@ apart by their model API (``send_msg`` vs ``send``); the Python side is the same
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any, Callable
 
 import panel as pn
@@ -30,6 +31,23 @@ DEFAULT_PROMPT = (
 )
 
 
+def send_in_order(component: JSComponent, doc: Any, msg: dict) -> None:
+    """Send ``msg`` to ``component``'s page from any thread, after every message sent before it.
+
+    Panel sends at once from the server's thread but schedules a send from any other thread on the
+    server's loop, so a reply computed in the server's thread before a round ran in the Play thread
+    could reach the page after that round's messages (a stale ``state``: buttons left disabled, a
+    finished run shown as running). Every send is scheduled on the page's document instead, in call order.
+    """
+    if doc is None or doc.session_context is None:  # not served (a notebook, a test): nothing to order
+        component._send_msg(msg)
+        return
+    try:
+        doc.add_next_tick_callback(partial(component._send_msg, msg))
+    except Exception:  # the page's document is gone: nothing to send to
+        pass
+
+
 class InspectorComponent(JSComponent):
     """The inspector as a Panel component: ``InspectorComponent(session=...)`` or ``(events=[...])``."""
 
@@ -40,7 +58,9 @@ class InspectorComponent(JSComponent):
                  draft_models: list[str] | None = None, **params: Any) -> None:
         params.setdefault("sizing_mode", "stretch_width")
         super().__init__(**params)
-        self.core = InspectorCore(self._send_msg, session, events=events, prompt=prompt, draft_models=draft_models)
+        doc = pn.state.curdoc
+        self.core = InspectorCore(lambda m: send_in_order(self, doc, m), session, events=events, prompt=prompt,
+                                  draft_models=draft_models)
 
     def _handle_msg(self, data: Any) -> None:
         self.core.handle(data)

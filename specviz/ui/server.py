@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import os
 import socket
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from .access import AccessPolicy, access_policy, auth_provider
 from .panel_app import DEFAULT_PROMPT
@@ -37,8 +38,17 @@ def _display_host(address: str) -> str:
 
 
 def _serve_panel(
-    factory, *, port: int, address: str, show: bool, title: str, policy: AccessPolicy, lines: Iterable[str] = ()
+    factory,
+    *,
+    port: int,
+    address: str,
+    show: bool,
+    title: str,
+    policy: AccessPolicy,
+    lines: Iterable[str] = (),
+    threaded: bool = False,
 ) -> Any:
+    """Serve ``factory`` with Panel: blocks until interrupted, or (``threaded``) returns the server's thread."""
     import panel as pn
 
     opts: dict[str, Any] = {}
@@ -59,7 +69,7 @@ def _serve_panel(
         title=title,
         websocket_origin=origins,
         start=True,
-        threaded=False,
+        threaded=threaded,
         websocket_max_message_size=MAX_WEBSOCKET_BYTES,
         check_unused_sessions_milliseconds=CHECK_UNUSED_MS,
         unused_session_lifetime_milliseconds=UNUSED_LIFETIME_MS,
@@ -89,7 +99,19 @@ def draft_candidates(model_path: str | os.PathLike, extra: Iterable[str | os.Pat
     return out
 
 
-def serve(
+@dataclass
+class ServedApp:
+    """What :func:`build_app` made: the page factory, the lines to print, the access policy, and the pool
+    (default mode) or the shared inspector (presenter mode) behind the pages."""
+
+    factory: Callable[[], Any]
+    lines: list[str]
+    policy: AccessPolicy
+    pool: Any = None
+    shared: Any = None
+
+
+def build_app(
     port: int = 5006,
     model: str | os.PathLike | None = None,
     *,
@@ -98,7 +120,6 @@ def serve(
     max_tokens: int = 256,
     strategy: str = "prompt-lookup",
     n_ctx: int = 4096,
-    show: bool = False,
     draft_models: Iterable[str | os.PathLike] = (),
     shared: bool = False,
     token: str | None = None,
@@ -107,20 +128,8 @@ def serve(
     idle_timeout: float = 300.0,
     max_viewers: int = 100,
     **knobs: Any,
-) -> None:
-    """Serve the inspector on ``model`` (default: the embedded Gemma 3 270M) at ``http://address:port/``.
-
-    The model weights are loaded once and shared. By default each page gets its own session started on
-    ``prompt`` with ``strategy`` and ``knobs``; the sessions decode one round at a time in turn, at most
-    ``max_sessions`` pages have one (the others are told the server is busy), and a session idle for
-    ``idle_timeout`` seconds gives its llama.cpp context back until its page acts again. With ``shared``
-    one session runs and every page (up to ``max_viewers``) watches it; pages opened with the presenter
-    token (``presenter_token``, or a random one printed at start) control it.
-
-    The form offers ``draft_models`` (and drafts derived from the model found by
-    :func:`draft_candidates`) by name for the ``draft`` strategy; a page can pick nothing else. Off
-    loopback (or with ``token``) every request needs the access token, printed at start.
-    """
+) -> ServedApp:
+    """Load the model and build the pages :func:`serve` serves (see there for the arguments); serves nothing."""
     from ..backends.llama import LlamaModel
     from ..models import resolve_model
     from ..session import Session
@@ -149,12 +158,16 @@ def serve(
         session = ManagedSession(make_session, catalog=catalog, drafts=drafts)
         session.start(prompt, **start_kwargs)
         inspector = SharedInspector(session, prompt=prompt, draft_models=catalog.names)
-        factory = shared_app(inspector, policy, max_viewers=max_viewers)
-        lines = [
-            "specviz inspector, presenter mode: one session, every page watches (Ctrl-C stops)",
-            f"  audience:  {policy.url(base)}",
-            f"  presenter: {policy.url(base, presenter=True)}   (keep this one to yourself)",
-        ]
+        app = ServedApp(
+            shared_app(inspector, policy, max_viewers=max_viewers),
+            [
+                "specviz inspector, presenter mode: one session, every page watches (Ctrl-C stops)",
+                f"  audience:  {policy.url(base)}",
+                f"  presenter: {policy.url(base, presenter=True)}   (keep this one to yourself)",
+            ],
+            policy,
+            shared=inspector,
+        )
     else:
         pool = SessionPool(
             make_session,
@@ -165,11 +178,51 @@ def serve(
             drafts=drafts,
         )
         pool.start_reaper()
-        factory = per_page_app(pool, prompt=prompt, start_kwargs=start_kwargs)
-        lines = [f"specviz inspector: {policy.url(base)}  (Ctrl-C stops; a session per page, at most {max_sessions})"]
+        app = ServedApp(
+            per_page_app(pool, prompt=prompt, start_kwargs=start_kwargs),
+            [f"specviz inspector: {policy.url(base)}  (Ctrl-C stops; a session per page, at most {max_sessions})"],
+            policy,
+            pool=pool,
+        )
     if policy.required:
-        lines.append("  every request needs the token above (open the URL as printed)")
-    _serve_panel(factory, port=port, address=address, show=show, title="specviz inspector", policy=policy, lines=lines)
+        app.lines.append("  every request needs the token above (open the URL as printed)")
+    return app
+
+
+def serve(
+    port: int = 5006,
+    model: str | os.PathLike | None = None,
+    *,
+    address: str = "127.0.0.1",
+    show: bool = False,
+    **options: Any,
+) -> None:
+    """Serve the inspector on ``model`` (default: the embedded Gemma 3 270M) at ``http://address:port/``.
+
+    ``options``: ``prompt``, ``max_tokens``, ``strategy``, ``n_ctx``, ``draft_models``, ``shared``, ``token``,
+    ``presenter_token``, ``max_sessions``, ``idle_timeout``, ``max_viewers`` and knobs.
+
+    The model weights are loaded once and shared. By default each page gets its own session started on
+    ``prompt`` with ``strategy`` and the knobs; the sessions decode one round at a time in turn, at most
+    ``max_sessions`` pages (default 8) have one (the others are told the server is busy), and a session
+    idle for ``idle_timeout`` seconds (default 300) gives its llama.cpp context back until its page acts
+    again. With ``shared`` one session runs and every page (up to ``max_viewers``) watches it; pages
+    opened with the presenter token (``presenter_token``, or a random one printed at start) control it.
+
+    The form offers ``draft_models`` (and drafts derived from the model found by
+    :func:`draft_candidates`) by name for the ``draft`` strategy; a page can pick nothing else. Off
+    loopback (or with ``token``) every request needs the access token, printed at start.
+    """
+    app = build_app(port, model, address=address, **options)
+    _serve_panel(
+        app.factory,
+        port=port,
+        address=address,
+        show=show,
+        title="specviz inspector",
+        policy=app.policy,
+        lines=app.lines,
+    )
 
 
 def replay(

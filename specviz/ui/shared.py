@@ -14,6 +14,14 @@
 
 Every ``state`` message carries ``role`` and ``audience`` (how many pages watch and present).
 
+The presenter's pages are sent every round as it happens. The viewers' broadcasts are batched: they
+wait in each viewer's outbox and a sender thread delivers them every ``viewer_interval`` seconds (0.1
+by default), consecutive rounds merged into one ``events`` message and only the newest ``state`` kept.
+The presenter's session then pays for a viewer a few times a second instead of once a round: the
+stepping thread only appends to the outboxes, and the server sends one message per viewer per batch.
+A viewer's outbox is its only channel, so what it is sent keeps its order; a reply to a viewer (its
+catch-up, a notice) is sent at once with whatever was queued before it.
+
 No UI library is imported here.
 """
 
@@ -45,6 +53,25 @@ class View:
     id: int = field(default_factory=lambda: next(_ids))
     #: Messages this view was sent (for the load benchmark and the tests).
     sent: int = 0
+    #: Broadcasts waiting for the next batch (viewers only).
+    outbox: list[dict] = field(default_factory=list)
+
+
+def merge_into(outbox: list[dict], msg: dict) -> None:
+    """Add a broadcast to a viewer's outbox: an ``events`` message continuing the outbox's newest one (same
+    epoch, no gap) is merged into it; a ``state`` replaces any older one (only the newest matters)."""
+    if msg.get("type") == "state":
+        outbox[:] = [m for m in outbox if m.get("type") != "state"]
+        outbox.append(msg)
+        return
+    if msg.get("type") == "events":
+        last = next((m for m in reversed(outbox) if m.get("type") == "events"), None)
+        if last is not None and last["epoch"] == msg["epoch"] and last["start"] + len(last["events"]) == msg["start"]:
+            last["events"] = last["events"] + msg["events"]
+            return
+        outbox.append({**msg, "events": list(msg["events"])})
+        return
+    outbox.append(msg)
 
 
 class SharedInspector:
@@ -53,11 +80,19 @@ class SharedInspector:
     ``session``, ``prompt`` and ``draft_models`` are passed to the :class:`InspectorCore` this wraps.
     """
 
-    def __init__(self, session: Any, *, prompt: str | None = None, draft_models: list[str] | None = None) -> None:
+    def __init__(self, session: Any, *, prompt: str | None = None, draft_models: list[str] | None = None,
+                 viewer_interval: float = 0.1) -> None:
         self._views: list[View] = []
         self._views_lock = threading.Lock()
         self._asking = threading.local()  # the view whose message this thread is handling, and its type
+        self.viewer_interval = viewer_interval
+        self._outbox_lock = threading.RLock()
+        self._stop = threading.Event()
+        self._sender: threading.Thread | None = None
         self.core = InspectorCore(self._send, session, prompt=prompt, draft_models=draft_models)
+        if viewer_interval > 0:
+            self._sender = threading.Thread(target=self._send_batches, name="specviz-viewers", daemon=True)
+            self._sender.start()
 
     # -- views ---------------------------------------------------------------------------------------
     def attach(self, send: Callable[[dict], None], role: str) -> View:
@@ -113,35 +148,74 @@ class SharedInspector:
                     "the presenter can step, play, reset or change knobs",
                 },
             )
+            self._flush_view(view)
             return
         self._asking.view, self._asking.kind = view, kind
         try:
             self.core.handle(msg)
         finally:
             self._asking.view = self._asking.kind = None
+        if view.role != "presenter" and view.outbox:
+            self._flush_view(view)  # a viewer's reply does not wait for the next batch
 
     def _send(self, msg: dict) -> None:
         """The core's send: to the asking view or to every view (see the module docstring)."""
         asking: View | None = getattr(self._asking, "view", None)
         if asking is not None and (self._asking.kind == "hello" or msg.get("type") not in BROADCAST_TYPES):
+            if self._asking.kind == "hello" and msg.get("type") == "state" and asking.role != "presenter":
+                # the catch-up that follows covers every round broadcast so far: drop the queued ones
+                with self._outbox_lock:
+                    asking.outbox[:] = [m for m in asking.outbox if m.get("type") not in BROADCAST_TYPES]
             self._deliver(asking, msg)
             return
         for v in self.views:
             self._deliver(v, msg)
 
     def _deliver(self, view: View, msg: dict) -> None:
+        """Send ``msg`` to the presenter at once; queue it in a viewer's outbox (sent in order by batches)."""
         if msg.get("type") == "state":
             msg = {**msg, "role": view.role, "audience": self.audience()}
             if view.role != "presenter":
                 msg.update(can_control=False, can_step=False, can_reset=False)
+        if view.role == "presenter" or self._sender is None:
+            self._send_to(view, msg)
+            return
+        with self._outbox_lock:
+            merge_into(view.outbox, msg)
+
+    def _send_to(self, view: View, msg: dict) -> None:
         view.sent += 1
         try:
             view.send(msg)
         except Exception:  # a page that went away must not stop the others
             self.detach(view)
 
+    def _flush_view(self, view: View) -> None:
+        # taken and sent under the lock: two flushes of one view cannot swap its messages
+        with self._outbox_lock:
+            msgs, view.outbox[:] = view.outbox[:], []
+            for m in msgs:
+                self._send_to(view, m)
+
+    def flush(self) -> None:
+        """Send every viewer what waits in its outbox (the sender thread does this every ``viewer_interval``)."""
+        for v in self.views:
+            if v.outbox:
+                self._flush_view(v)
+
+    def _send_batches(self) -> None:
+        while not self._stop.wait(self.viewer_interval):
+            try:
+                self.flush()
+            except Exception:  # keep serving the others
+                pass
+
     def close(self) -> None:
-        """Stop the session's stepping and forget the views."""
+        """Stop the session's stepping and the sender thread, and forget the views."""
         self.core.close()
+        self._stop.set()
+        if self._sender is not None:
+            self._sender.join(5)
+        self.flush()
         with self._views_lock:
             self._views.clear()

@@ -84,11 +84,18 @@ function render({ model, el }) {
   }
 
   // ---- messages from the host
+  const appendMs = []; // how long each events message took to apply, in ms (see the hooks below)
   function onMsg(msg) {
     if (destroyed || !msg || typeof msg !== "object") return;
     try {
       switch (msg.type) {
-        case "events": applyEvents(msg); break;
+        case "events": {
+          const t0 = performance.now();
+          applyEvents(msg);
+          appendMs.push(performance.now() - t0); // for the load benchmark (the newest 4096)
+          if (appendMs.length > 4096) appendMs.splice(0, appendMs.length - 4096);
+          break;
+        }
         case "state":
           if (controls.applyState(msg)) charts.mark("conf");
           header.status(controls.config);
@@ -126,6 +133,7 @@ function render({ model, el }) {
     drawCharts: (staggered) => charts.drawAll(staggered),
     drawChart: (key) => charts.drawOne(key),
     charts: charts.keys,
+    appendMs, // main-thread ms per events message (benchmarks/bench_serve_load.py)
   };
 
   const cleanup = () => {
