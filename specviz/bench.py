@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 from .session import Session
-from .strategies import strategy_names
+from .strategies import strategy_class, strategy_names
 from .workloads import WORKLOADS, copied_fraction
 
 
@@ -106,7 +106,7 @@ def run_bench(session: Session, *, strategies: Sequence[str] | None = None, kind
 
     ``common`` knobs apply to every strategy but ``none``; ``knobs`` maps a strategy name to its own.
     """
-    strategies = list(strategies or [n for n in strategy_names() if n != "draft"])
+    strategies = list(strategies or [n for n in strategy_names() if not strategy_class(n).needs_model])
     strategies = ["none"] + [s for s in strategies if s != "none"]
     kinds = list(kinds or WORKLOADS)
     knobs = knobs or {}

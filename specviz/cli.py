@@ -38,13 +38,20 @@ def _all_knobs() -> dict[str, Knob]:
     return out
 
 
+def _per_type(alias: str, strategy: str) -> bool:
+    """True for llama.cpp's per-type spellings (``--spec-ngram-map-k-size-n``). ``--spec-draft-*`` is not one:
+    llama.cpp's draft settings (``--spec-draft-model``, ``--spec-draft-p-min`` …) serve every model-backed
+    type (draft-simple, draft-eagle3, draft-mtp), not only the strategy named ``draft``."""
+    return strategy != "draft" and alias.startswith(f"--spec-{strategy}-")
+
+
 def _strategy_flags() -> dict[str, tuple[str, str]]:
     """llama.cpp's per-type spellings (``--spec-ngram-map-k-size-n`` …): flag -> (strategy, knob)."""
     out: dict[str, tuple[str, str]] = {}
     for name in strategy_names():
         for k in strategy_class(name).knobs:
             for alias in k.aliases:
-                if alias.startswith(f"--spec-{name}-"):
+                if _per_type(alias, name):
                     out[alias] = (name, k.name)
     return out
 
@@ -55,7 +62,7 @@ def _general_flags(knob: Knob) -> list[str]:
     for name in strategy_names():
         for k in (*SESSION_KNOBS, *strategy_class(name).knobs):
             if k.name == knob.name:
-                flags += [a for a in k.aliases if not a.startswith(f"--spec-{name}-") and a not in flags]
+                flags += [a for a in k.aliases if not _per_type(a, name) and a not in flags]
     return flags
 
 
@@ -109,6 +116,17 @@ def _int_option(flag: str, value: str, lo: int, hi: int | None = None) -> int:
     return v
 
 
+def _draft_model_strategy(path: str) -> str:
+    """``eagle3`` for an EAGLE-3 head, else ``draft`` (read from the file's architecture, no model loaded)."""
+    from .backends.gguf_check import check_gguf
+    from .errors import ModelError
+
+    try:
+        return "eagle3" if check_gguf(path).architecture == "eagle3" else "draft"
+    except ModelError:
+        return "draft"  # the draft strategy's own check reports the file
+
+
 def _generation_config(args: argparse.Namespace, *, warn) -> dict[str, Any]:
     """Validate the generation options into keyword arguments for Session.start (no model loaded)."""
     strategy = args.strategy
@@ -148,7 +166,7 @@ def _generation_config(args: argparse.Namespace, *, warn) -> dict[str, Any]:
             raise UsageError("option --draft-model conflicts with --prompt-lookup: a round drafts with one strategy; "
                              "use one of them")
         if strategy is None:
-            strategy = "draft"
+            strategy = _draft_model_strategy(draft_model) if Path(draft_model).is_file() else "draft"
     strategy = strategy or "prompt-lookup"
     if strategy not in strategy_names():
         raise UsageError(f"option --strategy: {strategy!r} is not allowed; choose one of: "
@@ -354,13 +372,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
     """``specviz bench``: every strategy on every workload kind, one table of medians (see :mod:`specviz.bench`)."""
     from .workloads import WORKLOADS
 
-    names = strategy_names()
-    strategies = [x.strip() for x in args.strategies.split(",")] if args.strategies else \
-        [n for n in names if n != "draft"]
+    names = [n for n in strategy_names() if not strategy_class(n).needs_model]  # model-backed ones need a model
+    strategies = [x.strip() for x in args.strategies.split(",")] if args.strategies else names
     for st in strategies:
-        if st not in names or st == "draft":
-            raise UsageError(f"option --strategies: {st!r} is not allowed; choose among: "
-                             f"{', '.join(n for n in names if n != 'draft')}")
+        if st not in names:
+            raise UsageError(f"option --strategies: {st!r} is not allowed; choose among: {', '.join(names)}")
     kinds = [x.strip() for x in args.kinds.split(",")] if args.kinds else list(WORKLOADS)
     for k in kinds:
         if k not in WORKLOADS:
@@ -431,9 +447,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if args.model is not None and not Path(args.model).is_file():
         raise UsageError(f"option --model: {args.model!r} does not exist; pass the path of a .gguf file")
     strategy = args.strategy
-    if strategy not in strategy_names() or strategy == "draft":
-        raise UsageError(f"option --strategy: {strategy!r} is not allowed; choose one of: "
-                         f"{', '.join(n for n in strategy_names() if n != 'draft')}")
+    draftless = [n for n in strategy_names() if not strategy_class(n).needs_model]
+    if strategy not in draftless:
+        raise UsageError(f"option --strategy: {strategy!r} is not allowed; choose one of: {', '.join(draftless)}")
     for d in args.draft_model or []:
         if not Path(d).is_file():
             raise UsageError(f"option --draft-model: {d!r} does not exist; pass the path of a .gguf file")
@@ -485,6 +501,18 @@ def cmd_replay(args: argparse.Namespace) -> int:
     from .ui.server import replay
 
     replay(args.file, port, address=args.address, token=token)
+    return 0
+
+
+def cmd_info(args: argparse.Namespace) -> int:
+    """``specviz info [MODEL] [--draft-model D]``: the model's facts and which strategies it can run."""
+    for flag, p in (("argument MODEL", args.model), ("option --draft-model", args.draft_model)):
+        if p is not None and not Path(p).is_file():
+            raise UsageError(f"{flag}: {p!r} does not exist; pass the path of a .gguf file")
+    from .model_info import model_info
+
+    info = model_info(args.model, args.draft_model)
+    print(json.dumps(info.to_dict()) if args.json else info.format())
     return 0
 
 
@@ -541,6 +569,13 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--address", default="127.0.0.1")
     rp.add_argument("--token", default=None, help="the access token (default: as for serve)")
     rp.set_defaults(func=cmd_replay)
+    inf = sub.add_parser("info", help="what a model is and which strategies it (with a draft model) can run")
+    inf.add_argument("model", metavar="MODEL", nargs="?", default=None,
+                     help="the GGUF (default: the embedded Gemma 3 270M)")
+    inf.add_argument("--draft-model", "-md", "--spec-draft-model", default=None, metavar="PATH",
+                     help="a draft GGUF or an EAGLE-3 head to check with the model")
+    inf.add_argument("--json", action="store_true")
+    inf.set_defaults(func=cmd_info)
     s = sub.add_parser("strategies", help="list strategies and their knobs")
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=cmd_strategies)
@@ -551,6 +586,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 #: Functions adding further subcommands (serve, replay, bench, derive-draft) to the parser.
 _EXTRA_COMMANDS: list = []
+
+
+def _add_sweep_commands(sub) -> None:
+    """``sweep`` and ``report`` (:mod:`specviz.sweep.commands`), imported when the parser is built."""
+    from .sweep.commands import add_commands
+
+    add_commands(sub)
+
+
+_EXTRA_COMMANDS.append(_add_sweep_commands)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -58,3 +58,14 @@ class SnapshotError(SpecvizError, ValueError):
 
 class VocabularyMismatchError(ModelError):
     """A draft model's vocabulary differs from the target's."""
+
+
+class StrategyUnavailableError(StrategyError, ModelError):
+    """A strategy cannot run with these models, and why (an EAGLE-3 head that does not fit the target, a
+    target without NextN layers, a graph whose hidden states cannot be read). Raised by ``configure()``
+    and ``start()`` before anything changes, never mid-run."""
+
+
+class CaptureUnavailableError(StrategyUnavailableError):
+    """The target's layer inputs cannot be read: its graph records none and no capture shim applies, the
+    shim could not be built, or the llama.cpp build lacks the staging API."""

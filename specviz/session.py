@@ -148,8 +148,10 @@ class Session:
         if cfg.get("draft_min", 0) > cfg.get("draft_max", 1):
             raise KnobError(f"knob 'draft_min': {cfg['draft_min']} is larger than draft_max={cfg['draft_max']}; "
                             "set draft_min <= draft_max", knob="draft_min", value=cfg["draft_min"])
-        if cls.needs_model:
-            self.draft_models.get(cfg["draft_model"])  # load and check now, so nothing fails at the boundary
+        if cls.needs_model:  # load and check now, so nothing fails at the boundary
+            path = cfg.get("draft_model") or ""
+            model = self.draft_models.get(path) if path or not cls.draft_model_optional else None
+            cls.check_models(cfg, self.ctx, model)
         return cfg
 
     def configure(self, strategy: str | None = None, **knobs: Any) -> dict[str, Any]:
@@ -170,7 +172,10 @@ class Session:
         resources = None
         if strategy_class(strategy).needs_model:
             a = self._ctx_args
-            resources = DraftResources(model=self.draft_models.get(cfg["draft_model"]), target=self.model,
+            path = cfg.get("draft_model") or ""
+            model = self.model if not path and strategy_class(strategy).draft_model_optional else \
+                self.draft_models.get(path)
+            resources = DraftResources(model=model, target=self.model,
                                        target_ctx=self.ctx, n_ctx=self.ctx.capacity.n_ctx,
                                        n_batch=self.ctx.capacity.n_batch, n_ubatch=self.ctx.capacity.n_ubatch,
                                        n_threads=a["n_threads"], sampling=sampling or self.sampling, rng=self.rng)

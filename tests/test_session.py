@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from specviz import Session, strategy_names
+from specviz import Session, strategy_class, strategy_names
 from specviz.backends import LlamaContext
 from specviz.errors import ContextError, KnobError, SessionStateError, SnapshotError, StrategyError
 from specviz.events import event_from_dict
@@ -35,7 +35,7 @@ def eager(name: str) -> dict:
     return {k: v for k, v in EAGER.get(name, {"draft_max": 8}).items() if k in names}
 
 
-DRAFTLESS = [n for n in strategy_names() if n != "draft"]
+DRAFTLESS = [n for n in strategy_names() if not strategy_class(n).needs_model]
 
 
 def plain_reference(model, prompt_ids, n):

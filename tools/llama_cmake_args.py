@@ -54,13 +54,15 @@ def cmake_args(flags: set[str], machine: str) -> list[str]:
     return args
 
 
+def tag(args: list[str]) -> str:
+    """The short name of an argument set, keying the caches of what is built with it."""
+    return "cpu-" + hashlib.sha256(" ".join(args).encode()).hexdigest()[:10]
+
+
 def main(argv: list[str]) -> int:
     """Print the arguments (or their tag with ``--tag``)."""
-    args = " ".join(cmake_args(cpu_flags(), platform.machine()))
-    if "--tag" in argv:
-        print("cpu-" + hashlib.sha256(args.encode()).hexdigest()[:10])
-    else:
-        print(args)
+    args = cmake_args(cpu_flags(), platform.machine())
+    print(tag(args) if "--tag" in argv else " ".join(args))
     return 0
 
 

@@ -11,8 +11,11 @@ from __future__ import annotations
 
 import os
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
+
+import numpy as np
 
 from ..errors import ModelFormatError, ModelNotFoundError
 
@@ -27,6 +30,17 @@ _TYPE_SIZES: dict[int, tuple[int, int]] = {
 # GGUF metadata value type -> struct format of a scalar
 _SCALARS = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d"}
 _STRING, _ARRAY = 8, 9
+_NUMPY = {0: "u1", 1: "i1", 2: "<u2", 3: "<i2", 4: "<u4", 5: "<i4", 6: "<f4", 7: "?", 10: "<u8", 11: "<i8", 12: "<f8"}
+
+
+@dataclass(frozen=True)
+class TensorEntry:
+    """One tensor of the file: ggml type id, dims (ggml order, fastest first) and absolute data offset."""
+
+    name: str
+    ggml_type: int
+    dims: tuple[int, ...]
+    offset: int
 
 
 @dataclass(frozen=True)
@@ -39,6 +53,17 @@ class GGUFInfo:
     architecture: str | None
     data_offset: int
     data_bytes: int
+    metadata: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    """Every metadata value: scalars, strings, numeric arrays (numpy); string arrays as their length."""
+    tensors: dict[str, TensorEntry] = field(default_factory=dict, compare=False, repr=False)
+    """The tensor table by name."""
+    spans: dict[str, tuple[int, int, int]] = field(default_factory=dict, compare=False, repr=False)
+    """Per metadata key: (value type, first byte, end byte) of the stored value after its type field, for
+    copying values byte for byte into another file."""
+
+    def get(self, key: str, default: Any = None) -> Any:
+        """Metadata value of ``key`` (``{arch}`` in the key is replaced by the architecture)."""
+        return self.metadata.get(key.replace("{arch}", self.architecture or ""), default)
 
 
 class _Reader:
@@ -73,11 +98,10 @@ class _Reader:
                 raise ModelFormatError(f"{self.path}: corrupt GGUF metadata (array length {n} exceeds the file)")
             if etype in _SCALARS:
                 width = struct.calcsize(_SCALARS[etype])
-                self.read(width * n)  # skipped: arrays are not needed for the check
-                return None
+                return np.frombuffer(self.read(width * n), dtype=_NUMPY[etype])
             for _ in range(n):
                 self.value(etype)
-            return None
+            return n  # arrays of strings (vocabularies): only their length is kept
         raise ModelFormatError(f"{self.path}: corrupt GGUF metadata (unknown value type {vtype})")
 
 
@@ -107,17 +131,23 @@ def check_gguf(path: str | os.PathLike) -> GGUFInfo:
             raise ModelFormatError(f"{p}: corrupt GGUF header (tensor or metadata count exceeds the file)")
         alignment = 32
         arch = None
+        meta: dict[str, Any] = {}
+        spans: dict[str, tuple[int, int, int]] = {}
         for _ in range(n_kv):
             key = r.string()
             vtype = r.scalar("I")
+            start = f.tell()
             val = r.value(vtype)
+            meta[key] = val
+            spans[key] = (vtype, start, f.tell())
             if key == "general.alignment" and isinstance(val, int) and val > 0:
                 alignment = val
             elif key == "general.architecture" and isinstance(val, str):
                 arch = val
         end = 0
+        table: list[tuple[str, int, tuple[int, ...], int]] = []
         for i in range(n_tensors):
-            r.string()  # the tensor's name: not needed, and never quoted (see the magic above)
+            name = r.string()  # kept for the table, never quoted in an error (see the magic above)
             n_dims = r.scalar("I")
             if n_dims > 8:
                 raise ModelFormatError(f"{p}: corrupt tensor info for tensor {i} ({n_dims} dimensions)")
@@ -130,10 +160,29 @@ def check_gguf(path: str | os.PathLike) -> GGUFInfo:
             blk, bsz = _TYPE_SIZES.get(ttype, (1, 0))
             nbytes = (n_el // blk) * bsz
             end = max(end, offset + nbytes)
+            table.append((name, ttype, tuple(dims), offset))
         data_offset = f.tell()
         data_offset += (-data_offset) % alignment
     if data_offset + end > size:
         raise ModelFormatError(
             f"{p}: the GGUF file is truncated ({size} bytes, its tensors need {data_offset + end}); "
             "re-download or re-export the model")
-    return GGUFInfo(version, n_tensors, n_kv, arch, data_offset, end)
+    tensors = {n: TensorEntry(n, t, d, data_offset + o) for n, t, d, o in table}
+    return GGUFInfo(version, n_tensors, n_kv, arch, data_offset, end, meta, tensors, spans)
+
+
+def read_small_tensor(path: str | os.PathLike, info: GGUFInfo, name: str) -> np.ndarray:
+    """The data of an unquantized tensor (f32, f16, i8-i64, f64) as a numpy array in ggml order reversed."""
+    t = info.tensors.get(name)
+    if t is None:
+        raise ModelFormatError(f"{path}: no tensor {name!r}")
+    dtypes = {0: "<f4", 1: "<f2", 24: "i1", 25: "<i2", 26: "<i4", 27: "<i8", 28: "<f8"}
+    if t.ggml_type not in dtypes:
+        raise ModelFormatError(f"{path}: tensor {name!r} has ggml type {t.ggml_type}, not a plain number type")
+    n = 1
+    for d in t.dims:
+        n *= d
+    with open(path, "rb") as f:
+        f.seek(t.offset)
+        data = np.frombuffer(f.read(n * np.dtype(dtypes[t.ggml_type]).itemsize), dtype=dtypes[t.ggml_type])
+    return data.reshape(tuple(reversed(t.dims))) if len(t.dims) > 1 else data

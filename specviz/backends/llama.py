@@ -74,6 +74,10 @@ class LlamaModel:
         lc = _lib()
         params = lc.llama_model_default_params()
         params.n_gpu_layers = n_gpu_layers
+        # multi-token-prediction (NextN) layers are skipped at load unless asked for; load them when the
+        # file has some, so the mtp strategy can draft with them (the trunk's graph never runs them)
+        nextn = self.info.metadata.get(f"{self.info.architecture}.nextn_predict_layers", 0)
+        params.load_mtp = bool(isinstance(nextn, int) and nextn > 0)
         ptr = lc.llama_model_load_from_file(str(self.path).encode(), params)
         if not ptr:
             raise ModelFormatError(
@@ -84,6 +88,8 @@ class LlamaModel:
         self.vocab = lc.llama_model_get_vocab(ptr)
         self.n_vocab = int(lc.llama_vocab_n_tokens(self.vocab))
         self.n_layer = int(lc.llama_model_n_layer(ptr))
+        self.n_embd = int(lc.llama_model_n_embd(ptr))
+        self.n_layer_nextn = int(lc.llama_model_n_layer_nextn(ptr))
         self.n_swa = int(lc.llama_model_n_swa(ptr))
         self.n_ctx_train = int(lc.llama_model_n_ctx_train(ptr))
         self.bos = int(lc.llama_vocab_bos(self.vocab))
@@ -193,10 +199,16 @@ class LlamaModel:
 
 
 class LlamaContext:
-    """One llama.cpp context (sequence 0) over a :class:`LlamaModel`."""
+    """One llama.cpp context (sequence 0) over a :class:`LlamaModel`.
+
+    ``capture``: whether to install the layer-capture eval callback (:mod:`specviz.backends.capture`), which
+    llama.cpp accepts only at creation. ``None`` (the default) installs it, switched off, on architectures
+    whose layer inputs only it can read (``gemma3``) unless ``SPECVIZ_CAPTURE_SHIM=0``; ``True`` installs it
+    wherever its tensor names are known (or raises); ``False`` never. :attr:`eval_count` counts decodes.
+    """
 
     def __init__(self, model: LlamaModel, *, n_ctx: int = 4096, n_batch: int = 512, n_ubatch: int = 512,
-                 n_threads: int | None = None) -> None:
+                 n_threads: int | None = None, capture: bool | None = None) -> None:
         for name, v in (("n_ctx", n_ctx), ("n_batch", n_batch), ("n_ubatch", n_ubatch)):
             if not isinstance(v, int) or v < 8:
                 raise ContextError(f"{name} must be an integer >= 8, got {v!r}")
@@ -214,6 +226,32 @@ class LlamaContext:
         p.n_threads_batch = threads
         p.no_perf = True
         p.swa_full = True  # keep every sliding-window key so rejected tails can be removed
+        # Layer capture for EAGLE-3 on graphs that record no layer inputs (gemma3) needs an eval callback,
+        # which llama.cpp only takes at creation: install the C shim switched off (it then costs nothing;
+        # see specviz.backends.capture). capture=None installs it when the shim can be built.
+        self.tap = None
+        self.before_eval = None  # called before every decode (the shim resets its row counters)
+        self.eval_count = 0
+        if capture is None and os.environ.get("SPECVIZ_CAPTURE_SHIM", "").lower() in ("0", "off", "no", "false"):
+            capture = False  # the user switched the shim off: gemma3 targets then refuse eagle3, saying why
+        if capture is not False:
+            from ..errors import CaptureUnavailableError
+            from .capture import CALLBACK_ARCHS, CallbackTap, capture_method
+
+            arch = model.info.architecture
+            # None: only where the shim is the only way (gemma3); True: wherever its tensor names are known
+            # (the tests compare it with llama.cpp's own taps on llama)
+            if capture or capture_method(arch) == "callback":
+                if arch not in CALLBACK_ARCHS:
+                    raise CaptureUnavailableError(f"the layer-capture shim does not know the {arch!r} graph")
+                try:
+                    self.tap = CallbackTap()
+                except CaptureUnavailableError:
+                    if capture:
+                        raise
+            if self.tap is not None:
+                p.cb_eval = lc.ggml_backend_sched_eval_callback(self.tap.callback_address)
+                p.cb_eval_user_data = ctypes.c_void_p(self.tap.user_data)
         ctx = lc.llama_init_from_model(model.ptr, p)
         if not ctx:
             raise ContextError(f"llama.cpp could not create a context with n_ctx={n_ctx}, n_batch={n_batch}, "
@@ -280,6 +318,9 @@ class LlamaContext:
             flags[idx] = 1
             self._out_rows = idx
         self._batch.n_tokens = n
+        if self.before_eval is not None:
+            self.before_eval()
+        self.eval_count += 1
         t0 = time.perf_counter()
         rc = _lib().llama_decode(self._ctx, self._batch)
         self.decode_seconds += time.perf_counter() - t0

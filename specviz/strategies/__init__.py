@@ -1,7 +1,8 @@
 """Strategy registry: name → drafter class, and the knob schema of each strategy.
 
 Names follow llama.cpp (``none``, ``ngram-simple``, ``ngram-map-k`` …) plus ``prompt-lookup``
-(the runner PR's prompt lookup) and ``draft`` (a second GGUF).
+(the runner PR's prompt lookup), ``draft`` (a second GGUF), ``eagle3`` (an EAGLE-3 head over the target's
+hidden states) and ``mtp`` (the target's multi-token-prediction layers).
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ _REGISTRY: dict[str, str] = {
     "ngram-mod": "specviz.strategies.ngram_mod:NgramModDrafter",
     "ngram-cache": "specviz.strategies.ngram_cache:NgramCacheDrafter",
     "draft": "specviz.strategies.draft_model:DraftModelDrafter",
+    "eagle3": "specviz.strategies.eagle3:Eagle3Drafter",
+    "mtp": "specviz.strategies.mtp:MtpDrafter",
 }
 
 

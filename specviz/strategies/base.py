@@ -119,6 +119,9 @@ class Drafter:
     has_context: ClassVar[bool] = False
     #: Format tag of :meth:`state`; a state of another format is refused by :meth:`load_state`.
     state_format: ClassVar[str] = ""
+    #: (``needs_model``) An empty ``draft_model`` is allowed: the drafter then drafts with the target model
+    #: itself (``mtp``: the target's own NextN layers), which :class:`DraftResources` carries as ``model``.
+    draft_model_optional: ClassVar[bool] = False
 
     def __init__(self, **knobs: Any) -> None:
         self.config: dict[str, Any] = {k.name: knobs.get(k.name, k.default) for k in self.knobs}
@@ -231,6 +234,13 @@ class Drafter:
     @staticmethod
     def check(config: dict[str, Any]) -> None:
         """Cross-knob rules on a complete, type-checked config; raise KnobError to refuse it."""
+
+    @classmethod
+    def check_models(cls, config: dict[str, Any], target_ctx: LlamaContext, model: LlamaModel | None) -> None:
+        """(``needs_model``) Refuse a model pair this strategy cannot run — the target context and the loaded
+        draft model (None when ``draft_model`` is empty) — with a
+        :class:`~specviz.errors.StrategyUnavailableError` saying why. Called when the strategy is configured
+        (``start``, ``configure``, a restore), before anything changes, so nothing fails mid-run."""
 
     # -- to override -------------------------------------------------------------------------------
     def _begin(self, history: Sequence[int]) -> None:

@@ -9,15 +9,15 @@ it (collisions are not detected, as upstream). The hash is the 64-bit LCG polyno
 Drafting starts from the last ``n_match`` tokens of the history, reads the token stored for their slot,
 appends it, slides the window by one and repeats, up to ``n_max`` tokens. An empty slot ends the chain;
 if that happens before ``n_min`` tokens were found there is no draft at all, so drafts are of variable
-length in ``[n_min, n_max]`` or empty (when a round allows fewer than ``n_min`` tokens, a chain that
-fills the allowance is enough).
+length in ``[n_min, n_max]`` or empty.
 
 As upstream:
 
-* ``begin`` adds every n-gram of the history; afterwards new n-grams are added in chunks, once more
-  than 32 tokens have accumulated past the last added position.
-* if, after ``begin``, more adds than a quarter of the pool landed on an occupied slot, the pool is
-  cleared (upstream's occupancy guard; with the default pool it needs a million such adds).
+* ``begin`` adds every n-gram of the history whose next token is committed to the cache (upstream's
+  ``begin`` receives the prompt without its last, pending token); afterwards new n-grams are added in
+  chunks, once more than 32 tokens have accumulated past the last added position.
+* if, after ``begin``, more than a quarter of the pool's slots are occupied, the pool is cleared
+  (upstream's occupancy guard; with the default pool it needs a million distinct slots).
 * after ``low_accept_streak`` consecutive drafts of which less than ``low_accept_ratio`` was accepted,
   the pool is cleared and refilled from the history at the next draft.
 
@@ -25,14 +25,19 @@ Different from upstream (on purpose):
 
 * Upstream shares one pool between all requests of a server and never clears it in ``begin``. Here the
   pool is request-local: ``begin`` clears it and refills it from the history alone.
-* The low-acceptance fraction is measured against the tokens actually proposed (after the session's cap
-  ``n_max``), not against the uncapped chain.
+* The low-acceptance fraction is measured against the tokens actually proposed (after the round's cap
+  ``n_max``), not against the uncapped chain. Upstream counts a chain of 64 cut to 3 tokens, all three
+  accepted, as 3/64 accepted, and clears the pool after five such rounds.
+* When a round allows fewer tokens than ``n_min`` (the session's ``draft_max``, the remaining budget or
+  the context), a chain that fills the allowance is enough; upstream still requires ``n_min`` tokens
+  before it cuts the draft. specviz has a ``draft_max`` below ``n_min`` by default (16 against 48), and
+  the ``cost`` policy asks for short drafts: upstream's rule would leave them empty.
 
 Restoring: the pool is always "the n-grams at history positions ``[lo, i_last)`` added in order", so it
 is saved as those two numbers (with the acceptance streak and the last draft length) by
-:meth:`~Drafter.state` and rebuilt from the history by :meth:`~Drafter.load_state`; the state's size does not
-grow with the history. ``begin`` alone adds *every* n-gram, which can differ from a running session
-that has not yet added its last (fewer than 33) positions.
+:meth:`~Drafter.state` and rebuilt from the history by :meth:`~Drafter.load_state`; the state's size does
+not grow with the history. ``begin`` alone adds every n-gram before the pending token, which can differ from
+a running session that has not yet added its last (fewer than 33) positions.
 """
 
 from __future__ import annotations
@@ -101,7 +106,7 @@ class NgramModDrafter(Drafter):
     # -- pool -----------------------------------------------------------------------------------
     def _clear_pool(self) -> None:
         self._pool.fill(EMPTY)
-        self._used = 0  # adds that landed on an occupied slot since the last clear (upstream's `used`)
+        self._used = 0  # slots occupied since the last clear (upstream's `used`)
 
     def _clear_state(self) -> None:
         self._clear_pool()
@@ -126,11 +131,11 @@ class NgramModDrafter(Drafter):
             h = h * mult + arr[starts + j].astype(np.uint64)  # wraps modulo 2^64, as size_t does
         slots = (h % np.uint64(self._pool.shape[0])).astype(np.int64)
         nxt = arr[starts + n]
-        # sequential semantics: the last add to a slot wins; every add onto an occupied slot is counted
+        # sequential semantics: the last add to a slot wins
         rev = slots[::-1]
         uniq, first_in_rev = np.unique(rev, return_index=True)
         was_empty = int(np.count_nonzero(self._pool[uniq] == EMPTY))
-        self._used += slots.shape[0] - was_empty
+        self._used += was_empty  # slots newly occupied (upstream counts adds onto an empty slot)
         self._pool[uniq] = nxt[::-1][first_in_rev]
 
     # -- drafter --------------------------------------------------------------------------------
@@ -138,7 +143,7 @@ class NgramModDrafter(Drafter):
         arr = self.tokens
         self._clear_state()
         n = self.config["n_match"]
-        L = arr.shape[0]
+        L = arr.shape[0] - 1  # upstream's begin gets the prompt without its newest (pending) token
         if L >= n:
             self._add_range(arr, 0, L - n)
             self._i_last = L - n

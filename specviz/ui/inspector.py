@@ -29,9 +29,9 @@ class Inspector(anywidget.AnyWidget):
 
     ``prompt`` (with ``max_tokens``, ``strategy`` and knobs) starts the session when it has not been
     started yet. ``draft_models`` lists draft GGUF paths offered in the form for the ``draft`` strategy
-    (by default the session's current draft model, if any). Rounds run by the buttons, by :meth:`step`/:meth:`run`/:meth:`play`, or by calling
-    ``session.step()`` directly all appear: the inspector subscribes to the session's events and sends
-    each round once.
+    (by default the session's current draft model, if any). Rounds run by the buttons, by
+    :meth:`step`/:meth:`run`/:meth:`play`, or by calling ``session.step()`` directly all appear: the
+    inspector subscribes to the session's events and sends each round once.
     """
 
     _esm = static_text("inspector.js")

@@ -7,6 +7,7 @@ a :class:`~specviz.session.Session` publishes them, so the front-end sees exactl
 from __future__ import annotations
 
 import random
+from typing import Any
 
 from ..events import (
     Accepted,
@@ -45,8 +46,10 @@ def synthetic_rounds(n_tokens: int = 200, *, seed: int = 0, draft_max: int = 8, 
     prompt_pieces = ["<bos>"] + [c for c in prompt.replace("    ", "\t")]
     prompt_ids = [2] + [vocab.get(p, 300 + ord(p[0]) % 200) for p in prompt_pieces[1:]]
     strategy = "draft" if draft_model else "prompt-lookup"
-    knobs = ({"draft_max": draft_max, "draft_min": 0, "draft_policy": "cost", "draft_model": "/models/draft.gguf",
-              "draft_p_min": 0.3} if draft_model else {"draft_max": draft_max, "draft_min": 0, "ngram_min": 1, "ngram_max": 3})
+    knobs: dict[str, Any] = (
+        {"draft_max": draft_max, "draft_min": 0, "draft_policy": "cost", "draft_model": "/models/draft.gguf",
+         "draft_p_min": 0.3} if draft_model
+        else {"draft_max": draft_max, "draft_min": 0, "min_ngram": 1, "max_ngram": 3})
     b_tries = [0] * 10
     b_hits = [0] * 10
     expected_sum = 0.0
@@ -84,7 +87,8 @@ def synthetic_rounds(n_tokens: int = 200, *, seed: int = 0, draft_max: int = 8, 
         n_acc = n_draft if rng.random() < 0.35 else rng.randint(0, max(0, n_draft - 1)) if n_draft else 0
         targets = list(draft[:n_acc]) + [tok() for _ in range(n_draft - n_acc + 1)]
         if n_acc < n_draft and targets[n_acc][0] == draft[n_acc][0]:
-            targets[n_acc] = (vocab[" verify"], " verify") if draft[n_acc][1] != " verify" else (vocab[" cache"], " cache")
+            other = " verify" if draft[n_acc][1] != " verify" else " cache"
+            targets[n_acc] = (vocab[other], other)
         tprobs = [round(rng.uniform(0.3, 0.99), 3) for _ in targets]
         vs = 0.018 + 0.004 * (n_draft + 1) + rng.uniform(0, 0.004)
         kv_before = n_hist - 1
@@ -140,12 +144,12 @@ def synthetic_rounds(n_tokens: int = 200, *, seed: int = 0, draft_max: int = 8, 
             "draft_seconds": dsec, "verify_seconds": vsec, "seconds": secs,
             "tokens_per_second": n_gen / secs, "n_generated": n_gen, "kv": keep, "tokens_per_round": n_gen / r,
             "expected_tokens_per_round": expected_sum / r if draft_model else None,
-            "draft_buckets": [{"lo": round(i / 10, 1), "hi": round((i + 1) / 10, 1), "tries": t, "accepted": hh,
-                               "rate": hh / t if t else None}
-                              for i, (t, hh) in enumerate(zip(b_tries, b_hits))] if draft_model else
-                             [{"lo": round(i / 10, 1), "hi": round((i + 1) / 10, 1), "tries": 0, "accepted": 0, "rate": None}
-                              for i in range(10)],
-            **({"draft_model_seconds": dsec, "draft_model_tokens_per_second": (drafted + r) / dsec} if draft_model else {}),
+            "draft_buckets": [{"lo": round(i / 10, 1), "hi": round((i + 1) / 10, 1), "tries": t if draft_model else 0,
+                               "accepted": hh if draft_model else 0,
+                               "rate": (hh / t if t else None) if draft_model else None}
+                              for i, (t, hh) in enumerate(zip(b_tries, b_hits))],
+            **({"draft_model_seconds": dsec, "draft_model_tokens_per_second": (drafted + r) / dsec}
+               if draft_model else {}),
             "policy": _cost_policy_view(r, n_draft, n_acc) if draft_model else {"name": "fixed"},
             }).to_dict())
         if n_gen >= n_tokens:

@@ -169,20 +169,24 @@ function timeSpec(state, o) {
     yaxis2: ax(o, [0, nice(tpsMax * 1.05)], { tickmode: "auto", nticks: 5, overlaying: "y", side: "right", showgrid: false, title: axTitle("tok/s") }) }) };
 }
 
+/** Strategies that draft with a model and so give each draft token a probability (and a draft_p_min). */
+export const MODEL_DRAFTERS = ["draft", "eagle3", "mtp"];
+
 // Draft confidence: acceptance by the drafter's own probability of its token (telemetry buckets), with
-// the draft strategy's draft_p_min marked; a note explains an empty chart.
+// a model drafter's draft_p_min marked; a note explains an empty chart.
 function confSpec(state, o) {
   const p = o.palette, cfg = o.config || {};
   const bs = (state.tel && state.tel.draft_buckets) || [];
   const total = bs.reduce((a, b) => a + (b.tries || 0), 0);
+  const modelDrafter = MODEL_DRAFTERS.includes(cfg.strategy);
   if (!total) {
-    const modelDraft = cfg.strategy === "draft" || (state.started && state.started.draft_model);
+    const modelDraft = modelDrafter || (state.started && state.started.draft_model);
     return { note: modelDraft ? "No draft tokens yet: this chart fills as the draft model proposes tokens."
       : "No drafter probabilities: " + (cfg.strategy || "this strategy") + " drafts without a probability (n-gram strategies copy " +
-        "tokens). Choose the draft strategy to see whether the draft's confidence predicts acceptance — the chart draft_p_min is tuned from." };
+        "tokens). Choose a model drafter (draft, eagle3, mtp) to see whether the draft's confidence predicts acceptance — the chart draft_p_min is tuned from." };
   }
   const xs = bs.map((b) => (b.lo + b.hi) / 2);
-  const pmin = cfg.strategy === "draft" && cfg.knobs ? cfg.knobs.draft_p_min : null;
+  const pmin = modelDrafter && cfg.knobs ? cfg.knobs.draft_p_min : null;
   const shapes = pmin != null ? [{ type: "line", x0: pmin, x1: pmin, y0: 0, y1: 1.05, yref: "y", line: { color: p.red, width: 2, dash: "dash" } }] : [];
   const legend = [["sv-sw-acc", "acceptance in bucket"], ["sv-sw-tries", "draft tokens"]];
   if (pmin != null) legend.push(["sv-sw-pmin", "draft_p_min = " + pmin]);

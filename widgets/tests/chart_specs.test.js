@@ -145,6 +145,10 @@ test("draft confidence: a note that says why without drafter probabilities, buck
   assert.deepEqual(spec.data[1].y, [4, 0]);
   assert.equal(spec.layout.shapes[0].x0, 0.3);
   assert.equal(spec.legend[2][1], "draft_p_min = 0.3");
+  for (const strategy of ["eagle3", "mtp"]) {  // every model drafter's draft_p_min is marked
+    const m = chartSpec("conf", s, opts({ config: { strategy, knobs: { draft_p_min: 0.4 } } }));
+    assert.equal(m.layout.shapes[0].x0, 0.4, strategy);
+  }
   const other = chartSpec("conf", s, opts({ config: { strategy: "ngram-simple", knobs: { draft_p_min: 0.3 } } }));
   assert.deepEqual(other.layout.shapes, []);
   assert.equal(other.legend.length, 2);

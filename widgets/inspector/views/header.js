@@ -1,5 +1,6 @@
 // The header: title, the model (and draft model) pill, the strategy pill and the status pill.
 
+import { MODEL_DRAFTERS } from "../chart_specs.js";
 import { h } from "../dom.js";
 import { basename } from "../format.js";
 
@@ -18,7 +19,7 @@ export function headerView() {
     } else if (ev.kind === "knobs_changed") {
       strategyPill.textContent = ev.strategy;
       if (state.started) {
-        const dm = ev.strategy === "draft" && ev.knobs ? ev.knobs.draft_model : null;
+        const dm = MODEL_DRAFTERS.includes(ev.strategy) && ev.knobs ? ev.knobs.draft_model : null;
         modelPill.textContent = basename(state.started.model) + (dm ? " + " + basename(dm) : "");
       }
     }

@@ -1,6 +1,6 @@
 // The telemetry cards (tokens/s, acceptance, mean accepted length, generated, rounds, KV committed)
-// and the extra figures some sessions have: the draft model's speed, the cost policy's expectation and
-// what the cost policy works from.
+// and the extra figures some sessions have: the draft model's speed, the cost policy's expectation,
+// what the cost policy works from and an EAGLE-3 head's vocabulary coverage.
 
 import { h } from "../dom.js";
 import { fmtN } from "../format.js";
@@ -39,16 +39,32 @@ export function statsView() {
     values.kv.textContent = t.kv == null ? "—" : String(t.kv);
     const dm = t.draft_model_tokens_per_second;
     const cost = t.policy && t.policy.name === "cost" && t.policy.acceptance_by_run_position ? t.policy : null;
-    extra.hidden = dm == null && t.expected_tokens_per_round == null && !cost;
+    const cov = t.vocab_coverage || null;
+    extra.hidden = dm == null && t.expected_tokens_per_round == null && !cost && !cov;
     extra.replaceChildren(
       ...(dm != null ? [h("span", null, h("b", { text: fmtN(dm, 0) }), " draft-model tok/s"),
         h("span", null, h("b", { text: fmtN(t.draft_model_seconds, 2) + " s" }), " in the draft model")] : []),
       ...(t.expected_tokens_per_round != null ? [h("span", null, h("b", { text: fmtN(t.expected_tokens_per_round, 2) }),
         " expected vs ", h("b", { text: fmtN(t.tokens_per_round, 2) }), " realised tokens/round")] : []),
-      ...(cost ? costPolicyStats(cost) : []));
+      ...(cost ? costPolicyStats(cost) : []),
+      ...(cov ? coverageStats(cov) : []));
   }
 
   return { el, clear, update };
+}
+
+// a reduced draft vocabulary (EAGLE-3's d2t): how much of the target's vocabulary it holds, and how many
+// committed tokens and rejected positions' target tokens it could express at all
+export function coverageStats(c) {
+  const pct = (x) => (x == null ? "—" : (100 * x).toFixed(x < 0.1 ? 1 : 0) + "%");
+  return [
+    h("span", { class: "sv-cov-vocab", title: "the draft head's vocabulary: target ids it can propose" },
+      "draft vocab ", h("b", { text: c.draft_vocab + "/" + c.target_vocab }), " (" + pct(c.vocab_share) + ")"),
+    h("span", { class: "sv-cov-committed", title: "committed tokens the draft vocabulary could express" },
+      h("b", { text: pct(c.committed_share) }), " of committed tokens expressible"),
+    h("span", { class: "sv-cov-rejected", title: "at a rejection, was the target's token in the draft vocabulary? If not, no head could have drafted it" },
+      h("b", { text: pct(c.rejection_share) }), " of rejections expressible"),
+  ];
 }
 
 // what the cost policy works from: the run of accepted tokens, acceptance by run position, and how

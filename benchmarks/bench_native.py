@@ -1,0 +1,269 @@
+"""Benchmark: specviz against llama.cpp's own speculative tool, ``llama-speculative-simple``, side by side.
+
+Both run the embedded Gemma 3 270M on the grounded workload prompts (``specviz/workloads.py``:
+``code-rewrite``, ``quote``, ``summarise``), greedily, with the same strategy and draft sizes
+(llama.cpp's ``--spec-ngram-*`` options; :data:`STRATEGIES`), the same threads, context and batch sizes,
+and the same prompt text byte for byte (the tool gets it with ``-p --no-escape``: ``-f`` would drop a
+trailing newline and escapes would be processed). The tool is built by ``make llama-tools`` from the
+llama.cpp that llama-cpp-python vendors, with the same CPU flags.
+
+Decode tokens/s, prompt processing excluded on both sides:
+
+* llama.cpp: the tool's own "decoded N tokens in T seconds" (its whole generation loop);
+* specviz: the tokens generated over the wall time of ``Session.run()`` (every round with everything
+  specviz does around it: drafting, the acceptor, events, telemetry), in three configurations:
+  ``same batches`` (verify-tile alignment off, the ``fixed`` policy: the batches the tool verifies),
+  ``tile`` (alignment on, the default: verify batches rounded down to the CPU kernels' four-row tile)
+  and ``cost`` (alignment on and the ``cost`` policy).
+
+Within a repeat, every prompt runs ``none`` first and then, per strategy, the tool and the three specviz
+configurations back to back, so each ratio compares runs taken moments apart. Per prompt the median over
+repeats is taken, then the median over the kind's prompts. A second table gives, for every workload kind
+(``free`` included), each prompt's ``cost``-policy speedup over its partner ``none`` run: the cost policy
+should keep every prompt at 0.95x ``none`` or above.
+
+Two differences in how the runs end: the tool stops once it has generated more than ``-n`` tokens (one
+or a whole draft more), specviz at exactly ``max_tokens``; and in the tool's last rounds drafts are not
+cut to the budget. The ``same output`` column counts the runs whose specviz text (same batches) is the
+start of the tool's.
+
+Timings on a shared machine are noisy: publish figures measured on a quiet one.
+
+Usage: python benchmarks/bench_native.py [--repeats 3] [--max-tokens 128] [--threads 2]
+           [--kinds code-rewrite,quote,summarise,free] [--strategies ngram-simple,...] [--prompts 0,1]
+           [--model GGUF] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from specviz import Session
+from specviz.backends import LlamaModel
+from specviz.models import default_model_path
+from specviz.native import run_tool
+from specviz.workloads import WORKLOADS
+
+#: Each strategy with the same knobs on both sides; every draft is at most 16 tokens (ngram-cache: 8).
+STRATEGIES: dict[str, dict[str, Any]] = {
+    "ngram-simple": {"size_n": 12, "size_m": 16},
+    "ngram-map-k": {"size_n": 12, "size_m": 16},
+    "ngram-map-k4v": {"size_n": 12, "size_m": 16},
+    "ngram-mod": {"n_match": 24, "n_min": 12, "n_max": 16},
+    "ngram-cache": {},
+}
+DRAFT_MAX = 16  # specviz's own cap: no smaller than any draft above, so it never cuts one
+GROUNDED = ("code-rewrite", "quote", "summarise")
+CONFIGS: dict[str, dict[str, Any]] = {
+    "same": {"align": False, "draft_policy": "fixed"},
+    "tile": {"align": True, "draft_policy": "fixed"},
+    "cost": {"align": True, "draft_policy": "cost"},
+}
+N_CTX = 4096
+N_BATCH = 2048  # the tool needs the whole prompt in one batch (its default)
+N_UBATCH = 512
+
+
+def _tools_dir_module():
+    path = Path(__file__).resolve().parent.parent / "tools" / "llama_tools.py"
+    spec = importlib.util.spec_from_file_location("llama_tools", path)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def run_specviz(session: Session, prompt: str, strategy: str, knobs: dict[str, Any], max_tokens: int) -> dict:
+    """One specviz generation: decode tokens/s over the wall time of run()."""
+    session.start(prompt, max_tokens, strategy, **knobs)
+    t0 = time.perf_counter()
+    session.run()
+    seconds = time.perf_counter() - t0
+    t = session.telemetry_dict()
+    n = len(session.tokens)
+    return {
+        "tokens": n,
+        "seconds": seconds,
+        "tps": n / seconds if seconds > 0 else 0.0,
+        "drafted": t["drafted"],
+        "accepted": t["accepted"],
+        "ids": list(session.tokens),
+    }
+
+
+def run_native(tool: Path, model_path: Path, prompt: str, strategy: str, max_tokens: int, threads: int) -> dict:
+    """One llama-speculative-simple generation."""
+    r = run_tool(
+        tool,
+        model_path,
+        prompt,
+        strategy,
+        STRATEGIES[strategy],
+        n_predict=max_tokens,
+        threads=threads,
+        n_ctx=N_CTX,
+        n_batch=N_BATCH,
+        n_ubatch=N_UBATCH,
+    )
+    return {
+        "tokens": r.n_predict,
+        "seconds": r.decode_seconds,
+        "tps": r.decode_tokens_per_second,
+        "drafted": r.n_drafted,
+        "accepted": r.n_accept,
+        "output": r.output,
+    }
+
+
+def med(xs: list[float]) -> float:
+    return statistics.median(xs) if xs else float("nan")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--max-tokens", type=int, default=128)
+    ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    ap.add_argument(
+        "--kinds",
+        default=",".join(WORKLOADS),
+        help="workload kinds (the native table uses the grounded ones among them)",
+    )
+    ap.add_argument("--strategies", default=",".join(STRATEGIES))
+    ap.add_argument("--prompts", default="", help="prompt indices per kind (default: all)")
+    ap.add_argument("--model", default="", help="a GGUF to run instead of the embedded Gemma 3 270M")
+    ap.add_argument("--json", action="store_true", help="print the raw figures as JSON as well")
+    args = ap.parse_args(argv)
+    kinds = [k for k in args.kinds.split(",") if k]
+    strategies = [s for s in args.strategies.split(",") if s]
+    for k in kinds:
+        if k not in WORKLOADS:
+            ap.error(f"--kinds: unknown kind {k!r}; choose from {', '.join(WORKLOADS)}")
+    for s in strategies:
+        if s not in STRATEGIES:
+            ap.error(f"--strategies: {s!r} is not one of llama.cpp's draftless types {', '.join(STRATEGIES)}")
+    tools = _tools_dir_module()
+    tool = tools.tool_path("llama-speculative-simple")
+    if tool is None:
+        print(f"llama-speculative-simple is not built in {tools.tools_dir()}: run `make llama-tools`", file=sys.stderr)
+        return 2
+
+    model_path = Path(args.model) if args.model else default_model_path()
+    model = LlamaModel(model_path)
+    session = Session(model, n_ctx=N_CTX, n_batch=N_BATCH, n_ubatch=N_UBATCH, n_threads=args.threads)
+    prompts = {
+        k: [i for i in range(len(WORKLOADS[k])) if not args.prompts or str(i) in args.prompts.split(",")] for k in kinds
+    }
+
+    # warm-up, untimed: page the model in on both sides; the cost policy measures the verify cost once
+    warm = WORKLOADS[kinds[0]][prompts[kinds[0]][0]]
+    run_native(tool, model_path, warm, strategies[0], 16, args.threads)
+    for cfg in CONFIGS.values():
+        run_specviz(session, warm, strategies[0], dict(STRATEGIES[strategies[0]], draft_max=DRAFT_MAX, **cfg), 16)
+
+    # runs[kind][prompt][(strategy, side)] -> list of results over repeats; side: native, same, tile, cost
+    runs: dict[str, dict[int, dict[tuple[str, str], list[dict]]]] = {k: {p: {} for p in prompts[k]} for k in kinds}
+    for rep in range(args.repeats):
+        for kind in kinds:
+            for p in prompts[kind]:
+                prompt = WORKLOADS[kind][p]
+                cell = runs[kind][p]
+                cell.setdefault(("none", "none"), []).append(run_specviz(session, prompt, "none", {}, args.max_tokens))
+                for strat in strategies:
+                    sides = ["cost"] if kind not in GROUNDED else ["native", *CONFIGS]
+                    for side in sides:
+                        if side == "native":
+                            res = run_native(tool, model_path, prompt, strat, args.max_tokens, args.threads)
+                        else:
+                            knobs = dict(STRATEGIES[strat], draft_max=DRAFT_MAX, **CONFIGS[side])
+                            res = run_specviz(session, prompt, strat, knobs, args.max_tokens)
+                        cell.setdefault((strat, side), []).append(res)
+            print(f"repeat {rep + 1}/{args.repeats}: {kind} done", file=sys.stderr, flush=True)
+
+    def ratio(kind: str, p: int, strat: str, side: str, base: tuple[str, str]) -> float:
+        """Median over repeats of a run's tokens/s over its partner's (same repeat, same prompt)."""
+        a, b = runs[kind][p][(strat, side)], runs[kind][p][base]
+        return med([x["tps"] / y["tps"] for x, y in zip(a, b) if y["tps"] > 0])
+
+    def tps(kind: str, p: int, key: tuple[str, str]) -> float:
+        return med([x["tps"] for x in runs[kind][p][key]])
+
+    print(
+        f"\nspecviz vs llama-speculative-simple: {model_path.name}, {args.threads} threads, {args.max_tokens} "
+        f"tokens, draft sizes {DRAFT_MAX} (ngram-cache 8); median over {args.repeats} repeats per prompt, then "
+        "over prompts"
+    )
+    print(
+        "| workload | strategy | llama.cpp t/s | same batches t/s | ratio | tile t/s | ratio | cost t/s | ratio "
+        "| same output |"
+    )
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    table: list[dict[str, Any]] = []
+    for kind in [k for k in kinds if k in GROUNDED]:
+        for strat in strategies:
+            ps = prompts[kind]
+            row: dict[str, Any] = {
+                "kind": kind,
+                "strategy": strat,
+                "native_tps": med([tps(kind, p, (strat, "native")) for p in ps]),
+            }
+            for side in CONFIGS:
+                row[f"{side}_tps"] = med([tps(kind, p, (strat, side)) for p in ps])
+                row[f"{side}_ratio"] = med([ratio(kind, p, strat, side, (strat, "native")) for p in ps])
+            same = total = 0
+            for p in ps:
+                for nat, sv in zip(runs[kind][p][(strat, "native")], runs[kind][p][(strat, "same")]):
+                    text = b"".join(model.piece_bytes(t) for t in model.tokenize(WORKLOADS[kind][p]) + sv["ids"])
+                    same += nat["output"].startswith(b"\n\n" + text)
+                    total += 1
+            row["same_output"] = f"{same}/{total}"
+            table.append(row)
+            print(
+                f"| {kind} | {strat} | {row['native_tps']:.1f} | {row['same_tps']:.1f} | {row['same_ratio']:.2f}× "
+                f"| {row['tile_tps']:.1f} | {row['tile_ratio']:.2f}× | {row['cost_tps']:.1f} | "
+                f"{row['cost_ratio']:.2f}× | {row['same_output']} |"
+            )
+
+    print(f"\ncost policy vs none, per prompt: paired speedup, median over {args.repeats} repeats")
+    n_cols = max(len(prompts[k]) for k in kinds)
+    print("| workload | strategy | " + " | ".join(f"#{i}" for i in range(n_cols)) + " | lowest |")
+    print("|---|---|" + "---:|" * (n_cols + 1))
+    per_prompt: list[dict[str, Any]] = []
+    for kind in kinds:
+        ps = prompts[kind]
+        cells = [f"{tps(kind, p, ('none', 'none')):.1f} t/s" for p in ps]
+        print(f"| {kind} | none | " + " | ".join(cells) + " | |")
+        for strat in strategies:
+            rs = {p: ratio(kind, p, strat, "cost", ("none", "none")) for p in ps}
+            per_prompt.append({"kind": kind, "strategy": strat, "speedups": rs})
+            low = min(rs.values())
+            flag = " (below 0.95×)" if low < 0.95 else ""
+            print(f"| {kind} | {strat} | " + " | ".join(f"{rs[p]:.2f}×" for p in ps) + f" | {low:.2f}×{flag} |")
+
+    if args.json:
+        raw = {
+            k: {
+                str(p): {
+                    f"{s}/{side}": [{key: v for key, v in r.items() if key not in ("ids", "output")} for r in rs]
+                    for (s, side), rs in cell.items()
+                }
+                for p, cell in kp.items()
+            }
+            for k, kp in runs.items()
+        }
+        print(json.dumps({"table": table, "cost_vs_none": per_prompt, "runs": raw}, indent=1))
+    session.close()
+    model.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

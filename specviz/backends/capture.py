@@ -1,0 +1,445 @@
+"""Reading a target's layer inputs while it decodes: the features an EAGLE-3 head drafts from.
+
+EAGLE-3 heads read the *inputs* of three target layers (equivalently the outputs of the layers before
+them) for every token the target evaluates. Two ways exist, chosen per architecture by
+:func:`capture_method`:
+
+``api``
+    llama.cpp's own taps (``llama_set_embeddings_layer_inp`` / ``llama_get_embeddings_layer_inp`` of
+    the staging header ``src/llama-ext.h``). Only graphs that record their layer inputs
+    (``res->t_layer_inp``) support it; :data:`API_ARCHS` lists those of the vendored llama.cpp. Asking
+    any other graph aborts the process (``GGML_ASSERT`` "layer input tensor is null"), so it is never
+    asked.
+
+``callback``
+    For graphs that do not record them (``gemma3``, the embedded model): a small C eval callback
+    (``capture_shim.c``, compiled once per machine into ``~/.cache/specviz/native``) copies the named
+    layer outputs (``l_out-N``; ``inp_scaled`` for layer 0) as the scheduler computes them. The
+    callback must be set when the context is created, so :class:`~specviz.backends.LlamaContext`
+    installs it (switched off) on every context of such an architecture; switched off it answers
+    "not needed" for every node and the graph runs in one piece, as without it.
+
+    Deliberate departure from upstream: llama.cpp reads these features only through the ``api`` taps
+    (``common/speculative.cpp``); the callback path is specviz's own, and it reads the same tensors
+    (a layer's input is the previous layer's ``l_out``), which the tests check on the llama fixture
+    where both paths exist.
+
+Both capture every row of a batch (not only rows whose logits are requested), in batch order.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import shutil
+import subprocess
+import sysconfig
+import threading
+import weakref
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from ..errors import CaptureUnavailableError
+
+#: Architectures whose graph in the vendored llama.cpp sets ``res->t_layer_inp[il]`` for every layer
+#: (checked by reading ``src/models/*.cpp`` of llama-cpp-python 0.3.36's llama.cpp).
+API_ARCHS = frozenset(
+    {
+        "llama",
+        "nanbeige",
+        "qwen3",
+        "qwen3moe",
+        "qwen3next",
+        "qwen35",
+        "qwen35moe",
+        "qwen4exp",
+        "gemma4",
+        "muse-glimmer",
+        "deepseek4",
+        "nemotron_h",
+        "bailingmoe3",
+        "hunyuan_vl",
+        "gpt-oss",
+        "lfm2",
+        "minimax-01",
+        "minimax-m2",
+        "mimo2",
+    }
+)
+
+#: Architectures read through the eval-callback shim: the name of the tensor holding layer 0's input
+#: (later layers' inputs are ``l_out-{k-1}``). ``gemma3`` scales the token embeddings by sqrt(n_embd)
+#: into ``inp_scaled`` before layer 0 (``src/models/gemma3.cpp``).
+CALLBACK_ARCHS: dict[str, str] = {"gemma3": "inp_scaled", "llama": "embd"}
+
+_MAX_TAPS = 8
+_NAME_LEN = 64
+
+
+def capture_method(arch: str | None) -> str | None:
+    """``"api"``, ``"callback"`` or ``None`` (no way to read this architecture's layer inputs).
+
+    ``llama`` is in both tables; llama.cpp's own taps are preferred.
+    """
+    if arch in API_ARCHS:
+        return "api"
+    if arch in CALLBACK_ARCHS:
+        return "callback"
+    return None
+
+
+def capture_unavailable_reason(arch: str | None) -> str | None:
+    """Why layer inputs of ``arch`` cannot be read here, or ``None`` when they can."""
+    m = capture_method(arch)
+    if m is None:
+        return (
+            f"llama.cpp's {arch!r} graph does not record its layer inputs and specviz has no capture "
+            "shim mapping for it"
+        )
+    if m == "api":
+        from . import llama_ext
+
+        try:
+            llama_ext.ext()
+        except CaptureUnavailableError as e:
+            return str(e)
+        return None
+    try:
+        shim_library()
+    except CaptureUnavailableError as e:
+        return str(e)
+    return None
+
+
+def layer_input_tensor_name(arch: str, layer: int) -> str:
+    """The graph tensor holding the input of target layer ``layer`` (callback path)."""
+    return CALLBACK_ARCHS[arch] if layer == 0 else f"l_out-{layer - 1}"
+
+
+# -- the C shim ---------------------------------------------------------------------------------------------
+
+
+class _ShimState(ctypes.Structure):
+    # mirrors struct specviz_capture in capture_shim.c, field by field
+    _fields_ = [
+        ("get_name", ctypes.c_void_p),
+        ("nbytes", ctypes.c_void_p),
+        ("tensor_get", ctypes.c_void_p),
+        ("enabled", ctypes.c_int32),
+        ("n_taps", ctypes.c_int32),
+        ("row_bytes", ctypes.c_int64),
+        ("capacity_rows", ctypes.c_int64),
+        ("names", (ctypes.c_char * _NAME_LEN) * _MAX_TAPS),
+        ("dst", ctypes.c_void_p * _MAX_TAPS),
+        ("rows", ctypes.c_int64 * _MAX_TAPS),
+        ("calls", ctypes.c_int64),
+        ("error", ctypes.c_int32),
+    ]
+
+
+_SHIM_SOURCE = Path(__file__).with_name("capture_shim.c")
+_shim_lock = threading.Lock()
+_shim: Any = None
+_shim_error: str | None = None
+
+
+def shim_cache_dir() -> Path:
+    """Where compiled shims are kept (``$SPECVIZ_NATIVE_CACHE``, else ``~/.cache/specviz/native``)."""
+    env = os.environ.get("SPECVIZ_NATIVE_CACHE")
+    if env:
+        return Path(env)
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg) if xdg else Path.home() / ".cache") / "specviz" / "native"
+
+
+def shim_path() -> Path:
+    """The compiled shim's path; its name carries a hash of the source and the platform (the cache key)."""
+    src = _SHIM_SOURCE.read_bytes()
+    plat = sysconfig.get_platform().replace("-", "_").replace(".", "_")
+    digest = hashlib.sha256(src + plat.encode()).hexdigest()[:16]
+    return shim_cache_dir() / f"specviz_capture-{plat}-{digest}.so"
+
+
+def build_shim(force: bool = False) -> Path:
+    """Compile the shim with the system C compiler (``$CC``, else ``cc``/``gcc``) unless already cached."""
+    out = shim_path()
+    if out.exists() and not force:
+        return out
+    cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+    if not cc:
+        raise CaptureUnavailableError(
+            "building the layer-capture shim needs a C compiler (cc, gcc or clang) on PATH; install one and run "
+            "`python -m specviz.backends.capture --build` (or `make install`)"
+        )
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(f".{os.getpid()}.tmp")
+    cmd = [*cc.split(), "-O2", "-shared", "-fPIC", "-o", str(tmp), str(_SHIM_SOURCE)]
+    try:
+        res = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise CaptureUnavailableError(f"compiling the layer-capture shim failed ({e})") from None
+    if res.returncode != 0:
+        tmp.unlink(missing_ok=True)
+        raise CaptureUnavailableError(f"compiling the layer-capture shim failed: {' '.join(cmd)}\n{res.stderr.strip()}")
+    os.replace(tmp, out)
+    return out
+
+
+def shim_library() -> Any:
+    """The loaded shim (compiled on first use); :class:`CaptureUnavailableError` when it cannot be."""
+    global _shim, _shim_error
+    with _shim_lock:
+        if _shim is not None:
+            return _shim
+        if _shim_error is not None:
+            raise CaptureUnavailableError(_shim_error)
+        try:
+            lib = ctypes.CDLL(str(build_shim()))
+        except CaptureUnavailableError as e:
+            _shim_error = str(e)
+            raise
+        except OSError as e:
+            _shim_error = f"loading the layer-capture shim failed ({e}); remove {shim_cache_dir()} and retry"
+            raise CaptureUnavailableError(_shim_error) from None
+        _shim = lib
+        return lib
+
+
+def _ggml_functions() -> tuple[int, int, int]:
+    """Addresses of ggml_get_name, ggml_nbytes and ggml_backend_tensor_get in llama-cpp-python's libggml-base."""
+    import llama_cpp
+
+    libdir = Path(llama_cpp.__file__).parent / "lib"
+    cands = (
+        sorted(libdir.glob("libggml-base.so*"))
+        + sorted(libdir.glob("libggml-base.dylib"))
+        + sorted(libdir.glob("ggml-base.dll"))
+    )
+    if not cands:
+        raise CaptureUnavailableError(f"libggml-base was not found next to llama-cpp-python ({libdir})")
+    lib = ctypes.CDLL(str(cands[0]))
+    return tuple(
+        ctypes.cast(getattr(lib, n), ctypes.c_void_p).value  # type: ignore[return-value]
+        for n in ("ggml_get_name", "ggml_nbytes", "ggml_backend_tensor_get")
+    )
+
+
+class CallbackTap:
+    """The shim's state for one context: installed at context creation, armed by :class:`LayerCapture`."""
+
+    def __init__(self) -> None:
+        lib = shim_library()
+        self.state = _ShimState()
+        gn, nb, tg = _ggml_functions()
+        self.state.get_name, self.state.nbytes, self.state.tensor_get = gn, nb, tg
+        self.callback_address = ctypes.cast(lib.specviz_capture_cb, ctypes.c_void_p).value
+        self._buffers: list[np.ndarray] = []
+        self.owner: object | None = None  # the LayerCapture the shim currently serves
+
+    @property
+    def user_data(self) -> int:
+        """Address of the state passed as ``cb_eval_user_data``."""
+        return ctypes.addressof(self.state)
+
+    def arm(self, names: Sequence[str], n_embd: int, capacity_rows: int, owner: object = None) -> list[np.ndarray]:
+        """Capture ``names`` into fresh float32 buffers of ``capacity_rows`` x ``n_embd``; returns them.
+
+        The shim serves one capture at a time: the newest ``owner`` wins, and :meth:`disarm` by an older
+        owner (a drafter closed after its successor was built) leaves it alone."""
+        if len(names) > _MAX_TAPS:
+            raise CaptureUnavailableError(f"the capture shim holds at most {_MAX_TAPS} taps")
+        s = self.state
+        s.enabled = 0
+        self._buffers = [np.zeros((capacity_rows, n_embd), dtype=np.float32) for _ in names]
+        for i, n in enumerate(names):
+            s.names[i].value = n.encode()
+            s.dst[i] = self._buffers[i].ctypes.data
+            s.rows[i] = 0
+        s.n_taps = len(names)
+        s.row_bytes = 4 * n_embd
+        s.capacity_rows = capacity_rows
+        s.error = 0
+        s.enabled = 1
+        self.owner = owner
+        return self._buffers
+
+    def disarm(self, owner: object = None) -> None:
+        """Stop capturing (the callback then answers "not needed" for every node), unless another owner
+        armed the shim since."""
+        if owner is not None and owner is not self.owner:
+            return
+        self.state.enabled = 0
+        self.state.n_taps = 0
+        self.owner = None
+
+    def reset_rows(self) -> None:
+        """Start the next batch's rows at row 0."""
+        for i in range(self.state.n_taps):
+            self.state.rows[i] = 0
+        self.state.error = 0
+
+    def rows(self, i: int) -> int:
+        """Rows written into tap ``i`` since the last reset."""
+        return int(self.state.rows[i])
+
+
+_API_USERS: weakref.WeakKeyDictionary[Any, dict[int, int]] = weakref.WeakKeyDictionary()
+
+
+def _api_users(ctx: Any) -> dict[int, int]:
+    """How many live captures read each layer of ``ctx`` through llama.cpp's taps (a drafter may be closed
+    after its successor switched the same taps on)."""
+    return _API_USERS.setdefault(ctx, {})
+
+
+@dataclass(frozen=True)
+class CaptureInfo:
+    """What a :class:`LayerCapture` reads: method, layers and their width."""
+
+    method: str
+    layers: tuple[int, ...]
+    n_embd: int
+
+
+class LayerCapture:
+    """Reads the inputs of ``layers`` of a target context for every row of each batch it evaluates.
+
+    Create it after the context; :meth:`features` returns ``[n_tokens, len(layers) * n_embd]`` for the
+    context's last :meth:`~specviz.backends.LlamaContext.eval` call (rows in batch order, layers
+    concatenated in the order given — the order the EAGLE-3 encoder ``fc`` expects). :meth:`close`
+    switches the taps off again.
+    """
+
+    def __init__(self, ctx: Any, layers: Sequence[int], method: str | None = None) -> None:
+        model = ctx.model
+        arch = model.info.architecture
+        self.layers = tuple(int(x) for x in layers)
+        bad = [x for x in self.layers if not 0 <= x < model.n_layer]
+        if bad:
+            raise CaptureUnavailableError(
+                f"layer {bad[0]} is not a layer of the target ({model.n_layer} layers, 0-{model.n_layer - 1}); "
+                "specviz reads layer inputs, so EAGLE-3 target layers must lie in that range",
+                knob="draft_model",
+                value=bad[0],
+            )
+        self.ctx = ctx
+        self.n_embd = int(model.n_embd)
+        if method is None:  # llama.cpp's own taps win where both exist
+            method = capture_method(arch)
+        why: str | None
+        if method not in ("api", "callback") or (method == "api" and arch not in API_ARCHS):
+            why = capture_unavailable_reason(arch) or f"the {arch!r} graph does not record its layer inputs"
+            raise CaptureUnavailableError(
+                f"cannot read the hidden states of the target ({arch}): {why}", knob="strategy", value="eagle3"
+            )
+        if method == "api":
+            why = capture_unavailable_reason(arch)
+            if why is not None:
+                raise CaptureUnavailableError(
+                    f"cannot read the hidden states of the target ({arch}): {why}", knob="strategy", value="eagle3"
+                )
+        elif getattr(ctx, "tap", None) is None:
+            why = capture_unavailable_reason(arch) or "the context was created without the capture callback"
+            raise CaptureUnavailableError(
+                f"cannot read the hidden states of the target ({arch}): {why}", knob="strategy", value="eagle3"
+            )
+        self.method = method
+        self._n_cap = ctx.capacity.n_batch
+        self._armed = False
+        self._seen_eval = ctx.eval_count
+        if method == "api":
+            from . import llama_ext
+
+            self._ext = llama_ext.ext()
+            users = _api_users(ctx)
+            for lid in self.layers:
+                if users.get(lid, 0) == 0:
+                    self._ext.set_embeddings_layer_inp(ctx.ptr, lid, True)
+                users[lid] = users.get(lid, 0) + 1
+        else:
+            names = [layer_input_tensor_name(arch, lid) for lid in self.layers]
+            self._buffers = ctx.tap.arm(names, self.n_embd, self._n_cap, owner=self)
+            ctx.before_eval = ctx.tap.reset_rows
+        self._armed = True
+
+    @property
+    def info(self) -> CaptureInfo:
+        """Method, layers and width."""
+        return CaptureInfo(self.method, self.layers, self.n_embd)
+
+    def features(self, n_tokens: int) -> np.ndarray:
+        """Features of the last batch's ``n_tokens`` rows: ``[n_tokens, len(layers) * n_embd]`` float32 (a copy)."""
+        if not self._armed:
+            raise CaptureUnavailableError("the layer capture was closed")
+        if self.ctx.eval_count == self._seen_eval:
+            # llama.cpp's getter asserts (aborts) when no batch was evaluated with the taps on
+            raise CaptureUnavailableError("no batch was evaluated since the layer capture was switched on")
+        if n_tokens > self._n_cap:
+            raise CaptureUnavailableError(f"{n_tokens} rows asked but a batch holds at most {self._n_cap}")
+        out = np.empty((n_tokens, len(self.layers) * self.n_embd), dtype=np.float32)
+        e = self.n_embd
+        if self.method == "api":
+            for k, lid in enumerate(self.layers):
+                p = self._ext.get_embeddings_layer_inp(self.ctx.ptr, lid)
+                if not p:
+                    raise CaptureUnavailableError(f"llama.cpp returned no input for layer {lid}")
+                src = np.ctypeslib.as_array(p, shape=(n_tokens, e))
+                out[:, k * e : (k + 1) * e] = src
+        else:
+            tap = self.ctx.tap
+            if tap.state.error:
+                raise CaptureUnavailableError(
+                    f"the capture shim reported error {tap.state.error} "
+                    "(a tensor larger than the batch or of an unexpected width)"
+                )
+            for k in range(len(self.layers)):
+                if tap.rows(k) < n_tokens:
+                    name = layer_input_tensor_name(self.ctx.model.info.architecture, self.layers[k])
+                    raise CaptureUnavailableError(
+                        f"the capture shim saw {tap.rows(k)} rows of {name!r}, {n_tokens} expected"
+                    )
+                out[:, k * e : (k + 1) * e] = self._buffers[k][:n_tokens]
+        return out
+
+    def close(self) -> None:
+        """Switch the taps off (idempotent)."""
+        if not self._armed:
+            return
+        self._armed = False
+        if getattr(self.ctx, "_ctx", None) is None:
+            return
+        if self.method == "api":
+            users = _api_users(self.ctx)
+            for lid in self.layers:
+                users[lid] = users.get(lid, 1) - 1
+                if users[lid] <= 0:  # the last capture reading this layer switches its tap off
+                    self._ext.set_embeddings_layer_inp(self.ctx.ptr, lid, False)
+        else:
+            if self.ctx.tap.owner is self:
+                self.ctx.before_eval = None
+            self.ctx.tap.disarm(owner=self)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m specviz.backends.capture --build``: compile the shim into the cache (run by ``make install``)."""
+    import argparse
+
+    p = argparse.ArgumentParser(prog="python -m specviz.backends.capture")
+    p.add_argument("--build", action="store_true", help="compile the capture shim (again with --force)")
+    p.add_argument("--force", action="store_true")
+    a = p.parse_args(argv)
+    if a.build or a.force:
+        try:
+            print(build_shim(force=a.force))
+        except CaptureUnavailableError as e:
+            print(f"specviz: warning: {e}")
+            return 0  # an install without a compiler still works; gemma3 + eagle3 is then refused with why
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())

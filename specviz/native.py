@@ -1,0 +1,189 @@
+"""Running llama.cpp's own speculative tool, ``llama-speculative-simple``, for comparisons with specviz.
+
+The differential tests (``tests/test_differential.py``) and ``benchmarks/bench_native.py`` run the tool
+built from the llama.cpp source that llama-cpp-python vendors (``make llama-tools``) on the same model,
+prompt, strategy and knobs as a specviz session, and compare what it prints: the generated text, the
+drafted and accepted counts, and the decode speed.
+
+:func:`tool_args` maps a specviz strategy and its knobs to the tool's ``--spec-*`` options.
+``prompt-lookup`` and ``draft`` have no counterpart among llama.cpp's draftless types; ``ngram-cache``
+has no options there (upstream drafts up to 8 tokens), so only ``n_draft=8`` maps.
+
+The tool's generation loop differs from a specviz session in two ways that matter when comparing
+counts (see ``examples/speculative-simple/speculative-simple.cpp``):
+
+* it stops only once it has generated *more* than ``-n`` tokens, so it overshoots; and each round's draft
+  is cut to the remaining budget minus one only while that is positive — in the last rounds the draft is
+  not cut at all;
+* its context cap is ``n_ctx - n_past - 2`` (one less than specviz's).
+
+:func:`tool_draft_cap` gives the tool's cap for a round, so a session can be driven to the same batches.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+#: specviz knob -> the tool's option, per strategy (the draftless types llama.cpp has).
+TOOL_OPTIONS: dict[str, dict[str, str]] = {
+    "ngram-simple": {"size_n": "--spec-ngram-simple-size-n", "size_m": "--spec-ngram-simple-size-m"},
+    "ngram-map-k": {
+        "size_n": "--spec-ngram-map-k-size-n",
+        "size_m": "--spec-ngram-map-k-size-m",
+        "min_hits": "--spec-ngram-map-k-min-hits",
+    },
+    "ngram-map-k4v": {
+        "size_n": "--spec-ngram-map-k4v-size-n",
+        "size_m": "--spec-ngram-map-k4v-size-m",
+        "min_hits": "--spec-ngram-map-k4v-min-hits",
+    },
+    "ngram-mod": {
+        "n_match": "--spec-ngram-mod-n-match",
+        "n_min": "--spec-ngram-mod-n-min",
+        "n_max": "--spec-ngram-mod-n-max",
+    },
+    "ngram-cache": {},
+}
+
+#: Knobs that must keep a fixed value for the tool to draft as specviz does (the tool has no option).
+TOOL_FIXED: dict[str, dict[str, Any]] = {
+    "ngram-simple": {"check_rate": 1},
+    "ngram-map-k": {"check_rate": 1},
+    "ngram-map-k4v": {"check_rate": 1},
+    "ngram-mod": {"pool_size": 4 * 1024 * 1024, "low_accept_ratio": 0.25, "low_accept_streak": 5},
+    "ngram-cache": {"n_draft": 8},
+}
+
+
+def tool_args(strategy: str, knobs: dict[str, Any]) -> list[str]:
+    """``--spec-type`` and the ``--spec-*`` options that give ``strategy`` with ``knobs`` in the tool.
+
+    Raises ``ValueError`` for a strategy the tool does not have or a knob value it cannot express.
+    """
+    if strategy not in TOOL_OPTIONS:
+        raise ValueError(
+            f"llama-speculative-simple has no draftless type {strategy!r}; it has {', '.join(TOOL_OPTIONS)}"
+        )
+    for name, value in TOOL_FIXED[strategy].items():
+        if name in knobs and knobs[name] != value:
+            raise ValueError(
+                f"llama-speculative-simple cannot run {strategy} with {name}={knobs[name]!r} (it always uses {value!r})"
+            )
+    args = ["--spec-type", strategy]
+    for name, option in TOOL_OPTIONS[strategy].items():
+        if name in knobs:
+            args += [option, str(int(knobs[name]))]
+    return args
+
+
+def tool_draft_cap(n_ctx: int, n_past: int, n_predict: int, n_generated: int) -> int | None:
+    """The tool's cap on a round's draft, or ``None`` where it does not cut the draft.
+
+    ``n_past`` is the number of positions in the target's cache before the round (the history minus its
+    pending last token), ``n_generated`` the tokens generated so far.
+    """
+    cap = min(n_ctx - n_past - 2, n_predict - n_generated - 1)
+    return cap if cap > 0 else None
+
+
+@dataclass
+class ToolReport:
+    """What one run of ``llama-speculative-simple`` printed."""
+
+    output: bytes  # stdout: the prompt and the generated text, as the tool rendered them
+    n_predict: int  # tokens generated (llama.cpp's n_predict counter)
+    n_drafted: int  # draft tokens verified
+    n_accept: int  # draft tokens accepted
+    decode_seconds: float
+    decode_tokens_per_second: float
+    log: str = ""  # stderr
+
+
+_COUNTERS = {name: re.compile(rf"^.*{name}\s*=\s*(\d+)\s*$", re.M) for name in ("n_predict", "n_drafted", "n_accept")}
+_DECODED = re.compile(r"decoded\s+(\d+) tokens in\s+([0-9.]+) seconds, speed:\s+([0-9.]+|inf|nan) t/s")
+
+
+def parse_report(stdout: bytes, stderr: str) -> ToolReport:
+    """Read the counters and the decode time from the tool's output; ``ValueError`` when one is missing."""
+    counts = {}
+    for name, rx in _COUNTERS.items():
+        m = rx.search(stderr)
+        if m is None:
+            raise ValueError(f"llama-speculative-simple printed no {name}; its log ends with:\n{stderr[-2000:]}")
+        counts[name] = int(m.group(1))
+    m = _DECODED.search(stderr)
+    if m is None:
+        raise ValueError(f"llama-speculative-simple printed no decode time; its log ends with:\n{stderr[-2000:]}")
+    return ToolReport(
+        output=stdout,
+        decode_seconds=float(m.group(2)),
+        decode_tokens_per_second=float(m.group(3)),
+        log=stderr,
+        **counts,
+    )
+
+
+def run_tool(
+    binary: str | Path,
+    model: str | Path,
+    prompt: str,
+    strategy: str,
+    knobs: dict[str, Any],
+    *,
+    n_predict: int,
+    threads: int,
+    n_ctx: int,
+    n_batch: int = 512,
+    n_ubatch: int = 512,
+    extra: Sequence[str] = (),
+    timeout: float = 600.0,
+    attempts: int = 10,
+) -> ToolReport:
+    """Run ``llama-speculative-simple`` greedily on ``prompt``, byte for byte: passed with ``-p`` (``-f`` drops a
+    trailing newline) and ``--no-escape`` (the tool would otherwise turn a backslash and ``n`` into a newline).
+
+    The context keeps a full sliding-window cache (``--swa-full``), as specviz's does. The tool logs
+    through a queue that a background thread writes out, and its logger is deliberately never shut down
+    (llama.cpp issue 22142), so on a busy machine the last lines — the counters — are sometimes lost when
+    the process exits. A run whose report is incomplete is repeated, up to ``attempts`` times.
+    """
+    cmd = [
+        str(binary),
+        "-m",
+        str(model),
+        "-p",
+        prompt,
+        "-n",
+        str(n_predict),
+        "--temp",
+        "0",
+        "-t",
+        str(threads),
+        "-tb",
+        str(threads),
+        "-c",
+        str(n_ctx),
+        "-b",
+        str(n_batch),
+        "-ub",
+        str(n_ubatch),
+        "--swa-full",
+        "--no-escape",
+        *tool_args(strategy, knobs),
+        *extra,
+    ]
+    for attempt in range(attempts):
+        res = subprocess.run(cmd, capture_output=True, timeout=timeout)
+        stderr = res.stderr.decode("utf-8", "replace")
+        if res.returncode != 0:
+            raise RuntimeError(f"llama-speculative-simple exited with status {res.returncode}:\n{stderr[-3000:]}")
+        try:
+            return parse_report(res.stdout, stderr)
+        except ValueError:
+            if attempt == attempts - 1:
+                raise
+    raise AssertionError("unreachable")

@@ -1,0 +1,373 @@
+"""The common machinery of drafters that draft from the target's own hidden states (``eagle3``, ``mtp``).
+
+Both keep a small llama.cpp context of their own whose positions hold *pairs*: a token and a state row
+derived from the target's hidden state at the position before it. Writing ``s_p`` for the state the
+target produced while evaluating position ``p`` (EAGLE-3: the head's encoder applied to three layer
+inputs; MTP: the target's NextN output) and ``t_p`` for the token at ``p``:
+
+* the pair of target position ``p`` is ``(t_{p+1}, s_p)``, stored at drafter position ``p + offset``
+  (``offset`` 0 for EAGLE-3, 1 for MTP — llama.cpp's two conventions in ``common/speculative.cpp``);
+  its output predicts ``t_{p+2}`` and its pre-norm output is the state of the next drafting step;
+* with the history ``t_0 … t_{L-1}`` (the target's cache holds ``0 … L-2``; ``t_{L-1}`` is pending),
+  every pair up to ``p = L-3`` is written after each round, and ``s_{L-2}`` waits: its pair needs
+  ``t_{L-1}``, and writing it is the first drafting step, whose output is the first draft token
+  (upstream's "deferred boundary");
+* drafting continues from the pre-norm output of each step (the drafter's own hidden state, not the
+  target's); those pairs are removed after the round (a rollback of the drafter's context, reported);
+* the verify batch gives the target's states of the committed positions, from which the pairs of the
+  accepted tokens are written with the target's real states.
+
+Target states come from the verify batch the round has just evaluated. When the drafter cannot tell
+that the target's last evaluation was that batch (a strategy switched in mid-generation, the cost
+policy measuring the verify cost, a long prompt evaluated in several batches), it re-evaluates the
+missing committed positions of the target with the states switched on (same tokens, same positions,
+so the target's cache is unchanged up to the CPU kernels' batch-size rounding), which is exact but
+costs one batch.
+
+Drafting draws from the drafter's distribution: greedy takes its first maximum; sampling draws from
+``q`` (temperature, top-k and top-p applied as for the target), and ``q`` goes to the acceptor as the
+draft distribution, so sampled decoding stays lossless. With a reduced draft vocabulary (EAGLE-3's
+``d2t``) ``q`` is built over the ids the head can express, mapped to target ids — exactly the
+distribution of llama.cpp's full-vocabulary row, whose other entries are ``-inf``.
+
+Departure from llama.cpp: upstream drafts with a top-10 sampler and compares ``--spec-draft-p-min``
+with the top candidate's probability among those ten; specviz uses the head's full softmax (as its
+``draft`` strategy does), so the stop rule reads the head's real confidence.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import time
+from typing import Any, ClassVar, Sequence
+
+import numpy as np
+
+from ..errors import ContextError, SnapshotError
+from ..sampling import TokenDist, probs_from_logits, sample
+from .base import Draft, Drafter, DraftResources
+
+
+class HiddenStateDrafter(Drafter):
+    """Base of ``eagle3`` and ``mtp``: pair bookkeeping, drafting steps, rollbacks, catch-up, snapshots.
+
+    Subclasses set :attr:`dctx` (an object with ``decode``/``logits``/``prenorm``/``truncate``/
+    ``kv_len``/``clear``/``state``/``load_state``/``close``, e.g.
+    :class:`~specviz.backends.eagle3.Eagle3Context`), :attr:`vocab_ids` (the target ids the drafter can
+    propose, ascending, or None for all) and implement :meth:`_states` and :meth:`_release_target`.
+    """
+
+    needs_model = True
+    has_context = True
+    #: Drafter position of the pair of target position p is p + PAIR_OFFSET.
+    PAIR_OFFSET: ClassVar[int] = 0
+
+    def __init__(self, resources: DraftResources, **knobs: Any) -> None:
+        super().__init__(**knobs)
+        self.res = resources
+        self.target_ctx = resources.target_ctx
+        self.n_vocab = resources.target.n_vocab
+        self.dctx: Any = None
+        self.vocab_ids: np.ndarray | None = None
+        self._n_pairs = 0  # pairs written for target positions 0 .. _n_pairs - 1
+        self._pending_start = 0  # target position of the first state row waiting for its pair
+        self._pending = np.zeros((0, 0), dtype=np.float32)
+        self._hist_len = 0  # history length at the last begin / sync
+        self._dirty = True  # the pairs and states must be rebuilt from the target
+        self._eval_mark = -1  # target eval_count when the next eval is the verify batch
+        self._init_evals = self.target_ctx.eval_count
+        self._rollbacks: list[tuple[int, int]] = []
+        self._last_draft: list[int] = []
+        self._round_start = 0
+        self.model_seconds = 0.0
+        self.model_tokens = 0
+        self.catch_up_tokens = 0  # target positions re-evaluated to recover states
+        self.coverage = {"committed": 0, "expressible": 0, "rejections": 0, "rejections_expressible": 0}
+
+    # -- to implement ------------------------------------------------------------------------------
+    def _states(self, n_rows: int) -> np.ndarray:
+        """State rows ``[n_rows, width]`` for the first ``n_rows`` rows of the target's last evaluation."""
+        raise NotImplementedError
+
+    def _release_target(self) -> None:
+        """Switch the target context's extra outputs off again."""
+
+    # -- helpers -----------------------------------------------------------------------------------
+    def _drafter_kv(self) -> int:
+        return int(self.dctx.kv_len())
+
+    def _set_pending(self, start: int, rows: np.ndarray) -> None:
+        self._pending_start, self._pending = start, np.ascontiguousarray(rows, dtype=np.float32)
+
+    def _state_of(self, p: int) -> np.ndarray:
+        i = p - self._pending_start
+        if not 0 <= i < self._pending.shape[0]:
+            raise ContextError(
+                f"internal: no target state for position {p} (have {self._pending_start}.."
+                f"{self._pending_start + self._pending.shape[0] - 1})"
+            )
+        return self._pending[i]
+
+    def _write_pairs(self, history: Sequence[int], upto: int) -> None:
+        """Write the pairs of target positions ``_n_pairs … upto`` (their states must be pending)."""
+        if upto < self._n_pairs:
+            return
+        nb = self.res.n_batch
+        p0 = self._n_pairs
+        for a in range(p0, upto + 1, nb):
+            b = min(upto, a + nb - 1)
+            toks = [int(history[p + 1]) for p in range(a, b + 1)]
+            g = np.stack([self._state_of(p) for p in range(a, b + 1)])
+            self.dctx.decode(toks, g, a + self.PAIR_OFFSET)
+        self._n_pairs = upto + 1
+        keep = self._n_pairs - self._pending_start
+        if keep > 0:
+            self._set_pending(self._n_pairs, self._pending[keep:])
+
+    def _catch_up(self, history: Sequence[int]) -> None:
+        """Re-evaluate the target's committed positions whose states are missing (see the module docstring)."""
+        n_committed = len(history) - 1
+        tgt = self.target_ctx
+        if tgt.kv_len() != n_committed:
+            raise ContextError(
+                f"the target cache holds {tgt.kv_len()} positions, the history {n_committed}; "
+                "the hidden-state drafter cannot catch up"
+            )
+        start = self._n_pairs
+        if n_committed - start <= 0:
+            self._dirty = False
+            return
+        nb = tgt.capacity.n_batch
+        rows = []
+        tgt.truncate(start)
+        for a in range(start, n_committed, nb):
+            chunk = [int(t) for t in history[a : min(a + nb, n_committed)]]
+            tgt.eval(chunk, a, rows="none")
+            rows.append(self._states(len(chunk)))
+        self.catch_up_tokens += n_committed - start
+        self._set_pending(start, np.concatenate(rows))
+        self._dirty = False
+
+    def _complete(self, history: Sequence[int]) -> None:
+        """Write every pair up to ``L - 3`` (``L = len(history)``), catching up first when needed."""
+        if self._dirty:
+            self._catch_up(history)
+        self._write_pairs(history, len(history) - 3)
+        self._hist_len = len(history)
+        self._eval_mark = self.target_ctx.eval_count
+
+    # -- the interface -----------------------------------------------------------------------------
+    def _begin(self, history: Sequence[int]) -> None:
+        self.dctx.clear()
+        self._n_pairs = 0
+        self._set_pending(0, np.zeros((0, 0), dtype=np.float32))
+        self._rollbacks = []
+        self._last_draft = []
+        n_committed = len(history) - 1
+        tgt = self.target_ctx
+        # cheap path: the session has just evaluated the prompt in one batch with our outputs switched on
+        if (
+            0 < n_committed <= tgt.capacity.n_batch
+            and tgt.eval_count == self._init_evals + 1
+            and tgt.kv_len() == n_committed
+        ):
+            self._set_pending(0, self._states(n_committed))
+            self._dirty = False
+            self._complete(history)
+        else:
+            self._dirty = True
+            self._hist_len = len(history)
+
+    def _choose(self, row: np.ndarray) -> tuple[int, float, float, TokenDist | None]:
+        """(token, its probability, top probability, q or None) from one logits row of the drafter."""
+        params = self.res.sampling
+        ids = self.vocab_ids
+        sub = row[ids] if ids is not None else row
+        if params.greedy:
+            x = np.where(np.isnan(sub), -np.inf, sub).astype(np.float64)
+            j = int(np.argmax(x))
+            m = x[j]
+            if m == -np.inf:
+                raise ContextError("the drafter's logits row has no finite value")
+            p = 1.0 / float(np.exp(x - m).sum())
+            tok = int(ids[j]) if ids is not None else j
+            return tok, p, p, None
+        q = probs_from_logits(sub, params)
+        if ids is not None:
+            qids = ids if q.ids is None else ids[q.ids]
+            q = TokenDist(q.probs, np.asarray(qids, dtype=np.int64), self.n_vocab)
+        top = float(q.probs.max())
+        tok = sample(q, self.res.rng)
+        return tok, q.prob(tok), top, q
+
+    def _draft(self, history: Sequence[int], n_max: int) -> Draft:
+        L = len(history)
+        if L < 2:
+            return Draft(reason="no-state")
+        if self._dirty or self._hist_len != L or self._n_pairs != L - 2:
+            self._rollbacks.extend(self._drop_speculative())
+            self._complete(history)
+        t0 = time.perf_counter()
+        p_min = self.config.get("draft_p_min", 0.0)
+        pos = L - 2 + self.PAIR_OFFSET
+        self.dctx.decode([int(history[-1])], self._state_of(L - 2)[None, :], pos, outputs=[0])
+        self._n_pairs = L - 1  # the pair of L-2 is true (target state, committed token): it stays
+        self._set_pending(L - 1, self._pending[1:])
+        toks: list[int] = []
+        probs: list[float | None] = []
+        dists: list[TokenDist] = []
+        reason = None
+        for i in range(n_max):
+            tok, p, top, q = self._choose(self.dctx.logits(0))
+            if top < p_min:
+                reason = "p-min"
+                break
+            toks.append(tok)
+            probs.append(p)
+            if q is not None:
+                dists.append(q)
+            if i + 1 < n_max:
+                h = self.dctx.prenorm(0)
+                self.dctx.decode([tok], h[None, :], pos + 1 + i, outputs=[0])
+        self.model_seconds += time.perf_counter() - t0
+        self.model_tokens += len(toks)
+        self._last_draft = toks
+        return Draft(tokens=toks, probs=probs, reason=reason, dists=dists if not self.res.sampling.greedy else None)
+
+    def _drop_speculative(self) -> list[tuple[int, int]]:
+        """Remove the pairs drafting wrote past the true ones; the rollback as ``(from, to)``."""
+        kv = self._drafter_kv()
+        keep = self._n_pairs + self.PAIR_OFFSET
+        if kv > keep:
+            self.dctx.truncate(keep)
+            return [(kv, keep)]
+        return []
+
+    def sync(self, history: Sequence[int]) -> list[tuple[int, int]]:
+        """After a round: drop the drafted pairs, take the committed positions' states from the verify
+        batch (or catch up), write their pairs; returns the drafter context's rollbacks since the last call."""
+        self._rollbacks.extend(self._drop_speculative())
+        L_old, L = self._hist_len, len(history)
+        self._count_coverage(history, L_old)
+        self._round_start = L_old
+        if not self._dirty:
+            verified = self.target_ctx.eval_count == self._eval_mark + 1
+            if L > L_old and verified and L_old >= 1:
+                # rows 0 … L-L_old-1 of the verify batch are target positions L_old-1 … L-2
+                rows = self._states(L - L_old)
+                have = self._pending
+                if have.shape[0] and self._pending_start + have.shape[0] != L_old - 1:
+                    self._dirty = True
+                else:
+                    start = L_old - 1 if not have.shape[0] else self._pending_start
+                    self._set_pending(start, np.concatenate([have, rows]) if have.shape[0] else rows)
+            elif L != L_old or not verified:
+                self._dirty = True
+        if self._dirty and self._n_pairs > len(history) - 2:
+            self._n_pairs = max(0, len(history) - 2)
+            self.dctx.truncate(self._n_pairs + self.PAIR_OFFSET)
+        self._complete(history)
+        out, self._rollbacks = self._rollbacks, []
+        return out
+
+    def _count_coverage(self, history: Sequence[int], since: int) -> None:
+        """How many committed tokens the drafter's vocabulary could express."""
+        if self.vocab_ids is None or since < 1:
+            return
+        new = np.asarray(history[since:], dtype=np.int64)
+        if new.size:
+            self.coverage["committed"] += int(new.size)
+            self.coverage["expressible"] += int(np.isin(new, self.vocab_ids).sum())
+
+    def _accept(self, n_accepted: int, history: Sequence[int]) -> None:
+        # a rejection: could the drafter have expressed the token the target chose instead?
+        d, at = self._last_draft, self._round_start + n_accepted
+        if self.vocab_ids is not None and n_accepted < len(d) and at < len(history):
+            self.coverage["rejections"] += 1
+            self.coverage["rejections_expressible"] += int(np.isin(int(history[at]), self.vocab_ids))
+        self._last_draft = []
+
+    def kv_length(self) -> int:
+        """Positions the drafter's context holds."""
+        return self._drafter_kv()
+
+    def extra_telemetry(self) -> dict[str, Any]:
+        """The drafter's model time, its cache length, catch-up work and vocabulary coverage."""
+        c = self.coverage
+        d: dict[str, Any] = {
+            "draft_model": str(self.res.model.path) if self.res.model is not None else None,
+            "draft_model_seconds": self.model_seconds,
+            "draft_model_tokens": self.model_tokens,
+            "draft_model_tokens_per_second": self.model_tokens / self.model_seconds if self.model_seconds else 0.0,
+            "draft_kv": self.kv_length(),
+            "catch_up_tokens": self.catch_up_tokens,
+        }
+        if self.vocab_ids is not None:
+            d["vocab_coverage"] = {
+                "draft_vocab": int(self.vocab_ids.shape[0]),
+                "target_vocab": int(self.n_vocab),
+                "vocab_share": float(self.vocab_ids.shape[0]) / self.n_vocab,
+                "committed": c["committed"],
+                "expressible": c["expressible"],
+                "committed_share": c["expressible"] / c["committed"] if c["committed"] else None,
+                "rejections": c["rejections"],
+                "rejections_expressible": c["rejections_expressible"],
+                "rejection_share": c["rejections_expressible"] / c["rejections"] if c["rejections"] else None,
+            }
+        return d
+
+    def _export_state(self) -> dict[str, Any]:
+        return {"coverage": dict(self.coverage), "catch_up_tokens": self.catch_up_tokens}
+
+    def _import_state(self, d: dict[str, Any]) -> None:
+        cov = d.get("coverage", {})
+        self.coverage = {k: int(cov.get(k, 0)) for k in self.coverage}
+        self.catch_up_tokens = int(d.get("catch_up_tokens", 0))
+
+    def context_state(self) -> bytes:
+        """The drafter's context, its pair count and the states waiting for their pairs (for snapshots)."""
+        if self._dirty:  # nothing worth saving: the restored drafter catches up from the target
+            return json.dumps({"dirty": True}).encode()
+        head: dict[str, Any] = {
+            "dirty": False,
+            "n_pairs": self._n_pairs,
+            "hist_len": self._hist_len,
+            "pending_start": self._pending_start,
+            "pending_shape": list(self._pending.shape),
+            "pending": base64.b64encode(self._pending.astype("<f4").tobytes()).decode(),
+        }
+        hb = json.dumps(head).encode()
+        return len(hb).to_bytes(8, "little") + hb + self.dctx.state()
+
+    def load_context_state(self, blob: bytes) -> None:
+        """Restore :meth:`context_state` (a malformed blob raises SnapshotError and changes nothing)."""
+        if blob.startswith(b"{"):
+            self._dirty = True
+            return
+        try:
+            n = int.from_bytes(blob[:8], "little")
+            head = json.loads(blob[8 : 8 + n])
+            shape = tuple(int(x) for x in head["pending_shape"])
+            rows = np.frombuffer(base64.b64decode(head["pending"]), dtype="<f4").reshape(shape).astype(np.float32)
+            n_pairs, hist_len, start = int(head["n_pairs"]), int(head["hist_len"]), int(head["pending_start"])
+        except (ValueError, KeyError, TypeError) as exc:
+            raise SnapshotError(f"the {self.name} drafter's state is malformed ({exc})") from None
+        if not 0 <= n_pairs <= hist_len or start != n_pairs:
+            raise SnapshotError(
+                f"the {self.name} drafter's state is inconsistent (pairs {n_pairs}, history {hist_len})"
+            )
+        self.dctx.load_state(blob[8 + n :])
+        self._n_pairs, self._hist_len = n_pairs, hist_len
+        self._set_pending(start, rows)
+        self._dirty = False
+        self._rollbacks = []
+        self._eval_mark = self.target_ctx.eval_count
+
+    def close(self) -> None:
+        """Free the drafter's context and switch the target's extra outputs off."""
+        try:
+            self._release_target()
+        finally:
+            if self.dctx is not None:
+                self.dctx.close()

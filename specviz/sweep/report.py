@@ -1,0 +1,411 @@
+"""The sweep report: per category and setting, speedup over ``none``, mean accepted tokens, acceptance.
+
+The figures follow Spec-Bench's leaderboard:
+
+* **speedup**: the mean over a category's prompts of each prompt's decode tokens/s, over the same mean
+  for the ``none`` runs paired with them (each prompt's tokens/s is first the median over repeats);
+* **mean accepted tokens**: tokens per target verify batch, all rounds of the category pooled (1.00 for
+  ``none``: one token per forward pass);
+* **acceptance**: accepted over drafted draft tokens, pooled the same way.
+
+The spread over prompts (``±``, one standard deviation) is that of the per-prompt figures: for the
+speedup, each prompt's *paired* speedup — its runs over the ``none`` run just before them on the same
+worker — so machine drift between prompts does not show up as spread. The ``overall`` category pools
+every prompt.
+
+:func:`write_report` writes all of it as one self-contained HTML page: plotly.js is inlined from the
+``plotly`` package, nothing is loaded from the network.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import html
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+#: The name of the row pooling every category.
+OVERALL = "overall"
+
+
+def _setting_order(df) -> list[str]:
+    """Settings by temperature, ``none`` first at each, then in the order they first appear."""
+    first: dict[str, tuple[float, bool, int]] = {}
+    for i, (label, strategy, temp) in enumerate(zip(df["setting"], df["strategy"], df["temperature"])):
+        first.setdefault(label, (float(temp), strategy != "none", i))
+    return sorted(first, key=lambda k: first[k])
+
+
+def per_prompt(df):
+    """One row per (category, prompt, setting): medians over repeats and the pooled counters."""
+    g = df.groupby(["category", "question_id", "setting", "strategy", "temperature"], sort=False)
+    out = g.agg(
+        tokens_per_second=("tokens_per_second", "median"),
+        none_tokens_per_second=("none_tokens_per_second", "median"),
+        speedup=("speedup", "median"),
+        n_generated=("n_generated", "sum"),
+        rounds=("rounds", "sum"),
+        drafted=("drafted", "sum"),
+        accepted=("accepted", "sum"),
+        repeats=("repeat", "nunique"),
+    ).reset_index()
+    out["mean_accepted_tokens"] = out["n_generated"] / out["rounds"].where(out["rounds"] > 0)
+    out["acceptance_rate"] = out["accepted"] / out["drafted"].where(out["drafted"] > 0)
+    return out
+
+
+def _cell(pp) -> dict[str, Any]:
+    none_mean = pp["none_tokens_per_second"].mean()
+    drafted = pp["drafted"].sum()
+    return {
+        "prompts": len(pp),
+        "runs": int(pp["repeats"].sum()),
+        "speedup": pp["tokens_per_second"].mean() / none_mean if none_mean > 0 else float("nan"),
+        "speedup_sd": pp["speedup"].std(ddof=1) if len(pp) > 1 else float("nan"),
+        "speedup_min": pp["speedup"].min(),
+        "speedup_max": pp["speedup"].max(),
+        "mean_accepted_tokens": pp["n_generated"].sum() / pp["rounds"].sum() if pp["rounds"].sum() else float("nan"),
+        "mean_accepted_tokens_sd": pp["mean_accepted_tokens"].std(ddof=1) if len(pp) > 1 else float("nan"),
+        "acceptance": pp["accepted"].sum() / drafted if drafted else float("nan"),
+        "acceptance_sd": pp["acceptance_rate"].dropna().std(ddof=1)
+        if pp["acceptance_rate"].notna().sum() > 1
+        else float("nan"),
+        "tokens_per_second": pp["tokens_per_second"].mean(),
+    }
+
+
+def summarise(df):
+    """The table: one row per (category, setting), plus ``overall`` rows pooling every category."""
+    import pandas as pd
+
+    pp = per_prompt(df)
+    order = _setting_order(df)
+    cats = list(dict.fromkeys(df["category"]))
+    rows = []
+    for cat in cats + [OVERALL]:
+        part = pp if cat == OVERALL else pp[pp["category"] == cat]
+        for setting in order:
+            sub = part[part["setting"] == setting]
+            if len(sub):
+                rows.append(
+                    {
+                        "category": cat,
+                        "setting": setting,
+                        "strategy": sub["strategy"].iloc[0],
+                        "temperature": float(sub["temperature"].iloc[0]),
+                        **_cell(sub),
+                    }
+                )
+    return pd.DataFrame(rows)
+
+
+def leaderboard(summary):
+    """Spec-Bench's leaderboard shape: a row per setting, the speedup per category, then overall figures."""
+    wide = summary.pivot(index="setting", columns="category", values="speedup")
+    cats = [c for c in dict.fromkeys(summary["category"]) if c != OVERALL]
+    overall = summary[summary["category"] == OVERALL].set_index("setting")
+    wide = wide.reindex(index=list(dict.fromkeys(summary["setting"])), columns=cats + [OVERALL])
+    wide["mean accepted tokens"] = overall["mean_accepted_tokens"]
+    wide["acceptance"] = overall["acceptance"]
+    return wide
+
+
+def _detail(summary):
+    """The rows to list one by one: the ``overall`` rows only when they pool more than one category."""
+    if summary["category"].nunique() <= 2:
+        return summary[summary["category"] != OVERALL]
+    return summary
+
+
+def _nan(x: Any) -> bool:
+    return isinstance(x, float) and math.isnan(x)
+
+
+def _pm(value: float, sd: float, fmt: str, suffix: str = "") -> str:
+    if _nan(value):
+        return "—"
+    text = format(value, fmt) + suffix
+    if not _nan(sd):
+        text += " ± " + format(sd, fmt) + suffix
+    return text
+
+
+def _pct(value: float, sd: float) -> str:
+    if _nan(value):
+        return "—"
+    return f"{value:.1%}" + ("" if _nan(sd) else f" ± {sd:.1%}")
+
+
+def format_table(summary) -> str:
+    """The summary as plain-text tables: the leaderboard, then every (category, setting) with its spread."""
+    lb = leaderboard(summary)
+    cols = list(lb.columns)
+    w0 = max([len("setting")] + [len(s) for s in lb.index])
+    widths = [max(len(c), 8) for c in cols]
+    lines = ["speedup over none per category (mean tokens/s over prompts / none's), with overall figures"]
+    lines.append("  ".join([f"{'setting':<{w0}}"] + [f"{c:>{w}}" for c, w in zip(cols, widths)]))
+    for setting, row in lb.iterrows():
+        cells = []
+        for c, w in zip(cols, widths):
+            v = row[c]
+            if _nan(v):
+                cells.append(f"{'—':>{w}}")
+            elif c == "acceptance":
+                cells.append(f"{'—' if setting.startswith('none') else f'{v:.1%}':>{w}}")
+            elif c == "mean accepted tokens":
+                cells.append(f"{v:>{w}.2f}")
+            else:
+                cells.append(f"{f'{v:.2f}x':>{w}}")
+        lines.append("  ".join([f"{setting:<{w0}}"] + cells))
+    lines.append("")
+    lines.append(
+        "per category and setting; ± is one standard deviation over prompts (speedup: each prompt's "
+        "runs over its paired none run)"
+    )
+    header = ["category", "setting", "prompts", "speedup", "mean accepted tokens", "acceptance", "tokens/s"]
+    body = []
+    for r in _detail(summary).itertuples():
+        none = r.strategy == "none"
+        body.append(
+            [
+                r.category,
+                r.setting,
+                str(r.prompts),
+                _pm(r.speedup, r.speedup_sd, ".2f", "x"),
+                _pm(r.mean_accepted_tokens, r.mean_accepted_tokens_sd, ".2f"),
+                "—" if none else _pct(r.acceptance, r.acceptance_sd),
+                f"{r.tokens_per_second:.1f}",
+            ]
+        )
+    widths2 = [max(len(h), *(len(b[i]) for b in body)) for i, h in enumerate(header)]
+    right = {2, 3, 4, 5, 6}
+
+    def fmt_row(cells: list[str]) -> str:
+        return "  ".join(c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths2)))
+
+    lines.append(fmt_row(header))
+    lines.extend(fmt_row(b) for b in body)
+    return "\n".join(lines)
+
+
+def figures(df) -> dict[str, Any]:
+    """The report's plotly figures by title: speedup, per-prompt speedups, mean accepted tokens, acceptance."""
+    import plotly.graph_objects as go
+    from plotly.colors import qualitative
+
+    summary = summarise(df)
+    pp = per_prompt(df)
+    cats = [c for c in dict.fromkeys(summary["category"]) if c != OVERALL]
+    order = list(dict.fromkeys(summary["setting"]))
+    spec = [s for s in order if not summary[summary["setting"] == s]["strategy"].eq("none").all()]
+    palette = qualitative.Plotly + qualitative.D3 + qualitative.Dark24
+    color = {s: palette[i % len(palette)] for i, s in enumerate(order)}  # one colour per setting in every chart
+    figs: dict[str, Any] = {}
+
+    def bars(value: str, sd: str, title: str, axis: str, settings: list[str], fmt: str) -> Any:
+        fig = go.Figure()
+        for s in settings:
+            sub = summary[summary["setting"] == s].set_index("category").reindex(cats + [OVERALL])
+            fig.add_bar(
+                name=s,
+                x=cats + [OVERALL],
+                y=sub[value],
+                marker_color=color[s],
+                error_y={"type": "data", "array": sub[sd].fillna(0), "visible": True},
+                hovertemplate=f"%{{x}}<br>{s}<br>{axis} %{{y:{fmt}}}<extra></extra>",
+            )
+        fig.update_layout(
+            title=title, barmode="group", yaxis_title=axis, legend_title="setting", template="plotly_white", height=420
+        )
+        return fig
+
+    fig = bars(
+        "speedup",
+        "speedup_sd",
+        "Speedup over none by category (± one sd over prompts)",
+        "speedup over none",
+        order,
+        ".2f",
+    )
+    fig.add_hline(y=1.0, line_dash="dot", line_color="grey")
+    figs["speedup"] = fig
+
+    fig = go.Figure()
+    for s in spec:
+        sub = pp[pp["setting"] == s]
+        fig.add_box(
+            name=s,
+            y=sub["speedup"],
+            marker_color=color[s],
+            boxpoints="all",
+            jitter=0.4,
+            pointpos=0,
+            text=sub["category"] + " / " + sub["question_id"].astype(str),
+            hovertemplate="%{text}<br>paired speedup %{y:.2f}<extra></extra>",
+        )
+    fig.add_hline(y=1.0, line_dash="dot", line_color="grey")
+    fig.update_layout(
+        title="Paired speedup of each prompt (its runs over the none run just before them)",
+        yaxis_title="paired speedup",
+        showlegend=False,
+        template="plotly_white",
+        height=420,
+    )
+    figs["per-prompt speedup"] = fig
+
+    figs["mean accepted tokens"] = bars(
+        "mean_accepted_tokens",
+        "mean_accepted_tokens_sd",
+        "Mean accepted tokens per verify batch (± one sd over prompts)",
+        "tokens per round",
+        order,
+        ".2f",
+    )
+    fig = bars(
+        "acceptance", "acceptance_sd", "Acceptance of drafted tokens (± one sd over prompts)", "acceptance", spec, ".1%"
+    )
+    fig.update_yaxes(tickformat=".0%")
+    figs["acceptance"] = fig
+
+    fig = go.Figure()
+    for s in spec:
+        sub = pp[pp["setting"] == s]
+        fig.add_scatter(
+            name=s,
+            x=sub["acceptance_rate"],
+            y=sub["speedup"],
+            mode="markers",
+            marker_color=color[s],
+            text=sub["category"] + " / " + sub["question_id"].astype(str),
+            hovertemplate="%{text}<br>acceptance %{x:.1%}<br>speedup %{y:.2f}<extra></extra>",
+        )
+    fig.add_hline(y=1.0, line_dash="dot", line_color="grey")
+    fig.update_layout(
+        title="Acceptance and paired speedup, one point per prompt",
+        xaxis_title="acceptance",
+        yaxis_title="paired speedup",
+        xaxis_tickformat=".0%",
+        template="plotly_white",
+        height=420,
+    )
+    figs["acceptance vs speedup"] = fig
+    return figs
+
+
+def _html_table(frame, formats: dict[str, Any]) -> str:
+    head = "".join(f"<th>{html.escape(str(c))}</th>" for c in frame.columns)
+    body = []
+    for _, row in frame.iterrows():
+        cells = []
+        for c in frame.columns:
+            f = formats.get(c)
+            cells.append(f"<td>{html.escape(f(row) if f else str(row[c]))}</td>")
+        body.append("<tr>" + "".join(cells) + "</tr>")
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+
+
+_CSS = """
+body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 24px auto; max-width: 1200px;
+       color: #1d2330; padding: 0 16px; }
+h1 { font-size: 1.5em; margin-bottom: 4px; } h2 { font-size: 1.15em; margin-top: 28px; }
+.meta { color: #5b6475; font-size: 0.9em; margin-bottom: 12px; }
+table { border-collapse: collapse; font-size: 0.88em; margin: 8px 0 16px; }
+th, td { border-bottom: 1px solid #e1e4ea; padding: 4px 10px; text-align: right; white-space: nowrap; }
+th:first-child, td:first-child, th:nth-child(2), td:nth-child(2) { text-align: left; }
+thead th { background: #f3f5f8; }
+.note { color: #5b6475; font-size: 0.85em; max-width: 900px; }
+"""
+
+
+def write_report(df, path: str | Path, *, title: str = "specviz sweep") -> Path:
+    """Write the self-contained HTML report of the results ``df`` to ``path`` and return the path."""
+    from plotly.offline import get_plotlyjs
+
+    summary = summarise(df)
+    lb = leaderboard(summary).reset_index()
+    cats = [c for c in lb.columns if c not in ("setting", "mean accepted tokens", "acceptance")]
+    lb_fmt: dict[str, Any] = {c: (lambda r, c=c: "—" if _nan(r[c]) else f"{r[c]:.2f}×") for c in cats}
+    lb_fmt["mean accepted tokens"] = lambda r: f"{r['mean accepted tokens']:.2f}"
+    lb_fmt["acceptance"] = lambda r: (
+        "—" if r["setting"].startswith("none") or _nan(r["acceptance"]) else f"{r['acceptance']:.1%}"
+    )
+    detail = _detail(summary)[
+        [
+            "category",
+            "setting",
+            "prompts",
+            "speedup",
+            "speedup_min",
+            "mean_accepted_tokens",
+            "acceptance",
+            "tokens_per_second",
+        ]
+    ].rename(
+        columns={
+            "speedup_min": "paired speedup min–max",
+            "mean_accepted_tokens": "mean accepted tokens",
+            "tokens_per_second": "tokens/s",
+        }
+    )
+    by_key = {(r.category, r.setting): r for r in summary.itertuples()}
+    d_fmt = {
+        "speedup": lambda r: _pm(r["speedup"], by_key[(r["category"], r["setting"])].speedup_sd, ".2f", "×"),
+        "paired speedup min–max": lambda r: (
+            f"{by_key[(r['category'], r['setting'])].speedup_min:.2f}–"
+            f"{by_key[(r['category'], r['setting'])].speedup_max:.2f}"
+        ),
+        "mean accepted tokens": lambda r: _pm(
+            r["mean accepted tokens"], by_key[(r["category"], r["setting"])].mean_accepted_tokens_sd, ".2f"
+        ),
+        "acceptance": lambda r: (
+            "—"
+            if by_key[(r["category"], r["setting"])].strategy == "none"
+            else _pct(r["acceptance"], by_key[(r["category"], r["setting"])].acceptance_sd)
+        ),
+        "tokens/s": lambda r: f"{r['tokens/s']:.1f}",
+    }
+    meta = {
+        "model": ", ".join(sorted(map(str, df["model"].unique()))) if "model" in df else "?",
+        "prompt format": ", ".join(sorted(map(str, df["prompt_format"].unique()))) if "prompt_format" in df else "?",
+        "max tokens per turn": ", ".join(sorted(map(str, df["max_tokens"].unique()))) if "max_tokens" in df else "?",
+        "prompts": str(df["question_id"].nunique()),
+        "runs": str(len(df)),
+        "workers": str(df["worker"].nunique()) if "worker" in df else "?",
+    }
+    figs = figures(df)
+    parts = [
+        fig.to_html(
+            full_html=False,
+            include_plotlyjs=False,
+            config={"displaylogo": False, "responsive": True},
+            div_id=f"fig-{i}",
+        )
+        for i, fig in enumerate(figs.values())
+    ]
+    embedded = html.escape(json.dumps(summary.to_dict(orient="records"), default=float))
+    page = f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>
+<style>{_CSS}</style>
+<script type="text/javascript">{get_plotlyjs()}</script>
+</head><body>
+<h1>{html.escape(title)}</h1>
+<div class="meta">{" · ".join(f"{html.escape(k)}: {html.escape(v)}" for k, v in meta.items())}
+ · written {_dt.datetime.now().strftime("%Y-%m-%d %H:%M")}</div>
+<h2>Speedup over none by category</h2>
+{_html_table(lb, lb_fmt)}
+<p class="note">As Spec-Bench's leaderboard: the mean decode tokens/s over a category's prompts over the same mean
+for the none runs paired with them; mean accepted tokens = tokens per target verify batch (pooled); acceptance =
+accepted / drafted tokens (pooled).</p>
+<h2>Per category and setting, with the spread over prompts</h2>
+{_html_table(detail, d_fmt)}
+<p class="note">± is one standard deviation over prompts. The speedup's spread and range are those of each
+prompt's paired speedup: its runs over the none run taken just before them on the same worker.</p>
+{"".join(f'<div class="fig">{p}</div>' for p in parts)}
+<script type="application/json" id="specviz-summary">{embedded}</script>
+</body></html>
+"""
+    out = Path(path)
+    out.write_text(page, encoding="utf-8")
+    return out

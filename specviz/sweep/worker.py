@@ -1,0 +1,232 @@
+"""What runs on a worker: one task = one prompt, one repeat, one temperature, every setting back to back.
+
+Each worker process loads the target model once (:func:`worker_model`, a per-process cache that the
+local pool's initializer and the Dask worker plugin warm up) and keeps one :class:`~specviz.Session`
+per thread over it; a task never loads a model. Draft models are loaded once per session too
+(``Session.aux_model``).
+
+Within a task, ``none`` runs first and every other setting right after it on the same worker, as
+``specviz bench`` does: each speculative run is paired with a ``none`` run taken moments before it
+under the same load, and its ``speedup`` is its tokens/s over that run's.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from .chat import PromptFormat, conversation_text, prompt_tokens
+from .dataset import Prompt
+from .grid import Setting
+
+_lock = threading.Lock()
+_models: dict[str, Any] = {}
+_local = threading.local()
+_loads = 0  # target models loaded by this process (a task must never add one)
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """Run-wide values every task shares: the target model, context, threads, budget and prompt format."""
+
+    model: str
+    max_tokens: int
+    prompt_format: PromptFormat
+    n_ctx: int = 4096
+    n_threads: int | None = None  # llama.cpp threads per task; None: this host's cores / concurrent tasks
+    grid_seed: int = 0
+
+
+@dataclass(frozen=True)
+class Task:
+    """One unit of work: ``settings`` run in order (``none`` first); rows are kept for ``keep`` only.
+
+    ``none`` runs even when its row already exists (``keep`` then leaves it out): it is the partner
+    the other settings' speedups are measured against.
+    """
+
+    id: str
+    prompt: Prompt
+    repeat: int
+    temperature: float
+    seed: int
+    settings: tuple[Setting, ...]
+    keep: tuple[str, ...]  # setting keys whose rows to return
+    config: RunConfig
+
+    @property
+    def n_rows(self) -> int:
+        """Rows this task returns when it succeeds."""
+        return len(self.keep)
+
+
+@dataclass
+class TaskResult:
+    """A finished task's rows and where it ran (``model_loads``: target models loaded by that process)."""
+
+    task_id: str
+    rows: list[dict[str, Any]]
+    worker: str
+    model_loads: int
+    seconds: float
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def worker_id() -> str:
+    """``host:pid`` of this process."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def worker_model(path: str):
+    """The target model at ``path``, loaded once per process and shared by its threads."""
+    global _loads
+    from ..backends import LlamaModel
+
+    with _lock:
+        m = _models.get(path)
+        if m is None:
+            m = LlamaModel(path)
+            _models[path] = m
+            _loads += 1
+        return m
+
+
+def model_loads() -> int:
+    """How many target models this process has loaded."""
+    return _loads
+
+
+def _default_threads() -> int:
+    """llama.cpp threads for one task: the cores this process may use over the tasks it runs at once."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    slots = 1
+    try:  # on a Dask worker, its thread count is how many tasks run at once in this process
+        from distributed import get_worker
+
+        slots = max(1, get_worker().state.nthreads)
+    except (ImportError, ValueError, AttributeError):
+        pass
+    return max(1, cores // slots)
+
+
+def worker_session(config: RunConfig):
+    """This thread's session over the process's model (created on first use, then reused)."""
+    from ..session import Session
+
+    key = (config.model, config.n_ctx, config.n_threads)
+    sessions = getattr(_local, "sessions", None)
+    if sessions is None:
+        sessions = _local.sessions = {}
+    s = sessions.get(key)
+    if s is None:
+        s = Session(worker_model(config.model), n_ctx=config.n_ctx, n_threads=config.n_threads or _default_threads())
+        sessions[key] = s
+    return s
+
+
+def warm_up(config: RunConfig) -> None:
+    """Load the model in this process ahead of its first task (pool initializer, Dask worker plugin)."""
+    worker_model(config.model)
+
+
+def local_initializer(config: RunConfig) -> None:
+    """Initializer of the local pool's worker processes: ignore Ctrl-C (the driver stops them), load the model."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    warm_up(config)
+
+
+def _generate(session, task: Task, setting: Setting) -> dict[str, Any]:
+    """Every turn of the task's prompt under ``setting``; the summed counters and the tokens."""
+    p, cfg = task.prompt, task.config
+    answers: list[str] = []
+    tokens: list[int] = []
+    lengths: list[int] = []
+    totals: dict[str, Any] = {
+        "n_generated": 0,
+        "rounds": 0,
+        "drafted": 0,
+        "accepted": 0,
+        "seconds": 0.0,
+        "prompt_tokens": 0,
+    }
+    finish = None
+    for i in range(len(p.turns)):
+        text = conversation_text(cfg.prompt_format, p.turns[: i + 1], answers, p.completion)
+        ids = prompt_tokens(session.model, cfg.prompt_format, text, p.completion)
+        session.start(
+            ids, cfg.max_tokens, setting.strategy, temperature=setting.temperature, seed=task.seed, **setting.knob_dict
+        )
+        rounds = session.run()
+        t = session.telemetry_dict()
+        out = list(session.tokens)
+        answers.append(session.text)
+        tokens += out
+        lengths.append(len(out))
+        totals["n_generated"] += int(t["n_generated"])
+        totals["rounds"] += int(t.get("rounds", len(rounds)))
+        totals["drafted"] += int(t["drafted"])
+        totals["accepted"] += int(t["accepted"])
+        totals["seconds"] += float(t["seconds"])
+        totals["prompt_tokens"] += len(ids)
+        finish = getattr(session, "finished", None)
+    totals.update(tokens=tokens, turn_lengths=lengths, finish=str(finish) if finish is not None else "")
+    return totals
+
+
+def run_task(task: Task) -> TaskResult:
+    """Run one task on this worker and return its rows (see :mod:`specviz.sweep.results` for the columns)."""
+    import json
+
+    t0 = time.perf_counter()
+    session = worker_session(task.config)
+    cfg = task.config
+    rows: list[dict[str, Any]] = []
+    none_tps = None
+    for setting in task.settings:
+        r = _generate(session, task, setting)
+        tps = r["n_generated"] / r["seconds"] if r["seconds"] > 0 else 0.0
+        if setting.is_baseline:
+            none_tps = tps
+        if setting.key not in task.keep:
+            continue
+        rows.append(
+            {
+                "question_id": task.prompt.id,
+                "category": task.prompt.category,
+                "repeat": task.repeat,
+                "setting": setting.label,
+                "setting_key": setting.key,
+                "strategy": setting.strategy,
+                "knobs": json.dumps(setting.knob_dict, sort_keys=True),
+                "temperature": float(setting.temperature),
+                "seed": int(task.seed),
+                "turns": len(task.prompt.turns),
+                "prompt_format": "plain" if task.prompt.completion else cfg.prompt_format.kind,
+                "prompt_tokens": r["prompt_tokens"],
+                "n_generated": r["n_generated"],
+                "rounds": r["rounds"],
+                "drafted": r["drafted"],
+                "accepted": r["accepted"],
+                "seconds": r["seconds"],
+                "tokens_per_second": tps,
+                "acceptance_rate": r["accepted"] / r["drafted"] if r["drafted"] else 0.0,
+                "mean_accepted_tokens": r["n_generated"] / r["rounds"] if r["rounds"] else 0.0,
+                "none_tokens_per_second": none_tps if none_tps is not None else float("nan"),
+                "speedup": tps / none_tps if none_tps else float("nan"),
+                "finish": r["finish"],
+                "tokens": r["tokens"],
+                "turn_lengths": r["turn_lengths"],
+                "model": os.path.basename(cfg.model),
+                "max_tokens": cfg.max_tokens,
+                "grid_seed": cfg.grid_seed,
+                "worker": worker_id(),
+                "finished_at": time.time(),
+            }
+        )
+    return TaskResult(task.id, rows, worker_id(), model_loads(), time.perf_counter() - t0)

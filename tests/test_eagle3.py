@@ -1,0 +1,377 @@
+"""The ``eagle3`` strategy, its head GGUFs and the target-layer capture, on tiny real llama.cpp models.
+
+The heads are random (a random head drafts nonsense, losslessly). For rounds that accept part of a draft
+the "binary" pair is used: a target whose output head can only say A or B (alternating, by construction)
+and a head whose output can only say A or B, so some drafts are accepted and some rejected.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+from specviz import Session
+from specviz.backends import LlamaContext, LlamaModel
+from specviz.backends.capture import LayerCapture, capture_method
+from specviz.backends.eagle3 import Eagle3Context, eagle3_problems
+from specviz.backends.gguf_check import check_gguf
+from specviz.backends.llama_ext import target_layer_ids
+from specviz.eagle3_gguf import Eagle3HeadConfig, random_eagle3_weights, write_eagle3_head
+from specviz.errors import CaptureUnavailableError, KnobError, SnapshotError, StrategyUnavailableError
+from specviz.sampling import SamplingParams, probs_from_logits
+from specviz.testing import tiny_weights, write_tiny_eagle3, write_tiny_llama
+
+from stat_helpers import chi2_critical
+from test_session import plain_reference
+
+A, B = 300, 301
+
+
+@pytest.fixture(scope="module")
+def target_path(tmp_path_factory):
+    """A tiny llama target with 4 layers (so a head can read three different layers)."""
+    return write_tiny_llama(tmp_path_factory.mktemp("e3") / "target.gguf", seed=2, n_layer=4, block_scale=0.1)
+
+
+@pytest.fixture(scope="module")
+def head_path(target_path):
+    return write_tiny_eagle3(target_path.with_name("head.gguf"), target_path, seed=1)
+
+
+@pytest.fixture(scope="module")
+def binary_pair(tmp_path_factory):
+    """(target, head): both can only output A or B; the target alternates, the head guesses."""
+    d = tmp_path_factory.mktemp("binary")
+    w = tiny_weights(seed=3, n_layer=4, block_scale=0.05)
+    e = w["token_embd.weight"]
+    u = (e[B] - e[A]).astype(np.float32)  # after A the target says B, after B it says A
+    out = np.zeros_like(w["output.weight"])
+    out[A], out[B] = u, -u
+    w["output.weight"] = out
+    target = write_tiny_llama(d / "target.gguf", n_layer=4, layers_from=w)
+    d2t = tuple(sorted(set(range(0, 320, 2)) | {A, B}))
+    cfg = Eagle3HeadConfig(n_embd=64, n_head=4, n_head_kv=2, n_ff=128, target_hidden=64, target_layers=(1, 2, 3),
+                           d2t=d2t, n_vocab=320, rms_eps=1e-5)
+    hw = random_eagle3_weights(cfg, seed=4)
+    v = np.random.default_rng(5).standard_normal(64).astype(np.float32)
+    ho = np.zeros_like(hw["output.weight"])
+    ho[d2t.index(A)], ho[d2t.index(B)] = v, -v
+    hw["output.weight"] = ho
+    head = write_eagle3_head(d / "head.gguf", target, cfg, hw)
+    return target, head
+
+
+@pytest.fixture()
+def session(target_path):
+    s = Session(target_path, n_ctx=512, n_batch=64, n_ubatch=64, n_threads=1)
+    yield s
+    s.close()
+
+
+def knobs(head, **extra):
+    return {"draft_model": str(head), "draft_p_min": 0.0, "draft_max": 5, **extra}
+
+
+# -- fixtures and the backend -------------------------------------------------------------------------------
+
+def test_tiny_head_is_written_quickly_and_llama_cpp_loads_it(target_path, tmp_path):
+    t0 = time.perf_counter()
+    p = write_tiny_eagle3(tmp_path / "h.gguf", target_path, n_draft_vocab=100)
+    assert time.perf_counter() - t0 < 1.0
+    info = check_gguf(p)
+    assert info.architecture == "eagle3" and info.tensors["d2t"].ggml_type == 27  # int64, as llama.cpp asserts
+    m = LlamaModel(p)
+    try:
+        assert m.n_layer == 1 and m.n_vocab == 320
+        assert target_layer_ids(m.ptr) == [2, 2, 1]  # the converter's [2, N/2, N-3] for N = 4
+    finally:
+        m.close()
+    assert eagle3_problems(p, target_arch="llama", target_n_layer=4, target_n_embd=64, target_n_vocab=320) == []
+
+
+def test_capture_through_llama_cpp_taps_equals_the_callback_shim(target_path):
+    m = LlamaModel(target_path)
+    api_ctx = LlamaContext(m, n_ctx=256, n_batch=64, n_ubatch=64, n_threads=1)
+    cb_ctx = LlamaContext(m, n_ctx=256, n_batch=64, n_ubatch=16, n_threads=1, capture=True)  # 3 micro-batches
+    try:
+        api = LayerCapture(api_ctx, [0, 1, 3])
+        cb = LayerCapture(cb_ctx, [0, 1, 3], method="callback")
+        assert (api.method, cb.method) == ("api", "callback")
+        toks = list(range(5, 45))
+        for ctx in (api_ctx, cb_ctx):
+            ctx.eval(toks, 0, rows="last")
+        fa, fc = api.features(40), cb.features(40)
+        assert fa.shape == (40, 192) and np.abs(fa).max() > 0
+        assert np.array_equal(fa, fc)
+        # layer 0's input is the token embedding row itself
+        emb = tiny_weights(seed=2, n_layer=4, block_scale=0.1)["token_embd.weight"]
+        assert np.allclose(fa[:, :64], emb[toks], atol=1e-6)
+        # switched off, the shim copies nothing more
+        cb.close()
+        calls = cb_ctx.tap.state.calls
+        cb_ctx.eval([7], 40, rows="all")
+        assert cb_ctx.tap.state.calls == calls
+    finally:
+        api_ctx.close()
+        cb_ctx.close()
+        m.close()
+
+
+def test_capture_refuses_before_llama_cpp_could_abort(target_path):
+    m = LlamaModel(target_path)
+    ctx = LlamaContext(m, n_ctx=128, n_batch=32, n_ubatch=32, n_threads=1)
+    try:
+        with pytest.raises(CaptureUnavailableError, match="layer 4 is not a layer"):
+            LayerCapture(ctx, [0, 1, 4])
+        cap = LayerCapture(ctx, [1, 2, 3])
+        with pytest.raises(CaptureUnavailableError, match="no batch was evaluated"):
+            cap.features(1)  # llama.cpp's getter would assert on an empty buffer
+        with pytest.raises(CaptureUnavailableError, match="without the capture callback"):
+            LayerCapture(ctx, [1, 2, 3], method="callback")  # this context has no callback installed
+        assert capture_method("gemma3") == "callback" and capture_method("glm4moe") is None
+    finally:
+        ctx.close()
+        m.close()
+
+
+def test_head_context_encodes_and_decodes_pairs(target_path, head_path):
+    m, h = LlamaModel(target_path), LlamaModel(head_path)
+    tc = LlamaContext(m, n_ctx=256, n_batch=64, n_ubatch=8, n_threads=1)
+    e = Eagle3Context(h, tc, n_threads=1)
+    try:
+        cap = LayerCapture(tc, e.target_layers)
+        toks = list(range(10, 30))
+        tc.eval(toks, 0, rows="none")
+        g = e.encode(cap.features(20))  # 20 rows through an 8-row micro-batch: chunked
+        assert g.shape == (20, 64) and np.isfinite(g).all()
+        e.decode(toks[1:20], g[:19], 0, outputs=[18])
+        assert e.kv_len() == 19
+        row = e.logits(18)
+        d2t = set(range(0, 320, 2))
+        finite = {int(i) for i in np.flatnonzero(np.isfinite(row))}
+        assert finite == d2t  # llama.cpp scatters the draft vocabulary through d2t, -inf elsewhere
+        assert e.prenorm(18).shape == (64,)
+        e.truncate(10)
+        assert e.kv_len() == 10
+    finally:
+        e.close()
+        tc.close()
+        h.close()
+        m.close()
+
+
+# -- the strategy -------------------------------------------------------------------------------------------
+
+def test_greedy_with_eagle3_equals_plain_greedy_and_keeps_both_caches_right(binary_pair):
+    target, head = binary_pair
+    s = Session(target, n_ctx=512, n_batch=64, n_ubatch=64, n_threads=1)
+    prompt = [1, 50, 60, 70, 80, 90, 100]
+    ref = plain_reference(s.model, prompt, 80)
+    s.start(prompt, 80, "eagle3", **knobs(head))
+    rollbacks = {"target": 0, "draft": 0}
+    while s.finished is None:
+        rnd = s.step()
+        assert s.kv_length == s.committed  # the target holds every committed token but the pending one
+        assert s.drafter.kv_length() == len(s.history) - 2  # the head: every pair but the deferred one
+        for ev in rnd.of_kind("kv_rollback"):
+            rollbacks[ev.context] += 1
+        d = rnd.of_kind("draft_proposed")[0]
+        assert all(p is not None and 0 < p <= 1 for p in d.probs)
+        v = rnd.of_kind("verified")[0]
+        assert v.draft_kv_peak == v.draft_kv_before + len(d.tokens)  # one pair per drafting step
+    assert s.tokens == ref
+    t = s.telemetry_dict()
+    assert 0 < t["accepted"] < t["drafted"]
+    assert rollbacks["target"] > 0 and rollbacks["draft"] > 0
+    assert t["catch_up_tokens"] == 0  # the prompt's states came from the session's own prompt batch
+    cov = t["vocab_coverage"]
+    assert cov["draft_vocab"] == 161 and cov["committed"] == 80 and cov["committed_share"] == 1.0
+    assert t["eagle3"]["capture"] == "api" and t["eagle3"]["target_layers"] == [1, 2, 3]
+    s.close()
+
+
+def test_random_head_greedy_equals_plain_and_counts_coverage(session, target_path, head_path):
+    prompt = [1, 40, 41, 42, 43]
+    ref = plain_reference(session.model, prompt, 60)
+    session.start(prompt, 60, "eagle3", **knobs(head_path))
+    session.run()
+    assert session.tokens == ref
+    t = session.telemetry_dict()
+    assert t["drafted"] > 0
+    cov = t["vocab_coverage"]
+    even = sum(1 for x in ref if x % 2 == 0)  # the tiny head's draft vocabulary is the even ids
+    assert cov["expressible"] == even and cov["vocab_share"] == 0.5
+    assert cov["rejections"] > 0 and cov["rejections_expressible"] <= cov["rejections"]
+
+
+def test_switching_to_eagle3_mid_generation_catches_up(session, head_path):
+    prompt = [1, 60, 61, 62]
+    ref = plain_reference(session.model, prompt, 50)
+    session.start(prompt, 50, "none")
+    session.run(max_rounds=12)
+    session.configure("eagle3", **knobs(head_path))
+    session.run()
+    assert session.tokens == ref
+    t = session.telemetry_dict()
+    assert t["catch_up_tokens"] >= 12 and t["drafted"] > 0  # the committed states were re-read once
+
+
+def test_cost_policy_and_a_long_prompt_still_exact(binary_pair):
+    target, head = binary_pair
+    s = Session(target, n_ctx=512, n_batch=16, n_ubatch=16, n_threads=1)
+    prompt = [1] + [50 + (i % 40) for i in range(40)]  # longer than one batch: the states are caught up
+    ref = plain_reference(s.model, prompt, 40)
+    s.start(prompt, 40, "eagle3", **knobs(head, draft_policy="cost", draft_max=8))
+    s.run()
+    assert s.tokens == ref
+    assert s.telemetry_dict()["catch_up_tokens"] >= len(prompt) - 1
+    s.close()
+
+
+@pytest.mark.parametrize("temperature", [0.0, 0.9])
+def test_snapshot_restores_both_contexts(binary_pair, temperature):
+    target, head = binary_pair
+    s = Session(target, n_ctx=512, n_batch=64, n_ubatch=64, n_threads=1)
+    s.start([1, 50, 60, 70], 60, "eagle3", temperature=temperature, seed=3, **knobs(head))
+    s.run(max_rounds=6)
+    blob = s.snapshot()
+    kv_head = s.drafter.kv_length()
+    s.run()
+    original = list(s.tokens)
+    r = Session.restore(blob, model=s.model, n_threads=1)
+    assert r.drafter.kv_length() == kv_head == len(r.history) - 2 and r.kv_length == r.committed
+    assert r.telemetry_dict()["catch_up_tokens"] == 0  # restored, not re-read
+    r.run()
+    assert r.tokens == original
+    r.close()
+    s.close()
+
+
+def test_a_truncated_drafter_state_is_refused(binary_pair):
+    target, head = binary_pair
+    s = Session(target, n_ctx=256, n_batch=64, n_ubatch=64, n_threads=1)
+    s.start([1, 50, 60], 20, "eagle3", **knobs(head))
+    s.run(max_rounds=3)
+    blob = s.drafter.context_state()
+    with pytest.raises(SnapshotError, match="malformed"):
+        s.drafter.load_context_state(blob[:8] + b"{not json" + blob[30:])
+    s.run()
+    assert s.finished == "max_tokens"
+    s.close()
+
+
+def test_sampled_eagle3_same_seed_same_output(session, head_path):
+    outs = []
+    for seed in (11, 11, 12):
+        session.start([1, 70, 71], 40, "eagle3", temperature=1.0, top_k=40, top_p=0.95, seed=seed,
+                      **knobs(head_path))
+        session.run()
+        outs.append(list(session.tokens))
+    assert outs[0] == outs[1] != outs[2]
+
+
+def test_first_token_distribution_with_eagle3_matches_the_target(binary_pair):
+    """Lossless sampling: the first generated token follows the target's distribution, whatever the head
+    drafted (sampled from q over its reduced vocabulary, accepted with min(1, p/q))."""
+    target, head = binary_pair
+    s = Session(target, n_ctx=128, n_batch=32, n_ubatch=32, n_threads=1)
+    params = SamplingParams(temperature=3.0)
+    prompt = [1, 50, 60, A, B, A]
+    ctx = LlamaContext(s.model, n_ctx=128, n_batch=32, n_ubatch=32, n_threads=1)
+    ctx.eval(prompt, 0, rows="last")
+    p = probs_from_logits(ctx.row(len(prompt) - 1), params).to_dense()
+    ctx.close()
+    n = 1500
+    counts = np.zeros(s.model.n_vocab)
+    drafted = rejected = 0
+    for i in range(n):
+        s.start(prompt, 2, "eagle3", temperature=3.0, seed=1000 + i, **knobs(head, draft_max=2))
+        rnd = s.step()
+        counts[s.tokens[0]] += 1
+        drafted += bool(rnd.of_kind("draft_proposed")[0].tokens)
+        rejected += bool(rnd.of_kind("rejected"))
+    assert drafted == n and 0 < rejected < n  # meaningful: drafts both accepted and refused
+    keep = p > 0
+    assert counts[~keep].sum() == 0
+    stat = float(((counts[keep] - p[keep] * n) ** 2 / (p[keep] * n)).sum())
+    assert stat < chi2_critical(int(keep.sum()) - 1), stat
+    s.close()
+
+
+# -- refusals -----------------------------------------------------------------------------------------------
+
+def _head(tmp_path, target_path, name, **cfg_overrides):
+    cfg = dict(n_embd=64, n_head=4, n_head_kv=2, n_ff=128, target_hidden=64, target_layers=(1, 2, 3),
+               d2t=tuple(range(0, 320, 2)), n_vocab=320, rms_eps=1e-5)
+    cfg.update(cfg_overrides)
+    c = Eagle3HeadConfig(**cfg)
+    return write_eagle3_head(tmp_path / name, target_path, c, random_eagle3_weights(c))
+
+
+def test_unusable_heads_are_refused_with_the_reason_and_nothing_changes(session, target_path, tmp_path):
+    session.start([1, 50, 60], 20, "none")
+    session.run(max_rounds=2)
+    before = list(session.history)
+    cases = [
+        (_head(tmp_path, target_path, "deep.gguf", target_layers=(1, 2, 4)), "target layer 4"),
+        (_head(tmp_path, target_path, "other.gguf", n_embd=48, target_hidden=48, own_embeddings=True),
+         "target of width 48"),
+        (write_tiny_llama(tmp_path / "not_a_head.gguf", seed=2, n_layer=4), "not an EAGLE-3 head"),
+    ]
+    for path, why in cases:
+        with pytest.raises(StrategyUnavailableError, match=why):
+            session.configure("eagle3", **knobs(path))
+        with pytest.raises(StrategyUnavailableError, match=why):
+            session.start([1, 50], 5, "eagle3", **knobs(path))
+    assert session.history == before and session.strategy == "none"
+    session.run()
+    assert session.finished == "max_tokens"
+    with pytest.raises(KnobError, match="needs an EAGLE-3 head"):
+        session.start([1], 5, "eagle3")
+    with pytest.raises(KnobError, match="does not exist"):
+        session.start([1], 5, "eagle3", draft_model=str(tmp_path / "missing.gguf"))
+
+
+def test_a_narrower_head_with_its_own_embeddings_drafts(session, target_path, tmp_path):
+    head = _head(tmp_path, target_path, "narrow.gguf", n_embd=32, n_head=2, n_head_kv=1, own_embeddings=True)
+    prompt = [1, 80, 81]
+    ref = plain_reference(session.model, prompt, 30)
+    session.start(prompt, 30, "eagle3", **knobs(head))
+    session.run()
+    assert session.tokens == ref and session.telemetry_dict()["drafted"] > 0
+
+
+def test_a_head_with_a_bad_d2t_is_refused_not_aborted(target_path, tmp_path):
+    """llama.cpp asserts d2t is int64 and matches the output head when it builds the graph (an abort at the
+    first draft step); specviz refuses such a head up front."""
+    import gguf
+
+    good = _head(tmp_path, target_path, "good.gguf")
+    r = gguf.GGUFReader(str(good))
+    w = gguf.GGUFWriter(str(tmp_path / "bad.gguf"), "eagle3")
+    for k, f in r.fields.items():
+        if k.startswith("GGUF.") or k == "general.architecture":
+            continue
+        v = f.contents()
+        if f.types[0] == gguf.GGUFValueType.ARRAY:
+            w.add_key_value(k, v, f.types[0], f.types[-1])
+        else:
+            w.add_key_value(k, v, f.types[0])
+    for t in r.tensors:
+        data = np.asarray(t.data)
+        if t.name == "d2t":
+            data = data.astype(np.int32)
+        w.add_tensor(t.name, data)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    why = eagle3_problems(tmp_path / "bad.gguf", target_arch="llama", target_n_layer=4, target_n_embd=64,
+                          target_n_vocab=320)
+    assert any("int64" in x for x in why)
+    s = Session(target_path, n_ctx=128, n_batch=32, n_ubatch=32, n_threads=1)
+    with pytest.raises(StrategyUnavailableError, match="int64"):
+        s.start([1, 2], 5, "eagle3", draft_model=str(tmp_path / "bad.gguf"))
+    s.close()

@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Build llama.cpp's own speculative tool (llama-speculative-simple) and specviz's replay driver of
+# llama.cpp's draftless drafters (tools/native/draft-replay.cpp) from exactly the llama.cpp source that the
+# llama-cpp-python sdist vendors, with the wheel's CPU flags, statically linked against llama and ggml, and
+# install them into DEST (the cache directory beside the wheel). The differential tests
+# (tests/test_differential.py) and benchmarks/bench_native.py run them.
+#
+# usage: tools/build_llama_tools.sh PYTHON VERSION DEST "CMAKE_ARGS" [TARGET ...]
+#   PYTHON      a Python with pip (the sdist is fetched with `pip download`, pip's cache is reused)
+#   VERSION     the llama-cpp-python version whose vendor/llama.cpp is built
+#   DEST        directory that receives the binaries (created; written only when the build succeeded)
+#   CMAKE_ARGS  the CPU feature flags of the wheel (tools/llama_cmake_args.py)
+#   TARGET      cmake targets to build and install
+#               (default: llama-speculative-simple specviz-draft-replay)
+set -euo pipefail
+
+if [ "$#" -lt 4 ]; then
+  echo "usage: $0 PYTHON VERSION DEST \"CMAKE_ARGS\" [TARGET ...]" >&2
+  exit 2
+fi
+py=$1 version=$2 dest=$3 cmake_args=$4
+shift 4
+targets=("$@")
+[ "${#targets[@]}" -gt 0 ] || targets=(llama-speculative-simple specviz-draft-replay)
+here=$(cd "$(dirname "$0")" && pwd)
+jobs=${LLAMA_TOOLS_JOBS:-2}
+
+if ! command -v cmake >/dev/null 2>&1; then
+  # no system cmake: take it from PyPI, as the wheel's build does
+  "$py" -m pip install --quiet cmake
+  PATH="$(dirname "$py"):$PATH"
+fi
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/specviz-llama-tools.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+
+start=$(date +%s)
+"$py" -m pip download --quiet --no-deps --no-binary :all: "llama-cpp-python==$version" -d "$work/sdist"
+tar -xzf "$work"/sdist/llama_cpp_python-"$version".tar.gz -C "$work"
+src="$work/llama_cpp_python-$version/vendor/llama.cpp"
+# the replay driver is built as one more example of that source tree (the unpacked copy only)
+cp -r "$here/native" "$src/examples/specviz-draft-replay"
+echo 'add_subdirectory(specviz-draft-replay)' >>"$src/examples/CMakeLists.txt"
+
+# Only what the tool needs: the common library and the examples (no server, tools, tests, HTTPS).
+# shellcheck disable=SC2086  # CMAKE_ARGS is a list of -D options
+cmake -S "$src" -B "$work/build" -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=OFF \
+  -DLLAMA_BUILD_COMMON=ON -DLLAMA_BUILD_EXAMPLES=ON -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_TESTS=OFF \
+  -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_UI=OFF \
+  $cmake_args >"$work/configure.log" 2>&1 || { cat "$work/configure.log" >&2; exit 1; }
+cmake --build "$work/build" --config Release --target "${targets[@]}" -j "$jobs" >"$work/build.log" 2>&1 \
+  || { tail -n 60 "$work/build.log" >&2; exit 1; }
+
+mkdir -p "$dest.tmp"
+for t in "${targets[@]}"; do
+  cp "$work/build/bin/$t" "$dest.tmp/"
+done
+echo "$cmake_args" >"$dest.tmp/cmake_args.txt"
+rm -rf "$dest"
+mv "$dest.tmp" "$dest"
+echo "built ${targets[*]} from llama-cpp-python $version in $(( $(date +%s) - start )) s -> $dest"
