@@ -45,8 +45,8 @@ from pathlib import Path
 PRESENTER = "bench-presenter-token"
 PROMPT = None  # the server's default demo prompt
 
-_ROUNDS = "(el) => +(el.dataset.rounds || 0)"
-_TAKE_APPEND = "(el) => el.__specviz.appendMs.splice(0)"
+_START = "(el) => { el.__specviz.appendMs.splice(0); return +(el.dataset.rounds || 0); }"
+_END = "(el) => [+(el.dataset.rounds || 0), el.__specviz.appendMs.splice(0)]"
 _SEND = "(el, m) => el.__specviz.send(m)"
 
 
@@ -119,19 +119,20 @@ def q(xs, p):
 
 def window(count_tokens, roots, seconds: float):
     """Tokens each session made over ``seconds`` (counted on the server), the rounds each page received,
-    and the pages' append times in the window."""
-    for r in roots:
-        r.evaluate(_TAKE_APPEND)
-    r0 = [r.evaluate(_ROUNDS) for r in roots]
-    t0 = time.monotonic()
+    and the pages' append times.
+
+    The window is bracketed by the server-side counts only: reading the pages (which can be slow when
+    many pages share the cores) happens inside it, never before its start.
+    """
     n0 = count_tokens()
-    time.sleep(seconds)
+    t0 = time.monotonic()
+    r0 = [r.evaluate(_START) for r in roots]  # rounds so far; clears the append times
+    time.sleep(max(0.0, seconds - (time.monotonic() - t0)))
     n1 = count_tokens()
     dt = time.monotonic() - t0
-    r1 = [r.evaluate(_ROUNDS) for r in roots]
-    appends = [ms for r in roots for ms in r.evaluate(_TAKE_APPEND)]
+    ends = [r.evaluate(_END) for r in roots]
     tps = [(n1.get(k, 0) - n0.get(k, 0)) / dt for k in n1]
-    return tps, [b - a for a, b in zip(r0, r1)], appends, dt
+    return tps, [e[0] - a for a, e in zip(r0, ends)], [ms for e in ends for ms in e[1]], dt
 
 
 def run_one(args, mode: str, n: int) -> dict:
@@ -150,8 +151,9 @@ def run_one(args, mode: str, n: int) -> dict:
     else:
         opts.update(max_sessions=cap)
     app = build_app(port, args.model, **opts)
-    server = _serve_panel(app.factory, port=port, address="127.0.0.1", show=False, title="bench", policy=app.policy,
-                          threaded=True)
+    server = _serve_panel(
+        app.factory, port=port, address="127.0.0.1", show=False, title="bench", policy=app.policy, threaded=True
+    )
     url = f"http://127.0.0.1:{port}/"
     rss = RssSampler(os.getpid())
     idle_mb = rss.peak
@@ -179,6 +181,8 @@ def run_one(args, mode: str, n: int) -> dict:
                 count = lambda: {id(s): len(s.tokens) for s in list(app.pool.sessions)}  # noqa: E731
             time.sleep(args.warmup)
             tps, rounds_seen, appends, dt = window(count, roots, args.seconds)
+            sessions = [app.shared.core.session] if shared else list(app.pool.sessions)
+            finished = sum(1 for x in sessions if x.finished)  # a session that ended inside the window
             for r in roots[:1] if shared else roots:
                 r.evaluate(_SEND, {"type": "cmd", "cmd": "pause"})
             browser.close()
@@ -189,15 +193,32 @@ def run_one(args, mode: str, n: int) -> dict:
             app.pool.close_all()
         if app.shared is not None:
             app.shared.close()
-    row = {"mode": mode, "pages": n, "seconds": round(dt, 2), "busy": busy, "rss_idle_mb": round(idle_mb, 1),
-           "rss_peak_mb": round(peak, 1), "append_ms_median": round(q(appends, 0.5), 2),
-           "append_ms_p95": round(q(appends, 0.95), 2), "appends": len(appends)}
+    row = {
+        "mode": mode,
+        "pages": n,
+        "seconds": round(dt, 2),
+        "busy": busy,
+        "rss_idle_mb": round(idle_mb, 1),
+        "rss_peak_mb": round(peak, 1),
+        "append_ms_median": round(q(appends, 0.5), 2),
+        "append_ms_p95": round(q(appends, 0.95), 2),
+        "appends": len(appends),
+        "finished_in_window": finished,
+    }
     if shared:
-        row.update(presenter_tps=round(tps[0], 2), viewers_progressing=sum(1 for x in rounds_seen[1:] if x > 0),
-                   presenter_page_rounds=rounds_seen[0])
+        row.update(
+            presenter_tps=round(tps[0], 2),
+            viewers_progressing=sum(1 for x in rounds_seen[1:] if x > 0),
+            presenter_page_rounds=rounds_seen[0],
+        )
     else:
-        row.update(cap=cap, tps_sessions=[round(t, 2) for t in tps], tps_total=round(sum(tps), 2),
-                   progressing=sum(1 for x in rounds_seen if x > 0), pages_live=len(roots))
+        row.update(
+            cap=cap,
+            tps_sessions=[round(t, 2) for t in tps],
+            tps_total=round(sum(tps), 2),
+            progressing=sum(1 for x in rounds_seen if x > 0),
+            pages_live=len(roots),
+        )
     return row
 
 
@@ -227,8 +248,9 @@ def main(argv=None) -> int:
         runs += [("shared", int(x)) for x in a.viewers.split(",") if x]
     rows = []
     for mode, n in runs:  # each run in a fresh process: its memory figures are its own
-        out = subprocess.run([sys.executable, __file__, *forward, "--one", f"{mode}:{n}"], capture_output=True,
-                             text=True)
+        out = subprocess.run(
+            [sys.executable, __file__, *forward, "--one", f"{mode}:{n}"], capture_output=True, text=True
+        )
         if out.returncode != 0:
             print(out.stdout[-2000:], out.stderr[-4000:], file=sys.stderr)
             raise SystemExit(f"the run {mode}:{n} failed")
@@ -245,17 +267,23 @@ def print_tables(rows, a) -> None:
     per = [r for r in rows if r["mode"] == "per-page"]
     if per:
         one = next((r["tps_total"] for r in per if r["pages"] == 1), None)
-        print(f"default mode: a session per page, all playing; tokens counted on the server over {a.seconds:g} s "
-              f"after {a.warmup:g} s of Play")
-        print(" pages   cap  busy  total tok/s  vs 1 page  per session min/median/max  progressing  "
-              "RSS idle/peak MB  append ms med/p95")
+        print(
+            f"default mode: a session per page, all playing; tokens counted on the server over {a.seconds:g} s "
+            f"after {a.warmup:g} s of Play"
+        )
+        print(
+            " pages   cap  busy  total tok/s  vs 1 page  per session min/median/max  progressing  "
+            "RSS idle/peak MB  append ms med/p95"
+        )
         for r in per:
             ratio = f"{r['tps_total'] / one:8.0%}" if one else "       -"
             tp = r["tps_sessions"] or [0.0]
-            print(f"{r['pages']:6d} {r['cap']:5d} {r['busy']:5d} {r['tps_total']:12.1f} {ratio}   "
-                  f"{min(tp):8.1f} / {statistics.median(tp):5.1f} / {max(tp):5.1f}   "
-                  f"{r['progressing']:4d} of {r['pages_live']:<3d}  {r['rss_idle_mb']:7.0f} / {r['rss_peak_mb']:5.0f}"
-                  f"     {r['append_ms_median']:6.2f} / {r['append_ms_p95']:.2f}")
+            print(
+                f"{r['pages']:6d} {r['cap']:5d} {r['busy']:5d} {r['tps_total']:12.1f} {ratio}   "
+                f"{min(tp):8.1f} / {statistics.median(tp):5.1f} / {max(tp):5.1f}   "
+                f"{r['progressing']:4d} of {r['pages_live']:<3d}  {r['rss_idle_mb']:7.0f} / {r['rss_peak_mb']:5.0f}"
+                f"     {r['append_ms_median']:6.2f} / {r['append_ms_p95']:.2f}"
+            )
     sh = [r for r in rows if r["mode"] == "shared"]
     if sh:
         base = next((r["presenter_tps"] for r in sh if r["pages"] == 0), None)
@@ -263,9 +291,11 @@ def print_tables(rows, a) -> None:
         print(" viewers  presenter tok/s  vs no viewer  viewers progressing  RSS idle/peak MB  append ms med/p95")
         for r in sh:
             ratio = f"{r['presenter_tps'] / base:10.0%}" if base else "         -"
-            print(f"{r['pages']:8d} {r['presenter_tps']:16.1f}  {ratio}   {r['viewers_progressing']:6d} of "
-                  f"{r['pages']:<6d}    {r['rss_idle_mb']:7.0f} / {r['rss_peak_mb']:5.0f}    "
-                  f"{r['append_ms_median']:6.2f} / {r['append_ms_p95']:.2f}")
+            print(
+                f"{r['pages']:8d} {r['presenter_tps']:16.1f}  {ratio}   {r['viewers_progressing']:6d} of "
+                f"{r['pages']:<6d}    {r['rss_idle_mb']:7.0f} / {r['rss_peak_mb']:5.0f}    "
+                f"{r['append_ms_median']:6.2f} / {r['append_ms_p95']:.2f}"
+            )
 
 
 if __name__ == "__main__":
