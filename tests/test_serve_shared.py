@@ -6,6 +6,8 @@ a view that joins late catches up from the recorded rounds, and only it is sent 
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from specviz import Session
@@ -23,8 +25,14 @@ class Page:
         self.epoch = -1
         self.events: list[dict] = []
         self.asked = 0
+        self.batches = 0
 
     def __call__(self, msg):
+        if msg["type"] == "packed":  # a viewers' batch: the front-end unpacks it the same way
+            self.batches += 1
+            for m in json.loads(msg["json"]):
+                self(m)
+            return
         self.msgs.append(msg)
         if msg["type"] != "events":
             return
@@ -182,34 +190,44 @@ def test_a_page_that_goes_away_is_dropped(shared):
 
 
 def test_viewers_are_sent_rounds_in_batches_that_merge_into_the_same_log(tiny_model):
-    """With batching (the server's default), a viewer's rounds wait in its outbox and arrive merged: fewer
-    messages, the same events; the presenter gets each round at once."""
+    """With batching (the server's default), the viewers' rounds wait in one outbox and arrive as one packed
+    message for every viewer: fewer messages, the same events; the presenter gets each round at once."""
     ms = ManagedSession(lambda: Session(tiny_model, n_ctx=1024, n_batch=64, n_ubatch=64, n_threads=1))
     ms.start(PROMPT, max_tokens=400, strategy="prompt-lookup")
     sh = SharedInspector(ms, prompt=PROMPT, viewer_interval=3600)  # the test flushes by hand
     try:
         presenter, pv = join(sh, "presenter")
-        viewer, vv = join(sh, "viewer")  # its catch-up is a reply: sent at once
-        n0 = len(viewer.msgs)
+        viewers = [join(sh, "viewer")[0] for _ in range(3)]  # their catch-ups are replies: sent at once
+        assert all(v.events == sh.core.log for v in viewers)
+        sh.flush()
+        n0 = [len(v.msgs) for v in viewers]
         sh.handle(pv, {"type": "cmd", "cmd": "run", "n": 12})
         sh.core.wait(30)
         assert presenter.events == sh.core.log
-        assert len(viewer.msgs) == n0, "nothing reaches a viewer before the batch goes"
-        pending = [m["type"] for m in vv.outbox]
+        assert [len(v.msgs) for v in viewers] == n0, "nothing reaches a viewer before the batch goes"
+        pending = [m["type"] for m in sh.pending()]
         assert pending.count("state") == 1 and pending.count("events") == 1, pending
         sh.flush()
-        assert viewer.events == sh.core.log
-        assert len([m for m in viewer.msgs[n0:] if m["type"] == "events"]) == 1
-        assert viewer.last_state()["running"] is False and viewer.last_state()["role"] == "viewer"
+        for v, n in zip(viewers, n0):
+            assert v.events == sh.core.log
+            assert len([m for m in v.msgs[n:] if m["type"] == "events"]) == 1
+            assert v.last_state()["running"] is False and v.last_state()["role"] == "viewer"
+        # a viewer that joins while rounds wait in the outbox: its catch-up covers them (not sent twice)
+        sh.handle(pv, {"type": "cmd", "cmd": "run", "n": 2})
+        sh.core.wait(30)
+        late, _ = join(sh, "viewer")
+        assert late.events == sh.core.log and late.batches == 0 and late.asked == 0
+        for v in viewers:  # the others got the queued rounds first, before the late page's state
+            assert v.events == sh.core.log
         # a reset between batches: the new epoch's events are not merged into the old one's
         sh.handle(pv, {"type": "cmd", "cmd": "step"})
         sh.core.wait(30)
         sh.handle(pv, {"type": "cmd", "cmd": "reset", "prompt": "the dog ran and the dog ran"})
-        sh.core.wait(30)
         sh.handle(pv, {"type": "cmd", "cmd": "run", "n": 3})
         sh.core.wait(30)
         sh.flush()
-        assert viewer.epoch == sh.core.epoch == 1 and viewer.events == sh.core.log
+        for v in viewers + [late]:
+            assert v.epoch == sh.core.epoch == 1 and v.events == sh.core.log
     finally:
         sh.close()
         ms.close()

@@ -15,12 +15,13 @@
 Every ``state`` message carries ``role`` and ``audience`` (how many pages watch and present).
 
 The presenter's pages are sent every round as it happens. The viewers' broadcasts are batched: they
-wait in each viewer's outbox and a sender thread delivers them every ``viewer_interval`` seconds (0.1
-by default), consecutive rounds merged into one ``events`` message and only the newest ``state`` kept.
-The presenter's session then pays for a viewer a few times a second instead of once a round: the
-stepping thread only appends to the outboxes, and the server sends one message per viewer per batch.
-A viewer's outbox is its only channel, so what it is sent keeps its order; a reply to a viewer (its
-catch-up, a notice) is sent at once with whatever was queued before it.
+wait in one outbox, consecutive rounds merged into one ``events`` message and only the newest
+``state`` kept, and a sender thread delivers them every ``viewer_interval`` seconds (0.1 by default)
+as one ``packed`` message (``{"type": "packed", "json": "[...]"}``, the messages serialized once for
+all viewers; the front-end unpacks it). The presenter's session then pays for a viewer a few times a
+second instead of once a round, and the stepping thread only appends to the outbox. A reply to a
+viewer (its catch-up, a notice) is sent after whatever was queued before it, so a page never gets an
+older ``state`` after a newer one.
 
 No UI library is imported here.
 """
@@ -28,6 +29,7 @@ No UI library is imported here.
 from __future__ import annotations
 
 import itertools
+import json
 import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -53,12 +55,10 @@ class View:
     id: int = field(default_factory=lambda: next(_ids))
     #: Messages this view was sent (for the load benchmark and the tests).
     sent: int = 0
-    #: Broadcasts waiting for the next batch (viewers only).
-    outbox: list[dict] = field(default_factory=list)
 
 
 def merge_into(outbox: list[dict], msg: dict) -> None:
-    """Add a broadcast to a viewer's outbox: an ``events`` message continuing the outbox's newest one (same
+    """Add a broadcast to the viewers' outbox: an ``events`` message continuing the outbox's newest one (same
     epoch, no gap) is merged into it; a ``state`` replaces any older one (only the newest matters)."""
     if msg.get("type") == "state":
         outbox[:] = [m for m in outbox if m.get("type") != "state"]
@@ -80,13 +80,20 @@ class SharedInspector:
     ``session``, ``prompt`` and ``draft_models`` are passed to the :class:`InspectorCore` this wraps.
     """
 
-    def __init__(self, session: Any, *, prompt: str | None = None, draft_models: list[str] | None = None,
-                 viewer_interval: float = 0.1) -> None:
+    def __init__(
+        self,
+        session: Any,
+        *,
+        prompt: str | None = None,
+        draft_models: list[str] | None = None,
+        viewer_interval: float = 0.1,
+    ) -> None:
         self._views: list[View] = []
         self._views_lock = threading.Lock()
         self._asking = threading.local()  # the view whose message this thread is handling, and its type
         self.viewer_interval = viewer_interval
-        self._outbox_lock = threading.RLock()
+        self._box_lock = threading.RLock()
+        self._viewer_box: list[dict] = []  # broadcasts waiting for the viewers' next batch
         self._stop = threading.Event()
         self._sender: threading.Thread | None = None
         self.core = InspectorCore(self._send, session, prompt=prompt, draft_models=draft_models)
@@ -102,15 +109,16 @@ class SharedInspector:
         view = View(send, role)
         with self._views_lock:
             self._views.append(view)
-        self._announce()
+        self._broadcast(self.core.state())
         return view
 
     def detach(self, view: View) -> None:
         """Remove a page (its browser went away)."""
         with self._views_lock:
-            if view in self._views:
-                self._views.remove(view)
-        self._announce()
+            if view not in self._views:
+                return
+            self._views.remove(view)
+        self._broadcast(self.core.state())
 
     @property
     def views(self) -> list[View]:
@@ -124,11 +132,10 @@ class SharedInspector:
         presenters = sum(1 for v in views if v.role == "presenter")
         return {"presenters": presenters, "viewers": len(views) - presenters}
 
-    def _announce(self) -> None:
-        """Send every view the current state (with the new audience)."""
-        st = self.core.state()
-        for v in self.views:
-            self._deliver(v, st)
+    def pending(self) -> list[dict]:
+        """The broadcasts waiting for the viewers' next batch."""
+        with self._box_lock:
+            return list(self._viewer_box)
 
     # -- messages --------------------------------------------------------------------------------------
     def handle(self, view: View, msg: Any) -> None:
@@ -139,69 +146,84 @@ class SharedInspector:
             what = str(kind)[:40] if isinstance(kind, str) else "a message"
             if kind == "cmd" and isinstance(msg.get("cmd"), str):
                 what = msg["cmd"][:40]
-            self._deliver(
-                view,
-                {
-                    "type": "notice",
-                    "level": "error",
-                    "text": f"{what}: refused; this page watches the presenter's session — only "
-                    "the presenter can step, play, reset or change knobs",
-                },
+            text = (
+                f"{what}: refused; this page watches the presenter's session — only the presenter can step, "
+                "play, reset or change knobs"
             )
-            self._flush_view(view)
+            self._reply(view, {"type": "notice", "level": "error", "text": text}, None)
             return
         self._asking.view, self._asking.kind = view, kind
         try:
             self.core.handle(msg)
         finally:
             self._asking.view = self._asking.kind = None
-        if view.role != "presenter" and view.outbox:
-            self._flush_view(view)  # a viewer's reply does not wait for the next batch
 
     def _send(self, msg: dict) -> None:
         """The core's send: to the asking view or to every view (see the module docstring)."""
         asking: View | None = getattr(self._asking, "view", None)
         if asking is not None and (self._asking.kind == "hello" or msg.get("type") not in BROADCAST_TYPES):
-            if self._asking.kind == "hello" and msg.get("type") == "state" and asking.role != "presenter":
-                # the catch-up that follows covers every round broadcast so far: drop the queued ones
-                with self._outbox_lock:
-                    asking.outbox[:] = [m for m in asking.outbox if m.get("type") not in BROADCAST_TYPES]
-            self._deliver(asking, msg)
+            self._reply(asking, msg, self._asking.kind)
             return
-        for v in self.views:
-            self._deliver(v, msg)
+        self._broadcast(msg)
 
-    def _deliver(self, view: View, msg: dict) -> None:
-        """Send ``msg`` to the presenter at once; queue it in a viewer's outbox (sent in order by batches)."""
-        if msg.get("type") == "state":
-            msg = {**msg, "role": view.role, "audience": self.audience()}
-            if view.role != "presenter":
-                msg.update(can_control=False, can_step=False, can_reset=False)
+    def _for(self, role: str, msg: dict) -> dict:
+        """``msg`` as a view of ``role`` gets it: a ``state`` says the role and the audience, and a viewer's
+        allows no control."""
+        if msg.get("type") != "state":
+            return msg
+        out = {**msg, "role": role, "audience": self.audience()}
+        if role != "presenter":
+            out.update(can_control=False, can_step=False, can_reset=False)
+        return out
+
+    def _broadcast(self, msg: dict) -> None:
+        views = self.views
+        for v in views:
+            if v.role == "presenter":
+                self._send_to(v, self._for("presenter", msg))
+        as_viewer = self._for("viewer", msg)
+        if self._sender is None:
+            for v in views:
+                if v.role != "presenter":
+                    self._send_to(v, as_viewer)
+            return
+        with self._box_lock:
+            merge_into(self._viewer_box, as_viewer)
+
+    def _reply(self, view: View, msg: dict, kind: str | None) -> None:
+        """A message for ``view`` alone; for a viewer, after every broadcast queued before it."""
+        msg = self._for(view.role, msg)
         if view.role == "presenter" or self._sender is None:
             self._send_to(view, msg)
             return
-        with self._outbox_lock:
-            merge_into(view.outbox, msg)
+        with self._box_lock:
+            # what was broadcast before goes first (a stale state must not arrive after this reply); a
+            # page catching up with a hello is sent every round so far by the reply itself
+            self._flush_viewers(skip=view if kind == "hello" else None)
+            self._send_to(view, msg)
 
     def _send_to(self, view: View, msg: dict) -> None:
         view.sent += 1
         try:
             view.send(msg)
         except Exception:  # a page that went away must not stop the others
-            self.detach(view)
+            threading.Thread(target=self.detach, args=(view,), daemon=True).start()
 
-    def _flush_view(self, view: View) -> None:
-        # taken and sent under the lock: two flushes of one view cannot swap its messages
-        with self._outbox_lock:
-            msgs, view.outbox[:] = view.outbox[:], []
-            for m in msgs:
-                self._send_to(view, m)
+    def _flush_viewers(self, skip: View | None = None) -> None:
+        """Send the queued broadcasts to every viewer as one ``packed`` message, serialized once for all
+        (called with the lock held, so two flushes cannot swap a viewer's messages)."""
+        if not self._viewer_box:
+            return
+        msgs, self._viewer_box[:] = self._viewer_box[:], []
+        packed = {"type": "packed", "json": json.dumps(msgs, separators=(",", ":"))}
+        for v in self.views:
+            if v.role != "presenter" and v is not skip:
+                self._send_to(v, packed)
 
     def flush(self) -> None:
-        """Send every viewer what waits in its outbox (the sender thread does this every ``viewer_interval``)."""
-        for v in self.views:
-            if v.outbox:
-                self._flush_view(v)
+        """Send the viewers what waits for them (the sender thread does this every ``viewer_interval``)."""
+        with self._box_lock:
+            self._flush_viewers()
 
     def _send_batches(self) -> None:
         while not self._stop.wait(self.viewer_interval):

@@ -10,7 +10,7 @@
 import { h } from "./dom.js";
 import { hostOf } from "./host.js";
 import { getPlotly, installPlotly } from "./plotly.js";
-import { helloMessage, planEvents } from "./protocol.js";
+import { helloMessage, planEvents, unpackMessages } from "./protocol.js";
 import { initialState, reduce } from "./state.js";
 import { audienceView } from "./views/audience.js";
 import { chartsView } from "./views/charts.js";
@@ -112,6 +112,12 @@ function render({ model, el }) {
           }
           break;
         case "notice": notices.show(msg.level, msg.text); break;
+        case "packed": {
+          const u = unpackMessages(msg);
+          if (u.error) notices.show("error", u.error);
+          else for (const m of u.messages) onMsg(m);
+          break;
+        }
         default: break;
       }
     } catch (e) { // keep the page alive and say what happened

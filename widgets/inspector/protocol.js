@@ -8,6 +8,8 @@
 //   Py → JS  events {epoch, start, events}  only the events a view does not have yet
 //            state {...}  knob_errors {errors, general}  schema {strategy, knobs}
 //            plotly {source}  notice {level, text}
+//            packed {json}  several of the above, in order, serialized once for many pages
+//                           (presenter mode's batches to the viewers; see specviz/ui/shared.py)
 // A view applies an "events" message only when start == the number of events it holds; a gap
 // (a message it missed) makes it ask again with hello, so Python never resends what a view has.
 // Python checks every message a view sends; a message it refuses changes nothing and comes back as
@@ -37,4 +39,16 @@ export function planEvents(state, msg) {
   }
   if (msg.start > have) return { ask: true };
   return { ask: false, reset, events: msg.events.slice(have - msg.start) };
+}
+
+/** The messages inside a "packed" message, in order: `{messages}`, or `{error}` when it is malformed. */
+export function unpackMessages(msg) {
+  let list;
+  try {
+    list = typeof msg.json === "string" ? JSON.parse(msg.json) : null;
+  } catch (e) {
+    list = null;
+  }
+  if (!Array.isArray(list)) return { error: "ignored a malformed packed message (json is not a list of messages)" };
+  return { messages: list.filter((m) => m && typeof m === "object" && m.type !== "packed") };
 }
