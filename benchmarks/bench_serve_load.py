@@ -18,7 +18,11 @@ pages).
 
 Presenter mode: for each V in ``--viewers`` (default 0,30) one session runs; the presenter's page
 presses Play and V viewer pages watch. Reported: the presenter session's tokens/s and its ratio to the
-run with no viewer, how many viewers progressed, the peak RSS and the pages' append latency.
+run with no viewer, how many viewers progressed, the peak RSS and the pages' append latency. On one
+machine the viewers' chromium competes with the server for the cores (even at nice 19), so a third
+measurement, ``server-only``, runs the presenter's session with the largest V views attached and no
+browser at all: each view's send serializes the message as the server does for a page (Bokeh's
+serializer), and the session's tokens/s with and without them are compared (alternately, median of 3).
 
 The targets of issue 16 (reported, not asserted): with 8 playing pages, total tokens/s at least 80% of
 one page's, every page progressing, memory bounded by the session cap; 30 watching pages cost the
@@ -26,7 +30,7 @@ presenter's session under 10% of its tokens/s. Timings need a quiet machine: oth
 moves every figure.
 
 Usage: python benchmarks/bench_serve_load.py [--pages 1,4,8,16] [--viewers 0,30] [--seconds 20]
-       [--warmup 4] [--model PATH] [--cap N] [--modes per-page,shared] [--no-nice] [--json]
+       [--warmup 4] [--model PATH] [--cap N] [--modes per-page,shared,server-only] [--no-nice] [--json]
 """
 
 from __future__ import annotations
@@ -222,11 +226,66 @@ def run_one(args, mode: str, n: int) -> dict:
     return row
 
 
+def run_server_only(args, viewers: int, rounds: int = 25, repeats: int = 3) -> dict:
+    """Presenter mode without browsers: the presenter's session runs ``rounds`` rounds with 0 and with
+    ``viewers`` views attached, alternately, ``repeats`` times. Each view's send does what the server does
+    per page up to the websocket (Bokeh's serializer on the message); tokens/s are the session's."""
+    from bokeh.core.serialization import Serializer
+
+    from specviz.backends.llama import LlamaModel
+    from specviz.models import resolve_model
+    from specviz.session import Session
+    from specviz.ui.panel_app import DEFAULT_PROMPT
+    from specviz.ui.pool import ManagedSession
+    from specviz.ui.shared import SharedInspector
+
+    model = LlamaModel(resolve_model(args.model))
+    spent = [0.0]
+
+    def send(msg):
+        t = time.perf_counter()
+        json.dumps(Serializer().encode({"type": "event", "data": msg}))
+        spent[0] += time.perf_counter() - t
+
+    def once(n: int) -> tuple[float, float]:
+        ms = ManagedSession(lambda: Session(model, n_ctx=4096))
+        ms.start(DEFAULT_PROMPT, max_tokens=args.max_tokens, strategy="prompt-lookup")
+        sh = SharedInspector(ms, prompt=DEFAULT_PROMPT)
+        pv = sh.attach(send, "presenter")
+        for _ in range(n):
+            sh.handle(sh.attach(send, "viewer"), {"type": "hello", "epoch": -1, "have": 0})
+        spent[0] = 0.0
+        t0, k0 = time.perf_counter(), len(ms.tokens)
+        sh.handle(pv, {"type": "cmd", "cmd": "run", "n": rounds})
+        sh.core.wait(3600)
+        dt = time.perf_counter() - t0
+        out = ((len(ms.tokens) - k0) / dt, spent[0] / dt)
+        sh.close()
+        ms.close()
+        return out
+
+    base, loaded, share = [], [], []
+    for _ in range(repeats):
+        base.append(once(0)[0])
+        tps, cpu = once(viewers)
+        loaded.append(tps)
+        share.append(cpu)
+    return {
+        "mode": "server-only",
+        "pages": viewers,
+        "tps_no_viewer": round(statistics.median(base), 2),
+        "tps_viewers": round(statistics.median(loaded), 2),
+        "send_share": round(statistics.median(share), 4),
+        "rounds": rounds,
+        "repeats": repeats,
+    }
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--pages", default="1,4,8,16", help="page counts for the default mode")
     ap.add_argument("--viewers", default="0,30", help="viewer counts for presenter mode")
-    ap.add_argument("--modes", default="per-page,shared")
+    ap.add_argument("--modes", default="per-page,shared,server-only")
     ap.add_argument("--seconds", type=float, default=20.0, help="measured window per run")
     ap.add_argument("--warmup", type=float, default=4.0, help="seconds of Play before the window")
     ap.add_argument("--model", default=None, help="target GGUF (default: the embedded Gemma 3 270M)")
@@ -238,7 +297,7 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     if a.one:
         mode, n = a.one.split(":")
-        print(json.dumps(run_one(a, mode, int(n))))
+        print(json.dumps(run_server_only(a, int(n)) if mode == "server-only" else run_one(a, mode, int(n))))
         return 0
     forward = [x for x in (argv if argv is not None else sys.argv[1:]) if x != "--json"]
     runs = []
@@ -246,6 +305,8 @@ def main(argv=None) -> int:
         runs += [("per-page", int(x)) for x in a.pages.split(",") if x]
     if "shared" in a.modes.split(","):
         runs += [("shared", int(x)) for x in a.viewers.split(",") if x]
+    if "server-only" in a.modes.split(","):
+        runs += [("server-only", max(int(x) for x in a.viewers.split(",") if x))]
     rows = []
     for mode, n in runs:  # each run in a fresh process: its memory figures are its own
         out = subprocess.run(
@@ -264,6 +325,13 @@ def main(argv=None) -> int:
 
 
 def print_tables(rows, a) -> None:
+    for r in (r for r in rows if r["mode"] == "server-only"):
+        print(
+            f"presenter mode, server side only (no browsers; {r['rounds']} rounds, median of {r['repeats']}): "
+            f"{r['tps_no_viewer']:.1f} tok/s with no viewer, {r['tps_viewers']:.1f} with {r['pages']} "
+            f"({r['tps_viewers'] / r['tps_no_viewer']:.0%}); sending to the pages took {r['send_share']:.1%} "
+            "of the wall time"
+        )
     per = [r for r in rows if r["mode"] == "per-page"]
     if per:
         one = next((r["tps_total"] for r in per if r["pages"] == 1), None)
