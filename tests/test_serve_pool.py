@@ -261,3 +261,49 @@ def test_gguf_check_never_quotes_the_files_bytes(secret_file):
     with pytest.raises(ModelFormatError) as e:
         check_gguf(secret_file)
     assert "TOP-" not in str(e.value) and "not a GGUF file" in str(e.value)
+
+
+def test_a_snapshot_a_page_gets_names_no_path_and_one_naming_a_file_is_refused_unopened(
+    tiny_model, draft_path, secret_file, monkeypatch
+):
+    """The workbench lets a page download a snapshot and upload one: the download names the models without
+    server paths and restores; an upload naming a file (the draft model's path) is refused before any file
+    is opened, and the session is as it was."""
+    import specviz.backends.llama as llama
+    from specviz.errors import SnapshotError
+    from specviz.snapshot import pack, unpack
+
+    catalog = DraftCatalog([draft_path])
+    ms = ManagedSession(make_factory(tiny_model), catalog=catalog, drafts=SharedDraftModels(tiny_model))
+    try:
+        ms.start(PROMPT, max_tokens=200, strategy="draft", draft_model=catalog.names[0])
+        for _ in range(3):
+            ms.step()
+        ms.configure(draft_max=4)  # a pending change travels too
+        blob = ms.snapshot()
+        header, blobs = unpack(blob)
+        text = json.dumps(header)
+        assert draft_path not in text and str(tiny_model.path) not in text and "/tmp" not in text
+        assert header["knobs"]["draft_model"] == catalog.names[0] and header["model"] == tiny_model.path.name
+        ms.step()
+        ms.restore_into(blob)  # back to where the snapshot was taken
+        assert len(ms.tokens) == len(header["history"]) - header["n_prompt"]
+        ms.step()
+        assert ms.knobs["draft_max"] == 4
+        opened: list[str] = []
+        real = llama.check_gguf
+        monkeypatch.setattr(llama, "check_gguf", lambda p: (opened.append(str(p)), real(p))[1])
+        before = list(ms.tokens)
+        for field in ("knobs", "pending"):
+            h = dict(header)
+            h.pop("blobs")
+            if field == "knobs":
+                h["knobs"] = {**h["knobs"], "draft_model": secret_file}
+            else:
+                h["pending"] = [h["pending"][0], {**h["pending"][1], "draft_model": secret_file}]
+            with pytest.raises(SnapshotError, match="not one of the server's draft models") as e:
+                ms.restore_into(pack(h, list(blobs.items())))
+            assert SECRET not in str(e.value)
+        assert opened == [] and ms.tokens == before
+    finally:
+        ms.close()

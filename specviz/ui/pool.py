@@ -31,8 +31,16 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from ..draft_models import DraftModelCache
-from ..errors import KnobError, ModelError, ModelFormatError, ModelNotFoundError, VocabularyMismatchError
+from ..errors import (
+    KnobError,
+    ModelError,
+    ModelFormatError,
+    ModelNotFoundError,
+    SnapshotError,
+    VocabularyMismatchError,
+)
 from ..events import Event, KnobsChanged, SessionStarted, Telemetry
+from ..snapshot import pack, unpack
 from .catalog import DraftCatalog
 from .scheduler import RoundScheduler
 
@@ -250,18 +258,44 @@ class ManagedSession:
                 self._cancel_deferred = True
 
     def snapshot(self) -> bytes:
-        """:meth:`Session.snapshot` (a parked session is restored first)."""
+        """:meth:`Session.snapshot` as a page may have it (a parked session is restored first): the target
+        by file name and draft models by catalog name, no server path (:meth:`restore_into` maps them back)."""
         with self._lock:
             self._touch()
             self._ensure_live()
-            return self._inner.snapshot()
+            header, blobs = unpack(self._inner.snapshot())
+        header = dict(header, model=self._model_name)
+        header["knobs"] = self._names(header.get("knobs") or {})
+        if isinstance(header.get("pending"), list) and len(header["pending"]) == 2:
+            header["pending"] = [header["pending"][0], self._names(header["pending"][1] or {})]
+        header.pop("blobs", None)
+        return pack(header, list(blobs.items()))
 
     def restore_into(self, blob: bytes) -> None:
-        """:meth:`Session.restore_into`."""
+        """:meth:`Session.restore_into` for a snapshot a page brought: its draft models must be named as
+        :meth:`snapshot` names them (catalog names); a path, or any name not on offer, is refused with
+        :class:`~specviz.errors.SnapshotError` before anything is opened."""
+        header, blobs = unpack(blob)
+        header = dict(header)
+        try:
+            if isinstance(header.get("knobs"), dict):
+                header["knobs"] = (
+                    self._paths(header["knobs"]) if header["knobs"].get("draft_model") else header["knobs"]
+                )
+            pend = header.get("pending")
+            if isinstance(pend, list) and len(pend) == 2 and isinstance(pend[1], dict) and pend[1].get("draft_model"):
+                header["pending"] = [pend[0], self._paths(pend[1])]
+        except KnobError as e:
+            raise SnapshotError(f"the snapshot is refused: {e}") from None
+        header.pop("blobs", None)
         with self._lock:
             self._touch()
             self._ensure_live()
-            self._inner.restore_into(blob)
+            try:
+                self._inner.restore_into(pack(header, list(blobs.items())))
+            except ModelError as e:
+                name = self.catalog.name_for((header.get("knobs") or {}).get("draft_model"))
+                raise SnapshotError(f"the snapshot is refused: {safe_model_error(e, name)}") from None
 
     def subscribe(self, callback: Callable[[Event], None]) -> Callable[[], None]:
         """Call ``callback(event)`` for every future event (as pages see them); returns the unsubscriber."""
