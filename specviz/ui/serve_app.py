@@ -25,7 +25,7 @@ from panel.custom import JSComponent
 from ..errors import SpecvizError
 from .access import PRESENTER_ARG, AccessPolicy, MessageGate
 from .core import InspectorCore, static_text
-from .panel_app import send_in_order
+from .panel_app import OrderedSender
 from .pool import SessionPool
 from .shared import SharedInspector
 
@@ -44,11 +44,11 @@ class ViewComponent(JSComponent):
         params.setdefault("sizing_mode", "stretch_width")
         super().__init__(**params)
         self.handler: Callable[[Any], None] = lambda msg: None
-        self._doc = pn.state.curdoc  # the page's document (made by the server for this page)
+        self._sender = OrderedSender(self, pn.state.curdoc)  # the page's document (made for this page)
 
     def send(self, msg: dict) -> None:
-        """Send one message to this page, from any thread, in call order (see :func:`send_in_order`)."""
-        send_in_order(self, self._doc, msg)
+        """Send one message to this page, from any thread, in call order (see :class:`OrderedSender`)."""
+        self._sender(msg)
 
     def _handle_msg(self, data: Any) -> None:
         self.handler(data)

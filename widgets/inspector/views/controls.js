@@ -138,5 +138,9 @@ export function controlsView(send, root, uid) {
     maxTok.value = ev.max_tokens || maxTok.value;
   }
 
+  // nothing is enabled before the host's first "state" says what is allowed (a click before it would
+  // reach a session that may still be starting)
+  syncDisabled();
+
   return { toolbar, card, config, applyState, schema, knobErrors, event };
 }
