@@ -468,12 +468,43 @@ def cmd_serve(args: argparse.Namespace) -> int:
     for d in args.draft_model or []:
         if not Path(d).is_file():
             raise UsageError(f"option --draft-model: {d!r} does not exist; pass the path of a .gguf file")
+    demo = _demo_options(args)
     from .ui.server import serve
 
     kwargs = {"prompt": args.prompt} if args.prompt else {}
     serve(port, args.model, address=args.address, max_tokens=max_tokens, strategy=strategy,
-          draft_models=args.draft_model or (), **kwargs)
+          draft_models=args.draft_model or (), **demo, **kwargs)
     return 0
+
+
+_TOKEN_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
+
+
+def _token_option(flag: str, value: str | None) -> str | None:
+    """A token as given (it goes into URLs as is): 8 to 256 letters, digits or ``-._~``."""
+    if value is None:
+        return None
+    if not 8 <= len(value) <= 256 or not set(value) <= _TOKEN_CHARS:
+        raise UsageError(f"option {flag}: {value[:40]!r} is not allowed; expected 8 to 256 letters, digits or "
+                         "-._~ (it goes into the page's URL)")
+    return value
+
+
+def _demo_options(args: argparse.Namespace) -> dict[str, Any]:
+    """``specviz serve``'s options for an audience (modes, tokens, caps), validated before any model loads."""
+    try:
+        idle = float(args.idle_timeout)
+    except (TypeError, ValueError):
+        idle = -1.0
+    if not 1.0 <= idle <= 86400.0:
+        raise UsageError(f"option --idle-timeout: {args.idle_timeout!r} is not allowed; expected seconds in "
+                         "[1, 86400]")
+    if args.presenter_token is not None and not args.shared:
+        raise UsageError("option --presenter-token: only presenter mode has a presenter; add --shared")
+    return {"shared": bool(args.shared), "token": _token_option("--token", args.token),
+            "presenter_token": _token_option("--presenter-token", args.presenter_token),
+            "max_sessions": _int_option("--max-sessions", args.max_sessions, 1, 256),
+            "max_viewers": _int_option("--max-viewers", args.max_viewers, 1, 10000), "idle_timeout": idle}
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
@@ -481,9 +512,10 @@ def cmd_replay(args: argparse.Namespace) -> int:
     port = _int_option("--port", args.port, 1, 65535)
     if not Path(args.file).is_file():
         raise UsageError(f"argument FILE: {args.file!r} does not exist; pass a .jsonl recording")
+    token = _token_option("--token", args.token)
     from .ui.server import replay
 
-    replay(args.file, port, address=args.address)
+    replay(args.file, port, address=args.address, token=token)
     return 0
 
 
@@ -535,12 +567,22 @@ def build_parser() -> argparse.ArgumentParser:
     sv.add_argument("--max-tokens", default="256")
     sv.add_argument("--strategy", default="prompt-lookup")
     sv.add_argument("--draft-model", action="append", metavar="PATH",
-                    help="a draft GGUF to offer for the draft strategy (repeatable)")
+                    help="a draft GGUF to offer for the draft strategy (repeatable); pages pick drafts by name")
+    sv.add_argument("--shared", action="store_true",
+                    help="presenter mode: one session every page watches; the presenter URL controls it")
+    sv.add_argument("--token", default=None,
+                    help="the access token (default: none on loopback, a random one printed at start elsewhere)")
+    sv.add_argument("--presenter-token", default=None, help="the presenter's token with --shared (default: random)")
+    sv.add_argument("--max-sessions", default="8", help="pages with a session at once (default 8); others: busy")
+    sv.add_argument("--max-viewers", default="100", help="pages watching a --shared session (default 100)")
+    sv.add_argument("--idle-timeout", default="300",
+                    help="seconds before an idle page's session gives back its llama.cpp context (default 300)")
     sv.set_defaults(func=cmd_serve)
     rp = sub.add_parser("replay", help="show a recorded .jsonl session, without a model")
     rp.add_argument("file", metavar="FILE")
     rp.add_argument("--port", default="5006")
     rp.add_argument("--address", default="127.0.0.1")
+    rp.add_argument("--token", default=None, help="the access token (default: as for serve)")
     rp.set_defaults(func=cmd_replay)
     inf = sub.add_parser("info", help="what a model is and which strategies it (with a draft model) can run")
     inf.add_argument("model", metavar="MODEL", nargs="?", default=None,

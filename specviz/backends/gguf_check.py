@@ -119,7 +119,8 @@ def check_gguf(path: str | os.PathLike) -> GGUFInfo:
             raise ModelFormatError(f"{p}: file is {size} bytes, too small to be a GGUF model")
         magic = r.read(4)
         if magic != b"GGUF":
-            raise ModelFormatError(f"{p} is not a GGUF file (magic {magic!r}, expected b'GGUF'); "
+            # the message never quotes the file's bytes: it may reach a page (or a log) that must not see them
+            raise ModelFormatError(f"{p} is not a GGUF file (it does not start with the GGUF magic); "
                                    "convert the model to GGUF first")
         version = r.scalar("I")
         if version not in (2, 3):
@@ -145,11 +146,11 @@ def check_gguf(path: str | os.PathLike) -> GGUFInfo:
                 arch = val
         end = 0
         table: list[tuple[str, int, tuple[int, ...], int]] = []
-        for _ in range(n_tensors):
-            name = r.string()
+        for i in range(n_tensors):
+            name = r.string()  # kept for the table, never quoted in an error (see the magic above)
             n_dims = r.scalar("I")
             if n_dims > 8:
-                raise ModelFormatError(f"{p}: corrupt tensor info for {name!r} ({n_dims} dimensions)")
+                raise ModelFormatError(f"{p}: corrupt tensor info for tensor {i} ({n_dims} dimensions)")
             dims = [r.scalar("Q") for _ in range(n_dims)]
             ttype = r.scalar("I")
             offset = r.scalar("Q")

@@ -9,10 +9,14 @@ apart by their model API (``send_msg`` vs ``send``); the Python side is the same
 
 from __future__ import annotations
 
+import threading
+from collections import deque
 from typing import Any, Callable
 
 import panel as pn
 from panel.custom import JSComponent
+from panel.io.state import set_curdoc
+from tornado.ioloop import IOLoop
 
 from ..events import Event
 from .core import InspectorCore, static_text
@@ -30,6 +34,56 @@ DEFAULT_PROMPT = (
 )
 
 
+class OrderedSender:
+    """Sends messages to one component's page from any thread, in the order they were sent.
+
+    Panel sends at once from the server's thread but has another thread add a callback to the page's
+    Bokeh document, and Bokeh's documents are not thread-safe: a callback added while the server's thread
+    holds the document (handling a message from the page) can be lost or run late. The page then misses
+    a message, or gets a ``state`` saying a run is going after the one saying it ended, and its buttons
+    stay disabled. Here every message joins one queue; whichever thread finds the queue idle asks the
+    server's loop (``IOLoop.add_callback``, the one thread-safe way in) to run :meth:`_drain`, which sends
+    the queue's head first, in the page's document, until the queue is empty. Only the server's thread
+    touches the document, and the queue's order is the page's order.
+    """
+
+    def __init__(self, component: JSComponent, doc: Any) -> None:
+        self._component = component
+        self._doc = doc
+        # a served page is made in the server's thread: its loop is the current one
+        self._loop = IOLoop.current() if doc is not None and doc.session_context is not None else None
+        self._queue: deque[dict] = deque()
+        self._lock = threading.Lock()
+        self._scheduled = False
+
+    def __call__(self, msg: dict) -> None:
+        if self._loop is None:  # not served (a notebook, a test): nothing to order
+            self._component._send_msg(msg)
+            return
+        with self._lock:
+            self._queue.append(msg)
+            if self._scheduled:
+                return
+            self._scheduled = True
+        self._loop.add_callback(self._drain)
+
+    def _drain(self) -> None:
+        with set_curdoc(self._doc):
+            while True:
+                with self._lock:
+                    if not self._queue:
+                        self._scheduled = False
+                        return
+                    msg = self._queue.popleft()
+                try:
+                    self._component._send_msg(msg)
+                except Exception:  # the page went away: drop what it would have been sent
+                    with self._lock:
+                        self._queue.clear()
+                        self._scheduled = False
+                    return
+
+
 class InspectorComponent(JSComponent):
     """The inspector as a Panel component: ``InspectorComponent(session=...)`` or ``(events=[...])``."""
 
@@ -41,8 +95,8 @@ class InspectorComponent(JSComponent):
                  **params: Any) -> None:
         params.setdefault("sizing_mode", "stretch_width")
         super().__init__(**params)
-        self.core = InspectorCore(self._send_msg, session, events=events, prompt=prompt, draft_models=draft_models,
-                                  presets=presets)
+        self.core = InspectorCore(OrderedSender(self, pn.state.curdoc), session, events=events, prompt=prompt,
+                                  draft_models=draft_models, presets=presets)
 
     def _handle_msg(self, data: Any) -> None:
         self.core.handle(data)

@@ -10,9 +10,10 @@
 import { h } from "./dom.js";
 import { hostOf } from "./host.js";
 import { getPlotly, installPlotly } from "./plotly.js";
-import { helloMessage, planEvents } from "./protocol.js";
+import { helloMessage, planEvents, unpackMessages } from "./protocol.js";
 import { initialState, reduce } from "./state.js";
 import { adviceView } from "./views/advice.js";
+import { audienceView } from "./views/audience.js";
 import { chartsView } from "./views/charts.js";
 import { controlsView } from "./views/controls.js";
 import { detailView } from "./views/detail.js";
@@ -38,6 +39,7 @@ function render({ model, el }) {
   const root = h("div", { class: "specviz-inspector" });
   const header = headerView();
   const notices = noticesView();
+  const audience = audienceView();
   const send = (m) => host.send(m);
   const controls = controlsView(send, root, uid);
   const detail = detailView(rewindActions(send, () => controls.config));
@@ -55,7 +57,7 @@ function render({ model, el }) {
     const c = controls.config;
     if (!c.replay && c.can_control && !c.running && Number.isInteger(pt.x)) send({ type: "rewind", round: pt.x });
   };
-  root.append(header.el, controls.toolbar, presets.el, notices.el,
+  root.append(header.el, audience.el, controls.toolbar, presets.el, notices.el,
     h("div", { class: "sv-top" }, stream.card, h("div", { class: "sv-side" }, stats.el, controls.card)),
     lanes.card, h("div", { class: "sv-workbench" }, diagnosis.card, advice.card), charts.el, detail.tip);
   el.append(root);
@@ -100,14 +102,22 @@ function render({ model, el }) {
   }
 
   // ---- messages from the host
+  const appendMs = []; // how long each events message took to apply, in ms (see the hooks below)
   function onMsg(msg) {
     if (destroyed || !msg || typeof msg !== "object") return;
     try {
       switch (msg.type) {
-        case "events": applyEvents(msg); break;
+        case "events": {
+          const t0 = performance.now();
+          applyEvents(msg);
+          appendMs.push(performance.now() - t0); // for the load benchmark (the newest 4096)
+          if (appendMs.length > 4096) appendMs.splice(0, appendMs.length - 4096);
+          break;
+        }
         case "state":
           if (controls.applyState(msg)) charts.mark("conf");
           header.status(controls.config);
+          audience.apply(msg);
           lanes.sync(controls.config);
           files.sync(controls.config);
           presets.sync(controls.config);
@@ -128,6 +138,12 @@ function render({ model, el }) {
           }
           break;
         case "notice": notices.show(msg.level, msg.text); break;
+        case "packed": {
+          const u = unpackMessages(msg);
+          if (u.error) notices.show("error", u.error);
+          else for (const m of u.messages) onMsg(m);
+          break;
+        }
         default: break;
       }
     } catch (e) { // keep the page alive and say what happened
@@ -152,6 +168,7 @@ function render({ model, el }) {
     drawCharts: (staggered) => charts.drawAll(staggered),
     drawChart: (key) => charts.drawOne(key),
     charts: charts.keys,
+    appendMs, // main-thread ms per events message (benchmarks/bench_serve_load.py)
   };
 
   const cleanup = () => {

@@ -12,6 +12,8 @@
 //            plotly {source}  notice {level, text}
 //            comparison {data, lane}  diagnosis {data}  advice {data}  presets {presets}
 //            download {id, name, mime, index, count, data}
+//            packed {json}  several of the above, in order, serialized once for many pages
+//                           (presenter mode's batches to the viewers; see specviz/ui/shared.py)
 // A rewind arrives as a "rewound" event in the stream: the reducer drops the later rounds itself.
 // A view applies an "events" message only when start == the number of events it holds; a gap
 // (a message it missed) makes it ask again with hello, so Python never resends what a view has.
@@ -42,4 +44,16 @@ export function planEvents(state, msg) {
   }
   if (msg.start > have) return { ask: true };
   return { ask: false, reset, events: msg.events.slice(have - msg.start) };
+}
+
+/** The messages inside a "packed" message, in order: `{messages}`, or `{error}` when it is malformed. */
+export function unpackMessages(msg) {
+  let list;
+  try {
+    list = typeof msg.json === "string" ? JSON.parse(msg.json) : null;
+  } catch (e) {
+    list = null;
+  }
+  if (!Array.isArray(list)) return { error: "ignored a malformed packed message (json is not a list of messages)" };
+  return { messages: list.filter((m) => m && typeof m === "object" && m.type !== "packed") };
 }

@@ -43,3 +43,15 @@ test("a malformed events message is refused with a reason", () => {
     assert.match(planEvents(holding(3), bad).error, /malformed events message/, JSON.stringify(bad));
   }
 });
+
+test("a packed message holds several messages in order; a malformed one is refused", async () => {
+  const { unpackMessages } = await import("../inspector/protocol.js");
+  const msgs = [{ type: "events", epoch: 0, start: 0, events: [] }, { type: "state", running: true }];
+  assert.deepEqual(unpackMessages({ type: "packed", json: JSON.stringify(msgs) }), { messages: msgs });
+  assert.ok(unpackMessages({ type: "packed", json: "{not json" }).error);
+  assert.ok(unpackMessages({ type: "packed", json: JSON.stringify({ type: "state" }) }).error);
+  assert.ok(unpackMessages({ type: "packed" }).error);
+  // nothing nests, nothing that is not a message passes
+  assert.deepEqual(unpackMessages({ type: "packed", json: JSON.stringify([null, 3, { type: "packed", json: "[]" }]) }),
+    { messages: [] });
+});

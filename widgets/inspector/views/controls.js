@@ -113,6 +113,12 @@ export function controlsView(send, root, uid) {
     maxTok.disabled = config.replay;
     for (const i of [temp, topK, topP, seed, stops, chat]) i.disabled = config.replay;
     sessionFields.hidden = !!config.replay;
+    // presenter mode: a viewer watches; every control but the view's own options is the presenter's
+    if (config.role === "viewer") {
+      for (const c of [...toolbar.querySelectorAll("button,input,select,textarea"), ...card.querySelectorAll("button,input,select,textarea")]) {
+        if (!c.classList.contains("sv-showrej")) c.disabled = true;
+      }
+    }
   }
 
   function applyState(st) {
@@ -164,6 +170,10 @@ export function controlsView(send, root, uid) {
     stops.value = (ev.stop || []).map((x) => x.replace(/\n/g, "\\n").replace(/\t/g, "\\t")).join("\n");
     chat.checked = msgs.length > 0;
   }
+
+  // nothing is enabled before the host's first "state" says what is allowed (a click before it would
+  // reach a session that may still be starting)
+  syncDisabled();
 
   return { toolbar, card, config, applyState, schema, knobErrors, event };
 }

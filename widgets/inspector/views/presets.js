@@ -20,7 +20,7 @@ export function presetsView(send) {
   }
 
   function sync(config) {
-    for (const b of buttons) b.disabled = !!config.running || !!config.replay;
+    for (const b of buttons) b.disabled = !!config.running || !!config.replay || !config.can_control;
   }
 
   return { el, update, sync };
