@@ -172,21 +172,34 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
 
 def _step_loss(
     head: Eagle3Head, h: torch.Tensor, b: dict[str, torch.Tensor], j: int, T: int
-) -> tuple[torch.Tensor, int, torch.Tensor, torch.Tensor]:
-    """(summed loss, counted positions, correct top-1 mask, valid mask) of depth ``j``."""
-    ids = b["label_ids"][:, j + 1 : j + 1 + T]
-    lp = b["label_lp"][:, j + 1 : j + 1 + T]
+) -> tuple[torch.Tensor, int, int, int, int, int]:
+    """Depth ``j``: (summed loss, positions learned from, correct, labelled, correct greedy, labelled greedy).
+
+    Only labelled rows reach the output matrix (prompt positions and padding have no label, and the output
+    matrix is most of a step's cost). The soft cross-entropy ``-sum_k w_k log q(id_k)`` is computed as
+    ``logsumexp(logits) - sum_k w_k logits[id_k]`` (the weights sum to one), which never materialises a
+    log-softmax of the whole row.
+    """
     top = b["label_top"][:, j + 1 : j + 1 + T]
-    logits = head.logits(h).float()
-    logp = torch.log_softmax(logits, dim=-1)
-    w = torch.softmax(lp, dim=-1)  # -inf entries (no label / outside the vocabulary) get weight 0
-    learn = (ids >= 0).any(-1)
-    w = torch.where(learn[..., None], w, torch.zeros_like(w))
-    picked = logp.gather(-1, ids.clamp(min=0))
-    loss = -(w * picked).sum()
     valid = top != -2
-    correct = (logits.argmax(-1) == top) & valid
-    return loss, int(learn.sum()), correct, valid
+    hv = h[valid]
+    ids = b["label_ids"][:, j + 1 : j + 1 + T][valid]
+    lp = b["label_lp"][:, j + 1 : j + 1 + T][valid]
+    greedy = b["greedy"][:, None].expand_as(valid)[valid]
+    logits = head.logits(hv)
+    learn = (ids >= 0).any(-1)
+    w = torch.softmax(lp[learn], dim=-1)  # -inf entries (outside the vocabulary) get weight 0
+    ll = logits[learn].float()
+    loss = (torch.logsumexp(ll, dim=-1) - (w * ll.gather(-1, ids[learn].clamp(min=0))).sum(-1)).sum()
+    correct = logits.argmax(-1) == top[valid]
+    return (
+        loss,
+        int(learn.sum()),
+        int(correct.sum()),
+        int(valid.sum()),
+        int((correct & greedy).sum()),
+        int(greedy.sum()),
+    )
 
 
 def _to_torch(batch: Batch) -> dict[str, torch.Tensor]:
@@ -303,15 +316,14 @@ class Trainer:
         total = torch.zeros(())
         counted = 0
         accs, accs_g = [], []
-        g = b["greedy"][:, None]
         with ctx:
             outs = self.head.forward_steps(b["tokens"], b["feats"], self.cfg.steps, b["positions"])
             for j, h in enumerate(outs):
-                loss, n, correct, valid = _step_loss(self.head, h, b, j, T)
+                loss, n, correct, valid, correct_g, valid_g = _step_loss(self.head, h, b, j, T)
                 total = total + (self.cfg.depth_decay**j) * loss
                 counted = n if j == 0 else counted
-                accs.append((int(correct.sum()), int(valid.sum())))
-                accs_g.append((int((correct & g).sum()), int((valid & g).sum())))
+                accs.append((correct, valid))
+                accs_g.append((correct_g, valid_g))
         norm = sum(self.cfg.depth_decay**j for j in range(self.cfg.steps))
         return total / (max(1, counted) * norm), accs, accs_g
 
