@@ -162,7 +162,7 @@ def test_a_short_training_run_makes_a_head_that_drafts_and_beats_a_random_one(to
     res = train_eagle3(_options(toy, tmp_path))
     target = toy[0]
     head = res.output
-    assert head.is_file() and "draft vocabulary 160" in res.coverage
+    assert head.is_file() and "draft vocabulary: 160 of the" in res.coverage
     ck = load_checkpoint(res.work_dir / "checkpoint.pt")
     assert ck["train"]["step"] == 120
     held = ["the sun of a cold day is", "a box of the hat is", "the cup is on"]

@@ -109,3 +109,21 @@ def test_torch_head_matches_llama_cpp(target, tmp_path, nbf, nbr):
         ctx.close()
         hm.close()
         tm.close()
+
+
+def test_skipping_context_anchors_changes_no_output():
+    """``forward_steps(start=s)`` computes only anchors from ``s`` on, with the same results as the full pass."""
+    emb = torch.from_numpy(tiny_weights(seed=2, n_layer=4)["token_embd.weight"])
+    cfg = Eagle3HeadConfig(n_embd=64, n_head=4, n_head_kv=2, n_ff=96, target_hidden=64, target_layers=(0, 1, 3),
+                           d2t=tuple(range(0, 320, 2)), n_vocab=320, norm_before_fc=True, norm_before_residual=True)
+    head = Eagle3Head(cfg, emb, seed=3)
+    g = torch.Generator().manual_seed(0)
+    toks = torch.randint(0, 320, (2, 30 + 3), generator=g)
+    feats = torch.randn(2, 30, 192, generator=g)
+    pos = torch.arange(30).expand(2, 30)
+    with torch.no_grad():
+        full = head.forward_steps(toks, feats, 3, pos)
+        part = head.forward_steps(toks, feats, 3, pos, start=11)
+    for f, p in zip(full, part):
+        assert p.shape == (2, 19, 64)
+        assert torch.allclose(f[:, 11:], p, atol=1e-5)

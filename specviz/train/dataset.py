@@ -120,8 +120,8 @@ class Coverage:
     def describe(self) -> str:
         """One line for the report."""
         return (
-            f"draft vocabulary {self.draft_vocab} of {self.distinct_generated} distinct generated tokens: "
-            f"covers {self.train_share:.1%} of the generated tokens (training), {self.val_share:.1%} "
+            f"draft vocabulary: {self.draft_vocab} of the {self.distinct_generated} distinct tokens the target "
+            f"generated; it covers {self.train_share:.1%} of the generated tokens (training), {self.val_share:.1%} "
             "(validation)"
         )
 
@@ -129,7 +129,8 @@ class Coverage:
 def choose_draft_vocab(
     corpus: Corpus, train: np.ndarray, val: np.ndarray, n: int, n_vocab: int
 ) -> tuple[tuple[int, ...], Coverage]:
-    """The ``n`` target ids generated most often in ``train`` (ties by id), ascending, and their coverage.
+    """The ``n`` target ids generated most often in ``train`` (ties by id), ascending, and their coverage
+    (fewer when the target generated fewer distinct tokens).
 
     The target's greedy choices (each labelled position's top id) are counted too, so a token the target
     prefers but the sampled sequences happened to skip is not lost.
@@ -145,7 +146,8 @@ def choose_draft_vocab(
     t1 = top1[rows]
     counts += np.bincount(t1[t1 >= 0], minlength=n_vocab)
     distinct = int((counts > 0).sum())
-    n = max(1, min(int(n), n_vocab))
+    # never more ids than the target produced: an id it never chose is one the head cannot learn to propose
+    n = max(1, min(int(n), n_vocab, max(distinct, 1)))
     order = np.lexsort((np.arange(n_vocab), -counts))[:n]
     d2t = np.sort(order)
     inv = np.zeros(n_vocab, dtype=bool)
@@ -233,10 +235,11 @@ def batches(
     t2d: np.ndarray,
     rng: np.random.Generator,
 ) -> Iterator[Batch]:
-    """One epoch of batches over ``seqs``: sequences of similar length together, about ``batch_tokens``
-    padded anchors per batch, batches in random order."""
-    lengths = np.asarray([min(corpus.length(int(s)) - 1, max_len) for s in seqs])
-    order = seqs[np.argsort(lengths + rng.random(len(seqs)), kind="stable")]
+    """One epoch of batches over ``seqs``: sequences with prompts of similar length together (so the prompt
+    anchors, which are context only, can be skipped together; generations are of similar length), about
+    ``batch_tokens`` padded anchors per batch, batches in random order."""
+    key = np.asarray([corpus.n_prompt[int(s)] + min(corpus.length(int(s)), max_len) / 1e4 for s in seqs])
+    order = seqs[np.argsort(key + rng.random(len(seqs)) * 1e-5, kind="stable")]
     groups: list[list[int]] = []
     cur: list[int] = []
     longest = 0

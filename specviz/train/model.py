@@ -193,51 +193,64 @@ class Eagle3Head(nn.Module):
 
     # -- the unrolled drafting steps ---------------------------------------------------------------------
     def forward_steps(
-        self, tokens: torch.Tensor, features: torch.Tensor, steps: int, positions: torch.Tensor | None = None
+        self,
+        tokens: torch.Tensor,
+        features: torch.Tensor,
+        steps: int,
+        positions: torch.Tensor | None = None,
+        start: int = 0,
     ) -> list[torch.Tensor]:
-        """Pre-norm outputs of ``steps`` drafting steps at every anchor (see the module docstring).
+        """Pre-norm outputs of ``steps`` drafting steps at every anchor from ``start`` on (see the module docstring).
 
         ``tokens``: ``[B, T + steps]`` target ids (``t[0] …``); ``features``: ``[B, T, 3 x target hidden]``
-        (row ``P`` from evaluating ``t[P]``); returns ``steps`` tensors ``[B, T, n_embd]``: entry ``j`` row
-        ``P`` is the output of the pair at position ``P + j`` in the chain anchored at ``P``, which predicts
-        ``t[P + j + 2]``. ``positions`` (``[T]``, default ``0 … T-1``) are the anchors' positions.
+        (row ``P`` from evaluating ``t[P]``); returns ``steps`` tensors ``[B, T - start, n_embd]``: entry ``j``
+        row ``P - start`` is the output of the pair at position ``P + j`` in the chain anchored at ``P``, which
+        predicts ``t[P + j + 2]``. ``positions`` (``[T]`` or ``[B, T]``, default ``0 … T-1``) are the anchors'
+        positions. Anchors before ``start`` serve only as keys and values (context) of the true pairs: their
+        queries, feed-forward and chains are never computed (training starts there when the prompt has no
+        labels); the outputs from ``start`` on are the same as without it.
         """
         B, T = features.shape[0], features.shape[1]
         if tokens.shape[1] < T + steps:
             raise ValueError(f"tokens must hold T + steps = {T + steps} columns, got {tokens.shape[1]}")
+        if not 0 <= start < T:
+            raise ValueError(f"start must lie in [0, {T}), got {start}")
         cfg = self.cfg
         rep = cfg.n_head // cfg.n_head_kv
         scale = 1.0 / math.sqrt(cfg.head_dim)
         pos = positions if positions is not None else torch.arange(T, device=features.device)
-        causal = torch.ones(T, T, dtype=torch.bool, device=features.device).tril()
-        h = self.encode(features)
-        k0 = v0 = None
+        n = T - start
+        # query anchor start + i sees the true pairs 0 .. start + i
+        causal = torch.ones(T, T, dtype=torch.bool, device=features.device).tril()[start:]
+        g = self.encode(features)
+        # step 0 over every anchor for its keys and values; queries only from start on
+        q, k, v, resid = self._qkv(tokens[:, 1 : 1 + T], g, pos)
+        k0 = k.repeat_interleave(rep, dim=2)
+        v0 = v.repeat_interleave(rep, dim=2)
+        q, resid = q[:, start:], resid[:, start:]
+        pos_q = pos[..., start:]
         chain_k: list[torch.Tensor] = []
         chain_v: list[torch.Tensor] = []
-        outs = []
+        outs: list[torch.Tensor] = []
+        h = g  # replaced by each step's pre-norm output
         for j in range(steps):
-            q, k, v, resid = self._qkv(tokens[:, j + 1 : j + 1 + T], h, pos + j)
-            kq = k.repeat_interleave(rep, dim=2)
-            vq = v.repeat_interleave(rep, dim=2)
-            if j == 0:
-                k0, v0 = kq, vq
-            else:
-                chain_k.append(kq)
-                chain_v.append(vq)
-            assert k0 is not None and v0 is not None
-            # scores against the true pairs 0..P: [B, H, T(query), T(key)]
+            if j > 0:
+                q, k, v, resid = self._qkv(tokens[:, start + j + 1 : T + j + 1], h, pos_q + j)
+                chain_k.append(k.repeat_interleave(rep, dim=2))
+                chain_v.append(v.repeat_interleave(rep, dim=2))
+            # scores against the true pairs 0..P: [B, H, n (query), T (key)]
             s0 = torch.einsum("bqhd,bkhd->bhqk", q, k0) * scale
             s0 = s0.masked_fill(~causal, float("-inf"))
-            if chain_k:
-                sd = torch.stack([(q * ck).sum(-1) for ck in chain_k], dim=-1) * scale  # [B, T, H, j]
-                s = torch.cat((s0, sd.permute(0, 2, 1, 3)), dim=-1)
+            if chain_k:  # and against the chain's own pairs at P+1 .. P+j (same anchor: elementwise)
+                sd = torch.stack([(q * ck).sum(-1) for ck in chain_k], dim=-1) * scale  # [B, n, H, j]
+                sc = torch.cat((s0, sd.permute(0, 2, 1, 3)), dim=-1)
             else:
-                s = s0
-            p = torch.softmax(s, dim=-1)
+                sc = s0
+            p = torch.softmax(sc, dim=-1)
             out = torch.einsum("bhqk,bkhd->bqhd", p[..., :T], v0)
             for i, cv in enumerate(chain_v):
                 out = out + p[..., T + i].permute(0, 2, 1)[..., None] * cv
-            h = self._finish(out.reshape(B, T, -1), resid)
+            h = self._finish(out.reshape(B, n, -1), resid)
             outs.append(h)
         return outs
 

@@ -171,20 +171,21 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
 
 
 def _step_loss(
-    head: Eagle3Head, h: torch.Tensor, b: dict[str, torch.Tensor], j: int, T: int
+    head: Eagle3Head, h: torch.Tensor, b: dict[str, torch.Tensor], j: int, T: int, start: int = 0
 ) -> tuple[torch.Tensor, int, int, int, int, int]:
-    """Depth ``j``: (summed loss, positions learned from, correct, labelled, correct greedy, labelled greedy).
+    """Depth ``j``: (summed loss, positions learned from, correct, labelled, correct greedy, labelled greedy);
+    ``h`` holds the anchors ``start … T-1``.
 
     Only labelled rows reach the output matrix (prompt positions and padding have no label, and the output
     matrix is most of a step's cost). The soft cross-entropy ``-sum_k w_k log q(id_k)`` is computed as
     ``logsumexp(logits) - sum_k w_k logits[id_k]`` (the weights sum to one), which never materialises a
     log-softmax of the whole row.
     """
-    top = b["label_top"][:, j + 1 : j + 1 + T]
+    top = b["label_top"][:, start + j + 1 : j + 1 + T]
     valid = top != -2
     hv = h[valid]
-    ids = b["label_ids"][:, j + 1 : j + 1 + T][valid]
-    lp = b["label_lp"][:, j + 1 : j + 1 + T][valid]
+    ids = b["label_ids"][:, start + j + 1 : j + 1 + T][valid]
+    lp = b["label_lp"][:, start + j + 1 : j + 1 + T][valid]
     greedy = b["greedy"][:, None].expand_as(valid)[valid]
     logits = head.logits(hv)
     learn = (ids >= 0).any(-1)
@@ -316,10 +317,14 @@ class Trainer:
         total = torch.zeros(())
         counted = 0
         accs, accs_g = [], []
+        # the first anchor any depth can learn from: earlier anchors (prompt) are context only
+        labelled = (b["label_top"] != -2).any(0).nonzero()
+        first = int(labelled[0]) if len(labelled) else T
+        start = min(max(0, first - self.cfg.steps), T - 1)
         with ctx:
-            outs = self.head.forward_steps(b["tokens"], b["feats"], self.cfg.steps, b["positions"])
+            outs = self.head.forward_steps(b["tokens"], b["feats"], self.cfg.steps, b["positions"], start=start)
             for j, h in enumerate(outs):
-                loss, n, correct, valid, correct_g, valid_g = _step_loss(self.head, h, b, j, T)
+                loss, n, correct, valid, correct_g, valid_g = _step_loss(self.head, h, b, j, T, start)
                 total = total + (self.cfg.depth_decay**j) * loss
                 counted = n if j == 0 else counted
                 accs.append((correct, valid))
