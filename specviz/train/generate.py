@@ -19,6 +19,9 @@ distribution at that position.
 Features are stored as float16 rows divided by their RMS (kept as a float32 scale per row): Gemma's
 hidden states reach 1e5 at the first position, beyond float16's range.
 
+When the budget (seconds or tokens) runs out, the sequences in flight end where they are: a generation
+cut short is as good a training sequence as any, and waiting for them would overrun the budget.
+
 A corpus is a folder of shards (``shard-NNNNN.npz``, written to a temporary name and renamed) and
 ``corpus.json`` (the target, the layers, the prompts done, the tokens and seconds so far), so a run that
 is interrupted loses only the sequences in flight, and ``--resume`` continues with the next prompts.
@@ -394,6 +397,13 @@ def generate_corpus(
 
     try:
         while True:
+            if not budget_left():
+                # out of time or tokens: the sequences in flight end here (a generation cut short is as good
+                # a training sequence as any; waiting for them would overrun the budget)
+                for i in range(cfg.slots):
+                    if slots[i] is not None:
+                        finish(i)
+                break
             for i in range(cfg.slots):
                 if slots[i] is None:
                     admit(i)
