@@ -17,6 +17,11 @@ WHEELHOUSE       ?= $(HOME)/.cache/specviz/wheels/llama-cpp-python-$(LLAMA_VERSI
 # the same vendored llama.cpp with the same flags (statically linked), once per machine, beside the wheel.
 LLAMA_TOOLS      := $(shell $(PYTHON) tools/llama_tools.py $(LLAMA_VERSION))
 
+# torch for `specviz train-eagle3` (the train extra): the CPU-only wheel, never the CUDA build that PyPI's
+# default torch pulls in. This machine's pip resolves torch==2.13.0+cpu (pure-Python dependencies); elsewhere
+# use TORCH_CPU="torch --index-url https://download.pytorch.org/whl/cpu".
+TORCH_CPU        ?= torch==2.13.0+cpu
+
 .PHONY: install demo test bench bench-native llama-tools mutation clean
 
 install: $(STAMP)
@@ -28,6 +33,7 @@ $(STAMP): pyproject.toml Makefile tools/llama_cmake_args.py
 	  CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(PY) -m pip wheel --quiet --no-deps --no-cache-dir \
 	    --no-binary llama-cpp-python llama-cpp-python==$(LLAMA_VERSION) -w $(WHEELHOUSE)
 	$(PY) -m pip install --quiet --force-reinstall --no-deps $(WHEELHOUSE)/llama_cpp_python-$(LLAMA_VERSION)-*.whl
+	$(PY) -m pip install --quiet $(TORCH_CPU)
 	$(PY) -m pip install --quiet -e '.[all]'
 	$(PY) -m specviz.backends.capture --build
 	$(PY) -c "import specviz.models as m; print('embedded model:', m.default_model_path())"

@@ -384,14 +384,42 @@ def cmd_strategies(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    """``specviz bench``: every strategy on every workload kind, one table of medians (see :mod:`specviz.bench`)."""
+    """``specviz bench``: every strategy on every workload kind, one table of medians (see :mod:`specviz.bench`).
+
+    ``--draft-model`` adds a row per model: the ``eagle3`` strategy for an EAGLE-3 head, ``draft`` for a whole
+    model; with a head, the draftless strategies and a draft derived from the target (``--derived-draft``,
+    default: every layer but the last) are run beside it and compared with it per workload kind.
+    """
     from .workloads import WORKLOADS
 
     names = [n for n in strategy_names() if not strategy_class(n).needs_model]  # model-backed ones need a model
-    strategies = [x.strip() for x in args.strategies.split(",")] if args.strategies else names
-    for st in strategies:
-        if st not in names:
-            raise UsageError(f"option --strategies: {st!r} is not allowed; choose among: {', '.join(names)}")
+    model_backed = [n for n in strategy_names() if strategy_class(n).needs_model]
+    given = [("--strategies", args.strategies)] if args.strategies else []
+    given += [("--strategy", v) for v in args.strategy or []]
+    flag_of = {x.strip(): flag for flag, v in given for x in v.split(",") if x.strip()}
+    asked = list(flag_of)
+    for st in asked:
+        if st not in names and st not in model_backed:
+            raise UsageError(f"option {flag_of[st]}: {st!r} is not allowed; choose among: "
+                             f"{', '.join(names + model_backed)}")
+    drafts = [str(d) for d in (args.draft_model or [])]
+    for d in drafts:
+        if not Path(d).is_file():
+            raise UsageError(f"option --draft-model: {d!r} does not exist; pass the path of a .gguf file")
+    kinds_of = {d: _draft_model_strategy(d) for d in drafts}
+    for st in asked:
+        if st in model_backed and st not in kinds_of.values():
+            need = "an EAGLE-3 head" if st == "eagle3" else "a draft GGUF"
+            raise UsageError(f"option {flag_of[st]}: {st!r} needs {need}; pass --draft-model PATH")
+    derived = [x for v in (args.derived_draft or []) for x in [v.strip()] if x]
+    from .derive import parse_layers
+
+    for spec in derived:
+        if spec != "none":
+            try:
+                parse_layers(spec)
+            except KnobError as e:
+                raise UsageError(str(e).replace("--keep-layers", "--derived-draft", 1)) from None
     kinds = [x.strip() for x in args.kinds.split(",")] if args.kinds else list(WORKLOADS)
     for k in kinds:
         if k not in WORKLOADS:
@@ -406,15 +434,55 @@ def cmd_bench(args: argparse.Namespace) -> int:
     except KnobError as e:
         raise UsageError(str(e).replace("knob ", "option --", 1).replace("'draft_policy'", "draft-policy")
                          .replace("'draft_max'", "draft-max")) from None
+    model_knobs: dict[str, Any] = {}
+    if args.draft_p_min is not None:
+        try:
+            model_knobs = strategy_schema("eagle3").validate({"draft_p_min": args.draft_p_min, "draft_model": "x"})
+            model_knobs = {"draft_p_min": model_knobs["draft_p_min"]}
+        except KnobError as e:
+            raise UsageError(str(e).replace("knob 'draft_p_min'", "option --draft-p-min", 1)) from None
     if args.model is not None and not Path(args.model).exists():
         raise UsageError(f"option --model: {args.model!r} does not exist; pass the path of a .gguf file")
-    from .bench import format_per_prompt, format_table, run_bench
+    from .bench import (
+        BenchSetting,
+        default_settings,
+        derived_draft,
+        format_comparison,
+        format_per_prompt,
+        format_positions,
+        format_table,
+        run_bench,
+    )
     from .session import Session
 
+    draftless = [st for st in asked if st in names]
+    if drafts and not draftless:
+        draftless = names  # a model row is compared with every draftless strategy
+    settings = default_settings(draftless or None, common=common)
+    heads = [d for d in drafts if kinds_of[d] == "eagle3"]
+    if heads and not derived:
+        derived = ["default"]
     s = Session(args.model, n_ctx=4096)
-    rows = run_bench(s, strategies=strategies, kinds=kinds, repeats=repeats, max_tokens=max_tokens, common=common,
+    for spec in derived:
+        if spec == "none":
+            continue
+        if spec == "default":
+            spec = f"0-{s.model.n_layer - 2}" if s.model.n_layer >= 2 else "0"
+        try:
+            path = derived_draft(s.model.path, spec)
+        except KnobError as e:
+            s.close()
+            raise UsageError(str(e).replace("--keep-layers", "--derived-draft", 1)) from None
+        drafts.append(str(path))
+        kinds_of[str(path)] = "draft"
+    for d in drafts:
+        st = kinds_of[d]
+        settings.append(BenchSetting(f"{st} {Path(d).name}", st, {**common, **model_knobs, "draft_model": d}))
+    rows = run_bench(s, kinds=kinds, repeats=repeats, max_tokens=max_tokens, settings=settings,
                      progress=(lambda m: print(m, file=sys.stderr)) if not args.json else None)
     s.close()
+    subject = next((x.label for x in settings if x.strategy == "eagle3"), None)
+    subject = subject or next((x.label for x in settings if x.strategy in model_backed), None)
     if args.json:
         print(json.dumps({"max_tokens": max_tokens, "repeats": repeats, "common": common,
                           "rows": [r.to_dict() for r in rows]}))
@@ -423,6 +491,13 @@ def cmd_bench(args: argparse.Namespace) -> int:
         print("each figure: per prompt the median over repeats, then the median over prompts; speedup: each run "
               "over the none run just before it; total-time speedup: all runs pooled")
         print(format_table(rows))
+        print()
+        print("acceptance by draft position (accepted at depth i over drafts reaching it, pooled over runs):")
+        print(format_positions(rows))
+        if subject is not None:
+            print()
+            print("tokens/s compared (paired speedups, medians over prompts):")
+            print(format_comparison(rows, subject))
         print()
         print("speedup vs none per prompt (median over repeats):")
         print(format_per_prompt(rows))
@@ -546,6 +621,14 @@ def build_parser() -> argparse.ArgumentParser:
     b = sub.add_parser("bench", help="benchmark every strategy on every workload kind")
     b.add_argument("--model", help="target GGUF path (default: the embedded Gemma 3 270M)")
     b.add_argument("--strategies", help="comma-separated strategy names (default: all draftless)")
+    b.add_argument("--strategy", action="append", metavar="NAME",
+                   help="a strategy to run (repeatable; eagle3 and draft need --draft-model)")
+    b.add_argument("--draft-model", "-md", "--spec-draft-model", action="append", metavar="PATH",
+                   help="an EAGLE-3 head or a draft GGUF: one row each (repeatable)")
+    b.add_argument("--derived-draft", action="append", metavar="LAYERS",
+                   help="also run a draft derived from the target keeping LAYERS, e.g. 0-16 (repeatable; "
+                        "with an EAGLE-3 head the default is every layer but the last; 'none' for none)")
+    b.add_argument("--draft-p-min", default=None, help="draft_p_min of the model-backed rows")
     b.add_argument("--kinds", help="comma-separated workload kinds (default: all)")
     b.add_argument("--repeats", default="3")
     b.add_argument("--max-tokens", default="128")
@@ -611,6 +694,16 @@ def _add_sweep_commands(sub) -> None:
 
 
 _EXTRA_COMMANDS.append(_add_sweep_commands)
+
+
+def _add_train_commands(sub) -> None:
+    """``train-eagle3`` (:mod:`specviz.train.commands`; training itself needs the ``train`` extra)."""
+    from .train.commands import add_commands
+
+    add_commands(sub)
+
+
+_EXTRA_COMMANDS.append(_add_train_commands)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,0 +1,444 @@
+"""The training corpus: the target's own generations, with the features an EAGLE-3 head reads, from the same GGUF.
+
+The target generates for many prompts at once: one llama.cpp context with ``slots`` sequences (separate KV
+streams), each decoding step one batch holding the next token of every active sequence. On two cores this
+is about ten times the tokens per second of one sequence: a one-token decode of Gemma 3 270M is dominated
+by its 262,144-row output head, which a batch of rows shares. When a sequence ends (end of generation or
+``max_new`` tokens) its slot is cleared and the next prompt is evaluated into it.
+
+For every evaluated position ``p`` (prompt and generated tokens alike) the corpus keeps the features the
+head reads — the inputs of the head's three target layers, captured by
+:class:`~specviz.backends.capture.LayerCapture` exactly as the ``eagle3`` strategy reads them at inference
+(llama.cpp's own taps, or the C eval callback on ``gemma3``) — and, for every position whose logits the
+target computed (the last prompt position and every generated one), the target's ``top_k`` most likely next
+tokens with their log-probabilities relative to the most likely one (the training labels). Half the prompts
+(by default) are decoded greedily, the others sampled (top-64) at a temperature, so the corpus holds both
+the text greedy decoding produces and the variety sampling gives; the labels are always the target's own
+distribution at that position.
+
+Features are stored as float16 rows divided by their RMS (kept as a float32 scale per row): Gemma's
+hidden states reach 1e5 at the first position, beyond float16's range.
+
+When the budget (seconds or tokens) runs out, the sequences in flight end where they are: a generation
+cut short is as good a training sequence as any, and waiting for them would overrun the budget.
+
+A corpus is a folder of shards (``shard-NNNNN.npz``, written to a temporary name and renamed) and
+``corpus.json`` (the target, the layers, the prompts done, the tokens and seconds so far), so a run that
+is interrupted loses only the sequences in flight, and ``--resume`` continues with the next prompts.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from ..backends.llama import Capacity, LlamaModel, _lib
+from ..errors import ContextError
+
+__all__ = ["BatchContext", "CorpusInfo", "GenConfig", "generate_corpus", "load_corpus_info", "GenSequence"]
+
+CORPUS_FORMAT = "specviz-eagle3-corpus-1"
+
+
+class BatchContext:
+    """A llama.cpp context over ``n_slots`` sequences with separate KV streams, for batched generation.
+
+    It offers what :class:`~specviz.backends.capture.LayerCapture` needs of a context (``model``, ``ptr``,
+    ``capacity``, ``eval_count``, ``tap``, ``before_eval``), so features are captured exactly as for the
+    ``eagle3`` strategy. Rows of a batch are given in ascending slot order.
+    """
+
+    def __init__(
+        self, model: LlamaModel, n_slots: int, n_ctx_per_slot: int, *, n_batch: int = 512, n_threads: int | None = None
+    ) -> None:
+        from .. import backends  # noqa: F401 - initialises llama.cpp's backend through LlamaModel
+        from ..backends.capture import CALLBACK_ARCHS, CallbackTap, capture_method
+
+        lc = _lib()
+        self.model = model
+        threads = n_threads or max(1, os.cpu_count() or 1)
+        p = lc.llama_context_default_params()
+        p.n_ctx = n_slots * n_ctx_per_slot
+        p.n_batch = n_batch
+        p.n_ubatch = n_batch
+        p.n_seq_max = n_slots
+        p.n_threads = threads
+        p.n_threads_batch = threads
+        p.no_perf = True
+        p.kv_unified = False  # one KV stream per sequence: attention reads only its own sequence's cells
+        self.tap = None
+        self.before_eval: Callable[[], None] | None = None
+        self.eval_count = 0
+        arch = model.info.architecture
+        if capture_method(arch) == "callback" and arch in CALLBACK_ARCHS:
+            self.tap = CallbackTap()
+            p.cb_eval = lc.ggml_backend_sched_eval_callback(self.tap.callback_address)
+            p.cb_eval_user_data = ctypes.c_void_p(self.tap.user_data)
+        ctx = lc.llama_init_from_model(model.ptr, p)
+        if not ctx:
+            raise ContextError(f"llama.cpp could not create a context of {n_slots} sequences x {n_ctx_per_slot}")
+        self._ctx = ctx
+        self._mem = lc.llama_get_memory(ctx)
+        self.n_slots = n_slots
+        self.n_ctx_per_slot = n_ctx_per_slot
+        self.capacity = Capacity(
+            int(lc.llama_n_ctx(ctx)), int(lc.llama_n_batch(ctx)), int(lc.llama_n_ubatch(ctx)), model.n_swa
+        )
+        self._batch = lc.llama_batch_init(self.capacity.n_batch, 0, 1)
+        self.n_vocab = model.n_vocab
+
+    @property
+    def ptr(self) -> Any:
+        """The raw ``llama_context *``."""
+        return self._ctx
+
+    def decode(
+        self, tokens: Sequence[int], positions: Sequence[int], slots: Sequence[int], logits: Sequence[bool]
+    ) -> None:
+        """Evaluate one batch: ``tokens[i]`` at ``positions[i]`` of sequence ``slots[i]``."""
+        n = len(tokens)
+        if n > self.capacity.n_batch:
+            raise ContextError(f"batch of {n} exceeds n_batch={self.capacity.n_batch}")
+        b = self._batch
+        for i in range(n):
+            b.token[i] = int(tokens[i])
+            b.pos[i] = int(positions[i])
+            b.n_seq_id[i] = 1
+            b.seq_id[i][0] = int(slots[i])
+            b.logits[i] = 1 if logits[i] else 0
+        b.n_tokens = n
+        if self.before_eval is not None:
+            self.before_eval()
+        self.eval_count += 1
+        rc = _lib().llama_decode(self._ctx, b)
+        if rc != 0:
+            raise ContextError(f"llama_decode failed with code {rc} for a batch of {n}")
+
+    def output_logits(self, n_out: int) -> np.ndarray:
+        """The last batch's output rows' logits ``[n_out, n_vocab]`` in batch order (a zero-copy view)."""
+        ptr = _lib().llama_get_logits(self._ctx)
+        if not ptr:
+            raise ContextError("the last batch kept no logits")
+        return np.ctypeslib.as_array(ptr, shape=(n_out, self.n_vocab))
+
+    def clear_slot(self, slot: int) -> None:
+        """Forget every position of sequence ``slot``."""
+        _lib().llama_memory_seq_rm(self._mem, slot, -1, -1)
+
+    def close(self) -> None:
+        """Free the batch and the context (idempotent)."""
+        if getattr(self, "_ctx", None):
+            lc = _lib()
+            lc.llama_batch_free(self._batch)
+            lc.llama_free(self._ctx)
+            self._ctx = None
+
+    def __del__(self) -> None:  # pragma: no cover - finaliser
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+@dataclass
+class GenConfig:
+    """How the corpus is generated.
+
+    ``max_new``: tokens generated per prompt at most; ``slots``: sequences decoded together;
+    ``greedy_share``: the share of prompts decoded greedily (the others are sampled at one of
+    ``temperatures``); ``top_k``: labels kept per position; ``max_prompt``: longer prompts are skipped.
+    """
+
+    max_new: int = 160
+    slots: int = 16
+    greedy_share: float = 0.5
+    temperatures: tuple[float, ...] = (0.6, 0.8, 1.0)
+    top_k: int = 8
+    max_prompt: int = 768
+    shard_tokens: int = 16384
+    seed: int = 0
+    n_threads: int | None = None
+
+
+@dataclass
+class GenSequence:
+    """One generated sequence in memory: its tokens, features and labels (see the module docstring)."""
+
+    prompt_id: int
+    n_prompt: int
+    temperature: float
+    tokens: list[int] = field(default_factory=list)
+    feats: list[np.ndarray] = field(default_factory=list)  # per evaluated batch: [rows, F] float32
+    top_ids: list[np.ndarray] = field(default_factory=list)  # per labelled position: [K] int32
+    top_lp: list[np.ndarray] = field(default_factory=list)  # per labelled position: [K] float32
+
+
+@dataclass
+class CorpusInfo:
+    """``corpus.json``: what a corpus folder holds."""
+
+    target: str
+    target_fingerprint: str
+    target_layers: list[int]
+    n_embd: int
+    top_k: int
+    shards: list[str] = field(default_factory=list)
+    prompts_done: list[int] = field(default_factory=list)
+    n_prompts: int = 0
+    sequences: int = 0
+    tokens: int = 0
+    generated_tokens: int = 0
+    seconds: float = 0.0
+    skipped_long: int = 0
+    format: str = CORPUS_FORMAT
+
+    def save(self, folder: Path) -> None:
+        """Write ``corpus.json`` atomically."""
+        tmp = folder / "corpus.json.part"
+        tmp.write_text(json.dumps(self.__dict__))
+        tmp.replace(folder / "corpus.json")
+
+
+def load_corpus_info(folder: str | Path) -> CorpusInfo | None:
+    """The corpus folder's ``corpus.json``, or None when there is none."""
+    p = Path(folder) / "corpus.json"
+    if not p.is_file():
+        return None
+    d = json.loads(p.read_text())
+    if d.get("format") != CORPUS_FORMAT:
+        return None
+    return CorpusInfo(**d)
+
+
+def _write_shard(folder: Path, index: int, seqs: list[GenSequence], top_k: int) -> str:
+    """Write finished sequences as one shard; returns its file name."""
+    toks = np.concatenate([np.asarray(s.tokens, dtype=np.int32) for s in seqs])
+    seq_start = np.concatenate([[0], np.cumsum([len(s.tokens) for s in seqs])]).astype(np.int64)
+    feats = np.concatenate([np.concatenate(s.feats)[: len(s.tokens) - 1] for s in seqs]).astype(np.float32)
+    rms = np.sqrt(np.mean(feats.astype(np.float64) ** 2, axis=1)).astype(np.float32)
+    rms = np.maximum(rms, 1e-20)
+    f16 = (feats / rms[:, None]).astype(np.float16)
+    ids = np.full((feats.shape[0], top_k), -1, dtype=np.int32)
+    lps = np.full((feats.shape[0], top_k), -np.inf, dtype=np.float16)
+    row = 0
+    for s in seqs:
+        n_rows = len(s.tokens) - 1
+        first = s.n_prompt - 1  # the first position whose logits the target computed
+        k = len(s.top_ids)
+        ids[row + first : row + first + k] = np.stack(s.top_ids)[:, :top_k]
+        lps[row + first : row + first + k] = np.clip(np.stack(s.top_lp)[:, :top_k], -60, 0).astype(np.float16)
+        row += n_rows
+    name = f"shard-{index:05d}.npz"
+    part = folder / (name + ".part.npz")
+    np.savez(
+        part,
+        tokens=toks,
+        seq_start=seq_start,
+        n_prompt=np.asarray([s.n_prompt for s in seqs], np.int32),
+        prompt_id=np.asarray([s.prompt_id for s in seqs], np.int32),
+        temperature=np.asarray([s.temperature for s in seqs], np.float32),
+        feats=f16,
+        feat_scale=rms,
+        top_ids=ids,
+        top_lp=lps,
+    )
+    part.replace(folder / name)
+    return name
+
+
+class _Labeller:
+    """Top-k labels and the next token from a batch of logits rows, with torch on one thread.
+
+    One ``topk`` of 64 per row serves everything: the labels are its first ``top_k`` entries, stored as
+    log-probabilities *relative to the top token* (``log p_k - log p_1``: the loss renormalises over the
+    labels anyway, and skipping the full-row log-sum-exp saves most of the time), the greedy choice is its
+    first entry, and sampled sequences draw from the 64 most likely tokens at their temperature (top-64
+    sampling: the rest of a 262,144-token row carries little mass, and a full-row softmax per row would
+    cost more than the batch's decode). One thread, because OpenMP workers spinning after a parallel torch
+    call would take the cores llama.cpp's own threads are waiting for.
+    """
+
+    CANDIDATES = 64
+
+    def __init__(self, top_k: int, seed: int) -> None:
+        import torch
+
+        self.torch = torch
+        self.top_k = top_k
+        self.gen = torch.Generator().manual_seed(seed)
+
+    def __call__(self, logits: np.ndarray, temperatures: Sequence[float]) -> tuple[np.ndarray, np.ndarray, list[int]]:
+        torch = self.torch
+        x = torch.from_numpy(logits)
+        vals, ids = torch.topk(x, min(self.CANDIDATES, x.shape[-1]), dim=-1)
+        rel = (vals[:, : self.top_k] - vals[:, :1]).numpy()
+        nxt = ids[:, 0].tolist()
+        for i, t in enumerate(temperatures):
+            if t > 0:
+                p = torch.softmax(vals[i] / t, dim=-1)
+                nxt[i] = int(ids[i, int(torch.multinomial(p, 1, generator=self.gen).item())])
+        return ids[:, : self.top_k].numpy().astype(np.int32), rel.astype(np.float32), nxt
+
+
+def generate_corpus(
+    target: str | Path,
+    prompts: Sequence[str],
+    folder: str | Path,
+    target_layers: Sequence[int],
+    cfg: GenConfig,
+    *,
+    seconds: float | None = None,
+    max_tokens: int | None = None,
+    progress: Callable[[CorpusInfo, int], None] | None = None,
+    model: LlamaModel | None = None,
+) -> CorpusInfo:
+    """Generate (or continue) the corpus in ``folder`` from ``prompts`` until the prompts, ``seconds`` (of
+    generation, counted over resumed runs) or ``max_tokens`` (generated) run out; returns its info.
+
+    A ``KeyboardInterrupt`` writes the finished sequences and ``corpus.json`` before it propagates.
+    """
+    from ..backends.capture import LayerCapture
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    own_model = model is None
+    m = model if model is not None else LlamaModel(target)
+    info = load_corpus_info(folder)
+    if info is None:
+        info = CorpusInfo(
+            target=str(target),
+            target_fingerprint=m.fingerprint,
+            target_layers=[int(x) for x in target_layers],
+            n_embd=m.n_embd,
+            top_k=cfg.top_k,
+        )
+    elif info.target_fingerprint != m.fingerprint or info.target_layers != [int(x) for x in target_layers]:
+        raise ContextError(
+            f"the corpus in {folder} was made with another target or other layers; "
+            "use another --work-dir or remove that folder"
+        )
+    info.n_prompts = len(prompts)
+    done = set(info.prompts_done)
+    queue = [i for i in range(len(prompts)) if i not in done]
+    rng = np.random.default_rng(cfg.seed + len(done))
+    import torch
+
+    torch_threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # see _Labeller
+    ctx = BatchContext(m, cfg.slots, cfg.max_prompt + cfg.max_new + 8, n_threads=cfg.n_threads)
+    cap = LayerCapture(ctx, target_layers)
+    label = _Labeller(cfg.top_k, cfg.seed + len(done))
+    slots: list[GenSequence | None] = [None] * cfg.slots
+    finished: list[GenSequence] = []
+    pending_tokens = 0
+    t_start = time.perf_counter()
+    base_seconds = info.seconds
+
+    def budget_left() -> bool:
+        if seconds is not None and base_seconds + (time.perf_counter() - t_start) >= seconds:
+            return False
+        return max_tokens is None or info.generated_tokens < max_tokens
+
+    def flush() -> None:
+        nonlocal finished, pending_tokens
+        if finished:
+            info.shards.append(_write_shard(folder, len(info.shards), finished, cfg.top_k))
+            info.prompts_done += [s.prompt_id for s in finished]
+            info.sequences += len(finished)
+            info.tokens += sum(len(s.tokens) for s in finished)
+        finished, pending_tokens = [], 0
+        info.seconds = base_seconds + (time.perf_counter() - t_start)
+        info.save(folder)
+
+    def finish(slot: int) -> None:
+        nonlocal pending_tokens
+        s = slots[slot]
+        assert s is not None
+        slots[slot] = None
+        ctx.clear_slot(slot)
+        if len(s.tokens) - s.n_prompt >= 1:
+            finished.append(s)
+            pending_tokens += len(s.tokens)
+
+    def admit(slot: int) -> bool:
+        while queue and budget_left():
+            pid = queue.pop(0)
+            toks = m.tokenize(prompts[pid], add_special=True)
+            if len(toks) > cfg.max_prompt or len(toks) < 1:
+                info.skipped_long += 1
+                continue
+            greedy = rng.random() < cfg.greedy_share
+            temp = 0.0 if greedy else float(rng.choice(cfg.temperatures))
+            s = GenSequence(pid, len(toks), temp, tokens=list(toks))
+            nb = ctx.capacity.n_batch
+            for a in range(0, len(toks), nb):
+                chunk = toks[a : a + nb]
+                last = a + nb >= len(toks)
+                ctx.decode(chunk, range(a, a + len(chunk)), [slot] * len(chunk), [False] * (len(chunk) - 1) + [last])
+                s.feats.append(cap.features(len(chunk)))
+            ids, lp, nxt = label(ctx.output_logits(1), [temp])
+            s.top_ids.append(ids[0])
+            s.top_lp.append(lp[0])
+            s.tokens.append(nxt[0])
+            info.generated_tokens += 1
+            slots[slot] = s
+            if m.is_eog(nxt[0]) or cfg.max_new <= 1:
+                finish(slot)
+                continue
+            return True
+        return False
+
+    try:
+        while True:
+            if not budget_left():
+                # out of time or tokens: the sequences in flight end here (a generation cut short is as good
+                # a training sequence as any; waiting for them would overrun the budget)
+                for i in range(cfg.slots):
+                    if slots[i] is not None:
+                        finish(i)
+                break
+            for i in range(cfg.slots):
+                if slots[i] is None:
+                    admit(i)
+            active = [i for i in range(cfg.slots) if slots[i] is not None]
+            if not active:
+                break
+            seqs = [slots[i] for i in active]
+            ctx.decode(
+                [s.tokens[-1] for s in seqs if s], [len(s.tokens) - 1 for s in seqs if s], active, [True] * len(active)
+            )
+            feats = cap.features(len(active))
+            ids, lp, nxt = label(ctx.output_logits(len(active)), [s.temperature for s in seqs if s])
+            for r, i in enumerate(active):
+                s = slots[i]
+                assert s is not None
+                s.feats.append(feats[r : r + 1])
+                s.top_ids.append(ids[r])
+                s.top_lp.append(lp[r])
+                s.tokens.append(nxt[r])
+                info.generated_tokens += 1
+                n_gen = len(s.tokens) - s.n_prompt
+                if m.is_eog(nxt[r]) or n_gen >= cfg.max_new:
+                    finish(i)
+            if pending_tokens >= cfg.shard_tokens:
+                flush()
+            if progress is not None:
+                progress(info, len(active))
+        flush()
+    except BaseException:
+        flush()  # the finished sequences are kept; those in flight are generated again on resume
+        raise
+    finally:
+        cap.close()
+        ctx.close()
+        torch.set_num_threads(torch_threads)
+        if own_model:
+            m.close()
+    return info
