@@ -50,7 +50,8 @@ llama-tools: $(STAMP)
 
 # lint and types first (seconds), then the front-end's node tests, then the whole Python suite
 test: install llama-tools
-	$(VENV)/bin/ruff check specviz
+	$(VENV)/bin/ruff check specviz tests benchmarks examples tools
+	$(VENV)/bin/ruff format --check specviz tests benchmarks examples tools
 	$(VENV)/bin/mypy
 	node --test widgets/tests/
 	$(PY) -m pytest -ra

@@ -49,8 +49,16 @@ def main(argv=None) -> int:
                 s.run()
                 base.append(s.telemetry_dict()["tokens_per_second"])
                 for spec, path in drafts.items():
-                    s.start(prompt, args.max_tokens, "draft", temperature=temperature, seed=seed,
-                            draft_model=str(path), draft_max=args.draft_max, draft_p_min=0.0)
+                    s.start(
+                        prompt,
+                        args.max_tokens,
+                        "draft",
+                        temperature=temperature,
+                        seed=seed,
+                        draft_model=str(path),
+                        draft_max=args.draft_max,
+                        draft_p_min=0.0,
+                    )
                     s.run()
                     t = s.telemetry_dict()
                     st = stats[spec]
@@ -62,11 +70,24 @@ def main(argv=None) -> int:
         rows.append(("none", temperature, None, None, none_tps, None, 1.0))
         for spec, st in stats.items():
             tps = statistics.median(st["tps"])
-            rows.append((spec, temperature, statistics.median(st["acc"]), statistics.median(st["mal"]), tps,
-                         statistics.median(st["dtps"]), tps / none_tps))
-    print(f"derived drafts of {target.name}, draft_max {args.draft_max}, {args.max_tokens} tokens, "
-          f"{len(prompts)} prompts x {args.repeats} repeats (medians)")
-    print("| kept layers | temperature | acceptance | mean accepted length | tokens/s | draft model tokens/s | vs none |")
+            rows.append(
+                (
+                    spec,
+                    temperature,
+                    statistics.median(st["acc"]),
+                    statistics.median(st["mal"]),
+                    tps,
+                    statistics.median(st["dtps"]),
+                    tps / none_tps,
+                )
+            )
+    print(
+        f"derived drafts of {target.name}, draft_max {args.draft_max}, {args.max_tokens} tokens, "
+        f"{len(prompts)} prompts x {args.repeats} repeats (medians)"
+    )
+    print(
+        "| kept layers | temperature | acceptance | mean accepted length | tokens/s | draft model tokens/s | vs none |"
+    )
     print("|---|---:|---:|---:|---:|---:|---:|")
     for spec, temp, acc, mal, tps, dtps, ratio in rows:
         a = "—" if acc is None else f"{acc:.1%}"

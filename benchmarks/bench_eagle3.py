@@ -83,7 +83,7 @@ def capture_overhead(model: LlamaModel, toks: list[int], repeats: int, n_threads
             for name, ctx in variants.items():
                 ctx.truncate(base)
                 t = time.perf_counter()
-                ctx.eval(toks[base:base + n], base, rows="all")
+                ctx.eval(toks[base : base + n], base, rows="all")
                 if ctx is armed:
                     cap.features(n)
                 if r >= 2:  # two warm-up rounds
@@ -97,8 +97,15 @@ def capture_overhead(model: LlamaModel, toks: list[int], repeats: int, n_threads
     return out
 
 
-def draft_step_cost(model: LlamaModel, toks: list[int], vocab_sizes: list[int], dtypes: list[str], repeats: int,
-                    n_threads: int, folder: Path) -> list[dict]:
+def draft_step_cost(
+    model: LlamaModel,
+    toks: list[int],
+    vocab_sizes: list[int],
+    dtypes: list[str],
+    repeats: int,
+    n_threads: int,
+    folder: Path,
+) -> list[dict]:
     """Every head's step and encoder, and the target's one-token decode, timed in the same loop (each repeat
     times them all back to back), so that machine drift hits them alike; ratios are medians of per-repeat
     ratios."""
@@ -109,16 +116,34 @@ def draft_step_cost(model: LlamaModel, toks: list[int], vocab_sizes: list[int], 
     heads = []
     for nv, dtype in [(nv, dt) for nv in vocab_sizes for dt in dtypes]:
         d2t = tuple(int(x) for x in np.sort(rng.choice(model.n_vocab, size=nv, replace=False)))
-        cfg = Eagle3HeadConfig(n_embd=model.n_embd, n_head=4, n_head_kv=1, n_ff=2048, target_hidden=model.n_embd,
-                               target_layers=default_target_layers(model.n_layer), d2t=d2t, n_vocab=model.n_vocab)
-        path = write_eagle3_head(folder / f"head-{nv}-{dtype}.gguf", default_model_path(), cfg,
-                                 random_eagle3_weights(cfg), dtype=dtype)
+        cfg = Eagle3HeadConfig(
+            n_embd=model.n_embd,
+            n_head=4,
+            n_head_kv=1,
+            n_ff=2048,
+            target_hidden=model.n_embd,
+            target_layers=default_target_layers(model.n_layer),
+            d2t=d2t,
+            n_vocab=model.n_vocab,
+        )
+        path = write_eagle3_head(
+            folder / f"head-{nv}-{dtype}.gguf", default_model_path(), cfg, random_eagle3_weights(cfg), dtype=dtype
+        )
         head = LlamaModel(path)
         e = Eagle3Context(head, target, n_threads=n_threads)
         g = rng.standard_normal((base, model.n_embd)).astype(np.float32)
-        e.decode(toks[1:base + 1], g, 0)
-        heads.append({"vocab": nv, "dtype": dtype, "model": head, "ctx": e, "ids": np.asarray(d2t, dtype=np.int64),
-                      "g": g, "t": {"step": [], "choose": [], "enc1": [], "enc8": []}})
+        e.decode(toks[1 : base + 1], g, 0)
+        heads.append(
+            {
+                "vocab": nv,
+                "dtype": dtype,
+                "model": head,
+                "ctx": e,
+                "ids": np.asarray(d2t, dtype=np.int64),
+                "g": g,
+                "t": {"step": [], "choose": [], "enc1": [], "enc8": []},
+            }
+        )
     feats = rng.standard_normal((8, 3 * model.n_embd)).astype(np.float32)
     t_target: list[float] = []
     for r in range(repeats + 2):
@@ -145,15 +170,33 @@ def draft_step_cost(model: LlamaModel, toks: list[int], vocab_sizes: list[int], 
                 for k, v in (("step", t1 - t), ("choose", t2 - t), ("enc1", t3 - t2), ("enc8", t4 - t3)):
                     hd["t"][k].append(v)
     target_ms = _median_ms(t_target)
-    rows = [{"what": "target one-token decode", "draft_vocab": None, "dtype": "Q4_K_M", "ms": target_ms,
-             "of_target_pct": 100.0}]
+    rows = [
+        {
+            "what": "target one-token decode",
+            "draft_vocab": None,
+            "dtype": "Q4_K_M",
+            "ms": target_ms,
+            "of_target_pct": 100.0,
+        }
+    ]
     for hd in heads:
-        for key, what in (("step", "head draft step (decode)"), ("choose", "head draft step + greedy choice"),
-                          ("enc1", "encoder, 1 row"), ("enc8", "encoder, 8 rows")):
+        for key, what in (
+            ("step", "head draft step (decode)"),
+            ("choose", "head draft step + greedy choice"),
+            ("enc1", "encoder, 1 row"),
+            ("enc8", "encoder, 8 rows"),
+        ):
             xs = hd["t"][key]
             ratio = statistics.median(x / y for x, y in zip(xs, t_target))
-            rows.append({"what": what, "draft_vocab": hd["vocab"], "dtype": hd["dtype"], "ms": _median_ms(xs),
-                         "of_target_pct": 100 * ratio})
+            rows.append(
+                {
+                    "what": what,
+                    "draft_vocab": hd["vocab"],
+                    "dtype": hd["dtype"],
+                    "ms": _median_ms(xs),
+                    "of_target_pct": 100 * ratio,
+                }
+            )
         hd["ctx"].close()
         hd["model"].close()
     target.close()
@@ -165,8 +208,12 @@ def main(argv=None) -> int:
     ap.add_argument("--repeats", type=int, default=41)
     ap.add_argument("--vocab", default="8192,16384,32768")
     ap.add_argument("--dtype", default="f32,q8_0", help="storage of the heads' matrices: f32, f16, q8_0")
-    ap.add_argument("--threads", type=int, default=os.cpu_count() or 1,
-                    help="threads per context (1 avoids llama.cpp's thread barriers stalling on a busy machine)")
+    ap.add_argument(
+        "--threads",
+        type=int,
+        default=os.cpu_count() or 1,
+        help="threads per context (1 avoids llama.cpp's thread barriers stalling on a busy machine)",
+    )
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     vocab_sizes = [int(x) for x in args.vocab.split(",")]

@@ -49,8 +49,7 @@ def bench_llama_cpp_python(llm, prompt: str, max_tokens: int) -> tuple[float, li
 
 def bench_specviz(session: Session, prompt: str, max_tokens: int, **knobs) -> tuple[float, float, list[int]]:
     """Decode tokens/s of specviz and the share of round time outside llama_decode."""
-    session.start(prompt, max_tokens, "prompt-lookup", max_ngram=MAX_NGRAM, min_ngram=1, draft_max=NUM_PRED,
-                  **knobs)
+    session.start(prompt, max_tokens, "prompt-lookup", max_ngram=MAX_NGRAM, min_ngram=1, draft_max=NUM_PRED, **knobs)
     session.ctx.decode_seconds = 0.0
     session.run()
     t = session.telemetry
@@ -72,9 +71,12 @@ def main(argv=None) -> int:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--max-tokens", type=int, default=128)
     ap.add_argument("--json", action="store_true")
-    ap.add_argument("--llama-defaults", action="store_true",
-                    help="construct llama-cpp-python's Llama with its own defaults (threads: half the cores for "
-                         "one-token decodes; flash attention off) instead of specviz's settings")
+    ap.add_argument(
+        "--llama-defaults",
+        action="store_true",
+        help="construct llama-cpp-python's Llama with its own defaults (threads: half the cores for "
+        "one-token decodes; flash attention off) instead of specviz's settings",
+    )
     args = ap.parse_args(argv)
 
     from llama_cpp import Llama
@@ -83,10 +85,20 @@ def main(argv=None) -> int:
     path = str(default_model_path())
     threads = os.cpu_count() or 1
     # same settings on both sides: threads for one-token and batch decodes, flash attention, batch sizes
-    same = {} if args.llama_defaults else {"n_ubatch": 512, "n_threads": threads, "n_threads_batch": threads,
-                                          "flash_attn": True}
-    llm = Llama(model_path=path, n_ctx=2048, n_batch=512, verbose=False, logits_all=True,
-                draft_model=LlamaPromptLookupDecoding(max_ngram_size=MAX_NGRAM, num_pred_tokens=NUM_PRED), **same)
+    same = (
+        {}
+        if args.llama_defaults
+        else {"n_ubatch": 512, "n_threads": threads, "n_threads_batch": threads, "flash_attn": True}
+    )
+    llm = Llama(
+        model_path=path,
+        n_ctx=2048,
+        n_batch=512,
+        verbose=False,
+        logits_all=True,
+        draft_model=LlamaPromptLookupDecoding(max_ngram_size=MAX_NGRAM, num_pred_tokens=NUM_PRED),
+        **same,
+    )
     session = Session(path, n_ctx=2048, n_batch=512, n_ubatch=512, n_threads=threads)
     prompts = [(k, p) for k in ("code-rewrite", "quote") for p in WORKLOADS[k]]
     rows = []
@@ -95,7 +107,7 @@ def main(argv=None) -> int:
         for rep in range(args.repeats):
             # rotate which side runs first, so warm-cache and drift effects cancel
             runs = {}
-            order = ("lcp", "sv", "sv1")[rep % 3:] + ("lcp", "sv", "sv1")[:rep % 3]
+            order = ("lcp", "sv", "sv1")[rep % 3 :] + ("lcp", "sv", "sv1")[: rep % 3]
             for side in order:
                 if side == "lcp":
                     runs[side] = bench_llama_cpp_python(llm, prompt, args.max_tokens)
@@ -111,12 +123,20 @@ def main(argv=None) -> int:
             ovh.append(o)
             agree.append(_common_prefix(ta, tb) / max(len(ta), 1))
             agree1.append(_common_prefix(ta, runs["sv1"][2]) / max(len(ta), 1))
-        rows.append({"kind": kind, "prompt": prompt[:40], "llama_cpp_python_tps": statistics.median(lcp),
-                     "specviz_tps": statistics.median(sv), "ratio": statistics.median(sv) / statistics.median(lcp),
-                     "specviz_untiled_tps": statistics.median(sv1),
-                     "untiled_ratio": statistics.median(sv1) / statistics.median(lcp),
-                     "python_share": statistics.median(ovh), "agreement": statistics.median(agree),
-                     "untiled_agreement": statistics.median(agree1)})
+        rows.append(
+            {
+                "kind": kind,
+                "prompt": prompt[:40],
+                "llama_cpp_python_tps": statistics.median(lcp),
+                "specviz_tps": statistics.median(sv),
+                "ratio": statistics.median(sv) / statistics.median(lcp),
+                "specviz_untiled_tps": statistics.median(sv1),
+                "untiled_ratio": statistics.median(sv1) / statistics.median(lcp),
+                "python_share": statistics.median(ovh),
+                "agreement": statistics.median(agree),
+                "untiled_agreement": statistics.median(agree1),
+            }
+        )
     summary = {
         "model": path,
         "llama_cpp_python_settings": "its defaults" if args.llama_defaults else "specviz's (threads, flash attention)",
@@ -134,20 +154,26 @@ def main(argv=None) -> int:
     if args.json:
         print(json.dumps(summary, indent=1))
         return 0
-    print(f"{'kind':<13} {'prompt':<42} {'llama-cpp-python':>16} {'specviz':>9} {'ratio':>6} "
-          f"{'tile off':>9} {'ratio':>6} {'py share':>8} {'same text':>9} {'(tile off)':>10}")
+    print(
+        f"{'kind':<13} {'prompt':<42} {'llama-cpp-python':>16} {'specviz':>9} {'ratio':>6} "
+        f"{'tile off':>9} {'ratio':>6} {'py share':>8} {'same text':>9} {'(tile off)':>10}"
+    )
     for r in rows:
-        print(f"{r['kind']:<13} {r['prompt'][:40]!r:<42} {r['llama_cpp_python_tps']:>12.1f} t/s "
-              f"{r['specviz_tps']:>5.1f} t/s {r['ratio']:>5.2f}x {r['specviz_untiled_tps']:>5.1f} t/s "
-              f"{r['untiled_ratio']:>5.2f}x {r['python_share']:>7.1%} {r['agreement']:>8.0%} "
-              f"{r['untiled_agreement']:>9.0%}")
+        print(
+            f"{r['kind']:<13} {r['prompt'][:40]!r:<42} {r['llama_cpp_python_tps']:>12.1f} t/s "
+            f"{r['specviz_tps']:>5.1f} t/s {r['ratio']:>5.2f}x {r['specviz_untiled_tps']:>5.1f} t/s "
+            f"{r['untiled_ratio']:>5.2f}x {r['python_share']:>7.1%} {r['agreement']:>8.0%} "
+            f"{r['untiled_agreement']:>9.0%}"
+        )
     print(f"\nllama-cpp-python settings: {summary['llama_cpp_python_settings']}")
-    print(f"median over prompts (each a median of {args.repeats} runs): llama-cpp-python "
-          f"{summary['median_llama_cpp_python_tps']:.1f} t/s, specviz {summary['median_specviz_tps']:.1f} t/s "
-          f"(ratio {summary['median_ratio']:.2f}x), specviz with verify_tile=1 "
-          f"{summary['median_specviz_untiled_tps']:.1f} t/s (ratio {summary['median_untiled_ratio']:.2f}x); "
-          f"specviz Python share of a round: median {summary['median_python_share']:.1%}, "
-          f"max {summary['max_python_share']:.1%}")
+    print(
+        f"median over prompts (each a median of {args.repeats} runs): llama-cpp-python "
+        f"{summary['median_llama_cpp_python_tps']:.1f} t/s, specviz {summary['median_specviz_tps']:.1f} t/s "
+        f"(ratio {summary['median_ratio']:.2f}x), specviz with verify_tile=1 "
+        f"{summary['median_specviz_untiled_tps']:.1f} t/s (ratio {summary['median_untiled_ratio']:.2f}x); "
+        f"specviz Python share of a round: median {summary['median_python_share']:.1%}, "
+        f"max {summary['max_python_share']:.1%}"
+    )
     return 0
 
 

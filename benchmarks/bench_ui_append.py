@@ -109,15 +109,24 @@ def one_run(browser, groups, a):
     charts = page.evaluate(_CHARTS)
     msgs = []
     n_stream = int(a.seconds * 1000 / a.interval)
-    for g in groups[i:i + n_stream]:
+    for g in groups[i : i + n_stream]:
         msgs.append({"type": "events", "epoch": 0, "start": n, "events": g})
         n += len(g)
     i += len(msgs)
     frames, work = page.evaluate(_STREAM, [msgs, a.interval])
     gen_now = page.evaluate("document.querySelector('.sv-stat[data-k=\"generated\"] .sv-stat-v').textContent")
     page.close()
-    return {"gen": gen_now, "tok": n_tok, "rounds": i - 1, "sync": sync, "cost": cost, "latency": latency,
-            "charts": charts, "frames": frames, "work": work}
+    return {
+        "gen": gen_now,
+        "tok": n_tok,
+        "rounds": i - 1,
+        "sync": sync,
+        "cost": cost,
+        "latency": latency,
+        "charts": charts,
+        "frames": frames,
+        "work": work,
+    }
 
 
 def main() -> None:
@@ -146,15 +155,19 @@ def main() -> None:
         b.close()
 
     r0 = runs[-1]
-    print(f"session: {r0['gen']} generated tokens, {r0['tok']} token elements in the stream, {r0['rounds']} rounds"
-          f" ({a.repeat} runs)")
+    print(
+        f"session: {r0['gen']} generated tokens, {r0['tok']} token elements in the stream, {r0['rounds']} rounds"
+        f" ({a.repeat} runs)"
+    )
 
     def row(name, per_run):
         med = statistics.median(statistics.median(x) for x in per_run)
         p95 = statistics.median(q(x, 0.95) for x in per_run)
         mx = max(max(x) for x in per_run)
-        print(f"{name:>22}: median {med:6.2f} ms  p95 {p95:6.2f} ms  max {mx:6.2f} ms"
-              f"  (n={sum(len(x) for x in per_run)}; median of the {len(per_run)} run medians)")
+        print(
+            f"{name:>22}: median {med:6.2f} ms  p95 {p95:6.2f} ms  max {mx:6.2f} ms"
+            f"  (n={sum(len(x) for x in per_run)}; median of the {len(per_run)} run medians)"
+        )
 
     row("append", [r["sync"] for r in runs])
     row("append+render", [r["cost"] for r in runs])

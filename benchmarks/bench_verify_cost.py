@@ -21,7 +21,7 @@ import time
 from specviz.backends.llama import LlamaContext, LlamaModel
 from specviz.models import default_model_path
 
-CONTEXT = ("def fibonacci(n):\n    return n if n < 2 else fibonacci(n - 1) + fibonacci(n - 2)\n" * 8)
+CONTEXT = "def fibonacci(n):\n    return n if n < 2 else fibonacci(n - 1) + fibonacci(n - 2)\n" * 8
 
 
 def main(argv=None) -> int:
@@ -44,10 +44,16 @@ def main(argv=None) -> int:
         for b in order:
             ctx.truncate(base)
             t = time.perf_counter()
-            ctx.eval(toks[base:base + b], base, rows="all")
+            ctx.eval(toks[base : base + b], base, rows="all")
             times[b].append(time.perf_counter() - t)
-    rows = [{"batch": b, "median_ms": statistics.median(times[b]) * 1e3,
-             "per_token_ms": statistics.median(times[b]) * 1e3 / b} for b in sizes]
+    rows = [
+        {
+            "batch": b,
+            "median_ms": statistics.median(times[b]) * 1e3,
+            "per_token_ms": statistics.median(times[b]) * 1e3 / b,
+        }
+        for b in sizes
+    ]
     if args.json:
         print(json.dumps(rows, indent=1))
         return 0

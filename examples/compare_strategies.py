@@ -26,15 +26,29 @@ def variance(xs):
 def std(xs):
 """
 
-COLUMNS = [("strategy", "{:<15}", None), ("rounds", "{:>7}", "rounds"), ("drafted", "{:>8}", "drafted"),
-           ("accepted", "{:>9}", "accepted"), ("accept", "{:>7.0%}", "acceptance_rate"),
-           ("mean len", "{:>9.2f}", "mean_accepted_length"), ("tok/round", "{:>10.2f}", "tokens_per_round"),
-           ("draft s", "{:>8.3f}", "draft_seconds"), ("verify s", "{:>9.3f}", "verify_seconds"),
-           ("tok/s", "{:>7.1f}", "tokens_per_second")]
+COLUMNS = [
+    ("strategy", "{:<15}", None),
+    ("rounds", "{:>7}", "rounds"),
+    ("drafted", "{:>8}", "drafted"),
+    ("accepted", "{:>9}", "accepted"),
+    ("accept", "{:>7.0%}", "acceptance_rate"),
+    ("mean len", "{:>9.2f}", "mean_accepted_length"),
+    ("tok/round", "{:>10.2f}", "tokens_per_round"),
+    ("draft s", "{:>8.3f}", "draft_seconds"),
+    ("verify s", "{:>9.3f}", "verify_seconds"),
+    ("tok/s", "{:>7.1f}", "tokens_per_second"),
+]
 
 
-def compare(model, prompt: str, strategies: list[str], max_tokens: int, n_ctx: int = 2048,
-            n_threads: int | None = None, **knobs_by_strategy: dict) -> dict[str, dict]:
+def compare(
+    model,
+    prompt: str,
+    strategies: list[str],
+    max_tokens: int,
+    n_ctx: int = 2048,
+    n_threads: int | None = None,
+    **knobs_by_strategy: dict,
+) -> dict[str, dict]:
     """Generate ``prompt`` under each strategy; returns ``{strategy: {"telemetry": …, "text": …}}``."""
     from specviz import Session
 
@@ -49,8 +63,13 @@ def compare(model, prompt: str, strategies: list[str], max_tokens: int, n_ctx: i
 
 def table(results: dict[str, dict], reference: str | None = "none") -> str:
     """The results as a fixed-width text table (one row per strategy)."""
-    head = "".join(f"{{:{'<' if i == 0 else '>'}{len(fmt.format(*(['x'] if i == 0 else [0])))}}}".format(label)
-                   for i, (label, fmt, _) in enumerate(COLUMNS)) + "  same text"
+    head = (
+        "".join(
+            f"{{:{'<' if i == 0 else '>'}{len(fmt.format(*(['x'] if i == 0 else [0])))}}}".format(label)
+            for i, (label, fmt, _) in enumerate(COLUMNS)
+        )
+        + "  same text"
+    )
     lines = [head, "-" * len(head)]
     ref = results.get(reference, {}).get("text") if reference else None
     for name, r in results.items():

@@ -64,8 +64,9 @@ def _attr(page, name: str, value: str, timeout: float = 120000) -> None:
     expect(page.locator(".specviz-inspector").first).to_have_attribute(name, value, timeout=timeout)
 
 
-def panel_screenshot(out: Path, model: str | None = None, *, draft: bool = True, log: Path | None = None,
-                     browser=None) -> dict:
+def panel_screenshot(
+    out: Path, model: str | None = None, *, draft: bool = True, log: Path | None = None, browser=None
+) -> dict:
     """Serve the Panel inspector on ``model``, step a real session and write the screenshot to ``out``.
 
     ``browser`` is a Playwright browser to use (one is launched otherwise). Returns what was shown:
@@ -85,8 +86,9 @@ def panel_screenshot(out: Path, model: str | None = None, *, draft: bool = True,
         spec = {"0-16": "keep-0-16"} if _n_layer(target) >= 18 else {"0": "keep-0"}
         drafts = [str(p) for p in derive_demo_drafts(target, spec)]
     port = _free_port()
-    code = (f"from specviz.ui.server import serve; serve({port}, {str(target)!r}, max_tokens=400, "
-            f"draft_models={drafts!r})")
+    code = (
+        f"from specviz.ui.server import serve; serve({port}, {str(target)!r}, max_tokens=400, draft_models={drafts!r})"
+    )
     logf = (log or Path(tempfile.mkdtemp()) / "serve.log").open("w")
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=logf, stderr=subprocess.STDOUT, cwd=str(ROOT))
     try:
@@ -135,8 +137,10 @@ def _panel_page(b, port: int, drafts: list[str], out: Path) -> dict:
     page.locator(".sv-play").click()
     expect(page.locator(".sv-status")).to_contain_text("running", timeout=30000)
     deadline = time.monotonic() + 30
-    while int(page.locator(".specviz-inspector").get_attribute("data-rounds") or 0) < rounds + 2 \
-            and time.monotonic() < deadline:
+    while (
+        int(page.locator(".specviz-inspector").get_attribute("data-rounds") or 0) < rounds + 2
+        and time.monotonic() < deadline
+    ):
         page.wait_for_timeout(200)
     page.wait_for_timeout(700)  # let the chart scheduler catch up
     # show a rejected token's alternatives in the detail panel
@@ -147,11 +151,17 @@ def _panel_page(b, port: int, drafts: list[str], out: Path) -> dict:
     page.screenshot(path=str(out), full_page=True)
     page.locator(".sv-play").click()
     expect(page.locator(".sv-play")).to_contain_text("Play", timeout=60000)
-    kinds = {c: page.locator(f".sv-stream .sv-tok.{c}").count()
-             for c in ("sv-prompt", "sv-acc", "sv-bonus", "sv-corr", "sv-plain", "sv-rej")}
-    shown = {"rounds": int(page.locator(".specviz-inspector").get_attribute("data-rounds") or 0),
-             "kinds": kinds, "external": external, "errors": errors,
-             "draft_kv": page.locator('.sv-chart-card[data-chart="kv"] .sv-chart-legend').inner_text()}
+    kinds = {
+        c: page.locator(f".sv-stream .sv-tok.{c}").count()
+        for c in ("sv-prompt", "sv-acc", "sv-bonus", "sv-corr", "sv-plain", "sv-rej")
+    }
+    shown = {
+        "rounds": int(page.locator(".specviz-inspector").get_attribute("data-rounds") or 0),
+        "kinds": kinds,
+        "external": external,
+        "errors": errors,
+        "draft_kv": page.locator('.sv-chart-card[data-chart="kv"] .sv-chart-legend').inner_text(),
+    }
     page.close()
     return shown
 
@@ -181,11 +191,20 @@ def jupyterlab_screenshot(out: Path, model: str | None = None, *, workdir: Path 
     nbdir.mkdir(parents=True, exist_ok=True)
     shutil.copy(ROOT / "notebooks" / "quickstart.ipynb", nbdir / "quickstart.ipynb")
     port, token = _free_port(), secrets.token_hex(16)
-    env = dict(os.environ, SPECVIZ_MODEL=str(resolve_model(model)), JUPYTER_CONFIG_DIR=str(work / "cfg"),
-               JUPYTERLAB_WORKSPACES_DIR=str(work / "ws"))
+    env = dict(
+        os.environ,
+        SPECVIZ_MODEL=str(resolve_model(model)),
+        JUPYTER_CONFIG_DIR=str(work / "cfg"),
+        JUPYTERLAB_WORKSPACES_DIR=str(work / "ws"),
+    )
     logf = (work / "lab.log").open("w")
-    proc = subprocess.Popen([sys.executable, *jupyterlab_args(port, token, str(nbdir))],
-                            stdout=logf, stderr=subprocess.STDOUT, env=env, cwd=str(ROOT))
+    proc = subprocess.Popen(
+        [sys.executable, *jupyterlab_args(port, token, str(nbdir))],
+        stdout=logf,
+        stderr=subprocess.STDOUT,
+        env=env,
+        cwd=str(ROOT),
+    )
     try:
         _wait_http(f"http://127.0.0.1:{port}/api/status?token={token}", proc)
         with sync_playwright() as p:
@@ -222,15 +241,22 @@ def jupyterlab_screenshot(out: Path, model: str | None = None, *, workdir: Path 
             if rej.count():
                 rej.last.click()
             root.evaluate("e => e.scrollIntoView({block: 'start'})")
-            page.evaluate("() => { const n = document.querySelector('.jp-WindowedPanel-outer, .jp-Notebook');"
-                          " if (n) n.scrollTop -= 90; }")
+            page.evaluate(
+                "() => { const n = document.querySelector('.jp-WindowedPanel-outer, .jp-Notebook');"
+                " if (n) n.scrollTop -= 90; }"
+            )
             page.wait_for_timeout(1200)
             out.parent.mkdir(parents=True, exist_ok=True)
             page.screenshot(path=str(out))
-            shown = {"inspectors": page.locator(".specviz-inspector").count(),
-                     "tokens": root.locator(".sv-stream .sv-tok.sv-acc, .sv-stream .sv-tok.sv-corr, "
-                                            ".sv-stream .sv-tok.sv-bonus, .sv-stream .sv-tok.sv-plain").count(),
-                     "external": external, "console": console}
+            shown = {
+                "inspectors": page.locator(".specviz-inspector").count(),
+                "tokens": root.locator(
+                    ".sv-stream .sv-tok.sv-acc, .sv-stream .sv-tok.sv-corr, "
+                    ".sv-stream .sv-tok.sv-bonus, .sv-stream .sv-tok.sv-plain"
+                ).count(),
+                "external": external,
+                "console": console,
+            }
             b.close()
             return shown
     finally:
@@ -252,8 +278,10 @@ def workbench_screenshot(out: Path, model: str | None = None, *, browser=None, l
     presets = demo_presets()
     bad = next(p for p in presets if p["name"] == "summarise-fixed")
     port = _free_port()
-    code = (f"from specviz.ui.server import serve; serve({port}, {str(target)!r}, prompt={bad['prompt']!r}, "
-            f"max_tokens=96, strategy='prompt-lookup', presets={presets!r}, **{bad['knobs']!r})")
+    code = (
+        f"from specviz.ui.server import serve; serve({port}, {str(target)!r}, prompt={bad['prompt']!r}, "
+        f"max_tokens=96, strategy='prompt-lookup', presets={presets!r}, **{bad['knobs']!r})"
+    )
     logf = (log or Path(tempfile.mkdtemp()) / "serve.log").open("w")
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=logf, stderr=subprocess.STDOUT, cwd=str(ROOT))
 
@@ -281,16 +309,22 @@ def workbench_screenshot(out: Path, model: str | None = None, *, browser=None, l
         page.wait_for_timeout(1500)
         # a full-page capture can skip the stream's off-screen chunks (CSS content-visibility): show them all,
         # and the stream's end
-        page.locator(".sv-stream").evaluate("e => { e.querySelectorAll('.sv-chunk').forEach((c) => "
-                                            "{ c.style.contentVisibility = 'visible'; }); e.scrollTop = e.scrollHeight; }")
+        page.locator(".sv-stream").evaluate(
+            "e => { e.querySelectorAll('.sv-chunk').forEach((c) => "
+            "{ c.style.contentVisibility = 'visible'; }); e.scrollTop = e.scrollHeight; }"
+        )
         page.wait_for_timeout(500)
         out.parent.mkdir(parents=True, exist_ok=True)
         page.screenshot(path=str(out), full_page=True)
-        shown = {"rounds": int(page.locator(".specviz-inspector").get_attribute("data-rounds") or 0),
-                 "words": page.locator(".sv-lane-words li").all_inner_texts(),
-                 "findings": page.locator(".sv-findings li").all_inner_texts(),
-                 "advice": page.locator(".sv-advice-text").inner_text(),
-                 "flags": page.locator(".sv-flags").inner_text(), "external": external, "errors": errors}
+        shown = {
+            "rounds": int(page.locator(".specviz-inspector").get_attribute("data-rounds") or 0),
+            "words": page.locator(".sv-lane-words li").all_inner_texts(),
+            "findings": page.locator(".sv-findings li").all_inner_texts(),
+            "advice": page.locator(".sv-advice-text").inner_text(),
+            "flags": page.locator(".sv-flags").inner_text(),
+            "external": external,
+            "errors": errors,
+        }
         page.close()
         return shown
 
@@ -323,11 +357,20 @@ def jupyterlab_workbench_screenshot(out: Path, model: str | None = None, *, work
     nbdir.mkdir(parents=True, exist_ok=True)
     shutil.copy(ROOT / "notebooks" / name, nbdir / name)
     port, token = _free_port(), secrets.token_hex(16)
-    env = dict(os.environ, SPECVIZ_MODEL=str(resolve_model(model)), JUPYTER_CONFIG_DIR=str(work / "cfg"),
-               JUPYTERLAB_WORKSPACES_DIR=str(work / "ws"))
+    env = dict(
+        os.environ,
+        SPECVIZ_MODEL=str(resolve_model(model)),
+        JUPYTER_CONFIG_DIR=str(work / "cfg"),
+        JUPYTERLAB_WORKSPACES_DIR=str(work / "ws"),
+    )
     logf = (work / "lab.log").open("w")
-    proc = subprocess.Popen([sys.executable, *jupyterlab_args(port, token, str(nbdir))],
-                            stdout=logf, stderr=subprocess.STDOUT, env=env, cwd=str(ROOT))
+    proc = subprocess.Popen(
+        [sys.executable, *jupyterlab_args(port, token, str(nbdir))],
+        stdout=logf,
+        stderr=subprocess.STDOUT,
+        env=env,
+        cwd=str(ROOT),
+    )
     try:
         _wait_http(f"http://127.0.0.1:{port}/api/status?token={token}", proc)
         with sync_playwright() as p:
@@ -362,8 +405,12 @@ def jupyterlab_workbench_screenshot(out: Path, model: str | None = None, *, work
             page.wait_for_timeout(1200)
             out.parent.mkdir(parents=True, exist_ok=True)
             page.screenshot(path=str(out))
-            shown = {"lane": root.locator(".sv-lanes-card").get_attribute("data-lane"),
-                     "findings": root.locator(".sv-findings li").count(), "external": external, "console": console}
+            shown = {
+                "lane": root.locator(".sv-lanes-card").get_attribute("data-lane"),
+                "findings": root.locator(".sv-findings li").count(),
+                "external": external,
+                "console": console,
+            }
             b.close()
             return shown
     finally:

@@ -17,8 +17,16 @@ from pathlib import Path
 PROMPT = "def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    return a - b\n\n\ndef mul(a, b):\n"
 
 
-def record(model, prompt: str, out: Path, *, strategy: str = "prompt-lookup", max_tokens: int = 64,
-           n_threads: int | None = None, **knobs) -> dict:
+def record(
+    model,
+    prompt: str,
+    out: Path,
+    *,
+    strategy: str = "prompt-lookup",
+    max_tokens: int = 64,
+    n_threads: int | None = None,
+    **knobs,
+) -> dict:
     """Generate ``prompt`` with every event written to ``out``; returns the final telemetry."""
     from specviz import Recorder, Session
 
@@ -43,27 +51,31 @@ def replay_text(path: Path) -> str:
     lines = []
     start = next((e for e in events if e.kind == "session_started"), None)
     if start is not None:
-        lines.append(f"model {Path(start.model).name} · strategy {start.strategy} · prompt of "
-                     f"{len(start.prompt_tokens)} tokens")
+        lines.append(
+            f"model {Path(start.model).name} · strategy {start.strategy} · prompt of {len(start.prompt_tokens)} tokens"
+        )
     for rnd in iter_rounds(events):
         acc = rnd.of_kind("accepted")
         if not acc:
             continue
         a = acc[0]
-        parts = ["[" + "".join(show(p) for p in a.pieces[:a.n_accepted]) + "]" if a.n_accepted else ""]
+        parts = ["[" + "".join(show(p) for p in a.pieces[: a.n_accepted]) + "]" if a.n_accepted else ""]
         if a.bonus_piece is not None:
             parts.append(f"+{show(a.bonus_piece)}({a.bonus_kind})")
         for r in rnd.of_kind("rejected"):
             parts.append("~" + "".join(show(p) for p in r.pieces) + "~")
         rbs = ", ".join(f"{e.context} {e.from_pos}→{e.to_pos}" for e in rnd.of_kind("kv_rollback"))
-        lines.append(f"round {rnd.index:>3}: " + " ".join(p for p in parts if p) + (f"   (rollback {rbs})" if rbs else ""))
+        lines.append(
+            f"round {rnd.index:>3}: " + " ".join(p for p in parts if p) + (f"   (rollback {rbs})" if rbs else "")
+        )
     tel = [e for e in events if e.kind == "telemetry"]
     fin = next((e for e in events if e.kind == "finished"), None)
     if tel:
         t = tel[-1].data
-        lines.append(f"{t['rounds']} rounds, {t['n_generated']} tokens, acceptance {t['acceptance_rate']:.0%}, "
-                     f"mean accepted length {t['mean_accepted_length']:.2f}"
-                     + (f", finished: {fin.reason}" if fin else ""))
+        lines.append(
+            f"{t['rounds']} rounds, {t['n_generated']} tokens, acceptance {t['acceptance_rate']:.0%}, "
+            f"mean accepted length {t['mean_accepted_length']:.2f}" + (f", finished: {fin.reason}" if fin else "")
+        )
     return "\n".join(lines)
 
 

@@ -54,8 +54,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--port", type=int, default=5006)
     ap.add_argument("--address", default="127.0.0.1")
     ap.add_argument("--model", default=None, help="target GGUF (default: the embedded Gemma 3 270M)")
-    ap.add_argument("--preset", default="quote", help="the preset each page opens on (quote, summarise-fixed, "
-                    "summarise-cost, bad-draft)")
+    ap.add_argument(
+        "--preset",
+        default="quote",
+        help="the preset each page opens on (quote, summarise-fixed, summarise-cost, bad-draft)",
+    )
     ap.add_argument("--no-derive", action="store_true", help="do not derive the demo drafts")
     a = ap.parse_args(argv)
 
@@ -69,8 +72,17 @@ def main(argv: list[str] | None = None) -> None:
     start = next((p for p in presets if p["name"] == a.preset), None)
     if start is None:
         ap.error(f"--preset: {a.preset!r} is not one of {', '.join(p['name'] for p in presets)}")
-    serve(a.port, target, address=a.address, prompt=start["prompt"], strategy=start["strategy"],
-          max_tokens=start["max_tokens"], draft_models=[str(p) for p in drafts], presets=presets, **start["knobs"])
+    serve(
+        a.port,
+        target,
+        address=a.address,
+        prompt=start["prompt"],
+        strategy=start["strategy"],
+        max_tokens=start["max_tokens"],
+        draft_models=[str(p) for p in drafts],
+        presets=presets,
+        **start["knobs"],
+    )
 
 
 if __name__ == "__main__":

@@ -35,8 +35,7 @@ def screenshot(report: Path, out: Path, *, width: int = 1280, height: int = 1500
 
             page.route("**/*", route)
             page.goto(report.resolve().as_uri())
-            page.wait_for_function("document.querySelectorAll('.js-plotly-plot .main-svg').length >= 5",
-                                   timeout=60000)
+            page.wait_for_function("document.querySelectorAll('.js-plotly-plot .main-svg').length >= 5", timeout=60000)
             page.wait_for_timeout(500)
             page.screenshot(path=str(out), full_page=False)
         finally:

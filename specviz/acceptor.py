@@ -107,9 +107,16 @@ class Verdict:
         return self.tokens[-1]
 
 
-def accept(draft: Sequence[int], rows: RowSource, params: SamplingParams, rng: np.random.Generator,
-           draft_dists: DraftDists = None, *, top_n: int = N_ALTERNATIVES,
-           scratch: np.ndarray | None = None) -> Verdict:
+def accept(
+    draft: Sequence[int],
+    rows: RowSource,
+    params: SamplingParams,
+    rng: np.random.Generator,
+    draft_dists: DraftDists = None,
+    *,
+    top_n: int = N_ALTERNATIVES,
+    scratch: np.ndarray | None = None,
+) -> Verdict:
     """Decide what one round commits (see the module docstring for the terms and the two rules).
 
     ``scratch`` is an optional ``float32`` buffer of the vocabulary size reused by the greedy row scan.
@@ -121,8 +128,9 @@ def accept(draft: Sequence[int], rows: RowSource, params: SamplingParams, rng: n
     return _accept_sampled(draft, row, params, rng, qdist, top_n)
 
 
-def _accept_greedy(draft: Sequence[int], row: Callable[[int], np.ndarray], top_n: int,
-                   scratch: np.ndarray | None) -> Verdict:
+def _accept_greedy(
+    draft: Sequence[int], row: Callable[[int], np.ndarray], top_n: int, scratch: np.ndarray | None
+) -> Verdict:
     tokens: list[int] = []
     probs: list[float] = []
     k = len(draft)
@@ -135,9 +143,17 @@ def _accept_greedy(draft: Sequence[int], row: Callable[[int], np.ndarray], top_n
         d = int(draft[i])
         if sr.best != d:
             alts = sr.top(top_n)
-            return Verdict(i, tuple(tokens), tuple(probs), False, rejected_prob=sr.prob(d),
-                           alternatives=tuple(alts), rows_read=i + 1, rejected_rank=_rank(sr.row, d, alts),
-                           margin=_margin(sr.row, alts))
+            return Verdict(
+                i,
+                tuple(tokens),
+                tuple(probs),
+                False,
+                rejected_prob=sr.prob(d),
+                alternatives=tuple(alts),
+                rows_read=i + 1,
+                rejected_rank=_rank(sr.row, d, alts),
+                margin=_margin(sr.row, alts),
+            )
     raise AssertionError("unreachable")  # pragma: no cover
 
 
@@ -170,8 +186,14 @@ def _margin(row: np.ndarray, alts: Sequence[tuple[int, float]]) -> float | None:
     return float(row[alts[0][0]]) - float(row[alts[1][0]])
 
 
-def _accept_sampled(draft: Sequence[int], row: Callable[[int], np.ndarray], params: SamplingParams,
-                    rng: np.random.Generator, qdist: Callable[[int], TokenDist] | None, top_n: int) -> Verdict:
+def _accept_sampled(
+    draft: Sequence[int],
+    row: Callable[[int], np.ndarray],
+    params: SamplingParams,
+    rng: np.random.Generator,
+    qdist: Callable[[int], TokenDist] | None,
+    top_n: int,
+) -> Verdict:
     tokens: list[int] = []
     probs: list[float] = []
     positions: list[PositionVerdict] = []
@@ -193,9 +215,18 @@ def _accept_sampled(draft: Sequence[int], row: Callable[[int], np.ndarray], para
         tokens.append(tok)
         probs.append(p.prob(tok))
         alts = p.top(top_n)
-        return Verdict(i, tuple(tokens), tuple(probs), False, rejected_prob=p.prob(d),
-                       alternatives=tuple(alts), positions=tuple(positions), rows_read=i + 1,
-                       rejected_rank=_dist_rank(p, d, alts), margin=_margin(logits, alts))
+        return Verdict(
+            i,
+            tuple(tokens),
+            tuple(probs),
+            False,
+            rejected_prob=p.prob(d),
+            alternatives=tuple(alts),
+            positions=tuple(positions),
+            rows_read=i + 1,
+            rejected_rank=_dist_rank(p, d, alts),
+            margin=_margin(logits, alts),
+        )
     p = probs_from_logits(row(k), params)
     tok = sample(p, rng)
     tokens.append(tok)

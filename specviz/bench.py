@@ -97,12 +97,20 @@ class BenchRow:
 
     def to_dict(self) -> dict[str, Any]:
         """Plain dictionary form (per-prompt medians included, individual runs left out)."""
-        return {"kind": self.kind, "strategy": self.strategy, "acceptance_rate": self.acceptance_rate,
-                "mean_accepted_length": self.mean_accepted_length, "tokens_per_second": self.tokens_per_second,
-                "speedup": self.speedup, "total_time_speedup": self.total_time_speedup, "runs": self.runs,
-                "per_prompt": self.per_prompt, "base_strategy": self.base_strategy or self.strategy,
-                "per_position_acceptance": self.per_position_acceptance,
-                "draft_ms_per_token": self.draft_ms_per_token}
+        return {
+            "kind": self.kind,
+            "strategy": self.strategy,
+            "acceptance_rate": self.acceptance_rate,
+            "mean_accepted_length": self.mean_accepted_length,
+            "tokens_per_second": self.tokens_per_second,
+            "speedup": self.speedup,
+            "total_time_speedup": self.total_time_speedup,
+            "runs": self.runs,
+            "per_prompt": self.per_prompt,
+            "base_strategy": self.base_strategy or self.strategy,
+            "per_position_acceptance": self.per_position_acceptance,
+            "draft_ms_per_token": self.draft_ms_per_token,
+        }
 
 
 @dataclass(frozen=True)
@@ -120,14 +128,16 @@ def summarise(kind: str, strategy: str, runs: Sequence[BenchRun], none_runs: Seq
     per_prompt = []
     for p in prompts:
         xs = [r for r in runs if r.prompt == p]
-        per_prompt.append({
-            "prompt": p,
-            "acceptance_rate": statistics.median(r.acceptance_rate for r in xs),
-            "mean_accepted_length": statistics.median(r.mean_accepted_length for r in xs),
-            "tokens_per_second": statistics.median(r.tokens_per_second for r in xs),
-            "speedup": statistics.median(r.paired_speedup for r in xs),
-            "copied": statistics.median(r.copied for r in xs),
-        })
+        per_prompt.append(
+            {
+                "prompt": p,
+                "acceptance_rate": statistics.median(r.acceptance_rate for r in xs),
+                "mean_accepted_length": statistics.median(r.mean_accepted_length for r in xs),
+                "tokens_per_second": statistics.median(r.tokens_per_second for r in xs),
+                "speedup": statistics.median(r.paired_speedup for r in xs),
+                "copied": statistics.median(r.copied for r in xs),
+            }
+        )
 
     def across(key: str) -> float:
         return statistics.median(d[key] for d in per_prompt)
@@ -137,13 +147,25 @@ def summarise(kind: str, strategy: str, runs: Sequence[BenchRun], none_runs: Seq
         return sum(r.tokens for r in rs) / seconds if seconds > 0 else 0.0
 
     base = rate(none_runs)
-    return BenchRow(kind, strategy, across("acceptance_rate"), across("mean_accepted_length"),
-                    across("tokens_per_second"), across("speedup"), rate(runs) / base if base else 0.0,
-                    len(runs), per_prompt, list(runs))
+    return BenchRow(
+        kind,
+        strategy,
+        across("acceptance_rate"),
+        across("mean_accepted_length"),
+        across("tokens_per_second"),
+        across("speedup"),
+        rate(runs) / base if base else 0.0,
+        len(runs),
+        per_prompt,
+        list(runs),
+    )
 
 
-def default_settings(strategies: Sequence[str] | None = None, knobs: dict[str, dict[str, Any]] | None = None,
-                     common: dict[str, Any] | None = None) -> list[BenchSetting]:
+def default_settings(
+    strategies: Sequence[str] | None = None,
+    knobs: dict[str, dict[str, Any]] | None = None,
+    common: dict[str, Any] | None = None,
+) -> list[BenchSetting]:
     """``none`` and one setting per strategy (default: every draftless one), labelled by the strategy's name."""
     strategies = list(strategies or [n for n in strategy_names() if not strategy_class(n).needs_model])
     out = [BenchSetting("none", "none")]
@@ -156,10 +178,18 @@ def default_settings(strategies: Sequence[str] | None = None, knobs: dict[str, d
     return out
 
 
-def run_bench(session: Session, *, strategies: Sequence[str] | None = None, kinds: Sequence[str] | None = None,
-              repeats: int = 3, max_tokens: int = 128, knobs: dict[str, dict[str, Any]] | None = None,
-              common: dict[str, Any] | None = None, progress: Callable[[str], None] | None = None,
-              settings: Sequence[BenchSetting] | None = None) -> list[BenchRow]:
+def run_bench(
+    session: Session,
+    *,
+    strategies: Sequence[str] | None = None,
+    kinds: Sequence[str] | None = None,
+    repeats: int = 3,
+    max_tokens: int = 128,
+    knobs: dict[str, dict[str, Any]] | None = None,
+    common: dict[str, Any] | None = None,
+    progress: Callable[[str], None] | None = None,
+    settings: Sequence[BenchSetting] | None = None,
+) -> list[BenchRow]:
     """Run the benchmark and return its rows (``none`` first in each kind).
 
     ``common`` knobs apply to every strategy but ``none``; ``knobs`` maps a strategy name to its own.
@@ -179,12 +209,19 @@ def run_bench(session: Session, *, strategies: Sequence[str] | None = None, kind
                     session.start(prompt, max_tokens, x.strategy, **x.knobs)
                     session.run()
                     t = session.telemetry_dict()
-                    run = BenchRun(p, rep, t["acceptance_rate"], t["mean_accepted_length"], t["n_generated"],
-                                   t["seconds"], copied=copied_fraction(session.prompt_tokens, session.tokens),
-                                   position_tries=list(session.telemetry.position_tries),
-                                   position_hits=list(session.telemetry.position_hits),
-                                   draft_model_seconds=float(t.get("draft_model_seconds") or 0.0),
-                                   draft_model_tokens=int(t.get("draft_model_tokens") or 0))
+                    run = BenchRun(
+                        p,
+                        rep,
+                        t["acceptance_rate"],
+                        t["mean_accepted_length"],
+                        t["n_generated"],
+                        t["seconds"],
+                        copied=copied_fraction(session.prompt_tokens, session.tokens),
+                        position_tries=list(session.telemetry.position_tries),
+                        position_hits=list(session.telemetry.position_hits),
+                        draft_model_seconds=float(t.get("draft_model_seconds") or 0.0),
+                        draft_model_tokens=int(t.get("draft_model_tokens") or 0),
+                    )
                     if x.strategy == "none":
                         partner = run
                     elif partner is not None and partner.tokens_per_second > 0:
@@ -201,13 +238,16 @@ def run_bench(session: Session, *, strategies: Sequence[str] | None = None, kind
 
 def format_table(rows: Sequence[BenchRow]) -> str:
     """The rows as a Markdown table."""
-    out = ["| workload | strategy | acceptance | mean accepted length | tokens/s | speedup vs none "
-           "| total-time speedup |",
-           "|---|---|---:|---:|---:|---:|---:|"]
+    out = [
+        "| workload | strategy | acceptance | mean accepted length | tokens/s | speedup vs none | total-time speedup |",
+        "|---|---|---:|---:|---:|---:|---:|",
+    ]
     for r in rows:
         acc = "—" if r.strategy == "none" else f"{r.acceptance_rate:.1%}"
-        out.append(f"| {r.kind} | {r.strategy} | {acc} | {r.mean_accepted_length:.2f} | "
-                   f"{r.tokens_per_second:.1f} | {r.speedup:.2f}× | {r.total_time_speedup:.2f}× |")
+        out.append(
+            f"| {r.kind} | {r.strategy} | {acc} | {r.mean_accepted_length:.2f} | "
+            f"{r.tokens_per_second:.1f} | {r.speedup:.2f}× | {r.total_time_speedup:.2f}× |"
+        )
     return "\n".join(out)
 
 
@@ -265,14 +305,20 @@ def format_comparison(rows: Sequence[BenchRow], subject: str) -> str:
             continue
         me = mine[0]
         parts = [f"{me.speedup:.2f}x none"]
-        draftless = [r for r in rows if r.kind == kind and r.strategy != "none"
-                     and not strategy_class(r.base_strategy or r.strategy).needs_model]
+        draftless = [
+            r
+            for r in rows
+            if r.kind == kind and r.strategy != "none" and not strategy_class(r.base_strategy or r.strategy).needs_model
+        ]
         if draftless:
             best = max(draftless, key=lambda r: r.speedup)
             parts.append(f"{me.speedup / best.speedup:.2f}x the best draftless ({best.strategy} {best.speedup:.2f}x)")
         for r in rows:
             if r.kind == kind and r.base_strategy == "draft":
-                parts.append(f"{me.speedup / r.speedup:.2f}x {r.strategy} ({r.speedup:.2f}x)" if r.speedup else
-                             f"— vs {r.strategy}")
+                parts.append(
+                    f"{me.speedup / r.speedup:.2f}x {r.strategy} ({r.speedup:.2f}x)"
+                    if r.speedup
+                    else f"— vs {r.strategy}"
+                )
         out.append(f"{kind:<13} {subject}: mean accepted length {me.mean_accepted_length:.2f}; " + ", ".join(parts))
     return "\n".join(out)

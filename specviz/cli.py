@@ -86,25 +86,50 @@ def _add_generation_options(p: argparse.ArgumentParser, *, strategy_default: str
     p.add_argument("--greedy", action="store_true", help="greedy decoding only (the default); refuses sampling options")
     p.add_argument("--n-ctx", default="4096", help="context length (default 4096)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.add_argument("--prompt-lookup", nargs="?", const=True, default=None, metavar="MAX_NGRAM",
-                   help="use prompt lookup (the runner's spelling); optional largest n-gram size")
-    p.add_argument("--spec-type", default=None, metavar="TYPE",
-                   help="llama.cpp's spelling of --strategy (draft-simple, draft-eagle3, draft-mtp, ngram-* ...)")
+    p.add_argument(
+        "--prompt-lookup",
+        nargs="?",
+        const=True,
+        default=None,
+        metavar="MAX_NGRAM",
+        help="use prompt lookup (the runner's spelling); optional largest n-gram size",
+    )
+    p.add_argument(
+        "--spec-type",
+        default=None,
+        metavar="TYPE",
+        help="llama.cpp's spelling of --strategy (draft-simple, draft-eagle3, draft-mtp, ngram-* ...)",
+    )
     seen: set[str] = {"--prompt-lookup"}
     for knob in _all_knobs().values():
         flags = [f for f in _general_flags(knob) if f not in seen]
         seen.update(flags)
         if flags:
             extra: dict[str, Any] = {"nargs": "?", "const": "true"} if knob.type is bool else {}
-            p.add_argument(*flags, dest="knob_" + knob.name, default=None, metavar=knob.type.__name__.upper(),
-                           help=f"{knob.help} ({knob.describe_range()}; default {knob.default})", **extra)
+            p.add_argument(
+                *flags,
+                dest="knob_" + knob.name,
+                default=None,
+                metavar=knob.type.__name__.upper(),
+                help=f"{knob.help} ({knob.describe_range()}; default {knob.default})",
+                **extra,
+            )
     for flag, (strategy, name) in _strategy_flags().items():
-        p.add_argument(flag, dest=f"spec_{strategy}_{name}", default=None, metavar="N",
-                       help=f"llama.cpp's spelling of --{name.replace('_', '-')} for --strategy {strategy}")
-    p.add_argument("--adaptive-draft-count", action="store_true",
-                   help="the runner's spelling of --draft-policy adaptive")
-    p.add_argument("--no-align-proposals", action="store_true",
-                   help="do not shorten proposals to fit one micro-batch (--align false)")
+        p.add_argument(
+            flag,
+            dest=f"spec_{strategy}_{name}",
+            default=None,
+            metavar="N",
+            help=f"llama.cpp's spelling of --{name.replace('_', '-')} for --strategy {strategy}",
+        )
+    p.add_argument(
+        "--adaptive-draft-count", action="store_true", help="the runner's spelling of --draft-policy adaptive"
+    )
+    p.add_argument(
+        "--no-align-proposals",
+        action="store_true",
+        help="do not shorten proposals to fit one micro-batch (--align false)",
+    )
     add_request_options(p)
 
 
@@ -137,13 +162,16 @@ def _generation_config(args: argparse.Namespace, *, warn) -> dict[str, Any]:
     if args.spec_type is not None:
         spec = SPEC_TYPES.get(args.spec_type, args.spec_type)
         if "," in args.spec_type:
-            raise UsageError(f"option --spec-type: {args.spec_type!r} names several types; specviz drafts with one "
-                             "strategy per round: give one")
+            raise UsageError(
+                f"option --spec-type: {args.spec_type!r} names several types; specviz drafts with one "
+                "strategy per round: give one"
+            )
         if spec not in strategy_names():
             names = [n for n in strategy_names() if n not in SPEC_TYPES.values()]
             names += [t for t, n in SPEC_TYPES.items() if n in strategy_names()]
-            raise UsageError(f"option --spec-type: {args.spec_type!r} is not allowed; choose one of: "
-                             f"{', '.join(sorted(names))}")
+            raise UsageError(
+                f"option --spec-type: {args.spec_type!r} is not allowed; choose one of: {', '.join(sorted(names))}"
+            )
         if strategy not in (None, spec):
             raise UsageError(f"option --spec-type {args.spec_type} conflicts with --strategy {strategy}; use one")
         strategy = spec
@@ -166,14 +194,16 @@ def _generation_config(args: argparse.Namespace, *, warn) -> dict[str, Any]:
     draft_model = getattr(args, "knob_draft_model", None)
     if draft_model is not None:
         if args.prompt_lookup is not None:
-            raise UsageError("option --draft-model conflicts with --prompt-lookup: a round drafts with one strategy; "
-                             "use one of them")
+            raise UsageError(
+                "option --draft-model conflicts with --prompt-lookup: a round drafts with one strategy; use one of them"
+            )
         if strategy is None:
             strategy = _draft_model_strategy(draft_model) if Path(draft_model).is_file() else "draft"
     strategy = strategy or "prompt-lookup"
     if strategy not in strategy_names():
-        raise UsageError(f"option --strategy: {strategy!r} is not allowed; choose one of: "
-                         f"{', '.join(strategy_names())}")
+        raise UsageError(
+            f"option --strategy: {strategy!r} is not allowed; choose one of: {', '.join(strategy_names())}"
+        )
     schema = strategy_schema(strategy)
     own = set(schema.names())
     all_knobs = _all_knobs()
@@ -184,8 +214,9 @@ def _generation_config(args: argparse.Namespace, *, warn) -> dict[str, Any]:
         if name in own:
             knob_values[name] = v
         else:
-            warn(f"option {all_knobs[name].flag} is accepted but not applied: strategy {strategy!r} has no "
-                 f"knob {name!r}")
+            warn(
+                f"option {all_knobs[name].flag} is accepted but not applied: strategy {strategy!r} has no knob {name!r}"
+            )
     for flag, (owner, name) in _strategy_flags().items():
         v = getattr(args, f"spec_{owner}_{name}", None)
         if v is None:
@@ -193,8 +224,9 @@ def _generation_config(args: argparse.Namespace, *, warn) -> dict[str, Any]:
         if owner != strategy:
             warn(f"option {flag} is accepted but not applied: it is for strategy {owner!r}, not {strategy!r}")
         elif name in knob_values and str(knob_values[name]) != str(v):
-            raise UsageError(f"option {flag} {v} conflicts with --{name.replace('_', '-')} {knob_values[name]}; "
-                             "use one of them")
+            raise UsageError(
+                f"option {flag} {v} conflicts with --{name.replace('_', '-')} {knob_values[name]}; use one of them"
+            )
         else:
             knob_values[name] = v
     by_name = {k.name: k for k in schema.knobs}
@@ -234,16 +266,28 @@ def _generation_config(args: argparse.Namespace, *, warn) -> dict[str, Any]:
         raise UsageError(f"option --model: {args.model!r} does not exist; pass the path of a .gguf file")
     if seed is not None and sampling["temperature"] == 0:
         warn("option --seed is accepted but not applied: greedy decoding draws no random numbers")
-    return {"prompt": prompt, "max_tokens": max_tokens, "strategy": strategy, "knobs": knobs, "seed": seed,
-            "n_ctx": n_ctx, "model": args.model, "sampling": sampling, "request": request}
+    return {
+        "prompt": prompt,
+        "max_tokens": max_tokens,
+        "strategy": strategy,
+        "knobs": knobs,
+        "seed": seed,
+        "n_ctx": n_ctx,
+        "model": args.model,
+        "sampling": sampling,
+        "request": request,
+    }
 
 
 def _sampling_options(args: argparse.Namespace, *, warn, greedy_only: str | None) -> dict[str, Any]:
     """Validate --temperature/--top-k/--top-p against --greedy and greedy-only commands."""
     from .sampling import SamplingParams
 
-    given = {k: v for k, v in (("--temperature", args.temperature), ("--top-k", args.top_k),
-                               ("--top-p", args.top_p)) if v is not None}
+    given = {
+        k: v
+        for k, v in (("--temperature", args.temperature), ("--top-k", args.top_k), ("--top-p", args.top_p))
+        if v is not None
+    }
     blocker = "--greedy" if args.greedy else greedy_only
     if blocker:
         for flag, v in given.items():
@@ -251,16 +295,20 @@ def _sampling_options(args: argparse.Namespace, *, warn, greedy_only: str | None
                 continue
             raise UsageError(f"option {flag} {v} conflicts with {blocker}, which decodes greedily; drop one of them")
     values: dict[str, Any] = {}
-    for flag, key, conv in (("--temperature", "temperature", float), ("--top-k", "top_k", int),
-                            ("--top-p", "top_p", float)):
+    for flag, key, conv in (
+        ("--temperature", "temperature", float),
+        ("--top-k", "top_k", int),
+        ("--top-p", "top_p", float),
+    ):
         v = given.get(flag)
         if v is None:
             continue
         try:
             values[key] = conv(v)
         except ValueError:
-            raise UsageError(f"option {flag}: {v!r} is not allowed; expected "
-                             f"{'an integer' if conv is int else 'a number'}") from None
+            raise UsageError(
+                f"option {flag}: {v!r} is not allowed; expected {'an integer' if conv is int else 'a number'}"
+            ) from None
     try:
         params = SamplingParams(**values)
     except KnobError as e:
@@ -326,16 +374,22 @@ def cmd_run(args: argparse.Namespace) -> int:
     else:
         t = res["telemetry"]
         print(res["text"])
-        print(f"\n[{res['strategy']}] {t['n_generated']} tokens in {t['rounds']} rounds, "
-              f"acceptance {t['acceptance_rate']:.1%} ({t['accepted']}/{t['drafted']}), "
-              f"mean accepted length {t['mean_accepted_length']:.2f}, {t['tokens_per_second']:.1f} tokens/s, "
-              f"finish: {res['finish_reason']}", file=sys.stderr)
+        print(
+            f"\n[{res['strategy']}] {t['n_generated']} tokens in {t['rounds']} rounds, "
+            f"acceptance {t['acceptance_rate']:.1%} ({t['accepted']}/{t['drafted']}), "
+            f"mean accepted length {t['mean_accepted_length']:.2f}, {t['tokens_per_second']:.1f} tokens/s, "
+            f"finish: {res['finish_reason']}",
+            file=sys.stderr,
+        )
         st = t.get("strategy_stats") or {}
         if st and res["strategy"] != "none":
-            print(f"statistics {res['strategy']}: #calls = {st['calls']}, #gen drafts = {st['drafts_generated']}, "
-                  f"#acc drafts = {st['drafts_accepted']}, #gen tokens = {st['tokens_generated']}, "
-                  f"#acc tokens = {st['tokens_accepted']}, dur(b,g,a) = {st['begin_seconds'] * 1e3:.3f}, "
-                  f"{st['draft_seconds'] * 1e3:.3f}, {st['accept_seconds'] * 1e3:.3f} ms", file=sys.stderr)
+            print(
+                f"statistics {res['strategy']}: #calls = {st['calls']}, #gen drafts = {st['drafts_generated']}, "
+                f"#acc drafts = {st['drafts_accepted']}, #gen tokens = {st['tokens_generated']}, "
+                f"#acc tokens = {st['tokens_accepted']}, dur(b,g,a) = {st['begin_seconds'] * 1e3:.3f}, "
+                f"{st['draft_seconds'] * 1e3:.3f}, {st['accept_seconds'] * 1e3:.3f} ms",
+                file=sys.stderr,
+            )
     s.close()
     return 0
 
@@ -364,9 +418,11 @@ def cmd_verify(args: argparse.Namespace) -> int:
             print(f"identical: {res['plain_tokens']} tokens, plain and {res['strategy']} agree")
         else:
             d = res["divergence"]
-            print(f"{res['verdict']}: first divergence at generated token {d['index']}: plain "
-                  f"{d['plain_piece']!r} vs speculative {d['speculative_piece']!r}; top-two margin "
-                  f"{d['plain_margin']} (plain) / {d['speculative_margin']} (speculative), threshold {threshold}")
+            print(
+                f"{res['verdict']}: first divergence at generated token {d['index']}: plain "
+                f"{d['plain_piece']!r} vs speculative {d['speculative_piece']!r}; top-two margin "
+                f"{d['plain_margin']} (plain) / {d['speculative_margin']} (speculative), threshold {threshold}"
+            )
     return 0 if res["verdict"] != "mismatch" else 1
 
 
@@ -400,8 +456,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
     asked = list(flag_of)
     for st in asked:
         if st not in names and st not in model_backed:
-            raise UsageError(f"option {flag_of[st]}: {st!r} is not allowed; choose among: "
-                             f"{', '.join(names + model_backed)}")
+            raise UsageError(
+                f"option {flag_of[st]}: {st!r} is not allowed; choose among: {', '.join(names + model_backed)}"
+            )
     drafts = [str(d) for d in (args.draft_model or [])]
     for d in drafts:
         if not Path(d).is_file():
@@ -429,11 +486,16 @@ def cmd_bench(args: argparse.Namespace) -> int:
     common: dict[str, Any] = {}
     try:
         common = strategy_schema("prompt-lookup").validate(
-            {k: v for k, v in (("draft_policy", args.draft_policy), ("draft_max", args.draft_max)) if v is not None})
+            {k: v for k, v in (("draft_policy", args.draft_policy), ("draft_max", args.draft_max)) if v is not None}
+        )
         common = {k: common[k] for k in ("draft_policy", "draft_max", "draft_min", "align", "verify_tile")}
     except KnobError as e:
-        raise UsageError(str(e).replace("knob ", "option --", 1).replace("'draft_policy'", "draft-policy")
-                         .replace("'draft_max'", "draft-max")) from None
+        raise UsageError(
+            str(e)
+            .replace("knob ", "option --", 1)
+            .replace("'draft_policy'", "draft-policy")
+            .replace("'draft_max'", "draft-max")
+        ) from None
     model_knobs: dict[str, Any] = {}
     if args.draft_p_min is not None:
         try:
@@ -478,18 +540,29 @@ def cmd_bench(args: argparse.Namespace) -> int:
     for d in drafts:
         st = kinds_of[d]
         settings.append(BenchSetting(f"{st} {Path(d).name}", st, {**common, **model_knobs, "draft_model": d}))
-    rows = run_bench(s, kinds=kinds, repeats=repeats, max_tokens=max_tokens, settings=settings,
-                     progress=(lambda m: print(m, file=sys.stderr)) if not args.json else None)
+    rows = run_bench(
+        s,
+        kinds=kinds,
+        repeats=repeats,
+        max_tokens=max_tokens,
+        settings=settings,
+        progress=(lambda m: print(m, file=sys.stderr)) if not args.json else None,
+    )
     s.close()
     subject = next((x.label for x in settings if x.strategy == "eagle3"), None)
     subject = subject or next((x.label for x in settings if x.strategy in model_backed), None)
     if args.json:
-        print(json.dumps({"max_tokens": max_tokens, "repeats": repeats, "common": common,
-                          "rows": [r.to_dict() for r in rows]}))
+        print(
+            json.dumps(
+                {"max_tokens": max_tokens, "repeats": repeats, "common": common, "rows": [r.to_dict() for r in rows]}
+            )
+        )
     else:
         print(f"specviz bench — model {s.model.path.name}, {max_tokens} tokens, {repeats} repeats, knobs {common}")
-        print("each figure: per prompt the median over repeats, then the median over prompts; speedup: each run "
-              "over the none run just before it; total-time speedup: all runs pooled")
+        print(
+            "each figure: per prompt the median over repeats, then the median over prompts; speedup: each run "
+            "over the none run just before it; total-time speedup: all runs pooled"
+        )
         print(format_table(rows))
         print()
         print("acceptance by draft position (accepted at depth i over drafts reaching it, pooled over runs):")
@@ -547,8 +620,16 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from .ui.server import serve
 
     kwargs = {"prompt": args.prompt} if args.prompt else {}
-    serve(port, args.model, address=args.address, max_tokens=max_tokens, strategy=strategy,
-          draft_models=args.draft_model or (), **demo, **kwargs)
+    serve(
+        port,
+        args.model,
+        address=args.address,
+        max_tokens=max_tokens,
+        strategy=strategy,
+        draft_models=args.draft_model or (),
+        **demo,
+        **kwargs,
+    )
     return 0
 
 
@@ -560,8 +641,10 @@ def _token_option(flag: str, value: str | None) -> str | None:
     if value is None:
         return None
     if not 8 <= len(value) <= 256 or not set(value) <= _TOKEN_CHARS:
-        raise UsageError(f"option {flag}: {value[:40]!r} is not allowed; expected 8 to 256 letters, digits or "
-                         "-._~ (it goes into the page's URL)")
+        raise UsageError(
+            f"option {flag}: {value[:40]!r} is not allowed; expected 8 to 256 letters, digits or "
+            "-._~ (it goes into the page's URL)"
+        )
     return value
 
 
@@ -572,14 +655,17 @@ def _demo_options(args: argparse.Namespace) -> dict[str, Any]:
     except (TypeError, ValueError):
         idle = -1.0
     if not 1.0 <= idle <= 86400.0:
-        raise UsageError(f"option --idle-timeout: {args.idle_timeout!r} is not allowed; expected seconds in "
-                         "[1, 86400]")
+        raise UsageError(f"option --idle-timeout: {args.idle_timeout!r} is not allowed; expected seconds in [1, 86400]")
     if args.presenter_token is not None and not args.shared:
         raise UsageError("option --presenter-token: only presenter mode has a presenter; add --shared")
-    return {"shared": bool(args.shared), "token": _token_option("--token", args.token),
-            "presenter_token": _token_option("--presenter-token", args.presenter_token),
-            "max_sessions": _int_option("--max-sessions", args.max_sessions, 1, 256),
-            "max_viewers": _int_option("--max-viewers", args.max_viewers, 1, 10000), "idle_timeout": idle}
+    return {
+        "shared": bool(args.shared),
+        "token": _token_option("--token", args.token),
+        "presenter_token": _token_option("--presenter-token", args.presenter_token),
+        "max_sessions": _int_option("--max-sessions", args.max_sessions, 1, 256),
+        "max_viewers": _int_option("--max-viewers", args.max_viewers, 1, 10000),
+        "idle_timeout": idle,
+    }
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
@@ -621,13 +707,27 @@ def build_parser() -> argparse.ArgumentParser:
     b = sub.add_parser("bench", help="benchmark every strategy on every workload kind")
     b.add_argument("--model", help="target GGUF path (default: the embedded Gemma 3 270M)")
     b.add_argument("--strategies", help="comma-separated strategy names (default: all draftless)")
-    b.add_argument("--strategy", action="append", metavar="NAME",
-                   help="a strategy to run (repeatable; eagle3 and draft need --draft-model)")
-    b.add_argument("--draft-model", "-md", "--spec-draft-model", action="append", metavar="PATH",
-                   help="an EAGLE-3 head or a draft GGUF: one row each (repeatable)")
-    b.add_argument("--derived-draft", action="append", metavar="LAYERS",
-                   help="also run a draft derived from the target keeping LAYERS, e.g. 0-16 (repeatable; "
-                        "with an EAGLE-3 head the default is every layer but the last; 'none' for none)")
+    b.add_argument(
+        "--strategy",
+        action="append",
+        metavar="NAME",
+        help="a strategy to run (repeatable; eagle3 and draft need --draft-model)",
+    )
+    b.add_argument(
+        "--draft-model",
+        "-md",
+        "--spec-draft-model",
+        action="append",
+        metavar="PATH",
+        help="an EAGLE-3 head or a draft GGUF: one row each (repeatable)",
+    )
+    b.add_argument(
+        "--derived-draft",
+        action="append",
+        metavar="LAYERS",
+        help="also run a draft derived from the target keeping LAYERS, e.g. 0-16 (repeatable; "
+        "with an EAGLE-3 head the default is every layer but the last; 'none' for none)",
+    )
     b.add_argument("--draft-p-min", default=None, help="draft_p_min of the model-backed rows")
     b.add_argument("--kinds", help="comma-separated workload kinds (default: all)")
     b.add_argument("--repeats", default="3")
@@ -649,17 +749,30 @@ def build_parser() -> argparse.ArgumentParser:
     sv.add_argument("--prompt", default=None, help="the prompt each new page starts with")
     sv.add_argument("--max-tokens", default="256")
     sv.add_argument("--strategy", default="prompt-lookup")
-    sv.add_argument("--draft-model", action="append", metavar="PATH",
-                    help="a draft GGUF to offer for the draft strategy (repeatable); pages pick drafts by name")
-    sv.add_argument("--shared", action="store_true",
-                    help="presenter mode: one session every page watches; the presenter URL controls it")
-    sv.add_argument("--token", default=None,
-                    help="the access token (default: none on loopback, a random one printed at start elsewhere)")
+    sv.add_argument(
+        "--draft-model",
+        action="append",
+        metavar="PATH",
+        help="a draft GGUF to offer for the draft strategy (repeatable); pages pick drafts by name",
+    )
+    sv.add_argument(
+        "--shared",
+        action="store_true",
+        help="presenter mode: one session every page watches; the presenter URL controls it",
+    )
+    sv.add_argument(
+        "--token",
+        default=None,
+        help="the access token (default: none on loopback, a random one printed at start elsewhere)",
+    )
     sv.add_argument("--presenter-token", default=None, help="the presenter's token with --shared (default: random)")
     sv.add_argument("--max-sessions", default="8", help="pages with a session at once (default 8); others: busy")
     sv.add_argument("--max-viewers", default="100", help="pages watching a --shared session (default 100)")
-    sv.add_argument("--idle-timeout", default="300",
-                    help="seconds before an idle page's session gives back its llama.cpp context (default 300)")
+    sv.add_argument(
+        "--idle-timeout",
+        default="300",
+        help="seconds before an idle page's session gives back its llama.cpp context (default 300)",
+    )
     sv.set_defaults(func=cmd_serve)
     rp = sub.add_parser("replay", help="show a recorded .jsonl session, without a model")
     rp.add_argument("file", metavar="FILE")
@@ -668,10 +781,17 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--token", default=None, help="the access token (default: as for serve)")
     rp.set_defaults(func=cmd_replay)
     inf = sub.add_parser("info", help="what a model is and which strategies it (with a draft model) can run")
-    inf.add_argument("model", metavar="MODEL", nargs="?", default=None,
-                     help="the GGUF (default: the embedded Gemma 3 270M)")
-    inf.add_argument("--draft-model", "-md", "--spec-draft-model", default=None, metavar="PATH",
-                     help="a draft GGUF or an EAGLE-3 head to check with the model")
+    inf.add_argument(
+        "model", metavar="MODEL", nargs="?", default=None, help="the GGUF (default: the embedded Gemma 3 270M)"
+    )
+    inf.add_argument(
+        "--draft-model",
+        "-md",
+        "--spec-draft-model",
+        default=None,
+        metavar="PATH",
+        help="a draft GGUF or an EAGLE-3 head to check with the model",
+    )
     inf.add_argument("--json", action="store_true")
     inf.set_defaults(func=cmd_info)
     s = sub.add_parser("strategies", help="list strategies and their knobs")

@@ -121,8 +121,9 @@ def _fmt(x: float) -> str:
     return str(int(x)) if float(x).is_integer() else repr(x)
 
 
-def validate(schema: Iterable[Knob], values: Mapping[str, Any], *, base: Mapping[str, Any] | None = None,
-             owner: str = "strategy") -> dict[str, Any]:
+def validate(
+    schema: Iterable[Knob], values: Mapping[str, Any], *, base: Mapping[str, Any] | None = None, owner: str = "strategy"
+) -> dict[str, Any]:
     """Validate ``values`` against ``schema`` on top of ``base`` (or the defaults).
 
     Returns a new complete mapping (every knob of the schema). Raises :class:`KnobError` for an unknown
@@ -169,19 +170,51 @@ class Schema:
 DRAFT_MAX_LIMIT = 1024
 
 SESSION_KNOBS: tuple[Knob, ...] = (
-    Knob("draft_max", int, 16, "maximum number of draft tokens per round (capped each round by the "
-         "remaining budget, the free context and n_batch)", lo=1, hi=DRAFT_MAX_LIMIT,
-         aliases=("--num-draft-tokens", "--draft", "--spec-draft-n-max")),
-    Knob("draft_min", int, 0, "minimum draft length; a shorter proposal is dropped (not verified)",
-         lo=0, hi=DRAFT_MAX_LIMIT, aliases=("--spec-draft-n-min",)),
-    Knob("draft_policy", str, "fixed", "how each round's draft length is chosen: fixed (draft_max), adaptive "
-         "(+2 after a fully accepted draft, -1 otherwise) or cost (maximise expected tokens/s from the "
-         "measured verify cost)", choices=("fixed", "adaptive", "cost")),
-    Knob("align", bool, True, "verify-tile alignment: shorten a proposal so the draft plus the last token fit "
-         "in one micro-batch (n_ubatch), so one verify is one forward, and round that batch down to a "
-         "multiple of verify_tile rows"),
-    Knob("verify_tile", int, 4, "rows of the target's batch kernel (with align): a verify batch longer than "
-         "this is rounded down to a multiple of it. llama.cpp's CPU kernels for quantised weights process "
-         "a batch four rows at a time and the rows left over each read every weight again, so a batch of 17 "
-         "costs more than one of 16; 1 turns the rounding off", lo=1, hi=64),
+    Knob(
+        "draft_max",
+        int,
+        16,
+        "maximum number of draft tokens per round (capped each round by the "
+        "remaining budget, the free context and n_batch)",
+        lo=1,
+        hi=DRAFT_MAX_LIMIT,
+        aliases=("--num-draft-tokens", "--draft", "--spec-draft-n-max"),
+    ),
+    Knob(
+        "draft_min",
+        int,
+        0,
+        "minimum draft length; a shorter proposal is dropped (not verified)",
+        lo=0,
+        hi=DRAFT_MAX_LIMIT,
+        aliases=("--spec-draft-n-min",),
+    ),
+    Knob(
+        "draft_policy",
+        str,
+        "fixed",
+        "how each round's draft length is chosen: fixed (draft_max), adaptive "
+        "(+2 after a fully accepted draft, -1 otherwise) or cost (maximise expected tokens/s from the "
+        "measured verify cost)",
+        choices=("fixed", "adaptive", "cost"),
+    ),
+    Knob(
+        "align",
+        bool,
+        True,
+        "verify-tile alignment: shorten a proposal so the draft plus the last token fit "
+        "in one micro-batch (n_ubatch), so one verify is one forward, and round that batch down to a "
+        "multiple of verify_tile rows",
+    ),
+    Knob(
+        "verify_tile",
+        int,
+        4,
+        "rows of the target's batch kernel (with align): a verify batch longer than "
+        "this is rounded down to a multiple of it. llama.cpp's CPU kernels for quantised weights process "
+        "a batch four rows at a time and the rows left over each read every weight again, so a batch of 17 "
+        "costs more than one of 16; 1 turns the rounding off",
+        lo=1,
+        hi=64,
+    ),
 )

@@ -54,10 +54,14 @@ def parse_layers(spec: str, n_layer: int | None = None, *, option: str = "--keep
     indices ``>= n_layer`` are refused with :class:`specviz.errors.KnobError` naming ``option`` and
     the value.
     """
+
     def fail(why: str) -> KnobError:
         hint = f"; the model has layers 0-{n_layer - 1}" if n_layer else ""
-        return KnobError(f"{option} {spec!r}: {why}. Expected comma-separated indices or inclusive "
-                         f"ranges such as '0-5,12-17'{hint}", knob=option, value=spec)
+        return KnobError(
+            f"{option} {spec!r}: {why}. Expected comma-separated indices or inclusive ranges such as '0-5,12-17'{hint}",
+            knob=option,
+            value=spec,
+        )
 
     if not isinstance(spec, str) or not spec.strip():
         raise fail("no layers given")
@@ -85,13 +89,13 @@ def parse_layers(spec: str, n_layer: int | None = None, *, option: str = "--keep
 class DerivedDraft:
     """What :func:`derive_draft` wrote."""
 
-    path: Path                          #: the written GGUF
-    arch: str                           #: architecture name (unchanged)
-    source_layers: int                  #: block count of the target
-    kept: tuple[int, ...]               #: original indices of the kept blocks, in new order
-    n_tensors: int                      #: tensors written
-    n_bytes: int                        #: tensor data bytes written
-    subset_keys: tuple[str, ...] = ()   #: per-layer metadata arrays cut to the kept layers
+    path: Path  #: the written GGUF
+    arch: str  #: architecture name (unchanged)
+    source_layers: int  #: block count of the target
+    kept: tuple[int, ...]  #: original indices of the kept blocks, in new order
+    n_tensors: int  #: tensors written
+    n_bytes: int  #: tensor data bytes written
+    subset_keys: tuple[str, ...] = ()  #: per-layer metadata arrays cut to the kept layers
     swa_pattern: tuple[bool, ...] | None = None
     """The per-layer sliding-window array written (true = sliding window), when one was added."""
     swa_mismatches: tuple[tuple[int, int], ...] = field(default=())
@@ -99,11 +103,17 @@ class DerivedDraft:
 
     def to_dict(self) -> dict:
         """JSON-serialisable summary."""
-        return {"path": str(self.path), "arch": self.arch, "source_layers": self.source_layers,
-                "kept": list(self.kept), "n_tensors": self.n_tensors, "n_bytes": self.n_bytes,
-                "subset_keys": list(self.subset_keys),
-                "swa_pattern": None if self.swa_pattern is None else list(self.swa_pattern),
-                "swa_mismatches": [list(m) for m in self.swa_mismatches]}
+        return {
+            "path": str(self.path),
+            "arch": self.arch,
+            "source_layers": self.source_layers,
+            "kept": list(self.kept),
+            "n_tensors": self.n_tensors,
+            "n_bytes": self.n_bytes,
+            "subset_keys": list(self.subset_keys),
+            "swa_pattern": None if self.swa_pattern is None else list(self.swa_pattern),
+            "swa_mismatches": [list(m) for m in self.swa_mismatches],
+        }
 
 
 def _field_value(f):
@@ -114,8 +124,7 @@ def _field_value(f):
     if main == GGUFValueType.ARRAY:
         sub = f.types[-1] if len(f.types) > 1 else None
         if sub == GGUFValueType.ARRAY:
-            raise ModelFormatError(f"metadata key {f.name!r} is a nested array, which derive-draft "
-                                   "cannot copy")
+            raise ModelFormatError(f"metadata key {f.name!r} is a nested array, which derive-draft cannot copy")
         return f.contents(), main, sub
     return f.contents(), main, None
 
@@ -151,8 +160,9 @@ def _raw_writer_class():
     return RawKVWriter
 
 
-def derive_draft(target_path: str | Path, keep_layers: Sequence[int] | str,
-                 out_path: str | Path, *, name_suffix: str | None = None) -> DerivedDraft:
+def derive_draft(
+    target_path: str | Path, keep_layers: Sequence[int] | str, out_path: str | Path, *, name_suffix: str | None = None
+) -> DerivedDraft:
     """Write ``out_path``: the target GGUF keeping only the blocks listed in ``keep_layers``.
 
     ``keep_layers`` is a sequence of original block indices (kept in ascending order) or a spec
@@ -174,16 +184,18 @@ def derive_draft(target_path: str | Path, keep_layers: Sequence[int] | str,
     target_path = Path(target_path)
     out_path = Path(out_path)
     if not target_path.is_file():
-        raise ModelNotFoundError(f"target model {str(target_path)!r} does not exist; pass the path of "
-                                 "a GGUF file")
+        raise ModelNotFoundError(f"target model {str(target_path)!r} does not exist; pass the path of a GGUF file")
     if out_path.resolve() == target_path.resolve():
-        raise KnobError(f"-o {str(out_path)!r} is the target itself; choose another output path",
-                        knob="-o", value=str(out_path))
+        raise KnobError(
+            f"-o {str(out_path)!r} is the target itself; choose another output path", knob="-o", value=str(out_path)
+        )
     try:
         reader = GGUFReader(str(target_path), "r")
     except Exception as exc:  # gguf raises ValueError / struct errors on bad files
-        raise ModelFormatError(f"{str(target_path)!r} is not a readable GGUF file ({exc}); check the "
-                               "path and that the download is complete") from exc
+        raise ModelFormatError(
+            f"{str(target_path)!r} is not a readable GGUF file ({exc}); check the "
+            "path and that the download is complete"
+        ) from exc
 
     arch_field = reader.fields.get("general.architecture")
     if arch_field is None:
@@ -191,8 +203,9 @@ def derive_draft(target_path: str | Path, keep_layers: Sequence[int] | str,
     arch = str(arch_field.contents())
     bc_key = f"{arch}.block_count"
     if bc_key not in reader.fields:
-        raise ModelFormatError(f"{str(target_path)!r} has no {bc_key} key; derive-draft needs a "
-                               "transformer with numbered blocks")
+        raise ModelFormatError(
+            f"{str(target_path)!r} has no {bc_key} key; derive-draft needs a transformer with numbered blocks"
+        )
     n_layer = int(reader.fields[bc_key].contents())
 
     if isinstance(keep_layers, str):
@@ -201,17 +214,21 @@ def derive_draft(target_path: str | Path, keep_layers: Sequence[int] | str,
         keep = tuple(int(x) for x in keep_layers)
         spec = ",".join(map(str, keep))
         if list(keep) != sorted(set(keep)) or not keep:
-            raise KnobError(f"--keep-layers {spec!r}: layers must be distinct and ascending",
-                            knob="--keep-layers", value=spec)
+            raise KnobError(
+                f"--keep-layers {spec!r}: layers must be distinct and ascending", knob="--keep-layers", value=spec
+            )
         if keep[0] < 0 or keep[-1] >= n_layer:
-            raise KnobError(f"--keep-layers {spec!r}: the model has layers 0-{n_layer - 1}",
-                            knob="--keep-layers", value=spec)
+            raise KnobError(
+                f"--keep-layers {spec!r}: the model has layers 0-{n_layer - 1}", knob="--keep-layers", value=spec
+            )
 
     nextn = reader.fields.get(f"{arch}.nextn_predict_layers")
     if nextn is not None and int(nextn.contents()) > 0:
-        raise ModelFormatError(f"{str(target_path)!r} has {int(nextn.contents())} multi-token "
-                               "prediction layers stored as trailing blocks; derive-draft cannot "
-                               "subset such a model")
+        raise ModelFormatError(
+            f"{str(target_path)!r} has {int(nextn.contents())} multi-token "
+            "prediction layers stored as trailing blocks; derive-draft cannot "
+            "subset such a model"
+        )
 
     new_index = {old: new for new, old in enumerate(keep)}
     writer = _raw_writer_class()(str(out_path) + ".part", arch)
@@ -223,20 +240,26 @@ def derive_draft(target_path: str | Path, keep_layers: Sequence[int] | str,
         for key, f in reader.fields.items():
             if key.startswith("GGUF.") or key == "general.architecture" or not f.types:
                 continue
-            if (key == f"{arch}.attention.sliding_window_pattern" and arch in _WRITES_SWA_PATTERN
-                    and f.types[0] != GGUFValueType.ARRAY):
+            if (
+                key == f"{arch}.attention.sliding_window_pattern"
+                and arch in _WRITES_SWA_PATTERN
+                and f.types[0] != GGUFValueType.ARRAY
+            ):
                 continue  # replaced below by an explicit per-layer array
             if key == bc_key:
                 writer.add_key_value(key, len(keep), f.types[0])
                 continue
             vtype = f.types[0]
-            per_layer = (vtype == GGUFValueType.ARRAY and key.startswith(arch + ".")
-                         and len(f.data) == n_layer)
+            per_layer = vtype == GGUFValueType.ARRAY and key.startswith(arch + ".") and len(f.data) == n_layer
             if reader.byte_order == "I" and key != "general.name" and not per_layer:
                 # unchanged: copy the stored bytes (parts 0-2 are key length, key and value type)
                 payload = b"".join(p.tobytes() for p in f.parts[3:])
-                writer.add_key_value(key, _RawValue(payload, max(1, len(f.data))), vtype,
-                                     f.types[-1] if vtype == GGUFValueType.ARRAY else None)
+                writer.add_key_value(
+                    key,
+                    _RawValue(payload, max(1, len(f.data))),
+                    vtype,
+                    f.types[-1] if vtype == GGUFValueType.ARRAY else None,
+                )
                 continue
             value, vtype, sub = _field_value(f)
             if vtype == GGUFValueType.ARRAY:
@@ -252,18 +275,16 @@ def derive_draft(target_path: str | Path, keep_layers: Sequence[int] | str,
         pattern_key = f"{arch}.attention.sliding_window_pattern"
         pf = reader.fields.get(pattern_key)
         swa_pattern: tuple[bool, ...] | None = None
-        if (arch in _WRITES_SWA_PATTERN and period
-                and (pf is None or pf.types[0] != GGUFValueType.ARRAY)):
+        if arch in _WRITES_SWA_PATTERN and period and (pf is None or pf.types[0] != GGUFValueType.ARRAY):
             swa_pattern = tuple(old % period != period - 1 for old in keep)
-            writer.add_key_value(pattern_key, list(swa_pattern), GGUFValueType.ARRAY,
-                                 GGUFValueType.BOOL)
-        writer.add_key_value("specviz.derived.source_name",
-                             str(reader.fields["general.name"].contents())
-                             if "general.name" in reader.fields else target_path.name,
-                             GGUFValueType.STRING)
+            writer.add_key_value(pattern_key, list(swa_pattern), GGUFValueType.ARRAY, GGUFValueType.BOOL)
+        writer.add_key_value(
+            "specviz.derived.source_name",
+            str(reader.fields["general.name"].contents()) if "general.name" in reader.fields else target_path.name,
+            GGUFValueType.STRING,
+        )
         writer.add_key_value("specviz.derived.source_block_count", n_layer, GGUFValueType.UINT32)
-        writer.add_key_value("specviz.derived.kept_layers", list(keep), GGUFValueType.ARRAY,
-                             GGUFValueType.UINT32)
+        writer.add_key_value("specviz.derived.kept_layers", list(keep), GGUFValueType.ARRAY, GGUFValueType.UINT32)
 
         n_tensors = 0
         n_bytes = 0
@@ -299,16 +320,21 @@ def derive_draft(target_path: str | Path, keep_layers: Sequence[int] | str,
 
     mismatches: list[tuple[int, int]] = []
     if period and swa_pattern is None and pattern_key not in subset_keys:
-        mismatches = [(old, new) for new, old in enumerate(keep)
-                      if (old % period == period - 1) != (new % period == period - 1)]
+        mismatches = [
+            (old, new) for new, old in enumerate(keep) if (old % period == period - 1) != (new % period == period - 1)
+        ]
         if mismatches:
             warnings.warn(
                 f"{arch}: llama.cpp sets sliding-window vs global attention by layer index (period "
-                f"{period}); kept block(s) " + ", ".join(f"{o}->{n}" for o, n in mismatches)
+                f"{period}); kept block(s) "
+                + ", ".join(f"{o}->{n}" for o, n in mismatches)
                 + " change kind in the derived model. Keep whole periods (e.g. 0-5,12-17) or drop "
-                "trailing blocks to avoid it.", stacklevel=2)
-    return DerivedDraft(out_path, arch, n_layer, keep, n_tensors, n_bytes, tuple(subset_keys),
-                        swa_pattern, tuple(mismatches))
+                "trailing blocks to avoid it.",
+                stacklevel=2,
+            )
+    return DerivedDraft(
+        out_path, arch, n_layer, keep, n_tensors, n_bytes, tuple(subset_keys), swa_pattern, tuple(mismatches)
+    )
 
 
 def _compact(keep: Sequence[int]) -> str:

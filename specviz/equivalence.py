@@ -26,8 +26,9 @@ if TYPE_CHECKING:
 DEFAULT_THRESHOLD = 0.5
 
 
-def _greedy_run(session: Session, prompt: str | list[int], max_tokens: int, strategy: str,
-                knobs: dict[str, Any]) -> tuple[list[int], list[tuple[float, int, int]]]:
+def _greedy_run(
+    session: Session, prompt: str | list[int], max_tokens: int, strategy: str, knobs: dict[str, Any]
+) -> tuple[list[int], list[tuple[float, int, int]]]:
     """Generate greedily, returning the tokens and the target's top-two margin at each of them."""
     session.record_margins = True
     margins: list[tuple[float, int, int]] = []
@@ -42,8 +43,14 @@ def _greedy_run(session: Session, prompt: str | list[int], max_tokens: int, stra
     return list(session.tokens), margins
 
 
-def check_equivalence(session: Session, prompt: str | list[int], max_tokens: int, strategy: str,
-                      knobs: dict[str, Any], threshold: float = DEFAULT_THRESHOLD) -> dict[str, Any]:
+def check_equivalence(
+    session: Session,
+    prompt: str | list[int],
+    max_tokens: int,
+    strategy: str,
+    knobs: dict[str, Any],
+    threshold: float = DEFAULT_THRESHOLD,
+) -> dict[str, Any]:
     """Run plain greedy and speculative greedy on one prompt and compare them.
 
     Returns ``verdict`` (``identical``, ``numerics`` or ``mismatch``) and, at the first divergence, its
@@ -52,9 +59,14 @@ def check_equivalence(session: Session, prompt: str | list[int], max_tokens: int
     plain, plain_m = _greedy_run(session, prompt, max_tokens, "none", {})
     spec, spec_m = _greedy_run(session, prompt, max_tokens, strategy, knobs)
     tel = session.telemetry_dict()
-    out: dict[str, Any] = {"strategy": strategy, "knobs": knobs, "threshold": threshold,
-                           "plain_tokens": len(plain), "speculative_tokens": len(spec),
-                           "acceptance_rate": tel["acceptance_rate"]}
+    out: dict[str, Any] = {
+        "strategy": strategy,
+        "knobs": knobs,
+        "threshold": threshold,
+        "plain_tokens": len(plain),
+        "speculative_tokens": len(spec),
+        "acceptance_rate": tel["acceptance_rate"],
+    }
     n = min(len(plain), len(spec))
     i = next((j for j in range(n) if plain[j] != spec[j]), None)
     if i is None and len(plain) == len(spec):
@@ -70,15 +82,18 @@ def check_equivalence(session: Session, prompt: str | list[int], max_tokens: int
     same_pair = all(m is not None and {m[1], m[2]} >= pair for m in (tp, ts))
     near_tie = tp is not None and ts is not None and max(tp[0], ts[0]) < threshold
     piece = session.model.piece
-    out.update(verdict="numerics" if near_tie and same_pair else "mismatch", divergence={
-        "index": i,
-        "plain_token": pt,
-        "speculative_token": st,
-        "plain_piece": piece(pt) if pt is not None else None,
-        "speculative_piece": piece(st) if st is not None else None,
-        "plain_margin": tp[0] if tp else None,
-        "speculative_margin": ts[0] if ts else None,
-        "plain_top_two": list(tp[1:]) if tp else None,
-        "speculative_top_two": list(ts[1:]) if ts else None,
-    })
+    out.update(
+        verdict="numerics" if near_tie and same_pair else "mismatch",
+        divergence={
+            "index": i,
+            "plain_token": pt,
+            "speculative_token": st,
+            "plain_piece": piece(pt) if pt is not None else None,
+            "speculative_piece": piece(st) if st is not None else None,
+            "plain_margin": tp[0] if tp else None,
+            "speculative_margin": ts[0] if ts else None,
+            "plain_top_two": list(tp[1:]) if tp else None,
+            "speculative_top_two": list(ts[1:]) if ts else None,
+        },
+    )
     return out

@@ -253,8 +253,18 @@ class Rewound(Event):
 
 EVENT_TYPES: dict[str, type[Event]] = {
     cls.kind: cls
-    for cls in (SessionStarted, DraftProposed, Verified, Accepted, Rejected, KVRollback, KnobsChanged,
-                Telemetry, Finished, Rewound)
+    for cls in (
+        SessionStarted,
+        DraftProposed,
+        Verified,
+        Accepted,
+        Rejected,
+        KVRollback,
+        KnobsChanged,
+        Telemetry,
+        Finished,
+        Rewound,
+    )
 }
 
 
@@ -293,5 +303,9 @@ class Round:
 
     def to_dict(self) -> dict[str, Any]:
         """Plain dictionary form: the events as dictionaries."""
-        return {"index": self.index, "events": [e.to_dict() for e in self.events],
-                "new_tokens": list(self.new_tokens), "finished": self.finished}
+        return {
+            "index": self.index,
+            "events": [e.to_dict() for e in self.events],
+            "new_tokens": list(self.new_tokens),
+            "finished": self.finished,
+        }

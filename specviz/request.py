@@ -45,8 +45,9 @@ def prompt_ids(model: Any, prompt: object) -> list[int]:
     tokenized with the model's BOS as llama.cpp's tools do."""
     if isinstance(prompt, str):
         if not prompt:
-            raise KnobError("prompt: the prompt is empty; give at least one character of text",
-                            knob="prompt", value=prompt)
+            raise KnobError(
+                "prompt: the prompt is empty; give at least one character of text", knob="prompt", value=prompt
+            )
         return list(model.tokenize(prompt, add_special=True))
     if not isinstance(prompt, (list, tuple)) or not all(_is_int(t) for t in prompt):
         raise KnobError("prompt: expected text or a list of token ids", knob="prompt", value=prompt)
@@ -55,14 +56,26 @@ def prompt_ids(model: Any, prompt: object) -> list[int]:
         raise KnobError("prompt: the prompt is empty; give at least one token", knob="prompt", value=prompt)
     bad = [t for t in ids if not 0 <= t < model.n_vocab]
     if bad:
-        raise KnobError(f"prompt: token id {bad[0]} is outside the vocabulary [0, {model.n_vocab - 1}]",
-                        knob="prompt", value=bad[0])
+        raise KnobError(
+            f"prompt: token id {bad[0]} is outside the vocabulary [0, {model.n_vocab - 1}]", knob="prompt", value=bad[0]
+        )
     return ids
 
 
-def prepare_request(model: Any, prompt: str | list[int] | None, max_tokens: int, *, temperature: float | str,
-                    top_k: int, top_p: float, seed: int | None, messages: list[dict[str, str]] | None,
-                    chat_template: str | None, stop: str | list[str] | None, n_ctx: int) -> Request:
+def prepare_request(
+    model: Any,
+    prompt: str | list[int] | None,
+    max_tokens: int,
+    *,
+    temperature: float | str,
+    top_k: int,
+    top_p: float,
+    seed: int | None,
+    messages: list[dict[str, str]] | None,
+    chat_template: str | None,
+    stop: str | list[str] | None,
+    n_ctx: int,
+) -> Request:
     """Check every argument of a generation and build its :class:`Request` (see the module docstring).
 
     Exactly one of ``prompt`` and ``messages`` is given; ``messages`` go through the model's chat
@@ -70,8 +83,9 @@ def prepare_request(model: Any, prompt: str | list[int] | None, max_tokens: int,
     does. The prompt must leave room for at least one generated token in ``n_ctx``.
     """
     if not _is_int(max_tokens) or max_tokens < 1:
-        raise KnobError(f"max_tokens: {max_tokens!r} is not allowed; expected an integer >= 1",
-                        knob="max_tokens", value=max_tokens)
+        raise KnobError(
+            f"max_tokens: {max_tokens!r} is not allowed; expected an integer >= 1", knob="max_tokens", value=max_tokens
+        )
     temp = _TEMPERATURE.convert(temperature) if isinstance(temperature, str) else temperature
     sampling = SamplingParams(temperature=temp, top_k=top_k, top_p=top_p)
     if seed is not None and (not _is_int(seed) or seed < 0):
@@ -89,10 +103,11 @@ def prepare_request(model: Any, prompt: str | list[int] | None, max_tokens: int,
     else:
         ids = prompt_ids(model, prompt)
     if len(ids) + 1 > n_ctx:
-        raise ContextError(f"the prompt has {len(ids)} tokens but the context holds {n_ctx}; "
-                           "shorten the prompt or create the Session with a larger n_ctx")
+        raise ContextError(
+            f"the prompt has {len(ids)} tokens but the context holds {n_ctx}; "
+            "shorten the prompt or create the Session with a larger n_ctx"
+        )
     if seed is None:
         # A fresh random seed, recorded so the generation can be replayed exactly.
         seed = int(np.random.SeedSequence().generate_state(2, np.uint64)[0] % (2**63))
-    return Request(ids=ids, max_tokens=int(max_tokens), sampling=sampling, seed=int(seed), stop=stops,
-                   messages=chat)
+    return Request(ids=ids, max_tokens=int(max_tokens), sampling=sampling, seed=int(seed), stop=stops, messages=chat)

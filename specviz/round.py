@@ -71,10 +71,21 @@ class RoundResult:
     margins: list[tuple[float, int, int]] = field(default_factory=list)
 
 
-def run_round(index: int, ctx: LlamaContext, drafter: Drafter, history: list[int], budget: Budget, *,
-              params: SamplingParams, rng: np.random.Generator, is_eog: Callable[[int], bool],
-              draft_min: int = 0, scratch: np.ndarray | None = None,
-              record_margins: bool = False, stop: Callable[[list[int]], int | None] | None = None) -> RoundResult:
+def run_round(
+    index: int,
+    ctx: LlamaContext,
+    drafter: Drafter,
+    history: list[int],
+    budget: Budget,
+    *,
+    params: SamplingParams,
+    rng: np.random.Generator,
+    is_eog: Callable[[int], bool],
+    draft_min: int = 0,
+    scratch: np.ndarray | None = None,
+    record_margins: bool = False,
+    stop: Callable[[list[int]], int | None] | None = None,
+) -> RoundResult:
     """Run one round on ``ctx`` with ``drafter`` and extend ``history`` (the full token history, whose
     last token is pending) by what it commits. See the module docstring for the five steps.
 
@@ -99,8 +110,9 @@ def run_round(index: int, ctx: LlamaContext, drafter: Drafter, history: list[int
     reason = proposal.reason if len(tokens) < budget.limit else None
     if tokens and len(tokens) < draft_min:  # llama.cpp drops a draft shorter than --spec-draft-n-min
         tokens, reason = [], "below-min"
-    probs: list[float | None] = (list(proposal.probs[: len(tokens)]) if proposal.probs is not None
-                                 else [None] * len(tokens))
+    probs: list[float | None] = (
+        list(proposal.probs[: len(tokens)]) if proposal.probs is not None else [None] * len(tokens)
+    )
     dists = proposal.dists if tokens else None
     # a round the policy kept plain: what would the drafter have proposed? (free evidence for the policy)
     shadow = None
@@ -144,8 +156,26 @@ def run_round(index: int, ctx: LlamaContext, drafter: Drafter, history: list[int
         drafter.accept(n_accepted, history)
 
     return RoundResult(
-        index=index, position=position, budget=budget, draft=tokens, draft_probs=probs, draft_reason=reason,
-        draft_seconds=draft_seconds, verdict=verdict, committed=committed, n_accepted=n_accepted, finish=finish,
-        batch_size=len(batch), verify_seconds=verify_seconds, kv_before=n_past, kv_peak=kv_peak,
-        kv_after=kv_after, round_seconds=time.perf_counter() - t_round, draft_kv_before=draft_kv_before,
-        draft_kv_peak=draft_kv_peak, draft_rollbacks=draft_rollbacks, shadow=shadow, margins=margins)
+        index=index,
+        position=position,
+        budget=budget,
+        draft=tokens,
+        draft_probs=probs,
+        draft_reason=reason,
+        draft_seconds=draft_seconds,
+        verdict=verdict,
+        committed=committed,
+        n_accepted=n_accepted,
+        finish=finish,
+        batch_size=len(batch),
+        verify_seconds=verify_seconds,
+        kv_before=n_past,
+        kv_peak=kv_peak,
+        kv_after=kv_after,
+        round_seconds=time.perf_counter() - t_round,
+        draft_kv_before=draft_kv_before,
+        draft_kv_peak=draft_kv_peak,
+        draft_rollbacks=draft_rollbacks,
+        shadow=shadow,
+        margins=margins,
+    )

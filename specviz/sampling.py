@@ -50,8 +50,7 @@ MAX_TOP_K = 1 << 31
 
 
 def _knob_error(name: str, value: object, allowed: str) -> KnobError:
-    return KnobError(f"{name}={value!r} is outside its range: {name} must be {allowed}", knob=name,
-                     value=value)
+    return KnobError(f"{name}={value!r} is outside its range: {name} must be {allowed}", knob=name, value=value)
 
 
 @dataclass(frozen=True)
@@ -169,8 +168,7 @@ class TokenDist:
         n = max(0, min(int(n), self.support_size))
         if n == 0:
             return []
-        idx = np.argpartition(-self.probs, n - 1)[:n] if n < self.support_size else np.arange(
-            self.support_size)
+        idx = np.argpartition(-self.probs, n - 1)[:n] if n < self.support_size else np.arange(self.support_size)
         ids = self.token_ids()[idx]
         order = np.lexsort((ids, -self.probs[idx]))
         return [(int(ids[j]), float(self.probs[idx][j])) for j in order]
@@ -257,8 +255,10 @@ def probs_from_logits(logits_row: np.ndarray, params: SamplingParams) -> TokenDi
     best = _first_argmax(row)
     top = row[best]
     if top == -np.inf:
-        raise ContextError("the logit row has no finite value (all NaN or -inf); the model output is "
-                           "unusable: check the model file and the decode call that produced it")
+        raise ContextError(
+            "the logit row has no finite value (all NaN or -inf); the model output is "
+            "unusable: check the model file and the decode call that produced it"
+        )
     if params.greedy:
         return TokenDist.point_mass(best, n)
     if top == np.inf:
@@ -305,8 +305,7 @@ def _sample_with_u(dist: TokenDist, u: float) -> int:
     return int(dist.token_ids()[i])
 
 
-def sample_token(logits_row: np.ndarray, params: SamplingParams,
-                 rng: np.random.Generator) -> tuple[int, float]:
+def sample_token(logits_row: np.ndarray, params: SamplingParams, rng: np.random.Generator) -> tuple[int, float]:
     """The plain (non-speculative) step: build the distribution and draw one token.
 
     Returns ``(token, probability of token under the distribution)``. With greedy params this is

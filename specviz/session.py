@@ -49,8 +49,15 @@ class Session:
     the embedded Gemma 3 270M. The context is created once and reused by every :meth:`start`.
     """
 
-    def __init__(self, model: str | os.PathLike | LlamaModel | None = None, *, n_ctx: int = 4096,
-                 n_batch: int = 512, n_ubatch: int = 512, n_threads: int | None = None) -> None:
+    def __init__(
+        self,
+        model: str | os.PathLike | LlamaModel | None = None,
+        *,
+        n_ctx: int = 4096,
+        n_batch: int = 512,
+        n_ubatch: int = 512,
+        n_threads: int | None = None,
+    ) -> None:
         self.model = model if isinstance(model, LlamaModel) else LlamaModel(resolve_model(model))
         self.ctx = LlamaContext(self.model, n_ctx=n_ctx, n_batch=n_batch, n_ubatch=n_ubatch, n_threads=n_threads)
         self._ctx_args = dict(n_ctx=n_ctx, n_batch=n_batch, n_ubatch=n_ubatch, n_threads=n_threads)
@@ -96,7 +103,7 @@ class Session:
     @property
     def tokens(self) -> list[int]:
         """Generated token ids (prompt excluded)."""
-        return self.history[self.n_prompt:]
+        return self.history[self.n_prompt :]
 
     @property
     def prompt_tokens(self) -> list[int]:
@@ -164,8 +171,12 @@ class Session:
         cls = strategy_class(strategy)
         cls.check(cfg)
         if cfg.get("draft_min", 0) > cfg.get("draft_max", 1):
-            raise KnobError(f"knob 'draft_min': {cfg['draft_min']} is larger than draft_max={cfg['draft_max']}; "
-                            "set draft_min <= draft_max", knob="draft_min", value=cfg["draft_min"])
+            raise KnobError(
+                f"knob 'draft_min': {cfg['draft_min']} is larger than draft_max={cfg['draft_max']}; "
+                "set draft_min <= draft_max",
+                knob="draft_min",
+                value=cfg["draft_min"],
+            )
         if cls.needs_model:  # load and check now, so nothing fails at the boundary
             path = cfg.get("draft_model") or ""
             model = self.draft_models.get(path) if path or not cls.draft_model_optional else None
@@ -191,12 +202,22 @@ class Session:
         if strategy_class(strategy).needs_model:
             a = self._ctx_args
             path = cfg.get("draft_model") or ""
-            model = self.model if not path and strategy_class(strategy).draft_model_optional else \
-                self.draft_models.get(path)
-            resources = DraftResources(model=model, target=self.model,
-                                       target_ctx=self.ctx, n_ctx=self.ctx.capacity.n_ctx,
-                                       n_batch=self.ctx.capacity.n_batch, n_ubatch=self.ctx.capacity.n_ubatch,
-                                       n_threads=a["n_threads"], sampling=sampling or self.sampling, rng=self.rng)
+            model = (
+                self.model
+                if not path and strategy_class(strategy).draft_model_optional
+                else self.draft_models.get(path)
+            )
+            resources = DraftResources(
+                model=model,
+                target=self.model,
+                target_ctx=self.ctx,
+                n_ctx=self.ctx.capacity.n_ctx,
+                n_batch=self.ctx.capacity.n_batch,
+                n_ubatch=self.ctx.capacity.n_ubatch,
+                n_threads=a["n_threads"],
+                sampling=sampling or self.sampling,
+                rng=self.rng,
+            )
         return make_drafter(strategy, cfg, resources)
 
     def _apply_pending(self, out: list[Event]) -> None:
@@ -219,14 +240,34 @@ class Session:
             self.policy = make_policy(cfg.get("draft_policy", "fixed"), self.cost_model)
         self.strategy, self.knobs = strategy, cfg
         if (prev_s, prev_k) != (strategy, cfg):
-            self._emit(KnobsChanged(self.round_index, strategy=strategy, knobs=dict(cfg), previous_strategy=prev_s,
-                                    previous_knobs=prev_k, schema=tuple(self.schema(strategy))), out)
+            self._emit(
+                KnobsChanged(
+                    self.round_index,
+                    strategy=strategy,
+                    knobs=dict(cfg),
+                    previous_strategy=prev_s,
+                    previous_knobs=prev_k,
+                    schema=tuple(self.schema(strategy)),
+                ),
+                out,
+            )
 
     # -- lifecycle -----------------------------------------------------------------------------------
-    def start(self, prompt: str | list[int] | None = None, max_tokens: int = 128, strategy: str = "prompt-lookup", *,
-              temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0, seed: int | None = None,
-              messages: list[dict[str, str]] | None = None, chat_template: str | None = None,
-              stop: str | list[str] | None = None, **knobs: Any) -> SessionStarted:
+    def start(
+        self,
+        prompt: str | list[int] | None = None,
+        max_tokens: int = 128,
+        strategy: str = "prompt-lookup",
+        *,
+        temperature: float = 0.0,
+        top_k: int = 0,
+        top_p: float = 1.0,
+        seed: int | None = None,
+        messages: list[dict[str, str]] | None = None,
+        chat_template: str | None = None,
+        stop: str | list[str] | None = None,
+        **knobs: Any,
+    ) -> SessionStarted:
         """Begin a new generation: validate everything, evaluate the prompt, publish ``SessionStarted``.
 
         ``prompt`` is text (tokenized with BOS) or a list of token ids. ``messages`` (instead of a prompt:
@@ -241,9 +282,19 @@ class Session:
         a refused call leaves the previous generation intact.
         """
         with self._lock:
-            req = prepare_request(self.model, prompt, max_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
-                                  seed=seed, messages=messages, chat_template=chat_template, stop=stop,
-                                  n_ctx=self.ctx.capacity.n_ctx)
+            req = prepare_request(
+                self.model,
+                prompt,
+                max_tokens,
+                temperature=temperature,
+                top_k=top_k,
+                top_p=top_p,
+                seed=seed,
+                messages=messages,
+                chat_template=chat_template,
+                stop=stop,
+                n_ctx=self.ctx.capacity.n_ctx,
+            )
             cfg = self._validate(strategy, knobs, None)
             sampling, stops, ids, chat = req.sampling, req.stop, req.ids, req.messages
             drafter = self._make_drafter(strategy, cfg, sampling)  # may fail: nothing has changed yet
@@ -268,13 +319,28 @@ class Session:
             self.drafter.begin(self.history)
             self.started = True
             cap = self.ctx.capacity
-            ev = SessionStarted(0, model=str(self.model.path), draft_model=self._draft_model_name(),
-                                strategy=strategy, knobs=dict(cfg), prompt_tokens=tuple(ids),
-                                prompt_pieces=tuple(self.model.pieces(ids)), max_tokens=self.max_tokens,
-                                temperature=sampling.temperature, top_k=sampling.top_k, top_p=sampling.top_p,
-                                seed=self.seed, n_ctx=cap.n_ctx, n_batch=cap.n_batch, n_ubatch=cap.n_ubatch,
-                                n_swa=cap.n_swa, n_vocab=self.model.n_vocab, stop=stops, messages=tuple(chat),
-                                chat_template=(chat_template or "model") if chat else None)
+            ev = SessionStarted(
+                0,
+                model=str(self.model.path),
+                draft_model=self._draft_model_name(),
+                strategy=strategy,
+                knobs=dict(cfg),
+                prompt_tokens=tuple(ids),
+                prompt_pieces=tuple(self.model.pieces(ids)),
+                max_tokens=self.max_tokens,
+                temperature=sampling.temperature,
+                top_k=sampling.top_k,
+                top_p=sampling.top_p,
+                seed=self.seed,
+                n_ctx=cap.n_ctx,
+                n_batch=cap.n_batch,
+                n_ubatch=cap.n_ubatch,
+                n_swa=cap.n_swa,
+                n_vocab=self.model.n_vocab,
+                stop=stops,
+                messages=tuple(chat),
+                chat_template=(chat_template or "model") if chat else None,
+            )
             self._emit(ev)
             capture(self)
             return ev
@@ -293,8 +359,9 @@ class Session:
             rounds.append(self.step())
         return rounds
 
-    def generate(self, prompt: str | list[int], max_tokens: int = 128, strategy: str = "prompt-lookup",
-                 **kwargs: Any) -> str:
+    def generate(
+        self, prompt: str | list[int], max_tokens: int = 128, strategy: str = "prompt-lookup", **kwargs: Any
+    ) -> str:
         """Convenience: :meth:`start` then :meth:`run`; returns the generated text."""
         self.start(prompt, max_tokens, strategy, **kwargs)
         self.run()
@@ -307,8 +374,9 @@ class Session:
             if not self.started:
                 raise SessionStateError("the session has not started; call start(prompt, ...) first")
             if self.finished is not None:
-                raise SessionStateError(f"the generation has finished ({self.finished}); call start() to begin "
-                                        "a new one")
+                raise SessionStateError(
+                    f"the generation has finished ({self.finished}); call start() to begin a new one"
+                )
             out: list[Event] = []
             self._apply_pending(out)
             if self._cancel.is_set():
@@ -320,13 +388,28 @@ class Session:
                 self.cost_model = measure_verify_cost(self.ctx, self.history, self.knobs)  # once, outside rounds
                 self.policy.use_cost(self.cost_model)
             cap = self.ctx.capacity
-            caps = Caps(remaining=self.max_tokens - len(self.tokens), free_ctx=cap.n_ctx - len(self.history),
-                        n_batch=cap.n_batch, n_ubatch=cap.n_ubatch)
+            caps = Caps(
+                remaining=self.max_tokens - len(self.tokens),
+                free_ctx=cap.n_ctx - len(self.history),
+                n_batch=cap.n_batch,
+                n_ubatch=cap.n_ubatch,
+            )
             budget = plan(self.knobs, self.policy, caps, drafts=self.drafter.drafts)
             self.round_index += 1
-            res = run_round(self.round_index, self.ctx, self.drafter, self.history, budget, params=self.sampling,
-                            rng=self.rng, is_eog=self.model.is_eog, draft_min=int(self.knobs.get("draft_min", 0)),
-                            scratch=self._scratch, record_margins=self.record_margins, stop=self._stop_fn())
+            res = run_round(
+                self.round_index,
+                self.ctx,
+                self.drafter,
+                self.history,
+                budget,
+                params=self.sampling,
+                rng=self.rng,
+                is_eog=self.model.is_eog,
+                draft_min=int(self.knobs.get("draft_min", 0)),
+                scratch=self._scratch,
+                record_margins=self.record_margins,
+                stop=self._stop_fn(),
+            )
             self.last_result = res
             self._learn(res)
             for ev in round_events(res, self.model.pieces, policy=str(self.knobs.get("draft_policy", "fixed"))):
@@ -358,20 +441,28 @@ class Session:
             self.policy.observe_shadow(res.shadow == res.committed[0])
         else:
             self.policy.observe_idle()
-        self.telemetry.record_round(n_drafted=len(res.draft), n_accepted=res.n_accepted,
-                                    n_committed=len(res.committed), draft_seconds=res.draft_seconds,
-                                    verify_seconds=res.verify_seconds, round_seconds=res.round_seconds,
-                                    draft_probs=res.draft_probs, expected_tokens=res.budget.expected)
+        self.telemetry.record_round(
+            n_drafted=len(res.draft),
+            n_accepted=res.n_accepted,
+            n_committed=len(res.committed),
+            draft_seconds=res.draft_seconds,
+            verify_seconds=res.verify_seconds,
+            round_seconds=res.round_seconds,
+            draft_probs=res.draft_probs,
+            expected_tokens=res.budget.expected,
+        )
 
     def _finish(self, reason: str, out: list[Event], new_tokens: list[int] | tuple = ()) -> Round:
         self.finished = reason
         message = None
         if reason == "stop":
             at = self._stop_scanner().cut(self.tokens)
-            text = b"".join(self.model.piece_bytes(t) for t in self.tokens if not (t == self.model.bos or
-                                                                                  self.model.is_eog(t)))
-            message = next((f"stop string {s!r}" for s in self.stop if at is not None and
-                            text.startswith(s.encode(), at)), None)
+            text = b"".join(
+                self.model.piece_bytes(t) for t in self.tokens if not (t == self.model.bos or self.model.is_eog(t))
+            )
+            message = next(
+                (f"stop string {s!r}" for s in self.stop if at is not None and text.startswith(s.encode(), at)), None
+            )
         self._emit(Finished(self.round_index, reason=reason, n_generated=len(self.tokens), message=message), out)
         return Round(self.round_index, tuple(out), tuple(new_tokens), reason)
 

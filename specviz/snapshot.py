@@ -60,10 +60,10 @@ def unpack(blob: Any) -> tuple[dict[str, Any], dict[str, bytes]]:
     body, digest = blob[:-_DIGEST], blob[-_DIGEST:]
     if hashlib.sha256(body).digest() != digest:
         raise SnapshotError("the snapshot is corrupted (checksum mismatch); it cannot be restored")
-    (hlen,) = struct.unpack("<Q", body[len(MAGIC):len(MAGIC) + 8])
+    (hlen,) = struct.unpack("<Q", body[len(MAGIC) : len(MAGIC) + 8])
     start = len(MAGIC) + 8
     try:
-        header = json.loads(body[start:start + hlen])
+        header = json.loads(body[start : start + hlen])
     except ValueError:
         raise SnapshotError("the snapshot header is unreadable") from None
     if not isinstance(header, dict) or not isinstance(header.get("blobs"), dict):
@@ -73,7 +73,7 @@ def unpack(blob: Any) -> tuple[dict[str, Any], dict[str, bytes]]:
     for name, n in header["blobs"].items():
         if not isinstance(n, int) or n < 0 or pos + n > len(body):
             raise SnapshotError(f"the snapshot is truncated ({name} state missing)")
-        out[name] = body[pos:pos + n]
+        out[name] = body[pos : pos + n]
         pos += n
     if pos != len(body):
         raise SnapshotError("the snapshot has trailing bytes after its states; it was not written by specviz")
@@ -108,8 +108,9 @@ class SnapshotHeader:
 
 def _need(cond: bool, what: str) -> None:
     if not cond:
-        raise SnapshotError(f"the snapshot header is malformed: {what}; restore a snapshot written by "
-                            "Session.snapshot()")
+        raise SnapshotError(
+            f"the snapshot header is malformed: {what}; restore a snapshot written by Session.snapshot()"
+        )
 
 
 def _is_int(v: Any) -> bool:
@@ -133,36 +134,73 @@ def read_header(h: dict[str, Any]) -> SnapshotHeader:
     _need(1 <= h["n_prompt"] <= len(hist), "'n_prompt' does not fit the history")
     _need(h.get("finished") is None or isinstance(h["finished"], str), "'finished' is not a string")
     pending = h.get("pending")
-    _need(pending is None or (isinstance(pending, list) and len(pending) == 2 and isinstance(pending[0], str)
-                              and isinstance(pending[1], dict)), "'pending' is not [strategy, knobs]")
+    _need(
+        pending is None
+        or (
+            isinstance(pending, list)
+            and len(pending) == 2
+            and isinstance(pending[0], str)
+            and isinstance(pending[1], dict)
+        ),
+        "'pending' is not [strategy, knobs]",
+    )
     for key in ("drafter_state", "cost_model", "rng"):
         _need(h.get(key) is None or isinstance(h[key], dict), f"{key!r} is not an object")
     _need(isinstance(h.get("policy_state", {}), dict), "'policy_state' is not an object")
     fp = h.get("model_fingerprint")
     _need(fp is None or isinstance(fp, str), "'model_fingerprint' is not a string")
     return SnapshotHeader(
-        model=h["model"], model_size=h["model_size"], model_fingerprint=fp, n_vocab=h["n_vocab"], ctx=h["ctx"],
-        history=list(hist), n_prompt=h["n_prompt"], max_tokens=h["max_tokens"], sampling=h["sampling"],
-        seed=h["seed"], rng=h.get("rng"), strategy=h["strategy"], knobs=h["knobs"],
-        pending=(pending[0], pending[1]) if pending else None, round=h["round"], finished=h.get("finished"),
-        telemetry=h["telemetry"], drafter_state=h.get("drafter_state"), policy_state=h.get("policy_state") or {},
-        cost_model=h.get("cost_model"))
+        model=h["model"],
+        model_size=h["model_size"],
+        model_fingerprint=fp,
+        n_vocab=h["n_vocab"],
+        ctx=h["ctx"],
+        history=list(hist),
+        n_prompt=h["n_prompt"],
+        max_tokens=h["max_tokens"],
+        sampling=h["sampling"],
+        seed=h["seed"],
+        rng=h.get("rng"),
+        strategy=h["strategy"],
+        knobs=h["knobs"],
+        pending=(pending[0], pending[1]) if pending else None,
+        round=h["round"],
+        finished=h.get("finished"),
+        telemetry=h["telemetry"],
+        drafter_state=h.get("drafter_state"),
+        policy_state=h.get("policy_state") or {},
+        cost_model=h.get("cost_model"),
+    )
 
 
 # -- a session's snapshot: taking it, and restoring it all-or-nothing ------------------------------------
+
 
 def take_snapshot(s: Session) -> bytes:
     """The envelope of session ``s`` (started): header fields and the target's and drafter's states."""
     assert s.drafter is not None
     header = {
-        "version": 1, "model": str(s.model.path), "model_size": s.model.path.stat().st_size,
-        "model_fingerprint": s.model.fingerprint, "n_vocab": s.model.n_vocab,
-        "ctx": dict(s._ctx_args), "history": s.history, "n_prompt": s.n_prompt,
-        "max_tokens": s.max_tokens, "temperature": s.temperature, "sampling": s.sampling.to_dict(),
-        "seed": s.seed, "rng": s.rng.bit_generator.state, "strategy": s.strategy,
-        "knobs": s.knobs, "pending": list(s._pending) if s._pending else None,
-        "round": s.round_index, "finished": s.finished, "telemetry": s.telemetry.state(),
-        "drafter_state": s.drafter.state(), "policy_state": s.policy.state(),
+        "version": 1,
+        "model": str(s.model.path),
+        "model_size": s.model.path.stat().st_size,
+        "model_fingerprint": s.model.fingerprint,
+        "n_vocab": s.model.n_vocab,
+        "ctx": dict(s._ctx_args),
+        "history": s.history,
+        "n_prompt": s.n_prompt,
+        "max_tokens": s.max_tokens,
+        "temperature": s.temperature,
+        "sampling": s.sampling.to_dict(),
+        "seed": s.seed,
+        "rng": s.rng.bit_generator.state,
+        "strategy": s.strategy,
+        "knobs": s.knobs,
+        "pending": list(s._pending) if s._pending else None,
+        "round": s.round_index,
+        "finished": s.finished,
+        "telemetry": s.telemetry.state(),
+        "drafter_state": s.drafter.state(),
+        "policy_state": s.policy.state(),
         "cost_model": s.cost_model.to_dict() if s.cost_model is not None else None,
         "workbench": extras_state(s),
     }
@@ -175,15 +213,22 @@ def restore_snapshot(s: Session, blob: bytes) -> None:
     header, blobs = unpack(blob)
     h = read_header(header)
     m = s.model
-    if h.n_vocab != m.n_vocab or h.model_size != m.path.stat().st_size or \
-            (h.model_fingerprint is not None and h.model_fingerprint != m.fingerprint):
-        raise SnapshotError(f"the snapshot was taken with model {h.model} ({h.n_vocab} tokens); this session "
-                            f"runs {m.path}: restore it into a session of that model")
+    if (
+        h.n_vocab != m.n_vocab
+        or h.model_size != m.path.stat().st_size
+        or (h.model_fingerprint is not None and h.model_fingerprint != m.fingerprint)
+    ):
+        raise SnapshotError(
+            f"the snapshot was taken with model {h.model} ({h.n_vocab} tokens); this session "
+            f"runs {m.path}: restore it into a session of that model"
+        )
     for k in ("n_ctx", "n_batch", "n_ubatch"):
         if h.ctx.get(k) != s._ctx_args[k]:
-            raise SnapshotError(f"the snapshot's context has {k}={h.ctx.get(k)!r}, this session "
-                                f"{s._ctx_args[k]}; restore it with Session.restore(), which creates a "
-                                "matching session")
+            raise SnapshotError(
+                f"the snapshot's context has {k}={h.ctx.get(k)!r}, this session "
+                f"{s._ctx_args[k]}; restore it with Session.restore(), which creates a "
+                "matching session"
+            )
     if len(h.history) > s.ctx.capacity.n_ctx:
         raise SnapshotError("the snapshot's history is longer than the context")
     try:
@@ -212,8 +257,16 @@ def restore_snapshot(s: Session, blob: bytes) -> None:
         raise
 
 
-def _install(s: Session, h: SnapshotHeader, blobs: dict[str, bytes], cfg: dict[str, Any], pending: Any,
-             sampling: SamplingParams, telemetry: Telemetry, extras: Any = None) -> None:
+def _install(
+    s: Session,
+    h: SnapshotHeader,
+    blobs: dict[str, bytes],
+    cfg: dict[str, Any],
+    pending: Any,
+    sampling: SamplingParams,
+    telemetry: Telemetry,
+    extras: Any = None,
+) -> None:
     """Install a checked snapshot into ``s`` (:func:`restore_snapshot` undoes it on failure)."""
     old = s.drafter
     s._reset_state()
@@ -247,4 +300,3 @@ def _install(s: Session, h: SnapshotHeader, blobs: dict[str, bytes], cfg: dict[s
         raise SnapshotError(f"the restored cache holds {s.kv_length} positions, expected {s.committed}")
     if old is not None and old is not s.drafter:
         old.close()
-

@@ -51,10 +51,18 @@ class Telemetry:
     expected_tokens: float = 0.0  #: sum of the policy's expected tokens per round (cost policy)
     last_round: dict[str, Any] = field(default_factory=dict)
 
-    def record_round(self, *, n_drafted: int, n_accepted: int, n_committed: int, draft_seconds: float,
-                     verify_seconds: float, round_seconds: float,
-                     draft_probs: Sequence[float | None] | None = None,
-                     expected_tokens: float | None = None) -> None:
+    def record_round(
+        self,
+        *,
+        n_drafted: int,
+        n_accepted: int,
+        n_committed: int,
+        draft_seconds: float,
+        verify_seconds: float,
+        round_seconds: float,
+        draft_probs: Sequence[float | None] | None = None,
+        expected_tokens: float | None = None,
+    ) -> None:
         """Add one round: its draft length, accepted draft tokens, committed tokens and timings."""
         self.rounds += 1
         self.generated += n_committed
@@ -82,9 +90,15 @@ class Telemetry:
                     self.bucket_hits[b] += 1
         if expected_tokens is not None:
             self.expected_tokens += expected_tokens
-        self.last_round = {"drafted": n_drafted, "accepted": n_accepted, "committed": n_committed,
-                           "draft_seconds": draft_seconds, "verify_seconds": verify_seconds,
-                           "seconds": round_seconds, "expected_tokens": expected_tokens}
+        self.last_round = {
+            "drafted": n_drafted,
+            "accepted": n_accepted,
+            "committed": n_committed,
+            "draft_seconds": draft_seconds,
+            "verify_seconds": verify_seconds,
+            "seconds": round_seconds,
+            "expected_tokens": expected_tokens,
+        }
 
     def to_dict(self) -> dict[str, Any]:
         """Every counter and derived figure (see :func:`figures`)."""
@@ -92,8 +106,10 @@ class Telemetry:
 
     def state(self) -> dict[str, Any]:
         """The raw counters, for snapshots."""
-        return {k: (list(v) if isinstance(v, list) else (dict(v) if isinstance(v, dict) else v))
-                for k, v in self.__dict__.items()}
+        return {
+            k: (list(v) if isinstance(v, list) else (dict(v) if isinstance(v, dict) else v))
+            for k, v in self.__dict__.items()
+        }
 
     @classmethod
     def from_state(cls, d: dict[str, Any]) -> Telemetry:
@@ -114,6 +130,7 @@ def _grow(xs: list[int], n: int) -> None:
 
 
 # -- derived figures: each a function of counters ----------------------------------------------------
+
 
 def acceptance_rate(accepted: int, drafted: int) -> float:
     """Accepted draft tokens over drafted tokens (0 when nothing was drafted)."""
@@ -143,8 +160,10 @@ def tokens_per_second(generated: int, seconds: float) -> float:
 
 def bucket_rates(tries: Sequence[int], hits: Sequence[int]) -> list[dict[str, Any]]:
     """Acceptance per draft-probability bucket ``[lo, hi)``; ``rate`` None for an empty bucket."""
-    return [{"lo": round(hi - 0.1, 1), "hi": hi, "tries": t, "accepted": h, "rate": h / t if t else None}
-            for hi, t, h in zip(PROB_BUCKETS, tries, hits)]
+    return [
+        {"lo": round(hi - 0.1, 1), "hi": hi, "tries": t, "accepted": h, "rate": h / t if t else None}
+        for hi, t, h in zip(PROB_BUCKETS, tries, hits)
+    ]
 
 
 def figures(t: Telemetry) -> dict[str, Any]:

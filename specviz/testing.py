@@ -20,11 +20,71 @@ import numpy as np
 
 #: Printable pieces that extend the 259 base tokens (3 specials + 256 bytes) up to ``vocab_size``.
 _EXTRA_PIECES = [
-    "▁the", "▁a", "▁of", "▁and", "▁to", "▁in", "▁is", "▁it", "▁that", "▁for", "▁on", "▁with", "▁as",
-    "▁was", "▁be", "▁by", "▁at", "▁this", "▁or", "▁from", "er", "in", "on", "an", "re", "at", "en",
-    "ed", "es", "or", "ing", "ion", "▁s", "▁c", "▁p", "▁d", "▁m", "▁b", "▁f", "▁w", "▁h", "▁t",
-    "▁def", "▁return", "▁if", "▁else", "▁for", "▁class", "▁self", "()", "):", "▁=", "▁==", "▁+",
-    "▁print", "▁import", "▁None", "▁True", "▁False", "▁while", "▁not", "▁x", "▁y", "▁i", "▁n",
+    "▁the",
+    "▁a",
+    "▁of",
+    "▁and",
+    "▁to",
+    "▁in",
+    "▁is",
+    "▁it",
+    "▁that",
+    "▁for",
+    "▁on",
+    "▁with",
+    "▁as",
+    "▁was",
+    "▁be",
+    "▁by",
+    "▁at",
+    "▁this",
+    "▁or",
+    "▁from",
+    "er",
+    "in",
+    "on",
+    "an",
+    "re",
+    "at",
+    "en",
+    "ed",
+    "es",
+    "or",
+    "ing",
+    "ion",
+    "▁s",
+    "▁c",
+    "▁p",
+    "▁d",
+    "▁m",
+    "▁b",
+    "▁f",
+    "▁w",
+    "▁h",
+    "▁t",
+    "▁def",
+    "▁return",
+    "▁if",
+    "▁else",
+    "▁for",
+    "▁class",
+    "▁self",
+    "()",
+    "):",
+    "▁=",
+    "▁==",
+    "▁+",
+    "▁print",
+    "▁import",
+    "▁None",
+    "▁True",
+    "▁False",
+    "▁while",
+    "▁not",
+    "▁x",
+    "▁y",
+    "▁i",
+    "▁n",
 ]
 
 
@@ -78,9 +138,21 @@ def write_tiny_llama(
     import gguf
 
     path = Path(path)
-    weights = layers_from if layers_from is not None else tiny_weights(
-        seed=seed, vocab_size=vocab_size, n_embd=n_embd, n_layer=n_layer, n_head_kv=n_head_kv,
-        n_head=n_head, n_ff=n_ff, scale=scale, block_scale=block_scale)
+    weights = (
+        layers_from
+        if layers_from is not None
+        else tiny_weights(
+            seed=seed,
+            vocab_size=vocab_size,
+            n_embd=n_embd,
+            n_layer=n_layer,
+            n_head_kv=n_head_kv,
+            n_head=n_head,
+            n_ff=n_ff,
+            scale=scale,
+            block_scale=block_scale,
+        )
+    )
     tokens, scores, types = tiny_vocab(vocab_size)
     for tok_id, text in (token_overrides or {}).items():
         tokens[tok_id] = text
@@ -110,8 +182,17 @@ def write_tiny_llama(
     w.add_tensor("output_norm.weight", weights["output_norm.weight"])
     w.add_tensor("output.weight", weights["output.weight"])
     for i in range(n_layer):
-        for name in ("attn_norm", "attn_q", "attn_k", "attn_v", "attn_output", "ffn_norm", "ffn_gate",
-                     "ffn_up", "ffn_down"):
+        for name in (
+            "attn_norm",
+            "attn_q",
+            "attn_k",
+            "attn_v",
+            "attn_output",
+            "ffn_norm",
+            "ffn_gate",
+            "ffn_up",
+            "ffn_down",
+        ):
             w.add_tensor(f"blk.{i}.{name}.weight", weights[f"blk.{i}.{name}.weight"])
     w.write_header_to_file()
     w.write_kv_data_to_file()
@@ -120,9 +201,18 @@ def write_tiny_llama(
     return path
 
 
-def tiny_weights(*, seed: int = 0, vocab_size: int = 320, n_embd: int = 64, n_layer: int = 2,
-                 n_head: int = 4, n_head_kv: int = 2, n_ff: int = 128, scale: float = 1.0,
-                 block_scale: float = 1.0) -> dict:
+def tiny_weights(
+    *,
+    seed: int = 0,
+    vocab_size: int = 320,
+    n_embd: int = 64,
+    n_layer: int = 2,
+    n_head: int = 4,
+    n_head_kv: int = 2,
+    n_ff: int = 128,
+    scale: float = 1.0,
+    block_scale: float = 1.0,
+) -> dict:
     """The f32 tensors of a tiny llama model, by GGUF tensor name (numpy row-major shapes).
 
     ``block_scale`` scales the attention and feed-forward output projections: small values make the
@@ -153,10 +243,21 @@ def tiny_weights(*, seed: int = 0, vocab_size: int = 320, n_embd: int = 64, n_la
     return t
 
 
-def write_tiny_eagle3(path: str | Path, target: str | Path, *, seed: int = 0, n_draft_vocab: int | None = None,
-                      target_layers: tuple[int, int, int] | None = None, n_head: int = 4, n_head_kv: int = 2,
-                      n_ff: int = 128, own_embeddings: bool = False, norm_before_fc: bool = False,
-                      scale: float = 1.0, d2t: tuple[int, ...] | None = None) -> Path:
+def write_tiny_eagle3(
+    path: str | Path,
+    target: str | Path,
+    *,
+    seed: int = 0,
+    n_draft_vocab: int | None = None,
+    target_layers: tuple[int, int, int] | None = None,
+    n_head: int = 4,
+    n_head_kv: int = 2,
+    n_ff: int = 128,
+    own_embeddings: bool = False,
+    norm_before_fc: bool = False,
+    scale: float = 1.0,
+    d2t: tuple[int, ...] | None = None,
+) -> Path:
     """Write a tiny random EAGLE-3 head for the tiny llama ``target`` (f32, fixed seed) and return the path.
 
     The head is as wide as the target and borrows its token embeddings unless ``own_embeddings``.
@@ -175,18 +276,43 @@ def write_tiny_eagle3(path: str | Path, target: str | Path, *, seed: int = 0, n_
     if d2t is None:
         k = n_draft_vocab if n_draft_vocab is not None else n_vocab // 2
         d2t = tuple(range(0, n_vocab, 2))[:k] if k <= (n_vocab + 1) // 2 else tuple(range(k))
-    cfg = Eagle3HeadConfig(n_embd=n_embd, n_head=n_head, n_head_kv=n_head_kv, n_ff=n_ff, target_hidden=n_embd,
-                           target_layers=target_layers or default_target_layers(n_layer), d2t=tuple(d2t),
-                           n_vocab=n_vocab, own_embeddings=own_embeddings, norm_before_fc=norm_before_fc,
-                           rms_eps=1e-5, context_length=int(info.metadata.get(f"{arch}.context_length", 2048)))
-    return write_eagle3_head(path, target, cfg, random_eagle3_weights(cfg, seed=seed, scale=scale),
-                             name=f"tiny-eagle3-s{seed}")
+    cfg = Eagle3HeadConfig(
+        n_embd=n_embd,
+        n_head=n_head,
+        n_head_kv=n_head_kv,
+        n_ff=n_ff,
+        target_hidden=n_embd,
+        target_layers=target_layers or default_target_layers(n_layer),
+        d2t=tuple(d2t),
+        n_vocab=n_vocab,
+        own_embeddings=own_embeddings,
+        norm_before_fc=norm_before_fc,
+        rms_eps=1e-5,
+        context_length=int(info.metadata.get(f"{arch}.context_length", 2048)),
+    )
+    return write_eagle3_head(
+        path, target, cfg, random_eagle3_weights(cfg, seed=seed, scale=scale), name=f"tiny-eagle3-s{seed}"
+    )
 
 
-def write_tiny_nextn(path: str | Path, *, seed: int = 0, vocab_size: int = 320, n_embd: int = 64, n_layer: int = 2,
-                     n_head: int = 4, n_head_kv: int = 2, n_ff: int = 128, n_expert: int = 2, n_ff_exp: int = 32,
-                     context_length: int = 2048, scale: float = 1.0, nextn: bool = True, block_scale: float = 1.0,
-                     binary: tuple[int, int] | None = None) -> Path:
+def write_tiny_nextn(
+    path: str | Path,
+    *,
+    seed: int = 0,
+    vocab_size: int = 320,
+    n_embd: int = 64,
+    n_layer: int = 2,
+    n_head: int = 4,
+    n_head_kv: int = 2,
+    n_ff: int = 128,
+    n_expert: int = 2,
+    n_ff_exp: int = 32,
+    context_length: int = 2048,
+    scale: float = 1.0,
+    nextn: bool = True,
+    block_scale: float = 1.0,
+    binary: tuple[int, int] | None = None,
+) -> Path:
     """Write a tiny ``glm4moe`` GGUF with one NextN (multi-token prediction) layer; return the path.
 
     The trunk has ``n_layer`` dense blocks (``leading_dense_block_count`` covers them all, so no trunk

@@ -18,29 +18,45 @@ from dataclasses import dataclass
 
 from specviz.errors import VocabularyMismatchError
 
-__all__ = ["VocabDifference", "VocabSummary", "vocab_summary", "vocab_differences",
-           "check_vocab_compatible", "spread_ids", "SPECIAL_TOKENS"]
+__all__ = [
+    "VocabDifference",
+    "VocabSummary",
+    "vocab_summary",
+    "vocab_differences",
+    "check_vocab_compatible",
+    "spread_ids",
+    "SPECIAL_TOKENS",
+]
 
 #: Special tokens compared by id: name -> llama.cpp accessor name.
 SPECIAL_TOKENS = {
-    "bos": "llama_vocab_bos", "eos": "llama_vocab_eos", "eot": "llama_vocab_eot",
-    "sep": "llama_vocab_sep", "nl": "llama_vocab_nl", "pad": "llama_vocab_pad",
-    "fim_pre": "llama_vocab_fim_pre", "fim_suf": "llama_vocab_fim_suf",
-    "fim_mid": "llama_vocab_fim_mid", "fim_pad": "llama_vocab_fim_pad",
-    "fim_rep": "llama_vocab_fim_rep", "fim_sep": "llama_vocab_fim_sep",
+    "bos": "llama_vocab_bos",
+    "eos": "llama_vocab_eos",
+    "eot": "llama_vocab_eot",
+    "sep": "llama_vocab_sep",
+    "nl": "llama_vocab_nl",
+    "pad": "llama_vocab_pad",
+    "fim_pre": "llama_vocab_fim_pre",
+    "fim_suf": "llama_vocab_fim_suf",
+    "fim_mid": "llama_vocab_fim_mid",
+    "fim_pad": "llama_vocab_fim_pad",
+    "fim_rep": "llama_vocab_fim_rep",
+    "fim_sep": "llama_vocab_fim_sep",
 }
 _FLAGS = {"add_bos": "llama_vocab_get_add_bos", "add_eos": "llama_vocab_get_add_eos"}
-_HOW_TO_FIX = ("Use a draft model with the target's tokenizer (the same model family and "
-               "conversion), or derive one from the target with `specviz derive-draft TARGET.gguf "
-               "--keep-layers 0-5 -o DRAFT.gguf`, which keeps the vocabulary by construction.")
+_HOW_TO_FIX = (
+    "Use a draft model with the target's tokenizer (the same model family and "
+    "conversion), or derive one from the target with `specviz derive-draft TARGET.gguf "
+    "--keep-layers 0-5 -o DRAFT.gguf`, which keeps the vocabulary by construction."
+)
 
 
 @dataclass(frozen=True)
 class VocabDifference:
     """One way the two vocabularies differ."""
 
-    kind: str     #: "size", "type", "special", "flag" or "text"
-    what: str     #: e.g. "n_tokens", "eos", "add_bos", "token 300"
+    kind: str  #: "size", "type", "special", "flag" or "text"
+    what: str  #: e.g. "n_tokens", "eos", "add_bos", "token 300"
     target: object
     draft: object
 
@@ -82,8 +98,9 @@ def _vocab(model):
 
     v = llama_cpp.llama_model_get_vocab(_model_ptr(model))
     if not v:
-        raise VocabularyMismatchError("the model has no vocabulary (llama_model_get_vocab returned "
-                                      "NULL); load the model with its vocabulary")
+        raise VocabularyMismatchError(
+            "the model has no vocabulary (llama_model_get_vocab returned NULL); load the model with its vocabulary"
+        )
     return v
 
 
@@ -97,10 +114,8 @@ def vocab_summary(model) -> VocabSummary:
         f = getattr(llama_cpp, fn, None)
         if f is not None:
             special[name] = int(f(v))
-    flags = {name: bool(getattr(llama_cpp, fn)(v)) for name, fn in _FLAGS.items()
-             if hasattr(llama_cpp, fn)}
-    return VocabSummary(int(llama_cpp.llama_vocab_n_tokens(v)), int(llama_cpp.llama_vocab_type(v)),
-                        special, flags)
+    flags = {name: bool(getattr(llama_cpp, fn)(v)) for name, fn in _FLAGS.items() if hasattr(llama_cpp, fn)}
+    return VocabSummary(int(llama_cpp.llama_vocab_n_tokens(v)), int(llama_cpp.llama_vocab_type(v)), special, flags)
 
 
 def spread_ids(n_tokens: int, n_samples: int = 512, edge: int = 64) -> list[int]:
@@ -148,13 +163,13 @@ def vocab_differences(target_model, draft_model, *, n_samples: int = 512) -> lis
     for tok in sorted(ids):
         a, b = _text(tv, tok), _text(dv, tok)
         if a != b:
-            diffs.append(VocabDifference("text", f"token {tok}", a.decode("utf-8", "replace"),
-                                         b.decode("utf-8", "replace")))
+            diffs.append(
+                VocabDifference("text", f"token {tok}", a.decode("utf-8", "replace"), b.decode("utf-8", "replace"))
+            )
     return diffs
 
 
-def check_vocab_compatible(target_model, draft_model, *, n_samples: int = 512,
-                           max_listed: int = 8) -> None:
+def check_vocab_compatible(target_model, draft_model, *, n_samples: int = 512, max_listed: int = 8) -> None:
     """Raise :class:`VocabularyMismatchError` unless the draft's vocabulary matches the target's.
 
     The message lists what differs (size, vocabulary type, which special tokens, which ids' text —
@@ -170,7 +185,8 @@ def check_vocab_compatible(target_model, draft_model, *, n_samples: int = 512,
         shown = "; ".join(d.describe() for d in text[:max_listed])
         more = f" (and {len(text) - max_listed} more)" if len(text) > max_listed else ""
         lines.append(f"text differs for {len(text)} of the compared ids: {shown}{more}")
-    err = VocabularyMismatchError("the draft model's vocabulary does not match the target's: "
-                                  + "; ".join(lines) + ". " + _HOW_TO_FIX)
+    err = VocabularyMismatchError(
+        "the draft model's vocabulary does not match the target's: " + "; ".join(lines) + ". " + _HOW_TO_FIX
+    )
     err.differences = diffs  # type: ignore[attr-defined]
     raise err

@@ -88,7 +88,7 @@ def merge_configs(base, override):
     return merged
 '''
 
-_CART = '''function cartTotal(items, discountCode) {
+_CART = """function cartTotal(items, discountCode) {
   let subtotal = 0;
   for (let i = 0; i < items.length; i++) {
     const item = items[i];
@@ -114,57 +114,66 @@ _CART = '''function cartTotal(items, discountCode) {
     total: subtotal - discount + shipping,
   };
 }
-'''
+"""
 
-_LIGHTHOUSE = ("The lighthouse stood on the northern cliff for two hundred years. Every night its keeper climbed "
-               "the ninety steps, trimmed the wick and wound the clockwork that turned the great lens. Ships "
-               "passing the reef counted the flashes, three short and one long, and knew where they were. In "
-               "the winter of the great storm the clockwork froze, and the keeper turned the lens by hand from "
-               "dusk until dawn for eleven nights, while his daughter kept the lamp burning below. When the "
-               "storm passed, the harbour master rowed out to thank them and found them both asleep on the "
-               "gallery floor. The lens was replaced by an electric lamp in 1931, the last keeper left in "
-               "1958, and today the tower is a museum where visitors can climb the same ninety steps and see "
-               "the old clockwork, still stopped at the hour it froze.")
-_PHOTOSYNTHESIS = ("Photosynthesis converts light energy into chemical energy. In the chloroplasts of plant "
-                   "cells, pigments such as chlorophyll absorb light, mostly in the blue and red parts of the "
-                   "spectrum. The absorbed energy splits water molecules, releasing oxygen as a by-product, and "
-                   "is stored for a short time in two carrier molecules, ATP and NADPH. In a second set of "
-                   "reactions, known as the Calvin cycle, these carriers supply the energy and the hydrogen "
-                   "needed to turn carbon dioxide from the air into sugars. The sugars are used to build "
-                   "starch, cellulose and the other molecules from which the plant grows. Nearly all life on "
-                   "Earth depends on this process, directly or through the food chain, and the oxygen it "
-                   "releases makes up about a fifth of the air we breathe.")
-_MINUTES = ("The committee met on Tuesday evening in the council chamber to review the budget for the coming "
-            "year. The chair opened the meeting at seven o'clock and the minutes of the previous meeting were "
-            "approved without changes. The treasurer reported that income from the parking charges was higher "
-            "than expected, while the cost of heating the town hall had risen by a third. After a long "
-            "discussion the committee approved the new library wing, postponed the road repairs on Mill Lane "
-            "until spring, and agreed to keep the swimming pool open on Sunday mornings through the summer. "
-            "The treasurer was asked to prepare a report on the pension fund before the next meeting, and "
-            "the clerk was asked to write to the county about the broken street lights near the station. The "
-            "meeting closed at half past nine.")
+_LIGHTHOUSE = (
+    "The lighthouse stood on the northern cliff for two hundred years. Every night its keeper climbed "
+    "the ninety steps, trimmed the wick and wound the clockwork that turned the great lens. Ships "
+    "passing the reef counted the flashes, three short and one long, and knew where they were. In "
+    "the winter of the great storm the clockwork froze, and the keeper turned the lens by hand from "
+    "dusk until dawn for eleven nights, while his daughter kept the lamp burning below. When the "
+    "storm passed, the harbour master rowed out to thank them and found them both asleep on the "
+    "gallery floor. The lens was replaced by an electric lamp in 1931, the last keeper left in "
+    "1958, and today the tower is a museum where visitors can climb the same ninety steps and see "
+    "the old clockwork, still stopped at the hour it froze."
+)
+_PHOTOSYNTHESIS = (
+    "Photosynthesis converts light energy into chemical energy. In the chloroplasts of plant "
+    "cells, pigments such as chlorophyll absorb light, mostly in the blue and red parts of the "
+    "spectrum. The absorbed energy splits water molecules, releasing oxygen as a by-product, and "
+    "is stored for a short time in two carrier molecules, ATP and NADPH. In a second set of "
+    "reactions, known as the Calvin cycle, these carriers supply the energy and the hydrogen "
+    "needed to turn carbon dioxide from the air into sugars. The sugars are used to build "
+    "starch, cellulose and the other molecules from which the plant grows. Nearly all life on "
+    "Earth depends on this process, directly or through the food chain, and the oxygen it "
+    "releases makes up about a fifth of the air we breathe."
+)
+_MINUTES = (
+    "The committee met on Tuesday evening in the council chamber to review the budget for the coming "
+    "year. The chair opened the meeting at seven o'clock and the minutes of the previous meeting were "
+    "approved without changes. The treasurer reported that income from the parking charges was higher "
+    "than expected, while the cost of heating the town hall had risen by a third. After a long "
+    "discussion the committee approved the new library wing, postponed the road repairs on Mill Lane "
+    "until spring, and agreed to keep the swimming pool open on Sunday mornings through the summer. "
+    "The treasurer was asked to prepare a report on the pension fund before the next meeting, and "
+    "the clerk was asked to write to the county about the broken street lights near the station. The "
+    "meeting closed at half past nine."
+)
 
-_BREAD = ("To make a simple loaf, mix five hundred grams of strong white flour with ten grams of salt and seven "
-          "grams of dried yeast in a large bowl. Add three hundred and fifty millilitres of warm water and stir "
-          "until the dough comes together. Turn it out onto a floured table and knead it for ten minutes, until "
-          "it is smooth and springs back when pressed. Put the dough back in the bowl, cover it with a damp "
-          "cloth and leave it somewhere warm for an hour, until it has doubled in size. Knock it back, shape it "
-          "into a round and place it on a baking tray. Leave it to rise for another forty minutes while the oven "
-          "heats to two hundred and twenty degrees. Bake the loaf for thirty minutes, until it is golden brown "
-          "and sounds hollow when tapped underneath, then let it cool on a wire rack before slicing.")
-_NOTICE = ("From Monday the first of March, the number 12 bus will no longer stop on Station Road while the "
-           "bridge is being repaired. Passengers for the station should use the temporary stop outside the "
-           "post office on Church Street, about two hundred metres further on. The last bus from the town "
-           "centre will leave at twenty past eleven instead of eleven o'clock, to allow for the longer route. "
-           "Season tickets remain valid on all routes, and children under five continue to travel free. The "
-           "repairs are expected to take six weeks. We apologise for the inconvenience and thank passengers "
-           "for their patience. For the latest times, ask the driver or call the travel line, which is open "
-           "from seven in the morning until eight in the evening every day except Christmas Day.")
+_BREAD = (
+    "To make a simple loaf, mix five hundred grams of strong white flour with ten grams of salt and seven "
+    "grams of dried yeast in a large bowl. Add three hundred and fifty millilitres of warm water and stir "
+    "until the dough comes together. Turn it out onto a floured table and knead it for ten minutes, until "
+    "it is smooth and springs back when pressed. Put the dough back in the bowl, cover it with a damp "
+    "cloth and leave it somewhere warm for an hour, until it has doubled in size. Knock it back, shape it "
+    "into a round and place it on a baking tray. Leave it to rise for another forty minutes while the oven "
+    "heats to two hundred and twenty degrees. Bake the loaf for thirty minutes, until it is golden brown "
+    "and sounds hollow when tapped underneath, then let it cool on a wire rack before slicing."
+)
+_NOTICE = (
+    "From Monday the first of March, the number 12 bus will no longer stop on Station Road while the "
+    "bridge is being repaired. Passengers for the station should use the temporary stop outside the "
+    "post office on Church Street, about two hundred metres further on. The last bus from the town "
+    "centre will leave at twenty past eleven instead of eleven o'clock, to allow for the longer route. "
+    "Season tickets remain valid on all routes, and children under five continue to travel free. The "
+    "repairs are expected to take six weeks. We apologise for the inconvenience and thank passengers "
+    "for their patience. For the latest times, ask the driver or call the travel line, which is open "
+    "from seven in the morning until eight in the evening every day except Christmas Day."
+)
 
 WORKLOADS: dict[str, list[str]] = {
     "code-rewrite": [
-        "Add type hints to this class and keep everything else the same:\n\n" + _INVENTORY
-        + "\nWith type hints:\n\n",
+        "Add type hints to this class and keep everything else the same:\n\n" + _INVENTORY + "\nWith type hints:\n\n",
         "Rewrite this code so that parse_config is called read_config:\n\n" + _PARSER + "\nRewritten code:\n\n",
         "Rename the variable subtotal to sub_total in this JavaScript function:\n\n" + _CART + "\nRenamed:\n\n",
         "Here is a Python class:\n\n" + _INVENTORY + "\nHere is the same class again, unchanged:\n\n",
@@ -172,8 +181,8 @@ WORKLOADS: dict[str, list[str]] = {
     "quote": [
         "Text: " + _LIGHTHOUSE + "\n\nQuote the first four sentences of the text exactly:\n",
         "Text: " + _MINUTES + "\n\nCopy the text above:\n",
-        "Text: " + _PHOTOSYNTHESIS + "\n\nThe text, quoted in full:\n\"",
-        "Text: " + _BREAD + "\n\nThe text, quoted in full:\n\"",
+        "Text: " + _PHOTOSYNTHESIS + '\n\nThe text, quoted in full:\n"',
+        "Text: " + _BREAD + '\n\nThe text, quoted in full:\n"',
     ],
     "summarise": [
         "Minutes: " + _MINUTES + "\n\nSummarise the minutes, quoting the decisions:\n",
@@ -220,9 +229,9 @@ def copied_fraction(prompt_tokens: list[int], output_tokens: list[int], span: in
         raise ValueError(f"span must be at least 1, got {span}")
     if not output_tokens:
         return 0.0
-    seen = {tuple(prompt_tokens[i:i + span]) for i in range(len(prompt_tokens) - span + 1)}
+    seen = {tuple(prompt_tokens[i : i + span]) for i in range(len(prompt_tokens) - span + 1)}
     covered = [False] * len(output_tokens)
     for i in range(len(output_tokens) - span + 1):
-        if tuple(output_tokens[i:i + span]) in seen:
-            covered[i:i + span] = [True] * span
+        if tuple(output_tokens[i : i + span]) in seen:
+            covered[i : i + span] = [True] * span
     return sum(covered) / len(output_tokens)

@@ -36,8 +36,9 @@ from specviz.ui.harness import free_port, wait_http  # noqa: E402,F401  (shared 
 def start(args: list[str], log: Path, env: dict | None = None) -> subprocess.Popen:
     e = dict(os.environ)
     e.update(env or {})
-    return subprocess.Popen([sys.executable, *args], stdout=log.open("w"), stderr=subprocess.STDOUT, env=e,
-                            cwd=str(ROOT))
+    return subprocess.Popen(
+        [sys.executable, *args], stdout=log.open("w"), stderr=subprocess.STDOUT, env=e, cwd=str(ROOT)
+    )
 
 
 from specviz.ui.harness import stop_process as stop  # noqa: E402,F401

@@ -26,7 +26,14 @@ from pathlib import Path
 import numpy as np
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule, run_state_machine_as_test
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
 
 from specviz import Session, strategy_names, strategy_schema
 from specviz.backends.llama import LlamaContext, LlamaModel
@@ -109,8 +116,17 @@ class SessionMachine(RuleBasedStateMachine):
     # -- helpers -------------------------------------------------------------------------------
     def observable(self) -> tuple:
         s = self.s
-        return (list(s.history), s.strategy, dict(s.knobs), s._pending, s.finished, s.round_index, len(s.events),
-                s.kv_length if s.started else None, s.drafter)
+        return (
+            list(s.history),
+            s.strategy,
+            dict(s.knobs),
+            s._pending,
+            s.finished,
+            s.round_index,
+            len(s.events),
+            s.kv_length if s.started else None,
+            s.drafter,
+        )
 
     def attempt(self, call, *args, **kwargs):
         """Run ``call``; a refusal must be typed and change nothing. Returns (ok, result)."""
@@ -126,9 +142,14 @@ class SessionMachine(RuleBasedStateMachine):
     def begin(self, prompt):
         self.s.start(prompt, 24, "prompt-lookup")
 
-    @rule(data=st.data(), prompt=st.sampled_from(PROMPTS), strategy=st.sampled_from(strategy_names() + ["bogus"]),
-          max_tokens=st.sampled_from([1, 5, 24, 60, 0, -3, "x"]), temperature=st.sampled_from([0.0, 0.0, 0.0, 0.7]),
-          stop=st.sampled_from([None, None, ["e"], ["\x00", "th"], [""], "a"]))
+    @rule(
+        data=st.data(),
+        prompt=st.sampled_from(PROMPTS),
+        strategy=st.sampled_from(strategy_names() + ["bogus"]),
+        max_tokens=st.sampled_from([1, 5, 24, 60, 0, -3, "x"]),
+        temperature=st.sampled_from([0.0, 0.0, 0.0, 0.7]),
+        stop=st.sampled_from([None, None, ["e"], ["\x00", "th"], [""], "a"]),
+    )
     def start(self, data, prompt, strategy, max_tokens, temperature, stop):
         knobs = data.draw(knob_values(strategy)) if strategy in strategy_names() else {}
         self.attempt(self.s.start, prompt, max_tokens, strategy, temperature=temperature, seed=3, stop=stop, **knobs)
@@ -211,8 +232,17 @@ class SessionMachine(RuleBasedStateMachine):
             lo = s.checkpoints[0].n_history if s.checkpoints else 1
             ok, ev = self.attempt(s.rewind, position=data.draw(st.integers(lo, max(len(history), lo))))
         else:
-            bad = data.draw(st.sampled_from([{"round": -1}, {"round": s.round_index + 1}, {"position": 0},
-                                             {"position": len(history) + 1}, {"round": "2"}]))
+            bad = data.draw(
+                st.sampled_from(
+                    [
+                        {"round": -1},
+                        {"round": s.round_index + 1},
+                        {"position": 0},
+                        {"position": len(history) + 1},
+                        {"round": "2"},
+                    ]
+                )
+            )
             ok, ev = self.attempt(s.rewind, **bad)
             assert not ok, f"an out-of-range rewind {bad} was accepted"
         if ok:
@@ -256,10 +286,17 @@ def check_session(s: Session) -> None:
 def main() -> int:
     examples = int(sys.argv[1]) if len(sys.argv) > 1 else 25
     steps = int(sys.argv[2]) if len(sys.argv) > 2 else 30
-    run_state_machine_as_test(SessionMachine, settings=settings(
-        max_examples=examples, stateful_step_count=steps, deadline=None, database=None,
-        derandomize=not os.environ.get("SPECVIZ_STATEFUL_RANDOM"),
-        suppress_health_check=list(HealthCheck)))
+    run_state_machine_as_test(
+        SessionMachine,
+        settings=settings(
+            max_examples=examples,
+            stateful_step_count=steps,
+            deadline=None,
+            database=None,
+            derandomize=not os.environ.get("SPECVIZ_STATEFUL_RANDOM"),
+            suppress_health_check=list(HealthCheck),
+        ),
+    )
     print(f"stateful session test: {examples} sequences of up to {steps} calls passed")
     return 0
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from stat_helpers import _rows, chi2_critical, chi2_stat
 
 from specviz.acceptor import accept

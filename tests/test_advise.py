@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 
 import pytest
+from test_diagnose import Rounds
 
 from specviz.advise import advise, cost_from_times, llama_flags
 from specviz.policy import VerifyCostModel
-from test_diagnose import Rounds
 
 NO_TILE = {"align": False, "draft_max": 8, "draft_min": 0}
 
@@ -20,7 +20,7 @@ def linear(fixed, per_token, n=64):
 
 def rejected_at_depth(k, rounds=20, strategy="ngram-simple", knobs=NO_TILE):
     R = Rounds(list(range(1, 30)), knobs=dict(knobs), strategy=strategy)
-    for i in range(rounds):
+    for _ in range(rounds):
         R.round([100 + j for j in range(8)], k, 7, rank=2)
     return R.events
 
@@ -55,7 +55,7 @@ def test_tile_alignment_is_honoured():
 
 def test_draft_min_drops_the_short_drafts_that_never_pass():
     R = Rounds(list(range(1, 30)), knobs=NO_TILE, strategy="ngram-map-k")
-    for i in range(10):
+    for _ in range(10):
         R.round([50], 0, 9, rank=3)  # one-token drafts: always rejected
         R.round([60 + j for j in range(6)], 6)  # six-token drafts: always accepted
     adv = advise(R.events, cost=linear(0.010, 0.002))
@@ -66,7 +66,7 @@ def test_draft_min_drops_the_short_drafts_that_never_pass():
 def test_draft_p_min_cuts_unsure_draft_tokens():
     knobs = {**NO_TILE, "draft_p_min": 0.0, "draft_model": "/models/d.gguf"}
     R = Rounds(list(range(1, 30)), knobs=knobs, strategy="draft")
-    for i in range(12):
+    for _ in range(12):
         # sure tokens (0.9) are accepted, the first unsure one (0.3) is rejected, at depth 1 or at depth 4:
         # no draft_max cuts both drafts where they turn unsure, a draft_p_min does
         R.round([10, 11, 12, 13, 14], 1, 5, probs=[0.9, 0.3, 0.2, 0.2, 0.2], draft_seconds=0.005)
@@ -78,19 +78,19 @@ def test_draft_p_min_cuts_unsure_draft_tokens():
     assert f"--spec-draft-p-min {b.draft_p_min:g}" in adv.flags
     # the search never goes below the draft_p_min the session drafted with
     R2 = Rounds(list(range(1, 30)), knobs={**knobs, "draft_p_min": 0.5}, strategy="draft")
-    for i in range(12):
+    for _ in range(12):
         R2.round([10, 11], 2, probs=[0.9, 0.8], draft_seconds=0.004)
     assert advise(R2.events, cost=linear(0.010, 0.004)).best.draft_p_min >= 0.5
 
 
 def test_the_best_strategy_among_those_run():
     R = Rounds(list(range(1, 30)), knobs=NO_TILE, strategy="prompt-lookup")
-    for i in range(10):
+    for _ in range(10):
         R.round([100 + j for j in range(4)], 1, 7, rank=2)
     from specviz.events import KnobsChanged
 
     R.events.append(KnobsChanged(R.r, strategy="ngram-cache", knobs=dict(NO_TILE)))
-    for i in range(10):
+    for _ in range(10):
         R.round([200 + j for j in range(4)], 4)
     adv = advise(R.events, cost=linear(0.010, 0.003))
     assert set(adv.per_strategy) == {"prompt-lookup", "ngram-cache"}
@@ -104,7 +104,7 @@ def test_cost_curve_fitted_from_recorded_verify_times():
     assert cost_from_times({1: [0.01]}) is None
     # without a given curve the advisor fits one to the rounds' verify times
     R = Rounds(list(range(1, 30)), knobs=NO_TILE, strategy="ngram-simple")
-    for i in range(10):
+    for _ in range(10):
         R.round([1, 2, 3], 3, verify_seconds=0.010 + 0.005 * 3)
         R.round([], 0, reason="no-match", verify_seconds=0.010)
     adv = advise(R.events)
@@ -115,8 +115,9 @@ def test_flags_for_each_family():
     from specviz.advise import Candidate
 
     c = Candidate("ngram-mod", 16, 4, None, 1.0, 1.0, 1.0)
-    assert llama_flags(c, {"n_match": 12})[0] == ("--spec-type ngram-mod --spec-ngram-mod-n-match 12 "
-                                                   "--spec-ngram-mod-n-min 4 --spec-ngram-mod-n-max 16")
+    assert llama_flags(c, {"n_match": 12})[0] == (
+        "--spec-type ngram-mod --spec-ngram-mod-n-match 12 --spec-ngram-mod-n-min 4 --spec-ngram-mod-n-max 16"
+    )
     flags, notes = llama_flags(Candidate("prompt-lookup", 7, 0, None, 1, 1, 1), {"max_ngram": 3})
     assert flags == "--spec-type ngram-simple --spec-ngram-simple-size-n 3 --spec-ngram-simple-size-m 7"
     assert any("no prompt-lookup type" in n for n in notes)
@@ -145,7 +146,9 @@ def test_two_lanes_each_folded_on_its_own_and_policies_apart(tiny_session):
         one = advise(s)
         both = advise(s, f)
         assert set(both.per_strategy) == {"prompt-lookup", "prompt-lookup (adaptive policy)"}
-        assert both.current["prompt-lookup"].tokens_per_round == pytest.approx(one.current["prompt-lookup"].tokens_per_round)
+        assert both.current["prompt-lookup"].tokens_per_round == pytest.approx(
+            one.current["prompt-lookup"].tokens_per_round
+        )
         assert both.best_label in both.per_strategy or both.best_label == "none"
     finally:
         f.close()
@@ -159,7 +162,7 @@ def test_a_measured_curve_is_scaled_to_the_rounds_own_verify_times():
     assert scale == pytest.approx(2.0) and c(1) == pytest.approx(0.020) and c(5) == pytest.approx(0.060)
     assert scaled_to_times(linear(0.010, 0.005), {})[1] == 1.0
     R = Rounds(list(range(1, 30)), knobs=NO_TILE, strategy="ngram-simple")
-    for i in range(10):
+    for _ in range(10):
         R.round([100 + j for j in range(8)], 2, 7, rank=2, verify_seconds=2 * (0.010 + 0.005 * 8))
     adv = advise(R.events, cost=linear(0.010, 0.005), scale_to_rounds=True)
     assert "scaled by 2.00" in adv.cost_source and adv.baseline_tokens_per_second == pytest.approx(50.0)

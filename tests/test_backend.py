@@ -50,7 +50,7 @@ def test_logits_only_for_requested_rows(tiny_model):
     ctx = LlamaContext(tiny_model, n_ctx=64, n_batch=16, n_ubatch=16, n_threads=1)
     ctx.eval([1, 5, 6, 7], 0, rows=[3])
     assert ctx.row(3).shape == (320,)
-    with pytest.raises(Exception):
+    with pytest.raises(ContextError, match="not requested"):
         ctx.row(1)  # not requested
     ctx.close()
 

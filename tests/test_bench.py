@@ -6,10 +6,9 @@ import json
 import statistics
 
 import pytest
+from test_cli import run_cli
 
 from specviz.bench import BenchRun, format_per_prompt, format_table, summarise
-
-from test_cli import run_cli
 
 
 def _run(prompt, repeat, tokens, seconds, paired=1.0, acc=0.5, mal=2.0, copied=0.0):
@@ -18,9 +17,17 @@ def _run(prompt, repeat, tokens, seconds, paired=1.0, acc=0.5, mal=2.0, copied=0
 
 def test_a_cell_is_the_median_over_prompts_of_per_prompt_medians_over_repeats():
     # prompt 0: fast and steady; prompt 1: one repeat hit by a slow machine; prompt 2: slow
-    runs = [_run(0, 0, 100, 1.0, 3.0, acc=0.9), _run(0, 1, 100, 1.0, 3.2, acc=0.9), _run(0, 2, 100, 1.0, 3.1, acc=0.9),
-            _run(1, 0, 100, 2.0, 2.0, acc=0.6), _run(1, 1, 100, 9.0, 0.4, acc=0.6), _run(1, 2, 100, 2.0, 2.2, acc=0.6),
-            _run(2, 0, 100, 5.0, 1.1, acc=0.1), _run(2, 1, 100, 5.0, 1.2, acc=0.2), _run(2, 2, 100, 5.0, 1.0, acc=0.3)]
+    runs = [
+        _run(0, 0, 100, 1.0, 3.0, acc=0.9),
+        _run(0, 1, 100, 1.0, 3.2, acc=0.9),
+        _run(0, 2, 100, 1.0, 3.1, acc=0.9),
+        _run(1, 0, 100, 2.0, 2.0, acc=0.6),
+        _run(1, 1, 100, 9.0, 0.4, acc=0.6),
+        _run(1, 2, 100, 2.0, 2.2, acc=0.6),
+        _run(2, 0, 100, 5.0, 1.1, acc=0.1),
+        _run(2, 1, 100, 5.0, 1.2, acc=0.2),
+        _run(2, 2, 100, 5.0, 1.0, acc=0.3),
+    ]
     none = [_run(p, r, 100, 4.0) for p in range(3) for r in range(3)]
     row = summarise("quote", "prompt-lookup", runs, none)
     assert [d["speedup"] for d in row.per_prompt] == [3.1, 2.0, 1.1]  # the slow repeat of prompt 1 is outvoted
@@ -49,32 +56,66 @@ def test_table_and_per_prompt_lines():
     table = format_table(rows)
     assert "| speedup vs none | total-time speedup |" in table.splitlines()[0]
     assert "| quote | ngram-mod | 50.0% | 2.00 | 62.5 | 2.50× | 1.60× |" in table
-    assert format_per_prompt(rows).splitlines() == ["quote         copied         #0   99%  #1   12%",
-                                                    "quote         ngram-mod      #0 4.00×  #1 1.00×"]
+    assert format_per_prompt(rows).splitlines() == [
+        "quote         copied         #0   99%  #1   12%",
+        "quote         ngram-mod      #0 4.00×  #1 1.00×",
+    ]
 
 
 def test_bench_command_on_a_tiny_model(tiny_model_path):
-    p = run_cli("bench", "--model", str(tiny_model_path), "--kinds", "free", "--strategies", "prompt-lookup,ngram-mod",
-                "--repeats", "2", "--max-tokens", "12", "--json")
+    p = run_cli(
+        "bench",
+        "--model",
+        str(tiny_model_path),
+        "--kinds",
+        "free",
+        "--strategies",
+        "prompt-lookup,ngram-mod",
+        "--repeats",
+        "2",
+        "--max-tokens",
+        "12",
+        "--json",
+    )
     assert p.returncode == 0, p.stderr
     out = json.loads(p.stdout)
     assert out["repeats"] == 2 and out["max_tokens"] == 12
     rows = out["rows"]
-    assert [(r["kind"], r["strategy"]) for r in rows] == [("free", "none"), ("free", "prompt-lookup"),
-                                                          ("free", "ngram-mod")]
+    assert [(r["kind"], r["strategy"]) for r in rows] == [
+        ("free", "none"),
+        ("free", "prompt-lookup"),
+        ("free", "ngram-mod"),
+    ]
     none = rows[0]
     assert none["speedup"] == 1.0 and none["total_time_speedup"] == pytest.approx(1.0)
     for r in rows:
         assert r["runs"] == 2 * 4 and len(r["per_prompt"]) == 4
         assert r["speedup"] == pytest.approx(statistics.median(d["speedup"] for d in r["per_prompt"]))
-        assert r["tokens_per_second"] == pytest.approx(statistics.median(d["tokens_per_second"] for d in r["per_prompt"]))
+        assert r["tokens_per_second"] == pytest.approx(
+            statistics.median(d["tokens_per_second"] for d in r["per_prompt"])
+        )
         assert r["total_time_speedup"] > 0 and 0.0 <= r["acceptance_rate"] <= 1.0
         assert all(0.0 <= d["copied"] <= 1.0 for d in r["per_prompt"])
 
 
 def test_bench_command_prints_the_table(tiny_model_path):
-    p = run_cli("bench", "--model", str(tiny_model_path), "--kinds", "quote", "--strategies", "ngram-simple",
-                "--repeats", "1", "--max-tokens", "6", "--draft-policy", "cost", "--draft-max", "8")
+    p = run_cli(
+        "bench",
+        "--model",
+        str(tiny_model_path),
+        "--kinds",
+        "quote",
+        "--strategies",
+        "ngram-simple",
+        "--repeats",
+        "1",
+        "--max-tokens",
+        "6",
+        "--draft-policy",
+        "cost",
+        "--draft-max",
+        "8",
+    )
     assert p.returncode == 0, p.stderr
     lines = p.stdout.splitlines()
     assert lines[0].startswith("specviz bench — model tiny.gguf, 6 tokens, 1 repeats")

@@ -4,7 +4,6 @@ head's vocabulary coverage in the stats (front-end in a real chromium with a scr
 from __future__ import annotations
 
 import pytest
-
 from browser_util import browser_fixture
 
 pytestmark = pytest.mark.browser
@@ -20,9 +19,17 @@ def test_an_eagle3_session_shows_its_context_and_vocabulary_coverage(browser):
     from specviz.ui.synthetic import synthetic_rounds
 
     groups = synthetic_rounds(12, seed=5, draft_model=True)  # a model drafter: its context rolls back
-    cov = {"draft_vocab": 8192, "target_vocab": 262144, "vocab_share": 8192 / 262144, "committed": 40,
-           "expressible": 37, "committed_share": 37 / 40, "rejections": 10, "rejections_expressible": 6,
-           "rejection_share": 0.6}
+    cov = {
+        "draft_vocab": 8192,
+        "target_vocab": 262144,
+        "vocab_share": 8192 / 262144,
+        "committed": 40,
+        "expressible": 37,
+        "committed_share": 37 / 40,
+        "rejections": 10,
+        "rejections_expressible": 6,
+        "rejection_share": 0.6,
+    }
     for g in groups:
         for e in g:
             if e["kind"] == "session_started":

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import shutil
 import secrets
+import shutil
 
 import pytest
-
 from browser_util import ROOT, SCREENSHOTS, free_port, need_browser, offline, start, stop, wait_http
 
 from specviz.ui.harness import jupyterlab_args
@@ -25,9 +24,15 @@ def test_quickstart_renders_the_inspector_in_jupyterlab(tiny_model_path, tmp_pat
     nbdir.mkdir()
     shutil.copy(ROOT / "notebooks" / "quickstart.ipynb", nbdir / "quickstart.ipynb")
     port, token = free_port(), secrets.token_hex(16)
-    proc = start(jupyterlab_args(port, token, str(nbdir)),
-                 tmp_path / "lab.log", env={"SPECVIZ_MODEL": str(tiny_model_path), "JUPYTER_CONFIG_DIR": str(tmp_path / "cfg"),
-                                            "JUPYTERLAB_WORKSPACES_DIR": str(tmp_path / "ws")})
+    proc = start(
+        jupyterlab_args(port, token, str(nbdir)),
+        tmp_path / "lab.log",
+        env={
+            "SPECVIZ_MODEL": str(tiny_model_path),
+            "JUPYTER_CONFIG_DIR": str(tmp_path / "cfg"),
+            "JUPYTERLAB_WORKSPACES_DIR": str(tmp_path / "ws"),
+        },
+    )
     try:
         wait_http(f"http://127.0.0.1:{port}/api/status?token={token}", proc, timeout=120)
         with sync_playwright() as p:
@@ -52,11 +57,16 @@ def test_quickstart_renders_the_inspector_in_jupyterlab(tiny_model_path, tmp_pat
                 root.wait_for(timeout=120000)
             except Exception:
                 page.screenshot(path=str(tmp_path / "lab_failure.png"))
-                raise AssertionError("no inspector rendered; console:\n" + "\n".join(console[-30:]))
+                raise AssertionError("no inspector rendered; console:\n" + "\n".join(console[-30:])) from None
             expect(root.locator(".sv-stream .sv-tok.sv-prompt").first).to_be_visible(timeout=60000)
             # the notebook steps, configures and plays to the end: the widget follows
             expect(root.locator(".sv-finished")).to_be_visible(timeout=120000)
-            assert root.locator(".sv-stream .sv-tok.sv-corr, .sv-stream .sv-tok.sv-acc, .sv-stream .sv-tok.sv-plain").count() > 0
+            assert (
+                root.locator(
+                    ".sv-stream .sv-tok.sv-corr, .sv-stream .sv-tok.sv-acc, .sv-stream .sv-tok.sv-plain"
+                ).count()
+                > 0
+            )
             expect(root.locator(".sv-kv .main-svg").first).to_be_attached(timeout=60000)
             for label in ("No", "Dismiss"):  # the "Jupyter news?" toast, if any
                 btn = page.locator(".jp-toast-button", has_text=label)

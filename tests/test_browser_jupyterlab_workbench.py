@@ -8,7 +8,6 @@ import secrets
 import shutil
 
 import pytest
-
 from browser_util import ROOT, SCREENSHOTS, free_port, need_browser, offline, start, stop, wait_http
 
 from specviz.ui.harness import jupyterlab_args
@@ -41,9 +40,15 @@ def test_workbench_notebook_in_jupyterlab(tiny_model_path, tmp_path):
     nbdir.mkdir()
     shutil.copy(ROOT / "notebooks" / NOTEBOOK, nbdir / NOTEBOOK)
     port, token = free_port(), secrets.token_hex(16)
-    proc = start(jupyterlab_args(port, token, str(nbdir)), tmp_path / "lab.log",
-                 env={"SPECVIZ_MODEL": str(tiny_model_path), "JUPYTER_CONFIG_DIR": str(tmp_path / "cfg"),
-                      "JUPYTERLAB_WORKSPACES_DIR": str(tmp_path / "ws")})
+    proc = start(
+        jupyterlab_args(port, token, str(nbdir)),
+        tmp_path / "lab.log",
+        env={
+            "SPECVIZ_MODEL": str(tiny_model_path),
+            "JUPYTER_CONFIG_DIR": str(tmp_path / "cfg"),
+            "JUPYTERLAB_WORKSPACES_DIR": str(tmp_path / "ws"),
+        },
+    )
     try:
         wait_http(f"http://127.0.0.1:{port}/api/status?token={token}", proc, timeout=120)
         with sync_playwright() as p:
@@ -58,11 +63,13 @@ def test_workbench_notebook_in_jupyterlab(tiny_model_path, tmp_path):
                 root.wait_for(timeout=120000)
             except Exception:
                 page.screenshot(path=str(tmp_path / "lab_failure.png"))
-                raise AssertionError("no inspector rendered; console:\n" + "\n".join(console[-30:]))
+                raise AssertionError("no inspector rendered; console:\n" + "\n".join(console[-30:])) from None
             # the notebook rewound, compared and advised: the widget shows each
             expect(root.locator(".sv-stream .sv-rewindmark")).to_have_count(1, timeout=180000)
             expect(root.locator(".sv-lanes-card")).to_have_attribute("data-lane", "finished", timeout=180000)
-            expect(root.locator(".sv-lane-words li").first).to_contain_text("B differs from A in draft_policy fixed → cost")
+            expect(root.locator(".sv-lane-words li").first).to_contain_text(
+                "B differs from A in draft_policy fixed → cost"
+            )
             expect(root.locator(".sv-diag-card .sv-findings li").first).to_be_visible(timeout=60000)
             expect(root.locator(".sv-advice-card .sv-flags")).to_contain_text("--spec-type", timeout=180000)
             page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=180000)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from browser_util import SCREENSHOTS, browser_fixture, free_port, offline, start, stop, wait_http
 
 pytestmark = pytest.mark.browser
@@ -23,8 +22,10 @@ def browser():
 def live_app(tiny_model_path, tmp_path_factory):
     port = free_port()
     log = tmp_path_factory.mktemp("panel") / "serve.log"
-    code = (f"from specviz.ui.server import serve; serve({port}, {str(tiny_model_path)!r}, prompt={PROMPT!r}, "
-            "max_tokens=1800, n_ctx=2048)")
+    code = (
+        f"from specviz.ui.server import serve; serve({port}, {str(tiny_model_path)!r}, prompt={PROMPT!r}, "
+        "max_tokens=1800, n_ctx=2048)"
+    )
     proc = start(["-c", code], log)
     try:
         wait_http(f"http://127.0.0.1:{port}/", proc)

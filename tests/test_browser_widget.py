@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from browser_util import browser_fixture
 
 pytestmark = pytest.mark.browser
@@ -125,17 +124,37 @@ def test_knob_form_sends_values_and_shows_errors_beside_fields(browser):
 
     page = open_harness(browser)
     schema = strategy_schema("prompt-lookup").to_list()
-    deliver(page, {"type": "state", "replay": False, "running": False, "finished": None, "can_step": True,
-                   "can_reset": True, "can_control": True, "strategy": "prompt-lookup",
-                   "knobs": {k["name"]: k["default"] for k in schema}, "schema": schema,
-                   "strategies": strategy_names(), "pending": None, "epoch": 0})
+    deliver(
+        page,
+        {
+            "type": "state",
+            "replay": False,
+            "running": False,
+            "finished": None,
+            "can_step": True,
+            "can_reset": True,
+            "can_control": True,
+            "strategy": "prompt-lookup",
+            "knobs": {k["name"]: k["default"] for k in schema},
+            "schema": schema,
+            "strategies": strategy_names(),
+            "pending": None,
+            "epoch": 0,
+        },
+    )
     field = page.locator('.sv-field[data-knob="draft_max"]')
     field.locator("input").fill("0")
     page.locator(".sv-apply").click()
     msg = page.evaluate("window.__sent")[-1]
     assert msg["type"] == "configure" and msg["strategy"] == "prompt-lookup" and msg["knobs"]["draft_max"] == "0"
-    deliver(page, {"type": "knob_errors", "errors": {"draft_max": "knob 'draft_max': 0 is not allowed"},
-                   "general": "nothing changed"})
+    deliver(
+        page,
+        {
+            "type": "knob_errors",
+            "errors": {"draft_max": "knob 'draft_max': 0 is not allowed"},
+            "general": "nothing changed",
+        },
+    )
     assert "sv-invalid" in field.get_attribute("class")
     assert "not allowed" in field.locator(".sv-field-err").inner_text()
     page.locator(".sv-step").click()
@@ -150,10 +169,13 @@ def test_knob_form_sends_values_and_shows_errors_beside_fields(browser):
 
 def _chart_traces(page, key):
     """The plotly traces drawn in chart ``key`` (name → number of points), read from the chart element."""
-    return page.evaluate("""k => {
+    return page.evaluate(
+        """k => {
         const gd = document.querySelector(`.sv-chart-card[data-chart="${k}"] .sv-chart`);
         return (gd.data || []).map(t => ({n: (t.x || []).length, y: t.y, base: t.base, hover: t.hovertemplate || ""}));
-    }""", key)
+    }""",
+        key,
+    )
 
 
 def test_draft_context_confidence_and_expected_tokens_are_charted(browser):
@@ -185,12 +207,26 @@ def test_draft_context_confidence_and_expected_tokens_are_charted(browser):
     assert conf[0]["y"] == [b["rate"] for b in buckets]
     assert page.locator('.sv-chart-card[data-chart="conf"] .sv-chart-note').is_hidden()
     # draft_p_min of the draft strategy is marked once the state says so
-    deliver(page, {"type": "state", "strategy": "draft", "knobs": {"draft_p_min": 0.3}, "schema": [],
-                   "strategies": ["draft"], "running": False, "can_step": True, "can_control": True})
-    page.wait_for_function("document.querySelector('.sv-chart-card[data-chart=\"conf\"] .sv-chart-legend').textContent.includes('draft_p_min = 0.3')")
+    deliver(
+        page,
+        {
+            "type": "state",
+            "strategy": "draft",
+            "knobs": {"draft_p_min": 0.3},
+            "schema": [],
+            "strategies": ["draft"],
+            "running": False,
+            "can_step": True,
+            "can_control": True,
+        },
+    )
+    page.wait_for_function(
+        "document.querySelector('.sv-chart-card[data-chart=\"conf\"] .sv-chart-legend')"
+        ".textContent.includes('draft_p_min = 0.3')"
+    )
     # expected vs realised tokens per round (cost policy) and the draft model's own speed
     tpr = _chart_traces(page, "tpr")
-    exp = [e["expected_tokens"] for e in evs if e["kind"] == "draft_proposed"][-len(tpr[0]["y"]):]
+    exp = [e["expected_tokens"] for e in evs if e["kind"] == "draft_proposed"][-len(tpr[0]["y"]) :]
     assert any("expected" in t["hover"] for t in tpr)
     assert next(t for t in tpr if "round %{x}: expected" in t["hover"])["y"] == exp
     extra = page.locator(".sv-extra-stats").inner_text()
@@ -201,7 +237,8 @@ def test_draft_context_confidence_and_expected_tokens_are_charted(browser):
     assert run == f"{policy['run']} accepted in a row"
     acc = page.locator(".sv-extra-stats .sv-policy-acc").inner_text()
     assert acc == "acceptance by run: " + " · ".join(
-        f"{k} {100 * v:.0f}%" for k, v in policy["acceptance_by_run_position"].items())
+        f"{k} {100 * v:.0f}%" for k, v in policy["acceptance_by_run_position"].items()
+    )
     shadow = page.locator(".sv-extra-stats .sv-policy-shadow").inner_text()
     assert shadow == f"{policy['shadow_hits']}/{policy['shadow_tries']} plain-round predictions right"
 

@@ -7,17 +7,28 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from browser_util import SCREENSHOTS, browser_fixture, free_port, offline, start, stop, wait_http
 
 pytestmark = pytest.mark.browser
 
 PROMPT = "the cat sat on the mat and the cat sat"
 PRESETS = [
-    {"name": "lookup", "title": "prompt lookup", "prompt": "the cat of the dog and the a the cat of the",
-     "strategy": "prompt-lookup", "knobs": {"draft_max": 8}, "max_tokens": 120},
-    {"name": "cache", "title": "ngram cache", "prompt": PROMPT, "strategy": "ngram-cache", "knobs": {},
-     "max_tokens": 60},
+    {
+        "name": "lookup",
+        "title": "prompt lookup",
+        "prompt": "the cat of the dog and the a the cat of the",
+        "strategy": "prompt-lookup",
+        "knobs": {"draft_max": 8},
+        "max_tokens": 120,
+    },
+    {
+        "name": "cache",
+        "title": "ngram cache",
+        "prompt": PROMPT,
+        "strategy": "ngram-cache",
+        "knobs": {},
+        "max_tokens": 60,
+    },
 ]
 
 
@@ -31,8 +42,11 @@ def browser():
 def app(tiny_model_path, tmp_path_factory):
     port = free_port()
     log = tmp_path_factory.mktemp("panel-wb") / "serve.log"
-    code = (f"from specviz.ui.server import serve; serve({port}, {str(tiny_model_path)!r}, prompt={PRESETS[0]['prompt']!r}, "
-            f"max_tokens=400, n_ctx=2048, draft_max=8, presets={PRESETS!r})")
+    code = (
+        f"from specviz.ui.server import serve; "
+        f"serve({port}, {str(tiny_model_path)!r}, prompt={PRESETS[0]['prompt']!r}, "
+        f"max_tokens=400, n_ctx=2048, draft_max=8, presets={PRESETS!r})"
+    )
     proc = start(["-c", code], log)
     try:
         wait_http(f"http://127.0.0.1:{port}/", proc)
@@ -128,7 +142,9 @@ def test_rewind_branch_and_compare_lanes(browser, app):
     words = page.locator(".sv-lane-words li").all_inner_texts()
     assert any(w.startswith("B differs from A in draft_max 8 → 2") for w in words), words
     assert any("tokens" in w for w in words)
-    assert page.locator(".sv-lane-a .sv-lane-cell").count() > 20 and page.locator(".sv-lane-b .sv-lane-cell").count() > 20
+    assert (
+        page.locator(".sv-lane-a .sv-lane-cell").count() > 20 and page.locator(".sv-lane-b .sv-lane-cell").count() > 20
+    )
     figs = page.locator(".sv-lane-figures").inner_text()
     assert "acceptance" in figs and "mean accepted length" in figs and "tokens/s" in figs
     page.wait_for_selector(".sv-lane-chart .main-svg", timeout=30000)

@@ -35,15 +35,18 @@ def test_a_strategy_that_never_drafts_gets_nothing():
     assert plan(KNOBS, FixedPolicy(), ROOMY, drafts=False).limit == 0
 
 
-@pytest.mark.parametrize("caps,limit,cap", [
-    (Caps(remaining=8, free_ctx=1000, n_batch=512, n_ubatch=512), 7, "budget"),  # commits at most limit + 1
-    (Caps(remaining=5, free_ctx=1000, n_batch=512, n_ubatch=512), 3, "tile"),  # 4 -> a batch of 5 -> 4 rows
-    (Caps(remaining=1, free_ctx=1000, n_batch=512, n_ubatch=512), 0, "budget"),
-    (Caps(remaining=1000, free_ctx=7, n_batch=512, n_ubatch=512), 7, "context"),
-    (Caps(remaining=1000, free_ctx=1000, n_batch=8, n_ubatch=8), 7, "batch"),  # 7 + pending = one batch of 8
-    (Caps(remaining=1000, free_ctx=1000, n_batch=512, n_ubatch=10), 7, "tile"),  # ubatch 9 -> tile 7
-    (Caps(remaining=1000, free_ctx=1000, n_batch=512, n_ubatch=13), 11, "tile"),
-])
+@pytest.mark.parametrize(
+    "caps,limit,cap",
+    [
+        (Caps(remaining=8, free_ctx=1000, n_batch=512, n_ubatch=512), 7, "budget"),  # commits at most limit + 1
+        (Caps(remaining=5, free_ctx=1000, n_batch=512, n_ubatch=512), 3, "tile"),  # 4 -> a batch of 5 -> 4 rows
+        (Caps(remaining=1, free_ctx=1000, n_batch=512, n_ubatch=512), 0, "budget"),
+        (Caps(remaining=1000, free_ctx=7, n_batch=512, n_ubatch=512), 7, "context"),
+        (Caps(remaining=1000, free_ctx=1000, n_batch=8, n_ubatch=8), 7, "batch"),  # 7 + pending = one batch of 8
+        (Caps(remaining=1000, free_ctx=1000, n_batch=512, n_ubatch=10), 7, "tile"),  # ubatch 9 -> tile 7
+        (Caps(remaining=1000, free_ctx=1000, n_batch=512, n_ubatch=13), 11, "tile"),
+    ],
+)
 def test_hard_caps_lower_the_limit_and_are_named(caps, limit, cap):
     b = plan(KNOBS, FixedPolicy(), caps)
     assert (b.limit, b.cap) == (limit, cap)

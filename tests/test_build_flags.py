@@ -10,8 +10,10 @@ spec = importlib.util.spec_from_file_location("llama_cmake_args", TOOL)
 tool = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(tool)
 
-AVX512_HOST = set("sse4_2 avx f16c fma bmi2 avx2 avx_vnni avx512f avx512cd avx512vl avx512dq avx512bw avx512vbmi "
-                  "avx512_vnni avx512_bf16 amx_tile amx_int8 amx_bf16".split())
+AVX512_HOST = set(
+    "sse4_2 avx f16c fma bmi2 avx2 avx_vnni avx512f avx512cd avx512vl avx512dq avx512bw avx512vbmi "
+    "avx512_vnni avx512_bf16 amx_tile amx_int8 amx_bf16".split()
+)
 
 
 def _options(args):

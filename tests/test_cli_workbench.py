@@ -5,22 +5,23 @@ from __future__ import annotations
 import json
 
 import pytest
-
+from conftest import TINY
 from test_cli import run_cli
 from test_requests import CHATML
 
 from specviz.testing import write_tiny_llama
 
-from conftest import TINY
-
 PROMPT = "the cat of the dog and the a the cat of the"
 
 
-@pytest.mark.parametrize("args, text", [
-    (["--system", "be brief"], "only with --chat"),
-    (["--stop", ""], "option --stop"),
-    (["--chat-template", "chatml"], "only with --chat"),
-])
+@pytest.mark.parametrize(
+    "args, text",
+    [
+        (["--system", "be brief"], "only with --chat"),
+        (["--stop", ""], "option --stop"),
+        (["--chat-template", "chatml"], "only with --chat"),
+    ],
+)
 def test_request_options_are_checked_before_a_model_loads(args, text):
     p = run_cli("run", "--prompt", "x", "--model", "/nonexistent.gguf", *args)
     assert p.returncode == 2 and text in p.stderr
@@ -28,8 +29,20 @@ def test_request_options_are_checked_before_a_model_loads(args, text):
 
 def test_run_json_has_diagnosis_and_advice_and_honours_stop(tiny_model_path, tmp_path):
     rec = tmp_path / "rec.jsonl"
-    p = run_cli("run", "--model", str(tiny_model_path), "--prompt", PROMPT, "--max-tokens", "60", "--json",
-                "--draft-max", "8", "--record", str(rec))
+    p = run_cli(
+        "run",
+        "--model",
+        str(tiny_model_path),
+        "--prompt",
+        PROMPT,
+        "--max-tokens",
+        "60",
+        "--json",
+        "--draft-max",
+        "8",
+        "--record",
+        str(rec),
+    )
     assert p.returncode == 0, p.stderr
     full = json.loads(p.stdout)
     d, a = full["diagnosis"], full["advice"]
@@ -37,12 +50,26 @@ def test_run_json_has_diagnosis_and_advice_and_honours_stop(tiny_model_path, tmp
     assert a["cost_source"].startswith("measured") and a["llama_cpp_flags"].startswith("--spec-type ")
     # a stop string from the middle of that text
     text = full["text"]
-    i = next(i for i in range(len(text) // 3, len(text)) if "\ufffd" not in text[i:i + 3] and len(text[i:i + 3]) == 3)
-    stop = text[i:i + 3]
-    p2 = run_cli("run", "--model", str(tiny_model_path), "--prompt", PROMPT, "--max-tokens", "60", "--json",
-                 "--draft-max", "8", "--stop", stop)
+    i = next(
+        i for i in range(len(text) // 3, len(text)) if "\ufffd" not in text[i : i + 3] and len(text[i : i + 3]) == 3
+    )
+    stop = text[i : i + 3]
+    p2 = run_cli(
+        "run",
+        "--model",
+        str(tiny_model_path),
+        "--prompt",
+        PROMPT,
+        "--max-tokens",
+        "60",
+        "--json",
+        "--draft-max",
+        "8",
+        "--stop",
+        stop,
+    )
     cut = json.loads(p2.stdout)
-    assert cut["finish_reason"] == "stop" and cut["text"] == text[:text.index(stop)]
+    assert cut["finish_reason"] == "stop" and cut["text"] == text[: text.index(stop)]
     # the recording, diagnosed and advised without the model
     p3 = run_cli("diagnose", str(rec), "--json")
     assert p3.returncode == 0 and json.loads(p3.stdout)["drafted"] == full["telemetry"]["drafted"]
@@ -66,7 +93,18 @@ def test_chat_on_the_command_line(tiny_model_path, tmp_path):
     p = run_cli("run", "--model", str(tiny_model_path), "--prompt", "hello", "--chat", "--max-tokens", "4")
     assert p.returncode == 1 and "has no chat template" in p.stderr
     chat = write_tiny_llama(tmp_path / "chat.gguf", chat_template=CHATML, **TINY)
-    p = run_cli("run", "--model", str(chat), "--prompt", "hello", "--chat", "--system", "be brief",
-                "--max-tokens", "4", "--json")
+    p = run_cli(
+        "run",
+        "--model",
+        str(chat),
+        "--prompt",
+        "hello",
+        "--chat",
+        "--system",
+        "be brief",
+        "--max-tokens",
+        "4",
+        "--json",
+    )
     assert p.returncode == 0, p.stderr
     assert json.loads(p.stdout)["prompt_tokens"] > 20

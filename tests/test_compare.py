@@ -11,15 +11,23 @@ PROMPT = "the cat of the dog and the a the cat of the"
 
 
 def test_two_settings_on_one_prompt(tiny_session):
-    c = compare({"strategy": "none"}, {"strategy": "prompt-lookup", "draft_max": 8}, prompt=PROMPT, max_tokens=50,
-                session=tiny_session, labels=("plain", "lookup"))
+    c = compare(
+        {"strategy": "none"},
+        {"strategy": "prompt-lookup", "draft_max": 8},
+        prompt=PROMPT,
+        max_tokens=50,
+        session=tiny_session,
+        labels=("plain", "lookup"),
+    )
     assert c.a.tokens == c.b.tokens and len(c.a.tokens) == 50  # greedy: the same text
     assert c.first_divergence is None and c.common_prefix == 50
     words = c.words()
     assert words[0] == "lookup differs from plain in strategy none → prompt-lookup."
     assert "Both generate the same 50 tokens." in words
     assert any(w.startswith("lookup accepts ") for w in words)
-    assert any(w.startswith(f"lookup took {c.b.telemetry['rounds']} rounds for 50 tokens, plain 50 for 50") for w in words)
+    assert any(
+        w.startswith(f"lookup took {c.b.telemetry['rounds']} rounds for 50 tokens, plain 50 for 50") for w in words
+    )
     assert set(c.a.kinds) == {"plain"} and "accepted" in c.b.kinds
     json.dumps(c.to_dict())
 

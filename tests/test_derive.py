@@ -18,29 +18,35 @@ gguf = pytest.importorskip("gguf")
 # parse_layers
 
 
-@pytest.mark.parametrize("spec,want", [
-    ("0-5,12-17", (0, 1, 2, 3, 4, 5, 12, 13, 14, 15, 16, 17)),
-    ("3", (3,)),
-    ("0, 2 ,4", (0, 2, 4)),
-    ("4-4", (4,)),
-    ("7,0-1", (0, 1, 7)),
-])
+@pytest.mark.parametrize(
+    "spec,want",
+    [
+        ("0-5,12-17", (0, 1, 2, 3, 4, 5, 12, 13, 14, 15, 16, 17)),
+        ("3", (3,)),
+        ("0, 2 ,4", (0, 2, 4)),
+        ("4-4", (4,)),
+        ("7,0-1", (0, 1, 7)),
+    ],
+)
 def test_parse_layers_accepts(spec, want):
     assert parse_layers(spec) == want
     assert parse_layers(spec, 18) == want
 
 
-@pytest.mark.parametrize("spec,fragment", [
-    ("", "no layers"),
-    ("   ", "no layers"),
-    ("0-5,", "empty item"),
-    ("a-b", "'a-b'"),
-    ("5-2", "backwards"),
-    ("0-3,2", "listed twice"),
-    ("-1", "'-1'"),
-    ("0-18", "does not exist"),
-    ("1.5", "'1.5'"),
-])
+@pytest.mark.parametrize(
+    "spec,fragment",
+    [
+        ("", "no layers"),
+        ("   ", "no layers"),
+        ("0-5,", "empty item"),
+        ("a-b", "'a-b'"),
+        ("5-2", "backwards"),
+        ("0-3,2", "listed twice"),
+        ("-1", "'-1'"),
+        ("0-18", "does not exist"),
+        ("1.5", "'1.5'"),
+    ],
+)
 def test_parse_layers_refuses_with_option_and_value(spec, fragment):
     with pytest.raises(KnobError) as ei:
         parse_layers(spec, 18)
@@ -67,8 +73,14 @@ def test_derive_rewrites_metadata_and_tensors(tmp_path: Path):
     b = gguf.GGUFReader(str(res.path))
     assert b.fields["llama.block_count"].contents() == 2
     assert b.fields["specviz.derived.kept_layers"].contents() == [0, 2]
-    for key in ("tokenizer.ggml.tokens", "tokenizer.ggml.scores", "tokenizer.ggml.token_type",
-                "llama.embedding_length", "llama.context_length", "tokenizer.ggml.bos_token_id"):
+    for key in (
+        "tokenizer.ggml.tokens",
+        "tokenizer.ggml.scores",
+        "tokenizer.ggml.token_type",
+        "llama.embedding_length",
+        "llama.context_length",
+        "tokenizer.ggml.bos_token_id",
+    ):
         assert a.fields[key].contents() == b.fields[key].contents(), key
     src = {t.name: t for t in a.tensors}
     names = {t.name for t in b.tensors}
@@ -76,7 +88,7 @@ def test_derive_rewrites_metadata_and_tensors(tmp_path: Path):
     for t in b.tensors:
         orig = t.name
         if t.name.startswith("blk.1."):
-            orig = "blk.2." + t.name[len("blk.1."):]
+            orig = "blk.2." + t.name[len("blk.1.") :]
         assert np.array_equal(t.data, src[orig].data), t.name
         assert t.tensor_type == src[orig].tensor_type
 
@@ -94,8 +106,11 @@ def test_derive_subsets_per_layer_arrays_and_copies_quantized_bytes(tmp_path: Pa
     rng = np.random.default_rng(0)
     for i in range(3):
         m = rng.standard_normal((8, 32)).astype(np.float32) + i
-        w.add_tensor(f"blk.{i}.attn_q.weight", quantize(m, gguf.GGMLQuantizationType.Q8_0),
-                     raw_dtype=gguf.GGMLQuantizationType.Q8_0)
+        w.add_tensor(
+            f"blk.{i}.attn_q.weight",
+            quantize(m, gguf.GGMLQuantizationType.Q8_0),
+            raw_dtype=gguf.GGMLQuantizationType.Q8_0,
+        )
         w.add_tensor(f"blk.{i}.attn_norm.weight", np.full(32, i, dtype=np.float32))
     w.add_tensor("token_embd.weight", np.zeros((2, 32), dtype=np.float16))
     w.write_header_to_file()
@@ -172,6 +187,7 @@ def test_gemma2_swa_mismatch_is_reported(tmp_path: Path):
 # ------------------------------------------------------------------------------------------------
 # llama.cpp loads the derived model and computes exactly what a directly written model computes
 
+
 def _load(path: Path):
     import llama_cpp
 
@@ -197,8 +213,7 @@ def _last_logits(model, tokens: list[int]) -> np.ndarray:
         assert llama_cpp.llama_decode(ctx, batch) == 0
         n_vocab = llama_cpp.llama_vocab_n_tokens(llama_cpp.llama_model_get_vocab(model))
         ptr = llama_cpp.llama_get_logits_ith(ctx, -1)
-        return np.ctypeslib.as_array(ctypes.cast(ptr, ctypes.POINTER(ctypes.c_float)),
-                                     shape=(n_vocab,)).copy()
+        return np.ctypeslib.as_array(ctypes.cast(ptr, ctypes.POINTER(ctypes.c_float)), shape=(n_vocab,)).copy()
     finally:
         llama_cpp.llama_free(ctx)
 
@@ -219,7 +234,7 @@ def test_derived_tiny_model_loads_and_matches_a_directly_written_one(tmp_path: P
     for new, old in enumerate((0, 2)):
         for k, v in weights.items():
             if k.startswith(f"blk.{old}."):
-                renumbered[f"blk.{new}." + k[len(f"blk.{old}."):]] = v
+                renumbered[f"blk.{new}." + k[len(f"blk.{old}.") :]] = v
     direct = write_tiny_llama(tmp_path / "direct.gguf", n_layer=2, layers_from=renumbered)
 
     tm, dm, xm = _load(target), _load(derived), _load(direct)
@@ -228,8 +243,9 @@ def test_derived_tiny_model_loads_and_matches_a_directly_written_one(tmp_path: P
         tv, dv = llama_cpp.llama_model_get_vocab(tm), llama_cpp.llama_model_get_vocab(dm)
         n = llama_cpp.llama_vocab_n_tokens(tv)
         assert n == llama_cpp.llama_vocab_n_tokens(dv) == len(tiny_vocab()[0])
-        assert [llama_cpp.llama_vocab_get_text(tv, i) for i in range(n)] == \
-            [llama_cpp.llama_vocab_get_text(dv, i) for i in range(n)]
+        assert [llama_cpp.llama_vocab_get_text(tv, i) for i in range(n)] == [
+            llama_cpp.llama_vocab_get_text(dv, i) for i in range(n)
+        ]
         for prompt in ([1, 300, 301, 302], [1, 5, 260, 7, 9, 280]):
             d = _last_logits(dm, prompt)
             x = _last_logits(xm, prompt)

@@ -15,8 +15,12 @@ from specviz.sampling import SamplingParams
 
 
 def test_token_classes():
-    assert token_class(" ") == "whitespace" and token_class("\n\n") == "whitespace" and token_class("\t") == "whitespace"
-    assert token_class(",") == "punctuation" and token_class(" ):") == "punctuation" and token_class(" +") == "punctuation"
+    assert (
+        token_class(" ") == "whitespace" and token_class("\n\n") == "whitespace" and token_class("\t") == "whitespace"
+    )
+    assert (
+        token_class(",") == "punctuation" and token_class(" ):") == "punctuation" and token_class(" +") == "punctuation"
+    )
     assert token_class("12") == "digits" and token_class(" 3") == "digits" and token_class("1,000") == "digits"
     assert token_class(" the") == "word start" and token_class("▁cat") == "word start"
     assert token_class("ing") == "word continuation" and token_class("x1") == "word continuation"
@@ -29,32 +33,83 @@ class Rounds:
     """Hand-made events: a prompt, then rounds with a draft, the accepted count and the rejection."""
 
     def __init__(self, prompt, knobs=None, strategy="draft"):
-        self.events = [SessionStarted(0, strategy=strategy, knobs=knobs or {}, prompt_tokens=tuple(prompt),
-                                      prompt_pieces=tuple(f"t{t}" for t in prompt))]
+        self.events = [
+            SessionStarted(
+                0,
+                strategy=strategy,
+                knobs=knobs or {},
+                prompt_tokens=tuple(prompt),
+                prompt_pieces=tuple(f"t{t}" for t in prompt),
+            )
+        ]
         self.history = list(prompt)
         self.r = 0
 
-    def round(self, draft, n_acc, chosen=None, *, probs=None, pieces=None, rank=None, margin=None, tprob=0.1,
-              reason=None, draft_seconds=0.0, verify_seconds=0.01):
+    def round(
+        self,
+        draft,
+        n_acc,
+        chosen=None,
+        *,
+        probs=None,
+        pieces=None,
+        rank=None,
+        margin=None,
+        tprob=0.1,
+        reason=None,
+        draft_seconds=0.0,
+        verify_seconds=0.01,
+    ):
         self.r += 1
         r, pos = self.r, len(self.history)
         pieces = pieces or [f"t{t}" for t in draft]
         probs = probs or [None] * len(draft)
-        self.events.append(DraftProposed(r, tokens=tuple(draft), pieces=tuple(pieces), probs=tuple(probs),
-                                         position=pos, reason=reason, limit=8, requested=8, seconds=draft_seconds))
+        self.events.append(
+            DraftProposed(
+                r,
+                tokens=tuple(draft),
+                pieces=tuple(pieces),
+                probs=tuple(probs),
+                position=pos,
+                reason=reason,
+                limit=8,
+                requested=8,
+                seconds=draft_seconds,
+            )
+        )
         self.events.append(Verified(r, batch_size=len(draft) + 1, seconds=verify_seconds))
         final = chosen if n_acc < len(draft) else 999
         chosen = 998 if chosen is None else chosen
         committed = list(draft[:n_acc]) + [final]
         kind = "plain" if not draft else ("bonus" if n_acc == len(draft) else "correction")
-        self.events.append(Accepted(r, tokens=tuple(committed), pieces=tuple(f"t{t}" for t in committed),
-                                    n_accepted=n_acc, position=pos, bonus_token=final, bonus_kind=kind))
+        self.events.append(
+            Accepted(
+                r,
+                tokens=tuple(committed),
+                pieces=tuple(f"t{t}" for t in committed),
+                n_accepted=n_acc,
+                position=pos,
+                bonus_token=final,
+                bonus_kind=kind,
+            )
+        )
         if n_acc < len(draft):
-            self.events.append(Rejected(r, depth=n_acc, tokens=tuple(draft[n_acc:]), pieces=tuple(pieces[n_acc:]),
-                                        draft_probs=tuple(probs[n_acc:]), target_token=chosen,
-                                        target_piece=f"t{chosen}", target_prob=0.8, draft_token_target_prob=tprob,
-                                        draft_token_target_rank=rank, target_margin=margin,
-                                        position=pos + n_acc))
+            self.events.append(
+                Rejected(
+                    r,
+                    depth=n_acc,
+                    tokens=tuple(draft[n_acc:]),
+                    pieces=tuple(pieces[n_acc:]),
+                    draft_probs=tuple(probs[n_acc:]),
+                    target_token=chosen,
+                    target_piece=f"t{chosen}",
+                    target_prob=0.8,
+                    draft_token_target_prob=tprob,
+                    draft_token_target_rank=rank,
+                    target_margin=margin,
+                    position=pos + n_acc,
+                )
+            )
         self.events.append(Telemetry(r, data={}))
         self.history += committed
 
@@ -98,14 +153,22 @@ def test_findings_state_their_thresholds():
     R = Rounds(list(range(100, 120)), knobs={"draft_p_min": 0.3})
     for i in range(12):
         # confident tokens at depth 0..1 are accepted, depth 2 is rejected; confidence there is 0.35
-        R.round([200 + i, 300 + i, 400, 500 + i], 2, 600, probs=[0.9, 0.8, 0.35, 0.3],
-                pieces=[" word", "s", ".", " x"], rank=1 + i % 3, margin=0.2)
+        R.round(
+            [200 + i, 300 + i, 400, 500 + i],
+            2,
+            600,
+            probs=[0.9, 0.8, 0.35, 0.3],
+            pieces=[" word", "s", ".", " x"],
+            rank=1 + i % 3,
+            margin=0.2,
+        )
     dg = diagnose(R.events)
     f = {x["key"]: x for x in dg.findings()}
     assert "100% of rejections are at depth 3 and beyond" in f["depth"]["text"]
     assert "drafts past 2 tokens cost more than they return" in f["depth"]["text"] and f["depth"]["threshold"] == 0.4
-    assert f["confidence"]["text"].startswith("draft_p_min 0.3 cuts nothing: drafts below 0.4 confidence are "
-                                              "accepted 0% of the time (12 tokens")
+    assert f["confidence"]["text"].startswith(
+        "draft_p_min 0.3 cuts nothing: drafts below 0.4 confidence are accepted 0% of the time (12 tokens"
+    )
     assert "100% of rejections are near misses" in f["near-miss"]["text"]
     assert "makes 100% of rejections" in f["pair"]["text"]
     assert f["class"]["text"].startswith("punctuation tokens are accepted 0% of the time against 67% overall")
@@ -119,8 +182,13 @@ def test_no_drafts_finding():
     for _ in range(3):
         R.round([], 0, reason="no-match")
     f = diagnose(R.events).findings()
-    assert f == [{"key": "no-drafts", "text": "no draft token was verified (the drafter stopped: no-match 3).",
-                  "threshold": None}]
+    assert f == [
+        {
+            "key": "no-drafts",
+            "text": "no draft token was verified (the drafter stopped: no-match 3).",
+            "threshold": None,
+        }
+    ]
 
 
 def test_rewound_rounds_are_left_out():
@@ -134,6 +202,7 @@ def test_rewound_rounds_are_left_out():
 
 
 # -- the acceptor records rank and margin ------------------------------------------------------------
+
 
 def test_greedy_verdict_has_rank_and_margin():
     row0 = np.array([0.0, 5.0, 3.0, 4.0, 3.0, -1.0, np.nan], dtype=np.float32)

@@ -7,14 +7,13 @@ import math
 
 import numpy as np
 import pytest
+from conftest import TINY
+from test_session import plain_reference
 
 from specviz import Session
 from specviz.errors import KnobError, SnapshotError, VocabularyMismatchError
 from specviz.sampling import SamplingParams, probs_from_logits
 from specviz.testing import tiny_weights, write_tiny_llama
-
-from conftest import TINY
-from test_session import plain_reference
 
 
 @pytest.fixture(scope="module")
@@ -31,8 +30,9 @@ def other_vocab_path(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def renamed_vocab_path(tmp_path_factory):
-    return write_tiny_llama(tmp_path_factory.mktemp("renamed") / "renamed.gguf", seed=5,
-                            token_overrides={300: "▁zzz", 301: "▁yyy"})
+    return write_tiny_llama(
+        tmp_path_factory.mktemp("renamed") / "renamed.gguf", seed=5, token_overrides={300: "▁zzz", 301: "▁yyy"}
+    )
 
 
 def knobs(path, **extra):
@@ -85,8 +85,9 @@ def test_incompatible_draft_vocabulary_is_refused(tiny_session, request, fixture
     assert tiny_session.finished == "max_tokens"
 
 
-def test_swapping_in_a_draft_of_another_vocabulary_keeps_the_old_draft(tiny_session, tiny_model, draft_path,
-                                                                       other_vocab_path):
+def test_swapping_in_a_draft_of_another_vocabulary_keeps_the_old_draft(
+    tiny_session, tiny_model, draft_path, other_vocab_path
+):
     """The sequence that used to kill the process: start a draft session, configure a draft model of
     another vocabulary, step, step. The swap is refused at configure(); the old drafter keeps drafting."""
     s = tiny_session
@@ -151,16 +152,16 @@ def test_a_draft_context_state_must_hold_token_ids_of_the_draft_vocabulary(tiny_
     d = s.drafter
     blob = d.context_state()
     n = int.from_bytes(blob[:8], "little")
-    cached = json.loads(blob[8:8 + n])["cached"]
+    cached = json.loads(blob[8 : 8 + n])["cached"]
     assert len(cached) >= 2
 
     def with_cached(tokens):  # the same context, its token list rewritten
         head = json.dumps({"cached": tokens}).encode()
-        return len(head).to_bytes(8, "little") + head + blob[8 + n:]
+        return len(head).to_bytes(8, "little") + head + blob[8 + n :]
 
     def cached_now():
         b = d.context_state()
-        return json.loads(b[8:8 + int.from_bytes(b[:8], "little")])["cached"]
+        return json.loads(b[8 : 8 + int.from_bytes(b[:8], "little")])["cached"]
 
     n_vocab = d.model.n_vocab
     edge = [0] + cached[1:-1] + [n_vocab - 1]  # the first and the last id are in the vocabulary
@@ -178,8 +179,7 @@ def test_same_seed_same_output(tiny_session, draft_path, strategy):
     extra = knobs(draft_path) if strategy == "draft" else {}
     outs = []
     for _ in range(2):
-        tiny_session.start("the a the a of the", 40, strategy, temperature=1.0, top_k=50, top_p=0.95, seed=123,
-                           **extra)
+        tiny_session.start("the a the a of the", 40, strategy, temperature=1.0, top_k=50, top_p=0.95, seed=123, **extra)
         tiny_session.run()
         outs.append(list(tiny_session.tokens))
     assert outs[0] == outs[1]

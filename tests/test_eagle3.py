@@ -11,6 +11,8 @@ import time
 
 import numpy as np
 import pytest
+from stat_helpers import chi2_critical
+from test_session import plain_reference
 
 from specviz import Session
 from specviz.backends import LlamaContext, LlamaModel
@@ -22,9 +24,6 @@ from specviz.eagle3_gguf import Eagle3HeadConfig, random_eagle3_weights, write_e
 from specviz.errors import CaptureUnavailableError, KnobError, SnapshotError, StrategyUnavailableError
 from specviz.sampling import SamplingParams, probs_from_logits
 from specviz.testing import tiny_weights, write_tiny_eagle3, write_tiny_llama
-
-from stat_helpers import chi2_critical
-from test_session import plain_reference
 
 A, B = 300, 301
 
@@ -52,8 +51,17 @@ def binary_pair(tmp_path_factory):
     w["output.weight"] = out
     target = write_tiny_llama(d / "target.gguf", n_layer=4, layers_from=w)
     d2t = tuple(sorted(set(range(0, 320, 2)) | {A, B}))
-    cfg = Eagle3HeadConfig(n_embd=64, n_head=4, n_head_kv=2, n_ff=128, target_hidden=64, target_layers=(1, 2, 3),
-                           d2t=d2t, n_vocab=320, rms_eps=1e-5)
+    cfg = Eagle3HeadConfig(
+        n_embd=64,
+        n_head=4,
+        n_head_kv=2,
+        n_ff=128,
+        target_hidden=64,
+        target_layers=(1, 2, 3),
+        d2t=d2t,
+        n_vocab=320,
+        rms_eps=1e-5,
+    )
     hw = random_eagle3_weights(cfg, seed=4)
     v = np.random.default_rng(5).standard_normal(64).astype(np.float32)
     ho = np.zeros_like(hw["output.weight"])
@@ -75,6 +83,7 @@ def knobs(head, **extra):
 
 
 # -- fixtures and the backend -------------------------------------------------------------------------------
+
 
 def test_tiny_head_is_written_quickly_and_llama_cpp_loads_it(target_path, tmp_path):
     t0 = time.perf_counter()
@@ -163,6 +172,7 @@ def test_head_context_encodes_and_decodes_pairs(target_path, head_path):
 
 
 # -- the strategy -------------------------------------------------------------------------------------------
+
 
 def test_greedy_with_eagle3_equals_plain_greedy_and_keeps_both_caches_right(binary_pair):
     target, head = binary_pair
@@ -265,8 +275,7 @@ def test_a_truncated_drafter_state_is_refused(binary_pair):
 def test_sampled_eagle3_same_seed_same_output(session, head_path):
     outs = []
     for seed in (11, 11, 12):
-        session.start([1, 70, 71], 40, "eagle3", temperature=1.0, top_k=40, top_p=0.95, seed=seed,
-                      **knobs(head_path))
+        session.start([1, 70, 71], 40, "eagle3", temperature=1.0, top_k=40, top_p=0.95, seed=seed, **knobs(head_path))
         session.run()
         outs.append(list(session.tokens))
     assert outs[0] == outs[1] != outs[2]
@@ -302,9 +311,19 @@ def test_first_token_distribution_with_eagle3_matches_the_target(binary_pair):
 
 # -- refusals -----------------------------------------------------------------------------------------------
 
+
 def _head(tmp_path, target_path, name, **cfg_overrides):
-    cfg = dict(n_embd=64, n_head=4, n_head_kv=2, n_ff=128, target_hidden=64, target_layers=(1, 2, 3),
-               d2t=tuple(range(0, 320, 2)), n_vocab=320, rms_eps=1e-5)
+    cfg = dict(
+        n_embd=64,
+        n_head=4,
+        n_head_kv=2,
+        n_ff=128,
+        target_hidden=64,
+        target_layers=(1, 2, 3),
+        d2t=tuple(range(0, 320, 2)),
+        n_vocab=320,
+        rms_eps=1e-5,
+    )
     cfg.update(cfg_overrides)
     c = Eagle3HeadConfig(**cfg)
     return write_eagle3_head(tmp_path / name, target_path, c, random_eagle3_weights(c))
@@ -316,8 +335,10 @@ def test_unusable_heads_are_refused_with_the_reason_and_nothing_changes(session,
     before = list(session.history)
     cases = [
         (_head(tmp_path, target_path, "deep.gguf", target_layers=(1, 2, 4)), "target layer 4"),
-        (_head(tmp_path, target_path, "other.gguf", n_embd=48, target_hidden=48, own_embeddings=True),
-         "target of width 48"),
+        (
+            _head(tmp_path, target_path, "other.gguf", n_embd=48, target_hidden=48, own_embeddings=True),
+            "target of width 48",
+        ),
         (write_tiny_llama(tmp_path / "not_a_head.gguf", seed=2, n_layer=4), "not an EAGLE-3 head"),
     ]
     for path, why in cases:
@@ -368,8 +389,9 @@ def test_a_head_with_a_bad_d2t_is_refused_not_aborted(target_path, tmp_path):
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
-    why = eagle3_problems(tmp_path / "bad.gguf", target_arch="llama", target_n_layer=4, target_n_embd=64,
-                          target_n_vocab=320)
+    why = eagle3_problems(
+        tmp_path / "bad.gguf", target_arch="llama", target_n_layer=4, target_n_embd=64, target_n_vocab=320
+    )
     assert any("int64" in x for x in why)
     s = Session(target_path, n_ctx=128, n_batch=32, n_ubatch=32, n_threads=1)
     with pytest.raises(StrategyUnavailableError, match="int64"):

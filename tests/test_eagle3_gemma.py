@@ -20,8 +20,16 @@ pytestmark = pytest.mark.embedded
 @pytest.fixture(scope="module")
 def gemma_head(embedded_model_path, tmp_path_factory):
     """A small random head of Gemma 3 270M's width (640) that borrows its token embeddings."""
-    cfg = Eagle3HeadConfig(n_embd=640, n_head=4, n_head_kv=1, n_ff=256, target_hidden=640,
-                           target_layers=default_target_layers(18), d2t=tuple(range(0, 4096, 4)), n_vocab=262144)
+    cfg = Eagle3HeadConfig(
+        n_embd=640,
+        n_head=4,
+        n_head_kv=1,
+        n_ff=256,
+        target_hidden=640,
+        target_layers=default_target_layers(18),
+        d2t=tuple(range(0, 4096, 4)),
+        n_vocab=262144,
+    )
     path = tmp_path_factory.mktemp("gemma-head") / "head.gguf"
     return write_eagle3_head(path, embedded_model_path, cfg, random_eagle3_weights(cfg, seed=0))
 
@@ -38,8 +46,13 @@ def test_eagle3_runs_on_gemma3_through_the_capture_shim(embedded_model, gemma_he
         assert t["eagle3"]["capture"] == "callback" and t["eagle3"]["target_layers"] == [2, 9, 15]
         assert t["drafted"] > 0 and t["vocab_coverage"]["draft_vocab"] == 1024
         # a random head is refused nearly always, but greedy output must stay the target's own
-        res = check_equivalence(s, "The capital of France is", 24, "eagle3",
-                                {"draft_model": str(gemma_head), "draft_p_min": 0.0, "draft_max": 3})
+        res = check_equivalence(
+            s,
+            "The capital of France is",
+            24,
+            "eagle3",
+            {"draft_model": str(gemma_head), "draft_p_min": 0.0, "draft_max": 3},
+        )
         assert res["verdict"] in ("identical", "numerics"), res
     finally:
         s.close()
@@ -68,8 +81,9 @@ print("still running:", s.finished)
 
 def test_gemma3_without_the_shim_refuses_eagle3_without_killing_the_process(gemma_head):
     env = dict(os.environ, SPECVIZ_CAPTURE_SHIM="0")
-    r = subprocess.run([sys.executable, "-c", _REFUSAL, str(gemma_head)], capture_output=True, text=True, env=env,
-                       timeout=300)
+    r = subprocess.run(
+        [sys.executable, "-c", _REFUSAL, str(gemma_head)], capture_output=True, text=True, env=env, timeout=300
+    )
     assert r.returncode == 0, r.stderr[-2000:]
     assert "refused: eagle3 cannot use" in r.stdout and "without the layer-capture callback" in r.stdout
     assert "refused api:" in r.stdout and "still running: max_tokens" in r.stdout
@@ -90,12 +104,18 @@ print("survived")
 
 def test_the_guarded_call_really_aborts_gemma3(tmp_path):
     """Why the guard matters: llama.cpp's own layer taps on gemma3 abort the whole process."""
+
     def no_core_dump() -> None:  # the child aborts on purpose; leave no core file behind
         import resource
 
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
 
-    r = subprocess.run([sys.executable, "-c", textwrap.dedent(_RAW_ABORT)], capture_output=True, text=True,
-                       timeout=300, preexec_fn=no_core_dump)
+    r = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(_RAW_ABORT)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        preexec_fn=no_core_dump,
+    )
     assert r.returncode != 0 and "survived" not in r.stdout
     assert "layer input tensor is null" in r.stderr or r.returncode < 0

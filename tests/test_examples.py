@@ -13,8 +13,9 @@ EXAMPLES = ROOT / "examples"
 
 
 def run(script: str, *args: str) -> str:
-    p = subprocess.run([sys.executable, str(EXAMPLES / script), *args], capture_output=True, text=True,
-                       timeout=300, cwd=str(ROOT))
+    p = subprocess.run(
+        [sys.executable, str(EXAMPLES / script), *args], capture_output=True, text=True, timeout=300, cwd=str(ROOT)
+    )
     assert p.returncode == 0, p.stderr[-3000:]
     return p.stdout
 
@@ -27,10 +28,24 @@ def load(script: str):
 
 
 def test_compare_strategies_prints_a_row_per_strategy(tiny_model_path):
-    out = run("compare_strategies.py", "--model", str(tiny_model_path), "--threads", "1", "--max-tokens", "40",
-              "--prompt", "the cat sat on the mat and the cat sat", "--strategies", "none,prompt-lookup,ngram-cache")
-    rows = {line.split()[0]: line.split() for line in out.splitlines() if line.split()[:1] and
-            line.split()[0] in ("none", "prompt-lookup", "ngram-cache")}
+    out = run(
+        "compare_strategies.py",
+        "--model",
+        str(tiny_model_path),
+        "--threads",
+        "1",
+        "--max-tokens",
+        "40",
+        "--prompt",
+        "the cat sat on the mat and the cat sat",
+        "--strategies",
+        "none,prompt-lookup,ngram-cache",
+    )
+    rows = {
+        line.split()[0]: line.split()
+        for line in out.splitlines()
+        if line.split()[:1] and line.split()[0] in ("none", "prompt-lookup", "ngram-cache")
+    }
     assert set(rows) == {"none", "prompt-lookup", "ngram-cache"}
     assert rows["none"][1] == "40" and rows["none"][2] == "0"  # no speculation: one token per round, nothing drafted
     assert int(rows["prompt-lookup"][2]) > 0  # prompt lookup drafts on this looping fixture
@@ -42,8 +57,19 @@ def test_compare_strategies_with_a_derived_draft(tiny_model_path, tmp_path):
 
     draft = tmp_path / "draft.gguf"
     derive_draft(tiny_model_path, "0-1", draft)
-    out = run("compare_strategies.py", "--model", str(tiny_model_path), "--threads", "1", "--max-tokens", "24",
-              "--strategies", "none", "--draft-model", str(draft))
+    out = run(
+        "compare_strategies.py",
+        "--model",
+        str(tiny_model_path),
+        "--threads",
+        "1",
+        "--max-tokens",
+        "24",
+        "--strategies",
+        "none",
+        "--draft-model",
+        str(draft),
+    )
     row = next(line.split() for line in out.splitlines() if line.startswith("draft "))
     # a draft keeping every layer is the target itself: everything it drafts is accepted
     assert int(row[2]) > 0 and row[2] == row[3] and row[-1] == "yes"
@@ -51,8 +77,19 @@ def test_compare_strategies_with_a_derived_draft(tiny_model_path, tmp_path):
 
 def test_record_and_replay_writes_jsonl_and_prints_every_round(tiny_model_path, tmp_path):
     out_file = tmp_path / "rec.jsonl"
-    out = run("record_and_replay.py", "--model", str(tiny_model_path), "--threads", "1", "--out", str(out_file),
-              "--max-tokens", "30", "--prompt", "the cat sat on the mat and the cat sat")
+    out = run(
+        "record_and_replay.py",
+        "--model",
+        str(tiny_model_path),
+        "--threads",
+        "1",
+        "--out",
+        str(out_file),
+        "--max-tokens",
+        "30",
+        "--prompt",
+        "the cat sat on the mat and the cat sat",
+    )
     events = [json.loads(line) for line in out_file.read_text().splitlines()]
     assert events[0]["kind"] == "session_started" and events[-1]["kind"] == "finished"
     n_rounds = max(e["round"] for e in events)

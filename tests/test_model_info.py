@@ -75,8 +75,24 @@ def test_info_command_text_and_json(models, capsys):
 
 def test_run_with_llama_cpp_spellings_and_an_eagle3_head(models, capsys):
     base = ["run", "--model", str(models["target"]), "--prompt", "the cat", "--max-tokens", "12", "--json"]
-    assert main([*base, "--spec-type", "draft-eagle3", "-md", str(models["head"]), "--spec-draft-n-max", "3",
-                 "--spec-draft-p-min", "0", "--spec-draft-n-min", "1"]) == 0
+    assert (
+        main(
+            [
+                *base,
+                "--spec-type",
+                "draft-eagle3",
+                "-md",
+                str(models["head"]),
+                "--spec-draft-n-max",
+                "3",
+                "--spec-draft-p-min",
+                "0",
+                "--spec-draft-n-min",
+                "1",
+            ]
+        )
+        == 0
+    )
     a = json.loads(capsys.readouterr().out)
     assert a["strategy"] == "eagle3" and a["knobs"]["draft_max"] == 3 and a["knobs"]["draft_min"] == 1
     assert a["telemetry"]["drafted"] > 0

@@ -5,14 +5,13 @@ from __future__ import annotations
 import time
 
 import pytest
+from test_session import plain_reference
 
 from specviz import Session
 from specviz.backends import LlamaModel
 from specviz.backends.mtp import mtp_problems
 from specviz.errors import KnobError, StrategyUnavailableError
 from specviz.testing import write_tiny_llama, write_tiny_nextn
-
-from test_session import plain_reference
 
 A, B = 300, 301
 

@@ -6,13 +6,12 @@ import json
 from types import SimpleNamespace
 
 import pytest
+from test_session import DRAFTLESS, eager, plain_reference
 
 from specviz import Session
 from specviz import policy as policy_module
 from specviz.errors import KnobError
 from specviz.policy import AdaptivePolicy, CostPolicy, VerifyCostModel, measure_verify_cost, tile_aligned
-
-from test_session import DRAFTLESS, eager, plain_reference
 
 
 def test_adaptive_grows_by_two_after_full_acceptance_and_shrinks_by_one():
@@ -121,14 +120,33 @@ def test_policy_state_survives_a_snapshot(tiny_session, tiny_model):
     r = Session.restore(blob, model=tiny_model)
     r.run()
     restored = [e.limit for e in r.events if e.kind == "draft_proposed"]
-    assert restored == original[len(original) - len(restored):]
+    assert restored == original[len(original) - len(restored) :]
     r.ctx.close()
 
 
 def test_tile_aligned_rounds_long_verify_batches_down_to_the_tile():
     # k draft tokens make a verify batch of k + 1 rows
-    assert [tile_aligned(k, 4) for k in range(1, 20)] == [1, 2, 3, 3, 3, 3, 7, 7, 7, 7, 11, 11, 11, 11, 15,
-                                                          15, 15, 15, 19]
+    assert [tile_aligned(k, 4) for k in range(1, 20)] == [
+        1,
+        2,
+        3,
+        3,
+        3,
+        3,
+        7,
+        7,
+        7,
+        7,
+        11,
+        11,
+        11,
+        11,
+        15,
+        15,
+        15,
+        15,
+        19,
+    ]
     assert tile_aligned(0, 4) == 0
     assert [tile_aligned(k, 1) for k in range(0, 20)] == list(range(0, 20))
     assert tile_aligned(16, 8) == 15 and tile_aligned(6, 8) == 6 and tile_aligned(23, 8) == 23
@@ -192,8 +210,20 @@ def test_cost_measurement_times_every_usable_batch_size():
 def test_cost_policy_estimates_acceptance_by_run_position():
     cost = VerifyCostModel([1, 2, 3, 4, 8, 12, 16], [0.020, 0.024, 0.027, 0.030, 0.055, 0.075, 0.090])
     p = CostPolicy(cost)
-    assert [CostPolicy.bucket(r) for r in (0, 1, 2, 3, 4, 7, 8, 15, 16, 31, 32, 500)] == [0, 1, 2, 2, 3, 3, 4, 4,
-                                                                                      5, 5, 6, 6]
+    assert [CostPolicy.bucket(r) for r in (0, 1, 2, 3, 4, 7, 8, 15, 16, 31, 32, 500)] == [
+        0,
+        1,
+        2,
+        2,
+        3,
+        3,
+        4,
+        4,
+        5,
+        5,
+        6,
+        6,
+    ]
     for _ in range(8):  # acceptance comes in runs: a few long copies, each followed by rejections
         p.observe(15, 15, 0.0)
         p.observe(15, 15, 0.0)
@@ -270,8 +300,8 @@ def test_rounds_the_cost_policy_keeps_plain_still_teach_it(tiny_session, tiny_mo
     tries = hits = 0
     for e in plain:
         d = strategy_class("prompt-lookup")(max_ngram=2, min_ngram=1)
-        d.begin(history[:e.position])
-        proposal = d.draft(history[:e.position], 1).tokens
+        d.begin(history[: e.position])
+        proposal = d.draft(history[: e.position], 1).tokens
         if proposal and e.position < len(history):
             tries += 1
             hits += proposal[0] == history[e.position]
@@ -300,7 +330,9 @@ def test_telemetry_says_what_the_policy_works_from(tiny_session):
     assert list(d["acceptance_by_run_position"].values()) == pytest.approx(s.policy.bucket_estimates())
     assert sum(d["tries_by_run_position"].values()) > 0
     assert d["verify_cost"]["sizes"][0] == 1 and (d["shadow_tries"], d["shadow_hits"]) == (
-        s.policy.shadow_tries, s.policy.shadow_hits)
+        s.policy.shadow_tries,
+        s.policy.shadow_hits,
+    )
     s.start("the a", 4, "prompt-lookup", draft_policy="adaptive", draft_max=6)
     s.run()
     assert s.telemetry_dict()["policy"]["name"] == "adaptive"
@@ -509,14 +541,24 @@ def test_cost_policy_state_and_description_carry_every_counter():
     assert s["tries"] == pytest.approx([1.98, 0.98, 0, 0, 0, 0, 0])
     assert s["hits"] == pytest.approx([1.98, 0, 0, 0, 0, 0, 0])
     assert {k: v for k, v in s.items() if k not in ("tries", "hits")} == {
-        "run": 1, "draft_tok_seconds": 0.25, "draft_calls": 1, "shadow_tries": 1, "shadow_hits": 1,
-        "rounds_since_evidence": 1}
+        "run": 1,
+        "draft_tok_seconds": 0.25,
+        "draft_calls": 1,
+        "shadow_tries": 1,
+        "shadow_hits": 1,
+        "rounds_since_evidence": 1,
+    }
     d = p.describe()
-    assert d == {"name": "cost", "run": 1,
-                 "acceptance_by_run_position": dict(zip(CostPolicy.BUCKET_LABELS, p.bucket_estimates())),
-                 "tries_by_run_position": dict(zip(CostPolicy.BUCKET_LABELS, p.tries)),
-                 "shadow_tries": 1, "shadow_hits": 1, "draft_seconds_per_token": 0.25,
-                 "verify_cost": {"sizes": [1, 2, 16], "seconds": [0.001, 1.0, 10.0]}}
+    assert d == {
+        "name": "cost",
+        "run": 1,
+        "acceptance_by_run_position": dict(zip(CostPolicy.BUCKET_LABELS, p.bucket_estimates())),
+        "tries_by_run_position": dict(zip(CostPolicy.BUCKET_LABELS, p.tries)),
+        "shadow_tries": 1,
+        "shadow_hits": 1,
+        "draft_seconds_per_token": 0.25,
+        "verify_cost": {"sizes": [1, 2, 16], "seconds": [0.001, 1.0, 10.0]},
+    }
     assert CostPolicy().describe()["verify_cost"] is None
     # the state brings every counter back
     q = CostPolicy(VerifyCostModel([1, 2, 16], [0.001, 1.0, 10.0]))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from conftest import TINY
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -11,10 +12,10 @@ from specviz.backends import LlamaModel
 from specviz.errors import ChatTemplateError, KnobError
 from specviz.testing import write_tiny_llama
 
-from conftest import TINY
-
-CHATML = ("{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + "
-          "'<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}")
+CHATML = (
+    "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + "
+    "'<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+)
 MESSAGES = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "the cat of the dog"}]
 
 
@@ -32,8 +33,10 @@ def test_chat_uses_the_models_own_template(chat_model):
 
     assert model_chat_template(chat_model) == CHATML
     text = apply_chat_template(chat_model, MESSAGES)
-    assert text == ("<|im_start|>system\nbe brief<|im_end|>\n<|im_start|>user\nthe cat of the dog<|im_end|>\n"
-                    "<|im_start|>assistant\n")
+    assert text == (
+        "<|im_start|>system\nbe brief<|im_end|>\n<|im_start|>user\nthe cat of the dog<|im_end|>\n"
+        "<|im_start|>assistant\n"
+    )
     s = Session(chat_model, n_ctx=512, n_batch=64, n_ubatch=64, n_threads=1)
     try:
         ev = s.start(messages=MESSAGES, max_tokens=12, strategy="prompt-lookup")
@@ -68,6 +71,7 @@ def test_a_model_without_a_template_is_refused_and_nothing_changes(tiny_session)
 
 # -- stop strings ------------------------------------------------------------------------------------
 
+
 def generate(s, prompt, strategy, n, stop=None, **knobs):
     s.start(prompt, n, strategy, stop=stop, **knobs)
     rounds = s.run()
@@ -93,8 +97,12 @@ SPECULATIVE = ["prompt-lookup", "ngram-simple", "ngram-map-k4v", "ngram-cache"]
 
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(prompt=st.text(alphabet="the cat of dog and a 12,.", min_size=4, max_size=40),
-       start=st.integers(0, 200), length=st.integers(1, 6), strategy=st.sampled_from(SPECULATIVE))
+@given(
+    prompt=st.text(alphabet="the cat of dog and a 12,.", min_size=4, max_size=40),
+    start=st.integers(0, 200),
+    length=st.integers(1, 6),
+    strategy=st.sampled_from(SPECULATIVE),
+)
 def test_stop_strings_equal_plain_decoding(tiny_session, tiny_model, prompt, start, length, strategy):
     s = tiny_session
     plain, text, _, _ = generate(s, prompt, "none", 60)
@@ -103,7 +111,7 @@ def test_stop_strings_equal_plain_decoding(tiny_session, tiny_model, prompt, sta
     if not clean.strip():
         return
     i = start % len(clean)
-    stop = clean[i:i + length]
+    stop = clean[i : i + length]
     ref_tokens, ref_text = expected_cut(tiny_model, plain, stop)
     p_tokens, p_text, p_fin, _ = generate(s, prompt, "none", 60, stop=[stop])
     assert (p_tokens, p_text) == (ref_tokens, ref_text)
@@ -137,7 +145,7 @@ def test_a_stop_string_spanning_a_draft_boundary_and_two_tokens(tiny_session, ti
                     body = "".join(pieces[first:j])
                     if "\ufffd" in body + pieces[j] or not pieces[first] or not pieces[j]:
                         continue
-                    stop = body[-(len(body) - len(pieces[first]) + 1):] + pieces[j][:1]
+                    stop = body[-(len(body) - len(pieces[first]) + 1) :] + pieces[j][:1]
                     ref_tokens, ref_text = expected_cut(tiny_model, plain, stop)
                     if len(ref_tokens) != j + 1:
                         continue  # it occurs earlier: not the case wanted
@@ -154,8 +162,10 @@ def test_stop_then_rewind_and_continue(tiny_session, tiny_model):
     s = tiny_session
     prompt = "the cat of the dog and the a the cat of the"
     plain, text, _, _ = generate(s, prompt, "none", 60)
-    i = next(i for i in range(len(text) // 2, len(text)) if "\ufffd" not in text[i:i + 3] and len(text[i:i + 3]) == 3)
-    stop = text[i:i + 3]
+    i = next(
+        i for i in range(len(text) // 2, len(text)) if "\ufffd" not in text[i : i + 3] and len(text[i : i + 3]) == 3
+    )
+    stop = text[i : i + 3]
     tokens, out, fin, _ = generate(s, prompt, "prompt-lookup", 60, stop=stop)
     assert fin == "stop"
     n = s.round_index

@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import pytest
+from conftest import TINY
+from test_session import plain_reference
 
 from specviz import Session, strategy_names
 from specviz.errors import RewindError, SessionStateError
 from specviz.events import Rewound, event_from_dict
 from specviz.rewind import effective_events
 from specviz.testing import tiny_weights, write_tiny_llama
-
-from conftest import TINY
-from test_session import plain_reference
 
 PROMPT = "the cat of the dog and the a the cat of the"
 

@@ -39,7 +39,9 @@ def test_nan_before_tie():
     assert ScoredRow(np.array([np.nan, 2.0, 2.0], dtype=np.float32)).best == 1
 
 
-values = st.one_of(st.floats(-5, 5, width=32), st.just(float("nan")), st.just(float("-inf")), st.sampled_from([0.0, 1.0]))
+values = st.one_of(
+    st.floats(-5, 5, width=32), st.just(float("nan")), st.just(float("-inf")), st.sampled_from([0.0, 1.0])
+)
 
 
 @settings(max_examples=300, deadline=None)
@@ -68,7 +70,6 @@ def test_top_alternatives_are_sorted_and_ties_prefer_low_ids():
     assert alts[0][1] == alts[1][1] > alts[2][1]
 
 
-
 def _reference_top(row, k):
     vals = [(-math.inf if v != v else float(v)) for v in row]
     order = sorted(range(len(vals)), key=lambda i: (-vals[i], i))
@@ -76,8 +77,12 @@ def _reference_top(row, k):
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.lists(st.sampled_from([-100.0, -3.0, -1.0, 0.0, 0.5, 1.0, 2.0, 7.0, 7.5, 8.0, float("nan")]),
-                min_size=1, max_size=40), st.integers(1, 8))
+@given(
+    st.lists(
+        st.sampled_from([-100.0, -3.0, -1.0, 0.0, 0.5, 1.0, 2.0, 7.0, 7.5, 8.0, float("nan")]), min_size=1, max_size=40
+    ),
+    st.integers(1, 8),
+)
 def test_top_alternatives_match_a_reference_sort_with_ties(vals, k):
     row = np.array(vals, dtype=np.float32)
     assert [t for t, _ in ScoredRow(row).top(k)] == _reference_top(vals, k)
@@ -103,6 +108,7 @@ def test_normaliser_is_exact_inside_and_outside_the_direct_range(shift):
     assert abs(ScoredRow(row).z() - exact) / exact < 2e-6
     best = int(np.argmax(row))
     assert abs(ScoredRow(row).prob(best) - 1 / exact) * exact < 2e-6
+
 
 def test_top_two_margin_and_tokens():
     assert top_two(np.array([1.0, 4.0, 2.5], dtype=np.float32)) == (1.5, 1, 2)

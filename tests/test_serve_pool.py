@@ -306,8 +306,12 @@ def test_a_snapshot_a_page_gets_names_no_path_and_one_naming_a_file_is_refused_u
                 h["pending"] = [h["pending"][0], {**h["pending"][1], "draft_model": secret_file}]
             else:
                 wb = h["workbench"]
-                h["workbench"] = {**wb, "checkpoints": [{**c, "knobs": {**c["knobs"], "draft_model": secret_file}}
-                                                        for c in wb["checkpoints"]]}
+                h["workbench"] = {
+                    **wb,
+                    "checkpoints": [
+                        {**c, "knobs": {**c["knobs"], "draft_model": secret_file}} for c in wb["checkpoints"]
+                    ],
+                }
             with pytest.raises(SnapshotError, match="not one of the server's draft models") as e:
                 ms.restore_into(pack(h, list(blobs.items())))
             assert SECRET not in str(e.value)
@@ -323,14 +327,21 @@ def test_a_compare_lane_on_a_page_takes_turns_and_names_no_path(tiny_model, draf
 
     catalog = DraftCatalog([draft_path])
     sched = RoundScheduler()
-    ms = ManagedSession(make_factory(tiny_model), scheduler=sched, catalog=catalog,
-                        drafts=SharedDraftModels(tiny_model))
+    ms = ManagedSession(
+        make_factory(tiny_model), scheduler=sched, catalog=catalog, drafts=SharedDraftModels(tiny_model)
+    )
     sink = Sink()
     try:
         core = InspectorCore(sink, ms, prompt=PROMPT, draft_models=catalog.names)
         ms.start(PROMPT, max_tokens=12, strategy="prompt-lookup")
-        core.handle({"type": "lane", "cmd": "compare", "strategy": "draft",
-                     "knobs": {"draft_model": catalog.names[0], "draft_max": "3"}})
+        core.handle(
+            {
+                "type": "lane",
+                "cmd": "compare",
+                "strategy": "draft",
+                "knobs": {"draft_model": catalog.names[0], "draft_max": "3"},
+            }
+        )
         core.wait(60)
         lane = core.workbench.lane
         assert isinstance(lane, ManagedSession) and lane is not ms

@@ -150,7 +150,7 @@ def test_round_events_are_ordered_and_consistent(tiny_session):
         if rej:
             seen_reject = True
             assert rej[0].depth == a.n_accepted
-            assert list(rej[0].tokens) == list(d.tokens[a.n_accepted:])
+            assert list(rej[0].tokens) == list(d.tokens[a.n_accepted :])
             assert rej[0].target_token == a.bonus_token and a.bonus_kind == "correction"
             assert rej[0].target_token != rej[0].tokens[0]
             assert rej[0].alternatives[0]["token"] == rej[0].target_token
@@ -243,6 +243,7 @@ def test_eos_stops_generation(tmp_path):
 
 # -- validation: every refusal is typed, names the problem, and changes nothing --------------------------
 
+
 def _state(s):
     return (list(s.history), s.strategy, dict(s.knobs), s.finished, s.round_index, s.kv_length, len(s.events))
 
@@ -309,6 +310,7 @@ def test_configure_applies_at_the_next_round_boundary(tiny_session):
 
 # -- snapshots ----------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("strategy", DRAFTLESS)
 def test_snapshot_round_trip_continues_identically(tiny_session, tiny_model, strategy):
     s = tiny_session
@@ -326,7 +328,7 @@ def test_snapshot_round_trip_continues_identically(tiny_session, tiny_model, str
     # the restored rounds publish the same drafts as the original's rounds did
     restored_drafts = [e.to_dict()["tokens"] for e in r.events if e.kind == "draft_proposed"]
     orig_drafts = [e["tokens"] for e in original_events if e["kind"] == "draft_proposed"]
-    assert restored_drafts == orig_drafts[len(orig_drafts) - len(restored_drafts):]
+    assert restored_drafts == orig_drafts[len(orig_drafts) - len(restored_drafts) :]
     assert n_before > 0
     r.ctx.close()
 

@@ -12,10 +12,17 @@ HERE = Path(__file__).parent
 
 
 def test_random_call_sequences_never_crash_and_keep_every_invariant():
-    p = subprocess.run([sys.executable, str(HERE / "stateful_session.py"), "60", "40"], capture_output=True,
-                       text=True, timeout=1500, cwd=HERE.parent)
+    p = subprocess.run(
+        [sys.executable, str(HERE / "stateful_session.py"), "60", "40"],
+        capture_output=True,
+        text=True,
+        timeout=1500,
+        cwd=HERE.parent,
+    )
     if p.returncode < 0:
-        raise AssertionError(f"the session process died with signal {signal.Signals(-p.returncode).name}:\n"
-                             f"{p.stdout[-4000:]}\n{p.stderr[-4000:]}")
+        raise AssertionError(
+            f"the session process died with signal {signal.Signals(-p.returncode).name}:\n"
+            f"{p.stdout[-4000:]}\n{p.stderr[-4000:]}"
+        )
     assert p.returncode == 0, f"{p.stdout[-6000:]}\n{p.stderr[-6000:]}"
     assert "passed" in p.stdout

@@ -136,6 +136,7 @@ def test_ngram_mod_refuses_n_min_above_n_max():
 # ngram-map-k
 # ------------------------------------------------------------------------------------------------
 
+
 def test_map_k_drafts_after_the_most_recent_usable_occurrence():
     # key [1,2] occurs at 1, 6 and (as the trailing key) 12; usable starts are 1..cur_len-n-m-1 = 7
     h = [7, 1, 2, 3, 4, 5, 1, 2, 6, 6, 6, 0, 1, 2]
@@ -234,6 +235,7 @@ def test_map_k_min_hits_counts_look_ups_of_the_key():
 # ngram-map-k4v
 # ------------------------------------------------------------------------------------------------
 
+
 def segments(values):
     """[0] + [1,2,a,a] per value + [9,9,1,2]: key [1,2] followed by m-gram [a,a]; trailing key [1,2]."""
     out = [0]
@@ -251,13 +253,16 @@ def test_k4v_drafts_after_the_occurrence_found_when_one_value_dominates():
     assert got.reason is None
 
 
-@pytest.mark.parametrize("values,expected", [
-    ([3, 5, 3, 5], None),        # 2 vs 2: ambiguous
-    ([3, 3, 5], [5, 5]),         # 2 vs 1: 2 >= 2*1, drafts (after the most recent occurrence)
-    ([3, 3, 3, 5, 6], None),     # 3 vs 1+1: 3 < 4, ambiguous
-    ([3, 3, 3, 3, 5, 6], [6, 6]),  # 4 vs 2: drafts
-    ([5], [5, 5]),               # a single value
-])
+@pytest.mark.parametrize(
+    "values,expected",
+    [
+        ([3, 5, 3, 5], None),  # 2 vs 2: ambiguous
+        ([3, 3, 5], [5, 5]),  # 2 vs 1: 2 >= 2*1, drafts (after the most recent occurrence)
+        ([3, 3, 3, 5, 6], None),  # 3 vs 1+1: 3 < 4, ambiguous
+        ([3, 3, 3, 3, 5, 6], [6, 6]),  # 4 vs 2: drafts
+        ([5], [5, 5]),  # a single value
+    ],
+)
 def test_k4v_dominance_rule(values, expected):
     h = segments(values)
     got = fresh(MapK4V, h, size_n=2, size_m=2).draft(h, 16)
@@ -308,10 +313,11 @@ def test_k4v_accepted_count_caps_the_dominant_value():
 # ngram-mod
 # ------------------------------------------------------------------------------------------------
 
+
 def test_mod_slot_is_upstreams_lcg_hash_modulo_the_pool():
     d = Mod(n_match=3, pool_size=1 << 20)
     a, b, c = 1000, 7, 123456
-    h = (((a * F + b) * F + c) % 2**64)
+    h = ((a * F + b) * F + c) % 2**64
     assert d.slot([a, b, c]) == h % (1 << 20)
     # begin adds the n-grams whose next token is in the cache: not the one ending at the pending token 14
     h = fresh(Mod, [10, 11, 12, 13, 14], n_match=3, pool_size=1 << 20)
@@ -414,8 +420,7 @@ def test_mod_resets_after_a_streak_of_low_acceptance():
 
 def test_mod_streak_knobs():
     h = [1, 2, 3, 4, 5, 6, 7, 8, 1, 2, 3]
-    d = fresh(Mod, h, n_match=3, n_min=1, n_max=4, pool_size=1 << 20, low_accept_streak=2,
-              low_accept_ratio=0.5)
+    d = fresh(Mod, h, n_match=3, n_min=1, n_max=4, pool_size=1 << 20, low_accept_streak=2, low_accept_ratio=0.5)
     d.draft(h, 16)
     d.accept(1, h)  # 0.25 < 0.5: low
     d.draft(h, 16)
@@ -441,7 +446,7 @@ def test_mod_occupancy_guard_in_begin():
     h = list(range(1000, 1400)) + [1000, 1001]
     d = Mod(n_match=2, n_min=1, n_max=4, pool_size=1024)
     starts = range(len(h) - 1 - 2)
-    assert len({d.slot(h[i:i + 2]) for i in starts}) > 256  # test precondition
+    assert len({d.slot(h[i : i + 2]) for i in starts}) > 256  # test precondition
     d.begin(h)
     assert int(np.count_nonzero(d.pool != -1)) == 0
     assert d.draft(h, 16).reason == "n-min"
@@ -501,6 +506,7 @@ def test_mod_memory_is_constant():
 # ------------------------------------------------------------------------------------------------
 # ngram-cache
 # ------------------------------------------------------------------------------------------------
+
 
 def test_cache_drafts_a_repeating_cycle():
     h = [1, 2, 3, 4, 1, 2, 3, 4, 1, 2, 3]
@@ -607,9 +613,20 @@ def test_cache_dynamic_statistics_add_up_across_requests_and_survive_a_state_rou
     d.begin(b)  # a new request: a's statistics become dynamic
     d.begin(c)  # another: b's are added to them
     # counted by hand, a's and b's together, every n-gram size
-    expected = {(3,): {8: 6}, (8,): {3: 6}, (50,): {3: 1}, (3, 8): {3: 6}, (8, 3): {8: 4}, (50, 3): {8: 1},
-                (3, 8, 3): {8: 4}, (8, 3, 8): {3: 4}, (50, 3, 8): {3: 1},
-                (3, 8, 3, 8): {3: 4}, (8, 3, 8, 3): {8: 2}, (50, 3, 8, 3): {8: 1}}
+    expected = {
+        (3,): {8: 6},
+        (8,): {3: 6},
+        (50,): {3: 1},
+        (3, 8): {3: 6},
+        (8, 3): {8: 4},
+        (50, 3): {8: 1},
+        (3, 8, 3): {8: 4},
+        (8, 3, 8): {3: 4},
+        (50, 3, 8): {3: 1},
+        (3, 8, 3, 8): {3: 4},
+        (8, 3, 8, 3): {8: 2},
+        (50, 3, 8, 3): {8: 1},
+    }
     assert {g: d.followers(g, dynamic=True) for g in expected} == expected
     state = json.loads(json.dumps(d.state()))
     r = fresh(Cache, c)
@@ -641,6 +658,7 @@ def test_cache_reads_and_writes_no_files(tmp_path, monkeypatch):
 # ------------------------------------------------------------------------------------------------
 # begin() rebuild equivalence and state round trips
 # ------------------------------------------------------------------------------------------------
+
 
 def simulate(d, target, start, rounds, n_max, start_fresh=True):
     """Drive ``d`` like a session verifying against the fixed continuation ``target``.
@@ -681,12 +699,26 @@ def test_cache_fresh_begin_equals_incremental(h):
 
 def knob_strategy(name):
     if name in ("ngram-map-k", "ngram-map-k4v"):
-        return st.fixed_dictionaries({"size_n": st.integers(1, 3), "size_m": st.integers(1, 4),
-                                      "min_hits": st.integers(1, 3), "check_rate": st.integers(1, 3)})
+        return st.fixed_dictionaries(
+            {
+                "size_n": st.integers(1, 3),
+                "size_m": st.integers(1, 4),
+                "min_hits": st.integers(1, 3),
+                "check_rate": st.integers(1, 3),
+            }
+        )
     if name == "ngram-mod":
-        return st.integers(1, 4).flatmap(lambda nmin: st.fixed_dictionaries({
-            "n_match": st.integers(1, 3), "n_min": st.just(nmin), "n_max": st.integers(nmin, 6),
-            "pool_size": st.sampled_from([1024, 4096]), "low_accept_streak": st.integers(1, 3)}))
+        return st.integers(1, 4).flatmap(
+            lambda nmin: st.fixed_dictionaries(
+                {
+                    "n_match": st.integers(1, 3),
+                    "n_min": st.just(nmin),
+                    "n_max": st.integers(nmin, 6),
+                    "pool_size": st.sampled_from([1024, 4096]),
+                    "low_accept_streak": st.integers(1, 3),
+                }
+            )
+        )
     return st.fixed_dictionaries({"n_draft": st.integers(1, 6)})
 
 
@@ -817,11 +849,13 @@ def test_a_malformed_map_or_mod_state_is_refused_and_changes_nothing():
     key = good["keys"][0]
     r = fresh(MapK, h, size_n=2, size_m=3)
     r.load_state(good)
-    for bad in (dict(good, keys=[dict(key, values=key["values"][:3])]),  # three value slots, not four
-                dict(good, keys=[dict(key, values=[v[:2] for v in key["values"]])]),  # slots of two numbers
-                dict(good, index=[[-1, 5]]),  # a slot outside the index
-                dict(good, index=[[3, 0]]),  # 0 marks an empty slot, never a position
-                dict(good, index=[[3, -2]])):
+    for bad in (
+        dict(good, keys=[dict(key, values=key["values"][:3])]),  # three value slots, not four
+        dict(good, keys=[dict(key, values=[v[:2] for v in key["values"]])]),  # slots of two numbers
+        dict(good, index=[[-1, 5]]),  # a slot outside the index
+        dict(good, index=[[3, 0]]),  # 0 marks an empty slot, never a position
+        dict(good, index=[[3, -2]]),
+    ):
         with pytest.raises(SnapshotError):
             r.load_state(bad)
         assert r.state() == good
@@ -851,11 +885,14 @@ def test_a_malformed_state_is_refused_and_changes_nothing():
 # peek: the side-effect-free look-ahead the cost policy learns from in rounds it keeps plain
 # ------------------------------------------------------------------------------------------------
 
+
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(h=st.lists(st.integers(0, 5), min_size=1, max_size=60), check_rate=st.integers(1, 3))
 def test_peek_is_the_first_draft_token_and_changes_nothing(h, check_rate):
-    for name, knobs in (("prompt-lookup", {"max_ngram": 3, "min_ngram": 1}),
-                        ("ngram-simple", {"size_n": 2, "size_m": 4, "check_rate": check_rate})):
+    for name, knobs in (
+        ("prompt-lookup", {"max_ngram": 3, "min_ngram": 1}),
+        ("ngram-simple", {"size_n": 2, "size_m": 4, "check_rate": check_rate}),
+    ):
         cls = strategy_class(name)
         peeked, plain = fresh(cls, h[:1], **knobs), fresh(cls, h[:1], **knobs)
         for i in range(1, len(h) + 1):
@@ -869,8 +906,12 @@ def test_peek_is_the_first_draft_token_and_changes_nothing(h, check_rate):
 
 def test_strategies_without_a_side_effect_free_look_ahead_say_so():
     h = [1, 2, 3, 1, 2, 3, 1, 2, 3, 1, 2, 3, 1, 2, 3, 1, 2, 3, 1, 2]
-    for cls, knobs in ((MapK, {"size_n": 2, "size_m": 3}), (MapK4V, {"size_n": 2, "size_m": 3}),
-                       (Mod, {"n_match": 2}), (Cache, {})):
+    for cls, knobs in (
+        (MapK, {"size_n": 2, "size_m": 3}),
+        (MapK4V, {"size_n": 2, "size_m": 3}),
+        (Mod, {"n_match": 2}),
+        (Cache, {}),
+    ):
         d = fresh(cls, h, **knobs)
         assert d.draft(h, 4).tokens  # it would draft here, but cannot tell without side effects
         assert d.peek(h) is None

@@ -22,10 +22,16 @@ BAD = [
     (["sweep", "free", "-o", "{out}", "--draft-model", "/nonexistent.gguf"], "--draft-model", "does not exist"),
     (["sweep", "free", "-o", "{out}", "--knob", "draft_max=0,4"], "--knob draft_max", "[1, 1024]"),
     (["sweep", "free", "-o", "{out}", "--knob", "draft_max"], "--knob", "NAME=V1,V2"),
-    (["sweep", "free", "-o", "{out}", "--knob", "size_n=3", "--strategy", "prompt-lookup"], "--knob size_n",
-     "no strategy in the grid"),
-    (["sweep", "free", "-o", "{out}", "--knob", "prompt-lookup:max_ngram=99"], "--knob prompt-lookup:max_ngram",
-     "[1, 64]"),
+    (
+        ["sweep", "free", "-o", "{out}", "--knob", "size_n=3", "--strategy", "prompt-lookup"],
+        "--knob size_n",
+        "no strategy in the grid",
+    ),
+    (
+        ["sweep", "free", "-o", "{out}", "--knob", "prompt-lookup:max_ngram=99"],
+        "--knob prompt-lookup:max_ngram",
+        "[1, 64]",
+    ),
     (["sweep", "free", "-o", "{out}", "--temperature", "hot"], "--temperature", "'hot'"),
     (["sweep", "free", "-o", "{out}", "--max-tokens", "0"], "--max-tokens", "'0'"),
     (["sweep", "free", "-o", "{out}", "--repeats", "x"], "--repeats", "'x'"),
@@ -73,9 +79,26 @@ def test_bad_options_exit_2_with_one_line_before_loading(argv, option, detail, t
 def test_skip_bad_lines_warns_per_line(tmp_path, tiny_model_path, capsys):
     q = tmp_path / "q.jsonl"
     q.write_text('{"question_id": 1, "turns": ["Once upon a time"]}\n{oops\n{"question_id": 2, "turns": ["x"]}\n')
-    code = cli.main(["sweep", str(q), "-o", str(tmp_path / "r.parquet"), "--model", str(tiny_model_path),
-                     "--strategy", "none", "--max-tokens", "4", "--workers", "1", "--threads", "1", "--no-progress",
-                     "--skip-bad-lines"])
+    code = cli.main(
+        [
+            "sweep",
+            str(q),
+            "-o",
+            str(tmp_path / "r.parquet"),
+            "--model",
+            str(tiny_model_path),
+            "--strategy",
+            "none",
+            "--max-tokens",
+            "4",
+            "--workers",
+            "1",
+            "--threads",
+            "1",
+            "--no-progress",
+            "--skip-bad-lines",
+        ]
+    )
     err = capsys.readouterr().err
     assert code == 0, err
     assert f"warning: refused {q}:2: not valid JSON" in err and "2 of 2 runs stored" in err
@@ -86,8 +109,21 @@ def test_sweep_on_a_local_cluster_and_report_from_the_command_line(tiny_model_pa
     grid = tmp_path / "grid.toml"
     grid.write_text('strategies = ["prompt-lookup"]\nmax_tokens = 16\n[knobs]\ndraft_max = [3, 5]\n')
     out = tmp_path / "r.parquet"
-    argv = ["sweep", "quote", "-o", str(out), "--model", str(tiny_model_path), "--grid", str(grid),
-            "--cluster", "local:2", "--threads", "1", "--no-progress"]
+    argv = [
+        "sweep",
+        "quote",
+        "-o",
+        str(out),
+        "--model",
+        str(tiny_model_path),
+        "--grid",
+        str(grid),
+        "--cluster",
+        "local:2",
+        "--threads",
+        "1",
+        "--no-progress",
+    ]
     assert cli.main(argv) == 0
     captured = capsys.readouterr()
     assert "on Dask LocalCluster, 2 worker processes" in captured.err

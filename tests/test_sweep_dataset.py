@@ -87,8 +87,10 @@ def test_workload_kinds_and_all_workloads():
     assert len({p.id for p in every.prompts}) == len(every.prompts)
 
 
-@pytest.mark.parametrize("spec,detail", [("poetry", "one of: code-rewrite"), ("x.csv", "expected a .jsonl"),
-                                         ("/nonexistent/q.jsonl", "no such file")])
+@pytest.mark.parametrize(
+    "spec,detail",
+    [("poetry", "one of: code-rewrite"), ("x.csv", "expected a .jsonl"), ("/nonexistent/q.jsonl", "no such file")],
+)
 def test_unknown_dataset_is_refused(spec, detail):
     with pytest.raises(DatasetError, match=detail):
         load_dataset(spec)

@@ -18,11 +18,28 @@ from specviz.sweep.report import format_table, leaderboard, summarise, write_rep
 
 def _row(qid, cat, rep, strategy, tps, none_tps, gen, rounds, drafted, accepted):
     setting = "none" if strategy == "none" else "prompt-lookup draft_max=8"
-    return {"question_id": qid, "category": cat, "repeat": rep, "setting": setting, "strategy": strategy,
-            "setting_key": setting, "temperature": 0.0, "tokens_per_second": float(tps),
-            "none_tokens_per_second": float(none_tps), "speedup": tps / none_tps, "n_generated": gen,
-            "rounds": rounds, "drafted": drafted, "accepted": accepted, "model": "tiny.gguf",
-            "prompt_format": "plain", "max_tokens": 100, "worker": "h:1", "tokens": [1, 2], "seconds": gen / tps}
+    return {
+        "question_id": qid,
+        "category": cat,
+        "repeat": rep,
+        "setting": setting,
+        "strategy": strategy,
+        "setting_key": setting,
+        "temperature": 0.0,
+        "tokens_per_second": float(tps),
+        "none_tokens_per_second": float(none_tps),
+        "speedup": tps / none_tps,
+        "n_generated": gen,
+        "rounds": rounds,
+        "drafted": drafted,
+        "accepted": accepted,
+        "model": "tiny.gguf",
+        "prompt_format": "plain",
+        "max_tokens": 100,
+        "worker": "h:1",
+        "tokens": [1, 2],
+        "seconds": gen / tps,
+    }
 
 
 @pytest.fixture()
@@ -81,8 +98,9 @@ def test_leaderboard_and_printed_table(results):
     assert lb.loc["prompt-lookup draft_max=8", "a"] == pytest.approx(27.5 / 15.5)
     text = format_table(s)
     assert re.search(r"prompt-lookup draft_max=8\s+1\.77x\s+0\.50x\s+1\.06x\s+1\.69\s+50\.0%", text), text
-    assert re.search(r"a\s+prompt-lookup draft_max=8\s+2\s+1\.77x ± 0\.53x\s+2\.17 ± 0\.16\s+51\.9% ± 8\.8%\s+27\.5",
-                     text), text
+    assert re.search(
+        r"a\s+prompt-lookup draft_max=8\s+2\s+1\.77x ± 0\.53x\s+2\.17 ± 0\.16\s+51\.9% ± 8\.8%\s+27\.5", text
+    ), text
     assert re.search(r"b\s+prompt-lookup draft_max=8\s+1\s+0\.50x\s+1\.00\s+0\.0%\s+20\.0", text), text
     assert re.search(r"a\s+none\s+2\s+1\.00x ± 0\.00x\s+1\.00 ± 0\.00\s+—", text), text
 

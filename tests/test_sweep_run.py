@@ -35,16 +35,25 @@ def questions(tmp_path):
 
 
 def small_grid(**kw):
-    spec = dict(strategies=["prompt-lookup", "ngram-simple"], knobs={"draft_max": [2, 6]}, temperatures=[0, 0.8],
-                max_tokens=40)
+    spec = dict(
+        strategies=["prompt-lookup", "ngram-simple"], knobs={"draft_max": [2, 6]}, temperatures=[0, 0.8], max_tokens=40
+    )
     spec.update(kw)
     return build_grid(GridSpec(**spec))
 
 
 def sweep(dataset, grid, out, model, workers=1, **kw):
     """run_sweep on local worker processes, one llama.cpp thread each (the machine's cores are shared)."""
-    return run_sweep(dataset, grid, out, model=model, executor=kw.pop("executor", None) or LocalExecutor(workers),
-                     threads=1, progress=False, **kw)
+    return run_sweep(
+        dataset,
+        grid,
+        out,
+        model=model,
+        executor=kw.pop("executor", None) or LocalExecutor(workers),
+        threads=1,
+        progress=False,
+        **kw,
+    )
 
 
 def keys(df):
@@ -62,8 +71,9 @@ def test_local_sweep_rows_pairing_and_one_model_load_per_worker(tiny_model_path,
     assert not journal_path(out).exists()  # a finished sweep leaves only the Parquet file
     # each worker process loaded the model once, and ran several tasks with it
     assert summary.tasks == 3 * 2 * 2 and set(summary.model_loads.values()) == {1}
-    assert set(df["worker"]) == set(summary.model_loads) and os.getpid() not in {int(w.split(":")[1]) for w in
-                                                                               df["worker"]}
+    assert set(df["worker"]) == set(summary.model_loads) and os.getpid() not in {
+        int(w.split(":")[1]) for w in df["worker"]
+    }
     for (qid, _rep, temp), g in df.groupby(["question_id", "repeat", "temperature"]):
         none = g[g["strategy"] == "none"].iloc[0]
         # every run of a task is paired with the none run taken just before it on the same worker
@@ -114,8 +124,10 @@ def test_resume_after_an_interruption_runs_only_what_is_missing(tiny_model_path,
     df = read_results(out)
     assert len(df) == 3 * len(grid.settings) and len(set(keys(df))) == len(df)
     kept = df.set_index(["question_id", "setting_key", "repeat"]).loc[keys(first)]
-    assert kept["finished_at"].tolist() == first.set_index(["question_id", "setting_key", "repeat"]).loc[
-        keys(first)]["finished_at"].tolist()  # the stored rows were not run again
+    assert (
+        kept["finished_at"].tolist()
+        == first.set_index(["question_id", "setting_key", "repeat"]).loc[keys(first)]["finished_at"].tolist()
+    )  # the stored rows were not run again
 
 
 def test_resume_refuses_a_file_made_with_another_budget(tiny_model_path, questions, tmp_path):
@@ -129,9 +141,27 @@ def test_resume_refuses_a_file_made_with_another_budget(tiny_model_path, questio
 
 
 def _sweep_cmd(dataset, out, model, *extra):
-    return [sys.executable, "-m", "specviz.cli", "sweep", str(dataset), "-o", str(out), "--model", str(model),
-            "--strategy", "prompt-lookup", "--max-tokens", "300", "--workers", "1", "--threads", "1", "--no-progress",
-            *extra]
+    return [
+        sys.executable,
+        "-m",
+        "specviz.cli",
+        "sweep",
+        str(dataset),
+        "-o",
+        str(out),
+        "--model",
+        str(model),
+        "--strategy",
+        "prompt-lookup",
+        "--max-tokens",
+        "300",
+        "--workers",
+        "1",
+        "--threads",
+        "1",
+        "--no-progress",
+        *extra,
+    ]
 
 
 def test_a_killed_sweep_resumes_from_its_journal(tiny_model_path, tmp_path):
@@ -139,8 +169,12 @@ def test_a_killed_sweep_resumes_from_its_journal(tiny_model_path, tmp_path):
     prompts.write_text("\n".join(f"Story number {i}: once upon a time" for i in range(8)) + "\n")
     out = tmp_path / "r.parquet"
     # the driver and its worker processes, in a process group of their own so the test can kill them all
-    p = subprocess.Popen(_sweep_cmd(prompts, out, tiny_model_path), stdout=subprocess.DEVNULL,
-                         stderr=subprocess.PIPE, start_new_session=True)
+    p = subprocess.Popen(
+        _sweep_cmd(prompts, out, tiny_model_path),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
     journal = journal_path(out)
     deadline = time.monotonic() + 120
     try:
@@ -192,16 +226,37 @@ def test_a_failing_task_is_reported_and_the_others_kept(tiny_model_path, tmp_pat
     prompts = tmp_path / "prompts.txt"
     prompts.write_text("short prompt\n" + "a long prompt " * 40 + "\nanother short one\n")
     out = tmp_path / "r.parquet"
-    code = cli.main(["sweep", str(prompts), "-o", str(out), "--model", str(tiny_model_path), "--strategy", "none",
-                     "--max-tokens", "8", "--n-ctx", "64", "--workers", "1", "--threads", "1", "--no-progress"])
+    code = cli.main(
+        [
+            "sweep",
+            str(prompts),
+            "-o",
+            str(out),
+            "--model",
+            str(tiny_model_path),
+            "--strategy",
+            "none",
+            "--max-tokens",
+            "8",
+            "--n-ctx",
+            "64",
+            "--workers",
+            "1",
+            "--threads",
+            "1",
+            "--no-progress",
+        ]
+    )
     err = capsys.readouterr().err
     assert code == 1
     assert "failed line-2|r0|T0: ContextError" in err and "2 of 3 runs stored" in err
     assert sorted(read_results(out)["question_id"]) == ["line-1", "line-3"]
 
 
-CHATML = ("{% for m in messages %}{{ '<|im_start|>' + m['role'] + '\\n' + m['content'] + '<|im_end|>\\n' }}"
-          "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}")
+CHATML = (
+    "{% for m in messages %}{{ '<|im_start|>' + m['role'] + '\\n' + m['content'] + '<|im_end|>\\n' }}"
+    "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+)
 
 
 @pytest.fixture(scope="module")
@@ -218,8 +273,10 @@ def test_chat_template_is_read_and_applied_by_llama_cpp(chat_model, tiny_model_p
     fmt = probe_format(str(chat_model), "auto")
     assert fmt.kind == "chat" and fmt.template == CHATML
     text = conversation_text(fmt, ["Q1", "Q2"], ["A1"], completion=False)
-    assert text == ("<|im_start|>user\nQ1<|im_end|>\n<|im_start|>assistant\nA1<|im_end|>\n"
-                    "<|im_start|>user\nQ2<|im_end|>\n<|im_start|>assistant\n")
+    assert text == (
+        "<|im_start|>user\nQ1<|im_end|>\n<|im_start|>assistant\nA1<|im_end|>\n"
+        "<|im_start|>user\nQ2<|im_end|>\n<|im_start|>assistant\n"
+    )
     assert conversation_text(fmt, ["Continue this"], [], completion=True) == "Continue this"  # workloads stay plain
     assert probe_format(str(chat_model), "plain").kind == "plain"
     assert probe_format(str(tiny_model_path), "auto").describe() == "plain (the model has no chat template)"
@@ -254,8 +311,9 @@ def test_sweep_turns_go_through_the_chat_template(chat_model, questions, tmp_pat
         tokens += s.tokens
         n_prompt += len(ids)
     s.close()
-    assert list(row["tokens"]) == tokens and list(row["turn_lengths"]) == [len(t) for t in (tokens[: row[
-        "turn_lengths"][0]], tokens[row["turn_lengths"][0]:])]
+    assert list(row["tokens"]) == tokens and list(row["turn_lengths"]) == [
+        len(t) for t in (tokens[: row["turn_lengths"][0]], tokens[row["turn_lengths"][0] :])
+    ]
     assert row["prompt_tokens"] == n_prompt
 
 

@@ -51,12 +51,25 @@ def test_bucket_rates_edges_and_empty_buckets():
 def test_record_round_keeps_raw_counters():
     t = Telemetry()
     # round 1: 4 drafted, 2 accepted (depths 0 and 1), 3 committed; round 2: plain; round 3: 2 drafted, 2 accepted
-    t.record_round(n_drafted=4, n_accepted=2, n_committed=3, draft_seconds=0.01, verify_seconds=0.1,
-                   round_seconds=0.2, draft_probs=[0.95, 0.55, 0.15, None])
-    t.record_round(n_drafted=0, n_accepted=0, n_committed=1, draft_seconds=0.0, verify_seconds=0.05,
-                   round_seconds=0.05)
-    t.record_round(n_drafted=2, n_accepted=2, n_committed=3, draft_seconds=0.01, verify_seconds=0.1,
-                   round_seconds=0.25, expected_tokens=2.5)
+    t.record_round(
+        n_drafted=4,
+        n_accepted=2,
+        n_committed=3,
+        draft_seconds=0.01,
+        verify_seconds=0.1,
+        round_seconds=0.2,
+        draft_probs=[0.95, 0.55, 0.15, None],
+    )
+    t.record_round(n_drafted=0, n_accepted=0, n_committed=1, draft_seconds=0.0, verify_seconds=0.05, round_seconds=0.05)
+    t.record_round(
+        n_drafted=2,
+        n_accepted=2,
+        n_committed=3,
+        draft_seconds=0.01,
+        verify_seconds=0.1,
+        round_seconds=0.25,
+        expected_tokens=2.5,
+    )
     assert (t.rounds, t.rounds_with_draft, t.drafted, t.accepted, t.generated) == (3, 2, 6, 4, 7)
     assert t.position_tries == [2, 2, 1, 1] and t.position_hits == [2, 2, 0, 0]
     assert t.length_hist == [0, 0, 2]  # two drafting rounds, each accepted two
@@ -81,8 +94,15 @@ def test_from_state_refuses_counters_of_the_wrong_type():
 
 def test_state_is_a_copy_the_live_counters_do_not_share():
     t = Telemetry()
-    t.record_round(n_drafted=2, n_accepted=1, n_committed=2, draft_seconds=0.0, verify_seconds=0.0,
-                   round_seconds=0.0, draft_probs=[0.5, 0.5])
+    t.record_round(
+        n_drafted=2,
+        n_accepted=1,
+        n_committed=2,
+        draft_seconds=0.0,
+        verify_seconds=0.0,
+        round_seconds=0.0,
+        draft_probs=[0.5, 0.5],
+    )
     s = t.state()
     # editing the saved state leaves the session's counters alone ...
     s["position_tries"].append(7)
@@ -91,8 +111,7 @@ def test_state_is_a_copy_the_live_counters_do_not_share():
     assert t.position_tries == [1, 1] and t.bucket_hits[5] == 1 and t.last_round["committed"] == 2
     # ... and more rounds leave the saved state alone
     s = t.state()
-    t.record_round(n_drafted=3, n_accepted=3, n_committed=4, draft_seconds=0.0, verify_seconds=0.0,
-                   round_seconds=0.0)
+    t.record_round(n_drafted=3, n_accepted=3, n_committed=4, draft_seconds=0.0, verify_seconds=0.0, round_seconds=0.0)
     assert s["position_tries"] == [1, 1] and s["length_hist"] == [0, 1] and s["last_round"]["committed"] == 2
 
 

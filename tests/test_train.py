@@ -40,8 +40,11 @@ from specviz.train.trainer import load_checkpoint  # noqa: E402
 from specviz.workloads import WORKLOADS  # noqa: E402
 
 #: Short prompts for the tiny byte-vocabulary targets (the built-in corpus is written for real models).
-TOY_PROMPTS = [f"the {w} of a {v} is" for w in ("cat", "dog", "sea", "sun", "map", "cup", "hat", "box")
-               for v in ("red", "big", "old", "new", "hot", "wet")]
+TOY_PROMPTS = [
+    f"the {w} of a {v} is"
+    for w in ("cat", "dog", "sea", "sun", "map", "cup", "hat", "box")
+    for v in ("red", "big", "old", "new", "hot", "wet")
+]
 
 
 @pytest.fixture(scope="module")
@@ -56,15 +59,30 @@ def toy(tmp_path_factory):
 
 def _options(toy, tmp_path, **kw):
     target, prompts = toy
-    base = dict(output=tmp_path / "head.gguf", target=target, prompts=prompts, builtin_corpus=False, minutes=30,
-                corpus_tokens=3000, train_steps=120, max_new=40, slots=8, threads=1, evaluate="none",
-                work_dir=tmp_path / "work", draft_vocab=160, progress=False, dtype="f32",
-                train={"n_ff": 128, "lr": 3e-3, "warmup_steps": 10, "batch_tokens": 1024, "bf16": "off"})
+    base = dict(
+        output=tmp_path / "head.gguf",
+        target=target,
+        prompts=prompts,
+        builtin_corpus=False,
+        minutes=30,
+        corpus_tokens=3000,
+        train_steps=120,
+        max_new=40,
+        slots=8,
+        threads=1,
+        evaluate="none",
+        work_dir=tmp_path / "work",
+        draft_vocab=160,
+        progress=False,
+        dtype="f32",
+        train={"n_ff": 128, "lr": 3e-3, "warmup_steps": 10, "batch_tokens": 1024, "bf16": "off"},
+    )
     base.update(kw)
     return TrainOptions(**base)
 
 
 # -- the corpus ---------------------------------------------------------------------------------------------
+
 
 def test_the_builtin_corpus_is_large_varied_and_keeps_the_evaluation_prompts_out():
     prompts = builtin_prompts()
@@ -102,11 +120,17 @@ def test_prompt_files_name_every_malformed_line(tmp_path):
 
 # -- generation -----------------------------------------------------------------------------------------------
 
+
 def test_batched_generation_captures_what_a_single_sequence_evaluation_captures(toy, tmp_path):
     target, _ = toy
     layers = default_target_layers(4)
-    info = generate_corpus(target, TOY_PROMPTS[:12], tmp_path / "c", layers,
-                           GenConfig(slots=5, max_new=24, greedy_share=0.5, n_threads=1, shard_tokens=200))
+    info = generate_corpus(
+        target,
+        TOY_PROMPTS[:12],
+        tmp_path / "c",
+        layers,
+        GenConfig(slots=5, max_new=24, greedy_share=0.5, n_threads=1, shard_tokens=200),
+    )
     assert info.sequences == 12 and len(info.shards) >= 2 and sorted(info.prompts_done) == list(range(12))
     c = load_corpus(tmp_path / "c")
     m = LlamaModel(target)
@@ -115,21 +139,21 @@ def test_batched_generation_captures_what_a_single_sequence_evaluation_captures(
     try:
         for s in range(c.n_sequences):
             t0, f0 = int(c.seq_start[s]), int(c.feat_start[s])
-            toks = c.tokens[t0:int(c.seq_start[s + 1])].tolist()
+            toks = c.tokens[t0 : int(c.seq_start[s + 1])].tolist()
             n = len(toks) - 1
             ctx.clear()
             ctx.eval(toks[:-1], 0, rows="all")
             want = cap.features(n)
-            got = c.feats[f0:f0 + n].astype(np.float32) * c.feat_scale[f0:f0 + n, None]
+            got = c.feats[f0 : f0 + n].astype(np.float32) * c.feat_scale[f0 : f0 + n, None]
             scale = np.abs(want).max()
             assert np.abs(got - want).max() < 2e-3 * scale, s  # float16 storage
             first = int(c.n_prompt[s]) - 1
-            ids = c.top_ids[f0 + first:f0 + n]
+            ids = c.top_ids[f0 + first : f0 + n]
             rows = [ctx.row(i) for i in range(first, n)]
             assert [int(np.argmax(r)) for r in rows] == ids[:, 0].tolist()  # labels: the target's own top choice
-            assert (c.top_ids[f0:f0 + first] == -1).all()  # no labels inside the prompt
+            assert (c.top_ids[f0 : f0 + first] == -1).all()  # no labels inside the prompt
             if c.temperature[s] == 0:  # greedy sequences follow the target's top choice
-                assert toks[first + 1:] == ids[:, 0].tolist()
+                assert toks[first + 1 :] == ids[:, 0].tolist()
     finally:
         cap.close()
         ctx.close()
@@ -142,6 +166,7 @@ def test_batched_generation_captures_what_a_single_sequence_evaluation_captures(
 
 
 # -- training ---------------------------------------------------------------------------------------------------
+
 
 def _acceptance(target, head, prompts):
     s = Session(target, n_ctx=512, n_batch=64, n_ubatch=64, n_threads=1)
@@ -193,12 +218,42 @@ def test_resume_continues_training_from_the_checkpoint_without_regenerating(toy,
 def test_ctrl_c_during_training_leaves_a_usable_checkpoint_and_head(toy, tmp_path):
     target, prompts = toy
     out, work = tmp_path / "head.gguf", tmp_path / "work"
-    cmd = [sys.executable, "-m", "specviz.cli", "train-eagle3", str(target), "-o", str(out), "--prompts", str(prompts),
-           "--no-builtin-corpus", "--minutes", "60", "--corpus-tokens", "2000", "--max-new", "40", "--threads", "1",
-           "--evaluate", "none", "--work-dir", str(work), "--draft-vocab", "160", "--ffn", "128", "--dtype", "f32",
-           "--checkpoint-minutes", "600", "--no-progress"]
-    p = subprocess.Popen(cmd, stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-                         env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    cmd = [
+        sys.executable,
+        "-m",
+        "specviz.cli",
+        "train-eagle3",
+        str(target),
+        "-o",
+        str(out),
+        "--prompts",
+        str(prompts),
+        "--no-builtin-corpus",
+        "--minutes",
+        "60",
+        "--corpus-tokens",
+        "2000",
+        "--max-new",
+        "40",
+        "--threads",
+        "1",
+        "--evaluate",
+        "none",
+        "--work-dir",
+        str(work),
+        "--draft-vocab",
+        "160",
+        "--ffn",
+        "128",
+        "--dtype",
+        "f32",
+        "--checkpoint-minutes",
+        "600",
+        "--no-progress",
+    ]
+    p = subprocess.Popen(
+        cmd, stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"}
+    )
     lines = []
     try:
         deadline = time.time() + 240
@@ -222,8 +277,9 @@ def test_ctrl_c_during_training_leaves_a_usable_checkpoint_and_head(toy, tmp_pat
     acc, drafted = _acceptance(target, out, ["the sun of a cold day is"])
     assert drafted > 0
     # and the run resumes from it
-    r = subprocess.run(cmd + ["--resume", "--train-steps", str(ck["train"]["step"] + 3)],
-                       capture_output=True, text=True, timeout=300)
+    r = subprocess.run(
+        cmd + ["--resume", "--train-steps", str(ck["train"]["step"] + 3)], capture_output=True, text=True, timeout=300
+    )
     assert r.returncode == 0, r.stderr
     assert load_checkpoint(work / "checkpoint.pt")["train"]["step"] == ck["train"]["step"] + 3
     assert f"resuming training from {work / 'checkpoint.pt'} (step {ck['train']['step']}" in r.stderr
@@ -255,8 +311,7 @@ BAD = [
 
 
 @pytest.mark.parametrize("argv,option,detail", BAD)
-def test_bad_options_exit_2_with_one_line_before_any_model_loads(argv, option, detail, tmp_path, capsys,
-                                                                 monkeypatch):
+def test_bad_options_exit_2_with_one_line_before_any_model_loads(argv, option, detail, tmp_path, capsys, monkeypatch):
     import specviz.models as models
     from specviz import cli
     from specviz.backends import llama

@@ -40,9 +40,20 @@ def target(tmp_path_factory):
 def _random_head(target, *, nbf: bool, nbr: bool, seed: int) -> Eagle3Head:
     emb = torch.from_numpy(tiny_weights(seed=2, n_layer=4, block_scale=0.3)["token_embd.weight"])
     d2t = tuple(sorted(set(range(3, 320, 3)) | {5, 7, 11}))
-    cfg = Eagle3HeadConfig(n_embd=64, n_head=4, n_head_kv=2, n_ff=96, target_hidden=64, target_layers=(0, 1, 3),
-                           d2t=d2t, n_vocab=320, norm_before_fc=nbf, norm_before_residual=nbr, rms_eps=1e-5,
-                           rope_freq_base=10000.0)
+    cfg = Eagle3HeadConfig(
+        n_embd=64,
+        n_head=4,
+        n_head_kv=2,
+        n_ff=96,
+        target_hidden=64,
+        target_layers=(0, 1, 3),
+        d2t=d2t,
+        n_vocab=320,
+        norm_before_fc=nbf,
+        norm_before_residual=nbr,
+        rms_eps=1e-5,
+        rope_freq_base=10000.0,
+    )
     head = Eagle3Head(cfg, emb, seed=seed)
     g = torch.Generator().manual_seed(seed + 100)
     with torch.no_grad():
@@ -82,7 +93,7 @@ def test_torch_head_matches_llama_cpp(target, tmp_path, nbf, nbr):
 
         d2t = np.asarray(head.cfg.d2t)
         # step 0: every true pair (t[P+1], g[P]) at P, in one batch, every row an output
-        dctx.decode(toks[1:n + 1], g_cpp, 0, outputs=range(n))
+        dctx.decode(toks[1 : n + 1], g_cpp, 0, outputs=range(n))
         for p in range(n):
             row = dctx.logits(p)
             assert np.isneginf(np.delete(row, d2t)).all()  # llama.cpp scatters the draft vocabulary via d2t
@@ -93,8 +104,8 @@ def test_torch_head_matches_llama_cpp(target, tmp_path, nbf, nbr):
         # drafting chains: after the true pairs 0..P, steps j = 1..3 at P + j with the previous pre-norm output
         for anchor in (0, 5, 17, n - 1):
             dctx.clear()  # the true pairs 0..anchor-1, then the anchor's pair as the first drafting step
-            dctx.decode(toks[1:anchor + 1], g_cpp[:anchor], 0)
-            dctx.decode([toks[anchor + 1]], g_cpp[anchor:anchor + 1], anchor, outputs=[0])
+            dctx.decode(toks[1 : anchor + 1], g_cpp[:anchor], 0)
+            dctx.decode([toks[anchor + 1]], g_cpp[anchor : anchor + 1], anchor, outputs=[0])
             prev = dctx.prenorm(0)
             for j in range(1, steps):
                 dctx.decode([toks[anchor + j + 1]], prev[None, :], anchor + j, outputs=[0])
@@ -114,8 +125,18 @@ def test_torch_head_matches_llama_cpp(target, tmp_path, nbf, nbr):
 def test_skipping_context_anchors_changes_no_output():
     """``forward_steps(start=s)`` computes only anchors from ``s`` on, with the same results as the full pass."""
     emb = torch.from_numpy(tiny_weights(seed=2, n_layer=4)["token_embd.weight"])
-    cfg = Eagle3HeadConfig(n_embd=64, n_head=4, n_head_kv=2, n_ff=96, target_hidden=64, target_layers=(0, 1, 3),
-                           d2t=tuple(range(0, 320, 2)), n_vocab=320, norm_before_fc=True, norm_before_residual=True)
+    cfg = Eagle3HeadConfig(
+        n_embd=64,
+        n_head=4,
+        n_head_kv=2,
+        n_ff=96,
+        target_hidden=64,
+        target_layers=(0, 1, 3),
+        d2t=tuple(range(0, 320, 2)),
+        n_vocab=320,
+        norm_before_fc=True,
+        norm_before_residual=True,
+    )
     head = Eagle3Head(cfg, emb, seed=3)
     g = torch.Generator().manual_seed(0)
     toks = torch.randint(0, 320, (2, 30 + 3), generator=g)

@@ -302,4 +302,7 @@ def test_draft_models_are_offered_in_the_state_and_found_in_the_derived_cache(st
     d.mkdir(parents=True)
     (d / "target-keep-0-1.gguf").write_bytes(b"")
     (d / "other-keep-0.gguf").write_bytes(b"")
-    assert draft_candidates(tmp_path / "target.gguf", ["/x/mine.gguf"]) == ["/x/mine.gguf", str(d / "target-keep-0-1.gguf")]
+    assert draft_candidates(tmp_path / "target.gguf", ["/x/mine.gguf"]) == [
+        "/x/mine.gguf",
+        str(d / "target-keep-0-1.gguf"),
+    ]

@@ -35,11 +35,17 @@ def test_notebook_is_stripped_and_has_a_kernelspec(path):
 def test_notebook_runs(path, tiny_model_path, monkeypatch, tmp_path):
     monkeypatch.setenv("SPECVIZ_MODEL", str(tiny_model_path))
     nb = nbformat.read(path, as_version=4)
-    client = nbclient.NotebookClient(nb, timeout=600, kernel_name="python3",
-                                     resources={"metadata": {"path": str(tmp_path)}})
+    client = nbclient.NotebookClient(
+        nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}
+    )
     client.execute()
-    widgets = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs
-               if "application/vnd.jupyter.widget-view+json" in o.get("data", {})]
+    widgets = [
+        o
+        for c in nb.cells
+        if c.cell_type == "code"
+        for o in c.outputs
+        if "application/vnd.jupyter.widget-view+json" in o.get("data", {})
+    ]
     assert widgets, f"{path.name} displayed no inspector"
     errors = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs if o.get("output_type") == "error"]
     assert not errors

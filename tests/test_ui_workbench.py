@@ -6,16 +6,24 @@ import base64
 import json
 
 import pytest
+from test_ui_messages import Sink, error_shown, notices, snapshot
 
 from specviz import Session
 from specviz.events import event_from_dict
 from specviz.ui.core import InspectorCore
-from test_ui_messages import Sink, error_shown, notices, snapshot
 
 PROMPT = "the cat of the dog and the a the cat of the"
-PRESETS = [{"name": "good", "title": "Good case", "prompt": PROMPT, "strategy": "ngram-simple",
-            "knobs": {"size_n": 2, "size_m": 6}, "max_tokens": 30},
-           {"name": "sampled", "title": "Sampled", "prompt": "a b c", "strategy": "none", "temperature": 0.7, "seed": 5}]
+PRESETS = [
+    {
+        "name": "good",
+        "title": "Good case",
+        "prompt": PROMPT,
+        "strategy": "ngram-simple",
+        "knobs": {"size_n": 2, "size_m": 6},
+        "max_tokens": 30,
+    },
+    {"name": "sampled", "title": "Sampled", "prompt": "a b c", "strategy": "none", "temperature": 0.7, "seed": 5},
+]
 
 
 @pytest.fixture()
@@ -53,11 +61,13 @@ def test_rewind_messages(live):
     assert [e["kind"] for e in sent] == ["rewound"]
     core.handle({"type": "rewind", "position": len(s.prompt_tokens) + 1})
     assert len(s.tokens) == 1
-    for msg, text in [({"type": "rewind", "round": 99}, "outside the committed rounds"),
-                      ({"type": "rewind"}, "exactly one of"),
-                      ({"type": "rewind", "round": 1, "position": 3}, "exactly one of"),
-                      ({"type": "rewind", "round": "1"}, "'round' must be an integer"),
-                      ({"type": "rewind", "position": 1}, "outside the committed range")]:
+    for msg, text in [
+        ({"type": "rewind", "round": 99}, "outside the committed rounds"),
+        ({"type": "rewind"}, "exactly one of"),
+        ({"type": "rewind", "round": 1, "position": 3}, "exactly one of"),
+        ({"type": "rewind", "round": "1"}, "'round' must be an integer"),
+        ({"type": "rewind", "position": 1}, "outside the committed range"),
+    ]:
         refused(core, sink, msg, text)
     r = s.round_index
     core.step(2)  # still usable
@@ -89,10 +99,12 @@ def test_lanes_branch_step_compare_close(live):
     core.wait(60)
     assert wb.lane.knobs["draft_max"] == 2 and wb.lane.finished
     assert any(w.startswith("B differs from A in draft_max 6 → 2") for w in wb.comparison["words"])
-    for msg, text in [({"type": "lane", "cmd": "fly"}, "unknown command"),
-                      ({"type": "lane", "cmd": "configure", "knobs": "draft_max"}, "is not name=value"),
-                      ({"type": "lane", "cmd": "configure", "knobs": {"draft_max": "0"}}, "draft_max"),
-                      ({"type": "lane", "cmd": "configure", "knobs": {"nonsense": 1}}, "unknown knob")]:
+    for msg, text in [
+        ({"type": "lane", "cmd": "fly"}, "unknown command"),
+        ({"type": "lane", "cmd": "configure", "knobs": "draft_max"}, "is not name=value"),
+        ({"type": "lane", "cmd": "configure", "knobs": {"draft_max": "0"}}, "draft_max"),
+        ({"type": "lane", "cmd": "configure", "knobs": {"nonsense": 1}}, "unknown knob"),
+    ]:
         refused(core, sink, msg, text)
     core.handle({"type": "lane", "cmd": "close"})
     assert wb.lane is None and of_type(sink.msgs, "comparison")[-1]["data"] is None
@@ -118,24 +130,40 @@ def test_diagnosis_advice_presets_and_hello(live):
     core.handle({"type": "hello", "epoch": -1, "have": 0})
     kinds = [m["type"] for m in sink.msgs[n:]]
     assert "presets" in kinds and "diagnosis" in kinds and "advice" in kinds
-    assert of_type(sink.msgs[n:], "presets")[0]["presets"][0] == {"name": "good", "title": "Good case", "description": ""}
+    assert of_type(sink.msgs[n:], "presets")[0]["presets"][0] == {
+        "name": "good",
+        "title": "Good case",
+        "description": "",
+    }
 
 
 def test_reset_passes_sampling_stop_and_chat(live):
     core, sink = live
-    core.handle({"type": "cmd", "cmd": "reset", "temperature": 0.8, "top_k": 7, "top_p": 0.9, "seed": 11,
-                 "stop": ["zz"], "max_tokens": 12})
+    core.handle(
+        {
+            "type": "cmd",
+            "cmd": "reset",
+            "temperature": 0.8,
+            "top_k": 7,
+            "top_p": 0.9,
+            "seed": 11,
+            "stop": ["zz"],
+            "max_tokens": 12,
+        }
+    )
     st = core.log[0]
     assert (st["temperature"], st["top_k"], st["top_p"], st["seed"], st["stop"]) == (0.8, 7, 0.9, 11, ["zz"])
     core.handle({"type": "cmd", "cmd": "reset"})  # the same settings again
     st = core.log[0]
     assert (st["temperature"], st["top_k"], st["top_p"], st["seed"]) == (0.8, 7, 0.9, 11)
-    for msg, text in [({"type": "cmd", "cmd": "reset", "top_k": "5"}, "'top_k' must be an integer"),
-                      ({"type": "cmd", "cmd": "reset", "top_p": 1.5}, "top_p"),
-                      ({"type": "cmd", "cmd": "reset", "temperature": -1}, "temperature"),
-                      ({"type": "cmd", "cmd": "reset", "stop": "x"}, "'stop' must be a list"),
-                      ({"type": "cmd", "cmd": "reset", "chat": "yes"}, "'chat' must be true or false"),
-                      ({"type": "cmd", "cmd": "reset", "chat": True}, "has no chat template")]:
+    for msg, text in [
+        ({"type": "cmd", "cmd": "reset", "top_k": "5"}, "'top_k' must be an integer"),
+        ({"type": "cmd", "cmd": "reset", "top_p": 1.5}, "top_p"),
+        ({"type": "cmd", "cmd": "reset", "temperature": -1}, "temperature"),
+        ({"type": "cmd", "cmd": "reset", "stop": "x"}, "'stop' must be a list"),
+        ({"type": "cmd", "cmd": "reset", "chat": "yes"}, "'chat' must be true or false"),
+        ({"type": "cmd", "cmd": "reset", "chat": True}, "has no chat template"),
+    ]:
         refused(core, sink, msg, text)
 
 

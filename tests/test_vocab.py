@@ -123,8 +123,7 @@ def test_changed_special_token_id_is_refused(tmp_path: Path, load, lc):
 
 def test_many_text_differences_are_summarised(tmp_path: Path, load):
     t = load(write_tiny_llama(tmp_path / "t.gguf"))
-    d = load(write_tiny_llama(tmp_path / "d.gguf",
-                              token_overrides={i: f"zz{i}" for i in range(270, 320)}))
+    d = load(write_tiny_llama(tmp_path / "d.gguf", token_overrides={i: f"zz{i}" for i in range(270, 320)}))
     with pytest.raises(VocabularyMismatchError) as ei:
         check_vocab_compatible(t, d, max_listed=3)
     msg = str(ei.value)

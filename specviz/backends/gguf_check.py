@@ -21,11 +21,38 @@ from ..errors import ModelFormatError, ModelNotFoundError
 
 # ggml type id -> (elements per block, bytes per block)
 _TYPE_SIZES: dict[int, tuple[int, int]] = {
-    0: (1, 4), 1: (1, 2), 2: (32, 18), 3: (32, 20), 6: (32, 22), 7: (32, 24), 8: (32, 34), 9: (32, 36),
-    10: (256, 84), 11: (256, 110), 12: (256, 144), 13: (256, 176), 14: (256, 210), 15: (256, 292),
-    16: (256, 66), 17: (256, 74), 18: (256, 98), 19: (256, 50), 20: (32, 18), 21: (256, 110),
-    22: (256, 82), 23: (256, 136), 24: (1, 1), 25: (1, 2), 26: (1, 4), 27: (1, 8), 28: (1, 8),
-    29: (256, 56), 30: (1, 2), 34: (256, 54), 35: (256, 66), 39: (32, 17),
+    0: (1, 4),
+    1: (1, 2),
+    2: (32, 18),
+    3: (32, 20),
+    6: (32, 22),
+    7: (32, 24),
+    8: (32, 34),
+    9: (32, 36),
+    10: (256, 84),
+    11: (256, 110),
+    12: (256, 144),
+    13: (256, 176),
+    14: (256, 210),
+    15: (256, 292),
+    16: (256, 66),
+    17: (256, 74),
+    18: (256, 98),
+    19: (256, 50),
+    20: (32, 18),
+    21: (256, 110),
+    22: (256, 82),
+    23: (256, 136),
+    24: (1, 1),
+    25: (1, 2),
+    26: (1, 4),
+    27: (1, 8),
+    28: (1, 8),
+    29: (256, 56),
+    30: (1, 2),
+    34: (256, 54),
+    35: (256, 66),
+    39: (32, 17),
 }
 # GGUF metadata value type -> struct format of a scalar
 _SCALARS = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d"}
@@ -73,8 +100,9 @@ class _Reader:
     def read(self, n: int) -> bytes:
         b = self.f.read(n)
         if len(b) != n:
-            raise ModelFormatError(f"{self.path}: the GGUF file is truncated (header ends early); "
-                                   "re-download or re-export the model")
+            raise ModelFormatError(
+                f"{self.path}: the GGUF file is truncated (header ends early); re-download or re-export the model"
+            )
         return b
 
     def scalar(self, fmt: str):
@@ -120,8 +148,9 @@ def check_gguf(path: str | os.PathLike) -> GGUFInfo:
         magic = r.read(4)
         if magic != b"GGUF":
             # the message never quotes the file's bytes: it may reach a page (or a log) that must not see them
-            raise ModelFormatError(f"{p} is not a GGUF file (it does not start with the GGUF magic); "
-                                   "convert the model to GGUF first")
+            raise ModelFormatError(
+                f"{p} is not a GGUF file (it does not start with the GGUF magic); convert the model to GGUF first"
+            )
         version = r.scalar("I")
         if version not in (2, 3):
             raise ModelFormatError(f"{p}: unsupported GGUF version {version} (supported: 2, 3)")
@@ -166,7 +195,8 @@ def check_gguf(path: str | os.PathLike) -> GGUFInfo:
     if data_offset + end > size:
         raise ModelFormatError(
             f"{p}: the GGUF file is truncated ({size} bytes, its tensors need {data_offset + end}); "
-            "re-download or re-export the model")
+            "re-download or re-export the model"
+        )
     tensors = {n: TensorEntry(n, t, d, data_offset + o) for n, t, d, o in table}
     return GGUFInfo(version, n_tensors, n_kv, arch, data_offset, end, meta, tensors, spans)
 

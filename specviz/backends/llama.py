@@ -40,6 +40,7 @@ def _ensure_backend() -> None:
             return
         lc = _lib()
         if not os.environ.get("SPECVIZ_LLAMA_LOG"):
+
             @lc.llama_log_callback
             def _quiet(level, text, user_data):  # noqa: ARG001 - signature fixed by llama.cpp
                 return None
@@ -83,7 +84,8 @@ class LlamaModel:
             raise ModelFormatError(
                 f"llama.cpp could not load {self.path} (architecture {self.info.architecture!r}); "
                 "check that the file is a complete GGUF model supported by llama.cpp "
-                f"{getattr(__import__('llama_cpp'), '__version__', '')}")
+                f"{getattr(__import__('llama_cpp'), '__version__', '')}"
+            )
         self._ptr = ptr
         self.vocab = lc.llama_model_get_vocab(ptr)
         self.n_vocab = int(lc.llama_vocab_n_tokens(self.vocab))
@@ -207,8 +209,16 @@ class LlamaContext:
     wherever its tensor names are known (or raises); ``False`` never. :attr:`eval_count` counts decodes.
     """
 
-    def __init__(self, model: LlamaModel, *, n_ctx: int = 4096, n_batch: int = 512, n_ubatch: int = 512,
-                 n_threads: int | None = None, capture: bool | None = None) -> None:
+    def __init__(
+        self,
+        model: LlamaModel,
+        *,
+        n_ctx: int = 4096,
+        n_batch: int = 512,
+        n_ubatch: int = 512,
+        n_threads: int | None = None,
+        capture: bool | None = None,
+    ) -> None:
         for name, v in (("n_ctx", n_ctx), ("n_batch", n_batch), ("n_ubatch", n_ubatch)):
             if not isinstance(v, int) or v < 8:
                 raise ContextError(f"{name} must be an integer >= 8, got {v!r}")
@@ -254,12 +264,15 @@ class LlamaContext:
                 p.cb_eval_user_data = ctypes.c_void_p(self.tap.user_data)
         ctx = lc.llama_init_from_model(model.ptr, p)
         if not ctx:
-            raise ContextError(f"llama.cpp could not create a context with n_ctx={n_ctx}, n_batch={n_batch}, "
-                               f"n_ubatch={n_ubatch}; try a smaller n_ctx")
+            raise ContextError(
+                f"llama.cpp could not create a context with n_ctx={n_ctx}, n_batch={n_batch}, "
+                f"n_ubatch={n_ubatch}; try a smaller n_ctx"
+            )
         self._ctx = ctx
         self._mem = lc.llama_get_memory(ctx)
-        self.capacity = Capacity(int(lc.llama_n_ctx(ctx)), int(lc.llama_n_batch(ctx)),
-                                 int(lc.llama_n_ubatch(ctx)), model.n_swa)
+        self.capacity = Capacity(
+            int(lc.llama_n_ctx(ctx)), int(lc.llama_n_batch(ctx)), int(lc.llama_n_ubatch(ctx)), model.n_swa
+        )
         cap = self.capacity.n_batch
         self._batch = lc.llama_batch_init(cap, 0, 1)
         b = self._batch
@@ -325,14 +338,16 @@ class LlamaContext:
         rc = _lib().llama_decode(self._ctx, self._batch)
         self.decode_seconds += time.perf_counter() - t0
         if rc != 0:
-            raise ContextError(f"llama_decode failed with code {rc} for {n} tokens at position {start}"
-                               + (" (no free KV slot: the context is full)" if rc == 1 else ""))
+            raise ContextError(
+                f"llama_decode failed with code {rc} for {n} tokens at position {start}"
+                + (" (no free KV slot: the context is full)" if rc == 1 else "")
+            )
 
     def eval_prompt(self, tokens: Sequence[int], start: int = 0) -> None:
         """Evaluate a long sequence in n_batch chunks without keeping logits."""
         nb = self.capacity.n_batch
         for i in range(0, len(tokens), nb):
-            self.eval(tokens[i:i + nb], start + i, rows="none")
+            self.eval(tokens[i : i + nb], start + i, rows="none")
 
     def last_row(self) -> np.ndarray:
         """Logits of the last row whose logits the previous :meth:`eval` kept."""

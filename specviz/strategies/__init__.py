@@ -39,7 +39,8 @@ def strategy_class(name: str) -> type[Drafter]:
     target = _REGISTRY.get(name)
     if target is None:
         raise StrategyError(
-            f"unknown strategy {name!r}; choose one of: {', '.join(_REGISTRY)}", knob="strategy", value=name)
+            f"unknown strategy {name!r}; choose one of: {', '.join(_REGISTRY)}", knob="strategy", value=name
+        )
     mod, _, cls = target.partition(":")
     return getattr(import_module(mod), cls)
 
@@ -61,11 +62,23 @@ def make_drafter(name: str, knobs: dict[str, Any], resources: DraftResources | N
     own = {k: v for k, v in knobs.items() if k in names}
     if cls.needs_model:
         if resources is None:
-            raise StrategyError(f"strategy {name!r} drafts with a model: it is built by a Session, which loads "
-                                "and checks the draft model", knob="strategy", value=name)
+            raise StrategyError(
+                f"strategy {name!r} drafts with a model: it is built by a Session, which loads "
+                "and checks the draft model",
+                knob="strategy",
+                value=name,
+            )
         return cls(resources, **own)  # type: ignore[call-arg]
     return cls(**own)
 
 
-__all__ = ["Draft", "Drafter", "DrafterStats", "DraftResources", "strategy_names", "strategy_class",
-           "strategy_schema", "make_drafter"]
+__all__ = [
+    "Draft",
+    "Drafter",
+    "DrafterStats",
+    "DraftResources",
+    "strategy_names",
+    "strategy_class",
+    "strategy_schema",
+    "make_drafter",
+]

@@ -193,19 +193,24 @@ class Drafter:
         """
         if not isinstance(d, dict) or d.get("format") != self.state_format or "n_history" not in d:
             got = d.get("format") if isinstance(d, dict) else type(d).__name__
-            raise SnapshotError(f"drafter state is not a {self.state_format!r} state (got {got!r}); restore it "
-                                "into the strategy that saved it")
+            raise SnapshotError(
+                f"drafter state is not a {self.state_format!r} state (got {got!r}); restore it "
+                "into the strategy that saved it"
+            )
         n = d["n_history"]
         if not isinstance(n, int) or not 0 <= n <= self.mirror.array.shape[0]:
-            raise SnapshotError(f"drafter state belongs to a history of {n!r} tokens, but the drafter holds "
-                                f"{self.mirror.array.shape[0]}; call begin() with that history first")
+            raise SnapshotError(
+                f"drafter state belongs to a history of {n!r} tokens, but the drafter holds "
+                f"{self.mirror.array.shape[0]}; call begin() with that history first"
+            )
         saved = self._export_state()
         try:
             self._import_state(copy.deepcopy(d))
         except (KeyError, TypeError, ValueError, IndexError) as exc:
             self._import_state(saved)
-            raise SnapshotError(f"drafter state for {self.name!r} is malformed ({exc}); restore a snapshot "
-                                "written by this version") from exc
+            raise SnapshotError(
+                f"drafter state for {self.name!r} is malformed ({exc}); restore a snapshot written by this version"
+            ) from exc
 
     def extra_telemetry(self) -> dict[str, Any]:
         """Strategy-specific figures merged into the session's telemetry (none by default)."""

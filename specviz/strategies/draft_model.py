@@ -42,18 +42,30 @@ class DraftModelDrafter(Drafter):
         """The draft model path must name an existing file."""
         path = config.get("draft_model") or ""
         if not path:
-            raise KnobError("knob 'draft_model': the draft strategy needs a draft model; pass "
-                            "draft_model=PATH (--draft-model PATH)", knob="draft_model", value=path)
+            raise KnobError(
+                "knob 'draft_model': the draft strategy needs a draft model; pass "
+                "draft_model=PATH (--draft-model PATH)",
+                knob="draft_model",
+                value=path,
+            )
         if not Path(path).is_file():
-            raise KnobError(f"knob 'draft_model': {path!r} does not exist; pass the path of a .gguf file",
-                            knob="draft_model", value=path)
+            raise KnobError(
+                f"knob 'draft_model': {path!r} does not exist; pass the path of a .gguf file",
+                knob="draft_model",
+                value=path,
+            )
 
     def __init__(self, resources: DraftResources, **knobs: Any) -> None:
         super().__init__(**knobs)
         self.res = resources
         self.model = resources.model
-        self.ctx = LlamaContext(self.model, n_ctx=resources.n_ctx, n_batch=resources.n_batch,
-                                n_ubatch=resources.n_ubatch, n_threads=resources.n_threads)
+        self.ctx = LlamaContext(
+            self.model,
+            n_ctx=resources.n_ctx,
+            n_batch=resources.n_batch,
+            n_ubatch=resources.n_ubatch,
+            n_threads=resources.n_threads,
+        )
         self._cached: list[int] = []
         self._rollbacks: list[tuple[int, int]] = []
         self.model_seconds = 0.0  # time in the draft model's decodes while drafting
@@ -74,7 +86,7 @@ class DraftModelDrafter(Drafter):
         nb = self.ctx.capacity.n_batch
         start = len(self._cached)
         for i in range(0, len(tokens), nb):
-            chunk = list(tokens[i:i + nb])
+            chunk = list(tokens[i : i + nb])
             last = i + nb >= len(tokens)
             self.ctx.eval(chunk, start + i, rows=rows if last else "none")
         self._cached.extend(int(t) for t in tokens)
@@ -89,14 +101,14 @@ class DraftModelDrafter(Drafter):
         # to the common prefix, whose keys are the ones the earlier rounds computed), feed the rest
         self._truncate_to_common_prefix(history[:-1])
         self._rollbacks = []
-        self._feed(history[len(self._cached):-1], rows="none")
+        self._feed(history[len(self._cached) : -1], rows="none")
 
     def _draft(self, history: Sequence[int], n_max: int) -> Draft:
         self._truncate_to_common_prefix(history)
         params, rng = self.res.sampling, self.res.rng
         p_min = self.config["draft_p_min"]
         t0 = time.perf_counter()
-        self._feed(history[len(self._cached):], rows="last")
+        self._feed(history[len(self._cached) :], rows="last")
         row = self.ctx.last_row()
         toks: list[int] = []
         probs: list[float | None] = []
@@ -131,7 +143,7 @@ class DraftModelDrafter(Drafter):
         """Bring the draft cache to ``history[:-1]`` (drop the rejected tail, feed what is missing) and
         return the rollbacks of the draft cache since the last call."""
         self._truncate_to_common_prefix(history)
-        missing = history[len(self._cached):-1]
+        missing = history[len(self._cached) : -1]
         if missing:
             self._feed(missing, rows="none")
         out, self._rollbacks = self._rollbacks, []
@@ -139,10 +151,13 @@ class DraftModelDrafter(Drafter):
 
     def extra_telemetry(self) -> dict[str, Any]:
         """The draft model's own seconds and tokens/s while drafting, and its cache length."""
-        return {"draft_model": str(self.model.path), "draft_model_seconds": self.model_seconds,
-                "draft_model_tokens": self.model_tokens,
-                "draft_model_tokens_per_second": self.model_tokens / self.model_seconds if self.model_seconds else 0.0,
-                "draft_kv": self.kv_length()}
+        return {
+            "draft_model": str(self.model.path),
+            "draft_model_seconds": self.model_seconds,
+            "draft_model_tokens": self.model_tokens,
+            "draft_model_tokens_per_second": self.model_tokens / self.model_seconds if self.model_seconds else 0.0,
+            "draft_kv": self.kv_length(),
+        }
 
     def context_state(self) -> bytes:
         """The draft context's state and the tokens it holds (for snapshots)."""
@@ -153,12 +168,12 @@ class DraftModelDrafter(Drafter):
         """Restore :meth:`context_state`; a malformed blob raises SnapshotError and changes nothing."""
         try:
             n = int.from_bytes(blob[:8], "little")
-            cached = [int(t) for t in json.loads(blob[8:8 + n])["cached"]]
+            cached = [int(t) for t in json.loads(blob[8 : 8 + n])["cached"]]
         except (ValueError, KeyError, TypeError) as exc:
             raise SnapshotError(f"the draft context's state is malformed ({exc})") from None
         if any(not 0 <= t < self.model.n_vocab for t in cached):
             raise SnapshotError("the draft context's state holds token ids outside the draft vocabulary")
-        self.ctx.load_state(blob[8 + n:])
+        self.ctx.load_state(blob[8 + n :])
         self._cached = cached
         self._rollbacks = []
 

@@ -30,7 +30,7 @@ class TokenMirror:
             nb[: self._n] = self._buf[: self._n]
             self._buf = nb
         if n > self._n:
-            self._buf[self._n:n] = history[self._n:n]
+            self._buf[self._n : n] = history[self._n : n]
             self._n = n
         return self._buf[: self._n]
 

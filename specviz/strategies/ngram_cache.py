@@ -62,7 +62,7 @@ def _count(stats: _Stats, tokens: list[int], first: int) -> None:
     for i in range(max(first, 1), len(tokens)):
         tok = tokens[i]
         for n in range(NGRAM_MIN, min(NGRAM_MAX, i) + 1):
-            part = stats[n].setdefault(tuple(tokens[i - n:i]), {})
+            part = stats[n].setdefault(tuple(tokens[i - n : i]), {})
             part[tok] = part.get(tok, 0) + 1
 
 
@@ -99,9 +99,7 @@ class NgramCacheDrafter(Drafter):
 
     name = "ngram-cache"
     state_format = "ngram-cache/1"
-    knobs = (
-        Knob("n_draft", int, 8, "most tokens drafted per round (upstream uses 8)", lo=1, hi=1024),
-    )
+    knobs = (Knob("n_draft", int, 8, "most tokens drafted per round (upstream uses 8)", lo=1, hi=1024),)
 
     def __init__(self, **knobs: Any) -> None:
         super().__init__(**knobs)
@@ -135,7 +133,7 @@ class NgramCacheDrafter(Drafter):
         if arr.shape[0] < 2:  # upstream needs at least LLAMA_NGRAM_STATIC tokens
             return Draft(reason="short-history")
         self._sync_context(arr)
-        seq = arr[max(0, arr.shape[0] - NGRAM_MAX):].tolist()
+        seq = arr[max(0, arr.shape[0] - NGRAM_MAX) :].tolist()
         limit = min(self.config["n_draft"], n_max)
         out: list[int] = []
         while len(out) < limit:
@@ -160,9 +158,13 @@ class NgramCacheDrafter(Drafter):
 
     # -- state ----------------------------------------------------------------------------------
     def _export_state(self) -> dict[str, Any]:
-        return {"dynamic": [[list(key), [[tok, c] for tok, c in part.items()]]
-                            for n in range(NGRAM_MIN, NGRAM_MAX + 1)
-                            for key, part in self._dynamic[n].items()]}
+        return {
+            "dynamic": [
+                [list(key), [[tok, c] for tok, c in part.items()]]
+                for n in range(NGRAM_MIN, NGRAM_MAX + 1)
+                for key, part in self._dynamic[n].items()
+            ]
+        }
 
     def _import_state(self, d: dict[str, Any]) -> None:
         dyn = _empty_stats()

@@ -92,7 +92,7 @@ def _last_match(arr: np.ndarray, pattern: np.ndarray, hi: int, lo: int) -> int:
     if hi <= lo:
         return 0
     n = pattern.shape[0]
-    cand = np.flatnonzero(arr[lo + 1:hi + 1] == pattern[0]) + lo + 1
+    cand = np.flatnonzero(arr[lo + 1 : hi + 1] == pattern[0]) + lo + 1
     for k in range(1, n):
         if cand.size == 0:
             break
@@ -148,7 +148,7 @@ class _NgramMapBase(Drafter):
             return Draft(reason="check-rate")
         self._idx_last_check = cur_len
 
-        key_arr = arr[arr.shape[0] - n:]
+        key_arr = arr[arr.shape[0] - n :]
         inp = arr[:cur_len]
         pos = self._look_up(inp, key_arr, cur_len, n, m)
         self._extend_index(inp, cur_len, n, m)
@@ -174,7 +174,7 @@ class _NgramMapBase(Drafter):
 
         n_draft = min(m, rec.values[slot][2])
         self._last = (key, slot)
-        tokens = inp[pos + n:pos + n + n_draft].tolist()
+        tokens = inp[pos + n : pos + n + n_draft].tolist()
         capped = n_draft < min(m, n_max)
         return Draft(tokens=tokens, reason="accept-cap" if capped else None)
 
@@ -191,7 +191,7 @@ class _NgramMapBase(Drafter):
         """The key's position: the indexed one if its slot holds this key, else the most recent in the
         not yet indexed ranges (begin's history first); 0 when there is none."""
         j = int(self._index[key_hash(key_arr) % INDEX_SIZE])
-        if j != 0 and j < cur_len - n - m - 1 and np.array_equal(inp[j:j + n], key_arr):
+        if j != 0 and j < cur_len - n - m - 1 and np.array_equal(inp[j : j + n], key_arr):
             return j
         for hi, lo in self._ranges(cur_len, n, m):
             j = _last_match(inp, key_arr, hi, lo)
@@ -217,7 +217,7 @@ class _NgramMapBase(Drafter):
         n = key_arr.shape[0]
         lo = rec.stat_idx
         if pos >= lo:
-            cand = np.flatnonzero(inp[lo:pos + 1] == key_arr[0]) + lo
+            cand = np.flatnonzero(inp[lo : pos + 1] == key_arr[0]) + lo
             for k in range(1, n):
                 cand = cand[inp[cand + k] == key_arr[k]]
             for i in cand.tolist():
@@ -225,7 +225,7 @@ class _NgramMapBase(Drafter):
                 for v in rec.values:
                     if v[0] == 0:  # free slot: a new value
                         v[0], v[1], v[2] = vi, 0, m
-                    elif not np.array_equal(inp[vi:vi + m], inp[v[0]:v[0] + m]):
+                    elif not np.array_equal(inp[vi : vi + m], inp[v[0] : v[0] + m]):
                         continue
                     v[1] = min(v[1] + 1, COUNT_CAP)
                     break
@@ -251,8 +251,13 @@ class _NgramMapBase(Drafter):
             "index_last": self._index_last,
             "index": [[int(s), int(self._index[s])] for s in used],
             "keys": [
-                {"tokens": list(k), "key_idx": r.key_idx, "stat_idx": r.stat_idx, "key_num": r.key_num,
-                 "values": [list(v) for v in r.values]}
+                {
+                    "tokens": list(k),
+                    "key_idx": r.key_idx,
+                    "stat_idx": r.stat_idx,
+                    "key_num": r.key_num,
+                    "values": [list(v) for v in r.values],
+                }
                 for k, r in self._keys.items()
             ],
             "last": None if self._last is None else {"tokens": list(self._last[0]), "slot": self._last[1]},
@@ -263,7 +268,8 @@ class _NgramMapBase(Drafter):
             raise SnapshotError(
                 f"drafter state was saved by {d['kind']!r} with size_n={d['size_n']}, size_m={d['size_m']}; "
                 f"this is {self.name!r} with size_n={self.config['size_n']}, size_m={self.config['size_m']}: "
-                "restore the knobs first")
+                "restore the knobs first"
+            )
         keys: dict[tuple[int, ...], _Key] = {}
         for e in d["keys"]:
             rec = _Key(int(e["key_idx"]), self.config["size_m"])

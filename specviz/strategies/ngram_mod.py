@@ -76,18 +76,50 @@ class NgramModDrafter(Drafter):
     name = "ngram-mod"
     state_format = "ngram-mod/1"
     knobs = (
-        Knob("n_match", int, 24, "n-gram length hashed to find the next token (small values draft "
-             "poorly)", lo=1, hi=1024, aliases=("--spec-ngram-mod-n-match",)),
-        Knob("n_min", int, 48, "shortest chain that is drafted; a shorter one gives no draft", lo=1, hi=1024,
-             aliases=("--spec-ngram-mod-n-min",)),
-        Knob("n_max", int, 64, "longest chain followed through the pool", lo=1, hi=1024,
-             aliases=("--spec-ngram-mod-n-max",)),
-        Knob("pool_size", int, 4 * 1024 * 1024, "number of pool slots (4 bytes each); memory is constant",
-             lo=1024, hi=64 * 1024 * 1024),
-        Knob("low_accept_ratio", float, 0.25, "a draft with a smaller accepted fraction counts as poorly "
-             "accepted", lo=0.0, hi=1.0),
-        Knob("low_accept_streak", int, 5, "this many poorly accepted drafts in a row clear the pool",
-             lo=1, hi=1024),
+        Knob(
+            "n_match",
+            int,
+            24,
+            "n-gram length hashed to find the next token (small values draft poorly)",
+            lo=1,
+            hi=1024,
+            aliases=("--spec-ngram-mod-n-match",),
+        ),
+        Knob(
+            "n_min",
+            int,
+            48,
+            "shortest chain that is drafted; a shorter one gives no draft",
+            lo=1,
+            hi=1024,
+            aliases=("--spec-ngram-mod-n-min",),
+        ),
+        Knob(
+            "n_max",
+            int,
+            64,
+            "longest chain followed through the pool",
+            lo=1,
+            hi=1024,
+            aliases=("--spec-ngram-mod-n-max",),
+        ),
+        Knob(
+            "pool_size",
+            int,
+            4 * 1024 * 1024,
+            "number of pool slots (4 bytes each); memory is constant",
+            lo=1024,
+            hi=64 * 1024 * 1024,
+        ),
+        Knob(
+            "low_accept_ratio",
+            float,
+            0.25,
+            "a draft with a smaller accepted fraction counts as poorly accepted",
+            lo=0.0,
+            hi=1.0,
+        ),
+        Knob("low_accept_streak", int, 5, "this many poorly accepted drafts in a row clear the pool", lo=1, hi=1024),
     )
 
     @staticmethod
@@ -96,7 +128,9 @@ class NgramModDrafter(Drafter):
         if config["n_min"] > config["n_max"]:
             raise KnobError(
                 f"knob 'n_min': {config['n_min']} is larger than n_max={config['n_max']}; set n_min <= n_max",
-                knob="n_min", value=config["n_min"])
+                knob="n_min",
+                value=config["n_min"],
+            )
 
     def __init__(self, **knobs: Any) -> None:
         super().__init__(**knobs)
@@ -164,7 +198,7 @@ class NgramModDrafter(Drafter):
             self._i_last = cur_len - n
 
         size = self._pool.shape[0]
-        window = deque(int(t) for t in arr[L - n:])
+        window = deque(int(t) for t in arr[L - n :])
         h = ngram_hash(window)
         top = pow(LCG_MULT, n - 1, 1 << 64)  # weight of the window's oldest token
         out: list[int] = []
@@ -213,16 +247,22 @@ class NgramModDrafter(Drafter):
 
     # -- state ----------------------------------------------------------------------------------
     def _export_state(self) -> dict[str, Any]:
-        return {"n_match": self.config["n_match"], "pool_size": self.config["pool_size"],
-                "lo": self._lo, "i_last": self._i_last, "n_low": self._n_low,
-                "n_draft_last": self._n_draft_last}
+        return {
+            "n_match": self.config["n_match"],
+            "pool_size": self.config["pool_size"],
+            "lo": self._lo,
+            "i_last": self._i_last,
+            "n_low": self._n_low,
+            "n_draft_last": self._n_draft_last,
+        }
 
     def _import_state(self, d: dict[str, Any]) -> None:
         if (d["n_match"], d["pool_size"]) != (self.config["n_match"], self.config["pool_size"]):
             raise SnapshotError(
                 f"ngram-mod state was saved with n_match={d['n_match']}, pool_size={d['pool_size']}; this "
                 f"drafter has n_match={self.config['n_match']}, pool_size={self.config['pool_size']}: "
-                "restore the knobs first")
+                "restore the knobs first"
+            )
         lo, i_last = int(d["lo"]), int(d["i_last"])
         arr = self.tokens
         if not 0 <= lo <= i_last or (i_last > 0 and i_last + self.config["n_match"] > arr.shape[0]):

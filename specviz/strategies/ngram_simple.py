@@ -45,7 +45,7 @@ class NgramSimpleDrafter(Drafter):
         if cur_len <= n + m + 1:
             return Draft(reason="short-history")
         self._last_check = cur_len
-        pattern = arr[arr.shape[0] - n:]
+        pattern = arr[arr.shape[0] - n :]
         # matches must start at 1..cur_len-n-1 (upstream skips index 0 and the current position)
         pos = find_ngram(arr[:cur_len], pattern, cur_len - n, last=True)
         if pos <= 0:
@@ -53,7 +53,7 @@ class NgramSimpleDrafter(Drafter):
         copy = min(m, cur_len - (pos + n))
         if copy < n:
             return Draft(reason="no-match")
-        return Draft(tokens=arr[pos + n: pos + n + copy].tolist())
+        return Draft(tokens=arr[pos + n : pos + n + copy].tolist())
 
     def _export_state(self) -> dict[str, Any]:
         return {"last_check": self._last_check}

@@ -21,10 +21,18 @@ class PromptLookupDrafter(Drafter):
     name = "prompt-lookup"
     can_peek = True
     knobs = (
-        Knob("max_ngram", int, 3, "largest n-gram size to look up (tried first)", lo=1, hi=64,
-             aliases=("--prompt-lookup",)),
-        Knob("min_ngram", int, 1, "smallest n-gram size to look up", lo=1, hi=64,
-             aliases=("--prompt-lookup-min-ngram",)),
+        Knob(
+            "max_ngram",
+            int,
+            3,
+            "largest n-gram size to look up (tried first)",
+            lo=1,
+            hi=64,
+            aliases=("--prompt-lookup",),
+        ),
+        Knob(
+            "min_ngram", int, 1, "smallest n-gram size to look up", lo=1, hi=64, aliases=("--prompt-lookup-min-ngram",)
+        ),
     )
 
     @staticmethod
@@ -33,18 +41,21 @@ class PromptLookupDrafter(Drafter):
         if config["min_ngram"] > config["max_ngram"]:
             raise KnobError(
                 f"knob 'min_ngram': {config['min_ngram']} is larger than max_ngram={config['max_ngram']}; "
-                "set min_ngram <= max_ngram", knob="min_ngram", value=config["min_ngram"])
+                "set min_ngram <= max_ngram",
+                knob="min_ngram",
+                value=config["min_ngram"],
+            )
 
     def _draft(self, history: Sequence[int], n_max: int) -> Draft:
         arr = self.tokens
         L = arr.shape[0]
         for n in range(min(self.config["max_ngram"], L - 1), self.config["min_ngram"] - 1, -1):
-            pattern = arr[L - n:]
+            pattern = arr[L - n :]
             # an occurrence must end before the trailing n-gram starts continuing: start + n < L
             pos = find_ngram(arr, pattern, L - n, last=False)
             if pos >= 0:
                 start = pos + n
-                return Draft(tokens=arr[start:min(start + n_max, L)].tolist())
+                return Draft(tokens=arr[start : min(start + n_max, L)].tolist())
         return Draft(reason="no-match")
 
     def peek(self, history: Sequence[int]) -> int | None:

@@ -392,8 +392,9 @@ class InspectorCore:
             if v is None:
                 continue
             if isinstance(v, bool) or not isinstance(v, (int, float)) or (kind == "int" and not isinstance(v, int)):
-                raise MessageError(f"reset: {name!r} must be {'an integer' if kind == 'int' else 'a number'}; "
-                                   f"got {_show(v)}")
+                raise MessageError(
+                    f"reset: {name!r} must be {'an integer' if kind == 'int' else 'a number'}; got {_show(v)}"
+                )
             request[name] = v
         stop = msg.get("stop")
         if stop is not None:
@@ -515,9 +516,18 @@ class InspectorCore:
         if w is not None:
             w.join(timeout)
 
-    def reset(self, prompt: str | None = None, max_tokens: int | None = None, *, temperature: float | None = None,
-              top_k: int | None = None, top_p: float | None = None, seed: int | None = None,
-              stop: list[str] | None = None, chat: bool | None = None) -> None:
+    def reset(
+        self,
+        prompt: str | None = None,
+        max_tokens: int | None = None,
+        *,
+        temperature: float | None = None,
+        top_k: int | None = None,
+        top_p: float | None = None,
+        seed: int | None = None,
+        stop: list[str] | None = None,
+        chat: bool | None = None,
+    ) -> None:
         """Start the generation again (same prompt unless ``prompt`` is given); rewinds a replay.
 
         The sampling settings (``temperature``, ``top_k``, ``top_p``, ``seed``), the stop strings and
@@ -544,8 +554,13 @@ class InspectorCore:
             src = prompt
         st = started or {}
         kwargs: dict[str, Any] = {k: st[k] for k in ("temperature", "top_k", "top_p", "seed") if k in st}
-        kwargs.update({k: v for k, v in (("temperature", temperature), ("top_k", top_k), ("top_p", top_p),
-                                         ("seed", seed)) if v is not None})
+        kwargs.update(
+            {
+                k: v
+                for k, v in (("temperature", temperature), ("top_k", top_k), ("top_p", top_p), ("seed", seed))
+                if v is not None
+            }
+        )
         kwargs["stop"] = list(st.get("stop") or []) if stop is None else [x for x in stop if x]
         was_chat = bool(st.get("messages"))
         if chat if chat is not None else was_chat:

@@ -17,8 +17,14 @@ import time
 import urllib.request
 
 ORIGIN = "http://specviz.local"
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-background-networking", "--disable-component-update",
-                 "--no-first-run", "--disable-sync", "--disable-dev-shm-usage"]
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--no-first-run",
+    "--disable-sync",
+    "--disable-dev-shm-usage",
+]
 
 _PAGE = """<!doctype html><html><head><meta charset="utf-8"><title>specviz harness</title>
 <link rel="stylesheet" href="/inspector.css">
@@ -68,9 +74,19 @@ def jupyterlab_args(port: int, token: str, root_dir: str) -> list[str]:
     No browser is opened, and the news feed and the update check are off, so the server never tries
     the network.
     """
-    return ["-m", "jupyterlab", "--no-browser", "--ip=127.0.0.1", f"--port={port}", f"--ServerApp.token={token}",
-            f"--ServerApp.root_dir={root_dir}", "--ServerApp.open_browser=False", "--allow-root",
-            "--LabApp.news_url=", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"]
+    return [
+        "-m",
+        "jupyterlab",
+        "--no-browser",
+        "--ip=127.0.0.1",
+        f"--port={port}",
+        f"--ServerApp.token={token}",
+        f"--ServerApp.root_dir={root_dir}",
+        "--ServerApp.open_browser=False",
+        "--allow-root",
+        "--LabApp.news_url=",
+        "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+    ]
 
 
 def stop_process(proc: subprocess.Popen) -> None:
@@ -116,8 +132,10 @@ def open_harness(browser, *, preload_plotly: bool = True, viewport=None):
         plotly = importlib.resources.files("plotly") / "package_data" / "plotly.min.js"
         files["/plotly.min.js"] = (plotly.read_bytes(), "text/javascript")
         # the UMD bundle sets module.exports when `module` exists, else a global; give it one
-        plotly_tag = ('<script>window.module={exports:{}};</script><script src="/plotly.min.js"></script>'
-                      '<script>window.Plotly=window.module.exports;delete window.module;</script>')
+        plotly_tag = (
+            '<script>window.module={exports:{}};</script><script src="/plotly.min.js"></script>'
+            "<script>window.Plotly=window.module.exports;delete window.module;</script>"
+        )
     files["/"] = (_PAGE.replace("%PLOTLY%", plotly_tag).encode(), "text/html")
     page = browser.new_page(viewport=viewport or {"width": 1280, "height": 1000})
     external: list[str] = []
@@ -127,7 +145,7 @@ def open_harness(browser, *, preload_plotly: bool = True, viewport=None):
         if not url.startswith(ORIGIN):
             external.append(url)
             return route.abort()
-        path = url[len(ORIGIN):].split("?")[0] or "/"
+        path = url[len(ORIGIN) :].split("?")[0] or "/"
         if path in files:
             body, ctype = files[path]
             return route.fulfill(status=200, body=body, headers={"content-type": ctype})

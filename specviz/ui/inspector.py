@@ -37,15 +37,29 @@ class Inspector(anywidget.AnyWidget):
     _esm = static_text("inspector.js")
     _css = static_text("inspector.css")
 
-    def __init__(self, session: Any = None, *, prompt: str | None = None, max_tokens: int = 128,
-                 strategy: str = "prompt-lookup", draft_models: list[str] | None = None,
-                 presets: list[dict[str, Any]] | None = None, _events: list[Event] | None = None,
-                 **knobs: Any) -> None:
+    def __init__(
+        self,
+        session: Any = None,
+        *,
+        prompt: str | None = None,
+        max_tokens: int = 128,
+        strategy: str = "prompt-lookup",
+        draft_models: list[str] | None = None,
+        presets: list[dict[str, Any]] | None = None,
+        _events: list[Event] | None = None,
+        **knobs: Any,
+    ) -> None:
         super().__init__()
         if session is not None and prompt is not None and not getattr(session, "started", False):
             session.start(prompt, max_tokens=max_tokens, strategy=strategy, **knobs)
-        self.core = InspectorCore(self.send, session, events=_events, prompt=prompt,
-                                  draft_models=draft_models or _draft_paths(session), presets=presets)
+        self.core = InspectorCore(
+            self.send,
+            session,
+            events=_events,
+            prompt=prompt,
+            draft_models=draft_models or _draft_paths(session),
+            presets=presets,
+        )
         self.on_msg(self._on_msg)
 
     @classmethod

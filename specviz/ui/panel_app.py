@@ -24,7 +24,7 @@ from .core import InspectorCore, static_text
 #: The demo prompt: code that repeats itself, which n-gram drafting turns into long accepted runs.
 DEFAULT_PROMPT = (
     "def fibonacci(n):\n"
-    "    \"\"\"Return the n-th Fibonacci number.\"\"\"\n"
+    '    """Return the n-th Fibonacci number."""\n'
     "    if n < 2:\n"
     "        return n\n"
     "    return fibonacci(n - 1) + fibonacci(n - 2)\n"
@@ -90,22 +90,40 @@ class InspectorComponent(JSComponent):
     _esm = static_text("inspector.js")
     _stylesheets = [static_text("inspector.css")]
 
-    def __init__(self, session: Any = None, *, events: list[Event] | None = None, prompt: str | None = None,
-                 draft_models: list[str] | None = None, presets: list[dict[str, Any]] | None = None,
-                 **params: Any) -> None:
+    def __init__(
+        self,
+        session: Any = None,
+        *,
+        events: list[Event] | None = None,
+        prompt: str | None = None,
+        draft_models: list[str] | None = None,
+        presets: list[dict[str, Any]] | None = None,
+        **params: Any,
+    ) -> None:
         params.setdefault("sizing_mode", "stretch_width")
         super().__init__(**params)
-        self.core = InspectorCore(OrderedSender(self, pn.state.curdoc), session, events=events, prompt=prompt,
-                                  draft_models=draft_models, presets=presets)
+        self.core = InspectorCore(
+            OrderedSender(self, pn.state.curdoc),
+            session,
+            events=events,
+            prompt=prompt,
+            draft_models=draft_models,
+            presets=presets,
+        )
 
     def _handle_msg(self, data: Any) -> None:
         self.core.handle(data)
 
 
-def inspector_app(session_factory: Callable[[], Any] | None = None, *, events: list[Event] | None = None,
-                  prompt: str | None = None, title: str = "specviz inspector",
-                  draft_models: list[str] | None = None,
-                  presets: list[dict[str, Any]] | None = None) -> pn.viewable.Viewable:
+def inspector_app(
+    session_factory: Callable[[], Any] | None = None,
+    *,
+    events: list[Event] | None = None,
+    prompt: str | None = None,
+    title: str = "specviz inspector",
+    draft_models: list[str] | None = None,
+    presets: list[dict[str, Any]] | None = None,
+) -> pn.viewable.Viewable:
     """One page of the app: a live session made by ``session_factory()``, or recorded ``events``.
 
     ``draft_models`` are the draft GGUF paths the form offers for the ``draft`` strategy; ``presets`` the
@@ -116,5 +134,9 @@ def inspector_app(session_factory: Callable[[], Any] | None = None, *, events: l
     else:
         session = session_factory() if session_factory is not None else None
         comp = InspectorComponent(session, prompt=prompt, draft_models=draft_models, presets=presets)
-    return pn.Column(comp, sizing_mode="stretch_width", styles={"padding": "12px", "max-width": "1500px",
-                                                                   "margin": "0 auto"}, name=title)
+    return pn.Column(
+        comp,
+        sizing_mode="stretch_width",
+        styles={"padding": "12px", "max-width": "1500px", "margin": "0 auto"},
+        name=title,
+    )

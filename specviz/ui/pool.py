@@ -294,12 +294,15 @@ class ManagedSession:
                 header["pending"] = [pend[0], self._paths(pend[1])]
             wb = header.get("workbench")
             if isinstance(wb, dict) and isinstance(wb.get("checkpoints"), list):  # a rewind reconfigures with these
-                header["workbench"] = dict(wb, checkpoints=[
-                    dict(c, knobs=self._paths(c["knobs"]))
-                    if isinstance(c, dict) and isinstance(c.get("knobs"), dict) and c["knobs"].get("draft_model")
-                    else c
-                    for c in wb["checkpoints"]
-                ])
+                header["workbench"] = dict(
+                    wb,
+                    checkpoints=[
+                        dict(c, knobs=self._paths(c["knobs"]))
+                        if isinstance(c, dict) and isinstance(c.get("knobs"), dict) and c["knobs"].get("draft_model")
+                        else c
+                        for c in wb["checkpoints"]
+                    ],
+                )
         except KnobError as e:
             raise SnapshotError(f"the snapshot is refused: {e}") from None
         header.pop("blobs", None)
@@ -320,8 +323,9 @@ class ManagedSession:
             self._touch()
             self._ensure_live()
             child = self._inner.fork()
-        return ManagedSession(lambda: child, scheduler=self._scheduler, catalog=self.catalog, drafts=self._drafts,
-                              clock=self._clock)
+        return ManagedSession(
+            lambda: child, scheduler=self._scheduler, catalog=self.catalog, drafts=self._drafts, clock=self._clock
+        )
 
     def subscribe(self, callback: Callable[[Event], None]) -> Callable[[], None]:
         """Call ``callback(event)`` for every future event (as pages see them); returns the unsubscriber."""

@@ -151,7 +151,8 @@ def build_app(
     # a preset's draft model goes to the pages by its catalog name, as every draft does (never a path)
     page_presets = [
         {**p, "knobs": {**p["knobs"], "draft_model": catalog.name_for(str(p["knobs"]["draft_model"]))}}
-        if (p.get("knobs") or {}).get("draft_model") else p
+        if (p.get("knobs") or {}).get("draft_model")
+        else p
         for p in (presets or [])
     ] or None
     drafts = SharedDraftModels(loaded)
