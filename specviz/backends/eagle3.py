@@ -228,39 +228,4 @@ class Eagle3Context(TiedContext):
     # -- decoder -------------------------------------------------------------------------------------
     def decode(self, tokens: Sequence[int], g: np.ndarray, start: int, outputs: Sequence[int] = ()) -> None:
         """Evaluate pairs ``(tokens[i], g[i])`` at positions ``start + i``; keep outputs for rows ``outputs``."""
-        import time
-
-        lc = _lib()
-        n = len(tokens)
-        if n == 0:
-            return
-        if n > self.n_batch:
-            raise ContextError(f"{n} EAGLE-3 pairs exceed n_batch={self.n_batch}")
-        if start + n > self.n_ctx:
-            raise ContextError(f"EAGLE-3 positions {start}..{start + n - 1} exceed n_ctx={self.n_ctx}")
-        rows = np.ascontiguousarray(g, dtype=np.float32)
-        if rows.shape != (n, self.n_embd):
-            raise ContextError(f"EAGLE-3 g rows have shape {rows.shape}, expected {(n, self.n_embd)}")
-        want = set(int(i) for i in outputs)
-        fptr = ctypes.POINTER(ctypes.c_float)
-        lc.llama_batch_ext_clear(self._batch)
-        for i in range(n):
-            idx = lc.llama_batch_ext_add_token(self._batch, 0, int(tokens[i]))
-            if idx < 0:
-                raise ContextError(f"the EAGLE-3 batch refused token {tokens[i]} (code {idx})")
-            self._pos[0] = start + i
-            lc.llama_batch_ext_set_pos(self._batch, idx, self._pos)
-            if not lc.llama_batch_ext_set_embd_token(
-                self._batch, idx, lc.llama_embd(rows[i].ctypes.data_as(fptr), 1, self.n_embd)
-            ):
-                raise ContextError("the EAGLE-3 batch refused a g row")
-            if i in want:
-                lc.llama_batch_ext_set_output_logits(self._batch, idx, True)
-        t0 = time.perf_counter()
-        rc = lc.llama_process(self._ctx, lc.LLAMA_PROCESS_TYPE_DECODE, self._batch)
-        self.decode_seconds += time.perf_counter() - t0
-        if rc != 0:
-            raise ContextError(
-                f"the EAGLE-3 decoder failed with code {rc} for {n} pairs at position {start}"
-                + (" (no free KV slot)" if rc == 1 else "")
-            )
+        self._decode_pairs(tokens, g, start, outputs, "g")

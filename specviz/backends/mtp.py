@@ -19,8 +19,6 @@ Pairing convention (llama.cpp's): the pair at MTP position ``p`` is ``(token[p],
 
 from __future__ import annotations
 
-import ctypes
-import time
 import weakref
 from typing import Any, Sequence
 
@@ -100,35 +98,7 @@ class NextNContext(TiedContext):
 
     def decode(self, tokens: Sequence[int], h: np.ndarray, start: int, outputs: Sequence[int] = ()) -> None:
         """Evaluate pairs ``(tokens[i], h[i])`` at positions ``start + i``; keep outputs for rows ``outputs``."""
-        lc = _lib()
-        n = len(tokens)
-        if n == 0:
-            return
-        if n > self.n_batch or start + n > self.n_ctx:
-            raise ContextError(f"{n} MTP pairs at {start} do not fit (n_batch {self.n_batch}, n_ctx {self.n_ctx})")
-        rows = np.ascontiguousarray(h, dtype=np.float32)
-        if rows.shape != (n, self.n_embd):
-            raise ContextError(f"MTP hidden rows have shape {rows.shape}, expected {(n, self.n_embd)}")
-        want = set(int(i) for i in outputs)
-        fptr = ctypes.POINTER(ctypes.c_float)
-        lc.llama_batch_ext_clear(self._batch)
-        for i in range(n):
-            idx = lc.llama_batch_ext_add_token(self._batch, 0, int(tokens[i]))
-            if idx < 0:
-                raise ContextError(f"the MTP batch refused token {tokens[i]} (code {idx})")
-            self._pos[0] = start + i
-            lc.llama_batch_ext_set_pos(self._batch, idx, self._pos)
-            if not lc.llama_batch_ext_set_embd_token(
-                self._batch, idx, lc.llama_embd(rows[i].ctypes.data_as(fptr), 1, self.n_embd)
-            ):
-                raise ContextError("the MTP batch refused a hidden-state row")
-            if i in want:
-                lc.llama_batch_ext_set_output_logits(self._batch, idx, True)
-        t0 = time.perf_counter()
-        rc = lc.llama_process(self._ctx, lc.LLAMA_PROCESS_TYPE_DECODE, self._batch)
-        self.decode_seconds += time.perf_counter() - t0
-        if rc != 0:
-            raise ContextError(f"the MTP decoder failed with code {rc} for {n} pairs at position {start}")
+        self._decode_pairs(tokens, h, start, outputs, "hidden-state")
 
 
 #: How many live taps keep each target context's hidden-state output on.

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import ctypes
 import os
-from typing import Any
+import time
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -110,6 +111,46 @@ class TiedContext:
         buf = (ctypes.c_uint8 * len(data)).from_buffer_copy(data)
         if lc.llama_state_set_data(self._ctx, buf, len(data)) == 0:
             raise ContextError(f"llama.cpp refused the saved {self.what} context state")
+
+    def _decode_pairs(
+        self, tokens: Sequence[int], rows: np.ndarray, start: int, outputs: Sequence[int], row_name: str
+    ) -> None:
+        """Evaluate pairs ``(tokens[i], rows[i])`` (a token and an embedding row: EAGLE-3's ``g``, MTP's hidden
+        state) at positions ``start + i``, keeping logits for the batch rows in ``outputs``."""
+        lc = _lib()
+        n = len(tokens)
+        if n == 0:
+            return
+        if n > self.n_batch:
+            raise ContextError(f"{n} {self.what} pairs exceed n_batch={self.n_batch}")
+        if start + n > self.n_ctx:
+            raise ContextError(f"{self.what} positions {start}..{start + n - 1} exceed n_ctx={self.n_ctx}")
+        rows = np.ascontiguousarray(rows, dtype=np.float32)
+        if rows.shape != (n, self.n_embd):
+            raise ContextError(f"{self.what} {row_name} rows have shape {rows.shape}, expected {(n, self.n_embd)}")
+        want = set(int(i) for i in outputs)
+        fptr = ctypes.POINTER(ctypes.c_float)
+        lc.llama_batch_ext_clear(self._batch)
+        for i in range(n):
+            idx = lc.llama_batch_ext_add_token(self._batch, 0, int(tokens[i]))
+            if idx < 0:
+                raise ContextError(f"the {self.what} batch refused token {tokens[i]} (code {idx})")
+            self._pos[0] = start + i
+            lc.llama_batch_ext_set_pos(self._batch, idx, self._pos)
+            if not lc.llama_batch_ext_set_embd_token(
+                self._batch, idx, lc.llama_embd(rows[i].ctypes.data_as(fptr), 1, self.n_embd)
+            ):
+                raise ContextError(f"the {self.what} batch refused a {row_name} row")
+            if i in want:
+                lc.llama_batch_ext_set_output_logits(self._batch, idx, True)
+        t0 = time.perf_counter()
+        rc = lc.llama_process(self._ctx, lc.LLAMA_PROCESS_TYPE_DECODE, self._batch)
+        self.decode_seconds += time.perf_counter() - t0
+        if rc != 0:
+            raise ContextError(
+                f"the {self.what} decoder failed with code {rc} for {n} pairs at position {start}"
+                + (" (no free KV slot)" if rc == 1 else "")
+            )
 
     def close(self) -> None:
         """Free the batch and the context (idempotent)."""
