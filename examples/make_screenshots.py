@@ -124,7 +124,8 @@ def _panel_page(b, port: int, drafts: list[str], out: Path) -> dict:
     if drafts:
         page.locator(".sv-strategy").select_option("draft")
         page.wait_for_selector('.sv-field[data-knob="draft_model"] input')
-        page.locator('.sv-field[data-knob="draft_model"] input').fill(drafts[0])
+        # a served page picks a draft by the name the server offers it under (never by path)
+        page.locator('.sv-field[data-knob="draft_model"] input').fill(Path(drafts[0]).stem)
         page.locator('.sv-field[data-knob="draft_p_min"] input').fill("0.3")
         page.locator('.sv-field[data-knob="draft_max"] input').fill("8")
         page.locator(".sv-apply").click()

@@ -162,6 +162,11 @@ def test_the_message_gate_bounds_size_and_rate():
     reason = gate.check({"type": "configure", "knobs": {"x": "y" * 200}})
     assert reason and "limit is 100" in reason
     assert gate.check({"not": {"json": object()}}) is not None  # not JSON at all: refused as oversized
+    big = MessageGate(max_bytes=100, max_part_bytes=1000, rate=2.0, burst=4, clock=lambda: now[0])
+    part = {"type": "file", "cmd": "restore", "id": "u1", "index": 0, "count": 1, "data": "A" * 800}
+    assert big.check(part) is None  # a snapshot upload's part may be larger than other messages
+    assert "limit is 1000" in big.check({**part, "data": "A" * 1000})
+    assert "limit is 100" in big.check({"type": "configure", "knobs": {"x": "A" * 800}})
     assert gate.check({"type": "hello"}) is None  # 4 taken: 1 left in the bucket
     assert gate.check({"type": "hello"}) is not None and "too many messages" in gate.check({"type": "hello"})
     assert gate.refused == 4

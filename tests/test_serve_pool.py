@@ -288,6 +288,9 @@ def test_a_snapshot_a_page_gets_names_no_path_and_one_naming_a_file_is_refused_u
         ms.step()
         ms.restore_into(blob)  # back to where the snapshot was taken
         assert len(ms.tokens) == len(header["history"]) - header["n_prompt"]
+        # the events a page is sent are the restored generation's, still without paths
+        assert [e.kind for e in ms.events] == [e["kind"] for e in header["workbench"]["events"]]
+        assert draft_path not in json.dumps([e.to_dict() for e in ms.events])
         ms.step()
         assert ms.knobs["draft_max"] == 4
         ms.rewind(1)  # a restored checkpoint reconfigures its draft model by the path the catalog maps back

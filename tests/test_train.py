@@ -251,8 +251,16 @@ def test_ctrl_c_during_training_leaves_a_usable_checkpoint_and_head(toy, tmp_pat
         "600",
         "--no-progress",
     ]
+    # A job started in the background by a non-interactive shell (`.ci/run &`) inherits SIGINT ignored, and
+    # Python then installs no KeyboardInterrupt handler: give the child Ctrl-C's default disposition, as a
+    # terminal would.
     p = subprocess.Popen(
-        cmd, stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"}
+        cmd,
+        stderr=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     lines = []
     try:

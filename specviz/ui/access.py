@@ -33,6 +33,9 @@ COOKIE_PREFIX = "specviz-token-"
 PRESENTER_ARG = "presenter"
 #: Default bounds on what one page sends: bytes per message (as JSON), messages per second and burst.
 MAX_MESSAGE_BYTES = 64 * 1024
+#: A part of a snapshot upload (the workbench's ``file restore``: 512 KiB of raw bytes in base64) may be this
+#: large; it still counts as one message against the rate.
+MAX_UPLOAD_PART_BYTES = 768 * 1024
 MESSAGES_PER_SECOND = 20.0
 MESSAGE_BURST = 60
 
@@ -134,18 +137,20 @@ def auth_provider(policy: AccessPolicy, port: int) -> Any:
 
 
 class MessageGate:
-    """Admits a page's messages within a size and a rate: at most ``max_bytes`` per message (as JSON) and
-    ``rate`` messages a second on average with bursts of ``burst`` (a token bucket)."""
+    """Admits a page's messages within a size and a rate: at most ``max_bytes`` per message (as JSON;
+    ``max_part_bytes`` for a part of a snapshot upload) and ``rate`` messages a second on average with bursts
+    of ``burst`` (a token bucket)."""
 
     def __init__(
         self,
         *,
         max_bytes: int = MAX_MESSAGE_BYTES,
+        max_part_bytes: int = MAX_UPLOAD_PART_BYTES,
         rate: float = MESSAGES_PER_SECOND,
         burst: int = MESSAGE_BURST,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.max_bytes, self.rate, self.burst = max_bytes, rate, burst
+        self.max_bytes, self.max_part_bytes, self.rate, self.burst = max_bytes, max_part_bytes, rate, burst
         self._clock = clock
         self._tokens = float(burst)
         self._last = clock()
@@ -169,11 +174,12 @@ class MessageGate:
             size = len(json.dumps(msg, separators=(",", ":")))
         except (TypeError, ValueError):
             size = self.max_bytes + 1
-        if size > self.max_bytes:
+        upload_part = isinstance(msg, dict) and msg.get("type") == "file" and msg.get("cmd") == "restore"
+        limit = self.max_part_bytes if upload_part else self.max_bytes
+        if size > limit:
             self.refused += 1
-            return (
-                f"a message of {size} bytes from this page was ignored (the limit is {self.max_bytes}); nothing changed"
-            )
+            return f"a message of {size} bytes from this page was ignored (the limit is {limit}); nothing changed"
+
         return None
 
     def notice(self, reason: str) -> dict | None:

@@ -314,6 +314,8 @@ class ManagedSession:
             except ModelError as e:
                 name = self.catalog.name_for((header.get("knobs") or {}).get("draft_model"))
                 raise SnapshotError(f"the snapshot is refused: {safe_model_error(e, name)}") from None
+            # the restored generation's events replace this one's (a restore publishes no events of its own)
+            self.events = [self._redact(e) for e in self._inner.events]
 
     def fork(self) -> ManagedSession:
         """:meth:`Session.fork` (the workbench's second lane) as a managed session too: its rounds take
