@@ -281,11 +281,62 @@ def run_server_only(args, viewers: int, rounds: int = 25, repeats: int = 3) -> d
     }
 
 
+def run_server_pages(args, pages: int) -> dict:
+    """The default mode without browsers: ``pages`` sessions in a pool with the round scheduler, each behind
+    an inspector core whose send serializes as the server does for a page (Bokeh's serializer), all playing;
+    every session's tokens are counted over ``--seconds`` after ``--warmup``. This isolates the scheduler's
+    throughput from the browsers', which on one machine compete for the same two cores."""
+    from bokeh.core.serialization import Serializer
+
+    from specviz.backends.llama import LlamaModel
+    from specviz.models import resolve_model
+    from specviz.session import Session
+    from specviz.ui.core import InspectorCore
+    from specviz.ui.panel_app import DEFAULT_PROMPT
+    from specviz.ui.pool import SessionPool
+    from specviz.ui.scheduler import RoundScheduler
+
+    model = LlamaModel(resolve_model(args.model))
+
+    def send(msg):
+        json.dumps(Serializer().encode({"type": "event", "data": msg}))
+
+    pool = SessionPool(lambda: Session(model, n_ctx=4096), max_sessions=max(8, pages), scheduler=RoundScheduler())
+    sessions = [pool.open() for _ in range(pages)]
+    cores = []
+    for ms in sessions:
+        ms.start(DEFAULT_PROMPT, max_tokens=args.max_tokens, strategy="prompt-lookup")
+        cores.append(InspectorCore(send, ms, prompt=DEFAULT_PROMPT))
+    for c in cores:
+        c.handle({"type": "cmd", "cmd": "play"})
+    time.sleep(args.warmup)
+    k0 = [len(ms.tokens) for ms in sessions]
+    t0 = time.perf_counter()
+    time.sleep(args.seconds)
+    k1 = [len(ms.tokens) for ms in sessions]
+    dt = time.perf_counter() - t0
+    for c in cores:
+        c.handle({"type": "cmd", "cmd": "pause"})
+    for c in cores:
+        c.wait(60)
+    pool.close_all()
+    tps = [(b - a) / dt for a, b in zip(k0, k1)]
+    return {
+        "mode": "server-pages",
+        "pages": pages,
+        "seconds": round(dt, 2),
+        "tps_sessions": [round(x, 2) for x in tps],
+        "tps_total": round(sum(tps), 2),
+        "progressing": sum(1 for x in tps if x > 0),
+        "rss_peak_mb": round(rss_mb(os.getpid()), 1),
+    }
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--pages", default="1,4,8,16", help="page counts for the default mode")
     ap.add_argument("--viewers", default="0,30", help="viewer counts for presenter mode")
-    ap.add_argument("--modes", default="per-page,shared,server-only")
+    ap.add_argument("--modes", default="per-page,server-pages,shared,server-only")
     ap.add_argument("--seconds", type=float, default=20.0, help="measured window per run")
     ap.add_argument("--warmup", type=float, default=4.0, help="seconds of Play before the window")
     ap.add_argument("--model", default=None, help="target GGUF (default: the embedded Gemma 3 270M)")
@@ -297,12 +348,15 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     if a.one:
         mode, n = a.one.split(":")
-        print(json.dumps(run_server_only(a, int(n)) if mode == "server-only" else run_one(a, mode, int(n))))
+        one = {"server-only": run_server_only, "server-pages": run_server_pages}.get(mode)
+        print(json.dumps(one(a, int(n)) if one else run_one(a, mode, int(n))))
         return 0
     forward = [x for x in (argv if argv is not None else sys.argv[1:]) if x != "--json"]
     runs = []
     if "per-page" in a.modes.split(","):
         runs += [("per-page", int(x)) for x in a.pages.split(",") if x]
+    if "server-pages" in a.modes.split(","):
+        runs += [("server-pages", int(x)) for x in a.pages.split(",") if x]
     if "shared" in a.modes.split(","):
         runs += [("shared", int(x)) for x in a.viewers.split(",") if x]
     if "server-only" in a.modes.split(","):
@@ -325,6 +379,20 @@ def main(argv=None) -> int:
 
 
 def print_tables(rows, a) -> None:
+    srv = [r for r in rows if r["mode"] == "server-pages"]
+    if srv:
+        one = next((r["tps_total"] for r in srv if r["pages"] == 1), None)
+        print(
+            f"default mode, server side only (no browsers): a session per simulated page, all playing; {a.seconds:g} s"
+        )
+        print(" pages  total tok/s  vs 1 page  per session min/median/max  progressing  RSS peak MB")
+        for r in srv:
+            t = sorted(r["tps_sessions"])
+            vs = f"{r['tps_total'] / one:.0%}" if one else "-"
+            print(
+                f"{r['pages']:>6} {r['tps_total']:>12.1f} {vs:>10}   {t[0]:>6.1f} / {statistics.median(t):>5.1f} / "
+                f"{t[-1]:>5.1f}   {r['progressing']:>5} of {r['pages']:<4} {r['rss_peak_mb']:>10.0f}"
+            )
     for r in (r for r in rows if r["mode"] == "server-only"):
         print(
             f"presenter mode, server side only (no browsers; {r['rounds']} rounds, median of {r['repeats']}): "
