@@ -154,6 +154,8 @@ class InspectorCore:
         self._unsent = 0  # index in log of the first event not yet sent
         self.messages_sent = 0
         self._worker: threading.Thread | None = None
+        self._state_lock = threading.RLock()  # see _send_state
+        self._state_seq = 0
         self._stop = threading.Event()
         self._pending: str | None = None
         self._error: str | None = None
@@ -278,10 +280,17 @@ class InspectorCore:
         }
 
     def _send_state(self, force: bool = False) -> None:
-        st = self.state()
-        if force or st != self._last_state:
-            self._last_state = st
-            self._emit(st)
+        # Computed and sent under one lock: a Run's worker may end (and send "not running") while the thread
+        # that started it is still sending "running"; unlocked, the older state could go out last and leave
+        # the page's buttons disabled for good.
+        # Each state sent carries a rising ``seq``: Panel may write a message it had to queue (its websocket
+        # busy) after a later one, and the page keeps only the newest state it has seen.
+        with self._state_lock:
+            st = self.state()
+            if force or st != self._last_state:
+                self._last_state = st
+                self._state_seq += 1
+                self._emit({**st, "seq": self._state_seq})
 
     def _prompt(self) -> str:
         if self._prompt_text is not None:

@@ -10,6 +10,7 @@ apart by their model API (``send_msg`` vs ``send``); the Python side is the same
 from __future__ import annotations
 
 import threading
+import time
 from collections import deque
 from typing import Any, Callable
 
@@ -45,7 +46,15 @@ class OrderedSender:
     server's loop (``IOLoop.add_callback``, the one thread-safe way in) to run :meth:`_drain`, which sends
     the queue's head first, in the page's document, until the queue is empty. Only the server's thread
     touches the document, and the queue's order is the page's order.
+
+    Nothing is sent before the page's websocket is open: until then Panel defers a message to the
+    document's next tick, while a message sent once the page is connected goes out at once, so an early
+    ``state`` could reach the page after a later one and leave its buttons disabled. The queue waits
+    (polled every 50 ms, at most :attr:`CONNECT_TIMEOUT` seconds, then dropped: the page never came).
     """
+
+    #: Seconds to wait for the page's websocket before its queued messages are dropped.
+    CONNECT_TIMEOUT = 120.0
 
     def __init__(self, component: JSComponent, doc: Any) -> None:
         self._component = component
@@ -55,6 +64,7 @@ class OrderedSender:
         self._queue: deque[dict] = deque()
         self._lock = threading.Lock()
         self._scheduled = False
+        self._since = time.monotonic()
 
     def __call__(self, msg: dict) -> None:
         if self._loop is None:  # not served (a notebook, a test): nothing to order
@@ -67,7 +77,20 @@ class OrderedSender:
             self._scheduled = True
         self._loop.add_callback(self._drain)
 
+    def _connected(self) -> bool:
+        connected = getattr(pn.state, "_connected", None)  # Panel's record of the pages whose websocket is open
+        return connected is None or bool(connected.get(self._doc))
+
     def _drain(self) -> None:
+        assert self._loop is not None
+        if not self._connected():
+            if time.monotonic() - self._since < self.CONNECT_TIMEOUT:
+                self._loop.call_later(0.05, self._drain)
+            else:
+                with self._lock:
+                    self._queue.clear()
+                    self._scheduled = False
+            return
         with set_curdoc(self._doc):
             while True:
                 with self._lock:

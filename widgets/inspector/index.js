@@ -10,7 +10,7 @@
 import { h } from "./dom.js";
 import { hostOf } from "./host.js";
 import { getPlotly, installPlotly } from "./plotly.js";
-import { helloMessage, planEvents, unpackMessages } from "./protocol.js";
+import { helloMessage, planEvents, stateIsStale, unpackMessages } from "./protocol.js";
 import { initialState, reduce } from "./state.js";
 import { adviceView } from "./views/advice.js";
 import { audienceView } from "./views/audience.js";
@@ -103,6 +103,7 @@ function render({ model, el }) {
 
   // ---- messages from the host
   const appendMs = []; // how long each events message took to apply, in ms (see the hooks below)
+  let lastStateSeq = -1; // the newest state's seq (see "state" below)
   function onMsg(msg) {
     if (destroyed || !msg || typeof msg !== "object") return;
     try {
@@ -115,6 +116,9 @@ function render({ model, el }) {
           break;
         }
         case "state":
+          // a state older than one already applied (the host may deliver a queued message late) is dropped
+          if (stateIsStale(lastStateSeq, msg)) break;
+          if (typeof msg.seq === "number") lastStateSeq = msg.seq;
           if (controls.applyState(msg)) charts.mark("conf");
           header.status(controls.config);
           audience.apply(msg);

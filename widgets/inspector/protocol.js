@@ -8,7 +8,8 @@
 //            the workbench (specviz/ui/workbench.py): rewind {round | position}  lane {cmd, ...}
 //            diagnose {}  advise {}  preset {name}  file {cmd: snapshot | record | restore, ...}
 //   Py → JS  events {epoch, start, events}  only the events a view does not have yet
-//            state {...}  knob_errors {errors, general}  schema {strategy, knobs}
+//            state {seq, ...}  knob_errors {errors, general}  schema {strategy, knobs}   (a state with a
+//                           lower seq than one applied is stale: dropped)
 //            plotly {source}  notice {level, text}
 //            comparison {data, lane}  diagnosis {data}  advice {data}  presets {presets}
 //            download {id, name, mime, index, count, data}
@@ -56,4 +57,10 @@ export function unpackMessages(msg) {
   }
   if (!Array.isArray(list)) return { error: "ignored a malformed packed message (json is not a list of messages)" };
   return { messages: list.filter((m) => m && typeof m === "object" && m.type !== "packed") };
+}
+
+/** True when a "state" message is older than the newest one applied (`lastSeq`, -1 for none): the host may
+ * deliver a message it had to queue after a later one. A state without a seq (an older server) is never stale. */
+export function stateIsStale(lastSeq, msg) {
+  return typeof msg.seq === "number" && msg.seq < lastSeq;
 }

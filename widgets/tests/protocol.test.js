@@ -2,7 +2,7 @@
 import assert from "node:assert/strict";
 import test from "node:test";
 
-import { helloMessage, planEvents } from "../inspector/protocol.js";
+import { helloMessage, planEvents, stateIsStale } from "../inspector/protocol.js";
 import { initialState, reduceAll } from "../inspector/state.js";
 import { session } from "./events.js";
 
@@ -54,4 +54,12 @@ test("a packed message holds several messages in order; a malformed one is refus
   // nothing nests, nothing that is not a message passes
   assert.deepEqual(unpackMessages({ type: "packed", json: JSON.stringify([null, 3, { type: "packed", json: "[]" }]) }),
     { messages: [] });
+});
+
+test("a state older than the newest applied is stale; one without a seq never is", () => {
+  assert.equal(stateIsStale(-1, { type: "state", seq: 0 }), false);
+  assert.equal(stateIsStale(5, { type: "state", seq: 6 }), false);
+  assert.equal(stateIsStale(5, { type: "state", seq: 5 }), false); // the same state again (a hello's reply)
+  assert.equal(stateIsStale(5, { type: "state", seq: 4 }), true);
+  assert.equal(stateIsStale(5, { type: "state" }), false);
 });
