@@ -155,7 +155,8 @@ class InspectorCore:
         self.messages_sent = 0
         self._worker: threading.Thread | None = None
         self._state_lock = threading.RLock()  # see _send_state
-        self._state_seq = 0
+        self._state_seq = 0  # the last seq taken
+        self._sent_seq = 0  # the seq of the last state sent
         self._stop = threading.Event()
         self._pending: str | None = None
         self._error: str | None = None
@@ -280,17 +281,20 @@ class InspectorCore:
         }
 
     def _send_state(self, force: bool = False) -> None:
-        # Computed and sent under one lock: a Run's worker may end (and send "not running") while the thread
-        # that started it is still sending "running"; unlocked, the older state could go out last and leave
-        # the page's buttons disabled for good.
-        # Each state sent carries a rising ``seq``: Panel may write a message it had to queue (its websocket
-        # busy) after a later one, and the page keeps only the newest state it has seen.
+        # A Run's worker may end (and send "not running") while the thread that started it is still sending
+        # "running", and Panel may write a message it had to queue after a later one. So every state carries a
+        # rising ``seq``, taken before the state is read: states go out in seq order, one read earlier than a
+        # state already sent is dropped, and the page keeps only the newest. No lock of ours is held while
+        # the session is read (a round holds the session's lock and sends from inside it).
         with self._state_lock:
-            st = self.state()
-            if force or st != self._last_state:
-                self._last_state = st
-                self._state_seq += 1
-                self._emit({**st, "seq": self._state_seq})
+            self._state_seq += 1
+            seq = self._state_seq
+        st = self.state()
+        with self._state_lock:
+            if seq < self._sent_seq or (not force and st == self._last_state):
+                return
+            self._last_state, self._sent_seq = st, seq
+            self._emit({**st, "seq": seq})
 
     def _prompt(self) -> str:
         if self._prompt_text is not None:
