@@ -306,3 +306,35 @@ def test_draft_models_are_offered_in_the_state_and_found_in_the_derived_cache(st
         "/x/mine.gguf",
         str(d / "target-keep-0-1.gguf"),
     ]
+
+
+def test_a_state_read_before_a_newer_equal_one_is_never_sent_after_it(started):
+    # A thread reads the state (seq 2: "running"), then another reads a newer one (seq 3) equal to what the
+    # page already holds, which is not sent again. The older read must then be dropped: sent after the
+    # newer one it would leave the page showing "running" (Play and Step disabled) when nothing runs.
+    import threading
+
+    sink = Sink()
+    core = InspectorCore(sink, started)
+    core.handle({"type": "hello", "epoch": -1, "have": 0})
+    held = core.state()
+    assert sink.of("state")[-1] == {**held, "seq": 1}
+    running = {**held, "running": True}
+    reading, release = threading.Event(), threading.Event()
+
+    def slow_running_state() -> dict:
+        reading.set()
+        release.wait(10)
+        return running
+
+    core.state = slow_running_state  # type: ignore[method-assign]
+    t = threading.Thread(target=core._send_state)
+    t.start()
+    assert reading.wait(10)
+    core.state = lambda: dict(held)  # type: ignore[method-assign]
+    core._send_state()  # seq 3, equal to what the page holds: nothing to send
+    release.set()
+    t.join(10)
+    states = sink.of("state")
+    assert [s["seq"] for s in states] == [1]
+    assert all(not s["running"] for s in states)

@@ -291,9 +291,13 @@ class InspectorCore:
             seq = self._state_seq
         st = self.state()
         with self._state_lock:
-            if seq < self._sent_seq or (not force and st == self._last_state):
+            if seq < self._sent_seq:
                 return
-            self._last_state, self._sent_seq = st, seq
+            # a state equal to the page's is not sent, but it is the newest read: older reads are now stale
+            self._sent_seq = seq
+            if not force and st == self._last_state:
+                return
+            self._last_state = st
             self._emit({**st, "seq": seq})
 
     def _prompt(self) -> str:

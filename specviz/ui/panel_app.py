@@ -16,7 +16,7 @@ from typing import Any, Callable
 
 import panel as pn
 from panel.custom import JSComponent
-from panel.io.state import set_curdoc
+from panel.models.esm import ESMEvent
 from tornado.ioloop import IOLoop
 
 from ..events import Event
@@ -36,21 +36,26 @@ DEFAULT_PROMPT = (
 
 
 class OrderedSender:
-    """Sends messages to one component's page from any thread, in the order they were sent.
+    """Sends messages to one component's page from any thread, in the order they were sent, none lost.
 
-    Panel sends at once from the server's thread but has another thread add a callback to the page's
-    Bokeh document, and Bokeh's documents are not thread-safe: a callback added while the server's thread
-    holds the document (handling a message from the page) can be lost or run late. The page then misses
-    a message, or gets a ``state`` saying a run is going after the one saying it ended, and its buttons
-    stay disabled. Here every message joins one queue; whichever thread finds the queue idle asks the
-    server's loop (``IOLoop.add_callback``, the one thread-safe way in) to run :meth:`_drain`, which sends
-    the queue's head first, in the page's document, until the queue is empty. Only the server's thread
-    touches the document, and the queue's order is the page's order.
+    Two things in Panel 1.9.4 lose or reorder a served page's messages, and a page that misses the last
+    ``state`` of a burst keeps its Step button disabled (nothing else comes until the user acts):
 
-    Nothing is sent before the page's websocket is open: until then Panel defers a message to the
-    document's next tick, while a message sent once the page is connected goes out at once, so an early
-    ``state`` could reach the page after a later one and leave its buttons disabled. The queue waits
-    (polled every 50 ms, at most :attr:`CONNECT_TIMEOUT` seconds, then dropped: the page never came).
+    * Bokeh's documents are not thread-safe: a message sent from a session's thread while the server's
+      thread holds the document can be lost or run late.
+    * Panel's own write queue (``panel.io.document``): a message sent while an earlier write is still in
+      flight is queued with a new dispatch task, and when the earlier dispatch finishes first it clears the
+      queue's busy flag, so the new task finds nothing to do and the message stays queued until some later
+      message happens to flush it. (Seen here about once in ten first pages of ``specviz serve``.)
+
+    So every message joins one queue here and goes out through Bokeh's own path for another thread:
+    ``Document.add_next_tick_callback`` (thread-safe), whose callback runs in the server's thread with the
+    document locked; there each message becomes the same ``ESMEvent`` Panel's ``_send_msg`` makes, and
+    Bokeh writes the patches of one callback, in order, before the next callback gets the document.
+
+    Nothing is sent before the page's websocket is open (Bokeh would have no connection to write to): the
+    queue waits (polled every 50 ms on the server's loop, at most :attr:`CONNECT_TIMEOUT` seconds, then
+    dropped: the page never came).
     """
 
     #: Seconds to wait for the page's websocket before its queued messages are dropped.
@@ -75,36 +80,45 @@ class OrderedSender:
             if self._scheduled:
                 return
             self._scheduled = True
-        self._loop.add_callback(self._drain)
+        self._loop.add_callback(self._when_connected)
 
     def _connected(self) -> bool:
         connected = getattr(pn.state, "_connected", None)  # Panel's record of the pages whose websocket is open
         return connected is None or bool(connected.get(self._doc))
 
-    def _drain(self) -> None:
+    def _drop(self) -> None:
+        with self._lock:
+            self._queue.clear()
+            self._scheduled = False
+
+    def _when_connected(self) -> None:
+        """On the server's loop: hand the queue to the document's next tick once the page is connected."""
         assert self._loop is not None
         if not self._connected():
             if time.monotonic() - self._since < self.CONNECT_TIMEOUT:
-                self._loop.call_later(0.05, self._drain)
+                self._loop.call_later(0.05, self._when_connected)
             else:
-                with self._lock:
-                    self._queue.clear()
-                    self._scheduled = False
+                self._drop()
             return
-        with set_curdoc(self._doc):
-            while True:
-                with self._lock:
-                    if not self._queue:
-                        self._scheduled = False
-                        return
-                    msg = self._queue.popleft()
-                try:
-                    self._component._send_msg(msg)
-                except Exception:  # the page went away: drop what it would have been sent
-                    with self._lock:
-                        self._queue.clear()
-                        self._scheduled = False
-                    return
+        try:
+            self._doc.add_next_tick_callback(self._drain)
+        except Exception:  # the page's document is gone: nothing to send to
+            self._drop()
+
+    def _drain(self) -> None:
+        """In the document's next tick (server thread, document locked): send everything queued, in order."""
+        with self._lock:
+            msgs = list(self._queue)
+            self._queue.clear()
+            self._scheduled = False
+        # the component's Bokeh models on this page (Panel's _send_event walks the same private mapping)
+        models = [model for model, _ in list(self._component._models.values()) if model.document is self._doc]
+        try:
+            for msg in msgs:
+                for model in models:
+                    self._doc.callbacks.send_event(ESMEvent(model=model, data=msg))
+        except Exception:  # the page went away: drop what it would have been sent
+            self._drop()
 
 
 class InspectorComponent(JSComponent):
