@@ -128,6 +128,9 @@ class _NgramMapBase(Drafter):
     def _reset(self, size_begin: int) -> None:
         self._keys: dict[tuple[int, ...], _Key] = {}
         self._index.fill(0)
+        # the filled slots of _index, in chunks as they were filled: state() is taken after every round (a
+        # rewind checkpoint), and scanning all INDEX_SIZE slots each time cost more than the round's drafting
+        self._filled: list[np.ndarray] = []
         self._index_last = 0  # positions up to this one have been indexed (upstream's key_map_last_idx)
         self._size_begin = size_begin  # the history length begin() received (upstream's size_last_begin)
         self._idx_last_check = 0  # history length at the last look-up (for check_rate)
@@ -209,6 +212,7 @@ class _NgramMapBase(Drafter):
             uniq, first = np.unique(slots, return_index=True)
             free = self._index[uniq] == 0
             self._index[uniq[free]] = starts[first[free]]
+            self._filled.append(uniq[free])
         self._index_last = max(cur_len - n - m - 1, self._index_last)
 
     @staticmethod
@@ -241,7 +245,8 @@ class _NgramMapBase(Drafter):
 
     # -- state ----------------------------------------------------------------------------------
     def _export_state(self) -> dict[str, Any]:
-        used = np.flatnonzero(self._index)
+        used = np.sort(np.concatenate(self._filled)) if self._filled else np.zeros(0, dtype=np.int64)
+        self._filled = [used]  # one chunk again: the next state() sorts only what was filled since
         return {
             "kind": self.name,
             "size_n": self.config["size_n"],
@@ -249,7 +254,7 @@ class _NgramMapBase(Drafter):
             "idx_last_check": self._idx_last_check,
             "size_begin": self._size_begin,
             "index_last": self._index_last,
-            "index": [[int(s), int(self._index[s])] for s in used],
+            "index": np.column_stack((used, self._index[used].astype(np.int64))).tolist(),
             "keys": [
                 {
                     "tokens": list(k),
@@ -287,6 +292,7 @@ class _NgramMapBase(Drafter):
         last = d["last"]
         self._keys = keys
         self._index = index
+        self._filled = [np.flatnonzero(index)]
         self._index_last = int(d["index_last"])
         self._size_begin = int(d["size_begin"])
         self._idx_last_check = int(d["idx_last_check"])
