@@ -745,6 +745,12 @@ def test_state_round_trip_continues_exactly(name, data):
 
     rest_orig, _ = simulate(orig, target, L, 40, n_max, start_fresh=False)
     assert simulate(a, target, L, 40, n_max, start_fresh=False)[0] == rest_orig
+    if name.startswith("ngram-map"):
+        # the map's state lists the slots it recorded as filled: exactly the filled slots of its index
+        for d in (orig, a):
+            filled = np.flatnonzero(d._index)
+            assert d.state()["index"] == [[int(s), int(d._index[s])] for s in filled]
+        assert a.state() == orig.state()
 
 
 def test_map_state_restores_look_up_counts_that_begin_alone_cannot():
