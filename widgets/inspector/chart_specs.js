@@ -15,6 +15,20 @@ export const KV_ROUNDS = 30;
 /** Chart keys, in page order. */
 export const CHART_KEYS = ["kv", "acc", "hist", "pos", "time", "conf", "tpr"];
 
+/** Milliseconds between two chart redraws (one chart each) while rounds stream in, at the least. */
+export const CHART_GAP = 90;
+/** ... and at the most: a page keeps redrawing its charts, however slow a redraw is. */
+export const CHART_GAP_MAX = 600;
+
+/**
+ * The gap before the next chart redraw, given the running mean of a redraw's duration (ms): nine times
+ * the redraw, so redraws take at most a tenth of the main thread, within [CHART_GAP, CHART_GAP_MAX].
+ */
+export function chartGap(drawMs) {
+  const d = Number.isFinite(drawMs) && drawMs > 0 ? drawMs : 0;
+  return Math.min(CHART_GAP_MAX, Math.max(CHART_GAP, 9 * d));
+}
+
 /** The spec of chart `key` for `state` (see the top of this file). */
 export function chartSpec(key, state, opts) {
   const fn = SPECS[key];

@@ -2,7 +2,9 @@
 import assert from "node:assert/strict";
 import test from "node:test";
 
-import { CHART_KEYS, CHART_ROUNDS, KV_ROUNDS, chartSpec, maxOf, minOf, nice, roundRange } from "../inspector/chart_specs.js";
+import {
+  CHART_GAP, CHART_GAP_MAX, CHART_KEYS, CHART_ROUNDS, KV_ROUNDS, chartGap, chartSpec, maxOf, minOf, nice, roundRange,
+} from "../inspector/chart_specs.js";
 import { initialState, reduceAll } from "../inspector/state.js";
 import { accepted, drafted, rollback, session, started, telemetry, verified } from "./events.js";
 
@@ -167,4 +169,14 @@ test("tokens per round: realised, and the cost policy's expectation when there i
   assert.deepEqual(cost.data[3].y, [2.5]);
   assert.match(cost.sub, /cost policy's expectation/);
   assert.deepEqual(cost.layout.yaxis.range, [0, 4]);
+});
+
+test("chartGap: nine times a redraw, within [CHART_GAP, CHART_GAP_MAX]", () => {
+  assert.equal(chartGap(0), CHART_GAP); // nothing drawn yet
+  assert.equal(chartGap(NaN), CHART_GAP);
+  assert.equal(chartGap(-3), CHART_GAP);
+  assert.equal(chartGap(5), CHART_GAP); // a fast machine: 45 ms is below the least gap
+  assert.equal(chartGap(20), 180); // a slow redraw: the charts keep to a tenth of the main thread
+  assert.equal(chartGap(40), 360);
+  assert.equal(chartGap(500), CHART_GAP_MAX); // however slow, the charts keep moving
 });

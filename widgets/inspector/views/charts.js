@@ -5,14 +5,14 @@
 // are computed in chart_specs.js and the width comes from a ResizeObserver). A round only marks the
 // charts dirty; one dirty chart is redrawn at most every CHART_GAP ms, round-robin, so no frame carries
 // two redraws, most frames carry none, and the charts still trail the stream by well under a second.
+// Where a redraw is slow (a small CPU, or many pages on one machine, as in a demo's load test) the gap
+// grows with it (chartGap), so the charts never take more than about a tenth of the page's main thread.
 
-import { CHART_ROUNDS, chartSpec } from "../chart_specs.js";
+import { CHART_ROUNDS, chartGap, chartSpec } from "../chart_specs.js";
 import { h } from "../dom.js";
 import { chartCard } from "./chart_card.js";
 import { kvTimelineCard } from "./kv_timeline.js";
 
-/** Milliseconds between two chart redraws (one chart each) while rounds stream in. */
-const CHART_GAP = 90;
 const PLOT_CONFIG = { displayModeBar: false, responsive: false, doubleClick: false };
 
 /**
@@ -39,7 +39,7 @@ export function chartsView(root, getState, getConfig) {
   const byKey = new Map(cards.map((c) => [c.key, c]));
 
   let Plotly = null, destroyed = false;
-  let timer = null, raf = null, lastDraw = 0, next = 0;
+  let timer = null, raf = null, lastDraw = 0, next = 0, drawMs = 0;
   const dirty = new Set();
   const widths = new Map();
   let palette = null;
@@ -96,7 +96,7 @@ export function chartsView(root, getState, getConfig) {
 
   function kick() {
     if (destroyed || !Plotly || timer != null || raf != null || !dirty.size) return;
-    const wait = Math.max(0, CHART_GAP - (performance.now() - lastDraw));
+    const wait = Math.max(0, chartGap(drawMs) - (performance.now() - lastDraw));
     timer = setTimeout(() => {
       timer = null;
       raf = requestAnimationFrame(drawNext);
@@ -111,8 +111,10 @@ export function chartsView(root, getState, getConfig) {
       if (!dirty.has(c.key)) continue;
       dirty.delete(c.key);
       next = (i + 1) % cards.length;
+      const t0 = performance.now();
       draw(c);
       lastDraw = performance.now();
+      drawMs = drawMs ? 0.7 * drawMs + 0.3 * (lastDraw - t0) : lastDraw - t0; // a running mean of redraws
       break;
     }
     if (dirty.size) kick();
