@@ -5,9 +5,9 @@
   fully accepted draft, shrink by 1 otherwise, within ``[max(draft_min, 1), draft_max]``.
 * ``cost`` (ours): measure the target's verify cost for batch sizes 1…k+1 once per session, keep an
   acceptance estimate per run position (how many tokens in a row were accepted before), and pick each
-  round the length that maximises expected tokens per second. A length of 0 (plain decoding) is allowed
-  when speculation does not pay; the drafter's unverified prediction in such a round, or a one-token
-  probe every few rounds, keeps the estimate alive.
+  round the length that maximises expected tokens per second (a draft must beat plain decoding by 5%).
+  A length of 0 (plain decoding) is allowed when speculation does not pay; the drafter's unverified
+  prediction in such a round, or a one-token probe every few rounds, keeps the estimate alive.
 
 After the policy, :mod:`specviz.budget` applies the hard caps and verify-tile alignment.
 """
@@ -163,12 +163,15 @@ class CostPolicy(FixedPolicy):
     of the bucket below, which lets the policy explore longer drafts when the short ones all pass.
 
     Expected tokens for length k: ``1 + Σ_{j≤k} Π_{i≤j} a(r + i)``; expected time: the measured verify
-    cost of ``k+1`` tokens plus the drafter's measured seconds per drafted token times k.
+    cost of ``k+1`` tokens plus the drafter's measured seconds per drafted token times k. A draft is chosen
+    only when its expected tokens per second beat plain decoding's by :attr:`MARGIN` (5%).
 
     A round without a draft teaches the policy nothing, unless the drafter can say, without side
     effects, which token it would have proposed (:meth:`Drafter.peek`): the session then reports
     whether the target produced that token (:meth:`observe_shadow`), a free try at the current run
-    position. Without such evidence for ``PROBE_EVERY`` rounds, a one-token probe is drafted.
+    position. Without such evidence for ``PROBE_EVERY`` rounds, a one-token probe is drafted; each probe
+    the target rejects doubles that interval (up to ``PROBE_MAX``), and an accepted draft or probe brings it
+    back to ``PROBE_EVERY``: where there is nothing to copy, probes stop costing a round in eight.
     """
 
     name = "cost"
@@ -176,6 +179,12 @@ class CostPolicy(FixedPolicy):
     PRIOR = (1.0, 1.0)  # Beta(1, 1) for the pooled acceptance: a fresh session is a coin flip
     SHRINK = 2.0  # weight (in tries) of the neighbouring estimate in each bucket's estimate
     PROBE_EVERY = 8
+    PROBE_MAX = 64
+    # A draft must promise this much more than plain decoding (tokens per second): the estimates come from
+    # few tries, and on a CPU a two-row verify costs about twice one row (the output layer over the whole
+    # vocabulary), so a draft that only breaks even on paper loses whenever the estimate was high. Measured
+    # on `summarise` prompts with nothing to copy: such drafts took ngram-cache to 0.92x `none`.
+    MARGIN = 1.05
     BUCKETS = 7  # run positions 0, 1, 2-3, 4-7, 8-15, 16-31, 32+
 
     def __init__(self, cost: VerifyCostModel | None = None) -> None:
@@ -188,6 +197,8 @@ class CostPolicy(FixedPolicy):
         self.shadow_tries = 0
         self.shadow_hits = 0
         self.rounds_since_evidence = 0
+        self.probe_every = self.PROBE_EVERY  # plain rounds before the next probe (doubles after a rejected one)
+        self.probing = False  # the last length() was a probe whose verdict has not come back
 
     def use_cost(self, cost: VerifyCostModel) -> None:
         """Adopt the measured verify cost curve."""
@@ -233,7 +244,8 @@ class CostPolicy(FixedPolicy):
         if self.cost is None:
             return draft_max, None
         curve = self._expected_curve(draft_max)
-        best_k, best_rate = 0, curve[0] / self.cost(1)
+        plain_rate = curve[0] / self.cost(1)
+        best_k, best_rate = 0, plain_rate * self.MARGIN
         for k in range(max(draft_min, 1), draft_max + 1):
             if tile_aligned(k, tile) != k:
                 continue  # the session would round it down anyway
@@ -241,11 +253,13 @@ class CostPolicy(FixedPolicy):
             rate = curve[k] / t
             if rate > best_rate:
                 best_k, best_rate = k, rate
+        self.probing = False
         if best_k == 0:
             self.rounds_since_evidence += 1
-            if self.rounds_since_evidence >= self.PROBE_EVERY:
+            if self.rounds_since_evidence >= self.probe_every:
                 self.rounds_since_evidence = 0
                 best_k = max(draft_min, 1)
+                self.probing = True
         return best_k, curve[best_k]
 
     def observe_verify(self, batch_size: int, seconds: float) -> None:
@@ -255,6 +269,11 @@ class CostPolicy(FixedPolicy):
 
     def _record(self, n_drafted: int, n_accepted: int) -> None:
         self.rounds_since_evidence = 0
+        if n_accepted > 0:
+            self.probe_every = self.PROBE_EVERY
+        elif self.probing:
+            self.probe_every = min(2 * self.probe_every, self.PROBE_MAX)
+        self.probing = False
         self.tries = [x * self.DECAY for x in self.tries]
         self.hits = [x * self.DECAY for x in self.hits]
         for i in range(min(n_drafted, n_accepted + 1)):  # depths after the first rejection were never tested
@@ -295,6 +314,7 @@ class CostPolicy(FixedPolicy):
             "tries_by_run_position": dict(zip(self.BUCKET_LABELS, self.tries)),
             "shadow_tries": self.shadow_tries,
             "shadow_hits": self.shadow_hits,
+            "probe_every": self.probe_every,
             "draft_seconds_per_token": self.draft_tok_seconds,
             "verify_cost": self.cost.to_dict() if self.cost is not None else None,
         }
@@ -309,6 +329,8 @@ class CostPolicy(FixedPolicy):
             "shadow_tries": self.shadow_tries,
             "shadow_hits": self.shadow_hits,
             "rounds_since_evidence": self.rounds_since_evidence,
+            "probe_every": self.probe_every,
+            "probing": self.probing,
         }
 
     def load(self, d: dict) -> None:
@@ -325,6 +347,8 @@ class CostPolicy(FixedPolicy):
         self.shadow_tries = int(d.get("shadow_tries", 0))
         self.shadow_hits = int(d.get("shadow_hits", 0))
         self.rounds_since_evidence = int(d.get("rounds_since_evidence", 0))
+        self.probe_every = min(max(int(d.get("probe_every", self.PROBE_EVERY)), self.PROBE_EVERY), self.PROBE_MAX)
+        self.probing = bool(d.get("probing", False))
 
 
 def measure_verify_cost(ctx: Any, history: Sequence[int], knobs: dict) -> VerifyCostModel:

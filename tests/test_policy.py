@@ -517,12 +517,26 @@ def test_cost_policy_draft_seconds_per_token_is_a_running_mean_then_weighs_a_twe
     assert p.draft_calls == 21
 
 
-def test_cost_policy_probes_with_one_draft_after_every_eight_plain_rounds():
+def test_cost_policy_probes_with_one_draft_after_eight_plain_rounds_and_backs_off_while_probes_fail():
     p = CostPolicy(VerifyCostModel([1, 2, 16], [0.001, 1.0, 10.0]))  # drafting never pays
-    assert [p.length(0, 4)[0] for _ in range(16)] == ([0] * 7 + [1]) * 2
-    p.observe(1, 0, 0.0)  # the probe's verdict is evidence: the count starts again
+    assert [p.length(0, 4)[0] for _ in range(16)] == ([0] * 7 + [1]) * 2  # no verdict came back: every 8
+    p.observe(1, 0, 0.0)  # the probe was rejected: the next one after 16 plain rounds
+    assert p.probe_every == 16
+    assert [p.length(0, 4)[0] for _ in range(16)] == [0] * 15 + [1]
+    p.observe(1, 0, 0.0)  # rejected again: 32
+    assert [p.length(3, 4)[0] for _ in range(32)] == [0] * 31 + [3]  # a probe is draft_min tokens long
+    for _ in range(3):
+        p.observe(3, 0, 0.0)  # 64, then capped at PROBE_MAX
+        p.probing = True
+    assert p.probe_every == CostPolicy.PROBE_MAX == 64
+    p.observe(1, 1, 0.0)  # an accepted probe: back to every 8
+    assert p.probe_every == CostPolicy.PROBE_EVERY
     assert [p.length(0, 4)[0] for _ in range(8)] == [0] * 7 + [1]
-    assert [p.length(3, 4)[0] for _ in range(8)] == [0] * 7 + [3]  # a probe is draft_min tokens long
+    # a rejected draft the policy chose (not a probe) leaves the interval alone; shadow evidence too
+    q = CostPolicy(VerifyCostModel([1, 2, 16], [0.001, 1.0, 10.0]))
+    q.observe(4, 0, 0.0)
+    q.observe_shadow(False)
+    assert q.probe_every == CostPolicy.PROBE_EVERY
 
 
 def test_cost_policy_refines_its_cost_curve_with_real_verify_times():
@@ -547,6 +561,8 @@ def test_cost_policy_state_and_description_carry_every_counter():
         "shadow_tries": 1,
         "shadow_hits": 1,
         "rounds_since_evidence": 1,
+        "probe_every": 8,
+        "probing": False,
     }
     d = p.describe()
     assert d == {
@@ -556,6 +572,7 @@ def test_cost_policy_state_and_description_carry_every_counter():
         "tries_by_run_position": dict(zip(CostPolicy.BUCKET_LABELS, p.tries)),
         "shadow_tries": 1,
         "shadow_hits": 1,
+        "probe_every": 8,
         "draft_seconds_per_token": 0.25,
         "verify_cost": {"sizes": [1, 2, 16], "seconds": [0.001, 1.0, 10.0]},
     }
@@ -575,3 +592,15 @@ def test_cost_policy_state_and_description_carry_every_counter():
     q = CostPolicy()
     q.load({"tries": [1.0, 2.0, 3.0], "hits": [1.0, 1.0, 1.0], "run": 4})
     assert q.tries == [0.0] * CostPolicy.BUCKETS and q.run == 0
+
+
+def test_cost_policy_drafts_only_when_it_beats_plain_decoding_by_the_margin():
+    # fresh: one draft token is expected to commit 1.5 tokens; plain decoding commits 1 token in 1.0 s
+    assert CostPolicy.MARGIN == 1.05
+    barely = CostPolicy(VerifyCostModel([1, 2], [1.0, 1.45]))  # 1.5 / 1.45 s = 1.034 tokens/s: 3% better
+    assert barely.length(0, 1) == (0, 1.0)
+    clearly = CostPolicy(VerifyCostModel([1, 2], [1.0, 1.40]))  # 1.5 / 1.40 s = 1.071 tokens/s: 7% better
+    assert clearly.length(0, 1) == (1, 1.5)
+    # among drafts the best rate wins, as before: k=2 (1.75 / 1.5 s = 1.17) over k=1 (1.5 / 1.4 s = 1.07)
+    longer = CostPolicy(VerifyCostModel([1, 2, 3], [1.0, 1.4, 1.5]))
+    assert longer.length(0, 2) == (2, 1.75)
