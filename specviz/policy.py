@@ -170,8 +170,9 @@ class CostPolicy(FixedPolicy):
     effects, which token it would have proposed (:meth:`Drafter.peek`): the session then reports
     whether the target produced that token (:meth:`observe_shadow`), a free try at the current run
     position. Without such evidence for ``PROBE_EVERY`` rounds, a one-token probe is drafted; each probe
-    the target rejects doubles that interval (up to ``PROBE_MAX``), and an accepted draft or probe brings it
-    back to ``PROBE_EVERY``: where there is nothing to copy, probes stop costing a round in eight.
+    the target rejects doubles that interval, up to ``PROBE_MAX`` (16: at 64, a span that became copyable
+    was missed for most of a 128-token generation), and an accepted draft or probe brings it back to
+    ``PROBE_EVERY``: where there is nothing to copy, probes cost a round in sixteen, not one in eight.
     """
 
     name = "cost"
@@ -179,7 +180,7 @@ class CostPolicy(FixedPolicy):
     PRIOR = (1.0, 1.0)  # Beta(1, 1) for the pooled acceptance: a fresh session is a coin flip
     SHRINK = 2.0  # weight (in tries) of the neighbouring estimate in each bucket's estimate
     PROBE_EVERY = 8
-    PROBE_MAX = 64
+    PROBE_MAX = 16
     # A draft must promise this much more than plain decoding (tokens per second): the estimates come from
     # few tries, and on a CPU a two-row verify costs about twice one row (the output layer over the whole
     # vocabulary), so a draft that only breaks even on paper loses whenever the estimate was high. Measured
