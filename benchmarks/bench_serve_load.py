@@ -31,7 +31,7 @@ presenter's session under 10% of its tokens/s. Timings need a quiet machine: oth
 moves every figure.
 
 Usage: python benchmarks/bench_serve_load.py [--pages 1,4,8,16] [--viewers 0,30] [--seconds 20]
-       [--warmup 4] [--model PATH] [--cap N] [--modes per-page,shared,server-only] [--no-nice] [--json]
+       [--warmup 4] [--model PATH] [--cap N] [--modes per-page,server-pages,shared,server-only] [--no-nice] [--json]
 """
 
 from __future__ import annotations
