@@ -98,7 +98,7 @@ def _children() -> dict[int, list[int]]:
     return kids
 
 
-class ChromiumRenicer:
+class ChromiumAtIdle:
     """Keeps every thread of this process's chromium descendants under ``SCHED_IDLE``, checked every 0.5 s.
 
     Starting chromium under ``nice -n 19`` is not enough: chromium sets its own processes' priorities (its
@@ -109,7 +109,6 @@ class ChromiumRenicer:
 
     def __init__(self) -> None:
         self._stop = threading.Event()
-        self.reniced = 0
         self._t = threading.Thread(target=self._run, daemon=True)
         self._t.start()
 
@@ -127,7 +126,6 @@ class ChromiumRenicer:
                     tid = int(task.name)
                     if os.sched_getscheduler(tid) != os.SCHED_IDLE:
                         os.sched_setscheduler(tid, os.SCHED_IDLE, os.sched_param(0))
-                        self.reniced += 1
             except (OSError, ValueError):
                 continue  # gone meanwhile
 
@@ -141,7 +139,8 @@ class ChromiumRenicer:
 
 
 def niced_chromium() -> str:
-    """A wrapper script that starts Debian's chromium at the lowest CPU priority."""
+    """A wrapper script that starts Debian's chromium under ``nice -n 19`` (until :class:`ChromiumAtIdle`
+    has put its threads under SCHED_IDLE, within half a second)."""
     from specviz.ui.harness import chromium_path
 
     path = Path(tempfile.mkdtemp(prefix="specviz-bench-")) / "chromium-nice"
@@ -217,7 +216,7 @@ def run_one(args, mode: str, n: int) -> dict:
     )
     url = f"http://127.0.0.1:{port}/"
     rss = RssSampler(os.getpid())
-    renicer = None if args.no_nice else ChromiumRenicer()
+    idler = None if args.no_nice else ChromiumAtIdle()
     idle_mb = rss.peak
     try:
         with sync_playwright() as pw:
@@ -250,8 +249,8 @@ def run_one(args, mode: str, n: int) -> dict:
             browser.close()
     finally:
         peak = rss.stop()
-        if renicer is not None:
-            renicer.stop()
+        if idler is not None:
+            idler.stop()
         server.stop()
         if app.pool is not None:
             app.pool.close_all()

@@ -282,10 +282,11 @@ class InspectorCore:
 
     def _send_state(self, force: bool = False) -> None:
         # A Run's worker may end (and send "not running") while the thread that started it is still sending
-        # "running", and Panel may write a message it had to queue after a later one. So every state carries a
-        # rising ``seq``, taken before the state is read: states go out in seq order, one read earlier than a
-        # state already sent is dropped, and the page keeps only the newest. No lock of ours is held while
-        # the session is read (a round holds the session's lock and sends from inside it).
+        # "running". So every state carries a rising ``seq``, taken before the state is read: states go out in
+        # seq order, one read earlier than a state already sent is dropped, and the page keeps only the newest
+        # (a guard for hosts that could deliver out of order; served pages get theirs in order, OrderedSender).
+        # No lock of ours is held while the session is read (a round holds the session's lock and sends from
+        # inside it).
         with self._state_lock:
             self._state_seq += 1
             seq = self._state_seq
