@@ -1,9 +1,9 @@
-"""Benchmark: is the advisor right? Run a setting, ask specviz.advise, run the advised setting, compare.
+"""Benchmark: is the advisor right? Run a setting, ask specviz.analysis.advise, run the advised setting, compare.
 
 On the embedded Gemma 3 270M, for the prompts of one workload kind:
 
 1. run the starting setting (default: prompt lookup, 16-token drafts, the fixed policy) on every prompt;
-2. measure the verify-cost curve once (as the cost policy does) and ask :func:`specviz.advise.advise` for
+2. measure the verify-cost curve once (as the cost policy does) and ask :func:`specviz.analysis.advise.advise` for
    the best draft_max / draft_min / draft_p_min from those rounds;
 3. run plain decoding (``none``), the starting setting and the advised setting on the same prompts,
    ``--repeats`` times, interleaved (so the three share the machine's load);
@@ -21,9 +21,9 @@ import json
 import sys
 
 from specviz import Session
-from specviz.advise import advise
-from specviz.cli_workbench import session_cost
-from specviz.workloads import WORKLOADS
+from specviz.analysis.advise import advise
+from specviz.analysis.workloads import WORKLOADS
+from specviz.cli.workbench import session_cost
 
 
 def run_once(s: Session, prompts: list[str], max_tokens: int, strategy: str, knobs: dict) -> tuple[list, float, int]:

@@ -14,9 +14,9 @@ import tempfile
 from pathlib import Path
 
 from specviz import Session
-from specviz.derive import derive_draft
-from specviz.models import default_model_path
-from specviz.workloads import WORKLOADS
+from specviz.analysis.workloads import WORKLOADS
+from specviz.models.derive import derive_draft
+from specviz.models.embedded import default_model_path
 
 DEFAULT_LAYERS = ["0-16", "0-5,8-17", "0-15", "0-5,12-17"]
 

@@ -33,8 +33,8 @@ import numpy as np
 from specviz.backends.capture import LayerCapture
 from specviz.backends.eagle3 import Eagle3Context
 from specviz.backends.llama import LlamaContext, LlamaModel
-from specviz.eagle3_gguf import Eagle3HeadConfig, default_target_layers, random_eagle3_weights, write_eagle3_head
-from specviz.models import default_model_path
+from specviz.models.eagle3_gguf import Eagle3HeadConfig, default_target_layers, random_eagle3_weights, write_eagle3_head
+from specviz.models.embedded import default_model_path
 
 CONTEXT = "The history of the lighthouse begins in antiquity, when fires burned on hilltops to guide ships. " * 4
 

@@ -1,6 +1,6 @@
 """Benchmark: specviz against llama.cpp's own speculative tool, ``llama-speculative-simple``, side by side.
 
-Both run the embedded Gemma 3 270M on the grounded workload prompts (``specviz/workloads.py``:
+Both run the embedded Gemma 3 270M on the grounded workload prompts (``specviz/analysis/workloads.py``:
 ``code-rewrite``, ``quote``, ``summarise``), greedily, with the same strategy and draft sizes
 (llama.cpp's ``--spec-ngram-*`` options; :data:`STRATEGIES`), the same threads, context and batch sizes,
 and the same prompt text byte for byte (the tool gets it with ``-p --no-escape``: ``-f`` would drop a
@@ -47,10 +47,10 @@ from pathlib import Path
 from typing import Any
 
 from specviz import Session
+from specviz.analysis.native import run_tool
+from specviz.analysis.workloads import WORKLOADS
 from specviz.backends import LlamaModel
-from specviz.models import default_model_path
-from specviz.native import run_tool
-from specviz.workloads import WORKLOADS
+from specviz.models.embedded import default_model_path
 
 #: Each strategy with the same knobs on both sides; every draft is at most 16 tokens (ngram-cache: 8).
 STRATEGIES: dict[str, dict[str, Any]] = {

@@ -23,8 +23,8 @@ import sys
 import time
 
 from specviz import Session
-from specviz.models import default_model_path
-from specviz.workloads import WORKLOADS
+from specviz.analysis.workloads import WORKLOADS
+from specviz.models.embedded import default_model_path
 
 MAX_NGRAM = 2  # llama-cpp-python's LlamaPromptLookupDecoding default
 NUM_PRED = 10  # llama-cpp-python's default num_pred_tokens

@@ -1,7 +1,7 @@
 """Load of ``specviz serve`` with many browser pages at once, in both modes (headless chromium, loopback).
 
 Each run is a fresh process that builds the server exactly as ``specviz serve`` does
-(:func:`specviz.ui.server.build_app`, served by Panel in a thread), so the benchmark can count every
+(:func:`specviz.server.app.build_app`, served by Panel in a thread), so the benchmark can count every
 session's tokens on the server side, and opens its pages in headless chromium on loopback. Chromium runs
 at the lowest CPU priority (every thread of every chromium process under ``SCHED_IDLE``, kept so while it
 runs, since chromium sets its own priorities; ``--no-nice`` turns that off): on this 2-core machine the
@@ -141,7 +141,7 @@ class ChromiumAtIdle:
 def niced_chromium() -> str:
     """A wrapper script that starts Debian's chromium under ``nice -n 19`` (until :class:`ChromiumAtIdle`
     has put its threads under SCHED_IDLE, within half a second)."""
-    from specviz.ui.harness import chromium_path
+    from specviz.testing.page_harness import chromium_path
 
     path = Path(tempfile.mkdtemp(prefix="specviz-bench-")) / "chromium-nice"
     path.write_text(f'#!/bin/sh\nexec nice -n 19 {chromium_path()} "$@"\n')
@@ -150,7 +150,7 @@ def niced_chromium() -> str:
 
 
 def launch_browser(pw, nice: bool):
-    from specviz.ui.harness import CHROMIUM_ARGS, chromium_path
+    from specviz.testing.page_harness import CHROMIUM_ARGS, chromium_path
 
     exe = niced_chromium() if nice else chromium_path()
     return pw.chromium.launch(executable_path=exe, headless=True, args=CHROMIUM_ARGS)
@@ -199,8 +199,8 @@ def run_one(args, mode: str, n: int) -> dict:
     """One run in this process: build the server, open the pages, play, measure."""
     from playwright.sync_api import sync_playwright
 
-    from specviz.ui.harness import free_port
-    from specviz.ui.server import _serve_panel, build_app
+    from specviz.server.app import _serve_panel, build_app
+    from specviz.testing.page_harness import free_port
 
     port = free_port()
     shared = mode == "shared"
@@ -292,11 +292,11 @@ def run_server_only(args, viewers: int, rounds: int = 25, repeats: int = 3) -> d
     from bokeh.core.serialization import Serializer
 
     from specviz.backends.llama import LlamaModel
-    from specviz.models import resolve_model
-    from specviz.session import Session
+    from specviz.decoding.session import Session
+    from specviz.models.embedded import resolve_model
+    from specviz.server.pool import ManagedSession
+    from specviz.server.presenter import SharedInspector
     from specviz.ui.panel_app import DEFAULT_PROMPT
-    from specviz.ui.pool import ManagedSession
-    from specviz.ui.shared import SharedInspector
 
     model = LlamaModel(resolve_model(args.model))
     spent = [0.0]
@@ -348,12 +348,12 @@ def run_server_pages(args, pages: int) -> dict:
     from bokeh.core.serialization import Serializer
 
     from specviz.backends.llama import LlamaModel
-    from specviz.models import resolve_model
-    from specviz.session import Session
+    from specviz.decoding.session import Session
+    from specviz.models.embedded import resolve_model
+    from specviz.server.pool import SessionPool
+    from specviz.server.scheduler import RoundScheduler
     from specviz.ui.core import InspectorCore
     from specviz.ui.panel_app import DEFAULT_PROMPT
-    from specviz.ui.pool import SessionPool
-    from specviz.ui.scheduler import RoundScheduler
 
     model = LlamaModel(resolve_model(args.model))
 

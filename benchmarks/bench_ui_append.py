@@ -80,7 +80,7 @@ def q(xs, p):
 
 
 def one_run(browser, groups, a):
-    from specviz.ui.harness import open_harness
+    from specviz.testing.page_harness import open_harness
 
     page = open_harness(browser)
     n = i = gen = 0
@@ -140,8 +140,8 @@ def main() -> None:
 
     from playwright.sync_api import sync_playwright
 
-    from specviz.ui.harness import chromium_path, launch
-    from specviz.ui.synthetic import synthetic_rounds
+    from specviz.testing.page_harness import chromium_path, launch
+    from specviz.testing.synthetic import synthetic_rounds
 
     if chromium_path() is None:
         sys.exit("chromium not found (apt-get install chromium)")

@@ -19,7 +19,7 @@ import sys
 import time
 
 from specviz.backends.llama import LlamaContext, LlamaModel
-from specviz.models import default_model_path
+from specviz.models.embedded import default_model_path
 
 CONTEXT = "def fibonacci(n):\n    return n if n < 2 else fibonacci(n - 1) + fibonacci(n - 2)\n" * 8
 

@@ -93,7 +93,7 @@ def main(argv: list[str] | None = None) -> None:
     a = ap.parse_args(argv)
 
     from specviz.backends import LlamaModel
-    from specviz.models import resolve_model
+    from specviz.models.embedded import resolve_model
 
     strategies = [s.strip() for s in a.strategies.split(",") if s.strip()]
     knobs = {}

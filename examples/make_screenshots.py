@@ -34,15 +34,15 @@ ROOT = Path(__file__).resolve().parent.parent
 LOCAL = ("http://127.0.0.1", "ws://127.0.0.1", "http://localhost", "ws://localhost", "data:", "blob:")
 
 
-from specviz.ui.harness import free_port as _free_port  # noqa: E402
-from specviz.ui.harness import jupyterlab_args, wait_http  # noqa: E402
+from specviz.testing.page_harness import free_port as _free_port  # noqa: E402
+from specviz.testing.page_harness import jupyterlab_args, wait_http  # noqa: E402
 
 
 def _wait_http(url: str, proc: subprocess.Popen, timeout: float = 120) -> None:
     wait_http(url, proc, timeout)
 
 
-from specviz.ui.harness import stop_process as _stop  # noqa: E402
+from specviz.testing.page_harness import stop_process as _stop  # noqa: E402
 
 
 def _offline(page) -> list[str]:
@@ -74,8 +74,8 @@ def panel_screenshot(
     """
     from playwright.sync_api import sync_playwright
 
-    from specviz.models import resolve_model
-    from specviz.ui.harness import launch
+    from specviz.models.embedded import resolve_model
+    from specviz.testing.page_harness import launch
 
     target = resolve_model(model)
     drafts: list[str] = []
@@ -87,7 +87,7 @@ def panel_screenshot(
         drafts = [str(p) for p in derive_demo_drafts(target, spec)]
     port = _free_port()
     code = (
-        f"from specviz.ui.server import serve; serve({port}, {str(target)!r}, max_tokens=400, draft_models={drafts!r})"
+        f"from specviz.server.app import serve; serve({port}, {str(target)!r}, max_tokens=400, draft_models={drafts!r})"
     )
     logf = (log or Path(tempfile.mkdtemp()) / "serve.log").open("w")
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=logf, stderr=subprocess.STDOUT, cwd=str(ROOT))
@@ -184,8 +184,8 @@ def jupyterlab_screenshot(out: Path, model: str | None = None, *, workdir: Path 
     """
     from playwright.sync_api import expect, sync_playwright
 
-    from specviz.models import resolve_model
-    from specviz.ui.harness import launch
+    from specviz.models.embedded import resolve_model
+    from specviz.testing.page_harness import launch
 
     work = workdir or Path(tempfile.mkdtemp(prefix="specviz-lab-"))
     nbdir = work / "nb"
@@ -271,8 +271,8 @@ def workbench_screenshot(out: Path, model: str | None = None, *, browser=None, l
     and advised; writes the screenshot to ``out`` and returns what was shown."""
     from playwright.sync_api import expect, sync_playwright
 
-    from specviz.models import resolve_model
-    from specviz.ui.harness import launch
+    from specviz.models.embedded import resolve_model
+    from specviz.testing.page_harness import launch
     from specviz.ui.presets import demo_presets
 
     target = resolve_model(model)
@@ -280,7 +280,7 @@ def workbench_screenshot(out: Path, model: str | None = None, *, browser=None, l
     bad = next(p for p in presets if p["name"] == "summarise-fixed")
     port = _free_port()
     code = (
-        f"from specviz.ui.server import serve; serve({port}, {str(target)!r}, prompt={bad['prompt']!r}, "
+        f"from specviz.server.app import serve; serve({port}, {str(target)!r}, prompt={bad['prompt']!r}, "
         f"max_tokens=96, strategy='prompt-lookup', presets={presets!r}, **{bad['knobs']!r})"
     )
     logf = (log or Path(tempfile.mkdtemp()) / "serve.log").open("w")
@@ -349,8 +349,8 @@ def jupyterlab_workbench_screenshot(out: Path, model: str | None = None, *, work
     screenshot of its inspector (rewound, compared, diagnosed and advised)."""
     from playwright.sync_api import expect, sync_playwright
 
-    from specviz.models import resolve_model
-    from specviz.ui.harness import launch
+    from specviz.models.embedded import resolve_model
+    from specviz.testing.page_harness import launch
 
     name = "why_is_my_acceptance_low.ipynb"
     work = workdir or Path(tempfile.mkdtemp(prefix="specviz-lab-"))

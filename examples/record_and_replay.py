@@ -45,7 +45,7 @@ def show(piece: str) -> str:
 
 def replay_text(path: Path) -> str:
     """The recording as text, one line per round: ``[accepted] +target ~rejected~`` and a summary."""
-    from specviz.recorder import iter_rounds, read_events
+    from specviz.decoding.recorder import iter_rounds, read_events
 
     events = read_events(path)
     lines = []
@@ -92,13 +92,13 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--port", type=int, default=5006)
     a = ap.parse_args(argv)
 
-    from specviz.models import resolve_model
+    from specviz.models.embedded import resolve_model
 
     out = Path(a.out)
     t = record(resolve_model(a.model), a.prompt, out, strategy=a.strategy, max_tokens=a.max_tokens, n_threads=a.threads)
     print(f"recorded {t['rounds']} rounds to {out} ({out.stat().st_size} bytes)\n")
     if a.serve:
-        from specviz.ui.server import replay
+        from specviz.server.app import replay
 
         replay(out, a.port)
     else:

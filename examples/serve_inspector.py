@@ -29,8 +29,8 @@ DEMO_DRAFTS = {"0-16": "keep-0-16", "0-5,12-17": "keep-0-5_12-17"}
 
 def derive_demo_drafts(target: Path, specs: dict[str, str] | None = None) -> list[Path]:
     """Derive the demo drafts of ``target`` into the derived-drafts cache (skipping those present)."""
-    from specviz.derive import derive_draft
-    from specviz.ui.server import derived_drafts_dir
+    from specviz.models.derive import derive_draft
+    from specviz.server.app import derived_drafts_dir
 
     out_dir = derived_drafts_dir()
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -62,9 +62,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--no-derive", action="store_true", help="do not derive the demo drafts")
     a = ap.parse_args(argv)
 
-    from specviz.models import resolve_model
+    from specviz.models.embedded import resolve_model
+    from specviz.server.app import serve
     from specviz.ui.presets import demo_presets
-    from specviz.ui.server import serve
 
     target = resolve_model(a.model)
     drafts = [] if a.no_derive else derive_demo_drafts(target)

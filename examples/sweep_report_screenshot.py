@@ -19,7 +19,7 @@ def screenshot(report: Path, out: Path, *, width: int = 1280, height: int = 1500
     """Write ``out`` from ``report``; returns the external requests that were refused (none expected)."""
     from playwright.sync_api import sync_playwright
 
-    from specviz.ui.harness import launch
+    from specviz.testing.page_harness import launch
 
     refused: list[str] = []
     with sync_playwright() as p:

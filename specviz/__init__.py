@@ -13,13 +13,32 @@ from here::
 
 from __future__ import annotations
 
-# compare, diagnose and advise are functions here (their modules stay importable as specviz.compare.Lane …)
-from .advise import Advice, advise
-from .chat import apply_chat_template
-from .compare import Comparison, compare
-from .config import Knob, Schema
-from .diagnose import Diagnosis, diagnose
-from .equivalence import check_equivalence
+# compare, diagnose and advise are functions here (their modules stay importable as specviz.analysis.compare.Lane …)
+from .analysis.advise import Advice, advise
+from .analysis.compare import Comparison, compare
+from .analysis.diagnose import Diagnosis, diagnose
+from .analysis.equivalence import check_equivalence
+from .decoding.chat import apply_chat_template
+from .decoding.events import (
+    Accepted,
+    Alternative,
+    DraftProposed,
+    Event,
+    Finished,
+    KnobsChanged,
+    KVRollback,
+    Rejected,
+    Rewound,
+    Round,
+    SessionStarted,
+    Verified,
+    event_from_dict,
+)
+from .decoding.events import Telemetry as TelemetryEvent
+from .decoding.knob_schema import Knob, Schema
+from .decoding.recorder import Recorder, iter_rounds, read_events
+from .decoding.session import Session
+from .decoding.telemetry import Telemetry
 from .errors import (
     CaptureUnavailableError,
     ChatTemplateError,
@@ -38,26 +57,8 @@ from .errors import (
     StrategyUnavailableError,
     VocabularyMismatchError,
 )
-from .events import (
-    Accepted,
-    Alternative,
-    DraftProposed,
-    Event,
-    Finished,
-    KnobsChanged,
-    KVRollback,
-    Rejected,
-    Rewound,
-    Round,
-    SessionStarted,
-    Verified,
-    event_from_dict,
-)
-from .events import Telemetry as TelemetryEvent
-from .model_info import ModelInfo, model_info
-from .models import default_model_path
-from .recorder import Recorder, iter_rounds, read_events
-from .session import Session
+from .models.embedded import default_model_path
+from .models.info import ModelInfo, model_info
 from .strategies import Draft, Drafter, DraftResources, strategy_class, strategy_names, strategy_schema
 from .strategies.draft_model import DraftModelDrafter
 from .strategies.eagle3 import Eagle3Drafter
@@ -68,7 +69,6 @@ from .strategies.ngram_mod import NgramModDrafter
 from .strategies.ngram_simple import NgramSimpleDrafter
 from .strategies.none import NoDrafter
 from .strategies.prompt_lookup import PromptLookupDrafter
-from .telemetry import Telemetry
 
 __version__ = "0.1.0"
 

@@ -15,7 +15,7 @@ SCREENSHOTS = ROOT / "docs" / "screenshots"
 
 def need_browser():
     """Playwright and Debian's chromium, or skip with the reason (a failure when CI=true)."""
-    from specviz.ui.harness import chromium_path
+    from specviz.testing.page_harness import chromium_path
 
     problem = None
     try:
@@ -30,7 +30,7 @@ def need_browser():
         pytest.skip(problem)
 
 
-from specviz.ui.harness import free_port, wait_http  # noqa: E402,F401  (shared with the examples)
+from specviz.testing.page_harness import free_port, wait_http  # noqa: E402,F401  (shared with the examples)
 
 
 def start(args: list[str], log: Path, env: dict | None = None) -> subprocess.Popen:
@@ -41,7 +41,7 @@ def start(args: list[str], log: Path, env: dict | None = None) -> subprocess.Pop
     )
 
 
-from specviz.ui.harness import stop_process as stop  # noqa: E402,F401
+from specviz.testing.page_harness import stop_process as stop  # noqa: E402,F401
 
 
 def offline(page, allowed=("http://127.0.0.1", "ws://127.0.0.1", "http://localhost", "ws://localhost")):
@@ -64,7 +64,7 @@ def browser_fixture():
     need_browser()
     from playwright.sync_api import sync_playwright
 
-    from specviz.ui.harness import launch
+    from specviz.testing.page_harness import launch
 
     with sync_playwright() as p:
         b = launch(p)

@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from specviz.testing import write_tiny_llama
+from specviz.testing.tiny_models import write_tiny_llama
 
 #: The parameters of the shared tiny fixture model.
 TINY = {"seed": 1, "block_scale": 0.1}
@@ -45,7 +45,7 @@ def tiny_session(tiny_model):
 @pytest.fixture(scope="session")
 def embedded_model_path():
     """The embedded Gemma 3 270M (assembled once)."""
-    from specviz.models import default_model_path
+    from specviz.models.embedded import default_model_path
 
     return default_model_path()
 

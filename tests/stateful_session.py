@@ -38,7 +38,7 @@ from hypothesis.stateful import (
 from specviz import Session, strategy_names, strategy_schema
 from specviz.backends.llama import LlamaContext, LlamaModel
 from specviz.errors import SpecvizError
-from specviz.testing import tiny_weights, write_tiny_llama
+from specviz.testing.tiny_models import tiny_weights, write_tiny_llama
 
 TMP = Path(tempfile.mkdtemp(prefix="specviz-stateful-"))
 TARGET = write_tiny_llama(TMP / "target.gguf", seed=1, block_scale=0.1)

@@ -1,4 +1,4 @@
-"""Tests of specviz.acceptor: one acceptor for greedy and sampled rounds.
+"""Tests of specviz.decoding.acceptor: one acceptor for greedy and sampled rounds.
 
 Sampled rounds must leave committed tokens distributed exactly as the target samples them (checked
 statistically against the target's distribution, with and without a draft distribution); greedy rounds
@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 from stat_helpers import _rows, chi2_critical, chi2_stat
 
-from specviz.acceptor import accept
-from specviz.sampling import SamplingParams, probs_from_logits, sample
+from specviz.decoding.acceptor import accept
+from specviz.decoding.sampling import SamplingParams, probs_from_logits, sample
 
 
 @pytest.mark.parametrize("use_q", [True, False])

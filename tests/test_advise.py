@@ -1,4 +1,4 @@
-"""The advisor (specviz.advise): its choice on synthetic cost curves and hand-made rounds, flags, a session."""
+"""The advisor (specviz.analysis.advise): its choice on synthetic cost curves and hand-made rounds, flags, a session."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import json
 import pytest
 from test_diagnose import Rounds
 
-from specviz.advise import advise, cost_from_times, llama_flags
-from specviz.policy import VerifyCostModel
+from specviz.analysis.advise import advise, cost_from_times, llama_flags
+from specviz.decoding.policy import VerifyCostModel
 
 NO_TILE = {"align": False, "draft_max": 8, "draft_min": 0}
 
@@ -87,7 +87,7 @@ def test_the_best_strategy_among_those_run():
     R = Rounds(list(range(1, 30)), knobs=NO_TILE, strategy="prompt-lookup")
     for _ in range(10):
         R.round([100 + j for j in range(4)], 1, 7, rank=2)
-    from specviz.events import KnobsChanged
+    from specviz.decoding.events import KnobsChanged
 
     R.events.append(KnobsChanged(R.r, strategy="ngram-cache", knobs=dict(NO_TILE)))
     for _ in range(10):
@@ -112,7 +112,7 @@ def test_cost_curve_fitted_from_recorded_verify_times():
 
 
 def test_flags_for_each_family():
-    from specviz.advise import Candidate
+    from specviz.analysis.advise import Candidate
 
     c = Candidate("ngram-mod", 16, 4, None, 1.0, 1.0, 1.0)
     assert llama_flags(c, {"n_match": 12})[0] == (
@@ -155,7 +155,7 @@ def test_two_lanes_each_folded_on_its_own_and_policies_apart(tiny_session):
 
 
 def test_a_measured_curve_is_scaled_to_the_rounds_own_verify_times():
-    from specviz.advise import scaled_to_times
+    from specviz.analysis.advise import scaled_to_times
 
     # the rounds ran under twice the load the curve was measured under
     c, scale = scaled_to_times(linear(0.010, 0.005), {1: [0.020, 0.020], 3: [0.040]})

@@ -8,7 +8,7 @@ import statistics
 import pytest
 from test_cli import run_cli
 
-from specviz.bench import BenchRun, format_per_prompt, format_table, summarise
+from specviz.analysis.bench import BenchRun, format_per_prompt, format_table, summarise
 
 
 def _run(prompt, repeat, tokens, seconds, paired=1.0, acc=0.5, mal=2.0, copied=0.0):

@@ -15,8 +15,8 @@ def browser():
 
 
 def test_an_eagle3_session_shows_its_context_and_vocabulary_coverage(browser):
-    from specviz.ui.harness import open_harness
-    from specviz.ui.synthetic import synthetic_rounds
+    from specviz.testing.page_harness import open_harness
+    from specviz.testing.synthetic import synthetic_rounds
 
     groups = synthetic_rounds(12, seed=5, draft_model=True)  # a model drafter: its context rolls back
     cov = {

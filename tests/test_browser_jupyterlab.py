@@ -8,7 +8,7 @@ import shutil
 import pytest
 from browser_util import ROOT, SCREENSHOTS, free_port, need_browser, offline, start, stop, wait_http
 
-from specviz.ui.harness import jupyterlab_args
+from specviz.testing.page_harness import jupyterlab_args
 
 pytestmark = pytest.mark.browser
 
@@ -18,7 +18,7 @@ def test_quickstart_renders_the_inspector_in_jupyterlab(tiny_model_path, tmp_pat
     pytest.importorskip("jupyterlab")
     from playwright.sync_api import expect, sync_playwright
 
-    from specviz.ui.harness import launch
+    from specviz.testing.page_harness import launch
 
     nbdir = tmp_path / "nb"
     nbdir.mkdir()

@@ -23,7 +23,7 @@ def live_app(tiny_model_path, tmp_path_factory):
     port = free_port()
     log = tmp_path_factory.mktemp("panel") / "serve.log"
     code = (
-        f"from specviz.ui.server import serve; serve({port}, {str(tiny_model_path)!r}, prompt={PROMPT!r}, "
+        f"from specviz.server.app import serve; serve({port}, {str(tiny_model_path)!r}, prompt={PROMPT!r}, "
         "max_tokens=1800, n_ctx=2048)"
     )
     proc = start(["-c", code], log)
@@ -114,7 +114,7 @@ def test_panel_live_step_knobs_telemetry(browser, live_app):
 
 
 def test_panel_replay_shows_every_token_kind(browser, tmp_path_factory):
-    from specviz.ui.synthetic import synthetic_rounds
+    from specviz.testing.synthetic import synthetic_rounds
 
     path = tmp_path_factory.mktemp("replay") / "rec.jsonl"
     groups = synthetic_rounds(300, seed=1)
@@ -123,7 +123,7 @@ def test_panel_replay_shows_every_token_kind(browser, tmp_path_factory):
             for e in g:
                 f.write(json.dumps(e) + "\n")
     port = free_port()
-    proc = start(["-m", "specviz.ui.server", "replay", str(path), "--port", str(port)], path.with_suffix(".log"))
+    proc = start(["-m", "specviz.server.app", "replay", str(path), "--port", str(port)], path.with_suffix(".log"))
     try:
         wait_http(f"http://127.0.0.1:{port}/", proc)
         page = browser.new_page(viewport={"width": 1320, "height": 1000})

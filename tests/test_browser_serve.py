@@ -28,7 +28,7 @@ def serve_proc(model_path, tmp_path_factory, **opts):
     log = tmp_path_factory.mktemp("serve") / "serve.log"
     kwargs = ", ".join(f"{k}={v!r}" for k, v in opts.items())
     code = (
-        f"from specviz.ui.server import serve; serve({port}, {str(model_path)!r}, prompt={PROMPT!r}, "
+        f"from specviz.server.app import serve; serve({port}, {str(model_path)!r}, prompt={PROMPT!r}, "
         f"max_tokens=1800, n_ctx=2048, {kwargs})"
     )
     proc = start(["-c", code], log)

@@ -28,13 +28,13 @@ def feed(page, groups, epoch=0, start=0):
 
 @pytest.fixture()
 def groups():
-    from specviz.ui.synthetic import synthetic_rounds
+    from specviz.testing.synthetic import synthetic_rounds
 
     return synthetic_rounds(120, seed=3)
 
 
 def test_tokens_of_each_kind_hover_and_alternatives(browser, groups):
-    from specviz.ui.harness import open_harness
+    from specviz.testing.page_harness import open_harness
 
     page = open_harness(browser)
     assert page.evaluate("window.__sent")[0] == {"type": "hello", "epoch": -1, "have": 0}
@@ -83,7 +83,7 @@ def test_tokens_of_each_kind_hover_and_alternatives(browser, groups):
 
 
 def test_only_new_events_are_applied_and_gaps_are_requested(browser, groups):
-    from specviz.ui.harness import open_harness
+    from specviz.testing.page_harness import open_harness
 
     page = open_harness(browser)
     n = feed(page, groups[:5])
@@ -104,8 +104,8 @@ def test_only_new_events_are_applied_and_gaps_are_requested(browser, groups):
 
 
 def test_plotly_comes_from_the_host_when_the_page_lacks_it(browser, groups):
+    from specviz.testing.page_harness import open_harness
     from specviz.ui.core import plotly_source
-    from specviz.ui.harness import open_harness
 
     page = open_harness(browser, preload_plotly=False)
     feed(page, groups[:10])
@@ -120,7 +120,7 @@ def test_plotly_comes_from_the_host_when_the_page_lacks_it(browser, groups):
 
 def test_knob_form_sends_values_and_shows_errors_beside_fields(browser):
     from specviz.strategies import strategy_names, strategy_schema
-    from specviz.ui.harness import open_harness
+    from specviz.testing.page_harness import open_harness
 
     page = open_harness(browser)
     schema = strategy_schema("prompt-lookup").to_list()
@@ -179,8 +179,8 @@ def _chart_traces(page, key):
 
 
 def test_draft_context_confidence_and_expected_tokens_are_charted(browser):
-    from specviz.ui.harness import open_harness
-    from specviz.ui.synthetic import synthetic_rounds
+    from specviz.testing.page_harness import open_harness
+    from specviz.testing.synthetic import synthetic_rounds
 
     groups = synthetic_rounds(150, seed=4, draft_model=True)
     page = open_harness(browser)
@@ -244,7 +244,7 @@ def test_draft_context_confidence_and_expected_tokens_are_charted(browser):
 
 
 def test_without_drafter_probabilities_the_confidence_chart_explains_why(browser, groups):
-    from specviz.ui.harness import open_harness
+    from specviz.testing.page_harness import open_harness
 
     page = open_harness(browser)
     feed(page, groups)
@@ -263,7 +263,7 @@ def test_without_drafter_probabilities_the_confidence_chart_explains_why(browser
 
 
 def test_notices_and_malformed_messages_are_shown_and_the_page_keeps_working(browser, groups):
-    from specviz.ui.harness import open_harness
+    from specviz.testing.page_harness import open_harness
 
     page = open_harness(browser)
     errors: list[str] = []

@@ -43,7 +43,7 @@ def app(tiny_model_path, tmp_path_factory):
     port = free_port()
     log = tmp_path_factory.mktemp("panel-wb") / "serve.log"
     code = (
-        f"from specviz.ui.server import serve; "
+        f"from specviz.server.app import serve; "
         f"serve({port}, {str(tiny_model_path)!r}, prompt={PRESETS[0]['prompt']!r}, "
         f"max_tokens=400, n_ctx=2048, draft_max=8, presets={PRESETS!r})"
     )

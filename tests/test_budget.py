@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from specviz.budget import Caps, plan, tile_aligned, verify_tile
-from specviz.policy import FixedPolicy
+from specviz.decoding.budget import Caps, plan, tile_aligned, verify_tile
+from specviz.decoding.policy import FixedPolicy
 
 KNOBS = {"draft_max": 16, "draft_min": 0, "align": True, "verify_tile": 4}
 ROOMY = Caps(remaining=1000, free_ctx=1000, n_batch=512, n_ubatch=512)

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from specviz import cli
+from specviz.cli import main as cli
 
 
 def run_cli(*args, env=None):
@@ -85,7 +85,7 @@ BAD_OPTIONS = [
 @pytest.mark.parametrize("argv,option,detail", BAD_OPTIONS)
 def test_bad_options_exit_2_with_one_line_before_loading(argv, option, detail, tmp_path, capsys):
     # in-process: a bad option must never reach model loading, so poison the embedded model lookup
-    import specviz.models as models
+    import specviz.models.embedded as models
 
     orig = models.default_model_path
     models.default_model_path = lambda: (_ for _ in ()).throw(AssertionError("model loaded"))
@@ -237,9 +237,9 @@ def test_verify_reports_a_mismatch_when_drafting_is_broken(tiny_session, monkeyp
     """A deliberately broken acceptor must be caught: verify can fail."""
     import dataclasses
 
-    from specviz import round as round_mod
-    from specviz.equivalence import check_equivalence
-    from specviz.rowscan import ScoredRow
+    from specviz.analysis.equivalence import check_equivalence
+    from specviz.decoding import round as round_mod
+    from specviz.decoding.rowscan import ScoredRow
 
     orig = round_mod.accept
 
@@ -309,7 +309,7 @@ def test_sampling_run_is_reproducible_and_warns_about_unapplied_options(tiny_mod
 
 
 def test_derive_draft_and_run_with_it(tiny_model_path, tmp_path):
-    from specviz.testing import write_tiny_llama
+    from specviz.testing.tiny_models import write_tiny_llama
 
     four = write_tiny_llama(tmp_path / "four.gguf", n_layer=4, seed=2)
     out = tmp_path / "draft.gguf"

@@ -9,7 +9,7 @@ from conftest import TINY
 from test_cli import run_cli
 from test_requests import CHATML
 
-from specviz.testing import write_tiny_llama
+from specviz.testing.tiny_models import write_tiny_llama
 
 PROMPT = "the cat of the dog and the a the cat of the"
 

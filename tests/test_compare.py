@@ -1,11 +1,11 @@
-"""specviz.compare: lanes aligned by position, the first divergence, the figures and the words."""
+"""specviz.analysis.compare: lanes aligned by position, the first divergence, the figures and the words."""
 
 from __future__ import annotations
 
 import json
 
 from specviz import Session
-from specviz.compare import Lane, compare
+from specviz.analysis.compare import Lane, compare
 
 PROMPT = "the cat of the dog and the a the cat of the"
 

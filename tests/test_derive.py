@@ -1,4 +1,4 @@
-"""Tests of specviz.derive: layer specs and layer-subset drafts that llama.cpp loads."""
+"""Tests of specviz.models.derive: layer specs and layer-subset drafts that llama.cpp loads."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from specviz.derive import derive_draft, parse_layers
 from specviz.errors import KnobError, ModelFormatError, ModelNotFoundError
-from specviz.testing import tiny_vocab, tiny_weights, write_tiny_llama
+from specviz.models.derive import derive_draft, parse_layers
+from specviz.testing.tiny_models import tiny_vocab, tiny_weights, write_tiny_llama
 
 gguf = pytest.importorskip("gguf")
 

@@ -1,4 +1,4 @@
-"""Diagnosis (specviz.diagnose) on hand-made rounds, the acceptor's rank and margin, and the CLI."""
+"""Diagnosis (specviz.analysis.diagnose) on hand-made rounds, the acceptor's rank and margin, and the CLI."""
 
 from __future__ import annotations
 
@@ -7,11 +7,11 @@ import json
 import numpy as np
 import pytest
 
-from specviz.acceptor import accept
-from specviz.diagnose import diagnose, token_class
-from specviz.events import Accepted, DraftProposed, Rejected, Rewound, SessionStarted, Telemetry, Verified
-from specviz.policy import VerifyCostModel
-from specviz.sampling import SamplingParams
+from specviz.analysis.diagnose import diagnose, token_class
+from specviz.decoding.acceptor import accept
+from specviz.decoding.events import Accepted, DraftProposed, Rejected, Rewound, SessionStarted, Telemetry, Verified
+from specviz.decoding.policy import VerifyCostModel
+from specviz.decoding.sampling import SamplingParams
 
 
 def test_token_classes():

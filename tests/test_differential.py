@@ -9,7 +9,7 @@ vendors:
 * **Generations** — ``llama-speculative-simple`` generates greedily on a tiny f32 fixture (its batch and
   one-token logits agree to about 1e-6, so greedy output does not depend on the batch) and a specviz
   session is driven to the same batches: verify-tile alignment off, the ``fixed`` policy, and each round
-  the tool's own draft cap (see :func:`specviz.native.tool_draft_cap`: the tool cuts a draft to the
+  the tool's own draft cap (see :func:`specviz.analysis.native.tool_draft_cap`: the tool cuts a draft to the
   remaining budget minus one only while that is positive, and stops once it has generated *more* than
   ``-n`` tokens). The generated text, the number of tokens and the drafted and accepted counts must be
   equal.
@@ -30,10 +30,10 @@ from native_util import Replay, UpstreamNgramCache, libstdcxx_order, native_tool
 
 import specviz.strategies as strategies
 from specviz import Session
+from specviz.analysis.native import run_tool, tool_args, tool_draft_cap
 from specviz.backends import LlamaModel
-from specviz.native import run_tool, tool_args, tool_draft_cap
 from specviz.strategies import make_drafter, strategy_class, strategy_schema
-from specviz.testing import write_tiny_llama
+from specviz.testing.tiny_models import write_tiny_llama
 
 
 def structured(seed: int, n: int, alphabet: int = 12) -> list[int]:

@@ -11,9 +11,9 @@ from conftest import TINY
 from test_session import plain_reference
 
 from specviz import Session
+from specviz.decoding.sampling import SamplingParams, probs_from_logits
 from specviz.errors import KnobError, SnapshotError, VocabularyMismatchError
-from specviz.sampling import SamplingParams, probs_from_logits
-from specviz.testing import tiny_weights, write_tiny_llama
+from specviz.testing.tiny_models import tiny_weights, write_tiny_llama
 
 
 @pytest.fixture(scope="module")

@@ -20,10 +20,10 @@ from specviz.backends.capture import LayerCapture, capture_method
 from specviz.backends.eagle3 import Eagle3Context, eagle3_problems
 from specviz.backends.gguf_check import check_gguf
 from specviz.backends.llama_ext import target_layer_ids
-from specviz.eagle3_gguf import Eagle3HeadConfig, random_eagle3_weights, write_eagle3_head
+from specviz.decoding.sampling import SamplingParams, probs_from_logits
 from specviz.errors import CaptureUnavailableError, KnobError, SnapshotError, StrategyUnavailableError
-from specviz.sampling import SamplingParams, probs_from_logits
-from specviz.testing import tiny_weights, write_tiny_eagle3, write_tiny_llama
+from specviz.models.eagle3_gguf import Eagle3HeadConfig, random_eagle3_weights, write_eagle3_head
+from specviz.testing.tiny_models import tiny_weights, write_tiny_eagle3, write_tiny_llama
 
 A, B = 300, 301
 

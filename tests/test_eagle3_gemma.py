@@ -11,8 +11,8 @@ import textwrap
 import pytest
 
 from specviz import Session
-from specviz.eagle3_gguf import Eagle3HeadConfig, default_target_layers, random_eagle3_weights, write_eagle3_head
-from specviz.equivalence import check_equivalence
+from specviz.analysis.equivalence import check_equivalence
+from specviz.models.eagle3_gguf import Eagle3HeadConfig, default_target_layers, random_eagle3_weights, write_eagle3_head
 
 pytestmark = pytest.mark.embedded
 
@@ -93,7 +93,7 @@ _RAW_ABORT = """
 import llama_cpp.llama_cpp as lc
 from specviz.backends import LlamaContext, LlamaModel
 from specviz.backends.llama_ext import ext
-from specviz.models import default_model_path
+from specviz.models.embedded import default_model_path
 m = LlamaModel(default_model_path())
 ctx = LlamaContext(m, n_ctx=64, n_batch=8, n_ubatch=8, capture=False)
 ext().set_embeddings_layer_inp(ctx.ptr, 2, True)  # what the guard refuses to do

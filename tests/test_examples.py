@@ -53,7 +53,7 @@ def test_compare_strategies_prints_a_row_per_strategy(tiny_model_path):
 
 
 def test_compare_strategies_with_a_derived_draft(tiny_model_path, tmp_path):
-    from specviz.derive import derive_draft
+    from specviz.models.derive import derive_draft
 
     draft = tmp_path / "draft.gguf"
     derive_draft(tiny_model_path, "0-1", draft)
@@ -103,7 +103,7 @@ def test_record_and_replay_writes_jsonl_and_prints_every_round(tiny_model_path, 
 def test_serve_inspector_derives_the_demo_drafts_once(tiny_model_path, tmp_path, monkeypatch):
     monkeypatch.setenv("SPECVIZ_MODEL_CACHE", str(tmp_path / "cache"))
     mod = load("serve_inspector.py")
-    from specviz.ui.server import draft_candidates
+    from specviz.server.app import draft_candidates
 
     paths = mod.derive_demo_drafts(tiny_model_path, {"0": "keep-0", "0-1": "keep-0-1", "0-16": "keep-0-16"})
     # the 2-layer fixture has no layer 16: that draft is skipped, the others are written and offered

@@ -7,9 +7,9 @@ import json
 import pytest
 
 from specviz import model_info
-from specviz.cli import main
-from specviz.derive import derive_draft
-from specviz.testing import write_tiny_eagle3, write_tiny_llama, write_tiny_nextn
+from specviz.cli.main import main
+from specviz.models.derive import derive_draft
+from specviz.testing.tiny_models import write_tiny_eagle3, write_tiny_llama, write_tiny_nextn
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,7 @@ from specviz import Session
 from specviz.backends import LlamaModel
 from specviz.backends.mtp import mtp_problems
 from specviz.errors import KnobError, StrategyUnavailableError
-from specviz.testing import write_tiny_llama, write_tiny_nextn
+from specviz.testing.tiny_models import write_tiny_llama, write_tiny_nextn
 
 A, B = 300, 301
 

@@ -9,9 +9,9 @@ import pytest
 from test_session import DRAFTLESS, eager, plain_reference
 
 from specviz import Session
-from specviz import policy as policy_module
+from specviz.decoding import policy as policy_module
+from specviz.decoding.policy import AdaptivePolicy, CostPolicy, VerifyCostModel, measure_verify_cost, tile_aligned
 from specviz.errors import KnobError
-from specviz.policy import AdaptivePolicy, CostPolicy, VerifyCostModel, measure_verify_cost, tile_aligned
 
 
 def test_adaptive_grows_by_two_after_full_acceptance_and_shrinks_by_one():

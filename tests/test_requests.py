@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from specviz import Session
 from specviz.backends import LlamaModel
 from specviz.errors import ChatTemplateError, KnobError
-from specviz.testing import write_tiny_llama
+from specviz.testing.tiny_models import write_tiny_llama
 
 CHATML = (
     "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + "
@@ -29,7 +29,7 @@ def chat_model(tmp_path_factory):
 
 
 def test_chat_uses_the_models_own_template(chat_model):
-    from specviz.chat import apply_chat_template, model_chat_template
+    from specviz.decoding.chat import apply_chat_template, model_chat_template
 
     assert model_chat_template(chat_model) == CHATML
     text = apply_chat_template(chat_model, MESSAGES)

@@ -1,4 +1,4 @@
-"""Rewind and fork (specviz.rewind) on tiny real GGUF models: every strategy, refused rewinds, independence."""
+"""Rewind and fork (specviz.decoding.rewind) on tiny real GGUF models: every strategy, refused rewinds, independence."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ from conftest import TINY
 from test_session import plain_reference
 
 from specviz import Session, strategy_names
+from specviz.decoding.events import Rewound, event_from_dict
+from specviz.decoding.rewind import effective_events
 from specviz.errors import RewindError, SessionStateError
-from specviz.events import Rewound, event_from_dict
-from specviz.rewind import effective_events
-from specviz.testing import tiny_weights, write_tiny_llama
+from specviz.testing.tiny_models import tiny_weights, write_tiny_llama
 
 PROMPT = "the cat of the dog and the a the cat of the"
 
@@ -59,7 +59,7 @@ HIDDEN_STATE = ("eagle3", "mtp")
 @pytest.fixture(scope="module")
 def eagle3_pair(tmp_path_factory):
     """A 4-layer tiny target and a random EAGLE-3 head for it."""
-    from specviz.testing import write_tiny_eagle3
+    from specviz.testing.tiny_models import write_tiny_eagle3
 
     d = tmp_path_factory.mktemp("e3")
     target = write_tiny_llama(d / "target.gguf", seed=2, n_layer=4, block_scale=0.1)
@@ -69,7 +69,7 @@ def eagle3_pair(tmp_path_factory):
 @pytest.fixture(scope="module")
 def nextn_path(tmp_path_factory):
     """A tiny model with a NextN layer whose output head is limited to two tokens (partly accepted drafts)."""
-    from specviz.testing import write_tiny_nextn
+    from specviz.testing.tiny_models import write_tiny_nextn
 
     return write_tiny_nextn(tmp_path_factory.mktemp("mtp") / "nextn.gguf", seed=1, block_scale=0.05, binary=(300, 301))
 

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from specviz.rowscan import ScoredRow, top_two
+from specviz.decoding.rowscan import ScoredRow, top_two
 
 
 def reference_argmax(row):

@@ -1,4 +1,4 @@
-"""Tests of specviz.sampling: distributions, exact losslessness of the acceptance rule, seeding."""
+"""Tests of specviz.decoding.sampling: distributions, exact losslessness of the acceptance rule, seeding."""
 
 from __future__ import annotations
 
@@ -8,8 +8,7 @@ import numpy as np
 import pytest
 from stat_helpers import _rows, chi2_critical, chi2_stat
 
-from specviz.errors import ContextError, KnobError
-from specviz.sampling import (
+from specviz.decoding.sampling import (
     SamplingParams,
     TokenDist,
     acceptance_probability,
@@ -18,6 +17,7 @@ from specviz.sampling import (
     sample,
     sample_token,
 )
+from specviz.errors import ContextError, KnobError
 
 # ------------------------------------------------------------------------------------------------
 # helpers

@@ -17,7 +17,7 @@ import urllib.request
 import pytest
 from browser_util import free_port, start, stop, wait_http
 
-from specviz.ui.access import AccessPolicy, MessageGate, access_policy, is_loopback
+from specviz.server.access import AccessPolicy, MessageGate, access_policy, is_loopback
 
 
 def status(url: str, cookie: str | None = None) -> tuple[int, str | None]:
@@ -181,7 +181,7 @@ def test_the_message_gate_bounds_size_and_rate():
 
 
 def test_the_gate_in_front_of_a_page_refuses_without_reaching_the_inspector():
-    from specviz.ui.serve_app import gated
+    from specviz.server.pages import gated
 
     handled, sent = [], []
     admit = gated(MessageGate(max_bytes=50, rate=1.0, burst=2, clock=lambda: 0.0), sent.append, handled.append)

@@ -13,10 +13,10 @@ import pytest
 from conftest import TINY
 
 from specviz import Session
-from specviz.testing import tiny_weights, write_tiny_llama
-from specviz.ui.catalog import DraftCatalog
+from specviz.server.catalog import DraftCatalog
+from specviz.server.pool import ManagedSession, SessionPool, SharedDraftModels
+from specviz.testing.tiny_models import tiny_weights, write_tiny_llama
 from specviz.ui.core import InspectorCore
-from specviz.ui.pool import ManagedSession, SessionPool, SharedDraftModels
 
 PROMPT = "the cat sat on the mat and the cat sat"
 SECRET = "TOP-SECRET-LINE do not show me"
@@ -270,8 +270,8 @@ def test_a_snapshot_a_page_gets_names_no_path_and_one_naming_a_file_is_refused_u
     server paths and restores; an upload naming a file (the draft model's path) is refused before any file
     is opened, and the session is as it was."""
     import specviz.backends.llama as llama
+    from specviz.decoding.snapshot import pack, unpack
     from specviz.errors import SnapshotError
-    from specviz.snapshot import pack, unpack
 
     catalog = DraftCatalog([draft_path])
     ms = ManagedSession(make_factory(tiny_model), catalog=catalog, drafts=SharedDraftModels(tiny_model))
@@ -326,7 +326,7 @@ def test_a_snapshot_a_page_gets_names_no_path_and_one_naming_a_file_is_refused_u
 def test_a_compare_lane_on_a_page_takes_turns_and_names_no_path(tiny_model, draft_path):
     """The workbench's second lane is a fork of the page's session: its rounds must take turns with the
     other sessions (the scheduler's one-decode-at-a-time promise) and its events must name no server path."""
-    from specviz.ui.scheduler import RoundScheduler
+    from specviz.server.scheduler import RoundScheduler
 
     catalog = DraftCatalog([draft_path])
     sched = RoundScheduler()

@@ -11,7 +11,7 @@ import threading
 
 import pytest
 
-from specviz.ui.scheduler import RoundScheduler
+from specviz.server.scheduler import RoundScheduler
 
 PROMPT = "the cat sat on the mat and the cat sat"
 
@@ -111,8 +111,8 @@ def test_the_holder_may_take_a_nested_turn_and_a_failing_round_frees_the_turn():
 def test_two_playing_sessions_on_the_tiny_model_both_progress(tiny_model):
     """Two pages press Play: both generations advance, turn by turn; neither starves."""
     from specviz import Session
+    from specviz.server.pool import SessionPool
     from specviz.ui.core import InspectorCore
-    from specviz.ui.pool import SessionPool
 
     pool = SessionPool(lambda: Session(tiny_model, n_ctx=1024, n_batch=64, n_ubatch=64, n_threads=1), max_sessions=2)
     a, b = pool.open(), pool.open()

@@ -11,8 +11,8 @@ import json
 import pytest
 
 from specviz import Session
-from specviz.ui.pool import ManagedSession
-from specviz.ui.shared import SharedInspector
+from specviz.server.pool import ManagedSession
+from specviz.server.presenter import SharedInspector
 
 PROMPT = "the cat sat on the mat and the cat sat"
 
@@ -234,7 +234,7 @@ def test_viewers_are_sent_rounds_in_batches_that_merge_into_the_same_log(tiny_mo
 
 
 def test_merging_keeps_order_and_gaps():
-    from specviz.ui.shared import merge_into
+    from specviz.server.presenter import merge_into
 
     box: list[dict] = []
     merge_into(box, {"type": "events", "epoch": 0, "start": 0, "events": [1, 2]})

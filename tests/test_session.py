@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 
 from specviz import Session, strategy_class, strategy_names
 from specviz.backends import LlamaContext
+from specviz.decoding.events import event_from_dict
 from specviz.errors import ContextError, KnobError, SessionStateError, SnapshotError, StrategyError
-from specviz.events import event_from_dict
 
 # Knobs that make each strategy draft often on short tiny-model histories.
 EAGER = {
@@ -225,7 +225,7 @@ def test_cancel_stops_after_the_current_round(tiny_session):
 def test_eos_stops_generation(tmp_path):
     # a model whose final norm is zero scores every token 0: the first maximum (token 0) wins, and
     # token 0 is declared the end-of-sequence token
-    from specviz.testing import tiny_weights, write_tiny_llama
+    from specviz.testing.tiny_models import tiny_weights, write_tiny_llama
 
     w = tiny_weights(seed=3)
     w["output_norm.weight"][:] = 0.0
@@ -367,7 +367,7 @@ def test_corrupted_snapshots_are_refused(tiny_session, tiny_model, where):
 
 
 def test_snapshot_from_another_model_is_refused(tiny_session, tmp_path):
-    from specviz.testing import write_tiny_llama
+    from specviz.testing.tiny_models import write_tiny_llama
 
     other = write_tiny_llama(tmp_path / "other.gguf", seed=9, vocab_size=300)
     s = tiny_session

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from specviz import cli
+from specviz.cli import main as cli
 
 pytest.importorskip("pandas")
 pytest.importorskip("pyarrow")
@@ -54,7 +54,7 @@ BAD = [
 
 @pytest.mark.parametrize("argv,option,detail", BAD, ids=[f"{a[0]} {o}: {d}" for a, o, d in BAD])
 def test_bad_options_exit_2_with_one_line_before_loading(argv, option, detail, tmp_path, capsys, monkeypatch):
-    import specviz.models as models
+    import specviz.models.embedded as models
     import specviz.sweep.chat as chat
     import specviz.sweep.execution as execution
 

@@ -144,7 +144,7 @@ def test_a_killed_worker_loses_and_duplicates_nothing(tiny_model_path, tmp_path,
 
 
 def test_an_existing_scheduler_by_address(tiny_model_path, tmp_path, client, capsys):
-    from specviz import cli
+    from specviz.cli import main as cli
 
     out = tmp_path / "r.parquet"
     code = cli.main(
@@ -175,7 +175,7 @@ def test_an_existing_scheduler_by_address(tiny_model_path, tmp_path, client, cap
 
 def test_an_unreachable_scheduler_is_a_clear_error():
     from specviz.sweep.dask_executor import ClusterError
-    from specviz.ui.harness import free_port
+    from specviz.testing.page_harness import free_port
 
     address = f"tcp://127.0.0.1:{free_port()}"
     with pytest.raises(ClusterError, match=f"cannot reach the Dask scheduler at {address}"):

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
+from specviz.analysis.workloads import WORKLOADS
 from specviz.sweep.dataset import DatasetError, load_dataset
-from specviz.workloads import WORKLOADS
 
 
 def _write(path, lines):

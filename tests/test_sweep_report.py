@@ -12,7 +12,7 @@ pd = pytest.importorskip("pandas")
 pytest.importorskip("pyarrow")
 pytest.importorskip("plotly")
 
-from specviz import cli  # noqa: E402
+from specviz.cli import main as cli  # noqa: E402
 from specviz.sweep.report import format_table, leaderboard, summarise, write_report  # noqa: E402
 
 

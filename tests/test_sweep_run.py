@@ -18,7 +18,7 @@ from specviz.sweep import GridSpec, LocalExecutor, build_grid, load_dataset, rea
 from specviz.sweep.execution import plan_tasks  # noqa: E402
 from specviz.sweep.results import journal_path  # noqa: E402
 from specviz.sweep.worker import RunConfig  # noqa: E402
-from specviz.testing import write_tiny_llama  # noqa: E402
+from specviz.testing.tiny_models import write_tiny_llama  # noqa: E402
 
 QUESTIONS = [
     {"question_id": 1, "category": "writing", "turns": ["Once upon a time, in a village", "And then the"]},
@@ -221,7 +221,7 @@ def test_a_killed_local_worker_is_replaced_and_its_task_runs_again(tiny_model_pa
 
 
 def test_a_failing_task_is_reported_and_the_others_kept(tiny_model_path, tmp_path, capsys):
-    from specviz import cli
+    from specviz.cli import main as cli
 
     prompts = tmp_path / "prompts.txt"
     prompts.write_text("short prompt\n" + "a long prompt " * 40 + "\nanother short one\n")
@@ -318,7 +318,7 @@ def test_sweep_turns_go_through_the_chat_template(chat_model, questions, tmp_pat
 
 
 def test_draft_models_are_settings_of_the_draft_strategy(tiny_model_path, questions, tmp_path):
-    from specviz.derive import derive_draft
+    from specviz.models.derive import derive_draft
 
     draft = tmp_path / "draft.gguf"
     derive_draft(tiny_model_path, "0-1", draft)  # every layer kept: the target itself, so it drafts well

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from specviz.telemetry import (
+from specviz.decoding.telemetry import (
     Telemetry,
     acceptance_rate,
     bucket_rates,

@@ -22,10 +22,11 @@ import pytest
 torch = pytest.importorskip("torch", reason="the training extra (pip install 'specviz[train]') is not installed")
 
 from specviz import Session  # noqa: E402
+from specviz.analysis.workloads import WORKLOADS  # noqa: E402
 from specviz.backends import LlamaContext, LlamaModel  # noqa: E402
 from specviz.backends.capture import LayerCapture  # noqa: E402
-from specviz.eagle3_gguf import default_target_layers  # noqa: E402
-from specviz.testing import write_tiny_eagle3, write_tiny_llama  # noqa: E402
+from specviz.models.eagle3_gguf import default_target_layers  # noqa: E402
+from specviz.testing.tiny_models import write_tiny_eagle3, write_tiny_llama  # noqa: E402
 from specviz.train.corpus import (  # noqa: E402
     PromptFileError,
     builtin_prompts,
@@ -37,7 +38,6 @@ from specviz.train.dataset import choose_draft_vocab, load_corpus  # noqa: E402
 from specviz.train.generate import GenConfig, generate_corpus  # noqa: E402
 from specviz.train.run import TrainOptions, train_eagle3  # noqa: E402
 from specviz.train.trainer import load_checkpoint  # noqa: E402
-from specviz.workloads import WORKLOADS  # noqa: E402
 
 #: Short prompts for the tiny byte-vocabulary targets (the built-in corpus is written for real models).
 TOY_PROMPTS = [
@@ -95,7 +95,7 @@ def test_the_builtin_corpus_is_large_varied_and_keeps_the_evaluation_prompts_out
     # nor a near copy: the corpus avoids the held-out free prompts' subjects
     assert not any(t.startswith(("The weather", "Here are some tips for learning a new language")) for t in train)
     # no training prompt quotes a held-out prompt's passage (the quote workloads over the same texts are out)
-    from specviz import workloads as w
+    from specviz.analysis import workloads as w
 
     passages = [getattr(w, n) for n in ("_MINUTES", "_PHOTOSYNTHESIS", "_LIGHTHOUSE", "_NOTICE")]
     assert all(x in " ".join(held) for x in passages)
@@ -320,9 +320,9 @@ BAD = [
 
 @pytest.mark.parametrize("argv,option,detail", BAD)
 def test_bad_options_exit_2_with_one_line_before_any_model_loads(argv, option, detail, tmp_path, capsys, monkeypatch):
-    import specviz.models as models
-    from specviz import cli
+    import specviz.models.embedded as models
     from specviz.backends import llama
+    from specviz.cli import main as cli
 
     (tmp_path / "bad.jsonl").write_text('{"prompt": "ok"}\n{"nope": 1}\n')
     argv = [a.replace("{tmp}", str(tmp_path)) for a in argv]

@@ -25,8 +25,8 @@ torch = pytest.importorskip("torch", reason="the training extra (pip install 'sp
 from specviz.backends import LlamaContext, LlamaModel  # noqa: E402
 from specviz.backends.capture import LayerCapture  # noqa: E402
 from specviz.backends.eagle3 import Eagle3Context  # noqa: E402
-from specviz.eagle3_gguf import Eagle3HeadConfig, write_eagle3_head  # noqa: E402
-from specviz.testing import tiny_weights, write_tiny_llama  # noqa: E402
+from specviz.models.eagle3_gguf import Eagle3HeadConfig, write_eagle3_head  # noqa: E402
+from specviz.testing.tiny_models import tiny_weights, write_tiny_llama  # noqa: E402
 from specviz.train.model import Eagle3Head  # noqa: E402
 
 TOL = 2e-3

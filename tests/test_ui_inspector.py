@@ -13,7 +13,7 @@ import pytest
 
 pytest.importorskip("anywidget")
 
-from specviz.recorder import Recorder  # noqa: E402
+from specviz.decoding.recorder import Recorder  # noqa: E402
 from specviz.ui.core import InspectorCore, group_rounds  # noqa: E402
 
 PROMPT = "the cat sat on the mat and the cat sat"
@@ -289,7 +289,7 @@ def test_panel_component_wraps_the_same_core(started):
 
 
 def test_draft_models_are_offered_in_the_state_and_found_in_the_derived_cache(started, tmp_path, monkeypatch):
-    from specviz.ui.server import derived_drafts_dir, draft_candidates
+    from specviz.server.app import derived_drafts_dir, draft_candidates
 
     sink = Sink()
     core = InspectorCore(sink, started, draft_models=["/models/a.gguf"])

@@ -9,7 +9,7 @@ import pytest
 from test_ui_messages import Sink, error_shown, notices, snapshot
 
 from specviz import Session
-from specviz.events import event_from_dict
+from specviz.decoding.events import event_from_dict
 from specviz.ui.core import InspectorCore
 
 PROMPT = "the cat of the dog and the a the cat of the"

@@ -1,4 +1,4 @@
-"""Tests of specviz.vocab: draft/target vocabulary compatibility on tiny llama.cpp models."""
+"""Tests of specviz.models.vocab: draft/target vocabulary compatibility on tiny llama.cpp models."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from specviz.errors import ModelError, VocabularyMismatchError
-from specviz.testing import write_tiny_llama
-from specviz.vocab import check_vocab_compatible, spread_ids, vocab_differences, vocab_summary
+from specviz.models.vocab import check_vocab_compatible, spread_ids, vocab_differences, vocab_summary
+from specviz.testing.tiny_models import write_tiny_llama
 
 pytest.importorskip("gguf")
 
@@ -85,7 +85,7 @@ def test_changed_token_text_is_refused_naming_the_ids(tmp_path: Path, load):
 def test_changed_special_token_id_is_refused(tmp_path: Path, load, lc):
     import gguf
 
-    from specviz.testing import tiny_vocab, tiny_weights
+    from specviz.testing.tiny_models import tiny_vocab, tiny_weights
 
     path = tmp_path / "eos.gguf"
     weights = tiny_weights()

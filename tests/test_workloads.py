@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from specviz.workloads import VARIED_PROMPTS, WORKLOADS, copied_fraction, workload_kinds
+from specviz.analysis.workloads import VARIED_PROMPTS, WORKLOADS, copied_fraction, workload_kinds
 
 
 def test_kinds_and_suites():

@@ -10,7 +10,7 @@ from __future__ import annotations
 from importlib import import_module
 from typing import Any
 
-from ..config import SESSION_KNOBS, Knob, Schema
+from ..decoding.knob_schema import SESSION_KNOBS, Knob, Schema
 from ..errors import StrategyError
 from .base import Draft, Drafter, DrafterStats, DraftResources
 

@@ -38,13 +38,13 @@ from typing import TYPE_CHECKING, Any, ClassVar, Sequence
 
 import numpy as np
 
-from ..config import Knob
+from ..decoding.knob_schema import Knob
 from ..errors import SnapshotError
 from .history import TokenMirror
 
 if TYPE_CHECKING:
     from ..backends.llama import LlamaContext, LlamaModel
-    from ..sampling import SamplingParams, TokenDist
+    from ..decoding.sampling import SamplingParams, TokenDist
 
 
 @dataclass
@@ -107,7 +107,7 @@ class Drafter:
     """Base class of every strategy. Subclasses override :meth:`_begin`, :meth:`_draft`, :meth:`_accept`
     (and, with state, :meth:`_export_state` / :meth:`_import_state`).
 
-    ``name`` and ``knobs`` (a tuple of :class:`~specviz.config.Knob`) are declared per class; the shared
+    ``name`` and ``knobs`` (a tuple of :class:`~specviz.decoding.knob_schema.Knob`) are declared per class; the shared
     draft-length knobs are added by the registry. ``config`` holds this instance's validated knob values.
     """
 

@@ -22,9 +22,9 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from ..backends.llama import LlamaContext
+from ..decoding.rowscan import ScoredRow
+from ..decoding.sampling import TokenDist, probs_from_logits, sample
 from ..errors import KnobError, SnapshotError
-from ..rowscan import ScoredRow
-from ..sampling import TokenDist, probs_from_logits, sample
 from .base import Draft, Drafter, DraftResources
 from .knobs import DRAFT_MODEL_KNOB, DRAFT_P_MIN_KNOB
 

@@ -44,8 +44,8 @@ from typing import Any, ClassVar, Sequence
 
 import numpy as np
 
+from ..decoding.sampling import TokenDist, probs_from_logits, sample
 from ..errors import ContextError, SnapshotError
-from ..sampling import TokenDist, probs_from_logits, sample
 from .base import Draft, Drafter, DraftResources
 
 

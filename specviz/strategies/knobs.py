@@ -8,7 +8,7 @@ m-gram sizes, the hit threshold and the check rate; the model-backed drafters sh
 
 from __future__ import annotations
 
-from ..config import Knob
+from ..decoding.knob_schema import Knob
 
 
 def ngram_size_knobs(spec: str, *, min_hits: bool) -> tuple[Knob, ...]:

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from ..backends.mtp import NextNContext, TargetNextNTap, mtp_problems
-from ..config import Knob
+from ..decoding.knob_schema import Knob
 from ..errors import KnobError, StrategyUnavailableError
 from .base import DraftResources
 from .hidden_state import HiddenStateDrafter

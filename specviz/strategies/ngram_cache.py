@@ -38,7 +38,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ..config import Knob
+from ..decoding.knob_schema import Knob
 from .base import Draft, Drafter
 
 NGRAM_MIN = 1

@@ -47,7 +47,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ..config import Knob
+from ..decoding.knob_schema import Knob
 from ..errors import KnobError, SnapshotError
 from .base import Draft, Drafter
 

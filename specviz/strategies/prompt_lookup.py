@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from ..config import Knob
+from ..decoding.knob_schema import Knob
 from ..errors import KnobError
 from .base import Draft, Drafter
 from .history import find_ngram

@@ -7,7 +7,7 @@ Three sources, one shape (:class:`Prompt`: an id, a category and one or more use
   ``turns`` (a non-empty list of non-empty strings) are required; ``category`` defaults to
   ``uncategorised``; other keys (``reference`` ...) are ignored. Blank lines are skipped.
 * ``*.txt``: one prompt per non-blank line (a single turn each), ids ``line-N``, category the file's stem.
-* a workload kind of :mod:`specviz.workloads` (``code-rewrite``, ``quote``, ``summarise``, ``free``) or
+* a workload kind of :mod:`specviz.analysis.workloads` (``code-rewrite``, ``quote``, ``summarise``, ``free``) or
   ``workloads`` for all of them: completion prompts written for a base model, with ids ``KIND-N`` and
   the kind as category.
 
@@ -21,8 +21,8 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..analysis.workloads import WORKLOADS
 from ..errors import SpecvizError
-from ..workloads import WORKLOADS
 
 #: The name of the dataset made of every built-in workload kind.
 ALL_WORKLOADS = "workloads"

@@ -219,7 +219,7 @@ def run_sweep(
     per core. Rows already in ``output`` are skipped. ``on_result`` is called with each finished task's
     result after its rows are stored. A KeyboardInterrupt stops the workers and keeps every stored row.
     """
-    from ..models import resolve_model
+    from ..models.embedded import resolve_model
 
     t0 = time.perf_counter()
     model_path = str(resolve_model(model).resolve())

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..config import Knob
+from ..decoding.knob_schema import Knob
 from ..errors import KnobError, SpecvizError
 from ..strategies import strategy_class, strategy_names, strategy_schema
 

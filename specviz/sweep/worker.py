@@ -115,7 +115,7 @@ def _default_threads() -> int:
 
 def worker_session(config: RunConfig):
     """This thread's session over the process's model (created on first use, then reused)."""
-    from ..session import Session
+    from ..decoding.session import Session
 
     key = (config.model, config.n_ctx, config.n_threads)
     sessions = getattr(_local, "sessions", None)

@@ -27,8 +27,8 @@ import random
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..analysis.workloads import VARIED_PROMPTS, WORKLOADS
 from ..errors import SpecvizError
-from ..workloads import VARIED_PROMPTS, WORKLOADS
 
 __all__ = [
     "HELD_OUT_KINDS",
@@ -419,7 +419,7 @@ def builtin_prompts(seed: int = 0) -> list[str]:
 
 def _passages_of(prompt: str) -> set[str]:
     """The workload passages (long texts) a workload prompt contains."""
-    from .. import workloads as w
+    from ..analysis import workloads as w
 
     texts = [getattr(w, n) for n in dir(w) if n.startswith("_") and isinstance(getattr(w, n), str)]
     return {t for t in texts if len(t) > 200 and t in prompt}

@@ -1,6 +1,6 @@
 """The evaluation at the end of ``specviz train-eagle3``: the head against the alternatives, on held-out prompts.
 
-It is ``specviz bench`` with the head (:mod:`specviz.bench`): on the held-out workload kinds (``free`` and
+It is ``specviz bench`` with the head (:mod:`specviz.analysis.bench`): on the held-out workload kinds (``free`` and
 ``summarise``: never trained on, see :mod:`specviz.train.corpus`), greedy, every setting run back to back
 after its ``none`` partner, the head with the cost policy. ``full`` compares it with every draftless
 strategy and a draft derived from the target (every layer but the last); ``quick`` with prompt lookup and
@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from ..bench import (
+from ..analysis.bench import (
     BenchRow,
     BenchSetting,
     default_settings,
@@ -92,7 +92,7 @@ def evaluate_head(
     progress: Callable[[str], None] | None = None,
 ) -> EvalReport:
     """Benchmark the head at ``head`` against ``none`` and the alternatives (see the module docstring)."""
-    from ..session import Session
+    from ..decoding.session import Session
 
     common = {"draft_policy": draft_policy}
     baselines = None if mode == "full" else list(QUICK_BASELINES)

@@ -17,7 +17,7 @@ from typing import Sequence
 
 import numpy as np
 
-from ..eagle3_gguf import write_eagle3_head
+from ..models.eagle3_gguf import write_eagle3_head
 from .model import Eagle3Head
 
 __all__ = ["ExportResult", "export_head"]

@@ -37,7 +37,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..eagle3_gguf import Eagle3HeadConfig
+from ..models.eagle3_gguf import Eagle3HeadConfig
 
 __all__ = ["Eagle3Head", "rms_norm", "rope_norm"]
 
@@ -256,7 +256,7 @@ class Eagle3Head(nn.Module):
 
     # -- export ------------------------------------------------------------------------------------------
     def gguf_weights(self) -> dict[str, np.ndarray]:
-        """Every tensor :func:`specviz.eagle3_gguf.write_eagle3_head` needs, by GGUF name (float32 numpy)."""
+        """Every tensor :func:`specviz.models.eagle3_gguf.write_eagle3_head` needs, by GGUF name (float32 numpy)."""
         out: dict[str, np.ndarray] = {}
         for attr, name in GGUF_NAMES.items():
             t = getattr(self, attr)

@@ -75,7 +75,7 @@ class TrainResult:
 
 def default_work_dir(output: Path) -> Path:
     """``<specviz cache>/train/<output name>-<hash of its absolute path>``."""
-    from ..models import cache_dir
+    from ..models.embedded import cache_dir
 
     h = hashlib.sha256(str(output.resolve()).encode()).hexdigest()[:10]
     return cache_dir() / "train" / f"{output.stem}-{h}"
@@ -137,9 +137,9 @@ def train_eagle3(opts: TrainOptions, log: Callable[[str], None] | None = None) -
 
     from ..backends import LlamaModel
     from ..backends.capture import capture_unavailable_reason
-    from ..eagle3_gguf import default_target_layers
     from ..errors import CaptureUnavailableError
-    from ..models import default_model_path
+    from ..models.eagle3_gguf import default_target_layers
+    from ..models.embedded import default_model_path
     from .corpus import read_prompts_jsonl, training_prompts
     from .dataset import choose_draft_vocab, load_corpus
     from .export import export_head

@@ -33,7 +33,7 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from ..eagle3_gguf import Eagle3HeadConfig
+from ..models.eagle3_gguf import Eagle3HeadConfig
 from .dataset import Batch, Corpus, batches, make_batch
 from .embeddings import read_embedding_rows
 from .model import Eagle3Head

@@ -1,8 +1,8 @@
 """The visual inspector: one front-end (``widgets/`` → ``specviz.static``) in two hosts.
 
 * :class:`Inspector` — an anywidget for JupyterLab (``Inspector(session)``, ``Inspector.replay(path)``).
-* :mod:`specviz.ui.panel_app` — the same front-end in a Panel app; :func:`specviz.ui.server.serve` and
-  :func:`specviz.ui.server.replay` are the entry points of ``specviz serve`` and ``specviz replay``.
+* :mod:`specviz.ui.panel_app` — the same front-end in a Panel app; :func:`specviz.server.app.serve` and
+  :func:`specviz.server.app.replay` are the entry points of ``specviz serve`` and ``specviz replay``.
 """
 
 from __future__ import annotations

@@ -29,8 +29,8 @@ import logging
 import threading
 from typing import Any, Callable, Iterable
 
+from ..decoding.events import Event
 from ..errors import KnobError, SessionStateError, SpecvizError, StrategyError
-from ..events import Event
 from ..strategies import strategy_names, strategy_schema
 from .workbench import MESSAGE_TYPES as WORKBENCH_TYPES
 from .workbench import Workbench
@@ -126,7 +126,7 @@ def group_rounds(events: Iterable[Event]) -> list[list[Event]]:
 
 
 class InspectorCore:
-    """Drives a :class:`~specviz.session.Session` (or replays recorded events) for one inspector.
+    """Drives a :class:`~specviz.decoding.session.Session` (or replays recorded events) for one inspector.
 
     ``send(msg)`` delivers a JSON-serialisable message to every view of the host widget. Exactly one of
     ``session`` and ``events`` is given: a live session, or the recorded events of a replay.

@@ -14,8 +14,8 @@ from typing import Any
 
 import anywidget
 
-from ..events import Event
-from ..recorder import read_events
+from ..decoding.events import Event
+from ..decoding.recorder import read_events
 from .core import InspectorCore, static_text
 
 
@@ -25,7 +25,7 @@ def _draft_paths(session: Any) -> list[str]:
 
 
 class Inspector(anywidget.AnyWidget):
-    """Visual inspector of a :class:`~specviz.session.Session`: token stream, KV timeline, telemetry.
+    """Visual inspector of a :class:`~specviz.decoding.session.Session`: token stream, KV timeline, telemetry.
 
     ``prompt`` (with ``max_tokens``, ``strategy`` and knobs) starts the session when it has not been
     started yet. ``draft_models`` lists draft GGUF paths offered in the form for the ``draft`` strategy
@@ -64,7 +64,7 @@ class Inspector(anywidget.AnyWidget):
 
     @classmethod
     def replay(cls, path: str | os.PathLike) -> "Inspector":
-        """An inspector over a recorded session (JSON Lines from :class:`~specviz.recorder.Recorder`)."""
+        """An inspector over a recorded session (JSON Lines from :class:`~specviz.decoding.recorder.Recorder`)."""
         return cls(None, _events=read_events(path))
 
     def _on_msg(self, _widget: Any, content: Any, _buffers: Any) -> None:
@@ -125,16 +125,16 @@ class Inspector(anywidget.AnyWidget):
 
     @property
     def comparison(self) -> dict | None:
-        """The last comparison shown (:meth:`specviz.compare.Comparison.to_dict`), or None."""
+        """The last comparison shown (:meth:`specviz.analysis.compare.Comparison.to_dict`), or None."""
         return self.core.workbench.comparison
 
     def diagnose(self) -> dict:
-        """Compute and show the diagnosis (:func:`specviz.diagnose.diagnose`); returns it as a dictionary."""
+        """Compute and show the diagnosis (:func:`specviz.analysis.diagnose.diagnose`); returns it as a dictionary."""
         self.core.workbench.handle({"type": "diagnose"})
         return self.core.workbench.diagnosis or {}
 
     def advise(self) -> dict:
-        """Compute and show the advice (:func:`specviz.advise.advise`); returns it as a dictionary."""
+        """Compute and show the advice (:func:`specviz.analysis.advise.advise`); returns it as a dictionary."""
         self.core.workbench.handle({"type": "advise"})
         return self.core.workbench.advice or {}
 

@@ -19,7 +19,7 @@ from panel.custom import JSComponent
 from panel.models.esm import ESMEvent
 from tornado.ioloop import IOLoop
 
-from ..events import Event
+from ..decoding.events import Event
 from .core import InspectorCore, static_text
 
 #: The demo prompt: code that repeats itself, which n-gram drafting turns into long accepted runs.

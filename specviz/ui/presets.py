@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Iterable
 
-from ..workloads import WORKLOADS
+from ..analysis.workloads import WORKLOADS
 
 
 def demo_presets(drafts: Iterable[str | Path] = ()) -> list[dict[str, Any]]:

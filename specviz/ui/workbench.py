@@ -13,11 +13,11 @@ JS → Py
     ``snapshot`` and ``record`` (downloads), ``restore`` (an uploaded snapshot, in ``chunks`` parts: ``id``,
     ``index``, ``count``, ``data`` base64).
 Py → JS
-    ``comparison {data, lane}`` (:meth:`specviz.compare.Comparison.to_dict` and the second lane's
+    ``comparison {data, lane}`` (:meth:`specviz.analysis.compare.Comparison.to_dict` and the second lane's
     state), ``diagnosis {data}``, ``advice {data}``, ``presets {presets}``, ``download {id, name, mime,
     index, count, data}`` (base64 parts of a file to save).
 
-The second lane is a :meth:`~specviz.session.Session.fork` of the inspector's session: it shares the
+The second lane is a :meth:`~specviz.decoding.session.Session.fork` of the inspector's session: it shares the
 loaded models and is closed with the inspector.
 """
 
@@ -29,8 +29,8 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any
 
+from ..decoding.events import Event, event_from_dict
 from ..errors import SpecvizError
-from ..events import Event, event_from_dict
 
 if TYPE_CHECKING:
     from .core import InspectorCore
@@ -175,7 +175,7 @@ class Workbench:
         }
 
     def _send_comparison(self) -> None:
-        from ..compare import Comparison, Lane
+        from ..analysis.compare import Comparison, Lane
 
         if self.lane is None:
             self.comparison = None
@@ -310,7 +310,7 @@ class Workbench:
 
     # -- diagnosis and advice --------------------------------------------------------------------------
     def _refresh_diagnosis(self, force: bool = False) -> None:
-        from ..diagnose import diagnose
+        from ..analysis.diagnose import diagnose
 
         try:
             self.diagnosis = diagnose(self._events(), cost=getattr(self.core.session, "cost_model", None)).to_dict()
@@ -321,13 +321,13 @@ class Workbench:
         self._send({"type": "diagnosis", "data": self.diagnosis})
 
     def _advise_message(self) -> None:
-        from ..advise import advise
+        from ..analysis.advise import advise
 
         cost = None
         s = self.core.session
         if s is not None and not self.core.replay and getattr(s, "started", False):
             self._idle("advise")
-            from ..cli_workbench import session_cost
+            from ..cli.workbench import session_cost
 
             cost = session_cost(s)
         lanes = [self._events()] + ([list(self.lane.events)] if self.lane is not None else [])

@@ -1,0 +1,491 @@
+"""Which draft settings pay on this machine? Expected tokens/s of each setting, from what a session did.
+
+:func:`advise` reads a session's events (live or recorded; rewinds honoured) and a verify-cost curve, and
+searches ``draft_max``, ``draft_min`` and ``draft_p_min`` (and the strategy, among those the session
+ran) for the highest expected tokens/s. It answers with the setting, its expected speedup over plain
+decoding, and the same setting as llama.cpp flags for ``llama-server``.
+
+How a setting is scored — a replay of the recorded rounds, no model needed:
+
+* each round that drafted ``L`` tokens, of which the target accepted ``n``, is replayed under the setting:
+  the draft is cut at ``draft_max`` (after verify-tile alignment, as the session's budget does) and at
+  the first token whose draft probability is below ``draft_p_min``; a cut draft shorter than
+  ``max(draft_min, 1)`` is dropped (a plain round). A drafting round commits ``min(n, k) + 1`` tokens and
+  costs the verify of ``k + 1`` tokens plus its drafting; a plain round commits 1 token and costs a
+  one-token verify (plus what the drafter spent proposing). Greedy acceptance of a prefix does not depend
+  on the tokens after it, so the cut rounds are exact; what the replay cannot know is how the following
+  rounds would have differed, so it scores the *per-round* mix the session saw;
+* expected tokens/s = committed tokens over time, summed over the replayed rounds; the baseline is plain
+  decoding, one token per one-token verify;
+* the verify cost of a batch of ``b`` tokens comes from the measured curve (``cost``: a
+  :class:`~specviz.decoding.policy.VerifyCostModel`, as the ``cost`` policy and ``benchmarks/bench_verify_cost.py``
+  measure it), else from the curve recorded in the telemetry, else fitted to the recorded verify times
+  (the median per batch size, a straight line through them for sizes never seen);
+* drafting time: a model drafter's seconds per drafted token times ``k``; an n-gram drafter's recorded
+  seconds per call (they barely depend on ``k``);
+* everything else a round costs (reading the logits rows up to the first rejection, events, telemetry)
+  is fitted to the recorded rounds as ``a + b * rows read`` (a round's seconds minus its drafting and its
+  verify batch's cost); on a small model it is most of a round, on a large one a few percent.
+
+Limits, stated in every answer: the search does not go beyond the longest draft recorded (nothing is
+known about tokens never drafted), nor below the ``draft_p_min`` the session drafted with (tokens below
+it were never proposed).
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import numpy as np
+
+from ..decoding.budget import tile_aligned
+from ..decoding.events import Event
+from ..decoding.policy import VerifyCostModel
+from ..decoding.rewind import effective_events
+from .diagnose import diagnose
+
+#: The draft_min values searched (capped by draft_max).
+DRAFT_MIN_GRID = (0, 1, 2, 3, 4, 6, 8)
+#: The draft_p_min values searched (model drafters; from the recorded draft_p_min up).
+P_MIN_GRID = tuple(round(0.1 * i, 1) for i in range(10))
+#: llama.cpp's ``--spec-type`` for each strategy (prompt lookup has none: ngram-simple is the nearest).
+SPEC_TYPE = {
+    "none": "none",
+    "draft": "draft-simple",
+    "eagle3": "draft-eagle3",
+    "mtp": "draft-mtp",
+    "prompt-lookup": "ngram-simple",
+    "ngram-simple": "ngram-simple",
+    "ngram-map-k": "ngram-map-k",
+    "ngram-map-k4v": "ngram-map-k4v",
+    "ngram-mod": "ngram-mod",
+    "ngram-cache": "ngram-cache",
+}
+
+
+@dataclass
+class _Rounds:
+    """The recorded rounds of one strategy, as arrays."""
+
+    strategy: str
+    knobs: dict[str, Any]
+    length: np.ndarray  # drafted tokens L
+    accepted: np.ndarray  # accepted n
+    probs: list[list[float | None]]
+    draft_seconds: np.ndarray
+    has_probs: bool
+
+
+@dataclass
+class Candidate:
+    """One scored setting."""
+
+    strategy: str
+    draft_max: int
+    draft_min: int
+    draft_p_min: float | None
+    tokens_per_second: float
+    tokens_per_round: float
+    speedup: float
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-serialisable form."""
+        return dict(self.__dict__)
+
+
+@dataclass
+class Advice:
+    """The advised setting, its expected speedup, the llama.cpp flags, and what it was computed from."""
+
+    best: Candidate | None
+    baseline_tokens_per_second: float
+    per_strategy: dict[str, Candidate] = field(default_factory=dict)
+    current: dict[str, Candidate] = field(default_factory=dict)
+    measured: dict[str, float] = field(default_factory=dict)
+    cost_source: str = ""
+    overhead: tuple[float, float] = (0.0, 0.0)
+    best_label: str = ""  #: the group of rounds (strategy and drafting policy) the best setting came from
+    cost_curve: dict[str, Any] = field(default_factory=dict)
+    limits: list[str] = field(default_factory=list)
+    flags: str = ""
+    flag_notes: list[str] = field(default_factory=list)
+    by_depth: list[dict[str, Any]] = field(default_factory=list)
+    by_confidence: list[dict[str, Any]] = field(default_factory=list)
+    knobs: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def text(self) -> str:
+        """The advice in a few sentences (what ``specviz advise`` prints first)."""
+        if self.best is None:
+            return "no drafting round to learn from: run a strategy that drafts, then ask again"
+        b = self.best
+        if b.strategy == "none":
+            return (
+                f"speculation does not pay here: no setting beats plain decoding "
+                f"({self.baseline_tokens_per_second:.1f} tokens/s expected); run without it ({self.flags})"
+            )
+        pmin = f", draft_p_min {b.draft_p_min:g}" if b.draft_p_min is not None else ""
+        cur = self.current.get(self.best_label)
+        vs = f" (the setting run: {cur.speedup:.2f}x)" if cur is not None else ""
+        return (
+            f"{b.strategy} with draft_max {b.draft_max}, draft_min {b.draft_min}{pmin}: expected "
+            f"{b.tokens_per_second:.1f} tokens/s, {b.speedup:.2f}x plain decoding{vs}"
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """Everything as one JSON-serialisable dictionary."""
+        return {
+            "text": self.text,
+            "best": self.best.to_dict() if self.best else None,
+            "best_label": self.best_label,
+            "baseline_tokens_per_second": self.baseline_tokens_per_second,
+            "per_strategy": {k: v.to_dict() for k, v in self.per_strategy.items()},
+            "current": {k: v.to_dict() for k, v in self.current.items()},
+            "measured": dict(self.measured),
+            "cost_source": self.cost_source,
+            "cost_curve": self.cost_curve,
+            "limits": list(self.limits),
+            "round_overhead": {"seconds": self.overhead[0], "seconds_per_row": self.overhead[1]},
+            "llama_cpp_flags": self.flags,
+            "flag_notes": list(self.flag_notes),
+            "by_depth": self.by_depth,
+            "by_confidence": self.by_confidence,
+            "knobs": self.knobs,
+        }
+
+    def report(self) -> str:
+        """A plain-text report."""
+        lines = [self.text, f"llama-server flags: {self.flags}"] + [f"  note: {n}" for n in self.flag_notes]
+        lines.append(
+            f"plain decoding: {self.baseline_tokens_per_second:.1f} tokens/s expected; verify cost {self.cost_source}"
+        )
+        for name, c in self.per_strategy.items():
+            cur = self.current.get(name)
+            pmin = f" p_min {c.draft_p_min:g}" if c.draft_p_min is not None else ""
+            meas = self.measured.get(name)
+            lines.append(
+                f"  {name:<14} best: max {c.draft_max} min {c.draft_min}{pmin} -> {c.tokens_per_second:.1f} "
+                f"tok/s ({c.speedup:.2f}x)"
+                + (f"; as run: {cur.tokens_per_second:.1f} tok/s expected" if cur else "")
+                + (f", {meas:.1f} measured" if meas else "")
+            )
+        lines += [f"limit: {x}" for x in self.limits]
+        return "\n".join(lines)
+
+
+# -- inputs ----------------------------------------------------------------------------------------
+
+
+_Collected = tuple[
+    dict[str, _Rounds],
+    dict[int, list[float]],
+    dict[str, Any] | None,
+    dict[str, float],
+    list[tuple[int, int, float, float]],
+]
+
+
+def _collect(events: Sequence[Event]) -> _Collected:
+    """Rounds per strategy, verify seconds per batch size, the last recorded cost curve, measured tok/s, and
+    per round (rows read, batch size, round seconds, draft seconds) where the telemetry tells them."""
+    overhead: list[tuple[int, int, float, float]] = []
+    per: dict[str, dict[str, Any]] = {}
+    verify: dict[int, list[float]] = {}
+    curve = None
+    strategy, knobs = "", {}
+    cur: dict[str, Any] = {}
+    measured: dict[str, list[float]] = {}  # per strategy: [committed tokens, draft + verify seconds]
+    for ev in events:
+        k = ev.kind
+        if k in ("session_started", "knobs_changed", "rewound"):
+            strategy, knobs = ev.strategy, dict(ev.knobs)  # type: ignore[attr-defined]
+        elif k == "draft_proposed":
+            cur = {"d": ev}
+        elif k == "verified":
+            verify.setdefault(int(ev.batch_size), []).append(float(ev.seconds))  # type: ignore[attr-defined]
+            cur["v"] = float(ev.seconds)  # type: ignore[attr-defined]
+        elif k == "accepted" and "d" in cur:
+            d = cur.pop("d")
+            # rounds are grouped by strategy and drafting policy: a policy's own draft lengths shape what
+            # the rounds could show, so the fixed and the cost policy's rounds of one strategy stay apart
+            label = _label(strategy, knobs)
+            g = per.setdefault(label, {"strategy": strategy, "knobs": knobs, "L": [], "n": [], "p": [], "s": []})
+            g["knobs"] = knobs
+            g["L"].append(len(d.tokens))
+            g["n"].append(int(ev.n_accepted))  # type: ignore[attr-defined]
+            g["p"].append(list(d.probs))
+            g["s"].append(float(d.seconds))
+            cur["n"], cur["b"] = int(ev.n_accepted) + 1, len(d.tokens) + 1  # type: ignore[attr-defined]
+            m = measured.setdefault(label, [0.0, 0.0])
+            m[0] += len(ev.tokens)  # type: ignore[attr-defined]
+            m[1] += float(d.seconds) + cur.pop("v", 0.0)
+        elif k == "telemetry":
+            data = ev.data or {}  # type: ignore[attr-defined]
+            pol = data.get("policy") or {}
+            if isinstance(pol, dict) and pol.get("verify_cost"):
+                curve = pol["verify_cost"]
+            last = data.get("last_round") or {}
+            if "seconds" in last and "n" in cur:
+                rows_read, batch = cur.pop("n"), cur.pop("b", 1)
+                overhead.append((rows_read, batch, float(last["seconds"]), float(last.get("draft_seconds", 0.0))))
+    out = {}
+    for name, g in per.items():
+        has_probs = any(p is not None for ps in g["p"] for p in ps)
+        out[name] = _Rounds(
+            g["strategy"],
+            g["knobs"],
+            np.array(g["L"], dtype=np.int64),
+            np.array(g["n"], dtype=np.int64),
+            g["p"],
+            np.array(g["s"], dtype=float),
+            has_probs,
+        )
+    return out, verify, curve, {k: m[0] / m[1] for k, m in measured.items() if m[1] > 0}, overhead
+
+
+def scaled_to_times(cost: VerifyCostModel, verify: dict[int, list[float]]) -> tuple[VerifyCostModel, float]:
+    """``cost`` scaled to the level of the recorded verify times (the median of recorded / curve over every
+    recorded verify): the curve's shape comes from the measurement, its level from the rounds themselves,
+    which ran under the same load as the figures the advice is compared with. ``(cost, 1.0)`` without
+    recorded times. The recorded times include the acceptor's reading of the logits rows, so the scale is
+    a little above 1 on an idle machine."""
+    ratios = [t / cost(b) for b, ts in verify.items() for t in ts if cost(b) > 0]
+    if not ratios:
+        return cost, 1.0
+    scale = float(statistics.median(ratios))
+    return VerifyCostModel(cost.sizes.tolist(), (cost.seconds * scale).tolist()), scale
+
+
+def _label(strategy: str, knobs: dict[str, Any]) -> str:
+    """The name of a group of rounds: the strategy, and the drafting policy when it is not the fixed one."""
+    policy = knobs.get("draft_policy", "fixed")
+    return strategy if policy in ("fixed", None) else f"{strategy} ({policy} policy)"
+
+
+def fit_overhead(rows: list[tuple[int, int, float, float]], cost: VerifyCostModel) -> tuple[float, float]:
+    """``(a, b)``: what a round costs besides drafting and its verify batch, as ``a + b * rows read``, fitted
+    (least squares; a constant when the slope would be negative) to recorded rounds; ``(0, 0)`` without them."""
+    if not rows:
+        return 0.0, 0.0
+    x = np.array([r[0] for r in rows], float)
+    y = np.array([max(r[2] - r[3] - cost(r[1]), 0.0) for r in rows], float)
+    if len(set(x.tolist())) < 2:
+        return float(np.median(y)), 0.0
+    b, a = np.polyfit(x, y, 1)
+    if b < 0 or a < 0:
+        return float(np.median(y)), 0.0
+    return float(a), float(b)
+
+
+def cost_from_times(verify: dict[int, list[float]]) -> VerifyCostModel | None:
+    """A verify-cost curve fitted to recorded verify times: the median per batch size seen, and for the
+    sizes in between or beyond, a least-squares line through those medians. None with fewer than two sizes."""
+    if len(verify) < 2:
+        return None
+    sizes = sorted(verify)
+    med = [statistics.median(verify[b]) for b in sizes]
+    slope, icpt = np.polyfit(np.array(sizes, float), np.array(med, float), 1)
+    top = max(max(sizes), 64)
+    all_sizes = list(range(1, top + 1))
+    secs = [statistics.median(verify[b]) if b in verify else max(float(icpt + slope * b), 1e-9) for b in all_sizes]
+    return VerifyCostModel(all_sizes, secs)
+
+
+# -- scoring ---------------------------------------------------------------------------------------
+
+
+def _first_below(probs: list[list[float | None]], p_min: float) -> np.ndarray:
+    """Per round: index of the first draft token whose probability is below ``p_min`` (its length if none)."""
+    out = np.empty(len(probs), dtype=np.int64)
+    for i, ps in enumerate(probs):
+        j = next((j for j, p in enumerate(ps) if p is not None and p < p_min), len(ps))
+        out[i] = j
+    return out
+
+
+def _score(
+    r: _Rounds,
+    cost: VerifyCostModel,
+    kmax: int,
+    kmin: int,
+    p_min: float | None,
+    tile: int,
+    first_below: np.ndarray | None,
+    overhead: tuple[float, float] = (0.0, 0.0),
+) -> tuple[float, float]:
+    """(tokens/s, tokens/round) of rounds ``r`` replayed under one setting (see the module docstring)."""
+    limit = tile_aligned(kmax, tile)
+    k = np.minimum(r.length, limit)
+    if p_min is not None and first_below is not None:
+        k = np.minimum(k, first_below)
+    plain = (k < max(kmin, 1)) | (r.length == 0)
+    n_tok = np.where(plain, 1, np.minimum(r.accepted, k) + 1)
+    vcost = np.array([cost(int(b)) for b in range(1, int(r.length.max(initial=0)) + 2)])
+    verify = np.where(plain, vcost[0], vcost[np.maximum(k, 0)])
+    if r.has_probs:  # a model drafter: its seconds per drafted token
+        per_tok = r.draft_seconds / np.maximum(r.length, 1)
+        draft = np.where(r.length == 0, r.draft_seconds, per_tok * np.maximum(k, 1))
+    else:
+        draft = r.draft_seconds
+    total = float(np.sum(verify + draft + overhead[0] + overhead[1] * n_tok))
+    return (float(np.sum(n_tok)) / total if total > 0 else 0.0), float(np.mean(n_tok)) if n_tok.size else 0.0
+
+
+def _search(
+    r: _Rounds, cost: VerifyCostModel, base: float, tile: int, overhead: tuple[float, float] = (0.0, 0.0)
+) -> Candidate | None:
+    if not r.length.size or r.length.max() == 0:
+        return None
+    recorded_pmin = float(r.knobs.get("draft_p_min", 0.0) or 0.0) if r.has_probs else None
+    pmins: list[float | None] = (
+        [p for p in P_MIN_GRID if p >= recorded_pmin - 1e-9] if recorded_pmin is not None else [None]
+    )
+    best: Candidate | None = None
+    for p in pmins:
+        fb = _first_below(r.probs, p) if p is not None and p > 0 else None
+        for kmax in range(1, int(r.length.max()) + 1):
+            if tile_aligned(kmax, tile) != kmax:
+                continue  # the session would round it down: the shorter one is scored already
+            for kmin in DRAFT_MIN_GRID:
+                if kmin > kmax:
+                    break
+                tps, tpr = _score(r, cost, kmax, kmin, p, tile, fb, overhead)
+                if best is None or tps > best.tokens_per_second * (1 + 1e-9):
+                    best = Candidate(r.strategy, kmax, kmin, p, tps, tpr, tps / base if base else 0.0)
+    return best
+
+
+def _events_of(source: Any) -> list[Event]:
+    """A source's events folded over its rewinds."""
+    events = source.events if hasattr(source, "events") and not isinstance(source, list) else source
+    return effective_events(list(events))
+
+
+def advise(source: Any, *more: Any, cost: VerifyCostModel | None = None, scale_to_rounds: bool = False) -> Advice:
+    """The advised setting for a :class:`~specviz.decoding.session.Session` or a list of events (see the module
+    docstring); ``more`` sessions or recordings (another lane, another run) add their rounds, each folded
+    over its own rewinds. ``cost`` is the measured verify-cost curve; without it, the session's measured
+    one, the one recorded in the telemetry, or one fitted to the recorded verify times is used.
+
+    ``scale_to_rounds``: scale the curve to the level of the rounds' own verify times
+    (:func:`scaled_to_times`) — for a curve measured on the same machine just after the run, whose load
+    may have changed meanwhile; not for a curve measured elsewhere on purpose.
+
+    Rounds are grouped by strategy and drafting policy (``per_strategy`` / ``current`` are keyed
+    ``"prompt-lookup"`` or ``"prompt-lookup (cost policy)"``)."""
+    if cost is None:
+        cost = getattr(source, "cost_model", None)
+    first = _events_of(source)
+    events = first + [e for m in more for e in _events_of(m)]
+    rounds, verify, recorded_curve, measured, overhead_rows = _collect(events)
+    if cost is not None:
+        source_name = "measured"
+    elif recorded_curve:
+        cost, source_name = (
+            VerifyCostModel(recorded_curve["sizes"], recorded_curve["seconds"]),
+            "recorded in the telemetry",
+        )
+    else:
+        cost = cost_from_times(verify)
+        source_name = "fitted to the recorded verify times"
+    dg = diagnose(first)
+    knobs = dict(dg.knobs)
+    if cost is None:
+        adv = Advice(None, 0.0, cost_source="none: fewer than two verify batch sizes were recorded")
+        adv.limits.append(
+            "the verify cost of batches longer than one token is unknown: measure it "
+            "(benchmarks/bench_verify_cost.py, or the cost policy) or record a drafting session"
+        )
+        return adv
+    scale = 1.0
+    if scale_to_rounds and source_name != "fitted to the recorded verify times":
+        cost, scale = scaled_to_times(cost, verify)
+        if abs(scale - 1.0) > 0.05:
+            source_name += f", scaled by {scale:.2f} to the rounds' own verify times"
+    overhead = fit_overhead(overhead_rows, cost)
+    base = 1.0 / (cost(1) + overhead[0] + overhead[1])
+    adv = Advice(
+        None,
+        base,
+        cost_source=source_name,
+        overhead=overhead,
+        cost_curve=cost.to_dict(),
+        by_depth=dg.by_depth(),
+        by_confidence=dg.by_confidence(),
+        knobs=knobs,
+        measured=measured,
+    )
+    for name, r in rounds.items():
+        if name == "none":
+            continue
+        tile = int(r.knobs.get("verify_tile", 1)) if r.knobs.get("align", True) else 1
+        c = _search(r, cost, base, tile, overhead)
+        if c is None:
+            continue
+        adv.per_strategy[name] = c
+        kmax, kmin = int(r.knobs.get("draft_max", int(r.length.max()))), int(r.knobs.get("draft_min", 0))
+        p = float(r.knobs["draft_p_min"]) if r.has_probs and "draft_p_min" in r.knobs else None
+        tps, tpr = _score(r, cost, kmax, kmin, p, tile, _first_below(r.probs, p) if p else None, overhead)
+        adv.current[name] = Candidate(r.strategy, kmax, kmin, p, tps, tpr, tps / base)
+        longest = int(r.length.max())
+        adv.limits.append(
+            f"{name}: draft_max searched up to {longest}, the longest draft recorded"
+            + (f"; draft_p_min from {p:g}, the value it drafted with" if p is not None else "")
+        )
+    if adv.per_strategy:
+        label, best = max(adv.per_strategy.items(), key=lambda kv: kv[1].tokens_per_second)
+        adv.best = best if best.speedup > 1.0 else Candidate("none", 0, 0, None, base, 1.0, 1.0)
+        adv.best_label = label if best.speedup > 1.0 else "none"
+        adv.flags, adv.flag_notes = llama_flags(adv.best, rounds[label].knobs if adv.best.strategy != "none" else {})
+    return adv
+
+
+# -- llama.cpp flags -------------------------------------------------------------------------------
+
+
+def llama_flags(c: Candidate, knobs: dict[str, Any]) -> tuple[str, list[str]]:
+    """The setting ``c`` (with the strategy's other ``knobs``) as ``llama-server`` flags of the llama.cpp
+    that llama-cpp-python 0.3.36 vendors, and notes on what does not carry over."""
+    s = c.strategy
+    t = SPEC_TYPE.get(s, s)
+    notes: list[str] = []
+    if s == "none":
+        return "--spec-type none", notes
+    parts = [f"--spec-type {t}"]
+    if s in ("draft", "eagle3", "mtp"):
+        if knobs.get("draft_model"):
+            parts.append(f"-md {knobs['draft_model']}")
+        parts.append(f"--spec-draft-n-max {c.draft_max}")
+        parts.append(f"--spec-draft-n-min {c.draft_min}")
+        if c.draft_p_min is not None:
+            parts.append(f"--spec-draft-p-min {c.draft_p_min:g}")
+    elif s in ("ngram-simple", "ngram-map-k", "ngram-map-k4v", "prompt-lookup"):
+        size_n = knobs.get("max_ngram", 3) if s == "prompt-lookup" else knobs.get("size_n", 12)
+        parts.append(f"--spec-{t}-size-n {size_n}")
+        parts.append(f"--spec-{t}-size-m {c.draft_max}")
+        if s in ("ngram-map-k", "ngram-map-k4v") and knobs.get("min_hits") is not None:
+            parts.append(f"--spec-{t}-min-hits {knobs['min_hits']}")
+        notes.append(f"llama.cpp's {t} drafts size_m tokens: draft_max {c.draft_max} becomes --spec-{t}-size-m")
+        if s == "prompt-lookup":
+            notes.append(
+                "llama.cpp has no prompt-lookup type; ngram-simple is the nearest (it matches one n-gram "
+                f"size, {size_n}, where prompt lookup tries {knobs.get('max_ngram', 3)} down to "
+                f"{knobs.get('min_ngram', 1)})"
+            )
+        if c.draft_min > 1:
+            notes.append(f"llama.cpp's {t} has no minimum draft length (draft_min {c.draft_min} does not carry over)")
+    elif s == "ngram-mod":
+        parts.append(f"--spec-ngram-mod-n-match {knobs.get('n_match', 24)}")
+        parts.append(f"--spec-ngram-mod-n-min {max(c.draft_min, 1)}")
+        parts.append(f"--spec-ngram-mod-n-max {c.draft_max}")
+    elif s == "ngram-cache":
+        if c.draft_max != 8:
+            notes.append(
+                f"llama.cpp's ngram-cache drafts up to 8 tokens (hard-coded); draft_max {c.draft_max} "
+                "does not carry over"
+            )
+    if knobs.get("draft_policy", "fixed") != "fixed":
+        notes.append(f"draft_policy {knobs['draft_policy']} has no llama.cpp counterpart")
+    return " ".join(parts), notes

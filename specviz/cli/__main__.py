@@ -1,0 +1,5 @@
+"""``python -m specviz.cli``: the ``specviz`` command."""
+
+from .main import main
+
+raise SystemExit(main())

@@ -1,0 +1,141 @@
+"""The debugging workbench on the command line: ``specviz diagnose`` and ``specviz advise`` on a recording,
+the ``diagnosis`` and ``advice`` of ``specviz run --json``, and the request options ``--chat`` /
+``--system`` / ``--chat-template`` / ``--stop``.
+
+Kept apart from :mod:`specviz.cli` (which calls in here) so that the command's core stays short.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from ..analysis.advise import advise
+from ..analysis.diagnose import diagnose
+from ..decoding.policy import VerifyCostModel, measure_verify_cost
+
+
+class OptionError(Exception):
+    """An option or argument of a workbench command was refused (``specviz`` exits with status 2)."""
+
+
+def _usage(message: str) -> Exception:
+    return OptionError(message)
+
+
+def add_request_options(p: argparse.ArgumentParser) -> None:
+    """``--chat``, ``--system``, ``--chat-template`` and ``--stop`` for the generation commands."""
+    p.add_argument(
+        "--chat", action="store_true", help="send the prompt as a user message through the model's own chat template"
+    )
+    p.add_argument("--system", default=None, help="with --chat: a system message before the user's")
+    p.add_argument(
+        "--chat-template",
+        default=None,
+        metavar="NAME",
+        help="with --chat: one of llama.cpp's built-in templates instead of the model's own",
+    )
+    p.add_argument(
+        "--stop",
+        action="append",
+        default=None,
+        metavar="TEXT",
+        help="stop string (repeatable): the output ends before it, as plain decoding's would",
+    )
+
+
+def request_config(args: argparse.Namespace) -> dict[str, Any]:
+    """The start() arguments of the request options, checked without a model (raises ValueError)."""
+    from ..decoding.stops import check_stops
+
+    out: dict[str, Any] = {}
+    if args.stop:
+        out["stop"] = list(check_stops(args.stop))
+    if args.chat:
+        msgs = ([{"role": "system", "content": args.system}] if args.system else []) + [
+            {"role": "user", "content": args.prompt_text}
+        ]
+        out["messages"] = msgs
+        if args.chat_template:
+            out["chat_template"] = args.chat_template
+    elif args.system or args.chat_template:
+        raise ValueError("option --system/--chat-template: only with --chat")
+    return out
+
+
+def session_cost(s: Any) -> VerifyCostModel | None:
+    """The session's verify-cost curve: the one the cost policy measured, or measured now (sizes up to the
+    longest draft verified, plus one), leaving the cache as it was; None when the context has no room."""
+    if s.cost_model is not None:
+        return s.cost_model
+    longest = max((len(e.tokens) for e in s.events if e.kind == "draft_proposed"), default=0)
+    try:
+        return measure_verify_cost(s.ctx, s.history, {**s.knobs, "draft_max": max(longest, 1)})
+    except Exception:  # a full context: the advisor fits the recorded verify times instead
+        return None
+
+
+def run_extras(s: Any) -> dict[str, Any]:
+    """The ``diagnosis`` and ``advice`` entries of ``specviz run --json``."""
+    cost = session_cost(s)
+    return {
+        "diagnosis": diagnose(s, cost=cost).to_dict(),
+        "advice": advise(s, cost=cost, scale_to_rounds=True).to_dict(),
+    }
+
+
+def _read(path: str) -> list:
+    from ..decoding.recorder import read_events
+
+    if not Path(path).is_file():
+        raise _usage(f"argument FILE: {path!r} does not exist; pass a .jsonl recording")
+    return read_events(path)
+
+
+def _cost_file(path: str | None) -> VerifyCostModel | None:
+    """A verify-cost curve from ``benchmarks/bench_verify_cost.py --json`` (or ``{"sizes", "seconds"}``)."""
+    if path is None:
+        return None
+    try:
+        data = json.loads(Path(path).read_text())
+        if isinstance(data, dict):
+            return VerifyCostModel(data["sizes"], data["seconds"])
+        return VerifyCostModel([int(r["batch"]) for r in data], [float(r["median_ms"]) / 1000 for r in data])
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise _usage(
+            f"option --verify-cost: {path!r} is not a verify-cost curve (bench_verify_cost.py --json output): {e}"
+        ) from None
+
+
+def cmd_diagnose(args: argparse.Namespace) -> int:
+    """``specviz diagnose FILE.jsonl``: why acceptance is what it is, from a recording."""
+    dg = diagnose(_read(args.file), cost=_cost_file(args.verify_cost))
+    print(json.dumps(dg.to_dict(), ensure_ascii=False) if args.json else dg.text())
+    return 0
+
+
+def cmd_advise(args: argparse.Namespace) -> int:
+    """``specviz advise FILE.jsonl``: the draft settings with the best expected tokens/s, and llama.cpp flags."""
+    adv = advise(_read(args.file), cost=_cost_file(args.verify_cost))
+    print(json.dumps(adv.to_dict(), ensure_ascii=False) if args.json else adv.report())
+    return 0
+
+
+def add_commands(sub: Any) -> None:
+    """Add ``diagnose`` and ``advise`` to the ``specviz`` command's subparsers."""
+    for name, func, text in (
+        ("diagnose", cmd_diagnose, "why acceptance is low, from a recording (.jsonl)"),
+        ("advise", cmd_advise, "draft settings that pay, as llama.cpp flags, from a recording"),
+    ):
+        p = sub.add_parser(name, help=text)
+        p.add_argument("file", metavar="FILE")
+        p.add_argument(
+            "--verify-cost",
+            default=None,
+            metavar="FILE.json",
+            help="a measured verify-cost curve (benchmarks/bench_verify_cost.py --json)",
+        )
+        p.add_argument("--json", action="store_true")
+        p.set_defaults(func=func)

@@ -1,0 +1,234 @@
+"""The acceptor: one function decides what a verified round commits, for greedy and sampled decoding.
+
+Modelled on vLLM's ``RejectionSampler.forward`` and llama.cpp's ``common_sampler_sample_and_accept_n``:
+one entry point, with ``draft_dists=None`` for drafts that carry no distribution (n-gram and prompt
+lookup drafts, greedy model drafts).
+
+Terms (for one sequence; ``k`` is the draft length, ``V`` the vocabulary size):
+
+``draft``
+    ``k`` proposed token ids ``d_0 … d_{k-1}``.
+``rows``
+    The target's logits for the verify batch ``[pending token] + draft``: ``rows(i)`` (or ``rows[i]``) is
+    a ``float32`` array of ``V`` entries for ``i`` in ``0 … k``; row ``i`` predicts the token that follows
+    the committed text plus ``d_0 … d_{i-1}``. Rows are read lazily — only up to the first rejection, or
+    the bonus row ``k`` — so a callable that hands out llama.cpp's logits in place reads nothing extra.
+``params``
+    :class:`~specviz.decoding.sampling.SamplingParams`; temperature 0 is greedy.
+``rng``
+    The generation's seeded ``numpy.random.Generator`` (never touched when greedy).
+``draft_dists``
+    ``q_i`` for each draft position (a sequence or a callable of :class:`~specviz.decoding.sampling.TokenDist`),
+    built with the same ``params`` as the target, when the draft tokens were sampled from them.
+
+Greedy (temperature 0): accept ``d_i`` while it is the first maximum of row ``i`` (NaN counts as −∞),
+then commit that row's first maximum — the correction at a mismatch, the bonus after a full match.
+Probabilities reported are the softmax at temperature 1 (what the target "thinks"), from the same pass.
+
+Sampled: accept ``d_i`` with probability ``min(1, p_i(d_i) / q_i(d_i))`` (the point-mass rule ``p_i(d_i)``
+without ``q``); at the first rejection draw the correction from the residual ``max(0, p_i − q_i)``
+normalised (``p_i`` without ``d_i`` under the point-mass rule); after a full match draw the bonus from
+``p_k``. Random numbers are drawn in a fixed order — one uniform per examined draft position, then one
+for the correction or bonus — so the same seed, settings and rows give the same tokens. Either rule
+leaves the committed tokens distributed exactly as the target samples them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Sequence, Union
+
+import numpy as np
+
+from .rowscan import ScoredRow
+from .sampling import (
+    SamplingParams,
+    TokenDist,
+    acceptance_probability,
+    probs_from_logits,
+    residual_distribution,
+    sample,
+)
+
+__all__ = ["PositionVerdict", "Verdict", "accept", "N_ALTERNATIVES"]
+
+#: How many of the target's top choices a rejection reports.
+N_ALTERNATIVES = 5
+
+RowSource = Union[Callable[[int], np.ndarray], Sequence[np.ndarray]]
+DraftDists = Union[Callable[[int], TokenDist], Sequence[TokenDist], None]
+
+
+@dataclass(frozen=True)
+class PositionVerdict:
+    """What happened to one examined draft token (sampled decoding): its probabilities, the uniform
+    drawn and the outcome (accepted iff ``u < accept_prob``)."""
+
+    index: int  #: 0-based position in the draft
+    token: int  #: the draft token d_i
+    p: float  #: target probability p_i(d_i) under the sampling distribution
+    q: float | None  #: draft probability q_i(d_i); None for a deterministic draft
+    accept_prob: float  #: min(1, p/q), or p under the point-mass rule
+    u: float  #: the uniform drawn
+    accepted: bool
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The acceptor's decision for one round.
+
+    ``tokens`` are what to commit: the accepted draft prefix ``d_0 … d_{n-1}`` (``n = n_accepted``)
+    followed by exactly one token of the target's (``final_token``: the correction at the first
+    rejection, or the bonus when the whole draft was accepted — then ``bonus`` is True; a round
+    without a draft has ``bonus`` True and nothing accepted). ``probs[j]`` is the target's
+    probability of ``tokens[j]``. At a rejection, ``rejected_prob`` is the target's probability of
+    the refused draft token, ``rejected_rank`` its rank among the target's choices there (1 = the
+    target's own choice; ties go to the lower id, as the greedy scan), ``margin`` the target's top-two
+    logit margin there and ``alternatives`` the target's top choices, best first; all are empty/None
+    otherwise. Under sampling the probabilities and the rank are those of the sampling distribution
+    (after temperature, top-k and top-p); the margin is always in raw logits. ``positions`` (sampled
+    decoding only) details each examined draft position. ``rows_read`` is ``n_accepted + 1``.
+    """
+
+    n_accepted: int
+    tokens: tuple[int, ...]
+    probs: tuple[float, ...]
+    bonus: bool
+    rejected_prob: float | None = None
+    alternatives: tuple[tuple[int, float], ...] = ()
+    positions: tuple[PositionVerdict, ...] = ()
+    rows_read: int = 0
+    rejected_rank: int | None = None
+    margin: float | None = None
+
+    @property
+    def final_token(self) -> int:
+        """The target's own token that ends the committed run."""
+        return self.tokens[-1]
+
+
+def accept(
+    draft: Sequence[int],
+    rows: RowSource,
+    params: SamplingParams,
+    rng: np.random.Generator,
+    draft_dists: DraftDists = None,
+    *,
+    top_n: int = N_ALTERNATIVES,
+    scratch: np.ndarray | None = None,
+) -> Verdict:
+    """Decide what one round commits (see the module docstring for the terms and the two rules).
+
+    ``scratch`` is an optional ``float32`` buffer of the vocabulary size reused by the greedy row scan.
+    """
+    row = rows if callable(rows) else rows.__getitem__
+    if params.greedy:
+        return _accept_greedy(draft, row, top_n, scratch)
+    qdist = None if draft_dists is None else (draft_dists if callable(draft_dists) else draft_dists.__getitem__)
+    return _accept_sampled(draft, row, params, rng, qdist, top_n)
+
+
+def _accept_greedy(
+    draft: Sequence[int], row: Callable[[int], np.ndarray], top_n: int, scratch: np.ndarray | None
+) -> Verdict:
+    tokens: list[int] = []
+    probs: list[float] = []
+    k = len(draft)
+    for i in range(k + 1):
+        sr = ScoredRow(row(i), scratch)
+        tokens.append(sr.best)
+        probs.append(sr.prob(sr.best))
+        if i == k:
+            return Verdict(k, tuple(tokens), tuple(probs), True, rows_read=k + 1)
+        d = int(draft[i])
+        if sr.best != d:
+            alts = sr.top(top_n)
+            return Verdict(
+                i,
+                tuple(tokens),
+                tuple(probs),
+                False,
+                rejected_prob=sr.prob(d),
+                alternatives=tuple(alts),
+                rows_read=i + 1,
+                rejected_rank=_rank(sr.row, d, alts),
+                margin=_margin(sr.row, alts),
+            )
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _rank(row: np.ndarray, token: int, alts: Sequence[tuple[int, float]]) -> int:
+    """Rank of ``token`` in a NaN-free logits row (1 = first maximum; ties go to the lower id): read from
+    the alternatives when it is among them, else one counting pass over the row (once per rejection)."""
+    for j, (t, _) in enumerate(alts):
+        if t == token:
+            return j + 1
+    v = row[token]
+    return int(np.count_nonzero(row > v)) + int(np.count_nonzero(row[:token] == v)) + 1
+
+
+def _dist_rank(p: TokenDist, token: int, alts: Sequence[tuple[int, float]]) -> int:
+    """Rank of ``token`` in a sampling distribution (tokens outside its support rank after all of it)."""
+    for j, (t, _) in enumerate(alts):
+        if t == token:
+            return j + 1
+    pt = p.prob(token)
+    if pt <= 0.0:
+        return int(np.count_nonzero(p.probs > 0)) + 1
+    ids = p.ids if p.ids is not None else np.arange(p.probs.shape[0])
+    return int(np.count_nonzero(p.probs > pt)) + int(np.count_nonzero((p.probs == pt) & (ids < token))) + 1
+
+
+def _margin(row: np.ndarray, alts: Sequence[tuple[int, float]]) -> float | None:
+    """The top-two logit margin of ``row`` given its two best tokens (two reads of the row)."""
+    if len(alts) < 2:
+        return None
+    return float(row[alts[0][0]]) - float(row[alts[1][0]])
+
+
+def _accept_sampled(
+    draft: Sequence[int],
+    row: Callable[[int], np.ndarray],
+    params: SamplingParams,
+    rng: np.random.Generator,
+    qdist: Callable[[int], TokenDist] | None,
+    top_n: int,
+) -> Verdict:
+    tokens: list[int] = []
+    probs: list[float] = []
+    positions: list[PositionVerdict] = []
+    k = len(draft)
+    for i in range(k):
+        d = int(draft[i])
+        logits = row(i)
+        p = probs_from_logits(logits, params)
+        q = None if qdist is None else qdist(i)
+        a = acceptance_probability(p, q, d)
+        u = float(rng.random())
+        ok = u < a
+        positions.append(PositionVerdict(i, d, p.prob(d), None if q is None else q.prob(d), a, u, ok))
+        if ok:
+            tokens.append(d)
+            probs.append(p.prob(d))
+            continue
+        tok = sample(residual_distribution(p, q, d), rng)
+        tokens.append(tok)
+        probs.append(p.prob(tok))
+        alts = p.top(top_n)
+        return Verdict(
+            i,
+            tuple(tokens),
+            tuple(probs),
+            False,
+            rejected_prob=p.prob(d),
+            alternatives=tuple(alts),
+            positions=tuple(positions),
+            rows_read=i + 1,
+            rejected_rank=_dist_rank(p, d, alts),
+            margin=_margin(logits, alts),
+        )
+    p = probs_from_logits(row(k), params)
+    tok = sample(p, rng)
+    tokens.append(tok)
+    probs.append(p.prob(tok))
+    return Verdict(k, tuple(tokens), tuple(probs), True, positions=tuple(positions), rows_read=k + 1)

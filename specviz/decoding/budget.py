@@ -1,0 +1,99 @@
+"""The draft-length budget of a round: the policy's choice, the hard caps, then verify-tile alignment.
+
+In order:
+
+1. the drafting policy (:mod:`specviz.decoding.policy`) picks a length up to ``draft_max`` (``fixed`` always
+   ``draft_max``; ``adaptive`` and ``cost`` shorter when that pays);
+2. hard caps lower it: the remaining generation budget (the round commits at most ``limit + 1`` tokens),
+   the free context (the verify batch ``[pending] + draft`` must fit below ``n_ctx``), ``n_batch`` (one
+   verify is one ``llama_decode``), and — with ``align`` — ``n_ubatch`` (one verify is one forward);
+3. with ``align``, verify-tile alignment rounds a verify batch longer than ``verify_tile`` rows down to a
+   multiple of it (:func:`tile_aligned`), as the runner PR's ``oneForwardDraftBudget`` does with the
+   engine's tile width. llama.cpp's CPU kernels for quantised weights multiply four batch rows at a
+   time; leftover rows take a one-row path that reads every weight again, so a verify of 17 rows costs
+   more than one of 16.
+
+The result names the cap that lowered the limit below the request, so the inspector can say why a draft
+was short.
+
+Departure from llama.cpp's ``speculative-simple``: it caps a draft at ``n_ctx - n_past - 2`` (one spare
+position); we use the exact bound ``n_ctx - n_past - 1`` (the batch's last position is ``n_ctx - 1``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Mapping
+
+if TYPE_CHECKING:
+    from .policy import FixedPolicy
+
+
+def tile_aligned(k: int, tile: int) -> int:
+    """The longest draft ``<= k`` whose verify batch (the draft plus the pending token) suits the tile.
+
+    Batches of up to ``tile`` rows are left alone; longer ones are rounded down to a multiple of
+    ``tile``. ``tile_aligned(16, 4) == 15`` (a batch of 16), ``tile_aligned(2, 4) == 2``.
+    """
+    if tile <= 1 or k + 1 <= tile or (k + 1) % tile == 0:
+        return k
+    return (k + 1) // tile * tile - 1
+
+
+def verify_tile(knobs: Mapping[str, Any]) -> int:
+    """The verify tile in force: the ``verify_tile`` knob with alignment on, 1 (no rounding) without."""
+    return int(knobs.get("verify_tile", 1)) if knobs.get("align", True) else 1
+
+
+@dataclass(frozen=True)
+class Caps:
+    """The hard limits of one round, in draft tokens' terms (before subtracting anything).
+
+    ``remaining`` is how many tokens the generation may still commit; ``free_ctx`` how many positions
+    are left after the committed history (``n_ctx - len(history)``); ``n_batch`` and ``n_ubatch`` are
+    the target context's batch sizes.
+    """
+
+    remaining: int
+    free_ctx: int
+    n_batch: int
+    n_ubatch: int
+
+
+@dataclass(frozen=True)
+class Budget:
+    """The draft length a round may use: ``limit``, the configured ``requested`` length, the ``cap``
+    that lowered it (``policy``, ``budget``, ``context``, ``batch``, ``ubatch``, ``tile``) or None, and
+    the policy's ``expected`` committed tokens for that length (cost policy only)."""
+
+    requested: int
+    limit: int
+    cap: str | None
+    expected: float | None
+
+
+def plan(knobs: Mapping[str, Any], policy: FixedPolicy, caps: Caps, *, drafts: bool = True) -> Budget:
+    """The budget of the next round for a strategy's ``knobs`` (see the module docstring for the order).
+
+    ``drafts`` is False for a strategy that never drafts (``none``): the budget is then 0.
+    """
+    if not drafts:
+        return Budget(0, 0, None, None)
+    requested = int(knobs.get("draft_max", 0))
+    draft_min = int(knobs.get("draft_min", 0))
+    align = bool(knobs.get("align", True))
+    tile = verify_tile(knobs)
+    chosen, expected = policy.length(draft_min, requested, tile)
+    limit, cap = chosen, ("policy" if chosen < requested else None)
+    hard = [("budget", caps.remaining - 1), ("context", caps.free_ctx), ("batch", caps.n_batch - 1)]
+    if align:
+        hard.append(("ubatch", caps.n_ubatch - 1))
+    for name, value in hard:
+        if value < limit:
+            limit, cap = max(value, 0), name
+    aligned = tile_aligned(limit, tile)
+    if max(draft_min, 1) <= aligned < limit:
+        limit, cap = aligned, "tile"
+    if expected is not None and limit < chosen:
+        expected = policy.expected_tokens(limit)
+    return Budget(requested, limit, cap, expected)

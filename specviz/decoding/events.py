@@ -1,0 +1,311 @@
+"""The event stream: one typed, JSON-serialisable event for everything a round does.
+
+Every event is a frozen dataclass with a ``kind`` string and a ``to_dict()``; :func:`event_from_dict`
+turns a dictionary back into the event (used by the replayer). A round publishes, in order:
+``DraftProposed`` → ``Verified`` → ``Accepted`` → ``Rejected`` (when a draft token was refused) →
+``KVRollback`` (once per context whose tail was removed) → ``Telemetry``. ``SessionStarted`` opens a
+session, ``KnobsChanged`` marks a configuration applied at a round boundary and ``Finished`` closes it;
+``Rewound`` says the session went back to an earlier round (the events after it no longer hold).
+
+Token texts ("pieces") travel with the ids so that a front-end or a replay never needs the model.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+
+@dataclass(frozen=True)
+class Event:
+    """Base class of all events. ``round`` is the 1-based round index (0 before the first round)."""
+
+    kind: ClassVar[str] = "event"
+    round: int
+
+    def to_dict(self) -> dict[str, Any]:
+        """A plain dictionary (JSON-serialisable) with the ``kind`` first."""
+        d: dict[str, Any] = {"kind": self.kind}
+        for f in dataclasses.fields(self):
+            d[f.name] = _plain(getattr(self, f.name))
+        return d
+
+
+def _plain(v: Any) -> Any:
+    if isinstance(v, tuple):
+        return [_plain(x) for x in v]
+    if isinstance(v, list):
+        return [_plain(x) for x in v]
+    if isinstance(v, dict):
+        return {str(k): _plain(x) for k, x in v.items()}
+    return v
+
+
+@dataclass(frozen=True)
+class Alternative:
+    """One of the target's top choices at a position: token id, its text and its probability."""
+
+    token: int
+    piece: str
+    prob: float
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain dictionary form."""
+        return {"token": self.token, "piece": self.piece, "prob": self.prob}
+
+
+@dataclass(frozen=True)
+class SessionStarted(Event):
+    """A session began: the models, the prompt, the strategy and its knobs, and the capacities.
+
+    A chat request also carries its ``messages`` (``{"role", "content"}`` each) and the ``chat_template``
+    used (``"model"`` for the model's own); ``prompt_tokens`` are then what the template produced.
+    ``stop`` lists the stop strings."""
+
+    kind: ClassVar[str] = "session_started"
+    model: str = ""
+    draft_model: str | None = None
+    strategy: str = "none"
+    knobs: dict = field(default_factory=dict)
+    prompt_tokens: tuple = ()
+    prompt_pieces: tuple = ()
+    max_tokens: int = 0
+    temperature: float = 0.0
+    top_k: int = 0
+    top_p: float = 1.0
+    seed: int | None = None
+    n_ctx: int = 0
+    n_batch: int = 0
+    n_ubatch: int = 0
+    n_swa: int = 0
+    n_vocab: int = 0
+    stop: tuple = ()
+    messages: tuple = ()
+    chat_template: str | None = None
+
+
+@dataclass(frozen=True)
+class DraftProposed(Event):
+    """The drafter proposed ``tokens`` (possibly none).
+
+    ``probs`` holds the drafter's probability for each token where it has one (``None`` otherwise).
+    ``requested`` is the configured draft length, ``limit`` the length allowed this round after the
+    caps, and ``cap`` names the cap that lowered the limit below the request (``budget``, ``context``,
+    ``batch``, ``ubatch``, ``tile``, ``policy``) or ``None``; ``reason`` says why the draft is shorter than the
+    limit when the drafter itself stopped (``no-match``, ``p-min``, ``check-rate``, ``min-hits`` …).
+    """
+
+    kind: ClassVar[str] = "draft_proposed"
+    tokens: tuple = ()
+    pieces: tuple = ()
+    probs: tuple = ()
+    seconds: float = 0.0
+    requested: int = 0
+    limit: int = 0
+    cap: str | None = None
+    reason: str | None = None
+    position: int = 0
+    policy: str = "fixed"
+    expected_tokens: float | None = None
+
+
+@dataclass(frozen=True)
+class Verified(Event):
+    """The target scored the batch ``[last token] + draft`` in one forward.
+
+    ``tokens``/``probs`` are the target's choice and its probability at each of the ``len(draft)+1``
+    positions. ``kv_before`` and ``kv_peak`` are the target context's cache length before the batch
+    and right after it (before any rollback); ``draft_kv_before``/``draft_kv_peak`` the same for the
+    draft model's context around drafting (``None`` without a draft model).
+    """
+
+    kind: ClassVar[str] = "verified"
+    tokens: tuple = ()
+    pieces: tuple = ()
+    probs: tuple = ()
+    seconds: float = 0.0
+    batch_size: int = 0
+    kv_before: int = 0
+    kv_peak: int = 0
+    draft_kv_before: int | None = None
+    draft_kv_peak: int | None = None
+
+
+@dataclass(frozen=True)
+class Accepted(Event):
+    """Tokens committed this round: the accepted draft prefix, then the target's own token.
+
+    ``tokens`` = accepted draft tokens followed by ``bonus_token`` (omitted when generation stopped on
+    an accepted token). ``n_accepted`` counts accepted draft tokens; ``position`` is the index in the
+    full token history (prompt included) of the first committed token. ``bonus_kind`` is ``bonus``
+    when the whole draft was accepted, ``correction`` when the target replaced a rejected draft token,
+    ``plain`` when there was no draft, and ``None`` when no target token was committed.
+    """
+
+    kind: ClassVar[str] = "accepted"
+    tokens: tuple = ()
+    pieces: tuple = ()
+    n_accepted: int = 0
+    draft_probs: tuple = ()
+    target_probs: tuple = ()
+    bonus_token: int | None = None
+    bonus_piece: str | None = None
+    bonus_prob: float | None = None
+    bonus_kind: str | None = None
+    position: int = 0
+
+
+@dataclass(frozen=True)
+class Rejected(Event):
+    """Draft tokens the target refused, starting at draft ``depth`` (0-based).
+
+    ``target_token`` is the target's choice at that depth and ``alternatives`` its top choices there.
+    ``draft_token_target_prob`` and ``draft_token_target_rank`` are the target's probability and rank
+    (1 = its own choice) of the refused draft token, ``target_margin`` the target's top-two logit margin
+    there; ``draft_probs[0]`` is the drafter's own probability of it (None when it has none).
+    """
+
+    kind: ClassVar[str] = "rejected"
+    depth: int = 0
+    tokens: tuple = ()
+    pieces: tuple = ()
+    draft_probs: tuple = ()
+    target_token: int = 0
+    target_piece: str = ""
+    target_prob: float = 0.0
+    draft_token_target_prob: float | None = None
+    alternatives: tuple = ()
+    position: int = 0
+    draft_token_target_rank: int | None = None
+    target_margin: float | None = None
+
+
+@dataclass(frozen=True)
+class KVRollback(Event):
+    """The tail ``[to_pos, from_pos)`` of ``context`` (``target`` or ``draft``) was removed."""
+
+    kind: ClassVar[str] = "kv_rollback"
+    context: str = "target"
+    from_pos: int = 0
+    to_pos: int = 0
+
+
+@dataclass(frozen=True)
+class KnobsChanged(Event):
+    """A configuration change took effect at this round boundary."""
+
+    kind: ClassVar[str] = "knobs_changed"
+    strategy: str = ""
+    knobs: dict = field(default_factory=dict)
+    previous_strategy: str = ""
+    previous_knobs: dict = field(default_factory=dict)
+    schema: tuple = ()
+
+
+@dataclass(frozen=True)
+class Telemetry(Event):
+    """Cumulative telemetry after a round (see :mod:`specviz.decoding.telemetry` for the fields)."""
+
+    kind: ClassVar[str] = "telemetry"
+    data: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Finished(Event):
+    """Generation ended: ``reason`` is ``eos``, ``stop`` (a stop string; ``message`` names it),
+    ``max_tokens``, ``context``, ``cancelled`` or ``error``."""
+
+    kind: ClassVar[str] = "finished"
+    reason: str = ""
+    n_generated: int = 0
+    message: str | None = None
+
+
+@dataclass(frozen=True)
+class Rewound(Event):
+    """The session went back to the state right after round ``round``, with ``position`` tokens of history
+    (see :mod:`specviz.decoding.rewind`).
+
+    Events of the rounds after ``round`` no longer describe the session; a consumer drops them (a
+    recording keeps them, followed by this event). ``n_events`` is how many events of the session's
+    own list stand before this one, so replaying a recording and truncating to ``n_events`` at each
+    ``rewound`` gives the session's list (:func:`specviz.decoding.rewind.effective_events`). A rewind to a
+    position inside a round keeps that round's first tokens: ``kept_tokens`` / ``kept_pieces``.
+    ``from_round`` / ``from_position`` say where the session was; ``strategy``, ``knobs``,
+    ``finished`` and ``telemetry`` (the figures after round ``round``) are what holds now;
+    ``kv_rollbacks`` lists each context's cut as ``{"context", "from_pos", "to_pos"}``.
+    """
+
+    kind: ClassVar[str] = "rewound"
+    position: int = 0
+    from_round: int = 0
+    from_position: int = 0
+    n_events: int = 0
+    kept_tokens: tuple = ()
+    kept_pieces: tuple = ()
+    strategy: str = ""
+    knobs: dict = field(default_factory=dict)
+    finished: str | None = None
+    telemetry: dict = field(default_factory=dict)
+    kv_rollbacks: tuple = ()
+
+
+EVENT_TYPES: dict[str, type[Event]] = {
+    cls.kind: cls
+    for cls in (
+        SessionStarted,
+        DraftProposed,
+        Verified,
+        Accepted,
+        Rejected,
+        KVRollback,
+        KnobsChanged,
+        Telemetry,
+        Finished,
+        Rewound,
+    )
+}
+
+
+def event_from_dict(d: dict[str, Any]) -> Event:
+    """Rebuild an event from its ``to_dict()`` form (lists become tuples)."""
+    kind = d.get("kind")
+    cls = EVENT_TYPES.get(kind)  # type: ignore[arg-type]
+    if cls is None:
+        raise ValueError(f"unknown event kind {kind!r}; known kinds: {', '.join(EVENT_TYPES)}")
+    names = {f.name for f in dataclasses.fields(cls)}
+    kwargs = {}
+    for k, v in d.items():
+        if k in names:
+            kwargs[k] = _tuples(v) if isinstance(v, list) else v
+    return cls(**kwargs)
+
+
+def _tuples(v: Any) -> Any:
+    if isinstance(v, list):
+        return tuple(_tuples(x) for x in v)
+    return v
+
+
+@dataclass(frozen=True)
+class Round:
+    """Everything one ``Session.step()`` did: its index, its events in order, and the new tokens."""
+
+    index: int
+    events: tuple
+    new_tokens: tuple = ()
+    finished: str | None = None
+
+    def of_kind(self, kind: str) -> list[Event]:
+        """The events of this round with the given ``kind``."""
+        return [e for e in self.events if e.kind == kind]
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain dictionary form: the events as dictionaries."""
+        return {
+            "index": self.index,
+            "events": [e.to_dict() for e in self.events],
+            "new_tokens": list(self.new_tokens),
+            "finished": self.finished,
+        }

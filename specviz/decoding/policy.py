@@ -1,0 +1,384 @@
+"""Drafting policies: how long a draft may be this round, shared by every strategy.
+
+* ``fixed``: the configured ``draft_max``.
+* ``adaptive`` (the runner PR's ``--adaptive-draft-count``): start at ``draft_max``; grow by 2 after a
+  fully accepted draft, shrink by 1 otherwise, within ``[max(draft_min, 1), draft_max]``.
+* ``cost`` (ours): measure the target's verify cost for batch sizes 1…k+1 once per session, keep an
+  acceptance estimate per run position (how many tokens in a row were accepted before), and pick each
+  round the length that maximises expected tokens per second (a draft must beat plain decoding by 5%).
+  A length of 0 (plain decoding) is allowed when speculation does not pay; the drafter's unverified
+  prediction in such a round, or a one-token probe every few rounds, keeps the estimate alive.
+
+After the policy, :mod:`specviz.decoding.budget` applies the hard caps and verify-tile alignment.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from .budget import tile_aligned
+
+POLICIES = ("fixed", "adaptive", "cost")
+
+
+class FixedPolicy:
+    """Always the configured maximum."""
+
+    name = "fixed"
+
+    def length(self, draft_min: int, draft_max: int, tile: int = 1) -> tuple[int, float | None]:
+        """Draft length for this round and the expected tokens it yields (None when not modelled).
+
+        ``tile`` is the verify tile the session will round the length to afterwards; a policy that
+        compares lengths only needs to compare the lengths that survive that rounding.
+        """
+        return draft_max, None
+
+    def expected_tokens(self, k: int) -> float | None:
+        """Expected committed tokens of a round with a k-token draft (None when not modelled)."""
+        return None
+
+    def use_cost(self, cost: VerifyCostModel) -> None:
+        """Give the policy the measured verify cost curve (only the cost policy uses it)."""
+
+    def observe(self, n_drafted: int, n_accepted: int, draft_seconds: float) -> None:
+        """Learn from a verified round."""
+
+    def observe_verify(self, batch_size: int, seconds: float) -> None:
+        """Learn from the time of a real verify batch."""
+
+    def observe_shadow(self, hit: bool) -> None:
+        """Learn from a round without a draft: the drafter's unverified prediction was right (``hit``) or not."""
+
+    def observe_idle(self) -> None:
+        """Learn from a round without a draft and without a prediction."""
+
+    def state(self) -> dict:
+        """JSON-serialisable state for snapshots."""
+        return {}
+
+    def describe(self) -> dict:
+        """What the policy is working from, for telemetry (JSON-serialisable)."""
+        return {"name": self.name}
+
+    def load(self, d: dict) -> None:
+        """Restore :meth:`state`."""
+
+
+class AdaptivePolicy(FixedPolicy):
+    """+2 after a fully accepted draft, −1 otherwise, within the bounds."""
+
+    name = "adaptive"
+
+    def __init__(self) -> None:
+        self.current: int | None = None
+
+    def length(self, draft_min: int, draft_max: int, tile: int = 1) -> tuple[int, float | None]:
+        lo = max(draft_min, 1)
+        if self.current is None:
+            self.current = draft_max
+        self.current = min(max(self.current, lo), draft_max)
+        return self.current, None
+
+    def observe(self, n_drafted: int, n_accepted: int, draft_seconds: float) -> None:
+        if n_drafted == 0 or self.current is None:
+            return
+        self.current += 2 if n_accepted == n_drafted else -1
+
+    def state(self) -> dict:
+        return {"current": self.current}
+
+    def describe(self) -> dict:
+        return {"name": self.name, "current": self.current}
+
+    def load(self, d: dict) -> None:
+        self.current = d.get("current")
+
+
+class VerifyCostModel:
+    """Measured seconds to verify a batch of b tokens, b = 1…n, interpolated between measured sizes."""
+
+    def __init__(self, sizes: Sequence[int], seconds: Sequence[float]) -> None:
+        self.sizes = np.asarray(sizes, dtype=float)
+        self.seconds = np.asarray(seconds, dtype=float)
+
+    def __call__(self, b: int) -> float:
+        """Estimated verify seconds for a batch of ``b`` tokens."""
+        if b <= self.sizes[-1]:
+            return float(np.interp(b, self.sizes, self.seconds))
+        # beyond the last measurement: extend the last segment's slope
+        s0, s1 = self.sizes[-2], self.sizes[-1]
+        t0, t1 = self.seconds[-2], self.seconds[-1]
+        return float(t1 + (b - s1) * (t1 - t0) / max(s1 - s0, 1))
+
+    def to_dict(self) -> dict:
+        """Plain form (for telemetry and snapshots)."""
+        return {"sizes": self.sizes.astype(int).tolist(), "seconds": self.seconds.tolist()}
+
+    def update(self, b: int, seconds: float, weight: float = 0.2) -> None:
+        """Blend a real verify time for a batch of ``b`` tokens into the model (moving average)."""
+        i = int(np.searchsorted(self.sizes, b))
+        if i < len(self.sizes) and self.sizes[i] == b:
+            self.seconds[i] += weight * (seconds - self.seconds[i])
+        else:
+            self.sizes = np.insert(self.sizes, i, float(b))
+            self.seconds = np.insert(self.seconds, i, seconds)
+
+    @classmethod
+    def measure(
+        cls, evaluate: Callable[[int], None], max_batch: int, repeats: int = 2, tile: int = 1
+    ) -> "VerifyCostModel":
+        """Time ``evaluate(b)`` (one verify-shaped batch of b tokens) for every batch size a round can use.
+
+        With a verify tile those are the sizes up to the tile and its multiples; without one, every size
+        up to 32 and a geometric spread beyond (a batch of hundreds of drafted tokens is rare, and timing
+        each would take minutes). Each size is timed ``repeats`` times, interleaved, keeping the fastest.
+        """
+        usable = [b for b in range(1, max_batch + 1) if tile_aligned(b - 1, tile) == b - 1]
+        spread = {1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024}
+        sizes = sorted(b for b in usable if b <= 32 or b in spread or b == usable[-1])
+        evaluate(1)  # warm up
+        best = [float("inf")] * len(sizes)
+        for _ in range(repeats):
+            for i, b in enumerate(sizes):
+                t = time.perf_counter()
+                evaluate(b)
+                best[i] = min(best[i], time.perf_counter() - t)
+        return cls(sizes, best)
+
+
+class CostPolicy(FixedPolicy):
+    """Pick the draft length that maximises expected tokens per second.
+
+    Acceptance comes in runs: while the model copies a span it tends to copy on, and once it departs
+    from the span it tends to stay away for a while. So acceptance is estimated per *run position* —
+    how many draft tokens in a row the target has accepted just before this one, across rounds (the
+    token at depth i of a draft that follows a run of r sits at run position r + i). Positions are
+    grouped in buckets 0, 1, 2–3, 4–7, 8–15, 16–31 and 32+; each bucket's estimate is its ratio of
+    accepted to tried tokens, decayed so recent rounds weigh more, and shrunk towards the bucket below
+    it (bucket 0 towards the acceptance pooled over all). A bucket never tried yet takes the estimate
+    of the bucket below, which lets the policy explore longer drafts when the short ones all pass.
+
+    Expected tokens for length k: ``1 + Σ_{j≤k} Π_{i≤j} a(r + i)``; expected time: the measured verify
+    cost of ``k+1`` tokens plus the drafter's measured seconds per drafted token times k. A draft is chosen
+    only when its expected tokens per second beat plain decoding's by :attr:`MARGIN` (5%).
+
+    A round without a draft teaches the policy nothing, unless the drafter can say, without side
+    effects, which token it would have proposed (:meth:`Drafter.peek`): the session then reports
+    whether the target produced that token (:meth:`observe_shadow`), a free try at the current run
+    position. Without such evidence for ``PROBE_EVERY`` rounds, a one-token probe is drafted; each probe
+    the target rejects doubles that interval, up to ``PROBE_MAX`` (16: at 64, a span that became copyable
+    was missed for most of a 128-token generation), and an accepted draft or probe brings it back to
+    ``PROBE_EVERY``: where there is nothing to copy, probes cost a round in sixteen, not one in eight.
+    """
+
+    name = "cost"
+    DECAY = 0.98
+    PRIOR = (1.0, 1.0)  # Beta(1, 1) for the pooled acceptance: a fresh session is a coin flip
+    SHRINK = 2.0  # weight (in tries) of the neighbouring estimate in each bucket's estimate
+    PROBE_EVERY = 8
+    PROBE_MAX = 16
+    # A draft must promise this much more than plain decoding (tokens per second): the estimates come from
+    # few tries, and on a CPU a two-row verify costs about twice one row (the output layer over the whole
+    # vocabulary), so a draft that only breaks even on paper loses whenever the estimate was high. Measured
+    # on `summarise` prompts with nothing to copy: such drafts took ngram-cache to 0.92x `none`.
+    MARGIN = 1.05
+    BUCKETS = 7  # run positions 0, 1, 2-3, 4-7, 8-15, 16-31, 32+
+
+    def __init__(self, cost: VerifyCostModel | None = None) -> None:
+        self.cost = cost
+        self.tries = [0.0] * self.BUCKETS
+        self.hits = [0.0] * self.BUCKETS
+        self.run = 0  # draft tokens accepted in a row up to now
+        self.draft_tok_seconds = 0.0
+        self.draft_calls = 0
+        self.shadow_tries = 0
+        self.shadow_hits = 0
+        self.rounds_since_evidence = 0
+        self.probe_every = self.PROBE_EVERY  # plain rounds before the next probe (doubles after a rejected one)
+        self.probing = False  # the last length() was a probe whose verdict has not come back
+
+    def use_cost(self, cost: VerifyCostModel) -> None:
+        """Adopt the measured verify cost curve."""
+        self.cost = cost
+
+    @classmethod
+    def bucket(cls, position: int) -> int:
+        """The bucket of a run position: 0, 1, 2–3, 4–7, 8–15, 16–31, 32+ → 0…6."""
+        return min(int(position).bit_length(), cls.BUCKETS - 1)
+
+    def bucket_estimates(self) -> list[float]:
+        """Estimated acceptance per run-position bucket (see the class docstring)."""
+        a, b = self.PRIOR
+        below = (sum(self.hits) + a) / (sum(self.tries) + a + b)
+        out = []
+        for hits, tries in zip(self.hits, self.tries):
+            if tries > 0:
+                below = (hits + self.SHRINK * below) / (tries + self.SHRINK)
+            out.append(below)
+        return out
+
+    def acceptance(self, depth: int, run: int | None = None) -> float:
+        """Estimated probability that the draft token at ``depth`` (0-based) is accepted, given the ones
+        before it, for a draft that follows a run of ``run`` accepted tokens (default: the current run)."""
+        r = self.run if run is None else run
+        return self.bucket_estimates()[self.bucket(r + depth)]
+
+    def _expected_curve(self, n: int) -> list[float]:
+        """Expected committed tokens for draft lengths ``0…n`` after the current run."""
+        est = self.bucket_estimates()
+        curve, e, p = [1.0], 1.0, 1.0
+        for i in range(n):
+            p *= est[self.bucket(self.run + i)]
+            e += p
+            curve.append(e)
+        return curve
+
+    def expected_tokens(self, k: int) -> float:
+        """Expected committed tokens of a round with a k-token draft (bonus or correction included)."""
+        return self._expected_curve(k)[k]
+
+    def length(self, draft_min: int, draft_max: int, tile: int = 1) -> tuple[int, float | None]:
+        if self.cost is None:
+            return draft_max, None
+        curve = self._expected_curve(draft_max)
+        plain_rate = curve[0] / self.cost(1)
+        best_k, best_rate = 0, plain_rate * self.MARGIN
+        for k in range(max(draft_min, 1), draft_max + 1):
+            if tile_aligned(k, tile) != k:
+                continue  # the session would round it down anyway
+            t = self.cost(k + 1) + self.draft_tok_seconds * k
+            rate = curve[k] / t
+            if rate > best_rate:
+                best_k, best_rate = k, rate
+        self.probing = False
+        if best_k == 0:
+            self.rounds_since_evidence += 1
+            if self.rounds_since_evidence >= self.probe_every:
+                self.rounds_since_evidence = 0
+                best_k = max(draft_min, 1)
+                self.probing = True
+        return best_k, curve[best_k]
+
+    def observe_verify(self, batch_size: int, seconds: float) -> None:
+        """Refine the measured cost curve with a real verify of ``batch_size`` tokens."""
+        if self.cost is not None:
+            self.cost.update(batch_size, seconds)
+
+    def _record(self, n_drafted: int, n_accepted: int) -> None:
+        self.rounds_since_evidence = 0
+        if n_accepted > 0:
+            self.probe_every = self.PROBE_EVERY
+        elif self.probing:
+            self.probe_every = min(2 * self.probe_every, self.PROBE_MAX)
+        self.probing = False
+        self.tries = [x * self.DECAY for x in self.tries]
+        self.hits = [x * self.DECAY for x in self.hits]
+        for i in range(min(n_drafted, n_accepted + 1)):  # depths after the first rejection were never tested
+            b = self.bucket(self.run + i)
+            self.tries[b] += 1.0
+            if i < n_accepted:
+                self.hits[b] += 1.0
+        self.run = self.run + n_accepted if n_accepted == n_drafted else 0
+
+    def observe(self, n_drafted: int, n_accepted: int, draft_seconds: float) -> None:
+        if n_drafted == 0:
+            self.observe_idle()
+            return
+        self.draft_calls += 1
+        per_tok = draft_seconds / n_drafted
+        self.draft_tok_seconds += (per_tok - self.draft_tok_seconds) / min(self.draft_calls, 20)
+        self._record(n_drafted, n_accepted)
+
+    def observe_shadow(self, hit: bool) -> None:
+        """Learn from a round without a draft whose first token the drafter had predicted (``hit``) or not."""
+        self.shadow_tries += 1
+        self.shadow_hits += int(bool(hit))
+        self._record(1, int(bool(hit)))
+
+    def observe_idle(self) -> None:
+        """A round without a draft and without a prediction: the run of accepted tokens is broken."""
+        self.run = 0
+
+    #: Labels of the run-position buckets, for telemetry.
+    BUCKET_LABELS = ("0", "1", "2-3", "4-7", "8-15", "16-31", "32+")
+
+    def describe(self) -> dict:
+        """The run so far, acceptance by run position, plain-round predictions and the verify cost."""
+        return {
+            "name": self.name,
+            "run": self.run,
+            "acceptance_by_run_position": dict(zip(self.BUCKET_LABELS, self.bucket_estimates())),
+            "tries_by_run_position": dict(zip(self.BUCKET_LABELS, self.tries)),
+            "shadow_tries": self.shadow_tries,
+            "shadow_hits": self.shadow_hits,
+            "probe_every": self.probe_every,
+            "draft_seconds_per_token": self.draft_tok_seconds,
+            "verify_cost": self.cost.to_dict() if self.cost is not None else None,
+        }
+
+    def state(self) -> dict:
+        return {
+            "tries": list(self.tries),
+            "hits": list(self.hits),
+            "run": self.run,
+            "draft_tok_seconds": self.draft_tok_seconds,
+            "draft_calls": self.draft_calls,
+            "shadow_tries": self.shadow_tries,
+            "shadow_hits": self.shadow_hits,
+            "rounds_since_evidence": self.rounds_since_evidence,
+            "probe_every": self.probe_every,
+            "probing": self.probing,
+        }
+
+    def load(self, d: dict) -> None:
+        tries, hits = d.get("tries"), d.get("hits")
+        ok = all(
+            isinstance(x, list) and len(x) == self.BUCKETS and all(isinstance(v, (int, float)) for v in x)
+            for x in (tries, hits)
+        )
+        if ok and isinstance(tries, list) and isinstance(hits, list):  # else (an older policy's state): afresh
+            self.tries, self.hits = [float(v) for v in tries], [float(v) for v in hits]
+            self.run = int(d.get("run", 0))
+        self.draft_tok_seconds = float(d.get("draft_tok_seconds", 0.0))
+        self.draft_calls = int(d.get("draft_calls", 0))
+        self.shadow_tries = int(d.get("shadow_tries", 0))
+        self.shadow_hits = int(d.get("shadow_hits", 0))
+        self.rounds_since_evidence = int(d.get("rounds_since_evidence", 0))
+        self.probe_every = min(max(int(d.get("probe_every", self.PROBE_EVERY)), self.PROBE_EVERY), self.PROBE_MAX)
+        self.probing = bool(d.get("probing", False))
+
+
+def measure_verify_cost(ctx: Any, history: Sequence[int], knobs: dict) -> VerifyCostModel:
+    """Time verify batches of every size a round can use on ``ctx`` (a
+    :class:`~specviz.backends.llama.LlamaContext` holding ``history[:-1]``), once per session, and leave
+    the cache unchanged. Sizes reach ``draft_max + 1`` within the batch (with ``align``: micro-batch) and
+    context limits."""
+    from .budget import verify_tile
+
+    n_past = len(history) - 1
+    cap = ctx.capacity
+    max_b = min(
+        cap.n_ubatch if knobs.get("align", True) else cap.n_batch,
+        int(knobs.get("draft_max", 16)) + 1,
+        cap.n_ctx - n_past,
+    )
+    filler = history[-1]
+
+    def evaluate(b: int) -> None:
+        ctx.eval([filler] * b, n_past, rows="all")
+        ctx.truncate(n_past)
+
+    return VerifyCostModel.measure(evaluate, max(max_b, 2), tile=verify_tile(knobs))
+
+
+def make_policy(name: str, cost: VerifyCostModel | None = None) -> FixedPolicy:
+    """A fresh policy object by name."""
+    if name == "adaptive":
+        return AdaptivePolicy()
+    if name == "cost":
+        return CostPolicy(cost)
+    return FixedPolicy()

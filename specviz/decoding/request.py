@@ -1,0 +1,113 @@
+"""A generation request, checked: the prompt (text, token ids or chat messages) turned into token ids,
+the budget, sampling, seed and stop strings, each validated before the session changes anything.
+
+:func:`prepare_request` is what :meth:`specviz.Session.start` calls first; every refusal is a typed
+error naming the argument (:class:`~specviz.errors.KnobError`, :class:`~specviz.errors.ChatTemplateError`
+or :class:`~specviz.errors.ContextError`), and since nothing has been touched yet, the previous
+generation stays intact.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..errors import ContextError, KnobError
+from .chat import apply_chat_template, check_messages
+from .knob_schema import Knob
+from .sampling import SamplingParams
+from .stops import check_stops
+
+_TEMPERATURE = Knob("temperature", float, 0.0, "", lo=0.0, hi=100.0)
+
+
+@dataclass(frozen=True)
+class Request:
+    """A checked request: ``ids`` is the whole prompt as token ids (after the chat template when
+    ``messages`` were given), ``seed`` is always set (drawn at random when the caller gave none)."""
+
+    ids: list[int]
+    max_tokens: int
+    sampling: SamplingParams
+    seed: int
+    stop: tuple[str, ...]
+    messages: list[dict[str, str]]
+
+
+def _is_int(x: object) -> bool:
+    return not isinstance(x, bool) and isinstance(x, (int, np.integer))
+
+
+def prompt_ids(model: Any, prompt: object) -> list[int]:
+    """``prompt`` (text, or a list of token ids in the model's vocabulary) as token ids; text is
+    tokenized with the model's BOS as llama.cpp's tools do."""
+    if isinstance(prompt, str):
+        if not prompt:
+            raise KnobError(
+                "prompt: the prompt is empty; give at least one character of text", knob="prompt", value=prompt
+            )
+        return list(model.tokenize(prompt, add_special=True))
+    if not isinstance(prompt, (list, tuple)) or not all(_is_int(t) for t in prompt):
+        raise KnobError("prompt: expected text or a list of token ids", knob="prompt", value=prompt)
+    ids = [int(t) for t in prompt]
+    if not ids:
+        raise KnobError("prompt: the prompt is empty; give at least one token", knob="prompt", value=prompt)
+    bad = [t for t in ids if not 0 <= t < model.n_vocab]
+    if bad:
+        raise KnobError(
+            f"prompt: token id {bad[0]} is outside the vocabulary [0, {model.n_vocab - 1}]", knob="prompt", value=bad[0]
+        )
+    return ids
+
+
+def prepare_request(
+    model: Any,
+    prompt: str | list[int] | None,
+    max_tokens: int,
+    *,
+    temperature: float | str,
+    top_k: int,
+    top_p: float,
+    seed: int | None,
+    messages: list[dict[str, str]] | None,
+    chat_template: str | None,
+    stop: str | list[str] | None,
+    n_ctx: int,
+) -> Request:
+    """Check every argument of a generation and build its :class:`Request` (see the module docstring).
+
+    Exactly one of ``prompt`` and ``messages`` is given; ``messages`` go through the model's chat
+    template (or ``chat_template``) and are tokenized with special tokens parsed, as llama.cpp's server
+    does. The prompt must leave room for at least one generated token in ``n_ctx``.
+    """
+    if not _is_int(max_tokens) or max_tokens < 1:
+        raise KnobError(
+            f"max_tokens: {max_tokens!r} is not allowed; expected an integer >= 1", knob="max_tokens", value=max_tokens
+        )
+    temp = _TEMPERATURE.convert(temperature) if isinstance(temperature, str) else temperature
+    sampling = SamplingParams(temperature=temp, top_k=top_k, top_p=top_p)
+    if seed is not None and (not _is_int(seed) or seed < 0):
+        raise KnobError(f"seed: {seed!r} is not allowed; expected an integer >= 0 or None", knob="seed", value=seed)
+    stops = check_stops(stop)
+    chat: list[dict[str, str]] = []
+    if messages is not None:
+        if prompt is not None:
+            raise KnobError("start: give either a prompt or messages, not both", knob="messages", value=messages)
+        chat = check_messages(messages)
+        text = apply_chat_template(model, chat, template=chat_template)
+        ids = list(model.tokenize(text, add_special=True, parse_special=True))
+    elif prompt is None:
+        raise KnobError("start: give a prompt (text or token ids) or messages", knob="prompt", value=None)
+    else:
+        ids = prompt_ids(model, prompt)
+    if len(ids) + 1 > n_ctx:
+        raise ContextError(
+            f"the prompt has {len(ids)} tokens but the context holds {n_ctx}; "
+            "shorten the prompt or create the Session with a larger n_ctx"
+        )
+    if seed is None:
+        # A fresh random seed, recorded so the generation can be replayed exactly.
+        seed = int(np.random.SeedSequence().generate_state(2, np.uint64)[0] % (2**63))
+    return Request(ids=ids, max_tokens=int(max_tokens), sampling=sampling, seed=int(seed), stop=stops, messages=chat)

@@ -1,0 +1,181 @@
+"""One speculative round, as llama.cpp's ``examples/speculative-simple`` runs it: five calls.
+
+1. **draft** — the drafter proposes up to the budget's limit after the history;
+2. **verify** — the target scores ``[pending token] + draft`` in one batch (one ``llama_decode``);
+3. **accept** — :func:`specviz.decoding.acceptor.accept` keeps the longest acceptable prefix plus one token of the
+   target's;
+4. **commit** — the committed tokens join the history (cut at an end-of-generation token);
+5. **roll back** — the target's cache loses the rejected tail, the drafter's context is brought in step,
+   and the drafter hears how many of its tokens were accepted.
+
+The newest committed token is *pending*: it is not in the target's cache yet and is the first row of the
+next batch, so after every round the cache holds exactly ``len(history) - 1`` positions.
+
+:func:`run_round` returns a plain :class:`RoundResult`; events, telemetry and the policy's learning are
+built from it by the caller (the session), never inside the round.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from ..backends.llama import LlamaContext
+from ..errors import ContextError
+from ..strategies.base import Drafter
+from .acceptor import Verdict, accept
+from .budget import Budget
+from .rowscan import top_two
+from .sampling import SamplingParams
+
+
+@dataclass
+class RoundResult:
+    """Everything one round did, as plain data.
+
+    ``position`` is the history length before the round (the index of the first committed token);
+    ``draft`` the tokens verified (empty when the drafter proposed nothing or fewer than ``draft_min``);
+    ``committed`` what the history gained (the verdict's tokens, cut before an end-of-generation token,
+    in which case ``finish`` is ``"eos"``); ``n_accepted`` the accepted draft tokens among them.
+    ``kv_before`` / ``kv_peak`` / ``kv_after`` are the target cache's length before the verify batch,
+    right after it and after the rollback; ``draft_kv_before`` / ``draft_kv_peak`` the drafter's
+    context around drafting (None without one) and ``draft_rollbacks`` its rollbacks as ``(from, to)``.
+    ``shadow`` is the drafter's side-effect-free prediction in a round the policy kept plain (None
+    otherwise); ``margins`` the target's top-two logit margin at each committed position when asked.
+    """
+
+    index: int
+    position: int
+    budget: Budget
+    draft: list[int]
+    draft_probs: list[float | None]
+    draft_reason: str | None
+    draft_seconds: float
+    verdict: Verdict
+    committed: list[int]
+    n_accepted: int
+    finish: str | None
+    batch_size: int
+    verify_seconds: float
+    kv_before: int
+    kv_peak: int
+    kv_after: int
+    round_seconds: float
+    draft_kv_before: int | None = None
+    draft_kv_peak: int | None = None
+    draft_rollbacks: list[tuple[int, int]] = field(default_factory=list)
+    shadow: int | None = None
+    margins: list[tuple[float, int, int]] = field(default_factory=list)
+
+
+def run_round(
+    index: int,
+    ctx: LlamaContext,
+    drafter: Drafter,
+    history: list[int],
+    budget: Budget,
+    *,
+    params: SamplingParams,
+    rng: np.random.Generator,
+    is_eog: Callable[[int], bool],
+    draft_min: int = 0,
+    scratch: np.ndarray | None = None,
+    record_margins: bool = False,
+    stop: Callable[[list[int]], int | None] | None = None,
+) -> RoundResult:
+    """Run one round on ``ctx`` with ``drafter`` and extend ``history`` (the full token history, whose
+    last token is pending) by what it commits. See the module docstring for the five steps.
+
+    ``stop(committed)`` (stop strings, :mod:`specviz.decoding.stops`) returns the index of the first committed token
+    that completes a stop string, or None; the round then commits up to and including it (``finish`` is
+    ``"stop"``), so the caches and the drafter end where plain decoding with the same stop strings ends.
+
+    A verify batch llama.cpp refuses raises :class:`~specviz.errors.ContextError` with the target's
+    cache left as before the round.
+    """
+    t_round = time.perf_counter()
+    n_past = len(history) - 1
+    position = len(history)
+
+    # 1. draft
+    draft_kv_before = drafter.kv_length() if drafter.has_context else None
+    t0 = time.perf_counter()
+    proposal = drafter.draft(history, budget.limit)
+    draft_seconds = time.perf_counter() - t0
+    draft_kv_peak = drafter.kv_length() if drafter.has_context else None
+    tokens = [int(t) for t in proposal.tokens]
+    reason = proposal.reason if len(tokens) < budget.limit else None
+    if tokens and len(tokens) < draft_min:  # llama.cpp drops a draft shorter than --spec-draft-n-min
+        tokens, reason = [], "below-min"
+    probs: list[float | None] = (
+        list(proposal.probs[: len(tokens)]) if proposal.probs is not None else [None] * len(tokens)
+    )
+    dists = proposal.dists if tokens else None
+    # a round the policy kept plain: what would the drafter have proposed? (free evidence for the policy)
+    shadow = None
+    if budget.limit == 0 and budget.cap == "policy" and drafter.can_peek:
+        shadow = drafter.peek(history)
+
+    # 2. verify: one batch of the pending token plus the draft
+    batch = [history[-1], *tokens]
+    t1 = time.perf_counter()
+    try:
+        ctx.eval(batch, n_past, rows="all")
+    except ContextError:
+        ctx.truncate(n_past)
+        raise
+    # 3. accept
+    verdict = accept(tokens, ctx.row, params, rng, dists, scratch=scratch)
+    verify_seconds = time.perf_counter() - t1
+    margins = [top_two(ctx.row(i)) for i in range(len(verdict.tokens))] if record_margins else []
+
+    # 4. commit, cut at the first end-of-generation token
+    committed = list(verdict.tokens)
+    finish = None
+    for j, t in enumerate(committed):
+        if is_eog(t):
+            committed, finish = committed[:j], "eos"
+            break
+    if stop is not None and committed:
+        cut = stop(committed)
+        if cut is not None:
+            committed, finish = committed[: cut + 1], "stop"
+    n_accepted = min(verdict.n_accepted, len(committed))
+    history.extend(committed)
+
+    # 5. roll back: keep the accepted prefix, the pending token stays out of the cache
+    kv_peak = n_past + len(batch)
+    kv_after = len(history) - 1
+    if kv_peak > kv_after:
+        ctx.truncate(kv_after)
+    draft_rollbacks = drafter.sync(history)
+    if tokens:  # only verified drafts are reported back (a dropped draft was never tested)
+        drafter.accept(n_accepted, history)
+
+    return RoundResult(
+        index=index,
+        position=position,
+        budget=budget,
+        draft=tokens,
+        draft_probs=probs,
+        draft_reason=reason,
+        draft_seconds=draft_seconds,
+        verdict=verdict,
+        committed=committed,
+        n_accepted=n_accepted,
+        finish=finish,
+        batch_size=len(batch),
+        verify_seconds=verify_seconds,
+        kv_before=n_past,
+        kv_peak=kv_peak,
+        kv_after=kv_after,
+        round_seconds=time.perf_counter() - t_round,
+        draft_kv_before=draft_kv_before,
+        draft_kv_peak=draft_kv_peak,
+        draft_rollbacks=draft_rollbacks,
+        shadow=shadow,
+        margins=margins,
+    )

@@ -1,0 +1,542 @@
+"""The stepping decoder's facade: :class:`Session` owns the history, the contexts and the drafter, and runs
+one speculative round per :meth:`Session.step`, published as events.
+
+The parts, each in its own module: the draft-length budget (:mod:`specviz.decoding.budget`), the round
+(:mod:`specviz.decoding.round`: draft, one verify batch, accept, roll back), the acceptor
+(:mod:`specviz.decoding.acceptor`), the events of a round (:mod:`specviz.decoding.round_events`), telemetry counters
+(:mod:`specviz.decoding.telemetry`), snapshots (:mod:`specviz.decoding.snapshot`) and the strategies
+(:mod:`specviz.strategies`). Nothing here imports a UI library; front-ends subscribe to the events.
+
+Every public call validates first and changes nothing when it refuses: a refused call raises a typed
+:class:`~specviz.errors.SpecvizError` and the session stays usable.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from typing import Any, Callable
+
+import numpy as np
+
+from ..backends.llama import LlamaContext, LlamaModel
+from ..errors import KnobError, SessionStateError
+from ..models.draft_cache import DraftModelCache
+from ..models.embedded import resolve_model
+from ..strategies import make_drafter, strategy_class, strategy_names, strategy_schema
+from ..strategies.base import Drafter, DraftResources
+from .budget import Caps, plan
+from .events import Event, Finished, KnobsChanged, Rewound, Round, SessionStarted
+from .events import Telemetry as TelemetryEvent
+from .policy import FixedPolicy, VerifyCostModel, make_policy, measure_verify_cost
+from .request import prepare_request
+from .rewind import Checkpoint, capture
+from .rewind import fork as _fork
+from .rewind import rewind as _rewind
+from .round import RoundResult, run_round
+from .round_events import round_events
+from .sampling import SamplingParams
+from .snapshot import read_header, restore_snapshot, take_snapshot, unpack
+from .stops import StopScanner, cut_text
+from .telemetry import Telemetry
+
+
+class Session:
+    """Runs a target model (and optionally a draft model) one speculative round at a time.
+
+    ``model`` is a GGUF path, an already loaded :class:`~specviz.backends.LlamaModel`, or ``None`` for
+    the embedded Gemma 3 270M. The context is created once and reused by every :meth:`start`.
+    """
+
+    def __init__(
+        self,
+        model: str | os.PathLike | LlamaModel | None = None,
+        *,
+        n_ctx: int = 4096,
+        n_batch: int = 512,
+        n_ubatch: int = 512,
+        n_threads: int | None = None,
+    ) -> None:
+        self.model = model if isinstance(model, LlamaModel) else LlamaModel(resolve_model(model))
+        self.ctx = LlamaContext(self.model, n_ctx=n_ctx, n_batch=n_batch, n_ubatch=n_ubatch, n_threads=n_threads)
+        self._ctx_args = dict(n_ctx=n_ctx, n_batch=n_batch, n_ubatch=n_ubatch, n_threads=n_threads)
+        self.draft_models = DraftModelCache(self.model)
+        self._subscribers: list[Callable[[Event], None]] = []
+        self._lock = threading.RLock()
+        self._pending: tuple[str, dict[str, Any]] | None = None
+        self._cancel = threading.Event()
+        #: Record the target's top-two margin at each committed position (for the equivalence check).
+        self.record_margins = False
+        self.cost_model: VerifyCostModel | None = None  # measured once per session, on first use
+        self._scratch = np.empty(self.model.n_vocab, dtype=np.float32)  # row-scan scratch buffer
+        self.rng = np.random.default_rng(0)  # one generator for the session's life; reseeded by start()
+        self.drafter: Drafter | None = None
+        self._reset_state()
+
+    # -- state ---------------------------------------------------------------------------------------
+    def _reset_state(self) -> None:
+        self.events: list[Event] = []
+        self.history: list[int] = []
+        self.n_prompt = 0
+        self.max_tokens = 0
+        self.sampling = SamplingParams()
+        self.seed: int | None = None
+        self.strategy = "none"
+        self.knobs: dict[str, Any] = {}
+        self.round_index = 0
+        self.finished: str | None = None
+        self.started = False
+        self.telemetry = Telemetry()
+        self.policy: FixedPolicy = make_policy("fixed")
+        self.last_result: RoundResult | None = None
+        #: One checkpoint per round (and one for the start), for :meth:`rewind` (see :mod:`specviz.decoding.rewind`).
+        self.checkpoints: list[Checkpoint] = []
+        #: Stop strings of the current generation (see :mod:`specviz.decoding.stops`).
+        self.stop: tuple[str, ...] = ()
+
+    @property
+    def temperature(self) -> float:
+        """The sampling temperature of the current generation (0: greedy)."""
+        return self.sampling.temperature
+
+    @property
+    def tokens(self) -> list[int]:
+        """Generated token ids (prompt excluded)."""
+        return self.history[self.n_prompt :]
+
+    @property
+    def prompt_tokens(self) -> list[int]:
+        """Prompt token ids (BOS included when the model adds one)."""
+        return self.history[: self.n_prompt]
+
+    @property
+    def text(self) -> str:
+        """Generated text (ending before the stop string when a stop string ended it)."""
+        if self.stop:
+            return cut_text(self._stop_scanner(), self.tokens)
+        return self.model.detokenize(self.tokens)
+
+    def _stop_scanner(self) -> StopScanner:
+        m = self.model
+        sc = getattr(self, "_scanner", None)
+        if sc is None or sc[0] != self.stop:
+            sc = (self.stop, StopScanner(self.stop, m.piece_bytes, lambda t: not (t == m.bos or m.is_eog(t))))
+            self._scanner = sc
+        return sc[1]
+
+    @property
+    def kv_length(self) -> int:
+        """Positions the target's cache really holds (read from llama.cpp)."""
+        return self.ctx.kv_len()
+
+    @property
+    def committed(self) -> int:
+        """Positions committed to the cache: every token but the pending newest one."""
+        return max(len(self.history) - 1, 0)
+
+    def schema(self, strategy: str | None = None) -> list[dict[str, Any]]:
+        """Knob descriptions of ``strategy`` (default: the current one), for forms and help."""
+        return strategy_schema(strategy or self.strategy).to_list()
+
+    @staticmethod
+    def strategies() -> list[str]:
+        """Every strategy name."""
+        return strategy_names()
+
+    # -- events --------------------------------------------------------------------------------------
+    def subscribe(self, callback: Callable[[Event], None]) -> Callable[[], None]:
+        """Call ``callback(event)`` for every future event; returns a function that unsubscribes."""
+        self._subscribers.append(callback)
+
+        def unsubscribe() -> None:
+            if callback in self._subscribers:
+                self._subscribers.remove(callback)
+
+        return unsubscribe
+
+    def _emit(self, ev: Event, out: list[Event] | None = None) -> None:
+        self.events.append(ev)
+        if out is not None:
+            out.append(ev)
+        for cb in list(self._subscribers):
+            cb(ev)
+
+    # -- configuration -------------------------------------------------------------------------------
+    def _validate(self, strategy: str, knobs: dict[str, Any], base: dict[str, Any] | None) -> dict[str, Any]:
+        """Validate a configuration completely (knobs, cross-knob rules, the draft model itself)."""
+        schema = strategy_schema(strategy)
+        carried = {k: v for k, v in base.items() if k in set(schema.names())} if base is not None else None
+        cfg = schema.validate(knobs, base=carried)
+        cls = strategy_class(strategy)
+        cls.check(cfg)
+        if cfg.get("draft_min", 0) > cfg.get("draft_max", 1):
+            raise KnobError(
+                f"knob 'draft_min': {cfg['draft_min']} is larger than draft_max={cfg['draft_max']}; "
+                "set draft_min <= draft_max",
+                knob="draft_min",
+                value=cfg["draft_min"],
+            )
+        if cls.needs_model:  # load and check now, so nothing fails at the boundary
+            path = cfg.get("draft_model") or ""
+            model = self.draft_models.get(path) if path or not cls.draft_model_optional else None
+            cls.check_models(cfg, self.ctx, model)
+        return cfg
+
+    def configure(self, strategy: str | None = None, **knobs: Any) -> dict[str, Any]:
+        """Change the strategy and/or knobs; validated now (a draft model is loaded and checked now),
+        applied at the next round boundary. Returns the configuration that will apply.
+
+        A refused value raises :class:`~specviz.errors.KnobError` (naming the knob, the value and the
+        range) or a :class:`~specviz.errors.ModelError` for an unusable draft model; nothing changes.
+        """
+        with self._lock:
+            cur_strategy, cur_knobs = self._pending if self._pending else (self.strategy, self.knobs)
+            target = strategy or cur_strategy
+            cfg = self._validate(target, knobs, cur_knobs)
+            self._pending = (target, cfg)
+            return dict(cfg)
+
+    def _make_drafter(self, strategy: str, cfg: dict[str, Any], sampling: SamplingParams | None = None) -> Drafter:
+        resources = None
+        if strategy_class(strategy).needs_model:
+            a = self._ctx_args
+            path = cfg.get("draft_model") or ""
+            model = (
+                self.model
+                if not path and strategy_class(strategy).draft_model_optional
+                else self.draft_models.get(path)
+            )
+            resources = DraftResources(
+                model=model,
+                target=self.model,
+                target_ctx=self.ctx,
+                n_ctx=self.ctx.capacity.n_ctx,
+                n_batch=self.ctx.capacity.n_batch,
+                n_ubatch=self.ctx.capacity.n_ubatch,
+                n_threads=a["n_threads"],
+                sampling=sampling or self.sampling,
+                rng=self.rng,
+            )
+        return make_drafter(strategy, cfg, resources)
+
+    def _apply_pending(self, out: list[Event]) -> None:
+        """Apply a queued configuration at this round boundary (a new drafter is built before the old
+        one is closed, so a failure leaves the session as it was)."""
+        if self._pending is None:
+            return
+        strategy, cfg = self._pending
+        self._pending = None
+        prev_s, prev_k = self.strategy, dict(self.knobs)
+        own = {k.name for k in strategy_class(strategy).knobs}
+        if strategy != self.strategy or any(self.knobs.get(k) != cfg.get(k) for k in own):
+            # a drafter's knobs can change the meaning of its state: rebuild it from the history
+            drafter = self._make_drafter(strategy, cfg)
+            drafter.begin(self.history)
+            if self.drafter is not None:
+                self.drafter.close()
+            self.drafter = drafter
+        if cfg.get("draft_policy", "fixed") != self.knobs.get("draft_policy", "fixed"):
+            self.policy = make_policy(cfg.get("draft_policy", "fixed"), self.cost_model)
+        self.strategy, self.knobs = strategy, cfg
+        if (prev_s, prev_k) != (strategy, cfg):
+            self._emit(
+                KnobsChanged(
+                    self.round_index,
+                    strategy=strategy,
+                    knobs=dict(cfg),
+                    previous_strategy=prev_s,
+                    previous_knobs=prev_k,
+                    schema=tuple(self.schema(strategy)),
+                ),
+                out,
+            )
+
+    # -- lifecycle -----------------------------------------------------------------------------------
+    def start(
+        self,
+        prompt: str | list[int] | None = None,
+        max_tokens: int = 128,
+        strategy: str = "prompt-lookup",
+        *,
+        temperature: float = 0.0,
+        top_k: int = 0,
+        top_p: float = 1.0,
+        seed: int | None = None,
+        messages: list[dict[str, str]] | None = None,
+        chat_template: str | None = None,
+        stop: str | list[str] | None = None,
+        **knobs: Any,
+    ) -> SessionStarted:
+        """Begin a new generation: validate everything, evaluate the prompt, publish ``SessionStarted``.
+
+        ``prompt`` is text (tokenized with BOS) or a list of token ids. ``messages`` (instead of a prompt:
+        ``[{"role": "user", "content": "..."}]``) is a chat request formatted with the model's own chat
+        template, or the llama.cpp built-in one named by ``chat_template`` (:mod:`specviz.decoding.chat`; a model
+        without one raises :class:`~specviz.errors.ChatTemplateError`). ``stop`` is a stop string or a list
+        of them: the generation ends where plain decoding with them would (:mod:`specviz.decoding.stops`), and
+        :attr:`text` ends before the stop string. ``temperature`` 0 (the default)
+        is greedy and exact; above 0 every strategy samples losslessly (rejection sampling, the target's
+        distribution after ``top_k``/``top_p``) from a generator seeded with ``seed`` (a random seed is
+        drawn and recorded when ``seed`` is None). Every argument is validated before anything changes;
+        a refused call leaves the previous generation intact.
+        """
+        with self._lock:
+            req = prepare_request(
+                self.model,
+                prompt,
+                max_tokens,
+                temperature=temperature,
+                top_k=top_k,
+                top_p=top_p,
+                seed=seed,
+                messages=messages,
+                chat_template=chat_template,
+                stop=stop,
+                n_ctx=self.ctx.capacity.n_ctx,
+            )
+            cfg = self._validate(strategy, knobs, None)
+            sampling, stops, ids, chat = req.sampling, req.stop, req.ids, req.messages
+            drafter = self._make_drafter(strategy, cfg, sampling)  # may fail: nothing has changed yet
+            if self.drafter is not None:
+                self.drafter.close()
+            self._reset_state()
+            self.drafter = drafter
+            self.sampling = sampling
+            self.seed = req.seed
+            self.rng.bit_generator.state = np.random.default_rng(self.seed).bit_generator.state
+            self._pending = None
+            self._cancel.clear()
+            self.history, self.n_prompt, self.max_tokens = list(ids), len(ids), req.max_tokens
+            self.strategy, self.knobs = strategy, cfg
+            self.stop = stops
+            self.policy = make_policy(cfg.get("draft_policy", "fixed"), self.cost_model)
+            t0 = time.perf_counter()
+            self.ctx.clear()
+            self.ctx.eval_prompt(ids[:-1], 0)
+            self.telemetry.prompt_seconds = time.perf_counter() - t0
+            self.telemetry.prompt_tokens = len(ids)
+            self.drafter.begin(self.history)
+            self.started = True
+            cap = self.ctx.capacity
+            ev = SessionStarted(
+                0,
+                model=str(self.model.path),
+                draft_model=self._draft_model_name(),
+                strategy=strategy,
+                knobs=dict(cfg),
+                prompt_tokens=tuple(ids),
+                prompt_pieces=tuple(self.model.pieces(ids)),
+                max_tokens=self.max_tokens,
+                temperature=sampling.temperature,
+                top_k=sampling.top_k,
+                top_p=sampling.top_p,
+                seed=self.seed,
+                n_ctx=cap.n_ctx,
+                n_batch=cap.n_batch,
+                n_ubatch=cap.n_ubatch,
+                n_swa=cap.n_swa,
+                n_vocab=self.model.n_vocab,
+                stop=stops,
+                messages=tuple(chat),
+                chat_template=(chat_template or "model") if chat else None,
+            )
+            self._emit(ev)
+            capture(self)
+            return ev
+
+    def _draft_model_name(self) -> str | None:
+        return str(self.knobs.get("draft_model")) if strategy_class(self.strategy).needs_model else None
+
+    def cancel(self) -> None:
+        """Stop the generation: the current round completes, then the session finishes ``cancelled``."""
+        self._cancel.set()
+
+    def run(self, max_rounds: int | None = None) -> list[Round]:
+        """Step until the generation finishes (or ``max_rounds`` rounds); returns the rounds run."""
+        rounds: list[Round] = []
+        while self.finished is None and (max_rounds is None or len(rounds) < max_rounds):
+            rounds.append(self.step())
+        return rounds
+
+    def generate(
+        self, prompt: str | list[int], max_tokens: int = 128, strategy: str = "prompt-lookup", **kwargs: Any
+    ) -> str:
+        """Convenience: :meth:`start` then :meth:`run`; returns the generated text."""
+        self.start(prompt, max_tokens, strategy, **kwargs)
+        self.run()
+        return self.text
+
+    # -- the round -----------------------------------------------------------------------------------
+    def step(self) -> Round:
+        """Run exactly one round (draft → one verify batch → accept → roll back) and return it."""
+        with self._lock:
+            if not self.started:
+                raise SessionStateError("the session has not started; call start(prompt, ...) first")
+            if self.finished is not None:
+                raise SessionStateError(
+                    f"the generation has finished ({self.finished}); call start() to begin a new one"
+                )
+            out: list[Event] = []
+            self._apply_pending(out)
+            if self._cancel.is_set():
+                return self._finish("cancelled", out)
+            if len(self.history) >= self.ctx.capacity.n_ctx:
+                return self._finish("context", out)
+            assert self.drafter is not None
+            if self.drafter.drafts and self.knobs.get("draft_policy") == "cost" and self.cost_model is None:
+                self.cost_model = measure_verify_cost(self.ctx, self.history, self.knobs)  # once, outside rounds
+                self.policy.use_cost(self.cost_model)
+            cap = self.ctx.capacity
+            caps = Caps(
+                remaining=self.max_tokens - len(self.tokens),
+                free_ctx=cap.n_ctx - len(self.history),
+                n_batch=cap.n_batch,
+                n_ubatch=cap.n_ubatch,
+            )
+            budget = plan(self.knobs, self.policy, caps, drafts=self.drafter.drafts)
+            self.round_index += 1
+            res = run_round(
+                self.round_index,
+                self.ctx,
+                self.drafter,
+                self.history,
+                budget,
+                params=self.sampling,
+                rng=self.rng,
+                is_eog=self.model.is_eog,
+                draft_min=int(self.knobs.get("draft_min", 0)),
+                scratch=self._scratch,
+                record_margins=self.record_margins,
+                stop=self._stop_fn(),
+            )
+            self.last_result = res
+            self._learn(res)
+            for ev in round_events(res, self.model.pieces, policy=str(self.knobs.get("draft_policy", "fixed"))):
+                self._emit(ev, out)
+            self._emit(TelemetryEvent(res.index, data=self.telemetry_dict()), out)
+            finish = res.finish or ("max_tokens" if len(self.tokens) >= self.max_tokens else None)
+            if finish is not None:
+                rnd = self._finish(finish, out, res.committed)
+                capture(self)  # a rewind to this round finds it finished, as it was
+                return rnd
+            capture(self)  # before a cancellation: a rewind to this round may continue
+            if self._cancel.is_set():
+                return self._finish("cancelled", out, res.committed)
+            return Round(res.index, tuple(out), tuple(res.committed), None)
+
+    def _stop_fn(self) -> Callable[[list[int]], int | None] | None:
+        """The round's stop check (None without stop strings): where a committed token completes one."""
+        if not self.stop:
+            return None
+        scanner, history, start = self._stop_scanner(), self.history, self.n_prompt
+        return lambda new: scanner.find(history, new, start)
+
+    def _learn(self, res: RoundResult) -> None:
+        """Feed one round to the drafting policy and the telemetry counters."""
+        self.policy.observe_verify(res.batch_size, res.verify_seconds)
+        if res.draft:
+            self.policy.observe(len(res.draft), res.n_accepted, res.draft_seconds)
+        elif res.shadow is not None and res.committed:
+            self.policy.observe_shadow(res.shadow == res.committed[0])
+        else:
+            self.policy.observe_idle()
+        self.telemetry.record_round(
+            n_drafted=len(res.draft),
+            n_accepted=res.n_accepted,
+            n_committed=len(res.committed),
+            draft_seconds=res.draft_seconds,
+            verify_seconds=res.verify_seconds,
+            round_seconds=res.round_seconds,
+            draft_probs=res.draft_probs,
+            expected_tokens=res.budget.expected,
+        )
+
+    def _finish(self, reason: str, out: list[Event], new_tokens: list[int] | tuple = ()) -> Round:
+        self.finished = reason
+        message = None
+        if reason == "stop":
+            at = self._stop_scanner().cut(self.tokens)
+            text = b"".join(
+                self.model.piece_bytes(t) for t in self.tokens if not (t == self.model.bos or self.model.is_eog(t))
+            )
+            message = next(
+                (f"stop string {s!r}" for s in self.stop if at is not None and text.startswith(s.encode(), at)), None
+            )
+        self._emit(Finished(self.round_index, reason=reason, n_generated=len(self.tokens), message=message), out)
+        return Round(self.round_index, tuple(out), tuple(new_tokens), reason)
+
+    def telemetry_dict(self) -> dict[str, Any]:
+        """Telemetry as a dictionary: the counters and derived figures, the drafter's own counters and
+        figures, the cache length and what the drafting policy works from (``policy``)."""
+        d = self.telemetry.to_dict()
+        d["strategy"] = self.strategy
+        d["strategy_stats"] = self.drafter.stats.to_dict() if self.drafter is not None else {}
+        if self.drafter is not None:
+            d.update(self.drafter.extra_telemetry())
+        d["kv"] = self.committed
+        d["policy"] = self.policy.describe()
+        return d
+
+    # -- snapshots (specviz.decoding.snapshot) -------------------------------------------------------------------
+    def snapshot(self) -> bytes:
+        """The whole session state (caches, history, strategy, knobs, telemetry) in one checksummed envelope."""
+        with self._lock:
+            if not self.started or self.drafter is None:
+                raise SessionStateError("nothing to snapshot: call start() first")
+            return take_snapshot(self)
+
+    @classmethod
+    def restore(cls, blob: bytes, model: str | os.PathLike | LlamaModel | None = None, **kwargs: Any) -> Session:
+        """A new session continuing exactly where the snapshot was taken.
+
+        ``model`` defaults to the path recorded in the snapshot; a model other than the one the snapshot
+        was taken with is refused with :class:`~specviz.errors.SnapshotError`.
+        """
+        header, _ = unpack(blob)
+        h = read_header(header)
+        ctx_args: dict[str, Any] = {k: h.ctx[k] for k in ("n_ctx", "n_batch", "n_ubatch", "n_threads") if k in h.ctx}
+        sess = cls(model if model is not None else h.model, **{**ctx_args, **kwargs})
+        try:
+            sess.restore_into(blob)
+        except Exception:
+            sess.close()
+            raise
+        return sess
+
+    def restore_into(self, blob: bytes) -> None:
+        """Restore a snapshot into this session (same model and context sizes), replacing its current
+        generation. Everything is checked before anything changes; a refused snapshot raises
+        :class:`~specviz.errors.SnapshotError` (or the draft model's error) and leaves the session as it was."""
+        with self._lock:
+            restore_snapshot(self, blob)
+
+    # -- rewind and branch -----------------------------------------------------------------------------
+    def rewind(self, round: int | None = None, *, position: int | None = None) -> Rewound:
+        """Go back to the state right after round ``round`` (0: right after the prompt), or to ``position``
+        tokens of history: caches cut, drafter rebuilt, telemetry and events of the later rounds dropped,
+        a :class:`~specviz.decoding.events.Rewound` event published (see :mod:`specviz.decoding.rewind`).
+
+        A round or position outside the committed range raises :class:`~specviz.errors.RewindError` and
+        changes nothing. A configuration queued with :meth:`configure` is discarded.
+        """
+        return _rewind(self, round=round, position=position)
+
+    def fork(self) -> Session:
+        """A second session at this point, sharing the loaded models, independent afterwards (its own
+        contexts, drafter, history, events and checkpoints). Close it with :meth:`close` when done."""
+        return _fork(self)
+
+    def close(self) -> None:
+        """Free the contexts and the draft models this session loaded."""
+        if self.drafter is not None:
+            self.drafter.close()
+            self.drafter = None
+        self.draft_models.close()
+        self.ctx.close()
+
+    def __enter__(self) -> Session:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()

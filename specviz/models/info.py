@@ -1,0 +1,247 @@
+"""What a model (or a target and draft pair) is, and which strategies can run on it: ``specviz info``.
+
+:func:`model_info` loads the GGUF (checked first, like every model specviz opens) and reports its
+architecture, depth, width, vocabulary, trained context, sliding window, NextN layers, whether its layer
+inputs can be read (the EAGLE-3 features) and how, whether it carries a chat template — and for every
+strategy whether it can run with this model (and the draft model, when one is given) and, if not, why.
+The answers come from the same checks the strategies make when they are configured, so ``info`` and
+``start`` never disagree.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..backends.capture import capture_method, capture_unavailable_reason
+from ..backends.eagle3 import eagle3_problems, read_eagle3_head
+from ..backends.mtp import mtp_problems, nextn_layers
+from .embedded import resolve_model
+
+__all__ = ["ModelInfo", "StrategyFit", "model_info"]
+
+_FILE_TYPES = {
+    0: "F32",
+    1: "F16",
+    2: "Q4_0",
+    3: "Q4_1",
+    7: "Q8_0",
+    8: "Q5_0",
+    9: "Q5_1",
+    10: "Q2_K",
+    11: "Q3_K_S",
+    12: "Q3_K_M",
+    13: "Q3_K_L",
+    14: "Q4_K_S",
+    15: "Q4_K_M",
+    16: "Q5_K_S",
+    17: "Q5_K_M",
+    18: "Q6_K",
+    32: "BF16",
+}
+
+
+@dataclass(frozen=True)
+class StrategyFit:
+    """Whether a strategy can run: ``ok``, else ``why`` (``needs`` names a missing input, e.g. a draft model)."""
+
+    strategy: str
+    ok: bool
+    why: str | None = None
+    needs: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-serialisable form."""
+        return {"strategy": self.strategy, "ok": self.ok, "why": self.why, "needs": self.needs}
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """The facts :func:`model_info` reports (see the module docstring)."""
+
+    path: str
+    architecture: str | None
+    name: str | None
+    file_type: str | None
+    size_bytes: int
+    n_layer: int
+    n_embd: int
+    n_vocab: int
+    n_ctx_train: int
+    sliding_window: int
+    nextn_layers: int
+    layer_capture: str | None
+    layer_capture_why: str | None
+    chat_template: bool
+    eagle3_head: dict[str, Any] | None = None
+    draft_model: dict[str, Any] | None = None
+    strategies: list[StrategyFit] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-serialisable form."""
+        d = dict(self.__dict__)
+        d["strategies"] = [s.to_dict() for s in self.strategies]
+        return d
+
+    def format(self) -> str:
+        """Human-readable text (what ``specviz info`` prints)."""
+        how = "llama.cpp layer-input taps" if self.layer_capture == "api" else "the C eval-callback shim"
+        cap = f"yes, through {how}" if self.layer_capture else f"no ({self.layer_capture_why})"
+        rows = [
+            ("model", self.path),
+            ("architecture", f"{self.architecture}" + (f" ({self.name})" if self.name else "")),
+            ("file type", f"{self.file_type or '?'}, {self.size_bytes / 1e6:.1f} MB"),
+            ("layers", str(self.n_layer)),
+            ("hidden size", str(self.n_embd)),
+            ("vocabulary", f"{self.n_vocab} tokens"),
+            ("context", f"{self.n_ctx_train} (trained)"),
+            ("sliding window", str(self.sliding_window) if self.sliding_window else "none"),
+            ("NextN layers", str(self.nextn_layers)),
+            ("layer capture", cap),
+            ("chat template", "yes" if self.chat_template else "no"),
+        ]
+        if self.eagle3_head:
+            h = self.eagle3_head
+            rows.append(
+                (
+                    "EAGLE-3 head",
+                    f"reads target layers {h['target_layers']} of a {h['target_hidden']}-wide "
+                    f"target; draft vocabulary {h['n_draft_vocab']} of {h['n_vocab']}",
+                )
+            )
+        if self.draft_model:
+            dm = self.draft_model
+            rows.append(
+                (
+                    "draft model",
+                    f"{dm['path']} ({dm['architecture']}, {dm['n_layer']} layer{'s' if dm['n_layer'] != 1 else ''})",
+                )
+            )
+        w = max(len(k) for k, _ in rows)
+        out = [f"{k:<{w}}  {v}" for k, v in rows]
+        out.append("strategies")
+        sw = max(len(s.strategy) for s in self.strategies) if self.strategies else 0
+        for s in self.strategies:
+            verdict = "yes" if s.ok else (f"needs {s.needs}" if s.needs and not s.why else f"no: {s.why}")
+            out.append(f"  {s.strategy:<{sw}}  {verdict}")
+        return "\n".join(out)
+
+
+def _capture(arch: str | None) -> tuple[str | None, str | None]:
+    why = capture_unavailable_reason(arch)
+    return (capture_method(arch), None) if why is None else (None, why)
+
+
+def _fits(target: Any, tinfo: Any, draft: Any | None, dinfo: Any | None) -> list[StrategyFit]:
+    """Every strategy's verdict for this target (and draft)."""
+    from ..strategies import strategy_names
+    from .vocab import vocab_differences
+
+    arch = tinfo.architecture
+    out: list[StrategyFit] = []
+    if arch == "eagle3":
+        why = (
+            "an EAGLE-3 head drafts for a target and cannot generate alone; pass its target as MODEL and the "
+            "head with --draft-model"
+        )
+        return [StrategyFit(n, False, why) for n in strategy_names()]
+    d_arch = dinfo.architecture if dinfo is not None else None
+    vocab_diff = None
+    if draft is not None:
+        diffs = vocab_differences(target.ptr, draft.ptr)
+        vocab_diff = diffs[0].describe() if diffs else None
+    for name in strategy_names():
+        if name == "draft":
+            if draft is None:
+                out.append(StrategyFit(name, False, None, "--draft-model DRAFT.gguf"))
+            elif d_arch == "eagle3":
+                out.append(StrategyFit(name, False, "the draft model is an EAGLE-3 head; use --strategy eagle3"))
+            elif vocab_diff:
+                out.append(StrategyFit(name, False, f"the vocabularies differ ({vocab_diff})"))
+            else:
+                out.append(StrategyFit(name, True))
+        elif name == "eagle3":
+            cap_why = capture_unavailable_reason(arch)
+            if draft is None:
+                need = "--draft-model HEAD.gguf (an EAGLE-3 head for this model)"
+                no_read = f"the target's hidden states cannot be read: {cap_why}" if cap_why else None
+                out.append(StrategyFit(name, False, no_read, need))
+                continue
+            why_list = eagle3_problems(
+                draft.path,
+                target_arch=arch,
+                target_n_layer=target.n_layer,
+                target_n_embd=target.n_embd,
+                target_n_vocab=target.n_vocab,
+                head_info=dinfo,
+            )
+            if vocab_diff and d_arch == "eagle3":
+                why_list.append(f"the vocabularies differ ({vocab_diff})")
+            if cap_why:
+                why_list.append(f"the target's hidden states cannot be read: {cap_why}")
+            out.append(StrategyFit(name, not why_list, "; ".join(why_list) or None))
+        elif name == "mtp":
+            src = dinfo if (dinfo is not None and d_arch != "eagle3") else tinfo
+            why_list = mtp_problems(src)
+            out.append(StrategyFit(name, not why_list, "; ".join(why_list) or None))
+        else:
+            out.append(StrategyFit(name, True))
+    return out
+
+
+def model_info(model: str | os.PathLike | None = None, draft_model: str | os.PathLike | None = None) -> ModelInfo:
+    """Facts about ``model`` (default: the embedded Gemma 3 270M) and which strategies it can run, with
+    ``draft_model`` (a draft GGUF or an EAGLE-3 head) when given. Raises a typed
+    :class:`~specviz.errors.ModelError` for a file that is missing or not a loadable GGUF."""
+    from ..backends.llama import LlamaModel
+
+    path = resolve_model(model)
+    target = LlamaModel(path)
+    draft = None
+    try:
+        tinfo = target.info
+        meta = tinfo.metadata
+        arch = tinfo.architecture
+        method, why = _capture(arch) if arch != "eagle3" else (None, "an EAGLE-3 head is not a target")
+        head = None
+        if arch == "eagle3":
+            head = read_eagle3_head(path, tinfo).to_dict()
+        dinfo = None
+        dsum: dict[str, Any] | None = None
+        if draft_model is not None:
+            draft = LlamaModel(Path(draft_model))
+            dinfo = draft.info
+            dsum = {
+                "path": str(draft.path),
+                "architecture": dinfo.architecture,
+                "n_layer": draft.n_layer,
+                "n_vocab": draft.n_vocab,
+            }
+            if dinfo.architecture == "eagle3":
+                dsum["eagle3_head"] = read_eagle3_head(draft.path, dinfo).to_dict()
+        ft = meta.get("general.file_type")
+        return ModelInfo(
+            path=str(path),
+            architecture=arch,
+            name=meta.get("general.name"),
+            file_type=_FILE_TYPES.get(int(ft), str(ft)) if isinstance(ft, int) else None,
+            size_bytes=Path(path).stat().st_size,
+            n_layer=target.n_layer,
+            n_embd=target.n_embd,
+            n_vocab=target.n_vocab,
+            n_ctx_train=target.n_ctx_train,
+            sliding_window=target.n_swa,
+            nextn_layers=nextn_layers(tinfo),
+            layer_capture=method,
+            layer_capture_why=why,
+            chat_template=isinstance(meta.get("tokenizer.chat_template"), str),
+            eagle3_head=head,
+            draft_model=dsum,
+            strategies=_fits(target, tinfo, draft, dinfo),
+        )
+    finally:
+        if draft is not None:
+            draft.close()
+        target.close()
