@@ -14,7 +14,8 @@ import pytest
 pytest.importorskip("anywidget")
 
 from specviz.decoding.recorder import Recorder  # noqa: E402
-from specviz.ui.core import InspectorCore, group_rounds  # noqa: E402
+from specviz.ui.core import InspectorCore  # noqa: E402
+from specviz.ui.sources import group_rounds  # noqa: E402
 
 PROMPT = "the cat sat on the mat and the cat sat"
 
