@@ -10,6 +10,7 @@ import importlib.resources
 import time
 
 import pytest
+from declared_messages import check_sent, sent_messages_are_declared  # noqa: F401 (an autouse fixture)
 
 pytest.importorskip("anywidget")
 
@@ -27,6 +28,7 @@ class Sink:
         self.msgs: list[dict] = []
 
     def __call__(self, msg):
+        check_sent(msg)
         self.msgs.append(msg)
 
     def of(self, t):

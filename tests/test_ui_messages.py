@@ -16,6 +16,7 @@ import threading
 from typing import Any
 
 import pytest
+from declared_messages import check_sent, sent_messages_are_declared  # noqa: F401 (an autouse fixture)
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
@@ -39,6 +40,7 @@ class Sink:
         self.msgs: list[dict] = []
 
     def __call__(self, msg):
+        check_sent(msg)
         self.msgs.append(msg)
 
 
