@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from declared_messages import check_sent, sent_messages_are_declared  # noqa: F401 (an autouse fixture)
 
 from specviz import Session
 from specviz.server.pool import ManagedSession
@@ -28,6 +29,7 @@ class Page:
         self.batches = 0
 
     def __call__(self, msg):
+        check_sent(msg)
         if msg["type"] == "packed":  # a viewers' batch: the front-end unpacks it the same way
             self.batches += 1
             for m in json.loads(msg["json"]):

@@ -10,11 +10,13 @@ import importlib.resources
 import time
 
 import pytest
+from declared_messages import check_sent, sent_messages_are_declared  # noqa: F401 (an autouse fixture)
 
 pytest.importorskip("anywidget")
 
 from specviz.decoding.recorder import Recorder  # noqa: E402
-from specviz.ui.core import InspectorCore, group_rounds  # noqa: E402
+from specviz.ui.core import InspectorCore  # noqa: E402
+from specviz.ui.sources import group_rounds  # noqa: E402
 
 PROMPT = "the cat sat on the mat and the cat sat"
 
@@ -26,6 +28,7 @@ class Sink:
         self.msgs: list[dict] = []
 
     def __call__(self, msg):
+        check_sent(msg)
         self.msgs.append(msg)
 
     def of(self, t):

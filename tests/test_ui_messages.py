@@ -16,11 +16,19 @@ import threading
 from typing import Any
 
 import pytest
+from declared_messages import check_sent, sent_messages_are_declared  # noqa: F401 (an autouse fixture)
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from specviz.strategies import strategy_names, strategy_schema
-from specviz.ui.core import COMMANDS, MAX_RUN, MAX_TOKENS, MESSAGE_TYPES, InspectorCore
+from specviz.ui.core import InspectorCore
+from specviz.ui.protocol import field, message_types, variants
+
+# the bounds the page protocol declares (widgets/protocol.json)
+MESSAGE_TYPES = message_types()
+COMMANDS = variants("cmd")
+MAX_RUN = field("cmd", "n", "run").hi
+MAX_TOKENS = field("cmd", "max_tokens", "reset").hi
 
 PROMPT = "the cat sat on the mat and the cat sat"
 
@@ -32,6 +40,7 @@ class Sink:
         self.msgs: list[dict] = []
 
     def __call__(self, msg):
+        check_sent(msg)
         self.msgs.append(msg)
 
 
@@ -78,14 +87,14 @@ def snapshot(core: InspectorCore) -> dict[str, Any]:
     snap: dict[str, Any] = {
         "epoch": core.epoch,
         "log": list(core.log),
-        "pending": core._pending,
-        "prompt": core._prompt_text,
+        "pending": core.pending,
     }
     s = core.session
     if s is None:
-        snap["pos"] = core._pos
+        snap["pos"] = core.source.position
     else:
         snap.update(
+            prompt=core.source.prompt_text,
             history=list(s.history),
             knobs=dict(s.knobs),
             strategy=s.strategy,
@@ -343,7 +352,7 @@ def test_a_recording_refuses_what_a_replay_cannot_do(started_replay):
     assert not error_shown(check(core, sink, {"type": "cmd", "cmd": "reset", "prompt": "ignored", "max_tokens": 3}))
     assert not error_shown(check(core, sink, {"type": "cmd", "cmd": "step"}))
     core.wait(30)
-    assert core._pos == 2
+    assert core.source.position == 2
 
 
 @pytest.fixture()

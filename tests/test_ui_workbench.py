@@ -6,6 +6,7 @@ import base64
 import json
 
 import pytest
+from declared_messages import sent_messages_are_declared  # noqa: F401 (an autouse fixture)
 from test_ui_messages import Sink, error_shown, notices, snapshot
 
 from specviz import Session

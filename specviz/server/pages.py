@@ -21,11 +21,10 @@ import threading
 from typing import Any, Callable
 
 import panel as pn
-from panel.custom import JSComponent
 
 from ..errors import SpecvizError
 from ..ui.core import InspectorCore, static_text
-from ..ui.panel_app import OrderedSender
+from ..ui.panel_app import OrderedSender, PageComponent
 from .access import PRESENTER_ARG, AccessPolicy, MessageGate
 from .pool import SessionPool
 from .presenter import SharedInspector
@@ -35,7 +34,7 @@ _log = logging.getLogger(__name__)
 _PAGE_STYLES = {"padding": "12px", "max-width": "1500px", "margin": "0 auto"}
 
 
-class ViewComponent(JSComponent):
+class ViewComponent(PageComponent):
     """The inspector's front-end on one page; the messages it sends go to ``handler`` (set after creation)."""
 
     _esm = static_text("inspector.js")

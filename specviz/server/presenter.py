@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from ..ui.core import InspectorCore
+from ..ui.sources import InspectedSession
 
 #: Message types a viewer may send: they ask for something and change nothing.
 VIEWER_MESSAGES = ("hello", "schema", "plotly")
@@ -82,7 +83,7 @@ class SharedInspector:
 
     def __init__(
         self,
-        session: Any,
+        session: InspectedSession,
         *,
         prompt: str | None = None,
         draft_models: list[str] | None = None,

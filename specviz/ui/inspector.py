@@ -17,10 +17,11 @@ import anywidget
 from ..decoding.events import Event
 from ..decoding.recorder import read_events
 from .core import InspectorCore, static_text
+from .sources import InspectedSession
 
 
-def _draft_paths(session: Any) -> list[str]:
-    path = (getattr(session, "knobs", None) or {}).get("draft_model") if session is not None else None
+def _draft_paths(session: InspectedSession | None) -> list[str]:
+    path = (session.knobs or {}).get("draft_model") if session is not None else None
     return [str(path)] if path else []
 
 
@@ -39,7 +40,7 @@ class Inspector(anywidget.AnyWidget):
 
     def __init__(
         self,
-        session: Any = None,
+        session: InspectedSession | None = None,
         *,
         prompt: str | None = None,
         max_tokens: int = 128,
@@ -50,7 +51,7 @@ class Inspector(anywidget.AnyWidget):
         **knobs: Any,
     ) -> None:
         super().__init__()
-        if session is not None and prompt is not None and not getattr(session, "started", False):
+        if session is not None and prompt is not None and not session.started:
             session.start(prompt, max_tokens=max_tokens, strategy=strategy, **knobs)
         self.core = InspectorCore(
             self.send,
@@ -72,7 +73,7 @@ class Inspector(anywidget.AnyWidget):
 
     # -- Python API (mirrors the buttons) -------------------------------------------------------------
     @property
-    def session(self) -> Any:
+    def session(self) -> InspectedSession | None:
         """The session shown (``None`` for a replay)."""
         return self.core.session
 
@@ -114,11 +115,11 @@ class Inspector(anywidget.AnyWidget):
         """Rewind the session to right after ``round`` (or to ``position`` tokens); the views follow."""
         self.core.workbench.rewind(round, position=position)
 
-    def branch(self, round: int | None = None) -> Any:
+    def branch(self, round: int | None = None) -> InspectedSession:
         """Open a second lane: a fork of the session now (or at ``round``); returns the fork."""
         return self.core.workbench.branch(round)
 
-    def compare(self, strategy: str | None = None, /, run: bool = True, **knobs: Any) -> Any:
+    def compare(self, strategy: str | None = None, /, run: bool = True, **knobs: Any) -> InspectedSession:
         """Open a second lane from the start with another ``strategy`` / ``knobs`` and run both lanes to
         their end in the background (:meth:`wait`); returns the second lane's session."""
         return self.core.workbench.compare(strategy, run=run, **knobs)

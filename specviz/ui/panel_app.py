@@ -21,6 +21,7 @@ from tornado.ioloop import IOLoop
 
 from ..decoding.events import Event
 from .core import InspectorCore, static_text
+from .sources import InspectedSession
 
 #: The demo prompt: code that repeats itself, which n-gram drafting turns into long accepted runs.
 DEFAULT_PROMPT = (
@@ -33,6 +34,23 @@ DEFAULT_PROMPT = (
     "\n"
     "def factorial(n):\n"
 )
+
+
+class PageComponent(JSComponent):
+    """A Panel component that runs the inspector's front-end and can send to its pages (:class:`OrderedSender`).
+
+    Panel's ``JSComponent`` keeps both things this needs to itself: sending a message to the page
+    (``_send_msg``) and the Bokeh models that show the component on each page (``_models``). This subclass
+    is where they are read, so nothing else reaches into Panel's private members.
+    """
+
+    def send_now(self, msg: dict) -> None:
+        """Send ``msg`` to every page showing the component, from the calling thread (Panel's own path)."""
+        self._send_msg(msg)
+
+    def models_on(self, doc: Any) -> list[Any]:
+        """The component's Bokeh models on the page of ``doc`` (Panel's ``_send_event`` walks the same mapping)."""
+        return [model for model, _ in list(self._models.values()) if model.document is doc]
 
 
 class OrderedSender:
@@ -61,7 +79,7 @@ class OrderedSender:
     #: Seconds to wait for the page's websocket before its queued messages are dropped.
     CONNECT_TIMEOUT = 120.0
 
-    def __init__(self, component: JSComponent, doc: Any) -> None:
+    def __init__(self, component: PageComponent, doc: Any) -> None:
         self._component = component
         self._doc = doc
         # a served page is made in the server's thread: its loop is the current one
@@ -73,7 +91,7 @@ class OrderedSender:
 
     def __call__(self, msg: dict) -> None:
         if self._loop is None:  # not served (a notebook, a test): nothing to order
-            self._component._send_msg(msg)
+            self._component.send_now(msg)
             return
         with self._lock:
             self._queue.append(msg)
@@ -111,8 +129,7 @@ class OrderedSender:
             msgs = list(self._queue)
             self._queue.clear()
             self._scheduled = False
-        # the component's Bokeh models on this page (Panel's _send_event walks the same private mapping)
-        models = [model for model, _ in list(self._component._models.values()) if model.document is self._doc]
+        models = self._component.models_on(self._doc)
         try:
             for msg in msgs:
                 for model in models:
@@ -121,7 +138,7 @@ class OrderedSender:
             self._drop()
 
 
-class InspectorComponent(JSComponent):
+class InspectorComponent(PageComponent):
     """The inspector as a Panel component: ``InspectorComponent(session=...)`` or ``(events=[...])``."""
 
     _esm = static_text("inspector.js")
@@ -129,7 +146,7 @@ class InspectorComponent(JSComponent):
 
     def __init__(
         self,
-        session: Any = None,
+        session: InspectedSession | None = None,
         *,
         events: list[Event] | None = None,
         prompt: str | None = None,
@@ -153,7 +170,7 @@ class InspectorComponent(JSComponent):
 
 
 def inspector_app(
-    session_factory: Callable[[], Any] | None = None,
+    session_factory: Callable[[], InspectedSession] | None = None,
     *,
     events: list[Event] | None = None,
     prompt: str | None = None,

@@ -20,9 +20,8 @@ import threading
 import time
 
 import panel as pn
-from panel.custom import JSComponent
 
-from specviz.ui.panel_app import OrderedSender
+from specviz.ui.panel_app import OrderedSender, PageComponent
 
 ESM = """
 export function render({ model, el }) {
@@ -48,7 +47,7 @@ export function render({ model, el }) {
 """
 
 
-class Probe(JSComponent):
+class Probe(PageComponent):
     """Counts the messages it is sent (in its page) and says when it is ready."""
 
     _esm = ESM

@@ -3,14 +3,15 @@
 // anywidget (JupyterLab):  render({model, el}) with model.send / model.on("msg:custom")
 // Panel JSComponent:       render({model, el}) with model.send_msg / model.on("msg:custom")
 //
-// The message protocol is described in protocol.js. This file wires the parts together: the state
+// The messages are declared in protocol.json (built by messages.js, read by protocol.js). This file wires the parts together: the state
 // (state.js: reduce(state, event)), the views (views/*.js) and the host (host.js). Python assembles
 // this file and everything it imports into the one ES module both hosts load (specviz/ui/bundle.py).
 
 import { h } from "./dom.js";
 import { hostOf } from "./host.js";
 import { getPlotly, installPlotly } from "./plotly.js";
-import { helloMessage, planEvents, stateIsStale, unpackMessages } from "./protocol.js";
+import { helloMessage, rewindToRound } from "./messages.js";
+import { planEvents, stateIsStale, unpackMessages } from "./protocol.js";
 import { initialState, reduce } from "./state.js";
 import { adviceView } from "./views/advice.js";
 import { audienceView } from "./views/audience.js";
@@ -55,7 +56,7 @@ function render({ model, el }) {
   controls.toolbar.append(files.el);
   charts.kv.onPoint = (pt) => {
     const c = controls.config;
-    if (!c.replay && c.can_control && !c.running && Number.isInteger(pt.x)) send({ type: "rewind", round: pt.x });
+    if (!c.replay && c.can_control && !c.running && Number.isInteger(pt.x)) send(rewindToRound(pt.x));
   };
   root.append(header.el, audience.el, controls.toolbar, presets.el, notices.el,
     h("div", { class: "sv-top" }, stream.card, h("div", { class: "sv-side" }, stats.el, controls.card)),

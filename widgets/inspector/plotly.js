@@ -1,7 +1,9 @@
 // plotly.js for the charts: taken from the page if present, otherwise asked once per page from Python
 // (which reads the plotly.min.js that the plotly package ships) — never from the network.
 
-/** A promise of plotly; the first view of a page without it asks its host ({type: "plotly"}). */
+import { plotlyMessage } from "./messages.js";
+
+/** A promise of plotly; the first view of a page without it asks its host (a "plotly" message). */
 export function getPlotly(host) {
   if (window.Plotly) return Promise.resolve(window.Plotly);
   if (!window.__specvizPlotly) {
@@ -11,9 +13,9 @@ export function getPlotly(host) {
     });
     p.resolve = resolve;
     window.__specvizPlotly = p;
-    host.send({ type: "plotly" });
+    host.send(plotlyMessage());
   } else if (!window.__specvizPlotlyAsked) {
-    host.send({ type: "plotly" });
+    host.send(plotlyMessage());
   }
   window.__specvizPlotlyAsked = true;
   return window.__specvizPlotly;

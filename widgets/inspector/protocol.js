@@ -1,30 +1,14 @@
-// The inspector's message protocol, as pure functions of the state (no DOM, no host).
+// The page's side of the message protocol, as pure functions of the state (no DOM, no host).
 //
-// Python owns the session; the front-end only renders the event stream it is sent.  All messages are
-// plain JSON objects with a "type":
-//   JS → Py  hello {epoch, have}          first message of a view: "I hold `have` events of `epoch`"
-//            cmd {cmd, n?, prompt?, max_tokens?}   step | run | play | pause | reset
-//            configure {strategy, knobs}  schema {strategy}   plotly {}
-//            the workbench (specviz/ui/workbench.py): rewind {round | position}  lane {cmd, ...}
-//            diagnose {}  advise {}  preset {name}  file {cmd: snapshot | record | restore, ...}
-//   Py → JS  events {epoch, start, events}  only the events a view does not have yet
-//            state {seq, ...}  knob_errors {errors, general}  schema {strategy, knobs}   (a state with a
-//                           lower seq than one applied is stale: dropped)
-//            plotly {source}  notice {level, text}
-//            comparison {data, lane}  diagnosis {data}  advice {data}  presets {presets}
-//            download {id, name, mime, index, count, data}
-//            packed {json}  several of the above, in order, serialized once for many pages
-//                           (presenter mode's batches to the viewers; see specviz/ui/shared.py)
+// Python owns the session; the front-end only renders the event stream it is sent. Every message, both
+// ways, is declared once in widgets/protocol.json (with its fields); messages.js builds those the page
+// sends, index.js has one handler per message it is sent, and the node tests check both against the
+// declaration (widgets/tests/declaration.test.js).
 // A rewind arrives as a "rewound" event in the stream: the reducer drops the later rounds itself.
 // A view applies an "events" message only when start == the number of events it holds; a gap
 // (a message it missed) makes it ask again with hello, so Python never resends what a view has.
 // Python checks every message a view sends; a message it refuses changes nothing and comes back as
 // a "notice" of level "error" (or, for the knob form, as "knob_errors" beside the fields).
-
-/** The hello a view sends: the epoch it holds and how many of its events. */
-export function helloMessage(state) {
-  return { type: "hello", epoch: state.epoch, have: state.n };
-}
 
 /**
  * What to do with an "events" message given the state: `{error}` for a malformed message, `{ask: true}`

@@ -2,7 +2,8 @@
 import assert from "node:assert/strict";
 import test from "node:test";
 
-import { helloMessage, planEvents, stateIsStale } from "../inspector/protocol.js";
+import { helloMessage } from "../inspector/messages.js";
+import { planEvents, stateIsStale } from "../inspector/protocol.js";
 import { initialState, reduceAll } from "../inspector/state.js";
 import { session } from "./events.js";
 

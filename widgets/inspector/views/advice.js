@@ -2,6 +2,7 @@
 // Python: specviz.advise), the expected speedup, and the same setting as llama-server flags to copy.
 
 import { h } from "../dom.js";
+import { adviseMessage } from "../messages.js";
 
 /** `{card, update(data)}`; `send(msg)` goes to the host (the Advise button). */
 export function adviceView(send) {
@@ -9,7 +10,7 @@ export function adviceView(send) {
   const body = h("div", { class: "sv-advice-body" }, h("div", { class: "sv-muted", text: "Press Advise after some rounds: the advice replays them under other settings." }));
   const card = h("div", { class: "sv-card sv-advice-card" }, h("div", { class: "sv-card-h" }, h("span", { text: "Advice" }),
     h("span", { class: "sv-sub", text: "settings that pay on this machine" }), btn), body);
-  btn.addEventListener("click", () => send({ type: "advise" }));
+  btn.addEventListener("click", () => send(adviseMessage()));
 
   function update(a) {
     if (!a) return;

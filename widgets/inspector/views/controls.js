@@ -3,6 +3,7 @@
 // sends a message to Python; what they allow follows the host's "state" messages (`config`).
 
 import { h } from "../dom.js";
+import { commandMessage, configureMessage, resetMessage, runMessage, schemaMessage } from "../messages.js";
 import { buildKnobForm, readKnobForm, showKnobErrors } from "./knob_form.js";
 
 /**
@@ -62,32 +63,22 @@ export function controlsView(send, root, uid) {
     form, h("div", { class: "sv-apply-row" }, btnApply), formNote, sessionFields);
 
   // The numbers are sent as typed (parsed, but not checked): Python validates every message and shows
-  // what it refuses.
-  btnStep.addEventListener("click", () => send({ type: "cmd", cmd: "step" }));
-  btnRun.addEventListener("click", () => send({ type: "cmd", cmd: "run", n: Math.max(1, parseInt(runN.value || "1", 10)) }));
-  btnPlay.addEventListener("click", () => send({ type: "cmd", cmd: config.running ? "pause" : "play" }));
-  const num = (inp) => {
-    const v = inp.value.trim();
-    if (v === "") return null;
-    const x = Number(v);
-    return Number.isNaN(x) ? v : x; // a non-number (or a fraction for an integer) goes to Python, which refuses it
-  };
-  btnReset.addEventListener("click", () => {
-    const msg = { type: "cmd", cmd: "reset", prompt: promptBox.value, max_tokens: parseInt(maxTok.value || "0", 10) || null,
-      temperature: num(temp), top_k: num(topK), top_p: num(topP), seed: num(seed), chat: chat.checked,
-      stop: stops.value.split("\n").filter((x) => x !== "").map((x) => x.replace(/\\n/g, "\n").replace(/\\t/g, "\t")) };
-    send(msg);
-  });
+  // what it refuses (messages.js builds every message).
+  btnStep.addEventListener("click", () => send(commandMessage("step")));
+  btnRun.addEventListener("click", () => send(runMessage(runN.value)));
+  btnPlay.addEventListener("click", () => send(commandMessage(config.running ? "pause" : "play")));
+  btnReset.addEventListener("click", () => send(resetMessage({ prompt: promptBox.value, maxTokens: maxTok.value, temperature: temp.value,
+    topK: topK.value, topP: topP.value, seed: seed.value, stops: stops.value, chat: chat.checked })));
   showRej.addEventListener("change", () => root.classList.toggle("sv-hide-rej", !showRej.checked));
   stratSel.addEventListener("change", () => {
     stratErr.textContent = "";
-    send({ type: "schema", strategy: stratSel.value });
+    send(schemaMessage(stratSel.value));
   });
   btnApply.addEventListener("click", () => {
     const knobs = readKnobForm(form);
     stratErr.textContent = "";
     formNote.textContent = "";
-    send({ type: "configure", strategy: stratSel.value, knobs });
+    send(configureMessage(stratSel.value, knobs));
   });
 
   function buildForm(strategy, schema, values) {

@@ -4,6 +4,7 @@
 
 import { h } from "../dom.js";
 import { quote } from "../format.js";
+import { diagnoseMessage } from "../messages.js";
 
 const pct = (x) => (x == null ? "—" : (100 * x).toFixed(0) + "%");
 
@@ -21,7 +22,7 @@ export function diagnosisView(send) {
   const sub = h("span", { class: "sv-sub", text: "why acceptance is what it is" });
   const body = h("div", { class: "sv-diag-body" }, h("div", { class: "sv-muted", text: "Press Diagnose (or finish the generation)." }));
   const card = h("div", { class: "sv-card sv-diag-card" }, h("div", { class: "sv-card-h" }, h("span", { text: "Diagnosis" }), sub, btn), body);
-  btn.addEventListener("click", () => send({ type: "diagnose" }));
+  btn.addEventListener("click", () => send(diagnoseMessage()));
 
   function update(d) {
     if (!d) return;

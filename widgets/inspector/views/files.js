@@ -3,9 +3,7 @@
 // large snapshot never exceeds a host's message size.
 
 import { h } from "../dom.js";
-
-/** Raw bytes per uploaded part (Python accepts parts of up to 1 MiB of base64). */
-const UPLOAD_PART = 512 * 1024;
+import { fileMessage, restoreMessages } from "../messages.js";
 
 /**
  * Add one part of a download message to `pending` (a Map keyed by the download's id); returns
@@ -38,12 +36,6 @@ function partsToBlob(parts, mime) {
   return new Blob(chunks, { type: mime || "application/octet-stream" });
 }
 
-function bytesToBase64(bytes) {
-  let s = "";
-  for (let i = 0; i < bytes.length; i += 0x8000) s += String.fromCharCode.apply(null, bytes.subarray(i, i + 0x8000));
-  return btoa(s);
-}
-
 /** `{el, download(msg)}`: the buttons (for the toolbar) and the handler of "download" messages. */
 export function filesView(send, notices) {
   const pending = new Map();
@@ -52,19 +44,15 @@ export function filesView(send, notices) {
   const btnLoad = h("button", { class: "sv-btn sv-restore", title: "load a snapshot file saved here (the same model)" }, "⤒ Load");
   const btnRec = h("button", { class: "sv-btn sv-record", title: "save every event as JSON Lines (specviz replay / diagnose / advise read it)" }, "⤓ JSONL");
   const el = h("span", { class: "sv-files" }, btnSnap, btnLoad, btnRec, upload);
-  btnSnap.addEventListener("click", () => send({ type: "file", cmd: "snapshot" }));
-  btnRec.addEventListener("click", () => send({ type: "file", cmd: "record" }));
+  btnSnap.addEventListener("click", () => send(fileMessage("snapshot")));
+  btnRec.addEventListener("click", () => send(fileMessage("record")));
   btnLoad.addEventListener("click", () => upload.click());
   upload.addEventListener("change", async () => {
     const f = upload.files && upload.files[0];
     upload.value = "";
     if (!f) return;
     const bytes = new Uint8Array(await f.arrayBuffer());
-    const id = "u" + Date.now().toString(36);
-    const count = Math.max(1, Math.ceil(bytes.length / UPLOAD_PART));
-    for (let i = 0; i < count; i++) {
-      send({ type: "file", cmd: "restore", id, index: i, count, data: bytesToBase64(bytes.subarray(i * UPLOAD_PART, (i + 1) * UPLOAD_PART)) });
-    }
+    for (const part of restoreMessages("u" + Date.now().toString(36), bytes)) send(part);
     notices.show("info", "sent " + f.name + " (" + bytes.length + " bytes) to restore");
   });
 

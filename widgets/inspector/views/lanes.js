@@ -6,6 +6,7 @@
 import { alignLanes, laneFigureRows, laneOverlaySpec } from "../compare_specs.js";
 import { h } from "../dom.js";
 import { knobText, showPiece } from "../format.js";
+import { laneMessage, laneSettingMessage } from "../messages.js";
 import { tokenClass } from "./token_class.js";
 
 /** `{card, update(msg), setPlotly(P), sync(config)}`; `send(msg)` goes to the host. */
@@ -34,12 +35,11 @@ export function lanesView(send) {
     h("div", { class: "sv-card-h" }, h("span", { text: "Compare lanes" }), sub), setting, body);
 
   let Plotly = null, last = null, lane = { open: false };
-  const knobsMsg = () => ({ strategy: strat.value || null, knobs: knobs.value });
-  btnCompare.addEventListener("click", () => send({ type: "lane", cmd: "compare", ...knobsMsg() }));
-  btnApply.addEventListener("click", () => send({ type: "lane", cmd: "configure", ...knobsMsg() }));
-  btnStep.addEventListener("click", () => send({ type: "lane", cmd: "step" }));
-  btnRun.addEventListener("click", () => send({ type: "lane", cmd: "run" }));
-  btnClose.addEventListener("click", () => send({ type: "lane", cmd: "close" }));
+  btnCompare.addEventListener("click", () => send(laneSettingMessage("compare", strat.value, knobs.value)));
+  btnApply.addEventListener("click", () => send(laneSettingMessage("configure", strat.value, knobs.value)));
+  btnStep.addEventListener("click", () => send(laneMessage("step")));
+  btnRun.addEventListener("click", () => send(laneMessage("run")));
+  btnClose.addEventListener("click", () => send(laneMessage("close")));
 
   function cellEl(c) {
     if (!c) return h("span", { class: "sv-lane-cell sv-lane-none", text: " " });

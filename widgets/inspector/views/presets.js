@@ -1,6 +1,7 @@
 // Presets: named starting points (a prompt, a strategy and its knobs) one click away; Python starts them.
 
 import { h } from "../dom.js";
+import { presetMessage } from "../messages.js";
 
 /** `{el, update(msg), sync(config)}`; `send(msg)` goes to the host. */
 export function presetsView(send) {
@@ -12,7 +13,7 @@ export function presetsView(send) {
     const ps = Array.isArray(msg.presets) ? msg.presets : [];
     buttons = ps.map((p) => {
       const b = h("button", { class: "sv-btn sv-preset", "data-preset": p.name, title: p.description || p.title }, p.title || p.name);
-      b.addEventListener("click", () => send({ type: "preset", name: p.name }));
+      b.addEventListener("click", () => send(presetMessage(p.name)));
       return b;
     });
     list.replaceChildren(...buttons);
