@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..decoding.knob_schema import Knob
+from ..decoding.knob_schema import Knob, ranged_int
 from ..errors import KnobError, SpecvizError
 from ..strategies import strategy_class, strategy_names, strategy_schema
 
@@ -206,14 +206,11 @@ def read_grid_file(path: str | Path) -> GridSpec:
 
 
 def _int(where: str, value: Any, lo: int, hi: int) -> int:
-    ok = not isinstance(value, bool)
+    """``value`` through the knob schema's ranged-integer rule; refused as a :class:`GridError` naming ``where``."""
     try:
-        v = int(str(value).strip()) if ok else 0
-    except ValueError:
-        ok = False
-    if not ok or not lo <= v <= hi:
-        raise GridError(where, f"{value!r} is not allowed; expected an integer in [{lo}, {hi}]")
-    return v
+        return ranged_int(value, lo, hi)
+    except KnobError as e:
+        raise GridError(where, str(e)) from None
 
 
 def _values(where: str, raw: Any) -> list[Any]:
