@@ -45,7 +45,11 @@ class Knob:
             return "one of " + ", ".join(self.choices)
         if self.type is bool:
             return "true or false"
-        return _range_text("an integer" if self.type is int else "a number", self.lo, self.hi)
+        if self.type is int:
+            return int_range_text(self.lo, self.hi)
+        lo = "-inf" if self.lo is None else _fmt(self.lo)
+        hi = "inf" if self.hi is None else _fmt(self.hi)
+        return f"a number in [{lo}, {hi}]"
 
     def convert(self, value: Any) -> Any:
         """Return ``value`` converted to this knob's type, or raise :class:`KnobError`."""
@@ -100,21 +104,17 @@ def _fmt(x: float) -> str:
     return str(int(x)) if float(x).is_integer() else repr(x)
 
 
-def _range_text(kind: str, lo: float | None, hi: float | None) -> str:
-    """``an integer in [1, 16]``, ``an integer >= 1``, ``a number <= 2`` or just the kind (no bound)."""
-    if lo is not None and hi is not None:
-        return f"{kind} in [{_fmt(lo)}, {_fmt(hi)}]"
-    if lo is not None:
-        return f"{kind} >= {_fmt(lo)}"
-    if hi is not None:
-        return f"{kind} <= {_fmt(hi)}"
-    return kind
-
-
 def int_range_text(lo: float | None = None, hi: float | None = None) -> str:
-    """What :func:`ranged_int` allows, in words: ``an integer in [1, 65535]``, ``an integer >= 1`` or ``an
-    integer`` (for a caller that words its own refusal, as the inspector's message checks do)."""
-    return _range_text("an integer", lo, hi)
+    """What :func:`ranged_int` allows, in words: ``an integer in [1, 65535]``, ``an integer >= 1``, ``an
+    integer <= 3`` or ``an integer`` (also for a caller that words its own refusal, as the inspector's message
+    checks do)."""
+    if lo is not None and hi is not None:
+        return f"an integer in [{_fmt(lo)}, {_fmt(hi)}]"
+    if lo is not None:
+        return f"an integer >= {_fmt(lo)}"
+    if hi is not None:
+        return f"an integer <= {_fmt(hi)}"
+    return "an integer"
 
 
 def ranged_int(
