@@ -84,3 +84,17 @@ def test_the_grid_follows_the_same_rule():
     with pytest.raises(GridError) as e:
         build_grid(GridSpec(strategies=["none"], repeats=2.5))
     assert str(e.value) == "option --repeats: 2.5 is not allowed; expected an integer in [1, 1000]"
+
+
+def test_the_command_line_follows_the_same_rule():
+    """An integer option: the rule's text forms (blanks, a sign), refused as a usage error in the CLI's words."""
+    from specviz.cli.options import UsageError, int_option
+
+    assert int_option("--port", " 8080 ", 1, 65535) == 8080
+    assert int_option("--seed", "+3", 0, 9) == 3
+    with pytest.raises(UsageError) as e:
+        int_option("--port", "80.0", 1, 65535)
+    assert str(e.value) == "option --port: '80.0' is not allowed; expected an integer in [1, 65535]"
+    with pytest.raises(UsageError) as e:
+        int_option("--train-steps", "0", 1)
+    assert str(e.value) == "option --train-steps: '0' is not allowed; expected an integer >= 1"

@@ -14,7 +14,7 @@ from typing import Any
 from ..sweep.chat import PROMPT_FORMATS
 from ..sweep.dataset import DatasetError, check_dataset_spec, load_dataset
 from ..sweep.grid import GridError, GridSpec, build_grid, parse_knob_flag, read_grid_file
-from .main import UsageError, _int_option, _warn
+from .options import UsageError, int_option, warn
 
 
 def add_commands(sub: Any) -> None:
@@ -147,9 +147,9 @@ def _validate_sweep(args: argparse.Namespace) -> dict[str, Any]:
         raise UsageError(
             f"option --prompt-format: {args.prompt_format!r} is not allowed; choose one of: {', '.join(PROMPT_FORMATS)}"
         )
-    n_ctx = _int_option("--n-ctx", args.n_ctx, 16, 1 << 20)
-    threads = None if args.threads is None else _int_option("--threads", args.threads, 1, 1024)
-    workers = None if args.workers is None else _int_option("--workers", args.workers, 1, 1024)
+    n_ctx = int_option("--n-ctx", args.n_ctx, 16, 1 << 20)
+    threads = None if args.threads is None else int_option("--threads", args.threads, 1, 1024)
+    workers = None if args.workers is None else int_option("--workers", args.workers, 1, 1024)
     cluster = None
     if args.cluster is not None:
         kind, _, n = args.cluster.partition(":")
@@ -176,7 +176,7 @@ def _validate_sweep(args: argparse.Namespace) -> dict[str, Any]:
             print(f"specviz: refused: {problem}", file=sys.stderr)
         raise UsageError(str(e)) from None
     for problem in dataset.refused:
-        _warn(f"refused {problem}")
+        warn(f"refused {problem}")
     return {
         "dataset": dataset,
         "grid": grid,
