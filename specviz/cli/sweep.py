@@ -11,10 +11,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from ..decoding.knob_schema import ranged_int
+from ..errors import KnobError
 from ..sweep.chat import PROMPT_FORMATS
 from ..sweep.dataset import DatasetError, check_dataset_spec, load_dataset
 from ..sweep.grid import GridError, GridSpec, build_grid, parse_knob_flag, read_grid_file
-from .main import UsageError, _int_option, _warn
+from .options import UsageError, int_option, warn
 
 
 def add_commands(sub: Any) -> None:
@@ -147,26 +149,8 @@ def _validate_sweep(args: argparse.Namespace) -> dict[str, Any]:
         raise UsageError(
             f"option --prompt-format: {args.prompt_format!r} is not allowed; choose one of: {', '.join(PROMPT_FORMATS)}"
         )
-    n_ctx = _int_option("--n-ctx", args.n_ctx, 16, 1 << 20)
-    threads = None if args.threads is None else _int_option("--threads", args.threads, 1, 1024)
-    workers = None if args.workers is None else _int_option("--workers", args.workers, 1, 1024)
-    cluster = None
-    if args.cluster is not None:
-        kind, _, n = args.cluster.partition(":")
-        if kind != "local" or not n.isdigit() or not 1 <= int(n) <= 1024:
-            raise UsageError(
-                f"option --cluster: {args.cluster!r} is not allowed; expected local:N with N in "
-                "[1, 1024] (or --scheduler ADDRESS for an existing Dask cluster)"
-            )
-        cluster = int(n)
-        _need("distributed", "cluster", "--cluster")
-    if args.scheduler is not None:
-        if not args.scheduler.strip() or " " in args.scheduler:
-            raise UsageError(
-                f"option --scheduler: {args.scheduler!r} is not allowed; expected a Dask scheduler "
-                "address such as tcp://10.0.0.5:8786"
-            )
-        _need("distributed", "cluster", "--scheduler")
+    n_ctx = int_option("--n-ctx", args.n_ctx, 16, 1 << 20)
+    threads, workers, cluster = _where_to_run(args)
     if args.model is not None and not Path(args.model).is_file():
         raise UsageError(f"option --model: {args.model!r} does not exist; pass the path of a .gguf file")
     try:
@@ -176,7 +160,7 @@ def _validate_sweep(args: argparse.Namespace) -> dict[str, Any]:
             print(f"specviz: refused: {problem}", file=sys.stderr)
         raise UsageError(str(e)) from None
     for problem in dataset.refused:
-        _warn(f"refused {problem}")
+        warn(f"refused {problem}")
     return {
         "dataset": dataset,
         "grid": grid,
@@ -185,6 +169,34 @@ def _validate_sweep(args: argparse.Namespace) -> dict[str, Any]:
         "workers": workers,
         "cluster": cluster,
     }
+
+
+def _where_to_run(args: argparse.Namespace) -> tuple[int | None, int | None, int | None]:
+    """``--threads``, ``--workers`` and ``--cluster local:N`` as numbers (None: not given); ``--scheduler``
+    checked for its form. The Dask options need the ``cluster`` extra."""
+    threads = None if args.threads is None else int_option("--threads", args.threads, 1, 1024)
+    workers = None if args.workers is None else int_option("--workers", args.workers, 1, 1024)
+    cluster = None
+    if args.cluster is not None:
+        kind, _, n = args.cluster.partition(":")
+        try:
+            cluster = ranged_int(n, 1, 1024) if kind == "local" else None
+        except KnobError:
+            cluster = None
+        if cluster is None:
+            raise UsageError(
+                f"option --cluster: {args.cluster!r} is not allowed; expected local:N with N in "
+                "[1, 1024] (or --scheduler ADDRESS for an existing Dask cluster)"
+            )
+        _need("distributed", "cluster", "--cluster")
+    if args.scheduler is not None:
+        if not args.scheduler.strip() or " " in args.scheduler:
+            raise UsageError(
+                f"option --scheduler: {args.scheduler!r} is not allowed; expected a Dask scheduler "
+                "address such as tcp://10.0.0.5:8786"
+            )
+        _need("distributed", "cluster", "--scheduler")
+    return threads, workers, cluster
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:

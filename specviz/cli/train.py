@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .main import UsageError, _int_option
+from .options import UsageError, int_option
 
 DTYPES = ("auto", "f32", "f16", "q8_0")
 EVALS = ("full", "quick", "none")
@@ -100,21 +100,21 @@ def options_from_args(args: argparse.Namespace) -> Any:
         target=Path(args.target) if args.target else None,
         prompts=Path(args.prompts) if args.prompts else None,
         minutes=minutes,
-        draft_vocab=_int_option("--draft-vocab", args.draft_vocab, 2, 1 << 20),
+        draft_vocab=int_option("--draft-vocab", args.draft_vocab, 2, 1 << 20),
         resume=args.resume,
         work_dir=Path(args.work_dir) if args.work_dir else None,
-        threads=_int_option("--threads", args.threads, 1, 512) if args.threads is not None else None,
+        threads=int_option("--threads", args.threads, 1, 512) if args.threads is not None else None,
         evaluate=args.evaluate,
-        eval_repeats=_int_option("--eval-repeats", args.eval_repeats, 1, 100),
-        seed=_int_option("--seed", args.seed, 0, 2**31 - 1),
-        corpus_tokens=_int_option("--corpus-tokens", args.corpus_tokens, 1) if args.corpus_tokens else None,
-        train_steps=_int_option("--train-steps", args.train_steps, 1) if args.train_steps else None,
-        max_new=_int_option("--max-new", args.max_new, 1, 4096),
+        eval_repeats=int_option("--eval-repeats", args.eval_repeats, 1, 100),
+        seed=int_option("--seed", args.seed, 0, 2**31 - 1),
+        corpus_tokens=int_option("--corpus-tokens", args.corpus_tokens, 1) if args.corpus_tokens else None,
+        train_steps=int_option("--train-steps", args.train_steps, 1) if args.train_steps else None,
+        max_new=int_option("--max-new", args.max_new, 1, 4096),
         dtype=args.dtype,
         builtin_corpus=not args.no_builtin_corpus,
         checkpoint_minutes=_number("--checkpoint-minutes", args.checkpoint_minutes, 0.0, 24 * 60),
         progress=not args.no_progress,
-        train={"steps": _int_option("--depth", args.depth, 1, 16), "n_ff": _int_option("--ffn", args.ffn, 8, 1 << 16)},
+        train={"steps": int_option("--depth", args.depth, 1, 16), "n_ff": int_option("--ffn", args.ffn, 8, 1 << 16)},
     )
     return opts
 

@@ -1,9 +1,5 @@
 """The debugging workbench on the command line: ``specviz diagnose`` and ``specviz advise`` on a recording,
-the ``diagnosis`` and ``advice`` of ``specviz run --json``, and the request options ``--chat`` /
-``--system`` / ``--chat-template`` / ``--stop``.
-
-Kept apart from :mod:`specviz.cli` (which calls in here) so that the command's core stays short.
-"""
+and the ``diagnosis`` and ``advice`` of ``specviz run --json``."""
 
 from __future__ import annotations
 
@@ -15,54 +11,7 @@ from typing import Any
 from ..analysis.advise import advise
 from ..analysis.diagnose import diagnose
 from ..decoding.policy import VerifyCostModel, measure_verify_cost
-
-
-class OptionError(Exception):
-    """An option or argument of a workbench command was refused (``specviz`` exits with status 2)."""
-
-
-def _usage(message: str) -> Exception:
-    return OptionError(message)
-
-
-def add_request_options(p: argparse.ArgumentParser) -> None:
-    """``--chat``, ``--system``, ``--chat-template`` and ``--stop`` for the generation commands."""
-    p.add_argument(
-        "--chat", action="store_true", help="send the prompt as a user message through the model's own chat template"
-    )
-    p.add_argument("--system", default=None, help="with --chat: a system message before the user's")
-    p.add_argument(
-        "--chat-template",
-        default=None,
-        metavar="NAME",
-        help="with --chat: one of llama.cpp's built-in templates instead of the model's own",
-    )
-    p.add_argument(
-        "--stop",
-        action="append",
-        default=None,
-        metavar="TEXT",
-        help="stop string (repeatable): the output ends before it, as plain decoding's would",
-    )
-
-
-def request_config(args: argparse.Namespace) -> dict[str, Any]:
-    """The start() arguments of the request options, checked without a model (raises ValueError)."""
-    from ..decoding.stops import check_stops
-
-    out: dict[str, Any] = {}
-    if args.stop:
-        out["stop"] = list(check_stops(args.stop))
-    if args.chat:
-        msgs = ([{"role": "system", "content": args.system}] if args.system else []) + [
-            {"role": "user", "content": args.prompt_text}
-        ]
-        out["messages"] = msgs
-        if args.chat_template:
-            out["chat_template"] = args.chat_template
-    elif args.system or args.chat_template:
-        raise ValueError("option --system/--chat-template: only with --chat")
-    return out
+from .options import UsageError
 
 
 def session_cost(s: Any) -> VerifyCostModel | None:
@@ -90,7 +39,7 @@ def _read(path: str) -> list:
     from ..decoding.recorder import read_events
 
     if not Path(path).is_file():
-        raise _usage(f"argument FILE: {path!r} does not exist; pass a .jsonl recording")
+        raise UsageError(f"argument FILE: {path!r} does not exist; pass a .jsonl recording")
     return read_events(path)
 
 
@@ -104,7 +53,7 @@ def _cost_file(path: str | None) -> VerifyCostModel | None:
             return VerifyCostModel(data["sizes"], data["seconds"])
         return VerifyCostModel([int(r["batch"]) for r in data], [float(r["median_ms"]) / 1000 for r in data])
     except (OSError, ValueError, KeyError, TypeError) as e:
-        raise _usage(
+        raise UsageError(
             f"option --verify-cost: {path!r} is not a verify-cost curve (bench_verify_cost.py --json output): {e}"
         ) from None
 

@@ -9,6 +9,7 @@ of proposed values against a schema and either returns a complete, converted map
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
@@ -44,10 +45,11 @@ class Knob:
             return "one of " + ", ".join(self.choices)
         if self.type is bool:
             return "true or false"
+        if self.type is int:
+            return int_range_text(self.lo, self.hi)
         lo = "-inf" if self.lo is None else _fmt(self.lo)
         hi = "inf" if self.hi is None else _fmt(self.hi)
-        kind = "an integer" if self.type is int else "a number"
-        return f"{kind} in [{lo}, {hi}]"
+        return f"a number in [{lo}, {hi}]"
 
     def convert(self, value: Any) -> Any:
         """Return ``value`` converted to this knob's type, or raise :class:`KnobError`."""
@@ -68,35 +70,16 @@ class Knob:
             if not isinstance(value, str) or (self.choices and value not in self.choices):
                 raise bad
             return value
+        if self.type is int:
+            return ranged_int(value, self.lo, self.hi, label=f"knob {self.name!r}", knob=self.name)
         if isinstance(value, bool):
             raise bad
-        if self.type is int:
-            if isinstance(value, str):
-                try:
-                    value = int(value.strip())
-                except ValueError:
-                    raise bad from None
-            elif isinstance(value, float):
-                if not value.is_integer():
-                    raise bad
-                value = int(value)
-            elif not isinstance(value, int):
-                try:
-                    import numbers
-
-                    if isinstance(value, numbers.Integral):
-                        value = int(value)
-                    else:
-                        raise bad
-                except TypeError:
-                    raise bad from None
-        else:
-            try:
-                value = float(value)
-            except (TypeError, ValueError):
-                raise bad from None
-            if math.isnan(value):
-                raise bad
+        try:
+            value = float(value)
+        except (TypeError, ValueError):
+            raise bad from None
+        if math.isnan(value):
+            raise bad
         if self.lo is not None and value < self.lo:
             raise bad
         if self.hi is not None and value > self.hi:
@@ -119,6 +102,61 @@ class Knob:
 
 def _fmt(x: float) -> str:
     return str(int(x)) if float(x).is_integer() else repr(x)
+
+
+def int_range_text(lo: float | None = None, hi: float | None = None) -> str:
+    """What :func:`ranged_int` allows, in words: ``an integer in [1, 65535]``, ``an integer >= 1``, ``an
+    integer <= 3`` or ``an integer`` (also for a caller that words its own refusal, as the inspector's message
+    checks do)."""
+    if lo is not None and hi is not None:
+        return f"an integer in [{_fmt(lo)}, {_fmt(hi)}]"
+    if lo is not None:
+        return f"an integer >= {_fmt(lo)}"
+    if hi is not None:
+        return f"an integer <= {_fmt(hi)}"
+    return "an integer"
+
+
+def ranged_int(
+    value: Any,
+    lo: float | None = None,
+    hi: float | None = None,
+    *,
+    label: str = "",
+    knob: str | None = None,
+    strict: bool = False,
+) -> int:
+    """The one rule for an integer in ``[lo, hi]`` (a missing bound: unbounded on that side), used by every
+    integer knob (:meth:`Knob.convert`), the command line's options and the sweep grids.
+
+    Accepted: an ``int`` or any other integral number (never a ``bool``), an integral ``float`` (``4.0``) and
+    the text of an integer (surrounding blanks allowed, ``int()``'s syntax). With ``strict``, only an
+    integral number that is not a float: what a JSON message's integer is, refusing ``"12"`` and ``4.0``.
+
+    Raises :class:`~specviz.errors.KnobError` (``knob``, ``value`` set) whose message is ``LABEL: VALUE is not
+    allowed; expected an integer in [LO, HI]``, without ``LABEL: `` when no label is given, so that a caller
+    can put it after its own prefix.
+    """
+    head = f"{label}: " if label else ""
+    bad = KnobError(f"{head}{value!r} is not allowed; expected {int_range_text(lo, hi)}", knob=knob, value=value)
+    if isinstance(value, bool):
+        raise bad
+    if isinstance(value, str) and not strict:
+        try:
+            v = int(value.strip())
+        except ValueError:
+            raise bad from None
+    elif isinstance(value, float) and not strict:
+        if not value.is_integer():
+            raise bad
+        v = int(value)
+    elif isinstance(value, numbers.Integral):
+        v = int(value)
+    else:
+        raise bad
+    if (lo is not None and v < lo) or (hi is not None and v > hi):
+        raise bad
+    return v
 
 
 def validate(

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..decoding.knob_schema import Knob
+from ..decoding.knob_schema import Knob, ranged_int
 from ..errors import KnobError, SpecvizError
 from ..strategies import strategy_class, strategy_names, strategy_schema
 
@@ -206,14 +206,11 @@ def read_grid_file(path: str | Path) -> GridSpec:
 
 
 def _int(where: str, value: Any, lo: int, hi: int) -> int:
-    ok = not isinstance(value, bool)
+    """``value`` through the knob schema's ranged-integer rule; refused as a :class:`GridError` naming ``where``."""
     try:
-        v = int(str(value).strip()) if ok else 0
-    except ValueError:
-        ok = False
-    if not ok or not lo <= v <= hi:
-        raise GridError(where, f"{value!r} is not allowed; expected an integer in [{lo}, {hi}]")
-    return v
+        return ranged_int(value, lo, hi)
+    except KnobError as e:
+        raise GridError(where, str(e)) from None
 
 
 def _values(where: str, raw: Any) -> list[Any]:
@@ -224,7 +221,26 @@ def _values(where: str, raw: Any) -> list[Any]:
 
 
 def build_grid(spec: GridSpec) -> Grid:
-    """Validate ``spec`` and expand it into a :class:`Grid`; :class:`GridError` names what was refused."""
+    """Validate ``spec`` and expand it into a :class:`Grid`; :class:`GridError` names what was refused.
+
+    The steps, in the order their refusals come: the strategies and draft models, the knob tables, the
+    temperatures, every strategy's settings, then the run-wide integers.
+    """
+    strategies, drafts = _grid_strategies(spec)
+    shared, own = _knob_tables(spec, strategies)
+    temps = _temperatures(spec)
+    families: list[Setting] = []
+    for strat in strategies:
+        families += _strategy_settings(spec, strat, shared, own.get(strat, {}), drafts)
+    settings = [Setting(f.strategy, f.knobs, t) for t in temps for f in dict.fromkeys(families)]
+    max_tokens = 128 if spec.max_tokens is None else _int(spec.where("max_tokens"), spec.max_tokens, 1, 1 << 20)
+    repeats = 1 if spec.repeats is None else _int(spec.where("repeats"), spec.repeats, 1, 1000)
+    seed = 0 if spec.seed is None else _int(spec.where("seed"), spec.seed, 0, 2**63 - 1)
+    return Grid(settings, max_tokens, repeats, seed)
+
+
+def _grid_strategies(spec: GridSpec) -> tuple[list[str], list[str]]:
+    """The grid's strategies (``none`` first, ``draft`` when a draft model is given) and its draft models."""
     names = strategy_names()
     strategies: list[str] = []
     for s in spec.strategies:
@@ -244,9 +260,13 @@ def build_grid(spec: GridSpec) -> Grid:
         strategies.append("draft")  # each draft model is a setting family of the draft strategy
     if "draft" in strategies and not drafts:
         raise GridError(spec.where("strategies"), "'draft' needs a draft model; add --draft-model PATH")
-    strategies = ["none"] + [s for s in strategies if s != "none"]
+    return ["none"] + [s for s in strategies if s != "none"], drafts
 
-    # knob values: shared ones (by knob name) and per strategy (STRATEGY -> {name: values})
+
+def _knob_tables(spec: GridSpec, strategies: list[str]) -> tuple[dict[str, list[Any]], dict[str, dict[str, list[Any]]]]:
+    """The knob values: shared ones (knob name -> values, for every strategy having the knob) and per
+    strategy (strategy -> {knob name: values}); each name checked against the strategies in the grid."""
+    names = strategy_names()
     shared: dict[str, list[Any]] = {}
     own: dict[str, dict[str, list[Any]]] = {}
     knob_where = spec.where("knobs")
@@ -281,7 +301,11 @@ def build_grid(spec: GridSpec) -> Grid:
                     f"strategy {strat!r} has no knob {name!r}; its knobs: "
                     f"{', '.join(strategy_schema(strat).names()) or 'none'}",
                 )
+    return shared, own
 
+
+def _temperatures(spec: GridSpec) -> list[float]:
+    """The temperatures, each once, in the order given (default: greedy only)."""
     temps: list[float] = []
     for t in spec.temperatures or [0.0]:
         try:
@@ -294,41 +318,52 @@ def build_grid(spec: GridSpec) -> Grid:
             raise GridError(spec.where("temperatures"), f"{t!r} is not allowed; expected a finite number")
         if v not in temps:
             temps.append(v)
+    return temps
 
-    families: list[Setting] = []
-    for strat in strategies:
-        schema = strategy_schema(strat)
-        varied = {k: v for k, v in shared.items() if k in schema.names()}
-        varied.update(own.get(strat, {}))
-        extra = [[("draft_model", d)] for d in drafts] if strat == "draft" else [[]]
-        names_ = list(varied)
-        for combo in itertools.product(*(varied[n] for n in names_)):
-            for ext in extra:
-                given = dict(zip(names_, combo))
-                try:
-                    converted = {k: schema.validate({k: v})[k] for k, v in given.items()}
-                except KnobError as e:
-                    place = (
-                        f"{knob_where} {strat}:{e.knob}" if e.knob in own.get(strat, {}) else f"{knob_where} {e.knob}"
-                    )
-                    raise GridError(place, str(e).split(": ", 1)[-1]) from None
-                full = schema.validate({**converted, **dict(ext)})
-                try:
-                    strategy_class(strat).check(full)
-                except KnobError as e:
-                    raise GridError(
-                        knob_where if not ext else spec.where("draft_models"),
-                        f"{strat} with {converted or 'its defaults'}: {e}",
-                    ) from None
-                if full.get("draft_min", 0) > full.get("draft_max", 1 << 30):
-                    raise GridError(
-                        knob_where,
-                        f"draft_min {full['draft_min']} is larger than draft_max "
-                        f"{full['draft_max']} in {strat} {converted}",
-                    )
-                families.append(Setting(strat, tuple(converted.items()) + tuple(ext)))
-    settings = [Setting(f.strategy, f.knobs, t) for t in temps for f in dict.fromkeys(families)]
-    max_tokens = 128 if spec.max_tokens is None else _int(spec.where("max_tokens"), spec.max_tokens, 1, 1 << 20)
-    repeats = 1 if spec.repeats is None else _int(spec.where("repeats"), spec.repeats, 1, 1000)
-    seed = 0 if spec.seed is None else _int(spec.where("seed"), spec.seed, 0, 2**63 - 1)
-    return Grid(settings, max_tokens, repeats, seed)
+
+def _strategy_settings(
+    spec: GridSpec, strat: str, shared: dict[str, list[Any]], own: dict[str, list[Any]], drafts: list[str]
+) -> list[Setting]:
+    """One strategy's settings (temperature aside): the product of the values of its knobs in the grid,
+    times its draft models for ``draft``; each combination validated and checked by the strategy."""
+    schema = strategy_schema(strat)
+    varied = {k: v for k, v in shared.items() if k in schema.names()}
+    varied.update(own)
+    extra = [[("draft_model", d)] for d in drafts] if strat == "draft" else [[]]
+    names = list(varied)
+    out: list[Setting] = []
+    for combo in itertools.product(*(varied[n] for n in names)):
+        for ext in extra:
+            converted = _converted_knobs(spec, strat, dict(zip(names, combo)), own)
+            _check_setting(spec, strat, converted, ext)
+            out.append(Setting(strat, tuple(converted.items()) + tuple(ext)))
+    return out
+
+
+def _converted_knobs(spec: GridSpec, strat: str, given: dict[str, Any], own: dict[str, list[Any]]) -> dict[str, Any]:
+    """``given`` converted to the knobs' types; a refusal names the table the value came from."""
+    schema = strategy_schema(strat)
+    knob_where = spec.where("knobs")
+    try:
+        return {k: schema.validate({k: v})[k] for k, v in given.items()}
+    except KnobError as e:
+        place = f"{knob_where} {strat}:{e.knob}" if e.knob in own else f"{knob_where} {e.knob}"
+        raise GridError(place, str(e).split(": ", 1)[-1]) from None
+
+
+def _check_setting(spec: GridSpec, strat: str, converted: dict[str, Any], ext: list[tuple[str, str]]) -> None:
+    """The strategy's own check of a whole setting, and draft_min <= draft_max."""
+    knob_where = spec.where("knobs")
+    full = strategy_schema(strat).validate({**converted, **dict(ext)})
+    try:
+        strategy_class(strat).check(full)
+    except KnobError as e:
+        raise GridError(
+            knob_where if not ext else spec.where("draft_models"),
+            f"{strat} with {converted or 'its defaults'}: {e}",
+        ) from None
+    if full.get("draft_min", 0) > full.get("draft_max", 1 << 30):
+        raise GridError(
+            knob_where,
+            f"draft_min {full['draft_min']} is larger than draft_max {full['draft_max']} in {strat} {converted}",
+        )

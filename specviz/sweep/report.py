@@ -197,31 +197,13 @@ def figures(df) -> dict[str, Any]:
 
     summary = summarise(df)
     pp = per_prompt(df)
-    cats = [c for c in dict.fromkeys(summary["category"]) if c != OVERALL]
     order = list(dict.fromkeys(summary["setting"]))
     spec = [s for s in order if not summary[summary["setting"] == s]["strategy"].eq("none").all()]
     palette = qualitative.Plotly + qualitative.D3 + qualitative.Dark24
     color = {s: palette[i % len(palette)] for i, s in enumerate(order)}  # one colour per setting in every chart
+    bars = _CategoryBars(go, summary, color)
     figs: dict[str, Any] = {}
-
-    def bars(value: str, sd: str, title: str, axis: str, settings: list[str], fmt: str) -> Any:
-        fig = go.Figure()
-        for s in settings:
-            sub = summary[summary["setting"] == s].set_index("category").reindex(cats + [OVERALL])
-            fig.add_bar(
-                name=s,
-                x=cats + [OVERALL],
-                y=sub[value],
-                marker_color=color[s],
-                error_y={"type": "data", "array": sub[sd].fillna(0), "visible": True},
-                hovertemplate=f"%{{x}}<br>{s}<br>{axis} %{{y:{fmt}}}<extra></extra>",
-            )
-        fig.update_layout(
-            title=title, barmode="group", yaxis_title=axis, legend_title="setting", template="plotly_white", height=420
-        )
-        return fig
-
-    fig = bars(
+    fig = bars.chart(
         "speedup",
         "speedup_sd",
         "Speedup over none by category (± one sd over prompts)",
@@ -231,7 +213,52 @@ def figures(df) -> dict[str, Any]:
     )
     fig.add_hline(y=1.0, line_dash="dot", line_color="grey")
     figs["speedup"] = fig
+    figs["per-prompt speedup"] = _per_prompt_speedups(go, pp, spec, color)
+    figs["mean accepted tokens"] = bars.chart(
+        "mean_accepted_tokens",
+        "mean_accepted_tokens_sd",
+        "Mean accepted tokens per verify batch (± one sd over prompts)",
+        "tokens per round",
+        order,
+        ".2f",
+    )
+    fig = bars.chart(
+        "acceptance", "acceptance_sd", "Acceptance of drafted tokens (± one sd over prompts)", "acceptance", spec, ".1%"
+    )
+    fig.update_yaxes(tickformat=".0%")
+    figs["acceptance"] = fig
+    figs["acceptance vs speedup"] = _acceptance_and_speedup(go, pp, spec, color)
+    return figs
 
+
+class _CategoryBars:
+    """Grouped bar charts of one summary column per category (and overall), one bar colour per setting."""
+
+    def __init__(self, go: Any, summary: Any, color: dict[str, str]) -> None:
+        self.go, self.summary, self.color = go, summary, color
+        self.cats = [c for c in dict.fromkeys(summary["category"]) if c != OVERALL] + [OVERALL]
+
+    def chart(self, value: str, sd: str, title: str, axis: str, settings: list[str], fmt: str) -> Any:
+        """Column ``value`` with ``sd`` as the error bar, for each of ``settings``."""
+        fig = self.go.Figure()
+        for s in settings:
+            sub = self.summary[self.summary["setting"] == s].set_index("category").reindex(self.cats)
+            fig.add_bar(
+                name=s,
+                x=self.cats,
+                y=sub[value],
+                marker_color=self.color[s],
+                error_y={"type": "data", "array": sub[sd].fillna(0), "visible": True},
+                hovertemplate=f"%{{x}}<br>{s}<br>{axis} %{{y:{fmt}}}<extra></extra>",
+            )
+        fig.update_layout(
+            title=title, barmode="group", yaxis_title=axis, legend_title="setting", template="plotly_white", height=420
+        )
+        return fig
+
+
+def _per_prompt_speedups(go: Any, pp: Any, spec: list[str], color: dict[str, str]) -> Any:
+    """A box of each speculative setting's per-prompt paired speedups, every prompt shown as a point."""
     fig = go.Figure()
     for s in spec:
         sub = pp[pp["setting"] == s]
@@ -253,22 +280,11 @@ def figures(df) -> dict[str, Any]:
         template="plotly_white",
         height=420,
     )
-    figs["per-prompt speedup"] = fig
+    return fig
 
-    figs["mean accepted tokens"] = bars(
-        "mean_accepted_tokens",
-        "mean_accepted_tokens_sd",
-        "Mean accepted tokens per verify batch (± one sd over prompts)",
-        "tokens per round",
-        order,
-        ".2f",
-    )
-    fig = bars(
-        "acceptance", "acceptance_sd", "Acceptance of drafted tokens (± one sd over prompts)", "acceptance", spec, ".1%"
-    )
-    fig.update_yaxes(tickformat=".0%")
-    figs["acceptance"] = fig
 
+def _acceptance_and_speedup(go: Any, pp: Any, spec: list[str], color: dict[str, str]) -> Any:
+    """Acceptance against paired speedup, one point per prompt and speculative setting."""
     fig = go.Figure()
     for s in spec:
         sub = pp[pp["setting"] == s]
@@ -290,8 +306,7 @@ def figures(df) -> dict[str, Any]:
         template="plotly_white",
         height=420,
     )
-    figs["acceptance vs speedup"] = fig
-    return figs
+    return fig
 
 
 def _html_table(frame, formats: dict[str, Any]) -> str:
@@ -324,6 +339,57 @@ def write_report(df, path: str | Path, *, title: str = "specviz sweep") -> Path:
     from plotly.offline import get_plotlyjs
 
     summary = summarise(df)
+    meta = _run_facts(df)
+    parts = [
+        fig.to_html(
+            full_html=False,
+            include_plotlyjs=False,
+            config={"displaylogo": False, "responsive": True},
+            div_id=f"fig-{i}",
+        )
+        for i, fig in enumerate(figures(df).values())
+    ]
+    embedded = html.escape(json.dumps(summary.to_dict(orient="records"), default=float))
+    page = f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>
+<style>{_CSS}</style>
+<script type="text/javascript">{get_plotlyjs()}</script>
+</head><body>
+<h1>{html.escape(title)}</h1>
+<div class="meta">{" · ".join(f"{html.escape(k)}: {html.escape(v)}" for k, v in meta.items())}
+ · written {_dt.datetime.now().strftime("%Y-%m-%d %H:%M")}</div>
+<h2>Speedup over none by category</h2>
+{_leaderboard_html(summary)}
+<p class="note">As Spec-Bench's leaderboard: the mean decode tokens/s over a category's prompts over the same mean
+for the none runs paired with them; mean accepted tokens = tokens per target verify batch (pooled); acceptance =
+accepted / drafted tokens (pooled).</p>
+<h2>Per category and setting, with the spread over prompts</h2>
+{_detail_html(summary)}
+<p class="note">± is one standard deviation over prompts. The speedup's spread and range are those of each
+prompt's paired speedup: its runs over the none run taken just before them on the same worker.</p>
+{"".join(f'<div class="fig">{p}</div>' for p in parts)}
+<script type="application/json" id="specviz-summary">{embedded}</script>
+</body></html>
+"""
+    out = Path(path)
+    out.write_text(page, encoding="utf-8")
+    return out
+
+
+def _run_facts(df) -> dict[str, str]:
+    """The page's header line: model, prompt format, tokens per turn, prompts, runs, workers."""
+    return {
+        "model": ", ".join(sorted(map(str, df["model"].unique()))) if "model" in df else "?",
+        "prompt format": ", ".join(sorted(map(str, df["prompt_format"].unique()))) if "prompt_format" in df else "?",
+        "max tokens per turn": ", ".join(sorted(map(str, df["max_tokens"].unique()))) if "max_tokens" in df else "?",
+        "prompts": str(df["question_id"].nunique()),
+        "runs": str(len(df)),
+        "workers": str(df["worker"].nunique()) if "worker" in df else "?",
+    }
+
+
+def _leaderboard_html(summary) -> str:
+    """The leaderboard (speedup per category, mean accepted tokens, acceptance) as an HTML table."""
     lb = leaderboard(summary).reset_index()
     cats = [c for c in lb.columns if c not in ("setting", "mean accepted tokens", "acceptance")]
     lb_fmt: dict[str, Any] = {c: (lambda r, c=c: "—" if _nan(r[c]) else f"{r[c]:.2f}×") for c in cats}
@@ -331,6 +397,11 @@ def write_report(df, path: str | Path, *, title: str = "specviz sweep") -> Path:
     lb_fmt["acceptance"] = lambda r: (
         "—" if r["setting"].startswith("none") or _nan(r["acceptance"]) else f"{r['acceptance']:.1%}"
     )
+    return _html_table(lb, lb_fmt)
+
+
+def _detail_html(summary) -> str:
+    """Every category and setting with the spread over prompts (± one sd, the paired speedups' range)."""
     detail = _detail(summary)[
         [
             "category",
@@ -366,46 +437,4 @@ def write_report(df, path: str | Path, *, title: str = "specviz sweep") -> Path:
         ),
         "tokens/s": lambda r: f"{r['tokens/s']:.1f}",
     }
-    meta = {
-        "model": ", ".join(sorted(map(str, df["model"].unique()))) if "model" in df else "?",
-        "prompt format": ", ".join(sorted(map(str, df["prompt_format"].unique()))) if "prompt_format" in df else "?",
-        "max tokens per turn": ", ".join(sorted(map(str, df["max_tokens"].unique()))) if "max_tokens" in df else "?",
-        "prompts": str(df["question_id"].nunique()),
-        "runs": str(len(df)),
-        "workers": str(df["worker"].nunique()) if "worker" in df else "?",
-    }
-    figs = figures(df)
-    parts = [
-        fig.to_html(
-            full_html=False,
-            include_plotlyjs=False,
-            config={"displaylogo": False, "responsive": True},
-            div_id=f"fig-{i}",
-        )
-        for i, fig in enumerate(figs.values())
-    ]
-    embedded = html.escape(json.dumps(summary.to_dict(orient="records"), default=float))
-    page = f"""<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>
-<style>{_CSS}</style>
-<script type="text/javascript">{get_plotlyjs()}</script>
-</head><body>
-<h1>{html.escape(title)}</h1>
-<div class="meta">{" · ".join(f"{html.escape(k)}: {html.escape(v)}" for k, v in meta.items())}
- · written {_dt.datetime.now().strftime("%Y-%m-%d %H:%M")}</div>
-<h2>Speedup over none by category</h2>
-{_html_table(lb, lb_fmt)}
-<p class="note">As Spec-Bench's leaderboard: the mean decode tokens/s over a category's prompts over the same mean
-for the none runs paired with them; mean accepted tokens = tokens per target verify batch (pooled); acceptance =
-accepted / drafted tokens (pooled).</p>
-<h2>Per category and setting, with the spread over prompts</h2>
-{_html_table(detail, d_fmt)}
-<p class="note">± is one standard deviation over prompts. The speedup's spread and range are those of each
-prompt's paired speedup: its runs over the none run taken just before them on the same worker.</p>
-{"".join(f'<div class="fig">{p}</div>' for p in parts)}
-<script type="application/json" id="specviz-summary">{embedded}</script>
-</body></html>
-"""
-    out = Path(path)
-    out.write_text(page, encoding="utf-8")
-    return out
+    return _html_table(detail, d_fmt)

@@ -1,0 +1,58 @@
+"""What can run: ``specviz info`` (a model's facts and which strategies it can run, with a draft model) and
+``specviz strategies`` (every strategy and its knobs)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from ..strategies import strategy_names, strategy_schema
+from .options import UsageError
+
+
+def add_commands(sub: Any) -> None:
+    """Add ``info`` and ``strategies`` to the ``specviz`` subcommands."""
+    inf = sub.add_parser("info", help="what a model is and which strategies it (with a draft model) can run")
+    inf.add_argument(
+        "model", metavar="MODEL", nargs="?", default=None, help="the GGUF (default: the embedded Gemma 3 270M)"
+    )
+    inf.add_argument(
+        "--draft-model",
+        "-md",
+        "--spec-draft-model",
+        default=None,
+        metavar="PATH",
+        help="a draft GGUF or an EAGLE-3 head to check with the model",
+    )
+    inf.add_argument("--json", action="store_true")
+    inf.set_defaults(func=cmd_info)
+    s = sub.add_parser("strategies", help="list strategies and their knobs")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(func=cmd_strategies)
+
+
+def cmd_info(args: argparse.Namespace) -> int:
+    """``specviz info [MODEL] [--draft-model D]``: the model's facts and which strategies it can run."""
+    for flag, p in (("argument MODEL", args.model), ("option --draft-model", args.draft_model)):
+        if p is not None and not Path(p).is_file():
+            raise UsageError(f"{flag}: {p!r} does not exist; pass the path of a .gguf file")
+    from ..models.info import model_info
+
+    info = model_info(args.model, args.draft_model)
+    print(json.dumps(info.to_dict()) if args.json else info.format())
+    return 0
+
+
+def cmd_strategies(args: argparse.Namespace) -> int:
+    """``specviz strategies``: list every strategy with its knobs."""
+    out = {n: strategy_schema(n).to_list() for n in strategy_names()}
+    if args.json:
+        print(json.dumps(out))
+        return 0
+    for n, knobs in out.items():
+        print(n)
+        for k in knobs:
+            print(f"  {k['flag']:<28} default {k['default']!s:<8} {k['help']}")
+    return 0

@@ -1,0 +1,119 @@
+"""``specviz run`` (one generation, text or ``--json``) and ``specviz verify`` (plain greedy vs speculative
+greedy, with a verdict)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from .generation_options import add_generation_options, generation_config
+from .options import UsageError, warn
+from .workbench import run_extras
+
+
+def add_commands(sub: Any) -> None:
+    """Add ``run`` and ``verify`` to the ``specviz`` subcommands."""
+    r = sub.add_parser("run", help="generate once and print the text and telemetry")
+    add_generation_options(r, strategy_default=None)
+    r.add_argument("--record", default=None, metavar="FILE.jsonl", help="record every event as JSON Lines")
+    r.set_defaults(func=cmd_run)
+    v = sub.add_parser("verify", help="compare plain greedy and speculative greedy output")
+    add_generation_options(v, strategy_default=None)
+    v.add_argument("--threshold", default="0.5", help="margin below which a divergence counts as numerics")
+    v.set_defaults(func=cmd_verify, greedy_only="specviz verify")
+
+
+def _result(session, cfg: dict[str, Any]) -> dict[str, Any]:
+    tel = session.telemetry_dict()
+    return {
+        "tokens": session.tokens,
+        "text": session.text,
+        "finish_reason": session.finished,
+        "strategy": session.strategy,
+        "knobs": session.knobs,
+        "prompt_tokens": session.n_prompt,
+        "sampling": session.sampling.to_dict(),
+        "seed": session.seed if not session.sampling.greedy else None,
+        "model": str(session.model.path),
+        "telemetry": tel,
+    }
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    """``specviz run``: one generation; prints the text and a telemetry line, or one JSON object."""
+    cfg = generation_config(args, warn=warn)
+    if args.record is not None and not Path(args.record).resolve().parent.is_dir():
+        raise UsageError(f"option --record: folder of {args.record!r} does not exist")
+    from ..decoding.recorder import Recorder
+    from ..decoding.session import Session
+
+    s = Session(cfg["model"], n_ctx=cfg["n_ctx"])
+    recorder = Recorder(args.record) if args.record else None
+    if recorder is not None:
+        s.subscribe(recorder)
+    req = cfg["request"]
+    prompt = None if "messages" in req else cfg["prompt"]
+    s.start(prompt, cfg["max_tokens"], cfg["strategy"], seed=cfg["seed"], **cfg["sampling"], **req, **cfg["knobs"])
+    s.run()
+    if recorder is not None:
+        recorder.close()
+    res = _result(s, cfg)
+    if args.json:
+        res.update(run_extras(s))
+        print(json.dumps(res, ensure_ascii=False))
+    else:
+        t = res["telemetry"]
+        print(res["text"])
+        print(
+            f"\n[{res['strategy']}] {t['n_generated']} tokens in {t['rounds']} rounds, "
+            f"acceptance {t['acceptance_rate']:.1%} ({t['accepted']}/{t['drafted']}), "
+            f"mean accepted length {t['mean_accepted_length']:.2f}, {t['tokens_per_second']:.1f} tokens/s, "
+            f"finish: {res['finish_reason']}",
+            file=sys.stderr,
+        )
+        st = t.get("strategy_stats") or {}
+        if st and res["strategy"] != "none":
+            print(
+                f"statistics {res['strategy']}: #calls = {st['calls']}, #gen drafts = {st['drafts_generated']}, "
+                f"#acc drafts = {st['drafts_accepted']}, #gen tokens = {st['tokens_generated']}, "
+                f"#acc tokens = {st['tokens_accepted']}, dur(b,g,a) = {st['begin_seconds'] * 1e3:.3f}, "
+                f"{st['draft_seconds'] * 1e3:.3f}, {st['accept_seconds'] * 1e3:.3f} ms",
+                file=sys.stderr,
+            )
+    s.close()
+    return 0
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    """``specviz verify``: plain greedy vs speculative greedy on one prompt, with a verdict."""
+    cfg = generation_config(args, warn=warn)
+    if cfg["request"]:
+        raise UsageError("specviz verify compares plain text prompts: --chat and --stop are for specviz run")
+    try:
+        threshold = float(args.threshold)
+        if not threshold > 0:
+            raise ValueError
+    except ValueError:
+        raise UsageError(f"option --threshold: {args.threshold!r} is not allowed; expected a number > 0") from None
+    from ..analysis.equivalence import check_equivalence
+    from ..decoding.session import Session
+
+    s = Session(cfg["model"], n_ctx=cfg["n_ctx"])
+    res = check_equivalence(s, cfg["prompt"], cfg["max_tokens"], cfg["strategy"], cfg["knobs"], threshold)
+    s.close()
+    if args.json:
+        print(json.dumps(res, ensure_ascii=False))
+    else:
+        if res["verdict"] == "identical":
+            print(f"identical: {res['plain_tokens']} tokens, plain and {res['strategy']} agree")
+        else:
+            d = res["divergence"]
+            print(
+                f"{res['verdict']}: first divergence at generated token {d['index']}: plain "
+                f"{d['plain_piece']!r} vs speculative {d['speculative_piece']!r}; top-two margin "
+                f"{d['plain_margin']} (plain) / {d['speculative_margin']} (speculative), threshold {threshold}"
+            )
+    return 0 if res["verdict"] != "mismatch" else 1

@@ -1,0 +1,370 @@
+"""The generation options of ``specviz run`` and ``specviz verify``: the model, the prompt, the strategy
+(with llama.cpp's and the runner's spellings), every knob's flag (generated from the strategies'
+schemas), sampling, and the request options ``--chat`` / ``--system`` / ``--chat-template`` / ``--stop``.
+
+:func:`generation_config` checks them all, before any model loads, into the arguments of
+``Session.start``.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any, Callable
+
+from ..decoding.knob_schema import SESSION_KNOBS, Knob
+from ..errors import KnobError
+from ..strategies import strategy_class, strategy_names, strategy_schema
+from .options import UsageError, int_option
+
+#: llama.cpp's ``--spec-type`` names for the strategies whose specviz name differs.
+SPEC_TYPES = {"draft-simple": "draft", "draft-eagle3": "eagle3", "draft-mtp": "mtp"}
+
+
+def _all_knobs() -> dict[str, Knob]:
+    """Every knob of every strategy by name (the first declaration gives the help text)."""
+    out: dict[str, Knob] = {k.name: k for k in SESSION_KNOBS}
+    for name in strategy_names():
+        for k in strategy_class(name).knobs:
+            out.setdefault(k.name, k)
+    return out
+
+
+def _per_type(alias: str, strategy: str) -> bool:
+    """True for llama.cpp's per-type spellings (``--spec-ngram-map-k-size-n``). ``--spec-draft-*`` is not one:
+    llama.cpp's draft settings (``--spec-draft-model``, ``--spec-draft-p-min`` …) serve every model-backed
+    type (draft-simple, draft-eagle3, draft-mtp), not only the strategy named ``draft``."""
+    return strategy != "draft" and alias.startswith(f"--spec-{strategy}-")
+
+
+def _strategy_flags() -> dict[str, tuple[str, str]]:
+    """llama.cpp's per-type spellings (``--spec-ngram-map-k-size-n`` …): flag -> (strategy, knob)."""
+    out: dict[str, tuple[str, str]] = {}
+    for name in strategy_names():
+        for k in strategy_class(name).knobs:
+            for alias in k.aliases:
+                if _per_type(alias, name):
+                    out[alias] = (name, k.name)
+    return out
+
+
+def _general_flags(knob: Knob) -> list[str]:
+    """A knob's flag and every alias of any declaration of it that is not tied to one strategy."""
+    flags = [knob.flag]
+    for name in strategy_names():
+        for k in (*SESSION_KNOBS, *strategy_class(name).knobs):
+            if k.name == knob.name:
+                flags += [a for a in k.aliases if not _per_type(a, name) and a not in flags]
+    return flags
+
+
+def add_generation_options(p: argparse.ArgumentParser, *, strategy_default: str | None) -> None:
+    """Add the generation options (model, prompt, strategy, knobs, sampling, request) to ``p``."""
+    p.add_argument("--model", help="target GGUF path (default: the embedded Gemma 3 270M)")
+    src = p.add_mutually_exclusive_group()
+    src.add_argument("--prompt", help="prompt text")
+    src.add_argument("--prompt-file", help="read the prompt from this file")
+    p.add_argument("--max-tokens", default="128", help="tokens to generate (default 128)")
+    p.add_argument("--strategy", default=strategy_default, help="one of: " + ", ".join(strategy_names()))
+    p.add_argument("--seed", default=None, help="seed for the sampling generator")
+    p.add_argument("--temperature", default=None, help="sampling temperature (default 0: greedy, exact)")
+    p.add_argument("--top-k", default=None, help="sample among the k most likely tokens (0: off)")
+    p.add_argument("--top-p", default=None, help="sample from the smallest set holding this mass (1: off)")
+    p.add_argument("--greedy", action="store_true", help="greedy decoding only (the default); refuses sampling options")
+    p.add_argument("--n-ctx", default="4096", help="context length (default 4096)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument(
+        "--prompt-lookup",
+        nargs="?",
+        const=True,
+        default=None,
+        metavar="MAX_NGRAM",
+        help="use prompt lookup (the runner's spelling); optional largest n-gram size",
+    )
+    p.add_argument(
+        "--spec-type",
+        default=None,
+        metavar="TYPE",
+        help="llama.cpp's spelling of --strategy (draft-simple, draft-eagle3, draft-mtp, ngram-* ...)",
+    )
+    seen: set[str] = {"--prompt-lookup"}
+    for knob in _all_knobs().values():
+        flags = [f for f in _general_flags(knob) if f not in seen]
+        seen.update(flags)
+        if flags:
+            extra: dict[str, Any] = {"nargs": "?", "const": "true"} if knob.type is bool else {}
+            p.add_argument(
+                *flags,
+                dest="knob_" + knob.name,
+                default=None,
+                metavar=knob.type.__name__.upper(),
+                help=f"{knob.help} ({knob.describe_range()}; default {knob.default})",
+                **extra,
+            )
+    for flag, (strategy, name) in _strategy_flags().items():
+        p.add_argument(
+            flag,
+            dest=f"spec_{strategy}_{name}",
+            default=None,
+            metavar="N",
+            help=f"llama.cpp's spelling of --{name.replace('_', '-')} for --strategy {strategy}",
+        )
+    p.add_argument(
+        "--adaptive-draft-count", action="store_true", help="the runner's spelling of --draft-policy adaptive"
+    )
+    p.add_argument(
+        "--no-align-proposals",
+        action="store_true",
+        help="do not shorten proposals to fit one micro-batch (--align false)",
+    )
+    _add_request_options(p)
+
+
+def _add_request_options(p: argparse.ArgumentParser) -> None:
+    """``--chat``, ``--system``, ``--chat-template`` and ``--stop`` for the generation commands."""
+    p.add_argument(
+        "--chat", action="store_true", help="send the prompt as a user message through the model's own chat template"
+    )
+    p.add_argument("--system", default=None, help="with --chat: a system message before the user's")
+    p.add_argument(
+        "--chat-template",
+        default=None,
+        metavar="NAME",
+        help="with --chat: one of llama.cpp's built-in templates instead of the model's own",
+    )
+    p.add_argument(
+        "--stop",
+        action="append",
+        default=None,
+        metavar="TEXT",
+        help="stop string (repeatable): the output ends before it, as plain decoding's would",
+    )
+
+
+def draft_model_strategy(path: str) -> str:
+    """``eagle3`` for an EAGLE-3 head, else ``draft`` (read from the file's architecture, no model loaded)."""
+    from ..backends.gguf_check import check_gguf
+    from ..errors import ModelError
+
+    try:
+        return "eagle3" if check_gguf(path).architecture == "eagle3" else "draft"
+    except ModelError:
+        return "draft"  # the draft strategy's own check reports the file
+
+
+def generation_config(args: argparse.Namespace, *, warn: Callable[[str], None]) -> dict[str, Any]:
+    """Validate the generation options into keyword arguments for Session.start (no model loaded).
+
+    ``warn`` gets one line for each option accepted but not applied. The steps, in the order their
+    refusals come: the strategy, its knobs, the prompt, the request options, then the numbers.
+    """
+    strategy, knob_values = _strategy_of(args)
+    knobs = _knobs_of(args, strategy, knob_values, warn=warn)
+    prompt = _prompt_of(args)
+    args.prompt_text = prompt
+    try:
+        request = _request_config(args)
+    except (ValueError, KnobError) as e:
+        raise UsageError(str(e).replace("stop:", "option --stop:", 1)) from None
+    max_tokens = int_option("--max-tokens", args.max_tokens, 1, 1 << 20)
+    sampling = _sampling_options(args, warn=warn, greedy_only=getattr(args, "greedy_only", None))
+    n_ctx = int_option("--n-ctx", args.n_ctx, 16, 1 << 20)
+    seed = None if args.seed is None else int_option("--seed", args.seed, 0, 2**63 - 1)
+    if args.model is not None and not Path(args.model).exists():
+        raise UsageError(f"option --model: {args.model!r} does not exist; pass the path of a .gguf file")
+    if seed is not None and sampling["temperature"] == 0:
+        warn("option --seed is accepted but not applied: greedy decoding draws no random numbers")
+    return {
+        "prompt": prompt,
+        "max_tokens": max_tokens,
+        "strategy": strategy,
+        "knobs": knobs,
+        "seed": seed,
+        "n_ctx": n_ctx,
+        "model": args.model,
+        "sampling": sampling,
+        "request": request,
+    }
+
+
+def _strategy_of(args: argparse.Namespace) -> tuple[str, dict[str, Any]]:
+    """The strategy from ``--strategy`` and its other spellings (``--spec-type``, ``--prompt-lookup``, a
+    ``--draft-model`` alone), and the knob value ``--prompt-lookup N`` gives; the runner's
+    ``--adaptive-draft-count`` and ``--no-align-proposals`` become the knob flags they stand for."""
+    strategy = args.strategy
+    knob_values: dict[str, Any] = {}
+    if args.spec_type is not None:
+        spec = SPEC_TYPES.get(args.spec_type, args.spec_type)
+        if "," in args.spec_type:
+            raise UsageError(
+                f"option --spec-type: {args.spec_type!r} names several types; specviz drafts with one "
+                "strategy per round: give one"
+            )
+        if spec not in strategy_names():
+            names = [n for n in strategy_names() if n not in SPEC_TYPES.values()]
+            names += [t for t, n in SPEC_TYPES.items() if n in strategy_names()]
+            raise UsageError(
+                f"option --spec-type: {args.spec_type!r} is not allowed; choose one of: {', '.join(sorted(names))}"
+            )
+        if strategy not in (None, spec):
+            raise UsageError(f"option --spec-type {args.spec_type} conflicts with --strategy {strategy}; use one")
+        strategy = spec
+    if args.prompt_lookup is not None:
+        if strategy not in (None, "prompt-lookup"):
+            raise UsageError(f"option --prompt-lookup conflicts with --strategy {strategy}; use one of them")
+        strategy = "prompt-lookup"
+        if args.prompt_lookup is not True:
+            knob_values["max_ngram"] = args.prompt_lookup
+    if args.adaptive_draft_count:
+        given = getattr(args, "knob_draft_policy", None)
+        if given not in (None, "adaptive"):
+            raise UsageError(f"option --adaptive-draft-count conflicts with --draft-policy {given}; use one of them")
+        args.knob_draft_policy = "adaptive"
+    if args.no_align_proposals:
+        given = getattr(args, "knob_align", None)
+        if given is not None and str(given).lower() in ("true", "1", "yes", "on"):
+            raise UsageError(f"option --no-align-proposals conflicts with --align {given}; use one of them")
+        args.knob_align = "false"
+    draft_model = getattr(args, "knob_draft_model", None)
+    if draft_model is not None:
+        if args.prompt_lookup is not None:
+            raise UsageError(
+                "option --draft-model conflicts with --prompt-lookup: a round drafts with one strategy; use one of them"
+            )
+        if strategy is None:
+            strategy = draft_model_strategy(draft_model) if Path(draft_model).is_file() else "draft"
+    strategy = strategy or "prompt-lookup"
+    if strategy not in strategy_names():
+        raise UsageError(
+            f"option --strategy: {strategy!r} is not allowed; choose one of: {', '.join(strategy_names())}"
+        )
+    return strategy, knob_values
+
+
+def _knobs_of(
+    args: argparse.Namespace, strategy: str, knob_values: dict[str, Any], *, warn: Callable[[str], None]
+) -> dict[str, Any]:
+    """The strategy's knobs from the knob flags and llama.cpp's per-type spellings, validated and checked
+    by the strategy; a flag of another strategy's knob is warned about and dropped."""
+    schema = strategy_schema(strategy)
+    own = set(schema.names())
+    all_knobs = _all_knobs()
+    for name in all_knobs:
+        v = getattr(args, "knob_" + name, None)
+        if v is None:
+            continue
+        if name in own:
+            knob_values[name] = v
+        else:
+            warn(
+                f"option {all_knobs[name].flag} is accepted but not applied: strategy {strategy!r} has no knob {name!r}"
+            )
+    for flag, (owner, name) in _strategy_flags().items():
+        v = getattr(args, f"spec_{owner}_{name}", None)
+        if v is None:
+            continue
+        if owner != strategy:
+            warn(f"option {flag} is accepted but not applied: it is for strategy {owner!r}, not {strategy!r}")
+        elif name in knob_values and str(knob_values[name]) != str(v):
+            raise UsageError(
+                f"option {flag} {v} conflicts with --{name.replace('_', '-')} {knob_values[name]}; use one of them"
+            )
+        else:
+            knob_values[name] = v
+    by_name = {k.name: k for k in schema.knobs}
+    try:
+        knobs = schema.validate(knob_values)
+        strategy_class(strategy).check(knobs)
+    except KnobError as e:
+        knob = by_name.get(e.knob or "")
+        flag = "/".join((knob.flag,) + knob.aliases) if knob else f"--{(e.knob or '').replace('_', '-')}"
+        if e.knob == "max_ngram" and args.prompt_lookup not in (None, True):
+            flag = "--prompt-lookup"
+        msg = str(e).replace(f"knob {e.knob!r}", f"option {flag}", 1)
+        raise UsageError(msg) from None
+    if knobs.get("draft_min", 0) > knobs.get("draft_max", 1 << 30):
+        raise UsageError(f"option --draft-min: {knobs['draft_min']} is larger than --draft-max {knobs['draft_max']}")
+    return knobs
+
+
+def _prompt_of(args: argparse.Namespace) -> str:
+    """The prompt text, from ``--prompt`` or ``--prompt-file``; refused when missing or empty."""
+    if args.prompt is None and args.prompt_file is None:
+        raise UsageError("one of --prompt TEXT or --prompt-file PATH is required")
+    if args.prompt_file is not None:
+        pf = Path(args.prompt_file)
+        if not pf.is_file():
+            raise UsageError(f"option --prompt-file: {args.prompt_file!r} is not a readable file")
+        prompt = pf.read_text(encoding="utf-8")
+    else:
+        prompt = args.prompt
+    if not prompt:
+        raise UsageError("option --prompt: the prompt is empty; give some text")
+    return prompt
+
+
+def _sampling_options(args: argparse.Namespace, *, warn, greedy_only: str | None) -> dict[str, Any]:
+    """Validate --temperature/--top-k/--top-p against --greedy and greedy-only commands."""
+    from ..decoding.sampling import SamplingParams
+
+    given = {
+        k: v
+        for k, v in (("--temperature", args.temperature), ("--top-k", args.top_k), ("--top-p", args.top_p))
+        if v is not None
+    }
+    blocker = "--greedy" if args.greedy else greedy_only
+    if blocker:
+        for flag, v in given.items():
+            if flag == "--temperature" and _is_zero(v):
+                continue
+            raise UsageError(f"option {flag} {v} conflicts with {blocker}, which decodes greedily; drop one of them")
+    values: dict[str, Any] = {}
+    for flag, key, conv in (
+        ("--temperature", "temperature", float),
+        ("--top-k", "top_k", int),
+        ("--top-p", "top_p", float),
+    ):
+        v = given.get(flag)
+        if v is None:
+            continue
+        try:
+            values[key] = conv(v)
+        except ValueError:
+            raise UsageError(
+                f"option {flag}: {v!r} is not allowed; expected {'an integer' if conv is int else 'a number'}"
+            ) from None
+    try:
+        params = SamplingParams(**values)
+    except KnobError as e:
+        raise UsageError(str(e).replace(f"{e.knob}=", f"option --{str(e.knob).replace('_', '-')} ", 1)) from None
+    if params.greedy:
+        for flag in ("--top-k", "--top-p"):
+            if flag in given:
+                warn(f"option {flag} is accepted but not applied: it shapes sampling, and --temperature is 0 (greedy)")
+    return params.to_dict()
+
+
+def _is_zero(v: str) -> bool:
+    try:
+        return float(v) == 0.0
+    except ValueError:
+        return False
+
+
+def _request_config(args: argparse.Namespace) -> dict[str, Any]:
+    """The start() arguments of the request options, checked without a model (raises ValueError)."""
+    from ..decoding.stops import check_stops
+
+    out: dict[str, Any] = {}
+    if args.stop:
+        out["stop"] = list(check_stops(args.stop))
+    if args.chat:
+        msgs = ([{"role": "system", "content": args.system}] if args.system else []) + [
+            {"role": "user", "content": args.prompt_text}
+        ]
+        out["messages"] = msgs
+        if args.chat_template:
+            out["chat_template"] = args.chat_template
+    elif args.system or args.chat_template:
+        raise ValueError("option --system/--chat-template: only with --chat")
+    return out

@@ -1,0 +1,131 @@
+"""``specviz serve`` (the Panel inspector on a model, for one person or an audience) and ``specviz replay``
+(a recorded session in the inspector, no model loaded). The server itself is :mod:`specviz.server`, imported
+only once the options are checked (it needs the ``ui`` extra)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from ..strategies import strategy_class, strategy_names
+from .options import UsageError, int_option
+
+
+def add_commands(sub: Any) -> None:
+    """Add ``serve`` and ``replay`` to the ``specviz`` subcommands."""
+    sv = sub.add_parser("serve", help="serve the inspector (Panel) on the embedded model")
+    sv.add_argument("--port", default="5006")
+    sv.add_argument("--address", default="127.0.0.1", help="interface to listen on (default loopback)")
+    sv.add_argument("--model", help="target GGUF path (default: the embedded Gemma 3 270M)")
+    sv.add_argument("--prompt", default=None, help="the prompt each new page starts with")
+    sv.add_argument("--max-tokens", default="256")
+    sv.add_argument("--strategy", default="prompt-lookup")
+    sv.add_argument(
+        "--draft-model",
+        action="append",
+        metavar="PATH",
+        help="a draft GGUF to offer for the draft strategy (repeatable); pages pick drafts by name",
+    )
+    sv.add_argument(
+        "--shared",
+        action="store_true",
+        help="presenter mode: one session every page watches; the presenter URL controls it",
+    )
+    sv.add_argument(
+        "--token",
+        default=None,
+        help="the access token (default: none on loopback, a random one printed at start elsewhere)",
+    )
+    sv.add_argument("--presenter-token", default=None, help="the presenter's token with --shared (default: random)")
+    sv.add_argument("--max-sessions", default="8", help="pages with a session at once (default 8); others: busy")
+    sv.add_argument("--max-viewers", default="100", help="pages watching a --shared session (default 100)")
+    sv.add_argument(
+        "--idle-timeout",
+        default="300",
+        help="seconds before an idle page's session gives back its llama.cpp context (default 300)",
+    )
+    sv.set_defaults(func=cmd_serve)
+    rp = sub.add_parser("replay", help="show a recorded .jsonl session, without a model")
+    rp.add_argument("file", metavar="FILE")
+    rp.add_argument("--port", default="5006")
+    rp.add_argument("--address", default="127.0.0.1")
+    rp.add_argument("--token", default=None, help="the access token (default: as for serve)")
+    rp.set_defaults(func=cmd_replay)
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    """``specviz serve``: the Panel inspector on the embedded model (or ``--model``)."""
+    port = int_option("--port", args.port, 1, 65535)
+    max_tokens = int_option("--max-tokens", args.max_tokens, 1, 1 << 20)
+    if args.model is not None and not Path(args.model).is_file():
+        raise UsageError(f"option --model: {args.model!r} does not exist; pass the path of a .gguf file")
+    strategy = args.strategy
+    draftless = [n for n in strategy_names() if not strategy_class(n).needs_model]
+    if strategy not in draftless:
+        raise UsageError(f"option --strategy: {strategy!r} is not allowed; choose one of: {', '.join(draftless)}")
+    for d in args.draft_model or []:
+        if not Path(d).is_file():
+            raise UsageError(f"option --draft-model: {d!r} does not exist; pass the path of a .gguf file")
+    demo = _demo_options(args)
+    from ..server.app import serve
+
+    kwargs = {"prompt": args.prompt} if args.prompt else {}
+    serve(
+        port,
+        args.model,
+        address=args.address,
+        max_tokens=max_tokens,
+        strategy=strategy,
+        draft_models=args.draft_model or (),
+        **demo,
+        **kwargs,
+    )
+    return 0
+
+
+_TOKEN_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
+
+
+def _token_option(flag: str, value: str | None) -> str | None:
+    """A token as given (it goes into URLs as is): 8 to 256 letters, digits or ``-._~``."""
+    if value is None:
+        return None
+    if not 8 <= len(value) <= 256 or not set(value) <= _TOKEN_CHARS:
+        raise UsageError(
+            f"option {flag}: {value[:40]!r} is not allowed; expected 8 to 256 letters, digits or "
+            "-._~ (it goes into the page's URL)"
+        )
+    return value
+
+
+def _demo_options(args: argparse.Namespace) -> dict[str, Any]:
+    """``specviz serve``'s options for an audience (modes, tokens, caps), validated before any model loads."""
+    try:
+        idle = float(args.idle_timeout)
+    except (TypeError, ValueError):
+        idle = -1.0
+    if not 1.0 <= idle <= 86400.0:
+        raise UsageError(f"option --idle-timeout: {args.idle_timeout!r} is not allowed; expected seconds in [1, 86400]")
+    if args.presenter_token is not None and not args.shared:
+        raise UsageError("option --presenter-token: only presenter mode has a presenter; add --shared")
+    return {
+        "shared": bool(args.shared),
+        "token": _token_option("--token", args.token),
+        "presenter_token": _token_option("--presenter-token", args.presenter_token),
+        "max_sessions": int_option("--max-sessions", args.max_sessions, 1, 256),
+        "max_viewers": int_option("--max-viewers", args.max_viewers, 1, 10000),
+        "idle_timeout": idle,
+    }
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    """``specviz replay FILE.jsonl``: show a recorded session in the inspector, no model loaded."""
+    port = int_option("--port", args.port, 1, 65535)
+    if not Path(args.file).is_file():
+        raise UsageError(f"argument FILE: {args.file!r} does not exist; pass a .jsonl recording")
+    token = _token_option("--token", args.token)
+    from ..server.app import replay
+
+    replay(args.file, port, address=args.address, token=token)
+    return 0
