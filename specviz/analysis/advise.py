@@ -43,8 +43,8 @@ import numpy as np
 from ..decoding.budget import tile_aligned
 from ..decoding.events import Event
 from ..decoding.policy import VerifyCostModel
-from ..decoding.rewind import effective_events
 from .diagnose import diagnose
+from .sources import EventSource, events_of
 
 #: The draft_min values searched (capped by draft_max).
 DRAFT_MIN_GRID = (0, 1, 2, 3, 4, 6, 8)
@@ -357,13 +357,9 @@ def _search(
     return best
 
 
-def _events_of(source: Any) -> list[Event]:
-    """A source's events folded over its rewinds."""
-    events = source.events if hasattr(source, "events") and not isinstance(source, list) else source
-    return effective_events(list(events))
-
-
-def advise(source: Any, *more: Any, cost: VerifyCostModel | None = None, scale_to_rounds: bool = False) -> Advice:
+def advise(
+    source: EventSource, *more: EventSource, cost: VerifyCostModel | None = None, scale_to_rounds: bool = False
+) -> Advice:
     """The advised setting for a :class:`~specviz.decoding.session.Session` or a list of events (see the module
     docstring); ``more`` sessions or recordings (another lane, another run) add their rounds, each folded
     over its own rewinds. ``cost`` is the measured verify-cost curve; without it, the session's measured
@@ -377,8 +373,8 @@ def advise(source: Any, *more: Any, cost: VerifyCostModel | None = None, scale_t
     ``"prompt-lookup"`` or ``"prompt-lookup (cost policy)"``)."""
     if cost is None:
         cost = getattr(source, "cost_model", None)
-    first = _events_of(source)
-    events = first + [e for m in more for e in _events_of(m)]
+    first = events_of(source)
+    events = first + [e for m in more for e in events_of(m)]
     rounds, verify, recorded_curve, measured, overhead_rows = _collect(events)
     if cost is not None:
         source_name = "measured"

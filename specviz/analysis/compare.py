@@ -15,10 +15,9 @@ under the same load.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
-from ..decoding.events import Event
-from ..decoding.rewind import effective_events
+from .sources import EventSource, events_of, is_event_source
 
 __all__ = ["Lane", "Comparison", "compare"]
 
@@ -39,11 +38,11 @@ class Lane:
     finished: str | None = None
 
     @classmethod
-    def from_events(cls, events: Sequence[Event], label: str) -> Lane:
+    def from_events(cls, events: EventSource, label: str) -> Lane:
         """The lane a session's events (or a recording's) describe; rewinds are honoured."""
         lane = cls(label)
         n_prompt = 0
-        for ev in effective_events(list(events)):
+        for ev in events_of(events):
             e: Any = ev  # the kinds below carry their own fields
             k = e.kind
             if k == "session_started":
@@ -229,14 +228,6 @@ def _setting_diff(a: Lane, b: Lane) -> str:
     return ", ".join(parts)
 
 
-def _events_of(x: Any) -> list[Event] | None:
-    if hasattr(x, "events") and not isinstance(x, (list, dict)):
-        return list(x.events)
-    if isinstance(x, (list, tuple)):
-        return list(x)
-    return None
-
-
 def compare(
     a: Any,
     b: Any,
@@ -258,8 +249,10 @@ def compare(
     lanes: list[Lane] = []
     own = None
     for x, label in zip((a, b), labels):
-        evs = _events_of(x)
-        if evs is None:
+        evs: EventSource
+        if is_event_source(x):
+            evs = x  # Lane.from_events folds it over its rewinds
+        else:
             if not isinstance(x, dict):
                 raise TypeError(f"compare: a lane is a Session, a list of events or a setting dict; got {type(x)}")
             if prompt is None and "messages" not in common:

@@ -31,8 +31,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
-from ..decoding.events import Event
-from ..decoding.rewind import effective_events
+from .sources import EventSource, events_of
 
 #: A rejection is a near miss when the drafted token was among the target's top this many.
 NEAR_MISS_K = 5
@@ -450,15 +449,14 @@ def _copied_flags(history: Sequence[int], n: int = COPY_NGRAM) -> list[bool]:
     return flags
 
 
-def diagnose(source: Any, *, cost: Any = None) -> Diagnosis:
+def diagnose(source: EventSource, *, cost: Any = None) -> Diagnosis:
     """The diagnosis of a :class:`~specviz.decoding.session.Session` (its events) or of a list of events (a
     recording: :func:`specviz.read_events`). ``cost`` (a :class:`~specviz.decoding.policy.VerifyCostModel`, by
     default the session's measured one if any) sets the depth break-even: one extra verified token's cost
     over a one-token decode's."""
-    events: Sequence[Event] = source.events if hasattr(source, "events") and not isinstance(source, list) else source
+    events = events_of(source)
     if cost is None:
         cost = getattr(source, "cost_model", None)
-    events = effective_events(list(events))
     dg = Diagnosis()
     if cost is not None:
         try:
