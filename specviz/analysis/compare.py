@@ -17,6 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..decoding.events import Accepted, Finished, KnobsChanged, Rewound, SessionStarted
+from ..decoding.events import Telemetry as TelemetryEvent
 from .sources import EventSource, events_of, is_event_source
 
 __all__ = ["Lane", "Comparison", "compare"]
@@ -43,43 +45,38 @@ class Lane:
         lane = cls(label)
         n_prompt = 0
         for ev in events_of(events):
-            e: Any = ev  # the kinds below carry their own fields
-            k = e.kind
-            if k == "session_started":
-                lane = cls(
-                    label,
-                    strategy=e.strategy,
-                    knobs=dict(e.knobs),
-                    prompt_tokens=list(e.prompt_tokens),
-                )
+            if isinstance(ev, SessionStarted):
+                lane = cls(label, strategy=ev.strategy, knobs=dict(ev.knobs), prompt_tokens=list(ev.prompt_tokens))
                 n_prompt = len(lane.prompt_tokens)
-            elif k == "knobs_changed":
-                lane.strategy, lane.knobs = e.strategy, dict(e.knobs)
-            elif k == "accepted":
-                at = e.position - n_prompt
-                del lane.tokens[at:], lane.pieces[at:], lane.kinds[at:], lane.rounds[at:]
-                n_acc = e.n_accepted
-                for j, (t, p) in enumerate(zip(e.tokens, e.pieces)):
+            elif isinstance(ev, KnobsChanged):
+                lane.strategy, lane.knobs = ev.strategy, dict(ev.knobs)
+            elif isinstance(ev, Accepted):
+                lane.cut(ev.position - n_prompt)
+                n_acc = ev.n_accepted
+                for j, (t, p) in enumerate(zip(ev.tokens, ev.pieces)):
                     lane.tokens.append(int(t))
                     lane.pieces.append(p)
-                    lane.kinds.append("accepted" if j < n_acc else (e.bonus_kind or "plain"))
-                    lane.rounds.append(e.round)
-            elif k == "telemetry":
-                lane.telemetry = dict(e.data)
-            elif k == "finished":
-                lane.finished = e.reason
-            elif k == "rewound":
-                kept = list(e.kept_tokens)
-                at = e.position - n_prompt - len(kept)
-                del lane.tokens[at:], lane.pieces[at:], lane.kinds[at:], lane.rounds[at:]
+                    lane.kinds.append("accepted" if j < n_acc else (ev.bonus_kind or "plain"))
+                    lane.rounds.append(ev.round)
+            elif isinstance(ev, TelemetryEvent):
+                lane.telemetry = dict(ev.data)
+            elif isinstance(ev, Finished):
+                lane.finished = ev.reason
+            elif isinstance(ev, Rewound):
+                kept = list(ev.kept_tokens)
+                lane.cut(ev.position - n_prompt - len(kept))
                 lane.tokens += [int(t) for t in kept]
-                lane.pieces += list(e.kept_pieces)
+                lane.pieces += list(ev.kept_pieces)
                 lane.kinds += ["kept"] * len(kept)
-                lane.rounds += [e.round + 1] * len(kept)
-                lane.telemetry = dict(e.telemetry)
-                lane.strategy, lane.knobs = e.strategy, dict(e.knobs)
-                lane.finished = e.finished
+                lane.rounds += [ev.round + 1] * len(kept)
+                lane.telemetry = dict(ev.telemetry)
+                lane.strategy, lane.knobs = ev.strategy, dict(ev.knobs)
+                lane.finished = ev.finished
         return lane
+
+    def cut(self, at: int) -> None:
+        """Forget the generated tokens from index ``at`` on (a round rewrote them, or a rewind dropped them)."""
+        del self.tokens[at:], self.pieces[at:], self.kinds[at:], self.rounds[at:]
 
     def figure(self, name: str) -> Any:
         """A telemetry figure (None when the lane has no telemetry yet)."""
