@@ -19,9 +19,9 @@ from ..decoding.events import (
     KVRollback,
     Rejected,
     SessionStarted,
-    Telemetry,
     Verified,
 )
+from ..decoding.events import Telemetry as TelemetryEvent
 
 _WORDS = [
     " the",
@@ -334,7 +334,7 @@ class _Stream:
     def telemetry(self, rd: _Round) -> dict:
         """The ``Telemetry`` after the round, from the cumulative counters."""
         r, draft_model = self.r, self.draft_model
-        return Telemetry(
+        return TelemetryEvent(
             r,
             data={
                 "rounds": r,
