@@ -41,10 +41,11 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..decoding.budget import tile_aligned
-from ..decoding.events import Event
+from ..decoding.events import Accepted, DraftProposed, Event, KnobsChanged, Rewound, SessionStarted, Verified
+from ..decoding.events import Telemetry as TelemetryEvent
 from ..decoding.policy import VerifyCostModel
-from ..decoding.rewind import effective_events
 from .diagnose import diagnose
+from .sources import EventSource, events_of
 
 #: The draft_min values searched (capped by draft_max).
 DRAFT_MIN_GRID = (0, 1, 2, 3, 4, 6, 8)
@@ -178,71 +179,103 @@ class Advice:
 # -- inputs ----------------------------------------------------------------------------------------
 
 
-_Collected = tuple[
-    dict[str, _Rounds],
-    dict[int, list[float]],
-    dict[str, Any] | None,
-    dict[str, float],
-    list[tuple[int, int, float, float]],
-]
+@dataclass
+class Recorded:
+    """What a session's events tell the advisor: the rounds of each group (:func:`group_label`), the verify
+    seconds per batch size, the last cost curve the telemetry recorded, the measured tokens/s of each group
+    (committed tokens over draft and verify seconds), and per round the figures the overhead fit reads
+    (rows read, batch size, round seconds, draft seconds) where the telemetry tells them."""
+
+    rounds: dict[str, _Rounds] = field(default_factory=dict)
+    verify: dict[int, list[float]] = field(default_factory=dict)
+    curve: dict[str, Any] | None = None
+    measured: dict[str, float] = field(default_factory=dict)
+    overhead: list[tuple[int, int, float, float]] = field(default_factory=list)
 
 
-def _collect(events: Sequence[Event]) -> _Collected:
-    """Rounds per strategy, verify seconds per batch size, the last recorded cost curve, measured tok/s, and
-    per round (rows read, batch size, round seconds, draft seconds) where the telemetry tells them."""
-    overhead: list[tuple[int, int, float, float]] = []
-    per: dict[str, dict[str, Any]] = {}
-    verify: dict[int, list[float]] = {}
-    curve = None
+@dataclass
+class _Group:
+    """The rounds of one group as they are read: drafted lengths, accepted counts, draft probabilities and
+    draft seconds, and the committed tokens and draft + verify seconds for the measured tokens/s."""
+
+    strategy: str
+    knobs: dict[str, Any]
+    length: list[int] = field(default_factory=list)
+    accepted: list[int] = field(default_factory=list)
+    probs: list[list[float | None]] = field(default_factory=list)
+    draft_seconds: list[float] = field(default_factory=list)
+    committed: float = 0.0
+    seconds: float = 0.0
+
+    def rounds(self) -> _Rounds:
+        """The group as arrays."""
+        return _Rounds(
+            self.strategy,
+            self.knobs,
+            np.array(self.length, dtype=np.int64),
+            np.array(self.accepted, dtype=np.int64),
+            self.probs,
+            np.array(self.draft_seconds, dtype=float),
+            any(p is not None for ps in self.probs for p in ps),
+        )
+
+
+@dataclass
+class _RoundInFlight:
+    """The round being read: its draft until its verdict, its verify seconds, then the rows it read and its
+    batch size until its telemetry."""
+
+    draft: DraftProposed | None = None
+    verify_seconds: float | None = None
+    rows_read: int | None = None
+    batch: int = 1
+
+
+def collect(events: Sequence[Event]) -> Recorded:
+    """Read :class:`Recorded` from ``events`` (folded over rewinds already)."""
+    groups: dict[str, _Group] = {}
+    out = Recorded()
     strategy, knobs = "", {}
-    cur: dict[str, Any] = {}
-    measured: dict[str, list[float]] = {}  # per strategy: [committed tokens, draft + verify seconds]
+    cur = _RoundInFlight()
     for ev in events:
-        k = ev.kind
-        if k in ("session_started", "knobs_changed", "rewound"):
-            strategy, knobs = ev.strategy, dict(ev.knobs)  # type: ignore[attr-defined]
-        elif k == "draft_proposed":
-            cur = {"d": ev}
-        elif k == "verified":
-            verify.setdefault(int(ev.batch_size), []).append(float(ev.seconds))  # type: ignore[attr-defined]
-            cur["v"] = float(ev.seconds)  # type: ignore[attr-defined]
-        elif k == "accepted" and "d" in cur:
-            d = cur.pop("d")
+        if isinstance(ev, (SessionStarted, KnobsChanged, Rewound)):
+            strategy, knobs = ev.strategy, dict(ev.knobs)
+        elif isinstance(ev, DraftProposed):
+            cur = _RoundInFlight(draft=ev)
+        elif isinstance(ev, Verified):
+            out.verify.setdefault(int(ev.batch_size), []).append(float(ev.seconds))
+            cur.verify_seconds = float(ev.seconds)
+        elif isinstance(ev, Accepted) and cur.draft is not None:
+            d, cur.draft = cur.draft, None
             # rounds are grouped by strategy and drafting policy: a policy's own draft lengths shape what
             # the rounds could show, so the fixed and the cost policy's rounds of one strategy stay apart
-            label = _label(strategy, knobs)
-            g = per.setdefault(label, {"strategy": strategy, "knobs": knobs, "L": [], "n": [], "p": [], "s": []})
-            g["knobs"] = knobs
-            g["L"].append(len(d.tokens))
-            g["n"].append(int(ev.n_accepted))  # type: ignore[attr-defined]
-            g["p"].append(list(d.probs))
-            g["s"].append(float(d.seconds))
-            cur["n"], cur["b"] = int(ev.n_accepted) + 1, len(d.tokens) + 1  # type: ignore[attr-defined]
-            m = measured.setdefault(label, [0.0, 0.0])
-            m[0] += len(ev.tokens)  # type: ignore[attr-defined]
-            m[1] += float(d.seconds) + cur.pop("v", 0.0)
-        elif k == "telemetry":
-            data = ev.data or {}  # type: ignore[attr-defined]
-            pol = data.get("policy") or {}
-            if isinstance(pol, dict) and pol.get("verify_cost"):
-                curve = pol["verify_cost"]
-            last = data.get("last_round") or {}
-            if "seconds" in last and "n" in cur:
-                rows_read, batch = cur.pop("n"), cur.pop("b", 1)
-                overhead.append((rows_read, batch, float(last["seconds"]), float(last.get("draft_seconds", 0.0))))
-    out = {}
-    for name, g in per.items():
-        has_probs = any(p is not None for ps in g["p"] for p in ps)
-        out[name] = _Rounds(
-            g["strategy"],
-            g["knobs"],
-            np.array(g["L"], dtype=np.int64),
-            np.array(g["n"], dtype=np.int64),
-            g["p"],
-            np.array(g["s"], dtype=float),
-            has_probs,
-        )
-    return out, verify, curve, {k: m[0] / m[1] for k, m in measured.items() if m[1] > 0}, overhead
+            g = groups.setdefault(group_label(strategy, knobs), _Group(strategy, knobs))
+            g.knobs = knobs
+            g.length.append(len(d.tokens))
+            g.accepted.append(int(ev.n_accepted))
+            g.probs.append(list(d.probs))
+            g.draft_seconds.append(float(d.seconds))
+            cur.rows_read, cur.batch = int(ev.n_accepted) + 1, len(d.tokens) + 1
+            g.committed += len(ev.tokens)
+            g.seconds += float(d.seconds) + (cur.verify_seconds or 0.0)
+            cur.verify_seconds = None
+        elif isinstance(ev, TelemetryEvent):
+            _read_telemetry(ev.data or {}, cur, out)
+    out.rounds = {name: g.rounds() for name, g in groups.items()}
+    out.measured = {name: g.committed / g.seconds for name, g in groups.items() if g.seconds > 0}
+    return out
+
+
+def _read_telemetry(data: dict[str, Any], cur: _RoundInFlight, out: Recorded) -> None:
+    """A round's telemetry: the cost policy's curve, and the round's seconds for the overhead fit."""
+    pol = data.get("policy") or {}
+    if isinstance(pol, dict) and pol.get("verify_cost"):
+        out.curve = pol["verify_cost"]
+    last = data.get("last_round") or {}
+    if "seconds" in last and cur.rows_read is not None:
+        rows_read, batch = cur.rows_read, cur.batch
+        cur.rows_read, cur.batch = None, 1
+        out.overhead.append((rows_read, batch, float(last["seconds"]), float(last.get("draft_seconds", 0.0))))
 
 
 def scaled_to_times(cost: VerifyCostModel, verify: dict[int, list[float]]) -> tuple[VerifyCostModel, float]:
@@ -258,7 +291,7 @@ def scaled_to_times(cost: VerifyCostModel, verify: dict[int, list[float]]) -> tu
     return VerifyCostModel(cost.sizes.tolist(), (cost.seconds * scale).tolist()), scale
 
 
-def _label(strategy: str, knobs: dict[str, Any]) -> str:
+def group_label(strategy: str, knobs: dict[str, Any]) -> str:
     """The name of a group of rounds: the strategy, and the drafting policy when it is not the fixed one."""
     policy = knobs.get("draft_policy", "fixed")
     return strategy if policy in ("fixed", None) else f"{strategy} ({policy} policy)"
@@ -357,13 +390,9 @@ def _search(
     return best
 
 
-def _events_of(source: Any) -> list[Event]:
-    """A source's events folded over its rewinds."""
-    events = source.events if hasattr(source, "events") and not isinstance(source, list) else source
-    return effective_events(list(events))
-
-
-def advise(source: Any, *more: Any, cost: VerifyCostModel | None = None, scale_to_rounds: bool = False) -> Advice:
+def advise(
+    source: EventSource, *more: EventSource, cost: VerifyCostModel | None = None, scale_to_rounds: bool = False
+) -> Advice:
     """The advised setting for a :class:`~specviz.decoding.session.Session` or a list of events (see the module
     docstring); ``more`` sessions or recordings (another lane, another run) add their rounds, each folded
     over its own rewinds. ``cost`` is the measured verify-cost curve; without it, the session's measured
@@ -377,69 +406,81 @@ def advise(source: Any, *more: Any, cost: VerifyCostModel | None = None, scale_t
     ``"prompt-lookup"`` or ``"prompt-lookup (cost policy)"``)."""
     if cost is None:
         cost = getattr(source, "cost_model", None)
-    first = _events_of(source)
-    events = first + [e for m in more for e in _events_of(m)]
-    rounds, verify, recorded_curve, measured, overhead_rows = _collect(events)
-    if cost is not None:
-        source_name = "measured"
-    elif recorded_curve:
-        cost, source_name = (
-            VerifyCostModel(recorded_curve["sizes"], recorded_curve["seconds"]),
-            "recorded in the telemetry",
-        )
-    else:
-        cost = cost_from_times(verify)
-        source_name = "fitted to the recorded verify times"
+    first = events_of(source)
+    rec = collect(first + [e for m in more for e in events_of(m)])
+    curve, source_name = verify_cost(cost, rec)
     dg = diagnose(first)
-    knobs = dict(dg.knobs)
-    if cost is None:
+    if curve is None:
         adv = Advice(None, 0.0, cost_source="none: fewer than two verify batch sizes were recorded")
         adv.limits.append(
             "the verify cost of batches longer than one token is unknown: measure it "
             "(benchmarks/bench_verify_cost.py, or the cost policy) or record a drafting session"
         )
         return adv
-    scale = 1.0
     if scale_to_rounds and source_name != "fitted to the recorded verify times":
-        cost, scale = scaled_to_times(cost, verify)
+        curve, scale = scaled_to_times(curve, rec.verify)
         if abs(scale - 1.0) > 0.05:
             source_name += f", scaled by {scale:.2f} to the rounds' own verify times"
-    overhead = fit_overhead(overhead_rows, cost)
-    base = 1.0 / (cost(1) + overhead[0] + overhead[1])
+    overhead = fit_overhead(rec.overhead, curve)
+    base = 1.0 / (curve(1) + overhead[0] + overhead[1])
     adv = Advice(
         None,
         base,
         cost_source=source_name,
         overhead=overhead,
-        cost_curve=cost.to_dict(),
+        cost_curve=curve.to_dict(),
         by_depth=dg.by_depth(),
         by_confidence=dg.by_confidence(),
-        knobs=knobs,
-        measured=measured,
+        knobs=dict(dg.knobs),
+        measured=rec.measured,
     )
-    for name, r in rounds.items():
-        if name == "none":
-            continue
-        tile = int(r.knobs.get("verify_tile", 1)) if r.knobs.get("align", True) else 1
-        c = _search(r, cost, base, tile, overhead)
-        if c is None:
-            continue
-        adv.per_strategy[name] = c
-        kmax, kmin = int(r.knobs.get("draft_max", int(r.length.max()))), int(r.knobs.get("draft_min", 0))
-        p = float(r.knobs["draft_p_min"]) if r.has_probs and "draft_p_min" in r.knobs else None
-        tps, tpr = _score(r, cost, kmax, kmin, p, tile, _first_below(r.probs, p) if p else None, overhead)
-        adv.current[name] = Candidate(r.strategy, kmax, kmin, p, tps, tpr, tps / base)
-        longest = int(r.length.max())
-        adv.limits.append(
-            f"{name}: draft_max searched up to {longest}, the longest draft recorded"
-            + (f"; draft_p_min from {p:g}, the value it drafted with" if p is not None else "")
-        )
+    for name, r in rec.rounds.items():
+        if name != "none":
+            score_group(adv, name, r, curve, overhead)
     if adv.per_strategy:
-        label, best = max(adv.per_strategy.items(), key=lambda kv: kv[1].tokens_per_second)
-        adv.best = best if best.speedup > 1.0 else Candidate("none", 0, 0, None, base, 1.0, 1.0)
-        adv.best_label = label if best.speedup > 1.0 else "none"
-        adv.flags, adv.flag_notes = llama_flags(adv.best, rounds[label].knobs if adv.best.strategy != "none" else {})
+        choose_best(adv, rec.rounds)
     return adv
+
+
+def verify_cost(cost: VerifyCostModel | None, rec: Recorded) -> tuple[VerifyCostModel | None, str]:
+    """The verify-cost curve the advice uses and where it comes from: ``cost`` (measured), else the curve
+    recorded in the telemetry, else one fitted to the recorded verify times (None with fewer than two
+    batch sizes)."""
+    if cost is not None:
+        return cost, "measured"
+    if rec.curve:
+        return VerifyCostModel(rec.curve["sizes"], rec.curve["seconds"]), "recorded in the telemetry"
+    return cost_from_times(rec.verify), "fitted to the recorded verify times"
+
+
+def score_group(adv: Advice, name: str, r: _Rounds, cost: VerifyCostModel, overhead: tuple[float, float]) -> None:
+    """Add group ``name``'s best setting (``adv.per_strategy``), the setting it ran with scored the same way
+    (``adv.current``) and the limits of its search to ``adv``; nothing for a group that never drafted."""
+    base = adv.baseline_tokens_per_second
+    tile = int(r.knobs.get("verify_tile", 1)) if r.knobs.get("align", True) else 1
+    c = _search(r, cost, base, tile, overhead)
+    if c is None:
+        return
+    adv.per_strategy[name] = c
+    kmax, kmin = int(r.knobs.get("draft_max", int(r.length.max()))), int(r.knobs.get("draft_min", 0))
+    p = float(r.knobs["draft_p_min"]) if r.has_probs and "draft_p_min" in r.knobs else None
+    tps, tpr = _score(r, cost, kmax, kmin, p, tile, _first_below(r.probs, p) if p else None, overhead)
+    adv.current[name] = Candidate(r.strategy, kmax, kmin, p, tps, tpr, tps / base)
+    longest = int(r.length.max())
+    adv.limits.append(
+        f"{name}: draft_max searched up to {longest}, the longest draft recorded"
+        + (f"; draft_p_min from {p:g}, the value it drafted with" if p is not None else "")
+    )
+
+
+def choose_best(adv: Advice, rounds: dict[str, _Rounds]) -> None:
+    """The advice: the group setting with the highest expected tokens/s when it beats plain decoding (else
+    plain decoding), and its llama.cpp flags."""
+    base = adv.baseline_tokens_per_second
+    label, best = max(adv.per_strategy.items(), key=lambda kv: kv[1].tokens_per_second)
+    adv.best = best if best.speedup > 1.0 else Candidate("none", 0, 0, None, base, 1.0, 1.0)
+    adv.best_label = label if best.speedup > 1.0 else "none"
+    adv.flags, adv.flag_notes = llama_flags(adv.best, rounds[label].knobs if adv.best.strategy != "none" else {})
 
 
 # -- llama.cpp flags -------------------------------------------------------------------------------

@@ -15,10 +15,11 @@ under the same load.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
-from ..decoding.events import Event
-from ..decoding.rewind import effective_events
+from ..decoding.events import Accepted, Finished, KnobsChanged, Rewound, SessionStarted
+from ..decoding.events import Telemetry as TelemetryEvent
+from .sources import EventSource, events_of, is_event_source
 
 __all__ = ["Lane", "Comparison", "compare"]
 
@@ -39,48 +40,43 @@ class Lane:
     finished: str | None = None
 
     @classmethod
-    def from_events(cls, events: Sequence[Event], label: str) -> Lane:
+    def from_events(cls, events: EventSource, label: str) -> Lane:
         """The lane a session's events (or a recording's) describe; rewinds are honoured."""
         lane = cls(label)
         n_prompt = 0
-        for ev in effective_events(list(events)):
-            e: Any = ev  # the kinds below carry their own fields
-            k = e.kind
-            if k == "session_started":
-                lane = cls(
-                    label,
-                    strategy=e.strategy,
-                    knobs=dict(e.knobs),
-                    prompt_tokens=list(e.prompt_tokens),
-                )
+        for ev in events_of(events):
+            if isinstance(ev, SessionStarted):
+                lane = cls(label, strategy=ev.strategy, knobs=dict(ev.knobs), prompt_tokens=list(ev.prompt_tokens))
                 n_prompt = len(lane.prompt_tokens)
-            elif k == "knobs_changed":
-                lane.strategy, lane.knobs = e.strategy, dict(e.knobs)
-            elif k == "accepted":
-                at = e.position - n_prompt
-                del lane.tokens[at:], lane.pieces[at:], lane.kinds[at:], lane.rounds[at:]
-                n_acc = e.n_accepted
-                for j, (t, p) in enumerate(zip(e.tokens, e.pieces)):
+            elif isinstance(ev, KnobsChanged):
+                lane.strategy, lane.knobs = ev.strategy, dict(ev.knobs)
+            elif isinstance(ev, Accepted):
+                lane.cut(ev.position - n_prompt)
+                n_acc = ev.n_accepted
+                for j, (t, p) in enumerate(zip(ev.tokens, ev.pieces)):
                     lane.tokens.append(int(t))
                     lane.pieces.append(p)
-                    lane.kinds.append("accepted" if j < n_acc else (e.bonus_kind or "plain"))
-                    lane.rounds.append(e.round)
-            elif k == "telemetry":
-                lane.telemetry = dict(e.data)
-            elif k == "finished":
-                lane.finished = e.reason
-            elif k == "rewound":
-                kept = list(e.kept_tokens)
-                at = e.position - n_prompt - len(kept)
-                del lane.tokens[at:], lane.pieces[at:], lane.kinds[at:], lane.rounds[at:]
+                    lane.kinds.append("accepted" if j < n_acc else (ev.bonus_kind or "plain"))
+                    lane.rounds.append(ev.round)
+            elif isinstance(ev, TelemetryEvent):
+                lane.telemetry = dict(ev.data)
+            elif isinstance(ev, Finished):
+                lane.finished = ev.reason
+            elif isinstance(ev, Rewound):
+                kept = list(ev.kept_tokens)
+                lane.cut(ev.position - n_prompt - len(kept))
                 lane.tokens += [int(t) for t in kept]
-                lane.pieces += list(e.kept_pieces)
+                lane.pieces += list(ev.kept_pieces)
                 lane.kinds += ["kept"] * len(kept)
-                lane.rounds += [e.round + 1] * len(kept)
-                lane.telemetry = dict(e.telemetry)
-                lane.strategy, lane.knobs = e.strategy, dict(e.knobs)
-                lane.finished = e.finished
+                lane.rounds += [ev.round + 1] * len(kept)
+                lane.telemetry = dict(ev.telemetry)
+                lane.strategy, lane.knobs = ev.strategy, dict(ev.knobs)
+                lane.finished = ev.finished
         return lane
+
+    def cut(self, at: int) -> None:
+        """Forget the generated tokens from index ``at`` on (a round rewrote them, or a rewind dropped them)."""
+        del self.tokens[at:], self.pieces[at:], self.kinds[at:], self.rounds[at:]
 
     def figure(self, name: str) -> Any:
         """A telemetry figure (None when the lane has no telemetry yet)."""
@@ -229,14 +225,6 @@ def _setting_diff(a: Lane, b: Lane) -> str:
     return ", ".join(parts)
 
 
-def _events_of(x: Any) -> list[Event] | None:
-    if hasattr(x, "events") and not isinstance(x, (list, dict)):
-        return list(x.events)
-    if isinstance(x, (list, tuple)):
-        return list(x)
-    return None
-
-
 def compare(
     a: Any,
     b: Any,
@@ -258,8 +246,10 @@ def compare(
     lanes: list[Lane] = []
     own = None
     for x, label in zip((a, b), labels):
-        evs = _events_of(x)
-        if evs is None:
+        evs: EventSource
+        if is_event_source(x):
+            evs = x  # Lane.from_events folds it over its rewinds
+        else:
             if not isinstance(x, dict):
                 raise TypeError(f"compare: a lane is a Session, a list of events or a setting dict; got {type(x)}")
             if prompt is None and "messages" not in common:

@@ -25,7 +25,7 @@ import re
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 from specviz.errors import KnobError, ModelFormatError, ModelNotFoundError
 
@@ -179,10 +179,51 @@ def derive_draft(
     subset), and :class:`KnobError` for a bad layer list. The output is written to a temporary file
     next to ``out_path`` and renamed, so a failure leaves no half-written model.
     """
-    from gguf import GGUFReader, GGUFValueType
-
     target_path = Path(target_path)
     out_path = Path(out_path)
+    reader = _open_target(target_path, out_path)
+    arch, n_layer = _block_count(reader, target_path)
+    keep = _kept_layers(keep_layers, n_layer)
+    _refuse_mtp(reader, arch, target_path)
+    part = Path(str(out_path) + ".part")
+    writer = _raw_writer_class()(str(part), arch)
+    try:
+        subset_keys = _copy_metadata(reader, writer, arch, n_layer, keep, name_suffix)
+        swa_pattern = _add_swa_pattern(reader, writer, arch, keep)
+        _add_provenance(reader, writer, target_path, n_layer, keep)
+        n_tensors, n_bytes = _copy_tensors(reader, writer, keep, target_path)
+        writer.write_header_to_file()
+        writer.write_kv_data_to_file()
+        writer.write_tensors_to_file()
+        writer.close()
+        part.replace(out_path)
+    except BaseException:
+        try:
+            writer.close()
+        except Exception:
+            pass
+        part.unlink(missing_ok=True)
+        raise
+    period = swa_period(arch)
+    mismatches = _swa_mismatches(arch, keep, swa_pattern, subset_keys)
+    if mismatches:
+        warnings.warn(
+            f"{arch}: llama.cpp sets sliding-window vs global attention by layer index (period "
+            f"{period}); kept block(s) "
+            + ", ".join(f"{o}->{n}" for o, n in mismatches)
+            + " change kind in the derived model. Keep whole periods (e.g. 0-5,12-17) or drop "
+            "trailing blocks to avoid it.",
+            stacklevel=2,
+        )
+    return DerivedDraft(
+        out_path, arch, n_layer, keep, n_tensors, n_bytes, tuple(subset_keys), swa_pattern, tuple(mismatches)
+    )
+
+
+def _open_target(target_path: Path, out_path: Path) -> Any:
+    """A ``GGUFReader`` of the target, after checking that it exists and is not the output itself."""
+    from gguf import GGUFReader
+
     if not target_path.is_file():
         raise ModelNotFoundError(f"target model {str(target_path)!r} does not exist; pass the path of a GGUF file")
     if out_path.resolve() == target_path.resolve():
@@ -190,13 +231,16 @@ def derive_draft(
             f"-o {str(out_path)!r} is the target itself; choose another output path", knob="-o", value=str(out_path)
         )
     try:
-        reader = GGUFReader(str(target_path), "r")
+        return GGUFReader(str(target_path), "r")
     except Exception as exc:  # gguf raises ValueError / struct errors on bad files
         raise ModelFormatError(
             f"{str(target_path)!r} is not a readable GGUF file ({exc}); check the "
             "path and that the download is complete"
         ) from exc
 
+
+def _block_count(reader: Any, target_path: Path) -> tuple[str, int]:
+    """The target's architecture and block count (a transformer with numbered blocks, or ModelFormatError)."""
     arch_field = reader.fields.get("general.architecture")
     if arch_field is None:
         raise ModelFormatError(f"{str(target_path)!r} has no general.architecture key")
@@ -206,22 +250,29 @@ def derive_draft(
         raise ModelFormatError(
             f"{str(target_path)!r} has no {bc_key} key; derive-draft needs a transformer with numbered blocks"
         )
-    n_layer = int(reader.fields[bc_key].contents())
+    return arch, int(reader.fields[bc_key].contents())
 
+
+def _kept_layers(keep_layers: Sequence[int] | str, n_layer: int) -> tuple[int, ...]:
+    """The kept block indices: a spec string through :func:`parse_layers`, or a sequence that must be
+    distinct, ascending and within the model's ``n_layer`` blocks (KnobError naming ``--keep-layers``)."""
     if isinstance(keep_layers, str):
-        keep = parse_layers(keep_layers, n_layer)
-    else:
-        keep = tuple(int(x) for x in keep_layers)
-        spec = ",".join(map(str, keep))
-        if list(keep) != sorted(set(keep)) or not keep:
-            raise KnobError(
-                f"--keep-layers {spec!r}: layers must be distinct and ascending", knob="--keep-layers", value=spec
-            )
-        if keep[0] < 0 or keep[-1] >= n_layer:
-            raise KnobError(
-                f"--keep-layers {spec!r}: the model has layers 0-{n_layer - 1}", knob="--keep-layers", value=spec
-            )
+        return parse_layers(keep_layers, n_layer)
+    keep = tuple(int(x) for x in keep_layers)
+    spec = ",".join(map(str, keep))
+    if list(keep) != sorted(set(keep)) or not keep:
+        raise KnobError(
+            f"--keep-layers {spec!r}: layers must be distinct and ascending", knob="--keep-layers", value=spec
+        )
+    if keep[0] < 0 or keep[-1] >= n_layer:
+        raise KnobError(
+            f"--keep-layers {spec!r}: the model has layers 0-{n_layer - 1}", knob="--keep-layers", value=spec
+        )
+    return keep
 
+
+def _refuse_mtp(reader: Any, arch: str, target_path: Path) -> None:
+    """ModelFormatError for a model with multi-token-prediction layers (stored as trailing blocks)."""
     nextn = reader.fields.get(f"{arch}.nextn_predict_layers")
     if nextn is not None and int(nextn.contents()) > 0:
         raise ModelFormatError(
@@ -230,111 +281,128 @@ def derive_draft(
             "subset such a model"
         )
 
-    new_index = {old: new for new, old in enumerate(keep)}
-    writer = _raw_writer_class()(str(out_path) + ".part", arch)
+
+def _copy_metadata(
+    reader: Any, writer: Any, arch: str, n_layer: int, keep: tuple[int, ...], name_suffix: str | None
+) -> list[str]:
+    """Copy every metadata field but the architecture (written by the writer itself) and a scalar Gemma 3
+    sliding-window pattern (replaced by :func:`_add_swa_pattern`), with the block count set to the kept
+    blocks'; returns the per-layer arrays cut to the kept layers."""
+    from gguf import GGUFValueType
+
+    align = reader.fields.get("general.alignment")
+    if align is not None:
+        writer.data_alignment = int(align.contents())
     subset_keys: list[str] = []
-    try:
-        align = reader.fields.get("general.alignment")
-        if align is not None:
-            writer.data_alignment = int(align.contents())
-        for key, f in reader.fields.items():
-            if key.startswith("GGUF.") or key == "general.architecture" or not f.types:
-                continue
-            if (
-                key == f"{arch}.attention.sliding_window_pattern"
-                and arch in _WRITES_SWA_PATTERN
-                and f.types[0] != GGUFValueType.ARRAY
-            ):
-                continue  # replaced below by an explicit per-layer array
-            if key == bc_key:
-                writer.add_key_value(key, len(keep), f.types[0])
-                continue
-            vtype = f.types[0]
-            per_layer = vtype == GGUFValueType.ARRAY and key.startswith(arch + ".") and len(f.data) == n_layer
-            if reader.byte_order == "I" and key != "general.name" and not per_layer:
-                # unchanged: copy the stored bytes (parts 0-2 are key length, key and value type)
-                payload = b"".join(p.tobytes() for p in f.parts[3:])
-                writer.add_key_value(
-                    key,
-                    _RawValue(payload, max(1, len(f.data))),
-                    vtype,
-                    f.types[-1] if vtype == GGUFValueType.ARRAY else None,
-                )
-                continue
-            value, vtype, sub = _field_value(f)
-            if vtype == GGUFValueType.ARRAY:
-                if len(value) == 0:
-                    continue  # GGUFWriter cannot write an empty array; llama.cpp treats absent alike
-                if key.startswith(arch + ".") and len(value) == n_layer:
-                    value = [value[i] for i in keep]
-                    subset_keys.append(key)
-            if key == "general.name":
-                value = f"{value} {name_suffix or '(layers ' + _compact(keep) + ')'}"
-            writer.add_key_value(key, value, vtype, sub)
-        period = swa_period(arch)
-        pattern_key = f"{arch}.attention.sliding_window_pattern"
-        pf = reader.fields.get(pattern_key)
-        swa_pattern: tuple[bool, ...] | None = None
-        if arch in _WRITES_SWA_PATTERN and period and (pf is None or pf.types[0] != GGUFValueType.ARRAY):
-            swa_pattern = tuple(old % period != period - 1 for old in keep)
-            writer.add_key_value(pattern_key, list(swa_pattern), GGUFValueType.ARRAY, GGUFValueType.BOOL)
+    for key, f in reader.fields.items():
+        if key.startswith("GGUF.") or key == "general.architecture" or not f.types:
+            continue
+        if (
+            key == f"{arch}.attention.sliding_window_pattern"
+            and arch in _WRITES_SWA_PATTERN
+            and f.types[0] != GGUFValueType.ARRAY
+        ):
+            continue  # replaced by an explicit per-layer array
+        if key == f"{arch}.block_count":
+            writer.add_key_value(key, len(keep), f.types[0])
+            continue
+        if _copy_field(reader, writer, key, f, arch, n_layer, keep, name_suffix):
+            subset_keys.append(key)
+    return subset_keys
+
+
+def _copy_field(
+    reader: Any, writer: Any, key: str, f: Any, arch: str, n_layer: int, keep: tuple[int, ...], name_suffix: str | None
+) -> bool:
+    """Copy one metadata field: an unchanged one as its stored bytes, ``general.name`` with the suffix, a
+    per-layer array cut to the kept layers (then True); an empty array is left out."""
+    from gguf import GGUFValueType
+
+    vtype = f.types[0]
+    per_layer = vtype == GGUFValueType.ARRAY and key.startswith(arch + ".") and len(f.data) == n_layer
+    if reader.byte_order == "I" and key != "general.name" and not per_layer:
+        # unchanged: copy the stored bytes (parts 0-2 are key length, key and value type)
+        payload = b"".join(p.tobytes() for p in f.parts[3:])
         writer.add_key_value(
-            "specviz.derived.source_name",
-            str(reader.fields["general.name"].contents()) if "general.name" in reader.fields else target_path.name,
-            GGUFValueType.STRING,
+            key, _RawValue(payload, max(1, len(f.data))), vtype, f.types[-1] if vtype == GGUFValueType.ARRAY else None
         )
-        writer.add_key_value("specviz.derived.source_block_count", n_layer, GGUFValueType.UINT32)
-        writer.add_key_value("specviz.derived.kept_layers", list(keep), GGUFValueType.ARRAY, GGUFValueType.UINT32)
+        return False
+    value, vtype, sub = _field_value(f)
+    cut = False
+    if vtype == GGUFValueType.ARRAY:
+        if len(value) == 0:
+            return False  # GGUFWriter cannot write an empty array; llama.cpp treats absent alike
+        if key.startswith(arch + ".") and len(value) == n_layer:
+            value, cut = [value[i] for i in keep], True
+    if key == "general.name":
+        value = f"{value} {name_suffix or '(layers ' + _compact(keep) + ')'}"
+    writer.add_key_value(key, value, vtype, sub)
+    return cut
 
-        n_tensors = 0
-        n_bytes = 0
-        for t in reader.tensors:
-            m = _BLK.match(t.name)
-            name = t.name
-            if m:
-                old = int(m.group(1))
-                if old not in new_index:
-                    continue
-                name = f"blk.{new_index[old]}.{m.group(2)}"
-            # the reader gives float/int tensors in numpy shape and quantized ones as uint8 rows of
-            # blocks; with raw_dtype the writer keeps the original ggml type and recovers the shape.
-            writer.add_tensor(name, t.data, raw_dtype=t.tensor_type)
-            n_tensors += 1
-            n_bytes += int(t.n_bytes)
-        kept_blocks = {int(m.group(1)) for t in reader.tensors if (m := _BLK.match(t.name))}
-        missing = [i for i in keep if i not in kept_blocks]
-        if missing:
-            raise ModelFormatError(f"{str(target_path)!r} has no tensors for block(s) {missing}")
-        writer.write_header_to_file()
-        writer.write_kv_data_to_file()
-        writer.write_tensors_to_file()
-        writer.close()
-        Path(str(out_path) + ".part").replace(out_path)
-    except BaseException:
-        try:
-            writer.close()
-        except Exception:
-            pass
-        Path(str(out_path) + ".part").unlink(missing_ok=True)
-        raise
 
-    mismatches: list[tuple[int, int]] = []
-    if period and swa_pattern is None and pattern_key not in subset_keys:
-        mismatches = [
-            (old, new) for new, old in enumerate(keep) if (old % period == period - 1) != (new % period == period - 1)
-        ]
-        if mismatches:
-            warnings.warn(
-                f"{arch}: llama.cpp sets sliding-window vs global attention by layer index (period "
-                f"{period}); kept block(s) "
-                + ", ".join(f"{o}->{n}" for o, n in mismatches)
-                + " change kind in the derived model. Keep whole periods (e.g. 0-5,12-17) or drop "
-                "trailing blocks to avoid it.",
-                stacklevel=2,
-            )
-    return DerivedDraft(
-        out_path, arch, n_layer, keep, n_tensors, n_bytes, tuple(subset_keys), swa_pattern, tuple(mismatches)
+def _add_swa_pattern(reader: Any, writer: Any, arch: str, keep: tuple[int, ...]) -> tuple[bool, ...] | None:
+    """For an architecture whose loader reads a per-layer sliding-window array (Gemma 3) and whose target
+    has none: write one with each kept block's original kind, and return it (else None)."""
+    from gguf import GGUFValueType
+
+    period = swa_period(arch)
+    pattern_key = f"{arch}.attention.sliding_window_pattern"
+    pf = reader.fields.get(pattern_key)
+    if arch in _WRITES_SWA_PATTERN and period and (pf is None or pf.types[0] != GGUFValueType.ARRAY):
+        swa_pattern = tuple(old % period != period - 1 for old in keep)
+        writer.add_key_value(pattern_key, list(swa_pattern), GGUFValueType.ARRAY, GGUFValueType.BOOL)
+        return swa_pattern
+    return None
+
+
+def _add_provenance(reader: Any, writer: Any, target_path: Path, n_layer: int, keep: tuple[int, ...]) -> None:
+    """The ``specviz.derived.*`` keys: the source's name, its block count and the kept layers."""
+    from gguf import GGUFValueType
+
+    writer.add_key_value(
+        "specviz.derived.source_name",
+        str(reader.fields["general.name"].contents()) if "general.name" in reader.fields else target_path.name,
+        GGUFValueType.STRING,
     )
+    writer.add_key_value("specviz.derived.source_block_count", n_layer, GGUFValueType.UINT32)
+    writer.add_key_value("specviz.derived.kept_layers", list(keep), GGUFValueType.ARRAY, GGUFValueType.UINT32)
+
+
+def _copy_tensors(reader: Any, writer: Any, keep: tuple[int, ...], target_path: Path) -> tuple[int, int]:
+    """Add every tensor but those of dropped blocks, kept blocks renumbered, with its original ggml type;
+    returns (tensors, data bytes). ModelFormatError when a kept block has no tensors."""
+    new_index = {old: new for new, old in enumerate(keep)}
+    n_tensors = 0
+    n_bytes = 0
+    for t in reader.tensors:
+        m = _BLK.match(t.name)
+        name = t.name
+        if m:
+            old = int(m.group(1))
+            if old not in new_index:
+                continue
+            name = f"blk.{new_index[old]}.{m.group(2)}"
+        # the reader gives float/int tensors in numpy shape and quantized ones as uint8 rows of
+        # blocks; with raw_dtype the writer keeps the original ggml type and recovers the shape.
+        writer.add_tensor(name, t.data, raw_dtype=t.tensor_type)
+        n_tensors += 1
+        n_bytes += int(t.n_bytes)
+    kept_blocks = {int(m.group(1)) for t in reader.tensors if (m := _BLK.match(t.name))}
+    missing = [i for i in keep if i not in kept_blocks]
+    if missing:
+        raise ModelFormatError(f"{str(target_path)!r} has no tensors for block(s) {missing}")
+    return n_tensors, n_bytes
+
+
+def _swa_mismatches(
+    arch: str, keep: tuple[int, ...], swa_pattern: tuple[bool, ...] | None, subset_keys: list[str]
+) -> list[tuple[int, int]]:
+    """(original, new) index of each kept block whose index-derived attention kind changes, where nothing
+    written pins it (no explicit pattern added, no per-layer pattern cut to the kept layers)."""
+    period = swa_period(arch)
+    if not period or swa_pattern is not None or f"{arch}.attention.sliding_window_pattern" in subset_keys:
+        return []
+    return [(old, new) for new, old in enumerate(keep) if (old % period == period - 1) != (new % period == period - 1)]
 
 
 def _compact(keep: Sequence[int]) -> str:

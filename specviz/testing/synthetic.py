@@ -7,6 +7,7 @@ a :class:`~specviz.decoding.session.Session` publishes them, so the front-end se
 from __future__ import annotations
 
 import random
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..decoding.events import (
@@ -18,9 +19,9 @@ from ..decoding.events import (
     KVRollback,
     Rejected,
     SessionStarted,
-    Telemetry,
     Verified,
 )
+from ..decoding.events import Telemetry as TelemetryEvent
 
 _WORDS = [
     " the",
@@ -68,213 +69,314 @@ def synthetic_rounds(
     strategy under the cost policy: a draft context (its KV before/peak and rollbacks), draft
     probabilities bucketed in the telemetry, the draft model's own timing and expected tokens per round.
     """
-    rng = random.Random(seed)
-    vocab = {w: 1000 + i for i, w in enumerate(_WORDS)}
-
-    def tok():
-        w = rng.choice(_WORDS)
-        return vocab[w], w
-
-    prompt_pieces = ["<bos>"] + [c for c in prompt.replace("    ", "\t")]
-    prompt_ids = [2] + [vocab.get(p, 300 + ord(p[0]) % 200) for p in prompt_pieces[1:]]
-    strategy = "draft" if draft_model else "prompt-lookup"
-    knobs: dict[str, Any] = (
-        {
-            "draft_max": draft_max,
-            "draft_min": 0,
-            "draft_policy": "cost",
-            "draft_model": "/models/draft.gguf",
-            "draft_p_min": 0.3,
-        }
-        if draft_model
-        else {"draft_max": draft_max, "draft_min": 0, "min_ngram": 1, "max_ngram": 3}
-    )
-    b_tries = [0] * 10
-    b_hits = [0] * 10
-    expected_sum = 0.0
-    groups: list[list[dict]] = [
-        [
-            SessionStarted(
-                0,
-                model="/models/synthetic.gguf",
-                strategy=strategy,
-                draft_model="/models/draft.gguf" if draft_model else None,
-                knobs=knobs,
-                prompt_tokens=tuple(prompt_ids),
-                prompt_pieces=tuple(prompt_pieces),
-                max_tokens=n_tokens,
-                n_ctx=8192,
-                n_batch=512,
-                n_ubatch=512,
-                n_swa=n_swa,
-                n_vocab=262144,
-            ).to_dict()
-        ]
-    ]
-    n_gen = 0
-    r = 0
-    drafted = accepted = rounds_with = 0
-    pos_tries: list[int] = []
-    pos_hits: list[int] = []
-    dsec = vsec = secs = 0.0
-    while n_gen < n_tokens:
-        r += 1
-        g: list[dict] = []
-        if r == 6:
-            new = dict(knobs, draft_max=max(1, draft_max // 2))
-            g.append(
-                KnobsChanged(
-                    r - 1, strategy=strategy, knobs=new, previous_strategy=strategy, previous_knobs=knobs
-                ).to_dict()
-            )
-            knobs = new
-        n_hist = len(prompt_ids) + n_gen
-        n_draft = 0 if rng.random() < 0.12 else rng.randint(1, knobs["draft_max"])
-        n_draft = min(n_draft, max(0, n_tokens - n_gen - 1))
-        draft = [tok() for _ in range(n_draft)]
-        dprobs = [round(rng.uniform(0.2, 1.0), 3) for _ in draft]
-        ds = rng.uniform(0.0002, 0.002) if not draft_model else 0.004 * (n_draft + 1) + rng.uniform(0, 0.002)
-        expected = round(1 + sum(0.8 ** (i + 1) for i in range(n_draft)), 3) if draft_model else None
-        expected_sum += expected or 0.0
-        g.append(
-            DraftProposed(
-                r,
-                tokens=tuple(t for t, _ in draft),
-                pieces=tuple(p for _, p in draft),
-                probs=tuple(dprobs),
-                seconds=ds,
-                requested=knobs["draft_max"],
-                limit=knobs["draft_max"],
-                reason=None if n_draft else ("p-min" if draft_model else "no-match"),
-                position=n_hist,
-                policy="cost" if draft_model else "fixed",
-                expected_tokens=expected,
-            ).to_dict()
-        )
-        n_acc = n_draft if rng.random() < 0.35 else rng.randint(0, max(0, n_draft - 1)) if n_draft else 0
-        targets = list(draft[:n_acc]) + [tok() for _ in range(n_draft - n_acc + 1)]
-        if n_acc < n_draft and targets[n_acc][0] == draft[n_acc][0]:
-            other = " verify" if draft[n_acc][1] != " verify" else " cache"
-            targets[n_acc] = (vocab[other], other)
-        tprobs = [round(rng.uniform(0.3, 0.99), 3) for _ in targets]
-        vs = 0.018 + 0.004 * (n_draft + 1) + rng.uniform(0, 0.004)
-        kv_before = n_hist - 1
-        kv_peak = kv_before + n_draft + 1
-        g.append(
-            Verified(
-                r,
-                tokens=tuple(t for t, _ in targets),
-                pieces=tuple(p for _, p in targets),
-                probs=tuple(tprobs),
-                seconds=vs,
-                batch_size=n_draft + 1,
-                kv_before=kv_before,
-                kv_peak=kv_peak,
-                draft_kv_before=kv_before if draft_model else None,
-                draft_kv_peak=kv_before + max(1, n_draft) if draft_model else None,
-            ).to_dict()
-        )
-        committed = [t for t in draft[:n_acc]] + [targets[n_acc]]
-        kind = "plain" if n_draft == 0 else ("bonus" if n_acc == n_draft else "correction")
-        g.append(
-            Accepted(
-                r,
-                tokens=tuple(t for t, _ in committed),
-                pieces=tuple(p for _, p in committed),
-                n_accepted=n_acc,
-                draft_probs=tuple(dprobs[:n_acc]),
-                target_probs=tuple(tprobs[: n_acc + 1]),
-                bonus_token=targets[n_acc][0],
-                bonus_piece=targets[n_acc][1],
-                bonus_prob=tprobs[n_acc],
-                bonus_kind=kind,
-                position=n_hist,
-            ).to_dict()
-        )
-        if n_acc < n_draft:
-            alts = [Alternative(targets[n_acc][0], targets[n_acc][1], tprobs[n_acc]).to_dict()]
-            for _ in range(4):
-                t, p = tok()
-                alts.append(Alternative(t, p, round(rng.uniform(0.0, tprobs[n_acc] / 2), 3)).to_dict())
-            rej = draft[n_acc:]
-            g.append(
-                Rejected(
-                    r,
-                    depth=n_acc,
-                    tokens=tuple(t for t, _ in rej),
-                    pieces=tuple(p for _, p in rej),
-                    draft_probs=tuple(dprobs[n_acc:]),
-                    target_token=targets[n_acc][0],
-                    target_piece=targets[n_acc][1],
-                    target_prob=tprobs[n_acc],
-                    draft_token_target_prob=round(rng.uniform(0.0, 0.2), 3),
-                    alternatives=tuple(alts),
-                    position=n_hist + n_acc,
-                ).to_dict()
-            )
-        keep = n_hist + len(committed) - 1
-        if kv_peak > keep:
-            g.append(KVRollback(r, context="target", from_pos=kv_peak, to_pos=keep).to_dict())
-        if draft_model and kv_before + max(1, n_draft) > keep:
-            g.append(KVRollback(r, context="draft", from_pos=kv_before + max(1, n_draft), to_pos=keep).to_dict())
-        for i, pr in enumerate(dprobs):
-            b = min(int(pr * 10), 9)
-            b_tries[b] += 1
-            b_hits[b] += 1 if i < n_acc else 0
-        n_gen += len(committed)
-        rounds_with += 1 if n_draft else 0
-        drafted += n_draft
-        accepted += n_acc
-        while len(pos_tries) < n_draft:
-            pos_tries.append(0)
-            pos_hits.append(0)
-        for i in range(n_draft):
-            pos_tries[i] += 1
-            pos_hits[i] += 1 if i < n_acc else 0
-        dsec += ds
-        vsec += vs
-        secs += ds + vs + 0.001
-        g.append(
-            Telemetry(
-                r,
-                data={
-                    "rounds": r,
-                    "drafted": drafted,
-                    "accepted": accepted,
-                    "acceptance_rate": accepted / drafted if drafted else 0.0,
-                    "mean_accepted_length": 1 + accepted / rounds_with if rounds_with else 1.0,
-                    "per_position_acceptance": [h / t if t else 0.0 for h, t in zip(pos_hits, pos_tries)],
-                    "draft_seconds": dsec,
-                    "verify_seconds": vsec,
-                    "seconds": secs,
-                    "tokens_per_second": n_gen / secs,
-                    "n_generated": n_gen,
-                    "kv": keep,
-                    "tokens_per_round": n_gen / r,
-                    "expected_tokens_per_round": expected_sum / r if draft_model else None,
-                    "draft_buckets": [
-                        {
-                            "lo": round(i / 10, 1),
-                            "hi": round((i + 1) / 10, 1),
-                            "tries": t if draft_model else 0,
-                            "accepted": hh if draft_model else 0,
-                            "rate": (hh / t if t else None) if draft_model else None,
-                        }
-                        for i, (t, hh) in enumerate(zip(b_tries, b_hits))
-                    ],
-                    **(
-                        {"draft_model_seconds": dsec, "draft_model_tokens_per_second": (drafted + r) / dsec}
-                        if draft_model
-                        else {}
-                    ),
-                    "policy": _cost_policy_view(r, n_draft, n_acc) if draft_model else {"name": "fixed"},
-                },
-            ).to_dict()
-        )
-        if n_gen >= n_tokens:
-            g.append(Finished(r, reason="max_tokens", n_generated=n_gen).to_dict())
-        groups.append(g)
+    stream = _Stream(random.Random(seed), n_tokens, draft_max, draft_model, prompt)
+    groups = [[stream.session_started(n_swa)]]
+    while stream.n_gen < n_tokens:
+        groups.append(stream.next_round())
     return groups
+
+
+#: The round at whose start the synthetic session halves its draft_max (a ``KnobsChanged``).
+KNOBS_CHANGE_ROUND = 6
+
+
+@dataclass
+class _Round:
+    """One synthetic round as it is made: the draft, then the target's choices (see :class:`_Stream`)."""
+
+    index: int
+    n_hist: int  #: tokens of history (prompt and generated) before the round
+    draft: list[tuple[int, str]]
+    dprobs: list[float]
+    draft_seconds: float
+    expected: float | None
+    n_acc: int = 0
+    targets: list[tuple[int, str]] = field(default_factory=list)
+    tprobs: list[float] = field(default_factory=list)
+    verify_seconds: float = 0.0
+
+    @property
+    def n_draft(self) -> int:
+        """Drafted tokens."""
+        return len(self.draft)
+
+    @property
+    def committed(self) -> list[tuple[int, str]]:
+        """The accepted draft prefix and the target's own token."""
+        return list(self.draft[: self.n_acc]) + [self.targets[self.n_acc]]
+
+    @property
+    def kv_before(self) -> int:
+        """The target cache's length before the verify batch."""
+        return self.n_hist - 1
+
+    @property
+    def kv_peak(self) -> int:
+        """The target cache's length right after the verify batch."""
+        return self.kv_before + self.n_draft + 1
+
+    @property
+    def keep(self) -> int:
+        """The cache length the round leaves (every committed token but the last is in the cache)."""
+        return self.n_hist + len(self.committed) - 1
+
+
+class _Stream:
+    """A synthetic session: its setting, its random draws (one generator, drawn in a fixed order, so a seed
+    gives one stream) and the cumulative counters its telemetry reports."""
+
+    def __init__(self, rng: random.Random, n_tokens: int, draft_max: int, draft_model: bool, prompt: str) -> None:
+        self.rng = rng
+        self.n_tokens = n_tokens
+        self.draft_model = draft_model
+        self.vocab = {w: 1000 + i for i, w in enumerate(_WORDS)}
+        self.prompt_pieces = ["<bos>"] + [c for c in prompt.replace("    ", "\t")]
+        self.prompt_ids = [2] + [self.vocab.get(p, 300 + ord(p[0]) % 200) for p in self.prompt_pieces[1:]]
+        self.strategy = "draft" if draft_model else "prompt-lookup"
+        self.knobs: dict[str, Any] = (
+            {
+                "draft_max": draft_max,
+                "draft_min": 0,
+                "draft_policy": "cost",
+                "draft_model": "/models/draft.gguf",
+                "draft_p_min": 0.3,
+            }
+            if draft_model
+            else {"draft_max": draft_max, "draft_min": 0, "min_ngram": 1, "max_ngram": 3}
+        )
+        self.r = self.n_gen = 0
+        self.drafted = self.accepted = self.rounds_with = 0
+        self.b_tries, self.b_hits = [0] * 10, [0] * 10
+        self.pos_tries: list[int] = []
+        self.pos_hits: list[int] = []
+        self.expected_sum = self.dsec = self.vsec = self.secs = 0.0
+
+    def tok(self) -> tuple[int, str]:
+        """A random token of the synthetic vocabulary."""
+        w = self.rng.choice(_WORDS)
+        return self.vocab[w], w
+
+    def session_started(self, n_swa: int) -> dict:
+        """The ``SessionStarted`` that opens the stream."""
+        return SessionStarted(
+            0,
+            model="/models/synthetic.gguf",
+            strategy=self.strategy,
+            draft_model="/models/draft.gguf" if self.draft_model else None,
+            knobs=self.knobs,
+            prompt_tokens=tuple(self.prompt_ids),
+            prompt_pieces=tuple(self.prompt_pieces),
+            max_tokens=self.n_tokens,
+            n_ctx=8192,
+            n_batch=512,
+            n_ubatch=512,
+            n_swa=n_swa,
+            n_vocab=262144,
+        ).to_dict()
+
+    def next_round(self) -> list[dict]:
+        """The events of the next round, in the order a session publishes them."""
+        self.r += 1
+        g: list[dict] = []
+        if self.r == KNOBS_CHANGE_ROUND:
+            g.append(self.halve_draft_max())
+        rd = self.draft()
+        g.append(self.draft_proposed(rd))
+        self.verify(rd)
+        g += [self.verified(rd), self.accepted_event(rd)]
+        if rd.n_acc < rd.n_draft:
+            g.append(self.rejected(rd))
+        g += self.rollbacks(rd)
+        self.count(rd)
+        g.append(self.telemetry(rd))
+        if self.n_gen >= self.n_tokens:
+            g.append(Finished(self.r, reason="max_tokens", n_generated=self.n_gen).to_dict())
+        return g
+
+    def halve_draft_max(self) -> dict:
+        """Halve draft_max (at least 1) from this round on: the ``KnobsChanged``."""
+        new = dict(self.knobs, draft_max=max(1, self.knobs["draft_max"] // 2))
+        ev = KnobsChanged(
+            self.r - 1, strategy=self.strategy, knobs=new, previous_strategy=self.strategy, previous_knobs=self.knobs
+        )
+        self.knobs = new
+        return ev.to_dict()
+
+    def draft(self) -> _Round:
+        """Draw the round's draft: none 12% of the time, else 1 to draft_max tokens (never past the token
+        budget), their probabilities, the drafting seconds and, for a draft model, the expected tokens."""
+        rng = self.rng
+        n_draft = 0 if rng.random() < 0.12 else rng.randint(1, self.knobs["draft_max"])
+        n_draft = min(n_draft, max(0, self.n_tokens - self.n_gen - 1))
+        draft = [self.tok() for _ in range(n_draft)]
+        dprobs = [round(rng.uniform(0.2, 1.0), 3) for _ in draft]
+        if not self.draft_model:
+            ds = rng.uniform(0.0002, 0.002)
+        else:
+            ds = 0.004 * (n_draft + 1) + rng.uniform(0, 0.002)
+        expected = round(1 + sum(0.8 ** (i + 1) for i in range(n_draft)), 3) if self.draft_model else None
+        self.expected_sum += expected or 0.0
+        return _Round(self.r, len(self.prompt_ids) + self.n_gen, draft, dprobs, ds, expected)
+
+    def draft_proposed(self, rd: _Round) -> dict:
+        """The round's ``DraftProposed``."""
+        return DraftProposed(
+            rd.index,
+            tokens=tuple(t for t, _ in rd.draft),
+            pieces=tuple(p for _, p in rd.draft),
+            probs=tuple(rd.dprobs),
+            seconds=rd.draft_seconds,
+            requested=self.knobs["draft_max"],
+            limit=self.knobs["draft_max"],
+            reason=None if rd.n_draft else ("p-min" if self.draft_model else "no-match"),
+            position=rd.n_hist,
+            policy="cost" if self.draft_model else "fixed",
+            expected_tokens=rd.expected,
+        ).to_dict()
+
+    def verify(self, rd: _Round) -> None:
+        """Draw the target's verdict: the whole draft accepted 35% of the time, else a random prefix; its
+        choices (a different token where it rejects), their probabilities and the verify seconds."""
+        rng, n_draft = self.rng, rd.n_draft
+        rd.n_acc = n_draft if rng.random() < 0.35 else rng.randint(0, max(0, n_draft - 1)) if n_draft else 0
+        rd.targets = list(rd.draft[: rd.n_acc]) + [self.tok() for _ in range(n_draft - rd.n_acc + 1)]
+        if rd.n_acc < n_draft and rd.targets[rd.n_acc][0] == rd.draft[rd.n_acc][0]:
+            other = " verify" if rd.draft[rd.n_acc][1] != " verify" else " cache"
+            rd.targets[rd.n_acc] = (self.vocab[other], other)
+        rd.tprobs = [round(rng.uniform(0.3, 0.99), 3) for _ in rd.targets]
+        rd.verify_seconds = 0.018 + 0.004 * (n_draft + 1) + rng.uniform(0, 0.004)
+
+    def verified(self, rd: _Round) -> dict:
+        """The round's ``Verified``."""
+        return Verified(
+            rd.index,
+            tokens=tuple(t for t, _ in rd.targets),
+            pieces=tuple(p for _, p in rd.targets),
+            probs=tuple(rd.tprobs),
+            seconds=rd.verify_seconds,
+            batch_size=rd.n_draft + 1,
+            kv_before=rd.kv_before,
+            kv_peak=rd.kv_peak,
+            draft_kv_before=rd.kv_before if self.draft_model else None,
+            draft_kv_peak=rd.kv_before + max(1, rd.n_draft) if self.draft_model else None,
+        ).to_dict()
+
+    def accepted_event(self, rd: _Round) -> dict:
+        """The round's ``Accepted``: the accepted prefix and a bonus, correction or plain token."""
+        n_acc, committed = rd.n_acc, rd.committed
+        kind = "plain" if rd.n_draft == 0 else ("bonus" if n_acc == rd.n_draft else "correction")
+        return Accepted(
+            rd.index,
+            tokens=tuple(t for t, _ in committed),
+            pieces=tuple(p for _, p in committed),
+            n_accepted=n_acc,
+            draft_probs=tuple(rd.dprobs[:n_acc]),
+            target_probs=tuple(rd.tprobs[: n_acc + 1]),
+            bonus_token=rd.targets[n_acc][0],
+            bonus_piece=rd.targets[n_acc][1],
+            bonus_prob=rd.tprobs[n_acc],
+            bonus_kind=kind,
+            position=rd.n_hist,
+        ).to_dict()
+
+    def rejected(self, rd: _Round) -> dict:
+        """The round's ``Rejected``, with the target's choice and four random alternatives."""
+        rng, n_acc = self.rng, rd.n_acc
+        alts = [Alternative(rd.targets[n_acc][0], rd.targets[n_acc][1], rd.tprobs[n_acc]).to_dict()]
+        for _ in range(4):
+            t, p = self.tok()
+            alts.append(Alternative(t, p, round(rng.uniform(0.0, rd.tprobs[n_acc] / 2), 3)).to_dict())
+        rej = rd.draft[n_acc:]
+        return Rejected(
+            rd.index,
+            depth=n_acc,
+            tokens=tuple(t for t, _ in rej),
+            pieces=tuple(p for _, p in rej),
+            draft_probs=tuple(rd.dprobs[n_acc:]),
+            target_token=rd.targets[n_acc][0],
+            target_piece=rd.targets[n_acc][1],
+            target_prob=rd.tprobs[n_acc],
+            draft_token_target_prob=round(rng.uniform(0.0, 0.2), 3),
+            alternatives=tuple(alts),
+            position=rd.n_hist + n_acc,
+        ).to_dict()
+
+    def rollbacks(self, rd: _Round) -> list[dict]:
+        """The round's ``KVRollback`` events: the target's (and the draft context's) cut tails."""
+        out = []
+        if rd.kv_peak > rd.keep:
+            out.append(KVRollback(rd.index, context="target", from_pos=rd.kv_peak, to_pos=rd.keep).to_dict())
+        draft_peak = rd.kv_before + max(1, rd.n_draft)
+        if self.draft_model and draft_peak > rd.keep:
+            out.append(KVRollback(rd.index, context="draft", from_pos=draft_peak, to_pos=rd.keep).to_dict())
+        return out
+
+    def count(self, rd: _Round) -> None:
+        """Add the round to the cumulative counters."""
+        for i, pr in enumerate(rd.dprobs):
+            b = min(int(pr * 10), 9)
+            self.b_tries[b] += 1
+            self.b_hits[b] += 1 if i < rd.n_acc else 0
+        self.n_gen += len(rd.committed)
+        self.rounds_with += 1 if rd.n_draft else 0
+        self.drafted += rd.n_draft
+        self.accepted += rd.n_acc
+        while len(self.pos_tries) < rd.n_draft:
+            self.pos_tries.append(0)
+            self.pos_hits.append(0)
+        for i in range(rd.n_draft):
+            self.pos_tries[i] += 1
+            self.pos_hits[i] += 1 if i < rd.n_acc else 0
+        self.dsec += rd.draft_seconds
+        self.vsec += rd.verify_seconds
+        self.secs += rd.draft_seconds + rd.verify_seconds + 0.001
+
+    def telemetry(self, rd: _Round) -> dict:
+        """The ``Telemetry`` after the round, from the cumulative counters."""
+        r, draft_model = self.r, self.draft_model
+        return TelemetryEvent(
+            r,
+            data={
+                "rounds": r,
+                "drafted": self.drafted,
+                "accepted": self.accepted,
+                "acceptance_rate": self.accepted / self.drafted if self.drafted else 0.0,
+                "mean_accepted_length": 1 + self.accepted / self.rounds_with if self.rounds_with else 1.0,
+                "per_position_acceptance": [h / t if t else 0.0 for h, t in zip(self.pos_hits, self.pos_tries)],
+                "draft_seconds": self.dsec,
+                "verify_seconds": self.vsec,
+                "seconds": self.secs,
+                "tokens_per_second": self.n_gen / self.secs,
+                "n_generated": self.n_gen,
+                "kv": rd.keep,
+                "tokens_per_round": self.n_gen / r,
+                "expected_tokens_per_round": self.expected_sum / r if draft_model else None,
+                "draft_buckets": self.draft_buckets(),
+                **(
+                    {
+                        "draft_model_seconds": self.dsec,
+                        "draft_model_tokens_per_second": (self.drafted + r) / self.dsec,
+                    }
+                    if draft_model
+                    else {}
+                ),
+                "policy": _cost_policy_view(r, rd.n_draft, rd.n_acc) if draft_model else {"name": "fixed"},
+            },
+        ).to_dict()
+
+    def draft_buckets(self) -> list[dict]:
+        """The telemetry's acceptance by draft probability (0.1-wide buckets; zero without a draft model)."""
+        dm = self.draft_model
+        return [
+            {
+                "lo": round(i / 10, 1),
+                "hi": round((i + 1) / 10, 1),
+                "tries": t if dm else 0,
+                "accepted": hh if dm else 0,
+                "rate": (hh / t if t else None) if dm else None,
+            }
+            for i, (t, hh) in enumerate(zip(self.b_tries, self.b_hits))
+        ]
 
 
 def _cost_policy_view(r: int, n_draft: int, n_acc: int) -> dict:

@@ -310,130 +310,20 @@ def generate_corpus(
     folder.mkdir(parents=True, exist_ok=True)
     own_model = model is None
     m = model if model is not None else LlamaModel(target)
-    info = load_corpus_info(folder)
-    if info is None:
-        info = CorpusInfo(
-            target=str(target),
-            target_fingerprint=m.fingerprint,
-            target_layers=[int(x) for x in target_layers],
-            n_embd=m.n_embd,
-            top_k=cfg.top_k,
-        )
-    elif info.target_fingerprint != m.fingerprint or info.target_layers != [int(x) for x in target_layers]:
-        raise ContextError(
-            f"the corpus in {folder} was made with another target or other layers; "
-            "use another --work-dir or remove that folder"
-        )
+    info = _corpus_info(folder, target, m, target_layers, cfg)
     info.n_prompts = len(prompts)
-    done = set(info.prompts_done)
-    queue = [i for i in range(len(prompts)) if i not in done]
-    rng = np.random.default_rng(cfg.seed + len(done))
     import torch
 
     torch_threads = torch.get_num_threads()
     torch.set_num_threads(1)  # see _Labeller
     ctx = BatchContext(m, cfg.slots, cfg.max_prompt + cfg.max_new + 8, n_threads=cfg.n_threads)
     cap = LayerCapture(ctx, target_layers)
-    label = _Labeller(cfg.top_k, cfg.seed + len(done))
-    slots: list[GenSequence | None] = [None] * cfg.slots
-    finished: list[GenSequence] = []
-    pending_tokens = 0
-    t_start = time.perf_counter()
-    base_seconds = info.seconds
-
-    def budget_left() -> bool:
-        if seconds is not None and base_seconds + (time.perf_counter() - t_start) >= seconds:
-            return False
-        return max_tokens is None or info.generated_tokens < max_tokens
-
-    def flush() -> None:
-        nonlocal finished, pending_tokens
-        if finished:
-            info.shards.append(_write_shard(folder, len(info.shards), finished, cfg.top_k))
-            info.prompts_done += [s.prompt_id for s in finished]
-            info.sequences += len(finished)
-            info.tokens += sum(len(s.tokens) for s in finished)
-        finished, pending_tokens = [], 0
-        info.seconds = base_seconds + (time.perf_counter() - t_start)
-        info.save(folder)
-
-    def finish(slot: int) -> None:
-        nonlocal pending_tokens
-        s = slots[slot]
-        assert s is not None
-        slots[slot] = None
-        ctx.clear_slot(slot)
-        if len(s.tokens) - s.n_prompt >= 1:
-            finished.append(s)
-            pending_tokens += len(s.tokens)
-
-    def admit(slot: int) -> bool:
-        while queue and budget_left():
-            pid = queue.pop(0)
-            toks = m.tokenize(prompts[pid], add_special=True)
-            if len(toks) > cfg.max_prompt or len(toks) < 1:
-                info.skipped_long += 1
-                continue
-            greedy = rng.random() < cfg.greedy_share
-            temp = 0.0 if greedy else float(rng.choice(cfg.temperatures))
-            s = GenSequence(pid, len(toks), temp, tokens=list(toks))
-            nb = ctx.capacity.n_batch
-            for a in range(0, len(toks), nb):
-                chunk = toks[a : a + nb]
-                last = a + nb >= len(toks)
-                ctx.decode(chunk, range(a, a + len(chunk)), [slot] * len(chunk), [False] * (len(chunk) - 1) + [last])
-                s.feats.append(cap.features(len(chunk)))
-            ids, lp, nxt = label(ctx.output_logits(1), [temp])
-            s.top_ids.append(ids[0])
-            s.top_lp.append(lp[0])
-            s.tokens.append(nxt[0])
-            info.generated_tokens += 1
-            slots[slot] = s
-            if m.is_eog(nxt[0]) or cfg.max_new <= 1:
-                finish(slot)
-                continue
-            return True
-        return False
-
+    run = _CorpusRun(m, ctx, cap, prompts, folder, info, cfg, seconds=seconds, max_tokens=max_tokens)
     try:
-        while True:
-            if not budget_left():
-                # out of time or tokens: the sequences in flight end here (a generation cut short is as good
-                # a training sequence as any; waiting for them would overrun the budget)
-                for i in range(cfg.slots):
-                    if slots[i] is not None:
-                        finish(i)
-                break
-            for i in range(cfg.slots):
-                if slots[i] is None:
-                    admit(i)
-            active = [i for i in range(cfg.slots) if slots[i] is not None]
-            if not active:
-                break
-            seqs = [slots[i] for i in active]
-            ctx.decode(
-                [s.tokens[-1] for s in seqs if s], [len(s.tokens) - 1 for s in seqs if s], active, [True] * len(active)
-            )
-            feats = cap.features(len(active))
-            ids, lp, nxt = label(ctx.output_logits(len(active)), [s.temperature for s in seqs if s])
-            for r, i in enumerate(active):
-                s = slots[i]
-                assert s is not None
-                s.feats.append(feats[r : r + 1])
-                s.top_ids.append(ids[r])
-                s.top_lp.append(lp[r])
-                s.tokens.append(nxt[r])
-                info.generated_tokens += 1
-                n_gen = len(s.tokens) - s.n_prompt
-                if m.is_eog(nxt[r]) or n_gen >= cfg.max_new:
-                    finish(i)
-            if pending_tokens >= cfg.shard_tokens:
-                flush()
-            if progress is not None:
-                progress(info, len(active))
-        flush()
+        run.generate(progress)
+        run.flush()
     except BaseException:
-        flush()  # the finished sequences are kept; those in flight are generated again on resume
+        run.flush()  # the finished sequences are kept; those in flight are generated again on resume
         raise
     finally:
         cap.close()
@@ -442,3 +332,159 @@ def generate_corpus(
         if own_model:
             m.close()
     return info
+
+
+def _corpus_info(
+    folder: Path, target: str | Path, m: LlamaModel, target_layers: Sequence[int], cfg: GenConfig
+) -> CorpusInfo:
+    """The info of the corpus in ``folder`` to continue, or a new one; ContextError when the corpus there
+    was made with another target or other layers."""
+    info = load_corpus_info(folder)
+    if info is None:
+        return CorpusInfo(
+            target=str(target),
+            target_fingerprint=m.fingerprint,
+            target_layers=[int(x) for x in target_layers],
+            n_embd=m.n_embd,
+            top_k=cfg.top_k,
+        )
+    if info.target_fingerprint != m.fingerprint or info.target_layers != [int(x) for x in target_layers]:
+        raise ContextError(
+            f"the corpus in {folder} was made with another target or other layers; "
+            "use another --work-dir or remove that folder"
+        )
+    return info
+
+
+class _CorpusRun:
+    """One generation run over a corpus folder: the prompts still to do, the sequences in the context's
+    slots, the finished ones not yet written, and the budget (see :func:`generate_corpus`)."""
+
+    def __init__(
+        self,
+        m: LlamaModel,
+        ctx: BatchContext,
+        cap: Any,
+        prompts: Sequence[str],
+        folder: Path,
+        info: CorpusInfo,
+        cfg: GenConfig,
+        *,
+        seconds: float | None,
+        max_tokens: int | None,
+    ) -> None:
+        done = set(info.prompts_done)
+        self.m, self.ctx, self.cap = m, ctx, cap
+        self.prompts, self.folder, self.info, self.cfg = prompts, folder, info, cfg
+        self.seconds, self.max_tokens = seconds, max_tokens
+        self.queue = [i for i in range(len(prompts)) if i not in done]
+        self.rng = np.random.default_rng(cfg.seed + len(done))
+        self.label = _Labeller(cfg.top_k, cfg.seed + len(done))
+        self.slots: list[GenSequence | None] = [None] * cfg.slots
+        self.finished: list[GenSequence] = []
+        self.pending_tokens = 0
+        self.t_start = time.perf_counter()
+        self.base_seconds = info.seconds
+
+    def budget_left(self) -> bool:
+        """Whether generation may go on: seconds (over resumed runs) and generated tokens both left."""
+        if self.seconds is not None and self.base_seconds + (time.perf_counter() - self.t_start) >= self.seconds:
+            return False
+        return self.max_tokens is None or self.info.generated_tokens < self.max_tokens
+
+    def generate(self, progress: Callable[[CorpusInfo, int], None] | None) -> None:
+        """Fill the free slots and decode one batch at a time until the prompts or the budget run out."""
+        cfg = self.cfg
+        while True:
+            if not self.budget_left():
+                # out of time or tokens: the sequences in flight end here (a generation cut short is as good
+                # a training sequence as any; waiting for them would overrun the budget)
+                for i in range(cfg.slots):
+                    if self.slots[i] is not None:
+                        self.finish(i)
+                break
+            for i in range(cfg.slots):
+                if self.slots[i] is None:
+                    self.admit(i)
+            active = [i for i in range(cfg.slots) if self.slots[i] is not None]
+            if not active:
+                break
+            self.step(active)
+            if self.pending_tokens >= cfg.shard_tokens:
+                self.flush()
+            if progress is not None:
+                progress(self.info, len(active))
+
+    def admit(self, slot: int) -> bool:
+        """Evaluate the next prompt that fits into ``slot`` and draw its first token (prompts too long are
+        skipped and counted); False when the prompts or the budget ran out first."""
+        cfg, ctx, info = self.cfg, self.ctx, self.info
+        while self.queue and self.budget_left():
+            pid = self.queue.pop(0)
+            toks = self.m.tokenize(self.prompts[pid], add_special=True)
+            if len(toks) > cfg.max_prompt or len(toks) < 1:
+                info.skipped_long += 1
+                continue
+            greedy = self.rng.random() < cfg.greedy_share
+            temp = 0.0 if greedy else float(self.rng.choice(cfg.temperatures))
+            s = GenSequence(pid, len(toks), temp, tokens=list(toks))
+            nb = ctx.capacity.n_batch
+            for a in range(0, len(toks), nb):
+                chunk = toks[a : a + nb]
+                last = a + nb >= len(toks)
+                ctx.decode(chunk, range(a, a + len(chunk)), [slot] * len(chunk), [False] * (len(chunk) - 1) + [last])
+                s.feats.append(self.cap.features(len(chunk)))
+            ids, lp, nxt = self.label(ctx.output_logits(1), [temp])
+            s.top_ids.append(ids[0])
+            s.top_lp.append(lp[0])
+            s.tokens.append(nxt[0])
+            info.generated_tokens += 1
+            self.slots[slot] = s
+            if self.m.is_eog(nxt[0]) or cfg.max_new <= 1:
+                self.finish(slot)
+                continue
+            return True
+        return False
+
+    def step(self, active: list[int]) -> None:
+        """Decode the next token of every active sequence in one batch, keep its features and labels, and
+        finish the sequences that reached the end of generation or ``max_new`` tokens."""
+        seqs = [self.slots[i] for i in active]
+        self.ctx.decode(
+            [s.tokens[-1] for s in seqs if s], [len(s.tokens) - 1 for s in seqs if s], active, [True] * len(active)
+        )
+        feats = self.cap.features(len(active))
+        ids, lp, nxt = self.label(self.ctx.output_logits(len(active)), [s.temperature for s in seqs if s])
+        for r, i in enumerate(active):
+            s = self.slots[i]
+            assert s is not None
+            s.feats.append(feats[r : r + 1])
+            s.top_ids.append(ids[r])
+            s.top_lp.append(lp[r])
+            s.tokens.append(nxt[r])
+            self.info.generated_tokens += 1
+            n_gen = len(s.tokens) - s.n_prompt
+            if self.m.is_eog(nxt[r]) or n_gen >= self.cfg.max_new:
+                self.finish(i)
+
+    def finish(self, slot: int) -> None:
+        """Free ``slot``; its sequence joins the finished ones when it generated at least one token."""
+        s = self.slots[slot]
+        assert s is not None
+        self.slots[slot] = None
+        self.ctx.clear_slot(slot)
+        if len(s.tokens) - s.n_prompt >= 1:
+            self.finished.append(s)
+            self.pending_tokens += len(s.tokens)
+
+    def flush(self) -> None:
+        """Write the finished sequences as a shard and save ``corpus.json`` (with the seconds so far)."""
+        info = self.info
+        if self.finished:
+            info.shards.append(_write_shard(self.folder, len(info.shards), self.finished, self.cfg.top_k))
+            info.prompts_done += [s.prompt_id for s in self.finished]
+            info.sequences += len(self.finished)
+            info.tokens += sum(len(s.tokens) for s in self.finished)
+        self.finished, self.pending_tokens = [], 0
+        info.seconds = self.base_seconds + (time.perf_counter() - self.t_start)
+        info.save(self.folder)

@@ -132,39 +132,84 @@ def _clear(work: Path) -> None:
 
 
 def train_eagle3(opts: TrainOptions, log: Callable[[str], None] | None = None) -> TrainResult:
-    """Run the whole pipeline (see the module docstring)."""
+    """Run the whole pipeline (see the module docstring): the corpus, the head and its trainer, training,
+    export, and the evaluation, each phase a function below."""
     import torch
 
-    from ..backends import LlamaModel
-    from ..backends.capture import capture_unavailable_reason
-    from ..errors import CaptureUnavailableError
-    from ..models.eagle3_gguf import default_target_layers
-    from ..models.embedded import default_model_path
-    from .corpus import read_prompts_jsonl, training_prompts
-    from .dataset import choose_draft_vocab, load_corpus
-    from .export import export_head
-    from .generate import GenConfig, generate_corpus, load_corpus_info
-    from .trainer import TrainConfig, Trainer, build_head, load_checkpoint, tau
-
     say = log or (lambda m: print(m, file=sys.stderr))
-    target = Path(opts.target) if opts.target is not None else default_model_path()
+    target = Path(opts.target) if opts.target is not None else _default_target()
     output = Path(opts.output)
     work = Path(opts.work_dir) if opts.work_dir is not None else default_work_dir(output)
     work.mkdir(parents=True, exist_ok=True)
     if opts.threads:
         torch.set_num_threads(opts.threads)
+    _fresh_or_resumed(opts, work, say)
+    prompts = _prompts(opts)
+    seconds: dict[str, float] = {}
+    t_all = time.perf_counter()
+    shape = _corpus_phase(opts, target, work, prompts, say, seconds)
+    trainer, coverage = _trainer_phase(opts, target, output, work, shape, say)
+    val = _training_phase(opts, trainer, target, output, say, seconds)
+    result = _export_phase(opts, trainer, target, output, work, coverage, val, say, seconds)
+    if opts.evaluate != "none":
+        result.evaluation = _evaluation_phase(opts, target, output, say, seconds)
+    seconds["total"] = time.perf_counter() - t_all
+    return result
+
+
+def _default_target() -> Path:
+    """The embedded model (assembled on first use)."""
+    from ..models.embedded import default_model_path
+
+    return default_model_path()
+
+
+def _fresh_or_resumed(opts: TrainOptions, work: Path, say: Callable[[str], None]) -> None:
+    """Without ``resume``, clear what an earlier run left in ``work``; say which way the run starts."""
     if not opts.resume and any((work / n).exists() for n in ("corpus", "checkpoint.pt")):
         say(f"starting afresh in {work} (pass --resume to continue the run kept there)")
         _clear(work)
     elif opts.resume and not (work / "corpus").exists():
         say(f"nothing to resume in {work}: starting afresh")
-    budget = opts.budget
+
+
+def _prompts(opts: TrainOptions) -> list[str]:
+    """The training prompts: the user's file (if any) and the built-in corpus (unless turned off)."""
+    from .corpus import read_prompts_jsonl, training_prompts
+
     user = read_prompts_jsonl(opts.prompts) if opts.prompts is not None else None
     prompts = [p.text for p in training_prompts(user, seed=opts.seed, builtin=opts.builtin_corpus)]
     if not prompts:
         raise ValueError("no training prompts: give --prompts FILE.jsonl or keep the built-in corpus")
-    seconds: dict[str, float] = {}
-    t_all = time.perf_counter()
+    return prompts
+
+
+@dataclass(frozen=True)
+class _TargetShape:
+    """What the head is built for: the target layers it reads, the vocabulary, the width and the RMS-norm
+    epsilon of the target."""
+
+    layers: tuple[int, int, int]
+    n_vocab: int
+    n_embd: int
+    eps: float
+
+
+def _corpus_phase(
+    opts: TrainOptions,
+    target: Path,
+    work: Path,
+    prompts: list[str],
+    say: Callable[[str], None],
+    seconds: dict[str, float],
+) -> _TargetShape:
+    """1. The corpus: load the target, refuse one whose features cannot be captured, and generate (or
+    continue) the corpus unless a finished one is kept with a checkpoint; returns the target's shape."""
+    from ..backends import LlamaModel
+    from ..backends.capture import capture_unavailable_reason
+    from ..errors import CaptureUnavailableError
+    from ..models.eagle3_gguf import default_target_layers
+    from .generate import load_corpus_info
 
     model = LlamaModel(target)
     try:
@@ -173,54 +218,18 @@ def train_eagle3(opts: TrainOptions, log: Callable[[str], None] | None = None) -
         if why is not None:
             raise CaptureUnavailableError(f"cannot train an EAGLE-3 head for {target.name}: {why}")
         layers = default_target_layers(model.n_layer)
-        n_vocab, n_embd = model.n_vocab, model.n_embd
-        eps = float(model.info.get(f"{arch}.attention.layer_norm_rms_epsilon", 1e-6) or 1e-6)
-        # -- 1. the corpus -------------------------------------------------------------------------------
+        shape = _TargetShape(
+            layers,
+            model.n_vocab,
+            model.n_embd,
+            float(model.info.get(f"{arch}.attention.layer_norm_rms_epsilon", 1e-6) or 1e-6),
+        )
         corpus_dir = work / "corpus"
         info = load_corpus_info(corpus_dir)
         closed = bool(info is not None and (work / "checkpoint.pt").exists())
         if not closed:
-            gen = GenConfig(max_new=opts.max_new, slots=opts.slots, seed=opts.seed, n_threads=opts.threads)
-            bar = _Bar("corpus", budget["corpus"], opts.progress)
             t0 = time.perf_counter()
-            last = [t0, 0]
-
-            def gen_progress(ci: Any, active: int) -> None:
-                now = time.perf_counter()
-                if now - last[0] >= 1.0:
-                    rate = (ci.generated_tokens - last[1]) / (now - last[0])
-                    last[0], last[1] = now, ci.generated_tokens
-                    bar.update(
-                        base_s + (now - t0),
-                        f"{ci.generated_tokens} tokens generated, {rate:.0f} tok/s, {ci.sequences} sequences, "
-                        f"{active} in flight",
-                    )
-
-            base_s = info.seconds if info is not None else 0.0
-            say(
-                f"generating the corpus with {target.name} ({len(prompts)} prompts, layers {list(layers)}) "
-                f"into {corpus_dir}"
-            )
-            try:
-                info = generate_corpus(
-                    target,
-                    prompts,
-                    corpus_dir,
-                    layers,
-                    gen,
-                    seconds=budget["corpus"],
-                    max_tokens=opts.corpus_tokens,
-                    progress=gen_progress,
-                    model=model,
-                )
-            except KeyboardInterrupt:
-                bar.close()
-                say(
-                    f"interrupted: the finished sequences are kept in {corpus_dir}; run the same command with "
-                    "--resume to continue"
-                )
-                raise
-            bar.close()
+            info = _generate(opts, model, target, corpus_dir, prompts, layers, info, say)
             seconds["corpus"] = time.perf_counter() - t0
         assert info is not None
         say(
@@ -230,8 +239,74 @@ def train_eagle3(opts: TrainOptions, log: Callable[[str], None] | None = None) -
         )
     finally:
         model.close()
+    return shape
 
-    # -- 2. data, vocabulary, head ----------------------------------------------------------------------
+
+def _generate(
+    opts: TrainOptions,
+    model: Any,
+    target: Path,
+    corpus_dir: Path,
+    prompts: list[str],
+    layers: tuple[int, int, int],
+    info: Any,
+    say: Callable[[str], None],
+) -> Any:
+    """Generate (or continue) the corpus within its budget, with a progress bar; on Ctrl-C say how to resume."""
+    from .generate import GenConfig, generate_corpus
+
+    gen = GenConfig(max_new=opts.max_new, slots=opts.slots, seed=opts.seed, n_threads=opts.threads)
+    budget = opts.budget["corpus"]
+    bar = _Bar("corpus", budget, opts.progress)
+    t0 = time.perf_counter()
+    last = [t0, 0]
+    base_s = info.seconds if info is not None else 0.0
+
+    def gen_progress(ci: Any, active: int) -> None:
+        now = time.perf_counter()
+        if now - last[0] >= 1.0:
+            rate = (ci.generated_tokens - last[1]) / (now - last[0])
+            last[0], last[1] = now, ci.generated_tokens
+            bar.update(
+                base_s + (now - t0),
+                f"{ci.generated_tokens} tokens generated, {rate:.0f} tok/s, {ci.sequences} sequences, "
+                f"{active} in flight",
+            )
+
+    say(f"generating the corpus with {target.name} ({len(prompts)} prompts, layers {list(layers)}) into {corpus_dir}")
+    try:
+        info = generate_corpus(
+            target,
+            prompts,
+            corpus_dir,
+            layers,
+            gen,
+            seconds=budget,
+            max_tokens=opts.corpus_tokens,
+            progress=gen_progress,
+            model=model,
+        )
+    except KeyboardInterrupt:
+        bar.close()
+        say(
+            f"interrupted: the finished sequences are kept in {corpus_dir}; run the same command with "
+            "--resume to continue"
+        )
+        raise
+    bar.close()
+    return info
+
+
+def _trainer_phase(
+    opts: TrainOptions, target: Path, output: Path, work: Path, shape: _TargetShape, say: Callable[[str], None]
+) -> tuple[Any, str]:
+    """2. Data, vocabulary, head: the corpus split, the draft vocabulary (or those of the checkpoint resumed
+    from) and the head with its trainer; returns the trainer and the vocabulary's coverage."""
+    import torch
+
+    from .dataset import choose_draft_vocab, load_corpus
+    from .trainer import TrainConfig, Trainer, build_head, load_checkpoint
+
     corpus = load_corpus(work / "corpus")
     train_idx, val_idx = corpus.split()
     ck_path = work / "checkpoint.pt"
@@ -243,7 +318,7 @@ def train_eagle3(opts: TrainOptions, log: Callable[[str], None] | None = None) -
         coverage = ck["extra"].get("coverage", "")
         say(f"resuming training from {ck_path} (step {ck['train']['step']}, {ck['train']['seconds']:.0f} s)")
     else:
-        d2t, cov = choose_draft_vocab(corpus, train_idx, val_idx, opts.draft_vocab, n_vocab)
+        d2t, cov = choose_draft_vocab(corpus, train_idx, val_idx, opts.draft_vocab, shape.n_vocab)
         coverage = cov.describe()
     say(coverage)
     head = build_head(
@@ -251,10 +326,10 @@ def train_eagle3(opts: TrainOptions, log: Callable[[str], None] | None = None) -
         target=target,
         corpus=corpus,
         d2t=d2t,
-        n_vocab=n_vocab,
-        target_layers=layers,
-        n_embd=n_embd,
-        rms_eps=eps,
+        n_vocab=shape.n_vocab,
+        target_layers=shape.layers,
+        n_embd=shape.n_embd,
+        rms_eps=shape.eps,
         state=ck["state"] if ck else None,
         train_idx=train_idx,
     )
@@ -274,11 +349,26 @@ def train_eagle3(opts: TrainOptions, log: Callable[[str], None] | None = None) -
         f"{len(val_idx)} validation sequences, {cfg.steps} drafting steps, "
         f"{'bfloat16' if trainer.bf16 else 'float32'} matrix products, {torch.get_num_threads()} threads"
     )
+    return trainer, coverage
 
-    # -- 3. training --------------------------------------------------------------------------------------
-    bar = _Bar("training", budget["train"], opts.progress)
 
-    def train_progress(tr: Trainer, r: dict[str, Any]) -> None:
+def _training_phase(
+    opts: TrainOptions,
+    trainer: Any,
+    target: Path,
+    output: Path,
+    say: Callable[[str], None],
+    seconds: dict[str, float],
+) -> dict[str, Any]:
+    """3. Training within its budget, with a progress bar (on Ctrl-C: a checkpoint, the head so far written
+    to ``output``, and how to resume); returns the validation figures."""
+    from .export import export_head
+    from .trainer import tau
+
+    cfg = trainer.cfg
+    bar = _Bar("training", opts.budget["train"], opts.progress)
+
+    def train_progress(tr: Any, r: dict[str, Any]) -> None:
         accs = [r.get(f"acc{j}", 0.0) for j in range(cfg.steps)]
         bar.update(
             r["seconds"],
@@ -291,17 +381,17 @@ def train_eagle3(opts: TrainOptions, log: Callable[[str], None] | None = None) -
     t0 = time.perf_counter()
     try:
         trainer.train(
-            seconds=budget["train"],
+            seconds=opts.budget["train"],
             max_steps=opts.train_steps,
             checkpoint_seconds=60.0 * opts.checkpoint_minutes,
             progress=train_progress,
         )
     except KeyboardInterrupt:
         bar.close()
-        export_head(head, target, output, dtype="f16", metadata={"steps": trainer.state.step})
+        export_head(trainer.head, target, output, dtype="f16", metadata={"steps": trainer.state.step})
         say(
-            f"interrupted: checkpoint saved to {ck_path} (step {trainer.state.step}) and the head so far written "
-            f"to {output}; run the same command with --resume to continue training"
+            f"interrupted: checkpoint saved to {trainer.checkpoint_path} (step {trainer.state.step}) and the head "
+            f"so far written to {output}; run the same command with --resume to continue training"
         )
         raise
     bar.close()
@@ -312,10 +402,27 @@ def train_eagle3(opts: TrainOptions, log: Callable[[str], None] | None = None) -
         f"{' '.join(f'{a:.3f}' for a in val['acc_greedy'])} (greedy ones) → τ≈{val['tau_greedy']:.2f} tokens per "
         f"{cfg.steps}-token draft round, over {val['positions']} positions"
     )
+    return val
 
-    # -- 4. export ----------------------------------------------------------------------------------------
+
+def _export_phase(
+    opts: TrainOptions,
+    trainer: Any,
+    target: Path,
+    output: Path,
+    work: Path,
+    coverage: str,
+    val: dict[str, Any],
+    say: Callable[[str], None],
+    seconds: dict[str, float],
+) -> TrainResult:
+    """4. Export: the head as a GGUF (checked on real step-0 pairs of a validation sequence) and ``run.json``
+    in the work folder."""
+    from .export import export_head
+
+    head = trainer.head
     t0 = time.perf_counter()
-    pairs = _real_pairs(head, corpus, val_idx)
+    pairs = _real_pairs(head, trainer.corpus, trainer.val_idx)
     res = export_head(
         head,
         target,
@@ -334,32 +441,33 @@ def train_eagle3(opts: TrainOptions, log: Callable[[str], None] | None = None) -
                 "coverage": coverage,
                 "validation": val,
                 "export": res.describe(),
-                "train_config": asdict(cfg),
+                "train_config": asdict(trainer.cfg),
                 "state": asdict(trainer.state),
             },
             default=str,
         )
     )
-    result = TrainResult(output, work, coverage, val, res.describe(), seconds=seconds)
+    return TrainResult(output, work, coverage, val, res.describe(), seconds=seconds)
 
-    # -- 5. evaluation ------------------------------------------------------------------------------------
-    if opts.evaluate != "none":
-        from .evaluate import evaluate_head
 
-        say(f"evaluating {output.name} on the held-out free and summarise prompts ({opts.evaluate}) …")
-        t0 = time.perf_counter()
-        rep = evaluate_head(
-            target,
-            output,
-            mode=opts.evaluate,
-            repeats=opts.eval_repeats,
-            n_threads=opts.threads,
-            progress=say if opts.progress else None,
-        )
-        seconds["evaluate"] = time.perf_counter() - t0
-        result.evaluation = rep.text
-    seconds["total"] = time.perf_counter() - t_all
-    return result
+def _evaluation_phase(
+    opts: TrainOptions, target: Path, output: Path, say: Callable[[str], None], seconds: dict[str, float]
+) -> str:
+    """5. The evaluation on the held-out prompts; returns its report."""
+    from .evaluate import evaluate_head
+
+    say(f"evaluating {output.name} on the held-out free and summarise prompts ({opts.evaluate}) …")
+    t0 = time.perf_counter()
+    rep = evaluate_head(
+        target,
+        output,
+        mode=opts.evaluate,
+        repeats=opts.eval_repeats,
+        n_threads=opts.threads,
+        progress=say if opts.progress else None,
+    )
+    seconds["evaluate"] = time.perf_counter() - t0
+    return rep.text
 
 
 def _real_pairs(head: Any, corpus: Any, seqs: np.ndarray, n: int = 64) -> list[tuple[int, np.ndarray]]:
