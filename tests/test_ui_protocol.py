@@ -44,8 +44,8 @@ def test_the_declaration_ships_in_the_package():
     "msg, text",
     [
         ({"type": "hello", "have": 0}, "hello: 'epoch' must be an integer; got nothing"),
-        ({"type": "hello", "epoch": 0, "have": -1}, "hello: 'have' must be an integer in [0, inf]; got -1"),
-        ({"type": "hello", "epoch": 0, "have": True}, "'have' must be an integer in [0, inf]; got True"),
+        ({"type": "hello", "epoch": 0, "have": -1}, "hello: 'have' must be an integer >= 0; got -1"),
+        ({"type": "hello", "epoch": 0, "have": True}, "'have' must be an integer >= 0; got True"),
         ({"type": "cmd", "cmd": "run", "n": 0}, "cmd run: 'n' must be an integer in [1, 100000]; got 0"),
         ({"type": "cmd", "cmd": "run", "n": 2.0}, "'n' must be an integer in [1, 100000]; got 2.0"),
         ({"type": "cmd", "cmd": "run", "n": "8"}, "'n' must be an integer in [1, 100000]; got '8'"),
