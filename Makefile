@@ -22,6 +22,22 @@ LLAMA_TOOLS      := $(shell $(PYTHON) tools/llama_tools.py $(LLAMA_VERSION))
 # use TORCH_CPU="torch --index-url https://download.pytorch.org/whl/cpu".
 TORCH_CPU        ?= torch==2.13.0+cpu
 
+# The install, in an order that leaves pip nothing to complain about on a fresh venv:
+# 1. torch alone: TORCH_CPU may carry its own --index-url, which must apply to nothing else;
+# 2. the cached llama-cpp-python wheel and specviz in one resolve, so that pip installs the wheel's own
+#    dependencies (numpy, diskcache, jinja2 ...) with it. Installing the wheel --no-deps first left them
+#    missing until the next pip call, which then printed "ERROR: pip's dependency resolver does not
+#    currently take into account all the packages that are installed";
+# 3. the wheel again, --force-reinstall --no-deps: pip keeps an installed llama-cpp-python of the same
+#    version (one built for other CPU flags, in a venv made before), and this puts in this machine's build.
+#    Its dependencies are in place by now, and --no-deps installs check no others.
+# setuptools' "Editable installation" notice (a general caution about folders named like the package,
+# printed on every editable install) is filtered out of that one call by its message; pip's own errors and
+# warnings still show.
+# The capture shim is built by calling its main() directly: `python -m specviz.backends.capture` would
+# run the module a second time (the package imports it first) and print runpy's RuntimeWarning.
+LLAMA_WHEEL      = $(WHEELHOUSE)/llama_cpp_python-$(LLAMA_VERSION)-*.whl
+
 .PHONY: install demo test bench bench-native llama-tools mutation clean
 
 install: $(STAMP)
@@ -32,10 +48,10 @@ $(STAMP): pyproject.toml Makefile tools/llama_cmake_args.py
 	ls $(WHEELHOUSE)/llama_cpp_python-$(LLAMA_VERSION)-*.whl >/dev/null 2>&1 || \
 	  CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(PY) -m pip wheel --quiet --no-deps --no-cache-dir \
 	    --no-binary llama-cpp-python llama-cpp-python==$(LLAMA_VERSION) -w $(WHEELHOUSE)
-	$(PY) -m pip install --quiet --force-reinstall --no-deps $(WHEELHOUSE)/llama_cpp_python-$(LLAMA_VERSION)-*.whl
 	$(PY) -m pip install --quiet $(TORCH_CPU)
-	$(PY) -m pip install --quiet -e '.[all]'
-	$(PY) -m specviz.backends.capture --build
+	PYTHONWARNINGS="ignore:Editable installation:UserWarning" $(PY) -m pip install --quiet $(LLAMA_WHEEL) -e '.[all]'
+	$(PY) -m pip install --quiet --force-reinstall --no-deps $(LLAMA_WHEEL)
+	$(PY) -c "import sys; from specviz.backends.capture import main; sys.exit(main(['--build']))"
 	$(PY) -c "import specviz.models as m; print('embedded model:', m.default_model_path())"
 	touch $(STAMP)
 
