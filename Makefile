@@ -38,7 +38,7 @@ TORCH_CPU        ?= torch==2.13.0+cpu
 # run the module a second time (the package imports it first) and print runpy's RuntimeWarning.
 LLAMA_WHEEL      = $(WHEELHOUSE)/llama_cpp_python-$(LLAMA_VERSION)-*.whl
 
-.PHONY: install demo test bench bench-native llama-tools mutation clean
+.PHONY: install demo test bench bench-native llama-tools screenshots mutation clean
 
 install: $(STAMP)
 
@@ -79,6 +79,28 @@ bench: install
 # specviz against llama.cpp's llama-speculative-simple on the embedded model (run it on a quiet machine)
 bench-native: install llama-tools
 	$(PY) benchmarks/bench_native.py
+
+# docs/screenshots/, regenerated on purpose. The browser tests that take the pictures write them to
+# build/screenshots/ (git-ignored; `make test` leaves the tracked tree as it was); this target runs them
+# (CI=true: a missing chromium fails instead of skipping), copies the nine pictures over, and takes the
+# sweep report's picture from a fresh local sweep. SCREENSHOTS_OUT=DIR writes them elsewhere.
+SCREENSHOT_TESTS := tests/test_browser_panel.py tests/test_browser_workbench.py \
+                    tests/test_browser_jupyterlab.py tests/test_browser_jupyterlab_workbench.py
+SCREENSHOT_FILES := panel_inspector.png panel_live_tiny_model.png panel_replay.png panel_workbench.png \
+                    panel_workbench_tiny_model.png jupyterlab_inspector.png jupyterlab_quickstart.png \
+                    jupyterlab_workbench.png jupyterlab_workbench_tiny_model.png
+SHOTS            := build/screenshots
+SCREENSHOTS_OUT  ?= docs/screenshots
+
+screenshots: install
+	rm -rf $(SHOTS)
+	CI=true $(PY) -m pytest -q -p no:cacheprovider $(SCREENSHOT_TESTS)
+	mkdir -p $(SCREENSHOTS_OUT)
+	cd $(SHOTS) && cp $(SCREENSHOT_FILES) $(abspath $(SCREENSHOTS_OUT))/
+	$(VENV)/bin/specviz sweep workloads -o $(SHOTS)/sweep.parquet --strategy prompt-lookup,ngram-simple \
+	  --knob draft_max=8,16
+	$(VENV)/bin/specviz report $(SHOTS)/sweep.parquet -o $(SHOTS)/sweep.html
+	$(PY) examples/sweep_report_screenshot.py $(SHOTS)/sweep.html -o $(SCREENSHOTS_OUT)/sweep_report.png
 
 clean:
 	rm -rf $(VENV) build *.egg-info
