@@ -22,7 +22,23 @@ LLAMA_TOOLS      := $(shell $(PYTHON) tools/llama_tools.py $(LLAMA_VERSION))
 # use TORCH_CPU="torch --index-url https://download.pytorch.org/whl/cpu".
 TORCH_CPU        ?= torch==2.13.0+cpu
 
-.PHONY: install demo test bench bench-native llama-tools mutation clean
+# The install, in an order that leaves pip nothing to complain about on a fresh venv:
+# 1. torch alone: TORCH_CPU may carry its own --index-url, which must apply to nothing else;
+# 2. the cached llama-cpp-python wheel and specviz in one resolve, so that pip installs the wheel's own
+#    dependencies (numpy, diskcache, jinja2 ...) with it. Installing the wheel --no-deps first left them
+#    missing until the next pip call, which then printed "ERROR: pip's dependency resolver does not
+#    currently take into account all the packages that are installed";
+# 3. the wheel again, --force-reinstall --no-deps: pip keeps an installed llama-cpp-python of the same
+#    version (one built for other CPU flags, in a venv made before), and this puts in this machine's build.
+#    Its dependencies are in place by now, and --no-deps installs check no others.
+# setuptools' "Editable installation" notice (a general caution about folders named like the package,
+# printed on every editable install) is filtered out of that one call by its message; pip's own errors and
+# warnings still show.
+# The capture shim is built by calling its main() directly: `python -m specviz.backends.capture` would
+# run the module a second time (the package imports it first) and print runpy's RuntimeWarning.
+LLAMA_WHEEL      = $(WHEELHOUSE)/llama_cpp_python-$(LLAMA_VERSION)-*.whl
+
+.PHONY: install demo test bench bench-native llama-tools screenshots mutation clean
 
 install: $(STAMP)
 
@@ -32,10 +48,10 @@ $(STAMP): pyproject.toml Makefile tools/llama_cmake_args.py
 	ls $(WHEELHOUSE)/llama_cpp_python-$(LLAMA_VERSION)-*.whl >/dev/null 2>&1 || \
 	  CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(PY) -m pip wheel --quiet --no-deps --no-cache-dir \
 	    --no-binary llama-cpp-python llama-cpp-python==$(LLAMA_VERSION) -w $(WHEELHOUSE)
-	$(PY) -m pip install --quiet --force-reinstall --no-deps $(WHEELHOUSE)/llama_cpp_python-$(LLAMA_VERSION)-*.whl
 	$(PY) -m pip install --quiet $(TORCH_CPU)
-	$(PY) -m pip install --quiet -e '.[all]'
-	$(PY) -m specviz.backends.capture --build
+	PYTHONWARNINGS="ignore:Editable installation:UserWarning" $(PY) -m pip install --quiet $(LLAMA_WHEEL) -e '.[all]'
+	$(PY) -m pip install --quiet --force-reinstall --no-deps $(LLAMA_WHEEL)
+	$(PY) -c "import sys; from specviz.backends.capture import main; sys.exit(main(['--build']))"
 	$(PY) -c "import specviz.models as m; print('embedded model:', m.default_model_path())"
 	touch $(STAMP)
 
@@ -63,6 +79,28 @@ bench: install
 # specviz against llama.cpp's llama-speculative-simple on the embedded model (run it on a quiet machine)
 bench-native: install llama-tools
 	$(PY) benchmarks/bench_native.py
+
+# docs/screenshots/, regenerated on purpose. The browser tests that take the pictures write them to
+# build/screenshots/ (git-ignored; `make test` leaves the tracked tree as it was); this target runs them
+# (CI=true: a missing chromium fails instead of skipping), copies the nine pictures over, and takes the
+# sweep report's picture from a fresh local sweep. SCREENSHOTS_OUT=DIR writes them elsewhere.
+SCREENSHOT_TESTS := tests/test_browser_panel.py tests/test_browser_workbench.py \
+                    tests/test_browser_jupyterlab.py tests/test_browser_jupyterlab_workbench.py
+SCREENSHOT_FILES := panel_inspector.png panel_live_tiny_model.png panel_replay.png panel_workbench.png \
+                    panel_workbench_tiny_model.png jupyterlab_inspector.png jupyterlab_quickstart.png \
+                    jupyterlab_workbench.png jupyterlab_workbench_tiny_model.png
+SHOTS            := build/screenshots
+SCREENSHOTS_OUT  ?= docs/screenshots
+
+screenshots: install
+	rm -rf $(SHOTS)
+	CI=true $(PY) -m pytest -q -p no:cacheprovider $(SCREENSHOT_TESTS)
+	mkdir -p $(SCREENSHOTS_OUT)
+	cd $(SHOTS) && cp $(SCREENSHOT_FILES) $(abspath $(SCREENSHOTS_OUT))/
+	$(VENV)/bin/specviz sweep workloads -o $(SHOTS)/sweep.parquet --strategy prompt-lookup,ngram-simple \
+	  --knob draft_max=8,16
+	$(VENV)/bin/specviz report $(SHOTS)/sweep.parquet -o $(SHOTS)/sweep.html
+	$(PY) examples/sweep_report_screenshot.py $(SHOTS)/sweep.html -o $(SCREENSHOTS_OUT)/sweep_report.png
 
 clean:
 	rm -rf $(VENV) build *.egg-info

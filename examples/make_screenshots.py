@@ -15,7 +15,10 @@
 
 Nothing leaves the machine: every request to another host is aborted (and reported). The browser tests
 marked ``embedded`` call :func:`panel_screenshot`, :func:`jupyterlab_screenshot`,
-:func:`workbench_screenshot` and :func:`jupyterlab_workbench_screenshot`.
+:func:`workbench_screenshot` and :func:`jupyterlab_workbench_screenshot` with an output under
+``build/screenshots/`` (git-ignored), never the tracked ``docs/screenshots/``; ``make screenshots`` runs
+those tests and copies the pictures into ``docs/screenshots/``. Run this script to retake these four alone
+(into ``docs/screenshots/`` by default, or ``--out DIR``).
 """
 
 from __future__ import annotations

@@ -10,7 +10,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-SCREENSHOTS = ROOT / "docs" / "screenshots"
+# The browser tests write their screenshots here, never into the tracked docs/screenshots/: `build/` is
+# git-ignored, and `make screenshots` runs these tests and copies the pictures into docs/screenshots/.
+SCREENSHOTS = ROOT / "build" / "screenshots"
 
 
 def need_browser():
