@@ -27,8 +27,7 @@ from ..models.embedded import resolve_model
 from ..strategies import make_drafter, strategy_class, strategy_names, strategy_schema
 from ..strategies.base import Drafter, DraftResources
 from .budget import Caps, plan
-from .events import Event, Finished, KnobsChanged, Rewound, Round, SessionStarted
-from .events import Telemetry as TelemetryEvent
+from .events import Event, Finished, KnobsChanged, Rewound, Round, SessionStarted, TelemetryEvent
 from .policy import FixedPolicy, VerifyCostModel, make_policy, measure_verify_cost
 from .request import prepare_request
 from .rewind import Checkpoint, capture

@@ -18,7 +18,7 @@ from ..decoding.events import (
     KVRollback,
     Rejected,
     SessionStarted,
-    Telemetry,
+    TelemetryEvent,
     Verified,
 )
 
@@ -235,7 +235,7 @@ def synthetic_rounds(
         vsec += vs
         secs += ds + vs + 0.001
         g.append(
-            Telemetry(
+            TelemetryEvent(
                 r,
                 data={
                     "rounds": r,
