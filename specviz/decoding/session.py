@@ -28,7 +28,7 @@ from ..strategies import make_drafter, strategy_class, strategy_names, strategy_
 from ..strategies.base import Drafter, DraftResources
 from .budget import Caps, plan
 from .events import Event, Finished, KnobsChanged, Rewound, Round, SessionStarted, TelemetryEvent
-from .policy import FixedPolicy, VerifyCostModel, make_policy, measure_verify_cost
+from .policy import DraftingPolicy, VerifyCostModel, make_policy, measure_verify_cost
 from .request import prepare_request
 from .rewind import Checkpoint, capture
 from .rewind import fork as _fork
@@ -87,7 +87,7 @@ class Session:
         self.finished: str | None = None
         self.started = False
         self.telemetry = Telemetry()
-        self.policy: FixedPolicy = make_policy("fixed")
+        self.policy: DraftingPolicy = make_policy("fixed")
         self.last_result: RoundResult | None = None
         #: One checkpoint per round (and one for the start), for :meth:`rewind` (see :mod:`specviz.decoding.rewind`).
         self.checkpoints: list[Checkpoint] = []
