@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any, NoReturn, Sequence
 
-from ..decoding.knob_schema import SESSION_KNOBS, Knob
+from ..decoding.knob_schema import SESSION_KNOBS, Knob, check_cross_knobs
 from ..errors import KnobError, SpecvizError
 from ..strategies import strategy_class, strategy_names, strategy_schema
 from .workbench import OptionError, add_request_options, request_config
@@ -233,6 +233,7 @@ def _generation_config(args: argparse.Namespace, *, warn) -> dict[str, Any]:
     try:
         knobs = schema.validate(knob_values)
         strategy_class(strategy).check(knobs)
+        check_cross_knobs(knobs)
     except KnobError as e:
         knob = by_name.get(e.knob or "")
         flag = "/".join((knob.flag,) + knob.aliases) if knob else f"--{(e.knob or '').replace('_', '-')}"
@@ -240,8 +241,6 @@ def _generation_config(args: argparse.Namespace, *, warn) -> dict[str, Any]:
             flag = "--prompt-lookup"
         msg = str(e).replace(f"knob {e.knob!r}", f"option {flag}", 1)
         raise UsageError(msg) from None
-    if knobs.get("draft_min", 0) > knobs.get("draft_max", 1 << 30):
-        raise UsageError(f"option --draft-min: {knobs['draft_min']} is larger than --draft-max {knobs['draft_max']}")
     if args.prompt is None and args.prompt_file is None:
         raise UsageError("one of --prompt TEXT or --prompt-file PATH is required")
     if args.prompt_file is not None:

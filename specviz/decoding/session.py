@@ -21,13 +21,14 @@ from typing import Any, Callable
 import numpy as np
 
 from ..backends.llama import LlamaContext, LlamaModel
-from ..errors import KnobError, SessionStateError
+from ..errors import SessionStateError
 from ..models.draft_cache import DraftModelCache
 from ..models.embedded import resolve_model
 from ..strategies import make_drafter, strategy_class, strategy_names, strategy_schema
 from ..strategies.base import Drafter, DraftResources
 from .budget import Caps, plan
 from .events import Event, Finished, KnobsChanged, Rewound, Round, SessionStarted, TelemetryEvent
+from .knob_schema import check_cross_knobs
 from .policy import DraftingPolicy, VerifyCostModel, make_policy, measure_verify_cost
 from .request import prepare_request
 from .rewind import Checkpoint, capture
@@ -169,13 +170,7 @@ class Session:
         cfg = schema.validate(knobs, base=carried)
         cls = strategy_class(strategy)
         cls.check(cfg)
-        if cfg.get("draft_min", 0) > cfg.get("draft_max", 1):
-            raise KnobError(
-                f"knob 'draft_min': {cfg['draft_min']} is larger than draft_max={cfg['draft_max']}; "
-                "set draft_min <= draft_max",
-                knob="draft_min",
-                value=cfg["draft_min"],
-            )
+        check_cross_knobs(cfg)
         if cls.needs_model:  # load and check now, so nothing fails at the boundary
             path = cfg.get("draft_model") or ""
             model = self.draft_models.get(path) if path or not cls.draft_model_optional else None
