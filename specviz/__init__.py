@@ -31,10 +31,10 @@ from .decoding.events import (
     Rewound,
     Round,
     SessionStarted,
+    TelemetryEvent,
     Verified,
     event_from_dict,
 )
-from .decoding.events import Telemetry as TelemetryEvent
 from .decoding.knob_schema import Knob, Schema
 from .decoding.recorder import Recorder, iter_rounds, read_events
 from .decoding.session import Session

@@ -120,7 +120,7 @@ class SessionMachine(RuleBasedStateMachine):
             list(s.history),
             s.strategy,
             dict(s.knobs),
-            s._pending,
+            s.pending,
             s.finished,
             s.round_index,
             len(s.events),

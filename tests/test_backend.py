@@ -125,3 +125,13 @@ def test_context_parameters_are_validated(tiny_model):
         LlamaContext(tiny_model, n_ctx=64, n_batch=16, n_ubatch=32, n_threads=1)
     with pytest.raises(ContextError, match="n_ctx"):
         LlamaContext(tiny_model, n_ctx=0)
+
+
+def test_a_context_is_freed_once_by_close_or_by_leaving_a_with_block(tiny_model):
+    with LlamaContext(tiny_model, n_ctx=64, n_batch=16, n_ubatch=16, n_threads=1) as ctx:
+        ctx.eval([1, 2, 3], 0, rows="last")
+        assert ctx.kv_len() == 3 and not ctx.closed
+    assert ctx.closed
+    with pytest.raises(ContextError, match="the context was closed"):
+        ctx.ptr  # noqa: B018 - the property refuses a freed context instead of handing llama.cpp NULL
+    ctx.close()  # idempotent

@@ -77,3 +77,47 @@ def test_tile_aligned_and_verify_tile():
     assert tile_aligned(16, 1) == 16
     assert verify_tile({"align": False, "verify_tile": 4}) == 1
     assert verify_tile({"align": True, "verify_tile": 8}) == 8
+
+
+class Halves:
+    """A drafting policy written from scratch (no base class): the budget asks only what the protocol says."""
+
+    name = "halves"
+
+    def length(self, draft_min, draft_max, tile=1):
+        return max(draft_min, draft_max // 2), None
+
+    def expected_tokens(self, k):
+        return None
+
+    def use_cost(self, cost):
+        pass
+
+    def observe(self, n_drafted, n_accepted, draft_seconds):
+        pass
+
+    def observe_verify(self, batch_size, seconds):
+        pass
+
+    def observe_shadow(self, hit):
+        pass
+
+    def observe_idle(self):
+        pass
+
+    def state(self):
+        return {}
+
+    def load(self, d):
+        pass
+
+    def describe(self):
+        return {"name": self.name}
+
+
+def test_any_drafting_policy_plans_a_budget():
+    from specviz.decoding.policy import DraftingPolicy
+
+    assert isinstance(Halves(), DraftingPolicy)
+    b = plan({**KNOBS, "draft_max": 14}, Halves(), ROOMY)
+    assert (b.requested, b.limit, b.cap) == (14, 7, "policy")  # a batch of 8 rows suits the tile

@@ -74,6 +74,7 @@ BAD_OPTIONS = [
         "conflicts",
     ),
     (["run", "--prompt", "x", "--spec-draft-n-max", "0"], "--draft-max", "[1, 1024]"),
+    (["run", "--prompt", "x", "--draft-min", "9", "--draft-max", "4"], "--draft-min", "9 is larger than draft_max=4"),
     (["bench", "--kinds", "poetry"], "--kinds", "'poetry'"),
     (["bench", "--strategies", "draft"], "--strategies", "'draft'"),
     (["bench", "--repeats", "0"], "--repeats", "'0'"),

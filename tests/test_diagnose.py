@@ -9,7 +9,7 @@ import pytest
 
 from specviz.analysis.diagnose import diagnose, token_class
 from specviz.decoding.acceptor import accept
-from specviz.decoding.events import Accepted, DraftProposed, Rejected, Rewound, SessionStarted, Telemetry, Verified
+from specviz.decoding.events import Accepted, DraftProposed, Rejected, Rewound, SessionStarted, TelemetryEvent, Verified
 from specviz.decoding.policy import VerifyCostModel
 from specviz.decoding.sampling import SamplingParams
 
@@ -110,7 +110,7 @@ class Rounds:
                     position=pos + n_acc,
                 )
             )
-        self.events.append(Telemetry(r, data={}))
+        self.events.append(TelemetryEvent(r, data={}))
         self.history += committed
 
 

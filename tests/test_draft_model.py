@@ -244,3 +244,18 @@ def test_first_token_distribution_matches_the_target(tiny_session, tiny_model, d
         obs_q = np.append(q_counts[big], q_counts[~big].sum())
         stat_q = float((((obs_q - exp) ** 2)[keep] / exp[keep]).sum())
         assert stat_q > chi2_critical(dof), (stat_q, dof)
+
+
+def test_a_shared_draft_model_cache_frees_the_models_with_its_last_holder(tiny_model, draft_path):
+    from specviz.models.draft_cache import DraftModelCache
+
+    first = DraftModelCache(tiny_model)
+    model = first.get(draft_path)
+    second = first.share()
+    assert second.get(draft_path) is model  # loaded once, shared
+    first.close()
+    first.close()  # idempotent: it does not count twice
+    assert model.ptr is not None  # the second cache still holds it
+    second.close()
+    with pytest.raises(Exception, match="closed"):
+        model.ptr  # noqa: B018 - the property raises once the model is freed

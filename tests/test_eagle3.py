@@ -21,7 +21,13 @@ from specviz.backends.eagle3 import Eagle3Context, eagle3_problems
 from specviz.backends.gguf_check import check_gguf
 from specviz.backends.llama_ext import target_layer_ids
 from specviz.decoding.sampling import SamplingParams, probs_from_logits
-from specviz.errors import CaptureUnavailableError, KnobError, SnapshotError, StrategyUnavailableError
+from specviz.errors import (
+    CaptureUnavailableError,
+    ContextError,
+    KnobError,
+    SnapshotError,
+    StrategyUnavailableError,
+)
 from specviz.models.eagle3_gguf import Eagle3HeadConfig, random_eagle3_weights, write_eagle3_head
 from specviz.testing.tiny_models import tiny_weights, write_tiny_eagle3, write_tiny_llama
 
@@ -167,6 +173,22 @@ def test_head_context_encodes_and_decodes_pairs(target_path, head_path):
     finally:
         e.close()
         tc.close()
+        h.close()
+        m.close()
+
+
+def test_the_head_context_is_freed_by_the_same_rule_as_the_target_context(target_path, head_path):
+    m, h = LlamaModel(target_path), LlamaModel(head_path)
+    try:
+        with LlamaContext(m, n_ctx=64, n_batch=16, n_ubatch=16, n_threads=1) as tc:
+            with Eagle3Context(h, tc, n_threads=1) as e:
+                assert not e.closed and e.kv_len() == 0
+            assert e.closed and not tc.closed
+            with pytest.raises(ContextError, match="the EAGLE-3 context was closed"):
+                e.ptr  # noqa: B018 - the property refuses a freed context
+            e.close()  # idempotent
+        assert tc.closed
+    finally:
         h.close()
         m.close()
 

@@ -1,12 +1,14 @@
 """The ranged-integer rule of the knob schema (:func:`specviz.decoding.knob_schema.ranged_int`): what it
-accepts and refuses, its words, and that integer knobs, the command line and the sweep grids all use it."""
+accepts and refuses, its words, and that integer knobs, the command line and the sweep grids all use it; and the
+rules between knobs (:func:`specviz.decoding.knob_schema.check_cross_knobs`)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from specviz.decoding.knob_schema import Knob, int_range_text, ranged_int
+from specviz import strategy_schema
+from specviz.decoding.knob_schema import Knob, check_cross_knobs, int_range_text, ranged_int
 from specviz.errors import KnobError
 from specviz.sweep.grid import GridError, GridSpec, build_grid
 
@@ -98,3 +100,15 @@ def test_the_command_line_follows_the_same_rule():
     with pytest.raises(UsageError) as e:
         int_option("--train-steps", "0", 1)
     assert str(e.value) == "option --train-steps: '0' is not allowed; expected an integer >= 1"
+
+
+def test_draft_min_may_not_exceed_draft_max():
+    cfg = strategy_schema("prompt-lookup").validate({"draft_min": 4, "draft_max": 4})
+    check_cross_knobs(cfg)  # equal is fine
+    with pytest.raises(KnobError, match="'draft_min': 5 is larger than draft_max=4") as e:
+        check_cross_knobs({**cfg, "draft_min": 5})
+    assert (e.value.knob, e.value.value) == ("draft_min", 5)
+
+
+def test_a_strategy_without_the_draft_length_knobs_passes():
+    check_cross_knobs(strategy_schema("none").validate({}))

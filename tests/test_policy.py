@@ -601,3 +601,16 @@ def test_cost_policy_drafts_only_when_it_beats_plain_decoding_by_the_margin():
     # among drafts the best rate wins, as before: k=2 (1.75 / 1.5 s = 1.17) over k=1 (1.5 / 1.4 s = 1.07)
     longer = CostPolicy(VerifyCostModel([1, 2, 3], [1.0, 1.4, 1.5]))
     assert longer.length(0, 2) == (2, 1.75)
+
+
+@pytest.mark.parametrize("name", policy_module.POLICIES)
+def test_every_named_policy_is_a_drafting_policy_and_its_state_round_trips(name):
+    p = policy_module.make_policy(name, VerifyCostModel([1, 2, 16], [0.001, 0.0015, 0.01]))
+    assert isinstance(p, policy_module.DraftingPolicy) and p.name == name
+    p.length(0, 8)
+    p.observe(4, 2, 0.001)
+    p.observe_shadow(True)
+    p.observe_idle()
+    again = policy_module.make_policy(name)
+    again.load(json.loads(json.dumps(p.state())))
+    assert again.state() == p.state() and again.describe()["name"] == name

@@ -152,7 +152,7 @@ def test_rewind_restores_the_strategy_and_knobs_of_that_round(tiny_session, draf
     assert s.strategy == "draft"
     s.configure("ngram-cache", n_draft=3)  # queued, then discarded by the rewind
     s.rewind(2)
-    assert s.strategy == "prompt-lookup" and s.knobs["draft_max"] == 4 and s._pending is None
+    assert s.strategy == "prompt-lookup" and s.knobs["draft_max"] == 4 and s.pending is None
     assert not s.drafter.has_context
     check_caches(s)
     s.rewind(2)  # the current round: nothing to cut, still fine

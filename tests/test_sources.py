@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from specviz.analysis.sources import events_of, is_event_source
-from specviz.decoding.events import Finished, Rewound, SessionStarted, Telemetry
+from specviz.decoding.events import Finished, Rewound, SessionStarted, TelemetryEvent
 
 
 class Keeper:
@@ -17,15 +17,15 @@ def recording():
     """A session start, two rounds' telemetry, a rewind to round 1 (keeping two events), and a finish."""
     return [
         SessionStarted(0),
-        Telemetry(1),
-        Telemetry(2),
+        TelemetryEvent(1),
+        TelemetryEvent(2),
         Rewound(1, n_events=2),
         Finished(2, reason="eos"),
     ]
 
 
 def test_a_recording_and_a_session_give_the_same_folded_events():
-    want = [SessionStarted(0), Telemetry(1), Rewound(1, n_events=2), Finished(2, reason="eos")]
+    want = [SessionStarted(0), TelemetryEvent(1), Rewound(1, n_events=2), Finished(2, reason="eos")]
     assert events_of(recording()) == want
     assert events_of(tuple(recording())) == want
     assert events_of(iter(recording())) == want

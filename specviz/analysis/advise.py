@@ -41,8 +41,16 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..decoding.budget import tile_aligned
-from ..decoding.events import Accepted, DraftProposed, Event, KnobsChanged, Rewound, SessionStarted, Verified
-from ..decoding.events import Telemetry as TelemetryEvent
+from ..decoding.events import (
+    Accepted,
+    DraftProposed,
+    Event,
+    KnobsChanged,
+    Rewound,
+    SessionStarted,
+    TelemetryEvent,
+    Verified,
+)
 from ..decoding.policy import VerifyCostModel
 from .diagnose import diagnose
 from .sources import EventSource, events_of

@@ -17,8 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..decoding.events import Accepted, Finished, KnobsChanged, Rewound, SessionStarted
-from ..decoding.events import Telemetry as TelemetryEvent
+from ..decoding.events import Accepted, Finished, KnobsChanged, Rewound, SessionStarted, TelemetryEvent
 from .sources import EventSource, events_of, is_event_source
 
 __all__ = ["Lane", "Comparison", "compare"]

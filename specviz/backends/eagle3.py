@@ -33,8 +33,9 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..errors import ContextError, StrategyUnavailableError
+from .binding import llama_lib
 from .gguf_check import GGUFInfo, check_gguf, read_small_tensor
-from .llama import LlamaContext, LlamaModel, _lib
+from .llama import LlamaContext, LlamaModel
 from .tied_context import TiedContext
 
 _GGML_I64 = 27
@@ -194,7 +195,7 @@ class Eagle3Context(TiedContext):
         """``g`` rows (``[n, n_embd]``) for target features ``[n, 3 * target hidden]``."""
         import time
 
-        lc = _lib()
+        lc = llama_lib()
         feats = np.ascontiguousarray(features, dtype=np.float32)
         n, width = feats.shape
         if width != 3 * self.n_embd_target:

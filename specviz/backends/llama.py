@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import ctypes
 import os
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,35 +19,9 @@ from typing import Sequence
 import numpy as np
 
 from ..errors import ContextError, ModelFormatError
+from .binding import ensure_backend, llama_lib
+from .context_base import ContextBase
 from .gguf_check import check_gguf
-
-_init_lock = threading.Lock()
-_initialised = False
-_log_cb = None  # keeps the ctypes callback alive
-
-
-def _lib():
-    import llama_cpp.llama_cpp as lc
-
-    return lc
-
-
-def _ensure_backend() -> None:
-    global _initialised, _log_cb
-    with _init_lock:
-        if _initialised:
-            return
-        lc = _lib()
-        if not os.environ.get("SPECVIZ_LLAMA_LOG"):
-
-            @lc.llama_log_callback
-            def _quiet(level, text, user_data):  # noqa: ARG001 - signature fixed by llama.cpp
-                return None
-
-            _log_cb = _quiet
-            lc.llama_log_set(_log_cb, ctypes.c_void_p(0))
-        lc.llama_backend_init()
-        _initialised = True
 
 
 @dataclass(frozen=True)
@@ -71,8 +44,8 @@ class LlamaModel:
     def __init__(self, path: str | os.PathLike, *, n_gpu_layers: int = 0) -> None:
         self.path = Path(path)
         self.info = check_gguf(self.path)
-        _ensure_backend()
-        lc = _lib()
+        ensure_backend()
+        lc = llama_lib()
         params = lc.llama_model_default_params()
         params.n_gpu_layers = n_gpu_layers
         # multi-token-prediction (NextN) layers are skipped at load unless asked for; load them when the
@@ -130,7 +103,7 @@ class LlamaModel:
 
     def tokenize(self, text: str, *, add_special: bool = True, parse_special: bool = False) -> list[int]:
         """Token ids of ``text`` (with BOS when the model adds one and ``add_special``)."""
-        lc = _lib()
+        lc = llama_lib()
         data = text.encode("utf-8")
         cap = len(data) + 16
         arr = (lc.llama_token * cap)()
@@ -147,7 +120,7 @@ class LlamaModel:
         """The raw bytes llama.cpp renders for ``token`` (special tokens rendered too)."""
         b = self._piece_bytes.get(token)
         if b is None:
-            lc = _lib()
+            lc = llama_lib()
             buf = ctypes.create_string_buffer(64)
             n = lc.llama_token_to_piece(self.vocab, token, buf, 64, 0, True)
             if n < 0:
@@ -178,19 +151,19 @@ class LlamaModel:
         """True for end-of-generation tokens (EOS, EOT …)."""
         v = self._eog.get(token)
         if v is None:
-            v = bool(_lib().llama_vocab_is_eog(self.vocab, token))
+            v = bool(llama_lib().llama_vocab_is_eog(self.vocab, token))
             self._eog[token] = v
         return v
 
     def token_text(self, token: int) -> str:
         """The vocabulary's stored text of ``token`` (not rendered), for vocabulary comparisons."""
-        t = _lib().llama_vocab_get_text(self.vocab, token)
+        t = llama_lib().llama_vocab_get_text(self.vocab, token)
         return t.decode("utf-8", "replace") if t else ""
 
     def close(self) -> None:
         """Free the model (idempotent)."""
         if getattr(self, "_ptr", None):
-            _lib().llama_model_free(self._ptr)
+            llama_lib().llama_model_free(self._ptr)
             self._ptr = None
 
     def __del__(self) -> None:  # pragma: no cover - finaliser
@@ -200,7 +173,7 @@ class LlamaModel:
             pass
 
 
-class LlamaContext:
+class LlamaContext(ContextBase):
     """One llama.cpp context (sequence 0) over a :class:`LlamaModel`.
 
     ``capture``: whether to install the layer-capture eval callback (:mod:`specviz.backends.capture`), which
@@ -224,7 +197,7 @@ class LlamaContext:
                 raise ContextError(f"{name} must be an integer >= 8, got {v!r}")
         if n_ubatch > n_batch:
             raise ContextError(f"n_ubatch ({n_ubatch}) must not exceed n_batch ({n_batch})")
-        lc = _lib()
+        lc = llama_lib()
         self.model = model
         threads = n_threads or max(1, os.cpu_count() or 1)
         p = lc.llama_context_default_params()
@@ -268,8 +241,7 @@ class LlamaContext:
                 f"llama.cpp could not create a context with n_ctx={n_ctx}, n_batch={n_batch}, "
                 f"n_ubatch={n_ubatch}; try a smaller n_ctx"
             )
-        self._ctx = ctx
-        self._mem = lc.llama_get_memory(ctx)
+        self._adopt(ctx)
         self.capacity = Capacity(
             int(lc.llama_n_ctx(ctx)), int(lc.llama_n_batch(ctx)), int(lc.llama_n_ubatch(ctx)), model.n_swa
         )
@@ -286,19 +258,6 @@ class LlamaContext:
         self._n_vocab = model.n_vocab
         self._out_rows: list[int] = []
         self.decode_seconds = 0.0  # cumulative time inside llama_decode (for overhead measurements)
-
-    @property
-    def ptr(self):
-        """The raw ``llama_context *``."""
-        return self._ctx
-
-    def kv_len(self) -> int:
-        """Number of positions held for sequence 0 (largest position + 1)."""
-        return int(_lib().llama_memory_seq_pos_max(self._mem, 0)) + 1
-
-    def clear(self) -> None:
-        """Empty the cache."""
-        _lib().llama_memory_clear(self._mem, True)
 
     def eval(self, tokens: Sequence[int] | np.ndarray, start: int, rows: str | Sequence[int] = "all") -> None:
         """Evaluate ``tokens`` at positions ``start…`` in one batch (≤ n_batch).
@@ -335,7 +294,7 @@ class LlamaContext:
             self.before_eval()
         self.eval_count += 1
         t0 = time.perf_counter()
-        rc = _lib().llama_decode(self._ctx, self._batch)
+        rc = llama_lib().llama_decode(self._ctx, self._batch)
         self.decode_seconds += time.perf_counter() - t0
         if rc != 0:
             raise ContextError(
@@ -357,42 +316,10 @@ class LlamaContext:
 
     def row(self, i: int) -> np.ndarray:
         """Logits of batch row ``i`` as a zero-copy float32 view (valid until the next eval)."""
-        ptr = _lib().llama_get_logits_ith(self._ctx, i)
+        ptr = llama_lib().llama_get_logits_ith(self._ctx, i)
         if not ptr:
             raise ContextError(f"no logits for batch row {i}; it was not requested")
         return np.ctypeslib.as_array(ptr, shape=(self._n_vocab,))
 
-    def truncate(self, n: int) -> None:
-        """Remove every cached position ``>= n`` (the rejected tail)."""
-        if not _lib().llama_memory_seq_rm(self._mem, 0, n, -1):
-            raise ContextError(f"llama.cpp refused to remove the cache tail from position {n}")
-
-    def state(self) -> bytes:
-        """The context's full state (cache included) as bytes."""
-        lc = _lib()
-        size = lc.llama_state_get_size(self._ctx)
-        buf = (ctypes.c_uint8 * size)()
-        n = lc.llama_state_get_data(self._ctx, buf, size)
-        return bytes(buf[:n])
-
-    def load_state(self, data: bytes) -> None:
-        """Restore a state produced by :meth:`state` on a context of the same model and capacity."""
-        lc = _lib()
-        buf = (ctypes.c_uint8 * len(data)).from_buffer_copy(data)
-        n = lc.llama_state_set_data(self._ctx, buf, len(data))
-        if n == 0:
-            raise ContextError("llama.cpp refused the saved context state (different model or capacity?)")
-
-    def close(self) -> None:
-        """Free the batch and the context (idempotent)."""
-        if getattr(self, "_ctx", None):
-            lc = _lib()
-            lc.llama_batch_free(self._batch)
-            lc.llama_free(self._ctx)
-            self._ctx = None
-
-    def __del__(self) -> None:  # pragma: no cover - finaliser
-        try:
-            self.close()
-        except Exception:
-            pass
+    def _free_batch(self) -> None:
+        llama_lib().llama_batch_free(self._batch)

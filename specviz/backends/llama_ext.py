@@ -96,18 +96,23 @@ def _restype(spec: str) -> Any:
     }[spec]
 
 
+def _unbound(*args: Any) -> None:
+    """The Python stand-in a ctypes binding replaces (never called)."""
+
+
 def _load() -> LlamaExt:
     import llama_cpp.llama_cpp as lc
 
     funcs: dict[str, Any] = {}
     for key, (names, args, res) in _SYMBOLS.items():
         for n in names:
-            fn = getattr(lc._lib, n, None)
-            if fn is not None:
-                fn.argtypes = _types(args, lc)
-                fn.restype = _restype(res)
-                funcs[key] = fn
+            try:
+                # llama-cpp-python's own binder for its functions: looks the symbol up in the library it
+                # loaded and sets the types (AttributeError when the library does not export it)
+                funcs[key] = lc.ctypes_function(n, _types(args, lc), _restype(res))(_unbound)
                 break
+            except AttributeError:
+                continue
         else:
             raise CaptureUnavailableError(
                 f"this llama.cpp build does not export {names[1]} (llama-ext.h); specviz needs llama-cpp-python "

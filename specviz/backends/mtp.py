@@ -25,8 +25,9 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..errors import ContextError, StrategyUnavailableError
+from .binding import llama_lib
 from .gguf_check import GGUFInfo
-from .llama import LlamaContext, LlamaModel, _lib
+from .llama import LlamaContext, LlamaModel
 from .tied_context import TiedContext
 
 #: Architectures whose MTP graph specviz checks fully: name -> tensors (per NextN block) the graph requires.
@@ -85,7 +86,7 @@ class NextNContext(TiedContext):
             raise StrategyUnavailableError(
                 f"{model.path} was loaded without its NextN layers", knob="strategy", value="mtp"
             )
-        lc = _lib()
+        lc = llama_lib()
         self.model = model
         self.target = target
         self.n_embd = int(lc.llama_model_n_embd_out(model.ptr))
@@ -113,7 +114,7 @@ class TargetNextNTap:
 
         self._ext = llama_ext.ext()
         self.target = target
-        self.n_embd = int(_lib().llama_model_n_embd_out(target.model.ptr))
+        self.n_embd = int(llama_lib().llama_model_n_embd_out(target.model.ptr))
         # several drafters may hold the output on at once (a successor is built before its predecessor is
         # closed): count them on the context, and switch it off with the last one
         _NEXTN_USERS[target] = _NEXTN_USERS.get(target, 0) + 1
@@ -133,7 +134,7 @@ class TargetNextNTap:
             return
         self._on = False
         _NEXTN_USERS[self.target] = _NEXTN_USERS.get(self.target, 1) - 1
-        if _NEXTN_USERS[self.target] <= 0 and getattr(self.target, "_ctx", None) is not None:
+        if _NEXTN_USERS[self.target] <= 0 and not self.target.closed:
             self._ext.set_embeddings_nextn(self.target.ptr, False, False)
 
 

@@ -12,15 +12,17 @@ from __future__ import annotations
 import ctypes
 import os
 import time
-from typing import Any, Sequence
+from typing import Sequence
 
 import numpy as np
 
 from ..errors import ContextError
-from .llama import LlamaContext, LlamaModel, _lib
+from .binding import llama_lib
+from .context_base import ContextBase
+from .llama import LlamaContext, LlamaModel
 
 
-class TiedContext:
+class TiedContext(ContextBase):
     """Base of :class:`~specviz.backends.eagle3.Eagle3Context` and :class:`~specviz.backends.mtp.NextNContext`.
 
     Subclasses call :meth:`_open` from their ``__init__``; ``what`` names the context in error messages.
@@ -33,7 +35,7 @@ class TiedContext:
     def _open(self, model: LlamaModel, target: LlamaContext, *, n_threads: int | None, ctx_type: int = 0) -> None:
         from . import llama_ext
 
-        lc = _lib()
+        lc = llama_lib()
         self._ext = llama_ext.ext()
         cap = target.capacity
         threads = n_threads or max(1, os.cpu_count() or 1)
@@ -46,45 +48,23 @@ class TiedContext:
         ctx = lc.llama_init_from_model(model.ptr, p)
         if not ctx:
             raise ContextError(f"llama.cpp could not create the {self.what} context for {model.path}")
-        self._ctx = ctx
-        self._mem = lc.llama_get_memory(ctx)
+        self._adopt(ctx)
         self.n_ctx = int(lc.llama_n_ctx(ctx))
         self.n_batch = int(lc.llama_n_batch(ctx))
         self.n_ubatch = int(lc.llama_n_ubatch(ctx))
         self._ext.set_embeddings_nextn(ctx, True, True)
         self._batch = lc.llama_batch_ext_init(ctx)
         if not self._batch:
-            lc.llama_free(ctx)
-            self._ctx = None
+            self._batch = None
+            self.close()
             raise ContextError(f"llama.cpp could not create an extended batch for the {self.what} context")
         self._pos = (lc.llama_pos * 1)()
         self.decode_seconds = 0.0
 
-    @property
-    def ptr(self) -> Any:
-        """The raw ``llama_context *``."""
-        if self._ctx is None:
-            raise ContextError(f"the {self.what} context was closed")
-        return self._ctx
-
-    # -- cache ---------------------------------------------------------------------------------------
-    def kv_len(self) -> int:
-        """Positions held (largest position + 1)."""
-        return int(_lib().llama_memory_seq_pos_max(self._mem, 0)) + 1
-
-    def clear(self) -> None:
-        """Empty the cache."""
-        _lib().llama_memory_clear(self._mem, True)
-
-    def truncate(self, n: int) -> None:
-        """Remove every position ``>= n``."""
-        if not _lib().llama_memory_seq_rm(self._mem, 0, n, -1):
-            raise ContextError(f"llama.cpp refused to remove the {self.what} cache tail from position {n}")
-
     # -- outputs -------------------------------------------------------------------------------------
     def logits(self, i: int) -> np.ndarray:
         """Logits of output row ``i`` over the target vocabulary (a zero-copy view, valid until the next call)."""
-        ptr = _lib().llama_get_logits_ith(self._ctx, i)
+        ptr = llama_lib().llama_get_logits_ith(self._ctx, i)
         if not ptr:
             raise ContextError(f"no {self.what} logits for batch row {i}")
         return np.ctypeslib.as_array(ptr, shape=(self.n_vocab,))
@@ -96,28 +76,12 @@ class TiedContext:
             raise ContextError(f"no {self.what} hidden output for batch row {i}")
         return np.ctypeslib.as_array(ptr, shape=(self.n_embd,)).copy()
 
-    # -- state ---------------------------------------------------------------------------------------
-    def state(self) -> bytes:
-        """The context's state (its cache) as bytes."""
-        lc = _lib()
-        size = lc.llama_state_get_size(self._ctx)
-        buf = (ctypes.c_uint8 * size)()
-        n = lc.llama_state_get_data(self._ctx, buf, size)
-        return bytes(buf[:n])
-
-    def load_state(self, data: bytes) -> None:
-        """Restore :meth:`state`."""
-        lc = _lib()
-        buf = (ctypes.c_uint8 * len(data)).from_buffer_copy(data)
-        if lc.llama_state_set_data(self._ctx, buf, len(data)) == 0:
-            raise ContextError(f"llama.cpp refused the saved {self.what} context state")
-
     def _decode_pairs(
         self, tokens: Sequence[int], rows: np.ndarray, start: int, outputs: Sequence[int], row_name: str
     ) -> None:
         """Evaluate pairs ``(tokens[i], rows[i])`` (a token and an embedding row: EAGLE-3's ``g``, MTP's hidden
         state) at positions ``start + i``, keeping logits for the batch rows in ``outputs``."""
-        lc = _lib()
+        lc = llama_lib()
         n = len(tokens)
         if n == 0:
             return
@@ -152,16 +116,5 @@ class TiedContext:
                 + (" (no free KV slot)" if rc == 1 else "")
             )
 
-    def close(self) -> None:
-        """Free the batch and the context (idempotent)."""
-        if getattr(self, "_ctx", None):
-            lc = _lib()
-            lc.llama_batch_ext_free(self._batch)
-            lc.llama_free(self._ctx)
-            self._ctx = None
-
-    def __del__(self) -> None:  # pragma: no cover - finaliser
-        try:
-            self.close()
-        except Exception:
-            pass
+    def _free_batch(self) -> None:
+        llama_lib().llama_batch_ext_free(self._batch)

@@ -12,7 +12,7 @@ import argparse
 from pathlib import Path
 from typing import Any, Callable
 
-from ..decoding.knob_schema import SESSION_KNOBS, Knob
+from ..decoding.knob_schema import SESSION_KNOBS, Knob, check_cross_knobs
 from ..errors import KnobError
 from ..strategies import strategy_class, strategy_names, strategy_schema
 from .options import UsageError, int_option
@@ -275,6 +275,7 @@ def _knobs_of(
     try:
         knobs = schema.validate(knob_values)
         strategy_class(strategy).check(knobs)
+        check_cross_knobs(knobs)
     except KnobError as e:
         knob = by_name.get(e.knob or "")
         flag = "/".join((knob.flag,) + knob.aliases) if knob else f"--{(e.knob or '').replace('_', '-')}"
@@ -282,8 +283,6 @@ def _knobs_of(
             flag = "--prompt-lookup"
         msg = str(e).replace(f"knob {e.knob!r}", f"option {flag}", 1)
         raise UsageError(msg) from None
-    if knobs.get("draft_min", 0) > knobs.get("draft_max", 1 << 30):
-        raise UsageError(f"option --draft-min: {knobs['draft_min']} is larger than --draft-max {knobs['draft_max']}")
     return knobs
 
 

@@ -8,10 +8,10 @@ In order:
    the free context (the verify batch ``[pending] + draft`` must fit below ``n_ctx``), ``n_batch`` (one
    verify is one ``llama_decode``), and — with ``align`` — ``n_ubatch`` (one verify is one forward);
 3. with ``align``, verify-tile alignment rounds a verify batch longer than ``verify_tile`` rows down to a
-   multiple of it (:func:`tile_aligned`), as the runner PR's ``oneForwardDraftBudget`` does with the
-   engine's tile width. llama.cpp's CPU kernels for quantised weights multiply four batch rows at a
-   time; leftover rows take a one-row path that reads every weight again, so a verify of 17 rows costs
-   more than one of 16.
+   multiple of it (:func:`~specviz.decoding.tiling.tile_aligned`), as the runner PR's
+   ``oneForwardDraftBudget`` does with the engine's tile width. llama.cpp's CPU kernels for quantised
+   weights multiply four batch rows at a time; leftover rows take a one-row path that reads every
+   weight again, so a verify of 17 rows costs more than one of 16.
 
 The result names the cap that lowered the limit below the request, so the inspector can say why a draft
 was short.
@@ -23,26 +23,10 @@ position); we use the exact bound ``n_ctx - n_past - 1`` (the batch's last posit
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import Any, Mapping
 
-if TYPE_CHECKING:
-    from .policy import FixedPolicy
-
-
-def tile_aligned(k: int, tile: int) -> int:
-    """The longest draft ``<= k`` whose verify batch (the draft plus the pending token) suits the tile.
-
-    Batches of up to ``tile`` rows are left alone; longer ones are rounded down to a multiple of
-    ``tile``. ``tile_aligned(16, 4) == 15`` (a batch of 16), ``tile_aligned(2, 4) == 2``.
-    """
-    if tile <= 1 or k + 1 <= tile or (k + 1) % tile == 0:
-        return k
-    return (k + 1) // tile * tile - 1
-
-
-def verify_tile(knobs: Mapping[str, Any]) -> int:
-    """The verify tile in force: the ``verify_tile`` knob with alignment on, 1 (no rounding) without."""
-    return int(knobs.get("verify_tile", 1)) if knobs.get("align", True) else 1
+from .policy import DraftingPolicy
+from .tiling import tile_aligned, verify_tile
 
 
 @dataclass(frozen=True)
@@ -72,7 +56,7 @@ class Budget:
     expected: float | None
 
 
-def plan(knobs: Mapping[str, Any], policy: FixedPolicy, caps: Caps, *, drafts: bool = True) -> Budget:
+def plan(knobs: Mapping[str, Any], policy: DraftingPolicy, caps: Caps, *, drafts: bool = True) -> Budget:
     """The budget of the next round for a strategy's ``knobs`` (see the module docstring for the order).
 
     ``drafts`` is False for a strategy that never drafts (``none``): the budget is then 0.

@@ -3,7 +3,7 @@
 Every event is a frozen dataclass with a ``kind`` string and a ``to_dict()``; :func:`event_from_dict`
 turns a dictionary back into the event (used by the replayer). A round publishes, in order:
 ``DraftProposed`` → ``Verified`` → ``Accepted`` → ``Rejected`` (when a draft token was refused) →
-``KVRollback`` (once per context whose tail was removed) → ``Telemetry``. ``SessionStarted`` opens a
+``KVRollback`` (once per context whose tail was removed) → ``TelemetryEvent``. ``SessionStarted`` opens a
 session, ``KnobsChanged`` marks a configuration applied at a round boundary and ``Finished`` closes it;
 ``Rewound`` says the session went back to an earlier round (the events after it no longer hold).
 
@@ -204,7 +204,7 @@ class KnobsChanged(Event):
 
 
 @dataclass(frozen=True)
-class Telemetry(Event):
+class TelemetryEvent(Event):
     """Cumulative telemetry after a round (see :mod:`specviz.decoding.telemetry` for the fields)."""
 
     kind: ClassVar[str] = "telemetry"
@@ -261,7 +261,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         Rejected,
         KVRollback,
         KnobsChanged,
-        Telemetry,
+        TelemetryEvent,
         Finished,
         Rewound,
     )

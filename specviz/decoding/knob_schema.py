@@ -3,7 +3,8 @@
 A :class:`Knob` names a tunable value (its type, range, default and help). Strategies declare a tuple
 of knobs; the session adds the shared ones (:data:`SESSION_KNOBS`). :func:`validate` checks a mapping
 of proposed values against a schema and either returns a complete, converted mapping or raises
-:class:`~specviz.errors.KnobError` naming the knob, the value and what is allowed.
+:class:`~specviz.errors.KnobError` naming the knob, the value and what is allowed; :func:`check_cross_knobs`
+checks the rules between knobs.
 """
 
 from __future__ import annotations
@@ -178,6 +179,22 @@ def validate(
             raise KnobError(f"unknown knob {name!r} for {owner}; known knobs: {known}", knob=name, value=value)
         out[name] = knob.convert(value)
     return out
+
+
+def check_cross_knobs(knobs: Mapping[str, Any]) -> None:
+    """The rules between knobs that no single knob's range can state, on a validated configuration:
+    ``draft_min <= draft_max``. Raises :class:`KnobError` naming ``draft_min`` otherwise.
+
+    The session checks every configuration with it; the CLI and sweep grids call it too, so the rule is
+    written once. A configuration without the shared draft-length knobs (strategy ``none``) passes.
+    """
+    lo, hi = knobs.get("draft_min"), knobs.get("draft_max")
+    if lo is not None and hi is not None and lo > hi:
+        raise KnobError(
+            f"knob 'draft_min': {lo} is larger than draft_max={hi}; set draft_min <= draft_max",
+            knob="draft_min",
+            value=lo,
+        )
 
 
 @dataclass(frozen=True)

@@ -9,25 +9,30 @@
   A length of 0 (plain decoding) is allowed when speculation does not pay; the drafter's unverified
   prediction in such a round, or a one-token probe every few rounds, keeps the estimate alive.
 
-After the policy, :mod:`specviz.decoding.budget` applies the hard caps and verify-tile alignment.
+Each is a :class:`DraftingPolicy` (the protocol the budget and the session type against; the no-op hooks
+of a policy that learns nothing from some rounds are :class:`QuietPolicy`'s). After the policy,
+:mod:`specviz.decoding.budget` applies the hard caps and verify-tile alignment
+(:mod:`specviz.decoding.tiling`).
 """
 
 from __future__ import annotations
 
 import time
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
-from .budget import tile_aligned
+from .tiling import tile_aligned, verify_tile
 
 POLICIES = ("fixed", "adaptive", "cost")
 
 
-class FixedPolicy:
-    """Always the configured maximum."""
+@runtime_checkable
+class DraftingPolicy(Protocol):
+    """What the budget (:func:`specviz.decoding.budget.plan`) and the session ask of a drafting policy:
+    a length each round, and what it learns from each round. :func:`make_policy` builds one by name."""
 
-    name = "fixed"
+    name: str
 
     def length(self, draft_min: int, draft_max: int, tile: int = 1) -> tuple[int, float | None]:
         """Draft length for this round and the expected tokens it yields (None when not modelled).
@@ -35,40 +40,93 @@ class FixedPolicy:
         ``tile`` is the verify tile the session will round the length to afterwards; a policy that
         compares lengths only needs to compare the lengths that survive that rounding.
         """
-        return draft_max, None
+        ...
 
     def expected_tokens(self, k: int) -> float | None:
         """Expected committed tokens of a round with a k-token draft (None when not modelled)."""
-        return None
+        ...
 
     def use_cost(self, cost: VerifyCostModel) -> None:
         """Give the policy the measured verify cost curve (only the cost policy uses it)."""
+        ...
 
     def observe(self, n_drafted: int, n_accepted: int, draft_seconds: float) -> None:
         """Learn from a verified round."""
+        ...
 
     def observe_verify(self, batch_size: int, seconds: float) -> None:
         """Learn from the time of a real verify batch."""
+        ...
 
     def observe_shadow(self, hit: bool) -> None:
         """Learn from a round without a draft: the drafter's unverified prediction was right (``hit``) or not."""
+        ...
 
     def observe_idle(self) -> None:
         """Learn from a round without a draft and without a prediction."""
+        ...
 
     def state(self) -> dict:
-        """JSON-serialisable state for snapshots."""
-        return {}
-
-    def describe(self) -> dict:
-        """What the policy is working from, for telemetry (JSON-serialisable)."""
-        return {"name": self.name}
+        """JSON-serialisable state for snapshots and rewind checkpoints."""
+        ...
 
     def load(self, d: dict) -> None:
         """Restore :meth:`state`."""
+        ...
+
+    def describe(self) -> dict:
+        """What the policy is working from, for telemetry (JSON-serialisable)."""
+        ...
 
 
-class AdaptivePolicy(FixedPolicy):
+class QuietPolicy:
+    """The hooks of a policy that learns nothing from a round: every ``observe`` does nothing, no cost
+    curve is used, no expectation is modelled and there is no state. Policies override what they use."""
+
+    name = "quiet"
+
+    def expected_tokens(self, k: int) -> float | None:
+        """None: not modelled."""
+        return None
+
+    def use_cost(self, cost: VerifyCostModel) -> None:
+        """Ignored."""
+
+    def observe(self, n_drafted: int, n_accepted: int, draft_seconds: float) -> None:
+        """Ignored."""
+
+    def observe_verify(self, batch_size: int, seconds: float) -> None:
+        """Ignored."""
+
+    def observe_shadow(self, hit: bool) -> None:
+        """Ignored."""
+
+    def observe_idle(self) -> None:
+        """Ignored."""
+
+    def state(self) -> dict:
+        """No state."""
+        return {}
+
+    def load(self, d: dict) -> None:
+        """Nothing to restore."""
+
+    def describe(self) -> dict:
+        """The policy's name."""
+        return {"name": self.name}
+
+
+class FixedPolicy(QuietPolicy):
+    """Always the configured maximum."""
+
+    name = "fixed"
+
+    def length(self, draft_min: int, draft_max: int, tile: int = 1) -> tuple[int, float | None]:
+        """``draft_max``, with no expectation."""
+        return draft_max, None
+
+
+class AdaptivePolicy(QuietPolicy):
     """+2 after a fully accepted draft, −1 otherwise, within the bounds."""
 
     name = "adaptive"
@@ -150,7 +208,7 @@ class VerifyCostModel:
         return cls(sizes, best)
 
 
-class CostPolicy(FixedPolicy):
+class CostPolicy(QuietPolicy):
     """Pick the draft length that maximises expected tokens per second.
 
     Acceptance comes in runs: while the model copies a span it tends to copy on, and once it departs
@@ -357,8 +415,6 @@ def measure_verify_cost(ctx: Any, history: Sequence[int], knobs: dict) -> Verify
     :class:`~specviz.backends.llama.LlamaContext` holding ``history[:-1]``), once per session, and leave
     the cache unchanged. Sizes reach ``draft_max + 1`` within the batch (with ``align``: micro-batch) and
     context limits."""
-    from .budget import verify_tile
-
     n_past = len(history) - 1
     cap = ctx.capacity
     max_b = min(
@@ -375,7 +431,7 @@ def measure_verify_cost(ctx: Any, history: Sequence[int], knobs: dict) -> Verify
     return VerifyCostModel.measure(evaluate, max(max_b, 2), tile=verify_tile(knobs))
 
 
-def make_policy(name: str, cost: VerifyCostModel | None = None) -> FixedPolicy:
+def make_policy(name: str, cost: VerifyCostModel | None = None) -> DraftingPolicy:
     """A fresh policy object by name."""
     if name == "adaptive":
         return AdaptivePolicy()

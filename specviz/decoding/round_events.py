@@ -1,7 +1,7 @@
 """The events of one round, built from its :class:`~specviz.decoding.round.RoundResult`.
 
 In order: ``DraftProposed`` → ``Verified`` → ``Accepted`` → ``Rejected`` (when a draft token was refused)
-→ ``KVRollback`` (target, then the drafter's context). The session appends ``Telemetry`` (and
+→ ``KVRollback`` (target, then the drafter's context). The session appends ``TelemetryEvent`` (and
 ``Finished``). Token texts travel with the ids, so a front-end or a replay never needs the model.
 """
 

@@ -3,9 +3,15 @@ one speculative round per :meth:`Session.step`, published as events.
 
 The parts, each in its own module: the draft-length budget (:mod:`specviz.decoding.budget`), the round
 (:mod:`specviz.decoding.round`: draft, one verify batch, accept, roll back), the acceptor
-(:mod:`specviz.decoding.acceptor`), the events of a round (:mod:`specviz.decoding.round_events`), telemetry counters
-(:mod:`specviz.decoding.telemetry`), snapshots (:mod:`specviz.decoding.snapshot`) and the strategies
+(:mod:`specviz.decoding.acceptor`), the events of a round (:mod:`specviz.decoding.round_events`), telemetry
+counters (:mod:`specviz.decoding.telemetry`), the generation's state (:mod:`specviz.decoding.generation`),
+rewinds (:mod:`specviz.decoding.rewind`), snapshots (:mod:`specviz.decoding.snapshot`) and the strategies
 (:mod:`specviz.strategies`). Nothing here imports a UI library; front-ends subscribe to the events.
+
+The session holds what lives as long as it does (the models, the contexts, the drafter, the generator, the
+measured verify cost); everything of one generation is in :attr:`Session.generation`, whose fields the
+session shows as read-only attributes (``history``, ``knobs``, ``events`` …). Rewinds and snapshots work
+on the session through its public parts (:class:`~specviz.decoding.generation.SessionParts`).
 
 Every public call validates first and changes nothing when it refuses: a refused call raises a typed
 :class:`~specviz.errors.SpecvizError` and the session stays usable.
@@ -21,19 +27,18 @@ from typing import Any, Callable
 import numpy as np
 
 from ..backends.llama import LlamaContext, LlamaModel
-from ..errors import KnobError, SessionStateError
+from ..errors import SessionStateError
 from ..models.draft_cache import DraftModelCache
 from ..models.embedded import resolve_model
 from ..strategies import make_drafter, strategy_class, strategy_names, strategy_schema
 from ..strategies.base import Drafter, DraftResources
 from .budget import Caps, plan
-from .events import Event, Finished, KnobsChanged, Rewound, Round, SessionStarted
-from .events import Telemetry as TelemetryEvent
-from .policy import FixedPolicy, VerifyCostModel, make_policy, measure_verify_cost
+from .events import Event, Finished, KnobsChanged, Rewound, Round, SessionStarted, TelemetryEvent
+from .generation import Checkpoint, Generation
+from .knob_schema import check_cross_knobs
+from .policy import DraftingPolicy, VerifyCostModel, make_policy, measure_verify_cost
 from .request import prepare_request
-from .rewind import Checkpoint, capture
-from .rewind import fork as _fork
-from .rewind import rewind as _rewind
+from .rewind import rewind as rewind_generation
 from .round import RoundResult, run_round
 from .round_events import round_events
 from .sampling import SamplingParams
@@ -58,13 +63,14 @@ class Session:
         n_ubatch: int = 512,
         n_threads: int | None = None,
     ) -> None:
+        # Only what lives as long as the session is held here: everything of one generation is in
+        # self.generation (a Generation), which start() replaces, rewind() takes back and snapshots carry.
         self.model = model if isinstance(model, LlamaModel) else LlamaModel(resolve_model(model))
         self.ctx = LlamaContext(self.model, n_ctx=n_ctx, n_batch=n_batch, n_ubatch=n_ubatch, n_threads=n_threads)
         self._ctx_args = dict(n_ctx=n_ctx, n_batch=n_batch, n_ubatch=n_ubatch, n_threads=n_threads)
         self.draft_models = DraftModelCache(self.model)
         self._subscribers: list[Callable[[Event], None]] = []
         self._lock = threading.RLock()
-        self._pending: tuple[str, dict[str, Any]] | None = None
         self._cancel = threading.Event()
         #: Record the target's top-two margin at each committed position (for the equivalence check).
         self.record_margins = False
@@ -72,28 +78,100 @@ class Session:
         self._scratch = np.empty(self.model.n_vocab, dtype=np.float32)  # row-scan scratch buffer
         self.rng = np.random.default_rng(0)  # one generator for the session's life; reseeded by start()
         self.drafter: Drafter | None = None
-        self._reset_state()
+        self._scanner: tuple[tuple[str, ...], StopScanner] | None = None  # the stop scanner of self.stop
+        #: The current generation's state (see :mod:`specviz.decoding.generation`).
+        self.generation = Generation()
 
-    # -- state ---------------------------------------------------------------------------------------
-    def _reset_state(self) -> None:
-        self.events: list[Event] = []
-        self.history: list[int] = []
-        self.n_prompt = 0
-        self.max_tokens = 0
-        self.sampling = SamplingParams()
-        self.seed: int | None = None
-        self.strategy = "none"
-        self.knobs: dict[str, Any] = {}
-        self.round_index = 0
-        self.finished: str | None = None
-        self.started = False
-        self.telemetry = Telemetry()
-        self.policy: FixedPolicy = make_policy("fixed")
-        self.last_result: RoundResult | None = None
-        #: One checkpoint per round (and one for the start), for :meth:`rewind` (see :mod:`specviz.decoding.rewind`).
-        self.checkpoints: list[Checkpoint] = []
-        #: Stop strings of the current generation (see :mod:`specviz.decoding.stops`).
-        self.stop: tuple[str, ...] = ()
+    # -- the generation's state, read-only (it lives in self.generation) ------------------------------
+    @property
+    def history(self) -> list[int]:
+        """The prompt's tokens, then every generated one."""
+        return self.generation.history
+
+    @property
+    def n_prompt(self) -> int:
+        """How many tokens of :attr:`history` are the prompt's."""
+        return self.generation.n_prompt
+
+    @property
+    def max_tokens(self) -> int:
+        """The generation's token budget."""
+        return self.generation.max_tokens
+
+    @property
+    def sampling(self) -> SamplingParams:
+        """The generation's sampling settings."""
+        return self.generation.sampling
+
+    @property
+    def seed(self) -> int | None:
+        """The generation's seed (drawn and recorded when ``start`` was given none)."""
+        return self.generation.seed
+
+    @property
+    def strategy(self) -> str:
+        """The strategy in force."""
+        return self.generation.strategy
+
+    @property
+    def knobs(self) -> dict[str, Any]:
+        """The knobs in force (the strategy's complete configuration)."""
+        return self.generation.knobs
+
+    @property
+    def pending(self) -> tuple[str, dict[str, Any]] | None:
+        """The configuration :meth:`configure` queued for the next round boundary, as (strategy, knobs)."""
+        return self.generation.pending
+
+    @property
+    def round_index(self) -> int:
+        """The number of the last round run (0 before the first)."""
+        return self.generation.round_index
+
+    @property
+    def finished(self) -> str | None:
+        """Why the generation ended (``eos``, ``stop``, ``max_tokens``, ``context``, ``cancelled`` …), or None."""
+        return self.generation.finished
+
+    @property
+    def started(self) -> bool:
+        """Whether a generation was started (or restored)."""
+        return self.generation.started
+
+    @property
+    def telemetry(self) -> Telemetry:
+        """The generation's telemetry counters."""
+        return self.generation.telemetry
+
+    @property
+    def policy(self) -> DraftingPolicy:
+        """The drafting policy in force."""
+        return self.generation.policy
+
+    @property
+    def last_result(self) -> RoundResult | None:
+        """The plain result of the last round run (None after a start, a rewind or a restore)."""
+        return self.generation.last_result
+
+    @property
+    def checkpoints(self) -> list[Checkpoint]:
+        """One checkpoint per round (and one for the start), for :meth:`rewind`."""
+        return self.generation.checkpoints
+
+    @property
+    def stop(self) -> tuple[str, ...]:
+        """The generation's stop strings."""
+        return self.generation.stop
+
+    @property
+    def events(self) -> list[Event]:
+        """Every event of the generation still standing (a rewind drops the later rounds' events)."""
+        return self.generation.events
+
+    @property
+    def context_args(self) -> dict[str, Any]:
+        """The context sizes this session was created with (``n_ctx``, ``n_batch``, ``n_ubatch``, ``n_threads``)."""
+        return dict(self._ctx_args)
 
     @property
     def temperature(self) -> float:
@@ -119,7 +197,7 @@ class Session:
 
     def _stop_scanner(self) -> StopScanner:
         m = self.model
-        sc = getattr(self, "_scanner", None)
+        sc = self._scanner
         if sc is None or sc[0] != self.stop:
             sc = (self.stop, StopScanner(self.stop, m.piece_bytes, lambda t: not (t == m.bos or m.is_eog(t))))
             self._scanner = sc
@@ -133,7 +211,7 @@ class Session:
     @property
     def committed(self) -> int:
         """Positions committed to the cache: every token but the pending newest one."""
-        return max(len(self.history) - 1, 0)
+        return self.generation.committed
 
     def schema(self, strategy: str | None = None) -> list[dict[str, Any]]:
         """Knob descriptions of ``strategy`` (default: the current one), for forms and help."""
@@ -156,27 +234,26 @@ class Session:
         return unsubscribe
 
     def _emit(self, ev: Event, out: list[Event] | None = None) -> None:
-        self.events.append(ev)
+        self.generation.events.append(ev)
         if out is not None:
             out.append(ev)
         for cb in list(self._subscribers):
             cb(ev)
 
     # -- configuration -------------------------------------------------------------------------------
-    def _validate(self, strategy: str, knobs: dict[str, Any], base: dict[str, Any] | None) -> dict[str, Any]:
-        """Validate a configuration completely (knobs, cross-knob rules, the draft model itself)."""
+    def validate_config(
+        self, strategy: str, knobs: dict[str, Any], base: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
+        """The complete configuration of ``strategy`` with ``knobs`` set on top of ``base`` (the knobs of
+        ``base`` the strategy shares; None: the defaults), checked completely: each knob, the strategy's
+        own rules, the rules between knobs, and a draft model (loaded and checked now). Changes nothing;
+        a refusal raises :class:`~specviz.errors.KnobError` or :class:`~specviz.errors.ModelError`."""
         schema = strategy_schema(strategy)
         carried = {k: v for k, v in base.items() if k in set(schema.names())} if base is not None else None
         cfg = schema.validate(knobs, base=carried)
         cls = strategy_class(strategy)
         cls.check(cfg)
-        if cfg.get("draft_min", 0) > cfg.get("draft_max", 1):
-            raise KnobError(
-                f"knob 'draft_min': {cfg['draft_min']} is larger than draft_max={cfg['draft_max']}; "
-                "set draft_min <= draft_max",
-                knob="draft_min",
-                value=cfg["draft_min"],
-            )
+        check_cross_knobs(cfg)
         if cls.needs_model:  # load and check now, so nothing fails at the boundary
             path = cfg.get("draft_model") or ""
             model = self.draft_models.get(path) if path or not cls.draft_model_optional else None
@@ -191,13 +268,17 @@ class Session:
         range) or a :class:`~specviz.errors.ModelError` for an unusable draft model; nothing changes.
         """
         with self._lock:
-            cur_strategy, cur_knobs = self._pending if self._pending else (self.strategy, self.knobs)
+            g = self.generation
+            cur_strategy, cur_knobs = g.pending if g.pending else (g.strategy, g.knobs)
             target = strategy or cur_strategy
-            cfg = self._validate(target, knobs, cur_knobs)
-            self._pending = (target, cfg)
+            cfg = self.validate_config(target, knobs, cur_knobs)
+            g.pending = (target, cfg)
             return dict(cfg)
 
-    def _make_drafter(self, strategy: str, cfg: dict[str, Any], sampling: SamplingParams | None = None) -> Drafter:
+    def build_drafter(self, strategy: str, cfg: dict[str, Any], sampling: SamplingParams) -> Drafter:
+        """A new drafter for a configuration :meth:`validate_config` returned, drafting under ``sampling``;
+        a strategy that drafts with a model gets this session's models and target context. The caller
+        owns it (and closes the one it replaces)."""
         resources = None
         if strategy_class(strategy).needs_model:
             a = self._ctx_args
@@ -215,7 +296,7 @@ class Session:
                 n_batch=self.ctx.capacity.n_batch,
                 n_ubatch=self.ctx.capacity.n_ubatch,
                 n_threads=a["n_threads"],
-                sampling=sampling or self.sampling,
+                sampling=sampling,
                 rng=self.rng,
             )
         return make_drafter(strategy, cfg, resources)
@@ -223,22 +304,23 @@ class Session:
     def _apply_pending(self, out: list[Event]) -> None:
         """Apply a queued configuration at this round boundary (a new drafter is built before the old
         one is closed, so a failure leaves the session as it was)."""
-        if self._pending is None:
+        g = self.generation
+        if g.pending is None:
             return
-        strategy, cfg = self._pending
-        self._pending = None
-        prev_s, prev_k = self.strategy, dict(self.knobs)
+        strategy, cfg = g.pending
+        g.pending = None
+        prev_s, prev_k = g.strategy, dict(g.knobs)
         own = {k.name for k in strategy_class(strategy).knobs}
-        if strategy != self.strategy or any(self.knobs.get(k) != cfg.get(k) for k in own):
+        if strategy != g.strategy or any(g.knobs.get(k) != cfg.get(k) for k in own):
             # a drafter's knobs can change the meaning of its state: rebuild it from the history
-            drafter = self._make_drafter(strategy, cfg)
-            drafter.begin(self.history)
+            drafter = self.build_drafter(strategy, cfg, g.sampling)
+            drafter.begin(g.history)
             if self.drafter is not None:
                 self.drafter.close()
             self.drafter = drafter
-        if cfg.get("draft_policy", "fixed") != self.knobs.get("draft_policy", "fixed"):
-            self.policy = make_policy(cfg.get("draft_policy", "fixed"), self.cost_model)
-        self.strategy, self.knobs = strategy, cfg
+        if cfg.get("draft_policy", "fixed") != g.knobs.get("draft_policy", "fixed"):
+            g.policy = make_policy(cfg.get("draft_policy", "fixed"), self.cost_model)
+        g.strategy, g.knobs = strategy, cfg
         if (prev_s, prev_k) != (strategy, cfg):
             self._emit(
                 KnobsChanged(
@@ -295,29 +377,32 @@ class Session:
                 stop=stop,
                 n_ctx=self.ctx.capacity.n_ctx,
             )
-            cfg = self._validate(strategy, knobs, None)
+            cfg = self.validate_config(strategy, knobs)
             sampling, stops, ids, chat = req.sampling, req.stop, req.ids, req.messages
-            drafter = self._make_drafter(strategy, cfg, sampling)  # may fail: nothing has changed yet
+            drafter = self.build_drafter(strategy, cfg, sampling)  # may fail: nothing has changed yet
             if self.drafter is not None:
                 self.drafter.close()
-            self._reset_state()
             self.drafter = drafter
-            self.sampling = sampling
-            self.seed = req.seed
-            self.rng.bit_generator.state = np.random.default_rng(self.seed).bit_generator.state
-            self._pending = None
+            g = self.generation = Generation(
+                history=list(ids),
+                n_prompt=len(ids),
+                max_tokens=req.max_tokens,
+                sampling=sampling,
+                seed=req.seed,
+                strategy=strategy,
+                knobs=cfg,
+                stop=stops,
+                policy=make_policy(cfg.get("draft_policy", "fixed"), self.cost_model),
+            )
+            self.rng.bit_generator.state = np.random.default_rng(g.seed).bit_generator.state
             self._cancel.clear()
-            self.history, self.n_prompt, self.max_tokens = list(ids), len(ids), req.max_tokens
-            self.strategy, self.knobs = strategy, cfg
-            self.stop = stops
-            self.policy = make_policy(cfg.get("draft_policy", "fixed"), self.cost_model)
             t0 = time.perf_counter()
             self.ctx.clear()
             self.ctx.eval_prompt(ids[:-1], 0)
-            self.telemetry.prompt_seconds = time.perf_counter() - t0
-            self.telemetry.prompt_tokens = len(ids)
-            self.drafter.begin(self.history)
-            self.started = True
+            g.telemetry.prompt_seconds = time.perf_counter() - t0
+            g.telemetry.prompt_tokens = len(ids)
+            drafter.begin(g.history)
+            g.started = True
             cap = self.ctx.capacity
             ev = SessionStarted(
                 0,
@@ -342,7 +427,7 @@ class Session:
                 chat_template=(chat_template or "model") if chat else None,
             )
             self._emit(ev)
-            capture(self)
+            g.capture(drafter, self.rng)
             return ev
 
     def _draft_model_name(self) -> str | None:
@@ -384,9 +469,10 @@ class Session:
             if len(self.history) >= self.ctx.capacity.n_ctx:
                 return self._finish("context", out)
             assert self.drafter is not None
-            if self.drafter.drafts and self.knobs.get("draft_policy") == "cost" and self.cost_model is None:
-                self.cost_model = measure_verify_cost(self.ctx, self.history, self.knobs)  # once, outside rounds
-                self.policy.use_cost(self.cost_model)
+            g = self.generation
+            if self.drafter.drafts and g.knobs.get("draft_policy") == "cost" and self.cost_model is None:
+                self.cost_model = measure_verify_cost(self.ctx, g.history, g.knobs)  # once, outside rounds
+                g.policy.use_cost(self.cost_model)
             cap = self.ctx.capacity
             caps = Caps(
                 remaining=self.max_tokens - len(self.tokens),
@@ -394,33 +480,33 @@ class Session:
                 n_batch=cap.n_batch,
                 n_ubatch=cap.n_ubatch,
             )
-            budget = plan(self.knobs, self.policy, caps, drafts=self.drafter.drafts)
-            self.round_index += 1
+            budget = plan(g.knobs, g.policy, caps, drafts=self.drafter.drafts)
+            g.round_index += 1
             res = run_round(
-                self.round_index,
+                g.round_index,
                 self.ctx,
                 self.drafter,
-                self.history,
+                g.history,
                 budget,
                 params=self.sampling,
                 rng=self.rng,
                 is_eog=self.model.is_eog,
-                draft_min=int(self.knobs.get("draft_min", 0)),
+                draft_min=int(g.knobs.get("draft_min", 0)),
                 scratch=self._scratch,
                 record_margins=self.record_margins,
                 stop=self._stop_fn(),
             )
-            self.last_result = res
+            g.last_result = res
             self._learn(res)
-            for ev in round_events(res, self.model.pieces, policy=str(self.knobs.get("draft_policy", "fixed"))):
+            for ev in round_events(res, self.model.pieces, policy=str(g.knobs.get("draft_policy", "fixed"))):
                 self._emit(ev, out)
             self._emit(TelemetryEvent(res.index, data=self.telemetry_dict()), out)
             finish = res.finish or ("max_tokens" if len(self.tokens) >= self.max_tokens else None)
             if finish is not None:
                 rnd = self._finish(finish, out, res.committed)
-                capture(self)  # a rewind to this round finds it finished, as it was
+                g.capture(self.drafter, self.rng)  # a rewind to this round finds it finished, as it was
                 return rnd
-            capture(self)  # before a cancellation: a rewind to this round may continue
+            g.capture(self.drafter, self.rng)  # before a cancellation: a rewind to this round may continue
             if self._cancel.is_set():
                 return self._finish("cancelled", out, res.committed)
             return Round(res.index, tuple(out), tuple(res.committed), None)
@@ -453,7 +539,7 @@ class Session:
         )
 
     def _finish(self, reason: str, out: list[Event], new_tokens: list[int] | tuple = ()) -> Round:
-        self.finished = reason
+        self.generation.finished = reason
         message = None
         if reason == "stop":
             at = self._stop_scanner().cut(self.tokens)
@@ -520,12 +606,33 @@ class Session:
         A round or position outside the committed range raises :class:`~specviz.errors.RewindError` and
         changes nothing. A configuration queued with :meth:`configure` is discarded.
         """
-        return _rewind(self, round=round, position=position)
+        with self._lock:
+            ev = rewind_generation(self, round=round, position=position)
+            self._cancel.clear()
+            self._emit(ev)
+            return ev
 
     def fork(self) -> Session:
         """A second session at this point, sharing the loaded models, independent afterwards (its own
-        contexts, drafter, history, events and checkpoints). Close it with :meth:`close` when done."""
-        return _fork(self)
+        contexts, drafter, history, events and checkpoints). Close it with :meth:`close` when done.
+
+        The fork is this session's snapshot restored into a new session whose draft-model cache shares
+        this one's models; it starts with a copy of the events and checkpoints, so it can be rewound too.
+        """
+        with self._lock:
+            if not self.started or self.drafter is None:
+                raise SessionStateError("nothing to fork: call start() first")
+            blob = self.snapshot()
+            other = type(self)(self.model, **self.context_args)
+            try:
+                other.draft_models.close()
+                other.draft_models = self.draft_models.share()
+                other.restore_into(blob)  # the snapshot carries the measured verify cost curve too
+                other.record_margins = self.record_margins
+            except Exception:
+                other.close()
+                raise
+            return other
 
     def close(self) -> None:
         """Free the contexts and the draft models this session loaded."""

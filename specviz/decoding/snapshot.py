@@ -30,13 +30,14 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..errors import ContextError, KnobError, SnapshotError
+from .events import event_from_dict
+from .generation import Checkpoint, Generation, SessionParts
 from .policy import VerifyCostModel, make_policy
-from .rewind import extras_state, load_extras
 from .sampling import SamplingParams
 from .telemetry import Telemetry
 
 if TYPE_CHECKING:
-    from .session import Session
+    from ..strategies.base import Drafter
 
 MAGIC = b"SPECVIZ-SNAPSHOT-1\n"
 _DIGEST = 32
@@ -176,40 +177,43 @@ def read_header(h: dict[str, Any]) -> SnapshotHeader:
 # -- a session's snapshot: taking it, and restoring it all-or-nothing ------------------------------------
 
 
-def take_snapshot(s: Session) -> bytes:
+def take_snapshot(s: SessionParts) -> bytes:
     """The envelope of session ``s`` (started): header fields and the target's and drafter's states."""
     assert s.drafter is not None
+    g = s.generation
     header = {
         "version": 1,
         "model": str(s.model.path),
         "model_size": s.model.path.stat().st_size,
         "model_fingerprint": s.model.fingerprint,
         "n_vocab": s.model.n_vocab,
-        "ctx": dict(s._ctx_args),
-        "history": s.history,
-        "n_prompt": s.n_prompt,
-        "max_tokens": s.max_tokens,
-        "temperature": s.temperature,
-        "sampling": s.sampling.to_dict(),
-        "seed": s.seed,
+        "ctx": dict(s.context_args),
+        "history": g.history,
+        "n_prompt": g.n_prompt,
+        "max_tokens": g.max_tokens,
+        "temperature": g.sampling.temperature,
+        "sampling": g.sampling.to_dict(),
+        "seed": g.seed,
         "rng": s.rng.bit_generator.state,
-        "strategy": s.strategy,
-        "knobs": s.knobs,
-        "pending": list(s._pending) if s._pending else None,
-        "round": s.round_index,
-        "finished": s.finished,
-        "telemetry": s.telemetry.state(),
+        "strategy": g.strategy,
+        "knobs": g.knobs,
+        "pending": list(g.pending) if g.pending else None,
+        "round": g.round_index,
+        "finished": g.finished,
+        "telemetry": g.telemetry.state(),
         "drafter_state": s.drafter.state(),
-        "policy_state": s.policy.state(),
+        "policy_state": g.policy.state(),
         "cost_model": s.cost_model.to_dict() if s.cost_model is not None else None,
-        "workbench": extras_state(s),
+        "workbench": extras_state(g),
     }
     return pack(header, [("target", s.ctx.state()), ("drafter", s.drafter.context_state())])
 
 
-def restore_snapshot(s: Session, blob: bytes) -> None:
+def restore_snapshot(s: SessionParts, blob: bytes) -> None:
     """Restore ``blob`` into session ``s`` (same model and context sizes), all or nothing: every field is
-    checked first, and if installing fails half-way the session and its cache are put back as they were."""
+    checked first; a new :class:`~specviz.decoding.generation.Generation` and drafter are built and swapped
+    in only when everything succeeded, and if building fails half-way the cache and the generator are put
+    back as they were."""
     header, blobs = unpack(blob)
     h = read_header(header)
     m = s.model
@@ -222,32 +226,32 @@ def restore_snapshot(s: Session, blob: bytes) -> None:
             f"the snapshot was taken with model {h.model} ({h.n_vocab} tokens); this session "
             f"runs {m.path}: restore it into a session of that model"
         )
+    ctx_args = s.context_args
     for k in ("n_ctx", "n_batch", "n_ubatch"):
-        if h.ctx.get(k) != s._ctx_args[k]:
+        if h.ctx.get(k) != ctx_args[k]:
             raise SnapshotError(
                 f"the snapshot's context has {k}={h.ctx.get(k)!r}, this session "
-                f"{s._ctx_args[k]}; restore it with Session.restore(), which creates a "
+                f"{ctx_args[k]}; restore it with Session.restore(), which creates a "
                 "matching session"
             )
     if len(h.history) > s.ctx.capacity.n_ctx:
         raise SnapshotError("the snapshot's history is longer than the context")
     try:
-        cfg = s._validate(h.strategy, h.knobs, None)
-        pending = (h.pending[0], s._validate(h.pending[0], h.pending[1], None)) if h.pending else None
+        cfg = s.validate_config(h.strategy, h.knobs)
+        pending = (h.pending[0], s.validate_config(h.pending[0], h.pending[1])) if h.pending else None
         sampling = SamplingParams(**h.sampling)
         telemetry = Telemetry.from_state(h.telemetry)
     except (KnobError, TypeError) as exc:
         raise SnapshotError(f"the snapshot's settings are refused: {exc}") from exc
-    backup = s.ctx.state() if s.started else None
-    saved, rng_state = s.__dict__.copy(), s.rng.bit_generator.state
+    backup = s.ctx.state() if s.generation.started else None
+    rng_state = s.rng.bit_generator.state
+    built: list[Drafter] = []  # the drafter _build makes, closed again if a later step fails
     try:
-        _install(s, h, blobs, cfg, pending, sampling, telemetry, header.get("workbench"))
+        gen, cost_model = _build(s, h, blobs, cfg, pending, sampling, telemetry, header.get("workbench"), built)
     except Exception as exc:
-        new_drafter = s.drafter
-        s.__dict__.update(saved)
+        for d in built:
+            d.close()
         s.rng.bit_generator.state = rng_state
-        if new_drafter is not None and new_drafter is not s.drafter:
-            new_drafter.close()
         if backup is not None:
             s.ctx.load_state(backup)
         else:
@@ -255,48 +259,104 @@ def restore_snapshot(s: Session, blob: bytes) -> None:
         if isinstance(exc, (SnapshotError, ContextError, ValueError, TypeError, KeyError, IndexError)):
             raise SnapshotError(f"the snapshot cannot be restored: {exc}") from exc
         raise
+    old = s.drafter
+    s.generation, s.drafter, s.cost_model = gen, built[0], cost_model
+    if old is not None and old is not s.drafter:
+        old.close()
 
 
-def _install(
-    s: Session,
+def _build(
+    s: SessionParts,
     h: SnapshotHeader,
     blobs: dict[str, bytes],
     cfg: dict[str, Any],
     pending: Any,
     sampling: SamplingParams,
     telemetry: Telemetry,
-    extras: Any = None,
-) -> None:
-    """Install a checked snapshot into ``s`` (:func:`restore_snapshot` undoes it on failure)."""
-    old = s.drafter
-    s._reset_state()
+    extras: Any,
+    built: list[Drafter],
+) -> tuple[Generation, VerifyCostModel | None]:
+    """Load a checked snapshot's caches into ``s``'s contexts and build its generation, drafter (appended
+    to ``built``) and verify cost model; :func:`restore_snapshot` swaps them in, or undoes this on failure."""
     s.ctx.load_state(blobs.get("target", b""))
-    s.history, s.n_prompt, s.max_tokens = list(h.history), h.n_prompt, h.max_tokens
-    s.sampling, s.seed = sampling, h.seed
+    g = Generation(
+        history=list(h.history),
+        n_prompt=h.n_prompt,
+        max_tokens=h.max_tokens,
+        sampling=sampling,
+        seed=h.seed,
+        strategy=h.strategy,
+        knobs=cfg,
+        pending=pending,
+        round_index=h.round,
+        finished=h.finished,
+        telemetry=telemetry,
+    )
     s.rng.bit_generator.state = np.random.default_rng(h.seed).bit_generator.state
     if h.rng:
         try:
             s.rng.bit_generator.state = h.rng
         except (TypeError, ValueError, KeyError) as exc:
             raise SnapshotError(f"the generator state is malformed ({exc})") from None
-    s.strategy, s.knobs, s._pending = h.strategy, cfg, pending
-    s.round_index, s.finished, s.telemetry = h.round, h.finished, telemetry
+    cost_model = s.cost_model
     if h.cost_model:
         try:
-            s.cost_model = VerifyCostModel(h.cost_model["sizes"], h.cost_model["seconds"])
+            cost_model = VerifyCostModel(h.cost_model["sizes"], h.cost_model["seconds"])
         except (KeyError, TypeError, ValueError) as exc:
             raise SnapshotError(f"the verify cost model is malformed ({exc})") from None
-    s.policy = make_policy(cfg.get("draft_policy", "fixed"), s.cost_model)
-    s.policy.load(h.policy_state)
-    s.drafter = s._make_drafter(h.strategy, cfg)
-    s.drafter.begin(s.history)
+    g.policy = make_policy(cfg.get("draft_policy", "fixed"), cost_model)
+    g.policy.load(h.policy_state)
+    drafter = s.build_drafter(h.strategy, cfg, sampling)
+    built.append(drafter)
+    drafter.begin(g.history)
     if blobs.get("drafter"):
-        s.drafter.load_context_state(blobs["drafter"])
+        drafter.load_context_state(blobs["drafter"])
     if h.drafter_state is not None and h.drafter_state.get("format"):
-        s.drafter.load_state(h.drafter_state)
-    s.started = True
-    load_extras(s, extras)
-    if s.kv_length != s.committed:
-        raise SnapshotError(f"the restored cache holds {s.kv_length} positions, expected {s.committed}")
-    if old is not None and old is not s.drafter:
-        old.close()
+        drafter.load_state(h.drafter_state)
+    g.started = True
+    load_extras(g, extras, drafter, s.rng)
+    if s.ctx.kv_len() != g.committed:
+        raise SnapshotError(f"the restored cache holds {s.ctx.kv_len()} positions, expected {g.committed}")
+    return g, cost_model
+
+
+# -- the events, checkpoints and stop strings a snapshot carries ------------------------------------------
+
+
+def extras_state(g: Generation) -> dict[str, Any]:
+    """What a snapshot carries besides the caches and the generation's settings: the events and the
+    checkpoints (so a restored session shows its rounds and can be rewound), and the stop strings."""
+    return {
+        "events": [e.to_dict() for e in g.events],
+        "checkpoints": [c.to_dict() for c in g.checkpoints],
+        "stop": list(g.stop),
+    }
+
+
+def load_extras(g: Generation, d: Any, drafter: Drafter, rng: np.random.Generator) -> None:
+    """Install :func:`extras_state` into a generation being restored (``d`` None: a snapshot without
+    them; the current round becomes the only checkpoint). Malformed data raises SnapshotError."""
+    if d is None:
+        g.events = []
+        g.checkpoints = []
+        g.capture(drafter, rng)
+        return
+    if not isinstance(d, dict):
+        raise SnapshotError("the snapshot's workbench section is not an object")
+    try:
+        events = [event_from_dict(e) for e in d.get("events") or []]
+    except (ValueError, TypeError, AttributeError) as exc:
+        raise SnapshotError(f"the snapshot's events are malformed ({exc})") from None
+    cks = [Checkpoint.from_dict(c) for c in d.get("checkpoints") or []]
+    if any(c.n_history > len(g.history) or c.n_events > len(events) for c in cks) or any(
+        a.round >= b.round for a, b in zip(cks, cks[1:])
+    ):
+        raise SnapshotError("the snapshot's rewind checkpoints do not fit its history")
+    stop = d.get("stop") or []
+    if not isinstance(stop, list) or not all(isinstance(x, str) and x for x in stop):
+        raise SnapshotError("the snapshot's stop strings are malformed")
+    g.events = events
+    g.checkpoints = cks
+    g.stop = tuple(stop)
+    if not cks or cks[-1].round != g.round_index:
+        g.capture(drafter, rng)

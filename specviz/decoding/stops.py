@@ -61,7 +61,8 @@ class StopScanner:
         self._bytes = piece_bytes
         self._rendered = rendered
 
-    def _render(self, t: int) -> bytes:
+    def render(self, t: int) -> bytes:
+        """The bytes token ``t`` adds to the text (none for a token that is not part of it)."""
         return self._bytes(t) if self._rendered(t) else b""
 
     def _tail(self, generated: Sequence[int], start: int = 0) -> bytes:
@@ -70,7 +71,7 @@ class StopScanner:
         n = 0
         i = len(generated) - 1
         while i >= start and n < self.keep:
-            b = self._render(generated[i])
+            b = self.render(generated[i])
             parts.append(b)
             n += len(b)
             i -= 1
@@ -84,7 +85,7 @@ class StopScanner:
         buf = self._tail(generated, start)
         for j, t in enumerate(new):
             before = len(buf)
-            buf += self._render(t)
+            buf += self.render(t)
             if len(buf) == before:
                 continue
             for s in self.stops:
@@ -94,13 +95,13 @@ class StopScanner:
 
     def cut(self, generated: Sequence[int]) -> int | None:
         """Byte offset in the text of ``generated`` where the earliest stop string begins (None: none)."""
-        text = b"".join(self._render(t) for t in generated)
+        text = b"".join(self.render(t) for t in generated)
         found = [i for i in (text.find(s) for s in self.stops) if i >= 0]
         return min(found) if found else None
 
 
 def cut_text(scanner: StopScanner, generated: Sequence[int]) -> str:
     """The text of ``generated`` up to the earliest stop string (all of it when there is none)."""
-    text = b"".join(scanner._render(t) for t in generated)
+    text = b"".join(scanner.render(t) for t in generated)
     at = scanner.cut(generated)
     return (text if at is None else text[:at]).decode("utf-8", "replace")

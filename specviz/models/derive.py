@@ -29,6 +29,8 @@ from typing import Any, Sequence
 
 from specviz.errors import KnobError, ModelFormatError, ModelNotFoundError
 
+from .gguf_raw import RawValue, raw_writer_class
+
 __all__ = ["parse_layers", "derive_draft", "DerivedDraft", "swa_period"]
 
 _BLK = re.compile(r"^blk\.(\d+)\.(.+)$")
@@ -129,37 +131,6 @@ def _field_value(f):
     return f.contents(), main, None
 
 
-class _RawValue:
-    """Metadata value bytes copied verbatim from the source file (everything after the value type)."""
-
-    __slots__ = ("payload", "length")
-
-    def __init__(self, payload: bytes, length: int) -> None:
-        self.payload = payload
-        self.length = length
-
-    def __len__(self) -> int:
-        return self.length
-
-
-def _raw_writer_class():
-    """A GGUFWriter that writes :class:`_RawValue` metadata as stored bytes.
-
-    Re-encoding a 262144-entry token list item by item takes the ``gguf`` writer about half a
-    minute; copying the serialized bytes takes a fraction of a second and is exact.
-    """
-    from gguf import GGUFWriter
-
-    class RawKVWriter(GGUFWriter):
-        def _pack_val(self, val, vtype, add_vtype, sub_type=None):
-            if isinstance(val, _RawValue):
-                head = self._pack("I", vtype) if add_vtype else b""
-                return head + val.payload
-            return super()._pack_val(val, vtype, add_vtype, sub_type=sub_type)
-
-    return RawKVWriter
-
-
 def derive_draft(
     target_path: str | Path, keep_layers: Sequence[int] | str, out_path: str | Path, *, name_suffix: str | None = None
 ) -> DerivedDraft:
@@ -186,7 +157,7 @@ def derive_draft(
     keep = _kept_layers(keep_layers, n_layer)
     _refuse_mtp(reader, arch, target_path)
     part = Path(str(out_path) + ".part")
-    writer = _raw_writer_class()(str(part), arch)
+    writer = raw_writer_class()(str(part), arch)
     try:
         subset_keys = _copy_metadata(reader, writer, arch, n_layer, keep, name_suffix)
         swa_pattern = _add_swa_pattern(reader, writer, arch, keep)
@@ -324,7 +295,7 @@ def _copy_field(
         # unchanged: copy the stored bytes (parts 0-2 are key length, key and value type)
         payload = b"".join(p.tobytes() for p in f.parts[3:])
         writer.add_key_value(
-            key, _RawValue(payload, max(1, len(f.data))), vtype, f.types[-1] if vtype == GGUFValueType.ARRAY else None
+            key, RawValue(payload, max(1, len(f.data))), vtype, f.types[-1] if vtype == GGUFValueType.ARRAY else None
         )
         return False
     value, vtype, sub = _field_value(f)

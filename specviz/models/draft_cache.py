@@ -14,22 +14,31 @@ from ..backends.llama import LlamaModel
 from .vocab import check_vocab_compatible
 
 
-class DraftModelCache:
-    """Loaded draft models of one target, by resolved path."""
+class LoadedDraftModels:
+    """The loaded models one or more caches share (see :meth:`DraftModelCache.share`): by resolved path,
+    and how many open caches hold them (the last to close frees them)."""
 
-    def __init__(self, target: LlamaModel) -> None:
+    def __init__(self) -> None:
+        self.models: dict[str, LlamaModel] = {}
+        self.holders = 0
+
+
+class DraftModelCache:
+    """Loaded draft models of one target, by resolved path.
+
+    ``loaded`` is the store of another cache to share (:meth:`share` passes it); by default a new one.
+    """
+
+    def __init__(self, target: LlamaModel, *, loaded: LoadedDraftModels | None = None) -> None:
         self.target = target
-        self._models: dict[str, LlamaModel] = {}
-        self._holders = [1]  # caches sharing these models (see share); the last close frees them
+        self._loaded = loaded if loaded is not None else LoadedDraftModels()
+        self._loaded.holders += 1
         self._closed = False
 
     def share(self) -> DraftModelCache:
         """A cache over the same loaded models (for a forked session); the models are freed when the last
         of the sharing caches is closed."""
-        other = DraftModelCache.__new__(DraftModelCache)
-        other.target, other._models, other._holders, other._closed = self.target, self._models, self._holders, False
-        self._holders[0] += 1
-        return other
+        return DraftModelCache(self.target, loaded=self._loaded)
 
     def get(self, path: str | os.PathLike) -> LlamaModel:
         """The draft model at ``path``, loaded on first use and checked against the target's vocabulary.
@@ -38,7 +47,7 @@ class DraftModelCache:
         :class:`~specviz.errors.VocabularyMismatchError`; a refused model is not kept.
         """
         key = str(Path(path).resolve())
-        m = self._models.get(key)
+        m = self._loaded.models.get(key)
         if m is None:
             m = LlamaModel(path)
             try:
@@ -46,7 +55,7 @@ class DraftModelCache:
             except Exception:
                 m.close()
                 raise
-            self._models[key] = m
+            self._loaded.models[key] = m
         return m
 
     def close(self) -> None:
@@ -54,9 +63,9 @@ class DraftModelCache:
         if self._closed:
             return
         self._closed = True
-        self._holders[0] -= 1
-        if self._holders[0] > 0:
+        self._loaded.holders -= 1
+        if self._loaded.holders > 0:
             return
-        for m in self._models.values():
+        for m in self._loaded.models.values():
             m.close()
-        self._models.clear()
+        self._loaded.models.clear()

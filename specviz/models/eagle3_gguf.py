@@ -29,6 +29,7 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from ..errors import KnobError, ModelFormatError, ModelNotFoundError
+from .gguf_raw import RawValue, raw_writer_class
 
 __all__ = [
     "EAGLE3_ARCH",
@@ -235,8 +236,6 @@ def write_eagle3_head(
     """
     from gguf import GGUFValueType
 
-    from .derive import _raw_writer_class, _RawValue
-
     cfg.check()
     if dtype not in _DTYPES:
         raise KnobError(
@@ -267,7 +266,7 @@ def write_eagle3_head(
         )
 
     part = Path(str(path) + ".part")
-    w = _raw_writer_class()(str(part), EAGLE3_ARCH)
+    w = raw_writer_class()(str(part), EAGLE3_ARCH)
     try:
         w.add_name(name)
         w.add_context_length(cfg.context_length)
@@ -301,7 +300,7 @@ def write_eagle3_head(
         for key, vtype, sub, raw, count in tok_values:  # stored bytes: exact, and fast for 262k vocabularies
             w.add_key_value(
                 key,
-                _RawValue(raw, max(1, count)),
+                RawValue(raw, max(1, count)),
                 GGUFValueType(vtype),
                 GGUFValueType(sub) if sub is not None else None,
             )

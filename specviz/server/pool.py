@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from ..decoding.events import Event, KnobsChanged, SessionStarted, Telemetry, event_from_dict
+from ..decoding.events import Event, KnobsChanged, SessionStarted, TelemetryEvent, event_from_dict
 from ..decoding.snapshot import pack, unpack
 from ..errors import (
     KnobError,
@@ -157,7 +157,7 @@ class ManagedSession:
             )
         if isinstance(ev, KnobsChanged):
             return dataclasses.replace(ev, knobs=self._names(ev.knobs), previous_knobs=self._names(ev.previous_knobs))
-        if isinstance(ev, Telemetry) and "draft_model" in ev.data:
+        if isinstance(ev, TelemetryEvent) and "draft_model" in ev.data:
             return dataclasses.replace(ev, data=self._names(ev.data))
         return ev
 

@@ -105,8 +105,8 @@ def probe_format(model_path: str, requested: str) -> PromptFormat:
         return decide_format(None, "plain")
     import llama_cpp
 
+    from ..backends.binding import ensure_backend as _ensure_backend
     from ..backends.gguf_check import check_gguf
-    from ..backends.llama import _ensure_backend
 
     check_gguf(model_path)  # a broken file is refused here, before llama.cpp could abort on it
     _ensure_backend()  # the backend's quiet logger and one-time initialisation

@@ -19,9 +19,9 @@ from ..decoding.events import (
     KVRollback,
     Rejected,
     SessionStarted,
+    TelemetryEvent,
     Verified,
 )
-from ..decoding.events import Telemetry as TelemetryEvent
 
 _WORDS = [
     " the",

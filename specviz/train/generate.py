@@ -39,7 +39,8 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from ..backends.llama import Capacity, LlamaModel, _lib
+from ..backends.binding import llama_lib as _lib
+from ..backends.llama import Capacity, LlamaModel
 from ..errors import ContextError
 
 __all__ = ["BatchContext", "CorpusInfo", "GenConfig", "generate_corpus", "load_corpus_info", "GenSequence"]

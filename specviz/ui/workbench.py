@@ -23,7 +23,7 @@ from ..analysis.advise import advise
 from ..analysis.compare import Comparison, Lane
 from ..analysis.diagnose import diagnose
 from ..cli.workbench import session_cost
-from ..decoding.events import Event, Finished, Rewound, Telemetry
+from ..decoding.events import Event, Finished, Rewound, TelemetryEvent
 from ..errors import SpecvizError
 from .knob_form import convert_form, parse_knob_text
 from .protocol import MessageError, field, show
@@ -156,9 +156,9 @@ class Workbench:
     def _on_main_event(self, ev: Event) -> None:
         if isinstance(ev, Finished):
             self._refresh_diagnosis()
-        if self.lane is not None and isinstance(ev, (Telemetry, Finished, Rewound)):
+        if self.lane is not None and isinstance(ev, (TelemetryEvent, Finished, Rewound)):
             now = time.monotonic()
-            if not isinstance(ev, Telemetry) or now - self._last_compare >= COMPARE_EVERY:
+            if not isinstance(ev, TelemetryEvent) or now - self._last_compare >= COMPARE_EVERY:
                 self._last_compare = now
                 self._send_comparison()
 

@@ -1,0 +1,43 @@
+"""llama-cpp-python's low-level binding, imported on first use, and llama.cpp's one-time initialisation.
+
+Every module of :mod:`specviz.backends` reaches llama.cpp's C API through :func:`llama_lib`, so importing
+specviz loads no native library until a model is loaded. :func:`ensure_backend` initialises llama.cpp once
+per process and silences its log (``SPECVIZ_LLAMA_LOG=1`` keeps it).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import threading
+from typing import Any
+
+_init_lock = threading.Lock()
+_initialised = False
+_log_cb = None  # keeps the ctypes callback alive
+
+
+def llama_lib() -> Any:
+    """The ``llama_cpp.llama_cpp`` module: llama.cpp's C API as llama-cpp-python binds it."""
+    import llama_cpp.llama_cpp as lc
+
+    return lc
+
+
+def ensure_backend() -> None:
+    """Initialise llama.cpp's backend once per process (and quieten its log unless ``SPECVIZ_LLAMA_LOG``)."""
+    global _initialised, _log_cb
+    with _init_lock:
+        if _initialised:
+            return
+        lc = llama_lib()
+        if not os.environ.get("SPECVIZ_LLAMA_LOG"):
+
+            @lc.llama_log_callback
+            def _quiet(level, text, user_data):  # noqa: ARG001 - signature fixed by llama.cpp
+                return None
+
+            _log_cb = _quiet
+            lc.llama_log_set(_log_cb, ctypes.c_void_p(0))
+        lc.llama_backend_init()
+        _initialised = True

@@ -1,0 +1,107 @@
+"""What every llama.cpp context of specviz shares: its cache operations, its state, and one rule for freeing it.
+
+:class:`~specviz.backends.llama.LlamaContext` (the target's and a draft model's) and
+:class:`~specviz.backends.tied_context.TiedContext` (the EAGLE-3 head's and the MTP layers') hold a
+``llama_context *`` and a batch of their own kind. Both read the cache length, cut the cache, save and
+restore the state, and free the context the same way: :meth:`ContextBase.close` (idempotent), also on
+leaving a ``with`` block and when the object is collected.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from typing import Any
+
+from ..errors import ContextError
+from .binding import llama_lib
+
+
+class ContextBase:
+    """A llama.cpp context (sequence 0) and its batch: subclasses call :meth:`_adopt` once the context
+    exists and say how their batch is freed (:meth:`_free_batch`).
+
+    ``what`` names the context in error messages (``""`` for a plain model context).
+    """
+
+    what = ""
+    _ctx: Any = None  # the llama_context *, None until adopted and after close
+    _batch: Any = None
+
+    def _adopt(self, ctx: Any) -> None:
+        """Take ownership of the llama.cpp context ``ctx`` (freed by :meth:`close`)."""
+        self._ctx = ctx
+        self._mem = llama_lib().llama_get_memory(ctx)
+
+    def _free_batch(self) -> None:
+        """Free this context's batch (each kind of batch has its own free function)."""
+        raise NotImplementedError
+
+    def _the(self, noun: str) -> str:
+        """``the <what> <noun>`` for error messages."""
+        return f"the {self.what} {noun}" if self.what else f"the {noun}"
+
+    @property
+    def closed(self) -> bool:
+        """True once the context was freed (or never created)."""
+        return self._ctx is None
+
+    @property
+    def ptr(self) -> Any:
+        """The raw ``llama_context *``; :class:`~specviz.errors.ContextError` once closed."""
+        if self._ctx is None:
+            raise ContextError(f"{self._the('context')} was closed")
+        return self._ctx
+
+    # -- cache ---------------------------------------------------------------------------------------
+    def kv_len(self) -> int:
+        """Number of positions held for sequence 0 (largest position + 1)."""
+        return int(llama_lib().llama_memory_seq_pos_max(self._mem, 0)) + 1
+
+    def clear(self) -> None:
+        """Empty the cache."""
+        llama_lib().llama_memory_clear(self._mem, True)
+
+    def truncate(self, n: int) -> None:
+        """Remove every cached position ``>= n`` (the rejected tail)."""
+        if not llama_lib().llama_memory_seq_rm(self._mem, 0, n, -1):
+            raise ContextError(f"llama.cpp refused to remove {self._the('cache tail')} from position {n}")
+
+    # -- state ---------------------------------------------------------------------------------------
+    def state(self) -> bytes:
+        """The context's full state (its cache included) as bytes."""
+        lc = llama_lib()
+        size = lc.llama_state_get_size(self._ctx)
+        buf = (ctypes.c_uint8 * size)()
+        n = lc.llama_state_get_data(self._ctx, buf, size)
+        return bytes(buf[:n])
+
+    def load_state(self, data: bytes) -> None:
+        """Restore a state produced by :meth:`state` on a context of the same model and capacity."""
+        lc = llama_lib()
+        buf = (ctypes.c_uint8 * len(data)).from_buffer_copy(data)
+        if lc.llama_state_set_data(self._ctx, buf, len(data)) == 0:
+            raise ContextError(
+                f"llama.cpp refused the saved state of {self._the('context')} (a different model or capacity?)"
+            )
+
+    # -- freeing -------------------------------------------------------------------------------------
+    def close(self) -> None:
+        """Free the batch and the context (idempotent)."""
+        if self._ctx is not None:
+            if self._batch is not None:
+                self._free_batch()
+                self._batch = None
+            llama_lib().llama_free(self._ctx)
+            self._ctx = None
+
+    def __enter__(self) -> ContextBase:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __del__(self) -> None:  # pragma: no cover - finaliser
+        try:
+            self.close()
+        except Exception:
+            pass

@@ -1,0 +1,178 @@
+"""One generation's state, its rewind checkpoints, and what rewind and snapshots ask of a session.
+
+:class:`Generation` holds everything one generation has that is not a cache: the history, the request's
+settings, the strategy and knobs in force (and a change queued for the next round), the round counter,
+the finish reason, telemetry, the drafting policy, the events and the rewind checkpoints. ``start()``
+makes a fresh one; :mod:`specviz.decoding.rewind` takes it back to a :class:`Checkpoint`;
+:mod:`specviz.decoding.snapshot` writes it out and builds a new one from a snapshot, which the session
+swaps in whole once everything was checked. So new per-generation state belongs here, where rewind and
+snapshots meet it (``tests/test_generation_state.py`` fails for a field either of them leaves behind).
+
+Rewind and snapshots work on a session through :class:`SessionParts`: the session hands itself, and the
+type checker checks at each call that it still has every part they use.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+import numpy as np
+
+from ..errors import SnapshotError
+from .events import Event
+from .policy import DraftingPolicy, VerifyCostModel, make_policy
+from .round import RoundResult
+from .sampling import SamplingParams
+from .telemetry import Telemetry
+
+if TYPE_CHECKING:
+    from ..backends.llama import LlamaContext, LlamaModel
+    from ..strategies.base import Drafter
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """The state right after round ``round`` that the history does not determine (see
+    :mod:`specviz.decoding.rewind`). ``n_history`` is the history length then and ``n_events`` the
+    session's event count."""
+
+    round: int
+    n_history: int
+    n_events: int
+    strategy: str
+    knobs: dict
+    finished: str | None
+    telemetry: dict
+    policy: dict
+    rng: dict
+    drafter_state: dict | None
+    drafter_stats: dict
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-serialisable form (for snapshots)."""
+        return dict(self.__dict__)
+
+    @classmethod
+    def from_dict(cls, d: Any) -> Checkpoint:
+        """Rebuild from :meth:`to_dict`; a malformed entry raises :class:`~specviz.errors.SnapshotError`."""
+        try:
+            ck = cls(
+                round=int(d["round"]),
+                n_history=int(d["n_history"]),
+                n_events=int(d["n_events"]),
+                strategy=str(d["strategy"]),
+                knobs=dict(d["knobs"]),
+                finished=d.get("finished"),
+                telemetry=dict(d["telemetry"]),
+                policy=dict(d["policy"]),
+                rng=dict(d["rng"]),
+                drafter_state=None if d.get("drafter_state") is None else dict(d["drafter_state"]),
+                drafter_stats=dict(d.get("drafter_stats") or {}),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise SnapshotError(f"a rewind checkpoint in the snapshot is malformed ({exc})") from None
+        if ck.round < 0 or ck.n_history < 1 or ck.n_events < 0:
+            raise SnapshotError("a rewind checkpoint in the snapshot is out of range")
+        return ck
+
+
+def _fixed_policy() -> DraftingPolicy:
+    return make_policy("fixed")
+
+
+@dataclass
+class Generation:
+    """The state of one generation (see the module docstring); the session's is ``Session.generation``."""
+
+    #: The prompt's tokens, then every committed one (the newest is pending: not in the cache yet).
+    history: list[int] = field(default_factory=list)
+    n_prompt: int = 0
+    max_tokens: int = 0
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    seed: int | None = None
+    strategy: str = "none"
+    knobs: dict[str, Any] = field(default_factory=dict)
+    #: A configuration queued by ``configure()`` for the next round boundary: (strategy, knobs).
+    pending: tuple[str, dict[str, Any]] | None = None
+    round_index: int = 0
+    finished: str | None = None
+    started: bool = False
+    telemetry: Telemetry = field(default_factory=Telemetry)
+    policy: DraftingPolicy = field(default_factory=_fixed_policy)
+    last_result: RoundResult | None = None
+    #: One checkpoint per round (and one for the start), for rewinds.
+    checkpoints: list[Checkpoint] = field(default_factory=list)
+    #: Stop strings of the generation (see :mod:`specviz.decoding.stops`).
+    stop: tuple[str, ...] = ()
+    events: list[Event] = field(default_factory=list)
+
+    @property
+    def committed(self) -> int:
+        """Positions committed to the target's cache: every token but the pending newest one."""
+        return max(len(self.history) - 1, 0)
+
+    def capture(self, drafter: Drafter, rng: np.random.Generator) -> None:
+        """Record the checkpoint of the current round (replacing one of the same round, which a finish
+        without a round leaves behind). The session calls it after ``start`` and after every step."""
+        ck = Checkpoint(
+            round=self.round_index,
+            n_history=len(self.history),
+            n_events=len(self.events),
+            strategy=self.strategy,
+            knobs=dict(self.knobs),
+            finished=self.finished if self.finished != "cancelled" else None,
+            telemetry=self.telemetry.state(),
+            policy=self.policy.state(),
+            rng=copy.deepcopy(dict(rng.bit_generator.state)),
+            drafter_state=drafter.state() if drafter.state_format else None,
+            drafter_stats=drafter.stats.to_dict(),
+        )
+        cks = self.checkpoints
+        while cks and cks[-1].round >= ck.round:
+            cks.pop()
+        cks.append(ck)
+
+
+class SessionParts(Protocol):
+    """What :mod:`specviz.decoding.rewind` and :mod:`specviz.decoding.snapshot` use of a session:
+    :class:`~specviz.decoding.session.Session` hands itself (and the type checker checks it still fits)."""
+
+    generation: Generation
+    drafter: Drafter | None
+    cost_model: VerifyCostModel | None
+
+    @property
+    def model(self) -> LlamaModel:
+        """The target model."""
+        ...
+
+    @property
+    def ctx(self) -> LlamaContext:
+        """The target's context."""
+        ...
+
+    @property
+    def rng(self) -> np.random.Generator:
+        """The session's one random generator (drafters hold it too: its state is set, never replaced)."""
+        ...
+
+    @property
+    def context_args(self) -> dict[str, Any]:
+        """The context sizes the session was created with."""
+        ...
+
+    def validate_config(
+        self, strategy: str, knobs: dict[str, Any], base: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
+        """A complete, checked configuration (or a typed error)."""
+        ...
+
+    def build_drafter(self, strategy: str, cfg: dict[str, Any], sampling: SamplingParams) -> Drafter:
+        """A drafter for a checked configuration, with the session's models and contexts."""
+        ...
+
+    def telemetry_dict(self) -> dict[str, Any]:
+        """Telemetry as the events carry it."""
+        ...
