@@ -21,9 +21,8 @@ import json
 import sys
 
 from specviz import Session
-from specviz.analysis.advise import advise
+from specviz.analysis.advise import advise, session_cost
 from specviz.analysis.workloads import WORKLOADS
-from specviz.cli.workbench import session_cost
 
 
 def run_once(s: Session, prompts: list[str], max_tokens: int, strategy: str, knobs: dict) -> tuple[list, float, int]:

@@ -51,17 +51,7 @@ def _python_callback_context(model: LlamaModel, n_threads: int):
     def decline(t, ask, user_data):  # noqa: ARG001 - signature fixed by ggml
         return not ask
 
-    ctx = LlamaContext(model, n_ctx=1024, n_batch=64, n_ubatch=64, n_threads=n_threads, capture=False)
-    # rebuild the llama.cpp context with the callback (LlamaContext has no parameter for a foreign callback)
-    lc.llama_free(ctx._ctx)
-    p = lc.llama_context_default_params()
-    p.n_ctx, p.n_batch, p.n_ubatch, p.n_threads, p.n_threads_batch = 1024, 64, 64, n_threads, n_threads
-    p.no_perf, p.swa_full = True, True
-    p.cb_eval = decline
-    ctx._ctx = lc.llama_init_from_model(model.ptr, p)
-    ctx._mem = lc.llama_get_memory(ctx._ctx)
-    ctx._keep = decline
-    return ctx
+    return LlamaContext(model, n_ctx=1024, n_batch=64, n_ubatch=64, n_threads=n_threads, eval_callback=decline)
 
 
 def capture_overhead(model: LlamaModel, toks: list[int], repeats: int, n_threads: int) -> list[dict]:

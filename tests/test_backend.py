@@ -135,3 +135,21 @@ def test_a_context_is_freed_once_by_close_or_by_leaving_a_with_block(tiny_model)
     with pytest.raises(ContextError, match="the context was closed"):
         ctx.ptr  # noqa: B018 - the property refuses a freed context instead of handing llama.cpp NULL
     ctx.close()  # idempotent
+
+
+def test_an_eval_callback_sees_the_graph_and_refuses_to_share_with_the_capture_shim(tiny_model):
+    import llama_cpp.llama_cpp as lc
+
+    seen: list[int] = []
+
+    @lc.ggml_backend_sched_eval_callback
+    def count(t, ask, user_data):  # noqa: ARG001 - signature fixed by ggml
+        seen.append(1)
+        return not ask
+
+    ctx = LlamaContext(tiny_model, n_ctx=64, n_batch=16, n_ubatch=16, capture=False, eval_callback=count)
+    ctx.eval([1, 2, 3], 0, rows="last")
+    assert seen and ctx.eval_callback is count  # kept alive as long as the context
+    ctx.close()
+    with pytest.raises(ContextError, match="either the layer-capture shim or an eval_callback"):
+        LlamaContext(tiny_model, n_ctx=64, n_batch=16, n_ubatch=16, capture=True, eval_callback=count)

@@ -14,7 +14,7 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -179,7 +179,9 @@ class LlamaContext(ContextBase):
     ``capture``: whether to install the layer-capture eval callback (:mod:`specviz.backends.capture`), which
     llama.cpp accepts only at creation. ``None`` (the default) installs it, switched off, on architectures
     whose layer inputs only it can read (``gemma3``) unless ``SPECVIZ_CAPTURE_SHIM=0``; ``True`` installs it
-    wherever its tensor names are known (or raises); ``False`` never. :attr:`eval_count` counts decodes.
+    wherever its tensor names are known (or raises); ``False`` never. ``eval_callback``: a ctypes
+    ``ggml_backend_sched_eval_callback`` installed instead (and kept alive by the context); the benchmarks use it
+    to measure what a Python callback costs. :attr:`eval_count` counts decodes.
     """
 
     def __init__(
@@ -191,6 +193,7 @@ class LlamaContext(ContextBase):
         n_ubatch: int = 512,
         n_threads: int | None = None,
         capture: bool | None = None,
+        eval_callback: Any = None,
     ) -> None:
         for name, v in (("n_ctx", n_ctx), ("n_batch", n_batch), ("n_ubatch", n_ubatch)):
             if not isinstance(v, int) or v < 8:
@@ -217,7 +220,12 @@ class LlamaContext(ContextBase):
         self.eval_count = 0
         if capture is None and os.environ.get("SPECVIZ_CAPTURE_SHIM", "").lower() in ("0", "off", "no", "false"):
             capture = False  # the user switched the shim off: gemma3 targets then refuse eagle3, saying why
-        if capture is not False:
+        self.eval_callback = eval_callback  # llama.cpp keeps only the pointer: the callback must outlive the context
+        if eval_callback is not None:
+            if capture:
+                raise ContextError("a context takes either the layer-capture shim or an eval_callback, not both")
+            p.cb_eval = eval_callback
+        elif capture is not False:
             from ..errors import CaptureUnavailableError
             from .capture import CALLBACK_ARCHS, CallbackTap, capture_method
 

@@ -8,22 +8,10 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ..analysis.advise import advise
+from ..analysis.advise import advise, session_cost
 from ..analysis.diagnose import diagnose
-from ..decoding.policy import VerifyCostModel, measure_verify_cost
+from ..decoding.policy import VerifyCostModel
 from .options import UsageError
-
-
-def session_cost(s: Any) -> VerifyCostModel | None:
-    """The session's verify-cost curve: the one the cost policy measured, or measured now (sizes up to the
-    longest draft verified, plus one), leaving the cache as it was; None when the context has no room."""
-    if s.cost_model is not None:
-        return s.cost_model
-    longest = max((len(e.tokens) for e in s.events if e.kind == "draft_proposed"), default=0)
-    try:
-        return measure_verify_cost(s.ctx, s.history, {**s.knobs, "draft_max": max(longest, 1)})
-    except Exception:  # a full context: the advisor fits the recorded verify times instead
-        return None
 
 
 def run_extras(s: Any) -> dict[str, Any]:

@@ -19,10 +19,9 @@ import threading
 import time
 from typing import Any, Callable, Protocol
 
-from ..analysis.advise import advise
+from ..analysis.advise import advise, session_cost
 from ..analysis.compare import Comparison, Lane
 from ..analysis.diagnose import diagnose
-from ..cli.workbench import session_cost
 from ..decoding.events import Event, Finished, Rewound, TelemetryEvent
 from ..errors import SpecvizError
 from .knob_form import convert_form, parse_knob_text
