@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..decoding.knob_schema import Knob, ranged_int
+from ..decoding.knob_schema import Knob, check_cross_knobs, ranged_int
 from ..errors import KnobError, SpecvizError
 from ..strategies import strategy_class, strategy_names, strategy_schema
 
@@ -362,8 +362,10 @@ def _check_setting(spec: GridSpec, strat: str, converted: dict[str, Any], ext: l
             knob_where if not ext else spec.where("draft_models"),
             f"{strat} with {converted or 'its defaults'}: {e}",
         ) from None
-    if full.get("draft_min", 0) > full.get("draft_max", 1 << 30):
+    try:
+        check_cross_knobs(full)  # the one draft_min <= draft_max rule; the grid words the refusal its way
+    except KnobError:
         raise GridError(
             knob_where,
             f"draft_min {full['draft_min']} is larger than draft_max {full['draft_max']} in {strat} {converted}",
-        )
+        ) from None

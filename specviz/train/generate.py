@@ -39,7 +39,8 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from ..backends.binding import llama_lib as _lib
+from ..backends.binding import llama_lib
+from ..backends.context_base import ContextBase
 from ..backends.llama import Capacity, LlamaModel
 from ..errors import ContextError
 
@@ -48,13 +49,16 @@ __all__ = ["BatchContext", "CorpusInfo", "GenConfig", "generate_corpus", "load_c
 CORPUS_FORMAT = "specviz-eagle3-corpus-1"
 
 
-class BatchContext:
+class BatchContext(ContextBase):
     """A llama.cpp context over ``n_slots`` sequences with separate KV streams, for batched generation.
 
     It offers what :class:`~specviz.backends.capture.LayerCapture` needs of a context (``model``, ``ptr``,
     ``capacity``, ``eval_count``, ``tap``, ``before_eval``), so features are captured exactly as for the
-    ``eagle3`` strategy. Rows of a batch are given in ascending slot order.
+    ``eagle3`` strategy. Rows of a batch are given in ascending slot order. It is freed as every context is
+    (:class:`~specviz.backends.context_base.ContextBase`).
     """
+
+    what = "batched generation"
 
     def __init__(
         self, model: LlamaModel, n_slots: int, n_ctx_per_slot: int, *, n_batch: int = 512, n_threads: int | None = None
@@ -62,7 +66,7 @@ class BatchContext:
         from .. import backends  # noqa: F401 - initialises llama.cpp's backend through LlamaModel
         from ..backends.capture import CALLBACK_ARCHS, CallbackTap, capture_method
 
-        lc = _lib()
+        lc = llama_lib()
         self.model = model
         threads = n_threads or max(1, os.cpu_count() or 1)
         p = lc.llama_context_default_params()
@@ -85,8 +89,7 @@ class BatchContext:
         ctx = lc.llama_init_from_model(model.ptr, p)
         if not ctx:
             raise ContextError(f"llama.cpp could not create a context of {n_slots} sequences x {n_ctx_per_slot}")
-        self._ctx = ctx
-        self._mem = lc.llama_get_memory(ctx)
+        self._adopt(ctx)
         self.n_slots = n_slots
         self.n_ctx_per_slot = n_ctx_per_slot
         self.capacity = Capacity(
@@ -95,10 +98,8 @@ class BatchContext:
         self._batch = lc.llama_batch_init(self.capacity.n_batch, 0, 1)
         self.n_vocab = model.n_vocab
 
-    @property
-    def ptr(self) -> Any:
-        """The raw ``llama_context *``."""
-        return self._ctx
+    def _free_batch(self) -> None:
+        llama_lib().llama_batch_free(self._batch)
 
     def decode(
         self, tokens: Sequence[int], positions: Sequence[int], slots: Sequence[int], logits: Sequence[bool]
@@ -118,34 +119,20 @@ class BatchContext:
         if self.before_eval is not None:
             self.before_eval()
         self.eval_count += 1
-        rc = _lib().llama_decode(self._ctx, b)
+        rc = llama_lib().llama_decode(self._ctx, b)
         if rc != 0:
             raise ContextError(f"llama_decode failed with code {rc} for a batch of {n}")
 
     def output_logits(self, n_out: int) -> np.ndarray:
         """The last batch's output rows' logits ``[n_out, n_vocab]`` in batch order (a zero-copy view)."""
-        ptr = _lib().llama_get_logits(self._ctx)
+        ptr = llama_lib().llama_get_logits(self._ctx)
         if not ptr:
             raise ContextError("the last batch kept no logits")
         return np.ctypeslib.as_array(ptr, shape=(n_out, self.n_vocab))
 
     def clear_slot(self, slot: int) -> None:
         """Forget every position of sequence ``slot``."""
-        _lib().llama_memory_seq_rm(self._mem, slot, -1, -1)
-
-    def close(self) -> None:
-        """Free the batch and the context (idempotent)."""
-        if getattr(self, "_ctx", None):
-            lc = _lib()
-            lc.llama_batch_free(self._batch)
-            lc.llama_free(self._ctx)
-            self._ctx = None
-
-    def __del__(self) -> None:  # pragma: no cover - finaliser
-        try:
-            self.close()
-        except Exception:
-            pass
+        llama_lib().llama_memory_seq_rm(self._mem, slot, -1, -1)
 
 
 @dataclass
