@@ -18,6 +18,7 @@ from .analysis.advise import Advice, advise
 from .analysis.compare import Comparison, compare
 from .analysis.diagnose import Diagnosis, diagnose
 from .analysis.equivalence import check_equivalence
+from .analysis.model_info import ModelInfo, model_info
 from .decoding.chat import apply_chat_template
 from .decoding.events import (
     Accepted,
@@ -58,7 +59,6 @@ from .errors import (
     VocabularyMismatchError,
 )
 from .models.embedded import default_model_path
-from .models.info import ModelInfo, model_info
 from .strategies import Draft, Drafter, DraftResources, strategy_class, strategy_names, strategy_schema
 from .strategies.draft_model import DraftModelDrafter
 from .strategies.eagle3 import Eagle3Drafter

@@ -38,7 +38,7 @@ def cmd_info(args: argparse.Namespace) -> int:
     for flag, p in (("argument MODEL", args.model), ("option --draft-model", args.draft_model)):
         if p is not None and not Path(p).is_file():
             raise UsageError(f"{flag}: {p!r} does not exist; pass the path of a .gguf file")
-    from ..models.info import model_info
+    from ..analysis.model_info import model_info
 
     info = model_info(args.model, args.draft_model)
     print(json.dumps(info.to_dict()) if args.json else info.format())

@@ -1,6 +1,6 @@
-"""Model files: the embedded default (:mod:`.embedded`), a model's facts for ``specviz info`` (:mod:`.info`),
-draft GGUFs loaded once per session (:mod:`.draft_cache`), the vocabulary check (:mod:`.vocab`), derived
-drafts (:mod:`.derive`) and the EAGLE-3 head writer (:mod:`.eagle3_gguf`)."""
+"""Model files: the embedded default (:mod:`.embedded`), draft GGUFs loaded once per session
+(:mod:`.draft_cache`), the vocabulary check (:mod:`.vocab`), derived drafts (:mod:`.derive`) and the EAGLE-3
+head writer (:mod:`.eagle3_gguf`)."""
 
 from __future__ import annotations
 

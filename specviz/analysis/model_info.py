@@ -18,7 +18,7 @@ from typing import Any
 from ..backends.capture import capture_method, capture_unavailable_reason
 from ..backends.eagle3 import eagle3_problems, read_eagle3_head
 from ..backends.mtp import mtp_problems, nextn_layers
-from .embedded import resolve_model
+from ..models.embedded import resolve_model
 
 __all__ = ["ModelInfo", "StrategyFit", "model_info"]
 
@@ -136,8 +136,8 @@ def _capture(arch: str | None) -> tuple[str | None, str | None]:
 
 def _fits(target: Any, tinfo: Any, draft: Any | None, dinfo: Any | None) -> list[StrategyFit]:
     """Every strategy's verdict for this target (and draft)."""
+    from ..models.vocab import vocab_differences
     from ..strategies import strategy_names
-    from .vocab import vocab_differences
 
     arch = tinfo.architecture
     out: list[StrategyFit] = []
