@@ -112,3 +112,12 @@ def test_draft_min_may_not_exceed_draft_max():
 
 def test_a_strategy_without_the_draft_length_knobs_passes():
     check_cross_knobs(strategy_schema("none").validate({}))
+
+
+def test_free_text_knob_is_not_described_as_a_number():
+    # A path knob (the draft model's) was once described in `specviz run --help` as "a number in [-inf, inf]".
+    path = Knob("draft_model", str, "", "path of the draft GGUF")
+    assert path.describe_range() == "any text"
+    assert path.convert("m.gguf") == "m.gguf"
+    with pytest.raises(KnobError, match="any text"):
+        path.convert(3)

@@ -98,7 +98,7 @@ def add_generation_options(p: argparse.ArgumentParser, *, strategy_default: str 
                 dest="knob_" + knob.name,
                 default=None,
                 metavar=knob.type.__name__.upper(),
-                help=f"{knob.help} ({knob.describe_range()}; default {knob.default})",
+                help=f"{knob.help} ({knob.describe_range()}; default {knob.default if knob.default != '' else 'none'})",
                 **extra,
             )
     for flag, (strategy, name) in _strategy_flags().items():

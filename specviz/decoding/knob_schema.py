@@ -46,6 +46,8 @@ class Knob:
             return "one of " + ", ".join(self.choices)
         if self.type is bool:
             return "true or false"
+        if self.type is str:
+            return "any text"
         if self.type is int:
             return int_range_text(self.lo, self.hi)
         lo = "-inf" if self.lo is None else _fmt(self.lo)
