@@ -68,6 +68,7 @@ __all__ = [
     "ring_draft_limit",
     "ring_covers",
     "rollback_refusal",
+    "mib_text",
 ]
 
 #: The memory kinds, in the order ``specviz info`` explains them.
@@ -143,16 +144,17 @@ class MemoryInfo:
         }[self.removal]
         if self.kind == "ring":
             how += f"; the ring of {self.swa_cells} cells keeps the last keys only (window {self.n_swa})"
-        sizes = [f"KV {_mib(self.kv_bytes)}"] if self.cells else []
+        sizes = [f"KV {mib_text(self.kv_bytes)}"] if self.cells else []
         if self.swa_cells:
-            sizes.append(f"sliding-window KV {_mib(self.swa_kv_bytes)} ({self.swa_cells} cells)")
+            sizes.append(f"sliding-window KV {mib_text(self.swa_kv_bytes)} ({self.swa_cells} cells)")
         if self.state_bytes:
             snaps = f" with {self.n_rs_seq} snapshots" if self.n_rs_seq else ""
-            sizes.append(f"recurrent state {_mib(self.recurrent_bytes)}{snaps}")
-        return f"{self.kind}: {how}; " + ", ".join(sizes + [f"weights {_mib(self.weight_bytes)}"])
+            sizes.append(f"recurrent state {mib_text(self.recurrent_bytes)}{snaps}")
+        return f"{self.kind}: {how}; " + ", ".join(sizes + [f"weights {mib_text(self.weight_bytes)}"])
 
 
-def _mib(n: int) -> str:
+def mib_text(n: int) -> str:
+    """A byte count for people: MiB with two decimals, or bytes below 0.01 MiB."""
     return f"{n / 1048576:.2f} MiB" if n >= 10486 else f"{n} B"
 
 

@@ -42,6 +42,8 @@ def process_memory() -> dict[str, int | None]:
     except (OSError, ValueError, IndexError):
         rss = None
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
+    if rss is not None:
+        peak = max(peak, rss)  # the kernel updates its peak lazily
     return {"rss_bytes": rss, "peak_rss_bytes": peak}
 
 
