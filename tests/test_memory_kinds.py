@@ -270,6 +270,13 @@ def test_a_draft_model_of_recurrent_or_hybrid_kind(paths, target, draft):
     mem = s.telemetry_dict()["memory"]
     assert mem["draft"]["kind"] == s.drafter.memory_context().memory.info.kind
     assert mem["draft"]["n_rs_seq"] == 0  # draft contexts keep no snapshots, as llama.cpp's server sets
+    # a rewind cuts both contexts back from their saved states; stepping on repeats the tokens
+    s.rewind(round=2)
+    assert s.kv_length == s.committed and s.drafter.kv_length() == s.committed
+    while s.finished is None:
+        s.step()
+        assert s.kv_length == s.committed and s.drafter.kv_length() == s.committed
+    assert s.tokens == ref
     s.close()
 
 

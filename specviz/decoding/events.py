@@ -93,7 +93,10 @@ class DraftProposed(Event):
     ``probs`` holds the drafter's probability for each token where it has one (``None`` otherwise).
     ``requested`` is the configured draft length, ``limit`` the length allowed this round after the
     caps, and ``cap`` names the cap that lowered the limit below the request (``budget``, ``context``,
-    ``batch``, ``ubatch``, ``tile``, ``policy``) or ``None``; ``reason`` says why the draft is shorter than the
+    ``batch``, ``ubatch``, ``ring``, ``tile``, ``policy``) or ``None``. ``ring``: the target's ring-sized
+    sliding-window cache could lose keys a rejection needs if the verify spanned more than one micro-batch,
+    so the draft was shortened to one (a checkpoint of the ring instead would copy every ring cell each
+    round); ``reason`` says why the draft is shorter than the
     limit when the drafter itself stopped (``no-match``, ``p-min``, ``check-rate``, ``min-hits`` …).
     """
 
