@@ -144,8 +144,8 @@ def _fits(target: Any, tinfo: Any, draft: Any | None, dinfo: Any | None, memory:
     """Every strategy's verdict for this target (and draft); ``memory`` is the target's
     :class:`~specviz.backends.memory.MemoryInfo` (None: not probed)."""
     from ..backends.memory import rollback_refusal
-    from ..strategies import strategy_class, strategy_names
     from ..models.vocab import vocab_differences
+    from ..strategies import strategy_class, strategy_names
 
     refusal = rollback_refusal(memory) if memory is not None else None
     if refusal is not None:

@@ -47,18 +47,42 @@ from __future__ import annotations
 import ctypes
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Sequence
+from typing import Any, Protocol, Sequence
 
 from ..errors import ContextError, RingCoverageError
 from .binding import llama_lib
 
-if TYPE_CHECKING:
-    from .llama import LlamaContext, LlamaModel
+
+class MemoryModel(Protocol):
+    """What :func:`probe_memory` reads of a model (a :class:`~specviz.backends.llama.LlamaModel`)."""
+
+    @property
+    def ptr(self) -> Any: ...  # the llama_model *
+
+    n_swa: int
+    info: Any  # the GGUF check's facts (``architecture``)
+
+
+class MemoryContext(Protocol):
+    """What :class:`ContextMemory` uses of its context (a :class:`~specviz.backends.llama.LlamaContext`)."""
+
+    @property
+    def ptr(self) -> Any: ...  # the llama_context *
+
+    capacity: Any  # n_ubatch
+    eval_count: int
+    last_batch: tuple[int, int]
+
+    def kv_len(self) -> int: ...
+
+    def eval_prompt(self, tokens: Sequence[int], start: int = 0) -> None: ...
 
 __all__ = [
     "KINDS",
     "MARK_BUDGET_BYTES",
     "DEFAULT_N_RS_SEQ",
+    "MemoryContext",
+    "MemoryModel",
     "MemoryInfo",
     "Mark",
     "Cut",
@@ -203,7 +227,7 @@ def rollback_refusal(info: MemoryInfo, what: str = "the target") -> str | None:
     )
 
 
-def probe_memory(model: LlamaModel, ctx_ptr, *, n_ctx: int, n_ubatch: int, swa_full: bool) -> MemoryInfo:
+def probe_memory(model: MemoryModel, ctx_ptr: Any, *, n_ctx: int, n_ubatch: int, swa_full: bool) -> MemoryInfo:
     """The memory facts of a freshly created context (its cache is left empty).
 
     As llama.cpp's ``common_context_can_seq_rm``: a context with ``n_rs_seq`` snapshots removes tails
@@ -344,7 +368,7 @@ class ContextMemory:
     The context calls :meth:`forget` when its cache is cleared or replaced.
     """
 
-    def __init__(self, ctx: LlamaContext, info: MemoryInfo, *, budget: int = MARK_BUDGET_BYTES) -> None:
+    def __init__(self, ctx: MemoryContext, info: MemoryInfo, *, budget: int = MARK_BUDGET_BYTES) -> None:
         self.ctx = ctx
         self.info = info
         self.budget = budget
