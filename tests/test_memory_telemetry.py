@@ -4,6 +4,7 @@ where they appear (session telemetry, ``specviz run --json``, bench rows, sweep 
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from test_cli import run_cli
@@ -136,3 +137,27 @@ def test_sweep_rows_carry_memory_columns(mamba_path, tmp_path):
     pl = df[df["strategy"] == "prompt-lookup"].iloc[0]
     assert none["weight_bytes"] == pl["weight_bytes"] and none["draft_memory_bytes"] == 0
     assert pl["checkpoints"] >= none["checkpoints"] >= 1
+
+
+def test_info_says_how_each_memory_rolls_back_and_when_it_cannot(mamba_path, monkeypatch, capsys):
+    import dataclasses
+
+    import specviz.analysis.model_info as mi
+    from specviz.cli.main import main
+
+    r = run_cli("info", str(mamba_path))
+    assert r.returncode == 0, r.stderr
+    assert re.search(r"^memory\s+recurrent: no tail can be removed: every draft is verified after a", r.stdout, re.M)
+    assert re.search(r"^  prompt-lookup\s+yes$", r.stdout, re.M)
+    # a memory llama.cpp can neither cut nor save a partial state of (no tiny model has one: the probe's
+    # answer is replaced, the verdicts and the text are the point): every drafting strategy says why
+    real = mi._memory
+    monkeypatch.setattr(mi, "_memory", lambda *a: dataclasses.replace(real(*a), removal="no"))
+    assert main(["info", str(mamba_path)]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"^memory\s+recurrent: nothing can be rolled back: only 'none' runs", out, re.M)
+    assert re.search(r"^  none\s+yes$", out, re.M)
+    for name in ("prompt-lookup", "ngram-cache", "draft"):
+        assert re.search(rf"^  {name}\s+no: the target's memory \(recurrent\) cannot drop a rejected draft", out, re.M)
+    info = mi.model_info(mamba_path)
+    assert {f.strategy for f in info.strategies if f.ok} == {"none"}
