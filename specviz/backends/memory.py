@@ -77,6 +77,7 @@ class MemoryContext(Protocol):
 
     def eval_prompt(self, tokens: Sequence[int], start: int = 0) -> None: ...
 
+
 __all__ = [
     "KINDS",
     "MARK_BUDGET_BYTES",
