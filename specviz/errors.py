@@ -78,3 +78,14 @@ class StrategyUnavailableError(StrategyError, ModelError):
 class CaptureUnavailableError(StrategyUnavailableError):
     """The target's layer inputs cannot be read: its graph records none and no capture shim applies, the
     shim could not be built, or the llama.cpp build lacks the staging API."""
+
+
+class RollbackUnavailableError(StrategyUnavailableError):
+    """The target's (or a draft model's) memory cannot drop a rejected tail in any way llama.cpp offers:
+    neither partial removal nor a partial-state checkpoint (see :mod:`specviz.backends.memory`). Raised when a
+    drafting strategy is configured or started, before anything changes; ``none`` still runs."""
+
+
+class RingCoverageError(RewindError):
+    """A rewind asked for a position whose keys the sliding-window ring (``swa_full=False``) has already
+    overwritten: the forward that would restart there cannot see its whole window. Nothing was changed."""

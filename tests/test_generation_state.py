@@ -125,6 +125,9 @@ def test_a_session_keeps_no_generation_state_outside_its_generation(tiny_session
         "_cancel",
         "record_margins",
         "cost_model",  # a measurement of the machine, kept across generations on purpose
+        # the thermal and clock sampler: an instrument reading the machine's sensors over the session's running
+        # time (start() restarts it); a rewind or a snapshot has no sensor reading to bring back
+        "machine",
         "_scratch",
         "rng",  # one generator object (drafters hold it); its state is the generation's, in each checkpoint
         "drafter",

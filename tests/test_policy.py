@@ -424,6 +424,19 @@ def test_cost_measurement_spreads_sizes_geometrically_beyond_32():
     assert c.to_dict()["sizes"] == list(range(1, 33)) + [48, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1100]
 
 
+class FakeMemory:
+    """An attention context's memory: no checkpoint is ever needed, a cut is a truncation."""
+
+    def __init__(self, ctx):
+        self.ctx = ctx
+
+    def checkpoint_for(self, n_draft):
+        return None
+
+    def cut(self, n, tokens):
+        self.ctx.truncate(n)
+
+
 class FakeContext:
     """Records the batches ``measure_verify_cost`` evaluates (no model)."""
 
@@ -431,6 +444,7 @@ class FakeContext:
         self.capacity = SimpleNamespace(n_ctx=n_ctx, n_batch=n_batch, n_ubatch=n_ubatch)
         self.batches = []
         self.truncated = []
+        self.memory = FakeMemory(self)
 
     def eval(self, tokens, start, rows="all"):
         self.batches.append((list(tokens), start, rows))

@@ -52,6 +52,14 @@ class BenchRun:
     position_hits: list[int] = field(default_factory=list)  # accepted at each depth
     draft_model_seconds: float = 0.0  # a model-backed drafter's own time
     draft_model_tokens: int = 0
+    #: memory (specviz.backends.memory): the target's weights and caches, the draft model's weights and
+    #: caches, the saved states held at the end, checkpoints taken (bytes), the process's peak resident
+    memory_bytes: int = 0
+    draft_memory_bytes: int = 0
+    marks_bytes: int = 0
+    checkpoints: int = 0
+    checkpoint_bytes: int = 0
+    peak_rss_bytes: int = 0
 
     @property
     def tokens_per_second(self) -> float:
@@ -95,9 +103,23 @@ class BenchRow:
         n = sum(r.draft_model_tokens for r in self.samples)
         return 1e3 * sum(r.draft_model_seconds for r in self.samples) / n if n else None
 
+    @property
+    def memory(self) -> dict[str, int]:
+        """The row's memory figures: the largest of its runs (bytes; checkpoints are per run)."""
+        keys = (
+            "memory_bytes",
+            "draft_memory_bytes",
+            "marks_bytes",
+            "checkpoints",
+            "checkpoint_bytes",
+            "peak_rss_bytes",
+        )
+        return {k: max((int(getattr(r, k)) for r in self.samples), default=0) for k in keys}
+
     def to_dict(self) -> dict[str, Any]:
         """Plain dictionary form (per-prompt medians included, individual runs left out)."""
         return {
+            "memory": self.memory,
             "kind": self.kind,
             "strategy": self.strategy,
             "acceptance_rate": self.acceptance_rate,
@@ -221,6 +243,7 @@ def run_bench(
                         position_hits=list(session.telemetry.position_hits),
                         draft_model_seconds=float(t.get("draft_model_seconds") or 0.0),
                         draft_model_tokens=int(t.get("draft_model_tokens") or 0),
+                        **_memory_of(t),
                     )
                     if x.strategy == "none":
                         partner = run
@@ -234,6 +257,44 @@ def run_bench(
             row.base_strategy = x.strategy
             rows.append(row)
     return rows
+
+
+def _memory_of(t: dict[str, Any]) -> dict[str, int]:
+    """A run's memory fields from its telemetry (``memory`` section and checkpoint counters)."""
+    m = t["memory"]
+    tgt, d = m["target"], m["draft"]
+
+    def held(x: dict[str, Any]) -> int:
+        return int(x["weight_bytes"] + x["kv_bytes"] + x["swa_kv_bytes"] + x["recurrent_bytes"])
+
+    return {
+        "memory_bytes": held(tgt),
+        "draft_memory_bytes": held(d) if d else 0,
+        "marks_bytes": int(tgt["marks_bytes"] + (d["marks_bytes"] if d else 0)),
+        "checkpoints": int(t["checkpoints"] + t["draft_checkpoints"]),
+        "checkpoint_bytes": int(t["checkpoint_bytes"] + t["draft_checkpoint_bytes"]),
+        "peak_rss_bytes": int(m["peak_rss_bytes"]),
+    }
+
+
+def format_memory(rows: Sequence[BenchRow]) -> str:
+    """The rows' memory as a Markdown table (MiB; the largest over each row's runs), ``none`` first in
+    each kind: the same model's weights and caches, the draft model's, the saved states held, the
+    checkpoints one run took and the process's peak resident memory so far."""
+    from ..backends.memory import mib_text
+
+    out = [
+        "| workload | strategy | weights + caches | draft model | saved states | checkpoints (bytes) | peak resident |",
+        "|---|---|---:|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        m = r.memory
+        out.append(
+            f"| {r.kind} | {r.strategy} | {mib_text(m['memory_bytes'])} | {mib_text(m['draft_memory_bytes'])} | "
+            f"{mib_text(m['marks_bytes'])} | {m['checkpoints']} ({mib_text(m['checkpoint_bytes'])}) | "
+            f"{mib_text(m['peak_rss_bytes'])} |"
+        )
+    return "\n".join(out)
 
 
 def format_table(rows: Sequence[BenchRow]) -> str:

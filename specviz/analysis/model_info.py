@@ -2,8 +2,10 @@
 
 :func:`model_info` loads the GGUF (checked first, like every model specviz opens) and reports its
 architecture, depth, width, vocabulary, trained context, sliding window, NextN layers, whether its layer
-inputs can be read (the EAGLE-3 features) and how, whether it carries a chat template — and for every
-strategy whether it can run with this model (and the draft model, when one is given) and, if not, why.
+inputs can be read (the EAGLE-3 features) and how, whether it carries a chat template, its memory kind
+and how a rejected draft is dropped from it (:mod:`specviz.backends.memory`, probed on a small context
+with the options given) — and for every strategy whether it can run with this model (and the draft
+model, when one is given) and, if not, why.
 The answers come from the same checks the strategies make when they are configured, so ``info`` and
 ``start`` never disagree.
 """
@@ -78,6 +80,8 @@ class ModelInfo:
     eagle3_head: dict[str, Any] | None = None
     draft_model: dict[str, Any] | None = None
     strategies: list[StrategyFit] = field(default_factory=list)
+    memory: dict[str, Any] | None = None
+    memory_text: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-serialisable form."""
@@ -102,6 +106,8 @@ class ModelInfo:
             ("layer capture", cap),
             ("chat template", "yes" if self.chat_template else "no"),
         ]
+        if self.memory_text:
+            rows.append(("memory", self.memory_text))
         if self.eagle3_head:
             h = self.eagle3_head
             rows.append(
@@ -134,10 +140,19 @@ def _capture(arch: str | None) -> tuple[str | None, str | None]:
     return (capture_method(arch), None) if why is None else (None, why)
 
 
-def _fits(target: Any, tinfo: Any, draft: Any | None, dinfo: Any | None) -> list[StrategyFit]:
-    """Every strategy's verdict for this target (and draft)."""
+def _fits(target: Any, tinfo: Any, draft: Any | None, dinfo: Any | None, memory: Any = None) -> list[StrategyFit]:
+    """Every strategy's verdict for this target (and draft); ``memory`` is the target's
+    :class:`~specviz.backends.memory.MemoryInfo` (None: not probed)."""
+    from ..backends.memory import rollback_refusal
     from ..models.vocab import vocab_differences
-    from ..strategies import strategy_names
+    from ..strategies import strategy_class, strategy_names
+
+    refusal = rollback_refusal(memory) if memory is not None else None
+    if refusal is not None:
+        return [
+            StrategyFit(n, not strategy_class(n).drafts, None if not strategy_class(n).drafts else refusal)
+            for n in strategy_names()
+        ]
 
     arch = tinfo.architecture
     out: list[StrategyFit] = []
@@ -191,9 +206,30 @@ def _fits(target: Any, tinfo: Any, draft: Any | None, dinfo: Any | None) -> list
     return out
 
 
-def model_info(model: str | os.PathLike | None = None, draft_model: str | os.PathLike | None = None) -> ModelInfo:
+def _memory(model: Any, swa_full: bool, n_rs_seq: int | None) -> Any:
+    """The memory facts of ``model`` on a small context made with these options (the byte figures are for
+    that context's 512 positions; the kind and the removal type do not depend on the size)."""
+    from ..backends.llama import LlamaContext
+
+    ctx = LlamaContext(
+        model, n_ctx=512, n_batch=64, n_ubatch=64, n_threads=1, capture=False, swa_full=swa_full, n_rs_seq=n_rs_seq
+    )
+    try:
+        return ctx.memory.info
+    finally:
+        ctx.close()
+
+
+def model_info(
+    model: str | os.PathLike | None = None,
+    draft_model: str | os.PathLike | None = None,
+    *,
+    swa_full: bool = True,
+    n_rs_seq: int | None = None,
+) -> ModelInfo:
     """Facts about ``model`` (default: the embedded Gemma 3 270M) and which strategies it can run, with
-    ``draft_model`` (a draft GGUF or an EAGLE-3 head) when given. Raises a typed
+    ``draft_model`` (a draft GGUF or an EAGLE-3 head) when given; ``swa_full`` / ``n_rs_seq`` are the
+    context options the memory is probed with (as :class:`~specviz.Session` takes them). Raises a typed
     :class:`~specviz.errors.ModelError` for a file that is missing or not a loadable GGUF."""
     from ..backends.llama import LlamaModel
 
@@ -222,6 +258,7 @@ def model_info(model: str | os.PathLike | None = None, draft_model: str | os.Pat
             if dinfo.architecture == "eagle3":
                 dsum["eagle3_head"] = read_eagle3_head(draft.path, dinfo).to_dict()
         ft = meta.get("general.file_type")
+        mem = _memory(target, swa_full, n_rs_seq) if arch != "eagle3" else None
         return ModelInfo(
             path=str(path),
             architecture=arch,
@@ -239,7 +276,9 @@ def model_info(model: str | os.PathLike | None = None, draft_model: str | os.Pat
             chat_template=isinstance(meta.get("tokenizer.chat_template"), str),
             eagle3_head=head,
             draft_model=dsum,
-            strategies=_fits(target, tinfo, draft, dinfo),
+            strategies=_fits(target, tinfo, draft, dinfo, mem),
+            memory=mem.to_dict() if mem is not None else None,
+            memory_text=mem.describe() if mem is not None else None,
         )
     finally:
         if draft is not None:

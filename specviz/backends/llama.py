@@ -22,6 +22,7 @@ from ..errors import ContextError, ModelFormatError
 from .binding import ensure_backend, llama_lib
 from .context_base import ContextBase
 from .gguf_check import check_gguf
+from .memory import DEFAULT_N_RS_SEQ, ContextMemory, probe_memory
 
 
 @dataclass(frozen=True)
@@ -182,6 +183,11 @@ class LlamaContext(ContextBase):
     wherever its tensor names are known (or raises); ``False`` never. ``eval_callback``: a ctypes
     ``ggml_backend_sched_eval_callback`` installed instead (and kept alive by the context); the benchmarks use it
     to measure what a Python callback costs. :attr:`eval_count` counts decodes.
+
+    ``swa_full`` keeps a full-size cache for sliding-window layers (False: llama.cpp's ring, see
+    :mod:`specviz.backends.memory`); ``n_rs_seq`` is how many recurrent-state snapshots llama.cpp keeps
+    for rolling back (None: :data:`~specviz.backends.memory.DEFAULT_N_RS_SEQ`; llama.cpp ignores it on
+    architectures without that ability). :attr:`memory` holds what the memory is and cuts it back.
     """
 
     def __init__(
@@ -194,6 +200,8 @@ class LlamaContext(ContextBase):
         n_threads: int | None = None,
         capture: bool | None = None,
         eval_callback: Any = None,
+        swa_full: bool = True,
+        n_rs_seq: int | None = None,
     ) -> None:
         for name, v in (("n_ctx", n_ctx), ("n_batch", n_batch), ("n_ubatch", n_ubatch)):
             if not isinstance(v, int) or v < 8:
@@ -211,7 +219,19 @@ class LlamaContext(ContextBase):
         p.n_threads = threads
         p.n_threads_batch = threads
         p.no_perf = True
-        p.swa_full = True  # keep every sliding-window key so rejected tails can be removed
+        # a full-size sliding-window cache keeps every key, so any rejected tail can be removed; the ring
+        # (swa_full=False) keeps the window only (specviz.backends.memory decides what it allows)
+        p.swa_full = bool(swa_full)
+        if not swa_full and model.n_swa > 0 and lc.llama_model_is_hybrid(model.ptr):
+            # the ring's coverage is read from the memory's oldest position, which a hybrid memory reports
+            # for its recurrent part (its newest position): specviz cannot tell what the ring still holds
+            raise ContextError(
+                "the ring-sized sliding-window cache (swa_full=False) is not supported on hybrid models; "
+                "use the full-size cache (swa_full=True)"
+            )
+        if n_rs_seq is not None and (not isinstance(n_rs_seq, int) or isinstance(n_rs_seq, bool) or n_rs_seq < 0):
+            raise ContextError(f"n_rs_seq must be an integer >= 0, got {n_rs_seq!r}")
+        p.n_rs_seq = DEFAULT_N_RS_SEQ if n_rs_seq is None else n_rs_seq
         # Layer capture for EAGLE-3 on graphs that record no layer inputs (gemma3) needs an eval callback,
         # which llama.cpp only takes at creation: install the C shim switched off (it then costs nothing;
         # see specviz.backends.capture). capture=None installs it when the shim can be built.
@@ -266,6 +286,22 @@ class LlamaContext(ContextBase):
         self._n_vocab = model.n_vocab
         self._out_rows: list[int] = []
         self.decode_seconds = 0.0  # cumulative time inside llama_decode (for overhead measurements)
+        self.last_batch = (0, 0)  # (first position, tokens) of the last decode
+        info = probe_memory(
+            model, ctx, n_ctx=self.capacity.n_ctx, n_ubatch=self.capacity.n_ubatch, swa_full=bool(swa_full)
+        )
+        self.memory = ContextMemory(self, info)
+
+    def clear(self) -> None:
+        """Empty the cache (the saved states of :attr:`memory` no longer continue it: they are dropped)."""
+        super().clear()
+        self.memory.forget()
+
+    def load_state(self, data: bytes) -> None:
+        """Restore a state produced by :meth:`state`; the saved states of :attr:`memory` are dropped."""
+        super().load_state(data)
+        self.memory.forget()
+        self.last_batch = (0, 0)
 
     def eval(self, tokens: Sequence[int] | np.ndarray, start: int, rows: str | Sequence[int] = "all") -> None:
         """Evaluate ``tokens`` at positions ``start…`` in one batch (≤ n_batch).
@@ -301,6 +337,7 @@ class LlamaContext(ContextBase):
         if self.before_eval is not None:
             self.before_eval()
         self.eval_count += 1
+        self.last_batch = (start, n)
         t0 = time.perf_counter()
         rc = llama_lib().llama_decode(self._ctx, self._batch)
         self.decode_seconds += time.perf_counter() - t0

@@ -237,7 +237,7 @@ def _subject(settings: list[Any], model_backed: list[str]) -> str | None:
 
 def _print_tables(plan: _BenchPlan, model_name: str, rows: list[Any], subject: str | None) -> None:
     """The text report: the table of medians, acceptance by position, the comparison, per-prompt speedups."""
-    from ..analysis.bench import format_comparison, format_per_prompt, format_positions, format_table
+    from ..analysis.bench import format_comparison, format_memory, format_per_prompt, format_positions, format_table
 
     print(f"specviz bench — model {model_name}, {plan.max_tokens} tokens, {plan.repeats} repeats, knobs {plan.common}")
     print(
@@ -255,3 +255,6 @@ def _print_tables(plan: _BenchPlan, model_name: str, rows: list[Any], subject: s
     print()
     print("speedup vs none per prompt (median over repeats):")
     print(format_per_prompt(rows))
+    print()
+    print("memory (the largest over each row's runs; none first: the same model without speculation):")
+    print(format_memory(rows))

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from ..strategies import strategy_names, strategy_schema
+from .generation_options import add_memory_options, memory_config
 from .options import UsageError
 
 
@@ -26,6 +27,7 @@ def add_commands(sub: Any) -> None:
         metavar="PATH",
         help="a draft GGUF or an EAGLE-3 head to check with the model",
     )
+    add_memory_options(inf)
     inf.add_argument("--json", action="store_true")
     inf.set_defaults(func=cmd_info)
     s = sub.add_parser("strategies", help="list strategies and their knobs")
@@ -40,7 +42,7 @@ def cmd_info(args: argparse.Namespace) -> int:
             raise UsageError(f"{flag}: {p!r} does not exist; pass the path of a .gguf file")
     from ..analysis.model_info import model_info
 
-    info = model_info(args.model, args.draft_model)
+    info = model_info(args.model, args.draft_model, **memory_config(args))
     print(json.dumps(info.to_dict()) if args.json else info.format())
     return 0
 

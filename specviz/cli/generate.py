@@ -42,6 +42,31 @@ def _result(session, cfg: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def memory_line(t: dict[str, Any]) -> str:
+    """One line of a run's memory figures for people (the telemetry's ``memory`` and counters)."""
+    from ..backends.memory import mib_text
+
+    m = t["memory"]
+    tgt = m["target"]
+    parts = [f"memory {tgt['kind']}"]
+    sizes = [
+        ("KV", tgt["kv_bytes"]),
+        ("sliding-window KV", tgt["swa_kv_bytes"]),
+        ("recurrent state", tgt["recurrent_bytes"]),
+    ]
+    parts.append(", ".join(f"{k} {mib_text(v)}" for k, v in sizes if v) or "no cache")
+    if t["checkpoints"] or t["rollback_paths"]:
+        paths = ", ".join(f"{k} {v}" for k, v in sorted(t["rollback_paths"].items()))
+        parts.append(
+            f"{t['checkpoints']} checkpoints ({mib_text(t['checkpoint_bytes'])}, "
+            f"{t['checkpoint_seconds'] * 1e3:.2f} ms), "
+            f"rollbacks: {paths or 'none'}, restores {t['restore_seconds'] * 1e3:.2f} ms"
+        )
+    rss = mib_text(m["rss_bytes"]) if m["rss_bytes"] is not None else "not available"
+    parts.append(f"process resident {rss}, peak {mib_text(m['peak_rss_bytes'])}")
+    return "; ".join(parts)
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     """``specviz run``: one generation; prints the text and a telemetry line, or one JSON object."""
     cfg = generation_config(args, warn=warn)
@@ -50,7 +75,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from ..decoding.recorder import Recorder
     from ..decoding.session import Session
 
-    s = Session(cfg["model"], n_ctx=cfg["n_ctx"])
+    s = Session(cfg["model"], n_ctx=cfg["n_ctx"], **cfg["memory"])
     recorder = Recorder(args.record) if args.record else None
     if recorder is not None:
         s.subscribe(recorder)
@@ -74,6 +99,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             f"finish: {res['finish_reason']}",
             file=sys.stderr,
         )
+        print(memory_line(t), file=sys.stderr)
         st = t.get("strategy_stats") or {}
         if st and res["strategy"] != "none":
             print(
@@ -101,7 +127,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
     from ..analysis.equivalence import check_equivalence
     from ..decoding.session import Session
 
-    s = Session(cfg["model"], n_ctx=cfg["n_ctx"])
+    s = Session(cfg["model"], n_ctx=cfg["n_ctx"], **cfg["memory"])
     res = check_equivalence(s, cfg["prompt"], cfg["max_tokens"], cfg["strategy"], cfg["knobs"], threshold)
     s.close()
     if args.json:

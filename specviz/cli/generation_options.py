@@ -72,6 +72,7 @@ def add_generation_options(p: argparse.ArgumentParser, *, strategy_default: str 
     p.add_argument("--top-p", default=None, help="sample from the smallest set holding this mass (1: off)")
     p.add_argument("--greedy", action="store_true", help="greedy decoding only (the default); refuses sampling options")
     p.add_argument("--n-ctx", default="4096", help="context length (default 4096)")
+    add_memory_options(p)
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument(
         "--prompt-lookup",
@@ -118,6 +119,29 @@ def add_generation_options(p: argparse.ArgumentParser, *, strategy_default: str 
         help="do not shorten proposals to fit one micro-batch (--align false)",
     )
     _add_request_options(p)
+
+
+def add_memory_options(p: argparse.ArgumentParser) -> None:
+    """``--swa-ring`` and ``--n-rs-seq``: how the target's memory is made (see specviz.backends.memory)."""
+    p.add_argument(
+        "--swa-ring",
+        action="store_true",
+        help="give sliding-window layers llama.cpp's ring-sized cache (swa_full=false): less memory; drafts "
+        "and rewinds limited to what the ring still holds",
+    )
+    p.add_argument(
+        "--n-rs-seq",
+        default=None,
+        metavar="N",
+        help="recurrent-state snapshots llama.cpp keeps for partial rollback, on the architectures that have "
+        "them (default 16; 0: every rollback through a checkpoint)",
+    )
+
+
+def memory_config(args: argparse.Namespace) -> dict[str, Any]:
+    """The Session keyword arguments of :func:`add_memory_options` (validated, no model loaded)."""
+    n_rs_seq = None if args.n_rs_seq is None else int_option("--n-rs-seq", args.n_rs_seq, 0, 1024)
+    return {"swa_full": not args.swa_ring, "n_rs_seq": n_rs_seq}
 
 
 def _add_request_options(p: argparse.ArgumentParser) -> None:
@@ -169,6 +193,7 @@ def generation_config(args: argparse.Namespace, *, warn: Callable[[str], None]) 
     max_tokens = int_option("--max-tokens", args.max_tokens, 1, 1 << 20)
     sampling = _sampling_options(args, warn=warn, greedy_only=getattr(args, "greedy_only", None))
     n_ctx = int_option("--n-ctx", args.n_ctx, 16, 1 << 20)
+    memory = memory_config(args)
     seed = None if args.seed is None else int_option("--seed", args.seed, 0, 2**63 - 1)
     if args.model is not None and not Path(args.model).exists():
         raise UsageError(f"option --model: {args.model!r} does not exist; pass the path of a .gguf file")
@@ -181,6 +206,7 @@ def generation_config(args: argparse.Namespace, *, warn: Callable[[str], None]) 
         "knobs": knobs,
         "seed": seed,
         "n_ctx": n_ctx,
+        "memory": memory,
         "model": args.model,
         "sampling": sampling,
         "request": request,

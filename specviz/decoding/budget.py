@@ -6,7 +6,10 @@ In order:
    ``draft_max``; ``adaptive`` and ``cost`` shorter when that pays);
 2. hard caps lower it: the remaining generation budget (the round commits at most ``limit + 1`` tokens),
    the free context (the verify batch ``[pending] + draft`` must fit below ``n_ctx``), ``n_batch`` (one
-   verify is one ``llama_decode``), and — with ``align`` — ``n_ubatch`` (one verify is one forward);
+   verify is one ``llama_decode``), — with ``align`` — ``n_ubatch`` (one verify is one forward), and the
+   target's memory (``ring``: a ring-sized sliding-window cache keeps a rejection recoverable only for a
+   verify of one micro-batch, :func:`specviz.backends.memory.ring_draft_limit`; the draft is shortened
+   rather than checkpointed, since a checkpoint of the ring would copy every ring cell each round);
 3. with ``align``, verify-tile alignment rounds a verify batch longer than ``verify_tile`` rows down to a
    multiple of it (:func:`~specviz.decoding.tiling.tile_aligned`), as the runner PR's
    ``oneForwardDraftBudget`` does with the engine's tile width. llama.cpp's CPU kernels for quantised
@@ -35,19 +38,21 @@ class Caps:
 
     ``remaining`` is how many tokens the generation may still commit; ``free_ctx`` how many positions
     are left after the committed history (``n_ctx - len(history)``); ``n_batch`` and ``n_ubatch`` are
-    the target context's batch sizes.
+    the target context's batch sizes; ``memory`` the longest draft the target's memory can roll back
+    after (None: any).
     """
 
     remaining: int
     free_ctx: int
     n_batch: int
     n_ubatch: int
+    memory: int | None = None
 
 
 @dataclass(frozen=True)
 class Budget:
     """The draft length a round may use: ``limit``, the configured ``requested`` length, the ``cap``
-    that lowered it (``policy``, ``budget``, ``context``, ``batch``, ``ubatch``, ``tile``) or None, and
+    that lowered it (``policy``, ``budget``, ``context``, ``batch``, ``ubatch``, ``ring``, ``tile``) or None, and
     the policy's ``expected`` committed tokens for that length (cost policy only)."""
 
     requested: int
@@ -72,6 +77,8 @@ def plan(knobs: Mapping[str, Any], policy: DraftingPolicy, caps: Caps, *, drafts
     hard = [("budget", caps.remaining - 1), ("context", caps.free_ctx), ("batch", caps.n_batch - 1)]
     if align:
         hard.append(("ubatch", caps.n_ubatch - 1))
+    if caps.memory is not None:
+        hard.append(("ring", caps.memory))
     for name, value in hard:
         if value < limit:
             limit, cap = max(value, 0), name

@@ -2,8 +2,9 @@
 
 Every event is a frozen dataclass with a ``kind`` string and a ``to_dict()``; :func:`event_from_dict`
 turns a dictionary back into the event (used by the replayer). A round publishes, in order:
-``DraftProposed`` → ``Verified`` → ``Accepted`` → ``Rejected`` (when a draft token was refused) →
-``KVRollback`` (once per context whose tail was removed) → ``TelemetryEvent``. ``SessionStarted`` opens a
+``DraftProposed`` → ``MemoryCheckpoint`` (when a context saved a partial state before its tokens were
+tested) → ``Verified`` → ``Accepted`` → ``Rejected`` (when a draft token was refused) → ``KVRollback``
+(once per context whose tail was removed) → ``TelemetryEvent``. ``SessionStarted`` opens a
 session, ``KnobsChanged`` marks a configuration applied at a round boundary and ``Finished`` closes it;
 ``Rewound`` says the session went back to an earlier round (the events after it no longer hold).
 
@@ -92,7 +93,10 @@ class DraftProposed(Event):
     ``probs`` holds the drafter's probability for each token where it has one (``None`` otherwise).
     ``requested`` is the configured draft length, ``limit`` the length allowed this round after the
     caps, and ``cap`` names the cap that lowered the limit below the request (``budget``, ``context``,
-    ``batch``, ``ubatch``, ``tile``, ``policy``) or ``None``; ``reason`` says why the draft is shorter than the
+    ``batch``, ``ubatch``, ``ring``, ``tile``, ``policy``) or ``None``. ``ring``: the target's ring-sized
+    sliding-window cache could lose keys a rejection needs if the verify spanned more than one micro-batch,
+    so the draft was shortened to one (a checkpoint of the ring instead would copy every ring cell each
+    round); ``reason`` says why the draft is shorter than the
     limit when the drafter itself stopped (``no-match``, ``p-min``, ``check-rate``, ``min-hits`` …).
     """
 
@@ -183,12 +187,41 @@ class Rejected(Event):
 
 @dataclass(frozen=True)
 class KVRollback(Event):
-    """The tail ``[to_pos, from_pos)`` of ``context`` (``target`` or ``draft``) was removed."""
+    """The tail ``[to_pos, from_pos)`` of ``context`` (``target`` or ``draft``) was removed.
+
+    ``path`` says how (:mod:`specviz.backends.memory`): ``truncate`` (an attention tail removed),
+    ``partial`` (within llama.cpp's recurrent-state snapshots), ``checkpoint`` (the partial state saved
+    at ``mark_pos`` restored and ``reapplied`` tokens evaluated again) or ``reprefill`` (no saved state:
+    the kept tokens all evaluated again). ``nbytes`` is the restored state's size and ``seconds`` what
+    the rollback took.
+    """
 
     kind: ClassVar[str] = "kv_rollback"
     context: str = "target"
     from_pos: int = 0
     to_pos: int = 0
+    path: str = "truncate"
+    seconds: float = 0.0
+    nbytes: int = 0
+    mark_pos: int | None = None
+    reapplied: int = 0
+
+
+@dataclass(frozen=True)
+class MemoryCheckpoint(Event):
+    """``context`` (``target`` or ``draft``) saved a partial state (llama.cpp's
+    ``LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY``: recurrent state and sliding-window cells) at ``position``
+    before tokens that might be rejected, because its memory cannot drop them otherwise (``reason``).
+    ``nbytes`` and ``seconds`` are what saving it cost; ``reused`` when a state already saved at that
+    position served (nothing was copied)."""
+
+    kind: ClassVar[str] = "memory_checkpoint"
+    context: str = "target"
+    position: int = 0
+    nbytes: int = 0
+    seconds: float = 0.0
+    reused: bool = False
+    reason: str = ""
 
 
 @dataclass(frozen=True)
@@ -260,6 +293,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         Accepted,
         Rejected,
         KVRollback,
+        MemoryCheckpoint,
         KnobsChanged,
         TelemetryEvent,
         Finished,

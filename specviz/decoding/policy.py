@@ -423,10 +423,12 @@ def measure_verify_cost(ctx: Any, history: Sequence[int], knobs: dict) -> Verify
         cap.n_ctx - n_past,
     )
     filler = history[-1]
+    # memory that cannot drop a tail (recurrent, hybrid) measures from a checkpoint, as rounds do
+    ctx.memory.checkpoint_for(max(max_b, 2) - 1)
 
     def evaluate(b: int) -> None:
         ctx.eval([filler] * b, n_past, rows="all")
-        ctx.truncate(n_past)
+        ctx.memory.cut(n_past, history)
 
     return VerifyCostModel.measure(evaluate, max(max_b, 2), tile=verify_tile(knobs))
 

@@ -11,7 +11,12 @@ strategy and knobs in force, and how many events stood. A checkpoint holds no ca
 * the history is cut to the checkpoint's length (or to ``position``);
 * the target's cache is cut to ``len(history) - 1`` positions (the newest token stays pending, as after
   every round); the positions before it are the very ones the original rounds computed, so continuing
-  from there repeats the original continuation exactly;
+  from there repeats the original continuation exactly. Memory that cannot drop a tail (recurrent and
+  hybrid models) restores the newest saved state at or before that position and re-applies the tokens
+  after it (:meth:`~specviz.backends.memory.ContextMemory.cut`); those positions are then computed in
+  one batch instead of round by round (equal to about 1e-6 on the f32 test models). A ring-sized
+  sliding-window cache that no longer holds the keys the restarted forward needs refuses the rewind
+  with :class:`~specviz.errors.RingCoverageError`, and nothing changes;
 * the drafter is rebuilt: ``begin`` on the cut history (the ``draft`` strategy's context is cut to the
   common prefix there; ``eagle3`` and ``mtp``, whose context holds pairs built from the target's hidden
   states, rebuild it at their next draft by re-evaluating the committed positions once — llama.cpp's
@@ -41,7 +46,7 @@ from __future__ import annotations
 import copy
 from typing import Any, Sequence
 
-from ..errors import RewindError, SessionStateError
+from ..errors import RewindError, RingCoverageError, SessionStateError
 from .events import Event, Rewound
 from .generation import Checkpoint, Generation, SessionParts
 from .policy import make_policy
@@ -93,6 +98,12 @@ def rewind(s: SessionParts, round: int | None = None, position: int | None = Non
     """
     g = s.generation
     ck, keep = _target(g, round, position)
+    if not s.ctx.memory.covers(max(keep - 1, 0)):
+        raise RingCoverageError(
+            f"rewind: the sliding-window ring no longer holds the keys position {keep - 1} needs (it "
+            f"holds positions {s.ctx.memory.pos_min()}..{s.ctx.kv_len() - 1}, window "
+            f"{s.ctx.memory.info.n_swa}); nothing changed. A session with swa_full=True can go back further"
+        )
     from_round, from_position = g.round_index, len(g.history)
     kv_before = s.ctx.kv_len()
     draft_kv_before = s.drafter.kv_length() if s.drafter is not None and s.drafter.has_context else None
@@ -103,7 +114,7 @@ def rewind(s: SessionParts, round: int | None = None, position: int | None = Non
     own = {k.name for k in type(drafter).knobs}
     if ck.strategy != g.strategy or any(g.knobs.get(k) != ck.knobs.get(k) for k in own):
         drafter = s.build_drafter(ck.strategy, ck.knobs, g.sampling)
-    s.ctx.truncate(max(keep - 1, 0))
+    cut = s.ctx.memory.cut(max(keep - 1, 0), g.history)
     g.history = history
     drafter.begin(history)
     if ck.drafter_state is not None and drafter.state_format:
@@ -130,7 +141,18 @@ def rewind(s: SessionParts, round: int | None = None, position: int | None = Non
     rollbacks: list[dict[str, Any]] = []
     kv_after = s.ctx.kv_len()
     if kv_before > kv_after:
-        rollbacks.append({"context": "target", "from_pos": kv_before, "to_pos": kv_after})
+        rollbacks.append(
+            {
+                "context": "target",
+                "from_pos": kv_before,
+                "to_pos": kv_after,
+                "path": cut.path,
+                "seconds": cut.seconds,
+                "nbytes": cut.nbytes,
+                "mark_pos": cut.mark_pos,
+                "reapplied": cut.reapplied,
+            }
+        )
     if draft_kv_before is not None and drafter.has_context:
         after = drafter.kv_length()
         if after is not None and draft_kv_before > after:

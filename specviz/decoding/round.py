@@ -8,6 +8,11 @@
 5. **roll back** — the target's cache loses the rejected tail, the drafter's context is brought in step,
    and the drafter hears how many of its tokens were accepted.
 
+Memory that cannot drop any tail (recurrent and hybrid models, :mod:`specviz.backends.memory`) takes a
+partial-state checkpoint before the verify when the draft could need it, as llama.cpp's server does; the
+roll-back step then restores it and re-applies the accepted tokens. Either way it is one call,
+:meth:`~specviz.backends.memory.ContextMemory.cut`.
+
 The newest committed token is *pending*: it is not in the target's cache yet and is the first row of the
 next batch, so after every round the cache holds exactly ``len(history) - 1`` positions.
 
@@ -24,6 +29,7 @@ from typing import Callable
 import numpy as np
 
 from ..backends.llama import LlamaContext
+from ..backends.memory import Cut, Mark
 from ..errors import ContextError
 from ..strategies.base import Drafter
 from .acceptor import Verdict, accept
@@ -45,6 +51,9 @@ class RoundResult:
     context around drafting (None without one) and ``draft_rollbacks`` its rollbacks as ``(from, to)``.
     ``shadow`` is the drafter's side-effect-free prediction in a round the policy kept plain (None
     otherwise); ``margins`` the target's top-two logit margin at each committed position when asked.
+    ``checkpoint`` is the partial-state checkpoint taken before the verify (None when removal sufficed)
+    and ``rollback`` what dropping the rejected tail did (None when nothing was rejected);
+    ``draft_memory`` the checkpoints and cuts of the drafter's own context that were more than a removal.
     """
 
     index: int
@@ -69,6 +78,9 @@ class RoundResult:
     draft_rollbacks: list[tuple[int, int]] = field(default_factory=list)
     shadow: int | None = None
     margins: list[tuple[float, int, int]] = field(default_factory=list)
+    checkpoint: Mark | None = None
+    rollback: Cut | None = None
+    draft_memory: list[Mark | Cut] = field(default_factory=list)
 
 
 def run_round(
@@ -119,13 +131,14 @@ def run_round(
     if budget.limit == 0 and budget.cap == "policy" and drafter.can_peek:
         shadow = drafter.peek(history)
 
-    # 2. verify: one batch of the pending token plus the draft
+    # 2. verify: one batch of the pending token plus the draft (after a checkpoint where the memory needs one)
+    checkpoint = ctx.memory.checkpoint_for(len(tokens))
     batch = [history[-1], *tokens]
     t1 = time.perf_counter()
     try:
         ctx.eval(batch, n_past, rows="all")
     except ContextError:
-        ctx.truncate(n_past)
+        ctx.memory.cut(n_past, history)
         raise
     # 3. accept
     verdict = accept(tokens, ctx.row, params, rng, dists, scratch=scratch)
@@ -149,11 +162,11 @@ def run_round(
     # 5. roll back: keep the accepted prefix, the pending token stays out of the cache
     kv_peak = n_past + len(batch)
     kv_after = len(history) - 1
-    if kv_peak > kv_after:
-        ctx.truncate(kv_after)
+    rollback = ctx.memory.cut(kv_after, history) if kv_peak > kv_after else None
     draft_rollbacks = drafter.sync(history)
     if tokens:  # only verified drafts are reported back (a dropped draft was never tested)
         drafter.accept(n_accepted, history)
+    draft_memory = drafter.memory_log() if drafter.has_context else []
 
     return RoundResult(
         index=index,
@@ -178,4 +191,7 @@ def run_round(
         draft_rollbacks=draft_rollbacks,
         shadow=shadow,
         margins=margins,
+        checkpoint=checkpoint,
+        rollback=rollback,
+        draft_memory=draft_memory,
     )

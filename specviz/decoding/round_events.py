@@ -1,7 +1,9 @@
 """The events of one round, built from its :class:`~specviz.decoding.round.RoundResult`.
 
-In order: ``DraftProposed`` → ``Verified`` → ``Accepted`` → ``Rejected`` (when a draft token was refused)
-→ ``KVRollback`` (target, then the drafter's context). The session appends ``TelemetryEvent`` (and
+In order: ``DraftProposed`` → ``MemoryCheckpoint`` (the drafter's context, then the target's, when their
+memory needed one) → ``Verified`` → ``Accepted`` → ``Rejected`` (when a draft token was refused) →
+``KVRollback`` (target, then the drafter's context; each says which path it took and what it cost). The
+session appends ``TelemetryEvent`` (and
 ``Finished``). Token texts travel with the ids, so a front-end or a replay never needs the model.
 """
 
@@ -9,8 +11,31 @@ from __future__ import annotations
 
 from typing import Callable, Sequence
 
-from .events import Accepted, Alternative, DraftProposed, Event, KVRollback, Rejected, Verified
+from ..backends.memory import Cut, Mark
+from .events import Accepted, Alternative, DraftProposed, Event, KVRollback, MemoryCheckpoint, Rejected, Verified
 from .round import RoundResult
+
+
+def _checkpoint_event(i: int, context: str, m: Mark) -> MemoryCheckpoint:
+    return MemoryCheckpoint(
+        i, context=context, position=m.n, nbytes=m.nbytes, seconds=m.seconds, reused=m.reused, reason=m.reason
+    )
+
+
+def _rollback_event(i: int, context: str, from_pos: int, to_pos: int, cut: Cut | None) -> KVRollback:
+    if cut is None:
+        return KVRollback(i, context=context, from_pos=from_pos, to_pos=to_pos)
+    return KVRollback(
+        i,
+        context=context,
+        from_pos=from_pos,
+        to_pos=to_pos,
+        path=cut.path,
+        seconds=cut.seconds,
+        nbytes=cut.nbytes,
+        mark_pos=cut.mark_pos,
+        reapplied=cut.reapplied,
+    )
 
 
 def round_events(r: RoundResult, pieces: Callable[[Sequence[int]], list[str]], *, policy: str) -> list[Event]:
@@ -34,6 +59,12 @@ def round_events(r: RoundResult, pieces: Callable[[Sequence[int]], list[str]], *
             policy=policy,
             expected_tokens=b.expected,
         ),
+    ]
+    draft_cuts = [x for x in r.draft_memory if isinstance(x, Cut)]
+    out.extend(_checkpoint_event(i, "draft", m) for m in r.draft_memory if isinstance(m, Mark))
+    if r.checkpoint is not None:
+        out.append(_checkpoint_event(i, "target", r.checkpoint))
+    out += [
         Verified(
             i,
             tokens=tuple(v.tokens),
@@ -88,7 +119,8 @@ def round_events(r: RoundResult, pieces: Callable[[Sequence[int]], list[str]], *
             )
         )
     if r.kv_peak > r.kv_after:
-        out.append(KVRollback(i, context="target", from_pos=r.kv_peak, to_pos=r.kv_after))
+        out.append(_rollback_event(i, "target", r.kv_peak, r.kv_after, r.rollback))
     for f, t in r.draft_rollbacks:
-        out.append(KVRollback(i, context="draft", from_pos=f, to_pos=t))
+        cut = next((c for c in draft_cuts if (c.from_pos, c.to_pos) == (f, t)), None)
+        out.append(_rollback_event(i, "draft", f, t, cut))
     return out

@@ -27,7 +27,8 @@ from typing import Any, Callable
 import numpy as np
 
 from ..backends.llama import LlamaContext, LlamaModel
-from ..errors import SessionStateError
+from ..backends.memory import rollback_refusal
+from ..errors import RollbackUnavailableError, SessionStateError
 from ..models.draft_cache import DraftModelCache
 from ..models.embedded import resolve_model
 from ..strategies import make_drafter, strategy_class, strategy_names, strategy_schema
@@ -35,7 +36,8 @@ from ..strategies.base import Drafter, DraftResources
 from .budget import Caps, plan
 from .events import Event, Finished, KnobsChanged, Rewound, Round, SessionStarted, TelemetryEvent
 from .generation import Checkpoint, Generation
-from .knob_schema import check_cross_knobs
+from .knob_schema import DRAFT_MAX_LIMIT, check_cross_knobs
+from .machine import MachineSampler, memory_figures
 from .policy import DraftingPolicy, VerifyCostModel, make_policy, measure_verify_cost
 from .request import prepare_request
 from .rewind import rewind as rewind_generation
@@ -52,6 +54,12 @@ class Session:
 
     ``model`` is a GGUF path, an already loaded :class:`~specviz.backends.LlamaModel`, or ``None`` for
     the embedded Gemma 3 270M. The context is created once and reused by every :meth:`start`.
+
+    ``swa_full`` (default True) gives sliding-window layers a full-size cache; False uses llama.cpp's
+    ring-sized one, which holds only the last window of keys (drafts and rewinds are then limited to what
+    the ring still holds, see :mod:`specviz.backends.memory`). ``n_rs_seq`` is how many recurrent-state
+    snapshots llama.cpp keeps for partial rollback on the architectures that have them (None: the
+    default of :mod:`specviz.backends.memory`).
     """
 
     def __init__(
@@ -62,12 +70,25 @@ class Session:
         n_batch: int = 512,
         n_ubatch: int = 512,
         n_threads: int | None = None,
+        swa_full: bool = True,
+        n_rs_seq: int | None = None,
     ) -> None:
         # Only what lives as long as the session is held here: everything of one generation is in
         # self.generation (a Generation), which start() replaces, rewind() takes back and snapshots carry.
         self.model = model if isinstance(model, LlamaModel) else LlamaModel(resolve_model(model))
-        self.ctx = LlamaContext(self.model, n_ctx=n_ctx, n_batch=n_batch, n_ubatch=n_ubatch, n_threads=n_threads)
-        self._ctx_args = dict(n_ctx=n_ctx, n_batch=n_batch, n_ubatch=n_ubatch, n_threads=n_threads)
+        self.ctx = LlamaContext(
+            self.model,
+            n_ctx=n_ctx,
+            n_batch=n_batch,
+            n_ubatch=n_ubatch,
+            n_threads=n_threads,
+            swa_full=swa_full,
+            n_rs_seq=n_rs_seq,
+        )
+        self._ctx_args = dict(
+            n_ctx=n_ctx, n_batch=n_batch, n_ubatch=n_ubatch, n_threads=n_threads, swa_full=swa_full, n_rs_seq=n_rs_seq
+        )
+        self.machine = MachineSampler()
         self.draft_models = DraftModelCache(self.model)
         self._subscribers: list[Callable[[Event], None]] = []
         self._lock = threading.RLock()
@@ -254,6 +275,9 @@ class Session:
         cls = strategy_class(strategy)
         cls.check(cfg)
         check_cross_knobs(cfg)
+        why = rollback_refusal(self.ctx.memory.info) if cls.drafts else None
+        if why is not None:
+            raise RollbackUnavailableError(f"strategy {strategy!r} cannot run: {why}")
         if cls.needs_model:  # load and check now, so nothing fails at the boundary
             path = cfg.get("draft_model") or ""
             model = self.draft_models.get(path) if path or not cls.draft_model_optional else None
@@ -401,6 +425,9 @@ class Session:
             self.ctx.eval_prompt(ids[:-1], 0)
             g.telemetry.prompt_seconds = time.perf_counter() - t0
             g.telemetry.prompt_tokens = len(ids)
+            # the state after the prompt, where memory that cannot drop a tail rewinds from at the latest
+            g.telemetry.record_memory(self.ctx.memory.remember(), None, [])
+            self.machine.reset()
             drafter.begin(g.history)
             g.started = True
             cap = self.ctx.capacity
@@ -479,6 +506,7 @@ class Session:
                 free_ctx=cap.n_ctx - len(self.history),
                 n_batch=cap.n_batch,
                 n_ubatch=cap.n_ubatch,
+                memory=self.ctx.memory.draft_limit(self.committed, DRAFT_MAX_LIMIT),
             )
             budget = plan(g.knobs, g.policy, caps, drafts=self.drafter.drafts)
             g.round_index += 1
@@ -497,6 +525,7 @@ class Session:
                 stop=self._stop_fn(),
             )
             g.last_result = res
+            self.machine.sample()
             self._learn(res)
             for ev in round_events(res, self.model.pieces, policy=str(g.knobs.get("draft_policy", "fixed"))):
                 self._emit(ev, out)
@@ -537,6 +566,7 @@ class Session:
             draft_probs=res.draft_probs,
             expected_tokens=res.budget.expected,
         )
+        self.telemetry.record_memory(res.checkpoint, res.rollback, res.draft_memory)
 
     def _finish(self, reason: str, out: list[Event], new_tokens: list[int] | tuple = ()) -> Round:
         self.generation.finished = reason
@@ -562,6 +592,8 @@ class Session:
             d.update(self.drafter.extra_telemetry())
         d["kv"] = self.committed
         d["policy"] = self.policy.describe()
+        d["memory"] = memory_figures(self.ctx, self.drafter.memory_context() if self.drafter is not None else None)
+        d["machine"] = self.machine.figures()
         return d
 
     # -- snapshots (specviz.decoding.snapshot) -------------------------------------------------------------------
@@ -581,7 +613,8 @@ class Session:
         """
         header, _ = unpack(blob)
         h = read_header(header)
-        ctx_args: dict[str, Any] = {k: h.ctx[k] for k in ("n_ctx", "n_batch", "n_ubatch", "n_threads") if k in h.ctx}
+        keys = ("n_ctx", "n_batch", "n_ubatch", "n_threads", "swa_full", "n_rs_seq")
+        ctx_args: dict[str, Any] = {k: h.ctx[k] for k in keys if k in h.ctx}
         sess = cls(model if model is not None else h.model, **{**ctx_args, **kwargs})
         try:
             sess.restore_into(blob)
@@ -628,6 +661,7 @@ class Session:
                 other.draft_models.close()
                 other.draft_models = self.draft_models.share()
                 other.restore_into(blob)  # the snapshot carries the measured verify cost curve too
+                other.ctx.memory.adopt(self.ctx.memory)  # the saved states serve the fork's rewinds too
                 other.record_margins = self.record_margins
             except Exception:
                 other.close()

@@ -227,11 +227,13 @@ def restore_snapshot(s: SessionParts, blob: bytes) -> None:
             f"runs {m.path}: restore it into a session of that model"
         )
     ctx_args = s.context_args
-    for k in ("n_ctx", "n_batch", "n_ubatch"):
-        if h.ctx.get(k) != ctx_args[k]:
+    # a snapshot written before the memory options carries neither: it was taken with their defaults
+    defaults = {"swa_full": True, "n_rs_seq": None}
+    for k in ("n_ctx", "n_batch", "n_ubatch", "swa_full", "n_rs_seq"):
+        if h.ctx.get(k, defaults.get(k)) != ctx_args.get(k, defaults.get(k)):
             raise SnapshotError(
-                f"the snapshot's context has {k}={h.ctx.get(k)!r}, this session "
-                f"{ctx_args[k]}; restore it with Session.restore(), which creates a "
+                f"the snapshot's context has {k}={h.ctx.get(k, defaults.get(k))!r}, this session "
+                f"{ctx_args.get(k, defaults.get(k))!r}; restore it with Session.restore(), which creates a "
                 "matching session"
             )
     if len(h.history) > s.ctx.capacity.n_ctx:

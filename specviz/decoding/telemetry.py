@@ -19,7 +19,12 @@ tested on hand-made numbers:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
+
+from ..backends.memory import Cut
+
+if TYPE_CHECKING:
+    from ..backends.memory import Mark
 
 #: Upper edges of the draft-probability buckets.
 PROB_BUCKETS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
@@ -50,6 +55,21 @@ class Telemetry:
     bucket_hits: list[int] = field(default_factory=_zeros)
     expected_tokens: float = 0.0  #: sum of the policy's expected tokens per round (cost policy)
     last_round: dict[str, Any] = field(default_factory=dict)
+    #: memory work (:mod:`specviz.backends.memory`), target then draft context: partial-state checkpoints
+    #: taken (reused ones not counted) and their bytes and seconds; rollbacks by path; restores' seconds,
+    #: bytes and re-applied tokens
+    checkpoints: int = 0
+    checkpoint_bytes: int = 0
+    checkpoint_seconds: float = 0.0
+    rollback_paths: dict[str, int] = field(default_factory=dict)
+    restore_seconds: float = 0.0
+    restore_bytes: int = 0
+    reapplied_tokens: int = 0
+    draft_checkpoints: int = 0
+    draft_checkpoint_bytes: int = 0
+    draft_checkpoint_seconds: float = 0.0
+    draft_rollback_paths: dict[str, int] = field(default_factory=dict)
+    draft_restore_seconds: float = 0.0
 
     def record_round(
         self,
@@ -99,6 +119,27 @@ class Telemetry:
             "seconds": round_seconds,
             "expected_tokens": expected_tokens,
         }
+
+    def record_memory(self, checkpoint: Mark | None, rollback: Cut | None, draft: Sequence[Mark | Cut] = ()) -> None:
+        """Add the target's checkpoint and rollback of one round (or the prompt) and the draft context's."""
+        if checkpoint is not None and not checkpoint.reused:
+            self.checkpoints += 1
+            self.checkpoint_bytes += checkpoint.nbytes
+            self.checkpoint_seconds += checkpoint.seconds
+        if rollback is not None:
+            self.rollback_paths[rollback.path] = self.rollback_paths.get(rollback.path, 0) + 1
+            if rollback.path in ("checkpoint", "reprefill"):
+                self.restore_seconds += rollback.seconds
+                self.restore_bytes += rollback.nbytes
+                self.reapplied_tokens += rollback.reapplied
+        for x in draft:
+            if isinstance(x, Cut):
+                self.draft_rollback_paths[x.path] = self.draft_rollback_paths.get(x.path, 0) + 1
+                self.draft_restore_seconds += x.seconds
+            elif not x.reused:
+                self.draft_checkpoints += 1
+                self.draft_checkpoint_bytes += x.nbytes
+                self.draft_checkpoint_seconds += x.seconds
 
     def to_dict(self) -> dict[str, Any]:
         """Every counter and derived figure (see :func:`figures`)."""
@@ -188,4 +229,16 @@ def figures(t: Telemetry) -> dict[str, Any]:
         "expected_tokens_per_round": t.expected_tokens / t.rounds if t.rounds and t.expected_tokens else None,
         "draft_buckets": bucket_rates(t.bucket_tries, t.bucket_hits),
         "last_round": dict(t.last_round),
+        "checkpoints": t.checkpoints,
+        "checkpoint_bytes": t.checkpoint_bytes,
+        "checkpoint_seconds": t.checkpoint_seconds,
+        "rollback_paths": dict(t.rollback_paths),
+        "restore_seconds": t.restore_seconds,
+        "restore_bytes": t.restore_bytes,
+        "reapplied_tokens": t.reapplied_tokens,
+        "draft_checkpoints": t.draft_checkpoints,
+        "draft_checkpoint_bytes": t.draft_checkpoint_bytes,
+        "draft_checkpoint_seconds": t.draft_checkpoint_seconds,
+        "draft_rollback_paths": dict(t.draft_rollback_paths),
+        "draft_restore_seconds": t.draft_restore_seconds,
     }

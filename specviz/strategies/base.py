@@ -44,6 +44,7 @@ from .history import TokenMirror
 
 if TYPE_CHECKING:
     from ..backends.llama import LlamaContext, LlamaModel
+    from ..backends.memory import Cut, Mark
     from ..decoding.sampling import SamplingParams, TokenDist
 
 
@@ -229,6 +230,16 @@ class Drafter:
     def context_state(self) -> bytes:
         """(``has_context``) The drafter's context as bytes, for snapshots."""
         return b""
+
+    def memory_context(self) -> LlamaContext | None:
+        """(``has_context``) The drafter's own :class:`~specviz.backends.llama.LlamaContext`, whose memory
+        figures the telemetry reports (None: the drafter has none of that type)."""
+        return None
+
+    def memory_log(self) -> list[Mark | Cut]:
+        """(``has_context``) The checkpoints and cuts of the drafter's context since the last call that
+        were more than a tail removal (recurrent and hybrid draft models), oldest first."""
+        return []
 
     def load_context_state(self, blob: bytes) -> None:
         """(``has_context``) Restore :meth:`context_state`."""

@@ -2,7 +2,11 @@
 
 The draft model gets its own llama.cpp context, fed the committed tokens and rolled back with the
 target, with the same invariant as the target: after every round it holds every committed token but
-the newest (pending) one. Drafting evaluates the pending token, then each drafted token, and stops at
+the newest (pending) one. A draft model of recurrent or hybrid kind cannot drop its drafted tokens:
+its context saves a partial state before drafting and restores it afterwards, re-applying the accepted
+tokens, as llama.cpp's server does with a draft context that cannot remove a tail (``use_ckpt_dft``);
+its context keeps no recurrent-state snapshots (``n_rs_seq = 0``, as the server sets for drafts), since
+one-token draft steps could not use them. Drafting evaluates the pending token, then each drafted token, and stops at
 the round's limit or when the draft's own top probability falls below ``draft_p_min``.
 
 Greedy sessions draft the draft model's argmax. Sampling sessions draft by sampling the draft
@@ -22,6 +26,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from ..backends.llama import LlamaContext
+from ..backends.memory import Cut, Mark
 from ..decoding.rowscan import ScoredRow
 from ..decoding.sampling import TokenDist, probs_from_logits, sample
 from ..errors import KnobError, SnapshotError
@@ -65,9 +70,11 @@ class DraftModelDrafter(Drafter):
             n_batch=resources.n_batch,
             n_ubatch=resources.n_ubatch,
             n_threads=resources.n_threads,
+            n_rs_seq=0,
         )
         self._cached: list[int] = []
         self._rollbacks: list[tuple[int, int]] = []
+        self._memory_log: list[Mark | Cut] = []
         self.model_seconds = 0.0  # time in the draft model's decodes while drafting
         self.model_tokens = 0
 
@@ -78,7 +85,9 @@ class DraftModelDrafter(Drafter):
         while n < lim and self._cached[n] == history[n]:
             n += 1
         if n < len(self._cached):
-            self.ctx.truncate(n)
+            cut = self.ctx.memory.cut(n, self._cached)
+            if cut.path != "truncate":
+                self._memory_log.append(cut)
             self._rollbacks.append((len(self._cached), n))
             del self._cached[n:]
 
@@ -110,6 +119,9 @@ class DraftModelDrafter(Drafter):
         t0 = time.perf_counter()
         self._feed(history[len(self._cached) :], rows="last")
         row = self.ctx.last_row()
+        if n_max > 1 and self.ctx.memory.info.removal != "part":
+            # the drafted tokens will be evaluated one by one and cannot be removed: save the state first
+            self._memory_log.append(self.ctx.memory.checkpoint("drafting on a draft model that cannot drop a tail"))
         toks: list[int] = []
         probs: list[float | None] = []
         dists: list[TokenDist] = []
@@ -158,6 +170,15 @@ class DraftModelDrafter(Drafter):
             "draft_model_tokens_per_second": self.model_tokens / self.model_seconds if self.model_seconds else 0.0,
             "draft_kv": self.kv_length(),
         }
+
+    def memory_context(self) -> LlamaContext:
+        """The draft model's context."""
+        return self.ctx
+
+    def memory_log(self) -> list[Mark | Cut]:
+        """The draft context's checkpoints and restores since the last call."""
+        out, self._memory_log = self._memory_log, []
+        return out
 
     def context_state(self) -> bytes:
         """The draft context's state and the tokens it holds (for snapshots)."""

@@ -140,7 +140,7 @@ class HiddenStateDrafter(Drafter):
             return
         nb = tgt.capacity.n_batch
         rows = []
-        tgt.truncate(start)
+        tgt.memory.cut(start, history)  # on recurrent or hybrid targets: from a saved state
         for a in range(start, n_committed, nb):
             chunk = [int(t) for t in history[a : min(a + nb, n_committed)]]
             tgt.eval(chunk, a, rows="none")

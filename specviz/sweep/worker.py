@@ -154,7 +154,13 @@ def _generate(session, task: Task, setting: Setting) -> dict[str, Any]:
         "accepted": 0,
         "seconds": 0.0,
         "prompt_tokens": 0,
+        "checkpoints": 0,
+        "checkpoint_bytes": 0,
+        "restore_seconds": 0.0,
+        "marks_bytes": 0,
+        "peak_rss_bytes": 0,
     }
+    memory: dict[str, Any] = {}
     finish = None
     for i in range(len(p.turns)):
         text = conversation_text(cfg.prompt_format, p.turns[: i + 1], answers, p.completion)
@@ -174,9 +180,33 @@ def _generate(session, task: Task, setting: Setting) -> dict[str, Any]:
         totals["accepted"] += int(t["accepted"])
         totals["seconds"] += float(t["seconds"])
         totals["prompt_tokens"] += len(ids)
+        totals["checkpoints"] += int(t["checkpoints"]) + int(t["draft_checkpoints"])
+        totals["checkpoint_bytes"] += int(t["checkpoint_bytes"]) + int(t["draft_checkpoint_bytes"])
+        totals["restore_seconds"] += float(t["restore_seconds"]) + float(t["draft_restore_seconds"])
+        memory = t["memory"]
+        held = memory["target"]["marks_bytes"] + (memory["draft"]["marks_bytes"] if memory["draft"] else 0)
+        totals["marks_bytes"] = max(totals["marks_bytes"], held)
+        totals["peak_rss_bytes"] = max(totals["peak_rss_bytes"], int(memory["peak_rss_bytes"]))
         finish = getattr(session, "finished", None)
     totals.update(tokens=tokens, turn_lengths=lengths, finish=str(finish) if finish is not None else "")
+    totals.update(memory_columns(memory))
     return totals
+
+
+def memory_columns(memory: dict[str, Any]) -> dict[str, Any]:
+    """A row's memory columns from a telemetry ``memory`` section: the target's kind and cache bytes by
+    part, its weights, and the draft model's weights and caches together (0 without one)."""
+    tgt, d = memory["target"], memory["draft"]
+    return {
+        "memory_kind": tgt["kind"],
+        "kv_bytes": int(tgt["kv_bytes"]),
+        "swa_kv_bytes": int(tgt["swa_kv_bytes"]),
+        "recurrent_bytes": int(tgt["recurrent_bytes"]),
+        "weight_bytes": int(tgt["weight_bytes"]),
+        "draft_memory_bytes": int(d["weight_bytes"] + d["kv_bytes"] + d["swa_kv_bytes"] + d["recurrent_bytes"])
+        if d
+        else 0,
+    }
 
 
 def run_task(task: Task) -> TaskResult:
@@ -220,6 +250,22 @@ def run_task(task: Task) -> TaskResult:
                 "none_tokens_per_second": none_tps if none_tps is not None else float("nan"),
                 "speedup": tps / none_tps if none_tps else float("nan"),
                 "finish": r["finish"],
+                **{
+                    k: r[k]
+                    for k in (
+                        "memory_kind",
+                        "kv_bytes",
+                        "swa_kv_bytes",
+                        "recurrent_bytes",
+                        "weight_bytes",
+                        "draft_memory_bytes",
+                        "checkpoints",
+                        "checkpoint_bytes",
+                        "restore_seconds",
+                        "marks_bytes",
+                        "peak_rss_bytes",
+                    )
+                },
                 "tokens": r["tokens"],
                 "turn_lengths": r["turn_lengths"],
                 "model": os.path.basename(cfg.model),

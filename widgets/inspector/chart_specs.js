@@ -13,7 +13,7 @@ export const CHART_ROUNDS = 60;
 /** The KV timeline shows fewer rounds: two bars per context and round. */
 export const KV_ROUNDS = 30;
 /** Chart keys, in page order. */
-export const CHART_KEYS = ["kv", "acc", "hist", "pos", "time", "conf", "tpr"];
+export const CHART_KEYS = ["kv", "acc", "hist", "pos", "time", "conf", "tpr", "mem"];
 
 /** Milliseconds between two chart redraws (one chart each) while rounds stream in, at the least. */
 export const CHART_GAP = 90;
@@ -35,7 +35,7 @@ export function chartSpec(key, state, opts) {
   return fn ? fn(state, { palette: {}, config: {}, ...opts }) : null;
 }
 
-const SPECS = { kv: kvSpec, acc: accSpec, hist: histSpec, pos: posSpec, time: timeSpec, conf: confSpec, tpr: tprSpec };
+const SPECS = { kv: kvSpec, acc: accSpec, hist: histSpec, pos: posSpec, time: timeSpec, conf: confSpec, tpr: tprSpec, mem: memSpec };
 
 /** A plot layout: fixed height and margins, transparent background, no plotly legend. */
 export function baseLayout(o, extra) {
@@ -90,23 +90,64 @@ export function chartWindow(state) {
   return seqSlice(state.rounds, -CHART_ROUNDS);
 }
 
+/** Target rollback paths that restored a saved state instead of removing a tail (backends/memory.py). */
+export const RESTORE_PATHS = ["checkpoint", "reprefill"];
+
+const restored = (r) => !!(r.rollbacks && r.rollbacks.target && RESTORE_PATHS.includes(r.rollbacks.target.path));
+
+/** A byte count for people: B, KiB, MiB or GiB. */
+export function fmtBytes(n) {
+  if (n == null || !Number.isFinite(n)) return "?";
+  const u = ["B", "KiB", "MiB", "GiB"];
+  let i = 0, x = n;
+  while (x >= 1024 && i < u.length - 1) {
+    x /= 1024;
+    i += 1;
+  }
+  return (i ? x.toFixed(x < 10 ? 2 : 1) : String(Math.round(x))) + " " + u[i];
+}
+
 // KV cache timeline: per round, the target context's length before the verify batch → its peak → its
 // length after the rollback, as a committed bar and a rolled-back bar stacked on it; the draft model's
 // context beside it when there is one, and the sliding window's start when the context outgrows it.
+// Memory that cannot drop a tail (recurrent, hybrid) rolls back by restoring a checkpoint: those rounds'
+// rolled-back bars are drawn apart ("restored a checkpoint"), with the checkpoint's position marked.
 function kvSpec(state, o) {
   const p = o.palette;
   const kv = seqSlice(state.rounds, -KV_ROUNDS), xs = kv.map((r) => r.round);
   const t = kv.map((r) => r.kv), d = kv.map((r) => r.draftKv);
   const draft = state.hasDraftKV;
+  const isRestore = kv.map(restored);
+  const rolledY = t.map((k, i) => (isRestore[i] ? 0 : (k.peak ?? 0) - (k.after ?? k.peak ?? 0)));
   const data = [
     { type: "bar", x: xs, base: t.map((k) => k.before), y: t.map((k) => (k.after ?? k.peak ?? 0) - (k.before ?? 0)),
       offsetgroup: "t", marker: { color: p.green }, customdata: t.map((k) => [k.before, k.peak, k.after]),
       hovertemplate: "round %{x}<br>target: %{customdata[0]} → peak %{customdata[1]} → %{customdata[2]}<extra></extra>" },
-    { type: "bar", x: xs, base: t.map((k) => k.after), y: t.map((k) => (k.peak ?? 0) - (k.after ?? k.peak ?? 0)),
+    { type: "bar", x: xs, base: t.map((k) => k.after), y: rolledY,
       offsetgroup: "t", marker: { color: p.red, opacity: 0.85 }, customdata: t.map((k) => k.peak),
       hovertemplate: "round %{x}<br>target rollback: removed [%{base}, %{customdata})<extra></extra>" },
   ];
   const legend = [["sv-sw-tc", "target: committed"], ["sv-sw-tr", "target: rolled back"]];
+  if (isRestore.some(Boolean)) {
+    const rb = kv.map((r) => (restored(r) ? r.rollbacks.target : null));
+    data.push({ type: "bar", x: xs, base: t.map((k) => k.after), offsetgroup: "t",
+      y: t.map((k, i) => (isRestore[i] ? (k.peak ?? 0) - (k.after ?? k.peak ?? 0) : 0)),
+      marker: { color: p.blue, opacity: 0.85, pattern: { shape: "/", fgcolor: p.fg2, size: 5 } },
+      customdata: rb.map((e) => (e ? [e.path === "reprefill" ? "nothing saved: re-evaluated from 0" : "restored the state saved at " + e.mark_pos,
+        e.reapplied, fmtBytes(e.nbytes), (e.seconds * 1000).toFixed(2)] : ["", 0, "", ""])),
+      hovertemplate: "round %{x}<br>target rollback: %{customdata[0]}, re-applied %{customdata[1]} token(s)<br>%{customdata[2]}, " +
+        "%{customdata[3]} ms<extra></extra>" });
+    legend.push(["sv-sw-restore", "target: restored a checkpoint"]);
+  }
+  const ck = kv.map((r) => (r.checkpoints && r.checkpoints.target ? r.checkpoints.target : null));
+  if (ck.some(Boolean)) {
+    const at = ck.map((e, i) => (e ? i : -1)).filter((i) => i >= 0);
+    data.push({ type: "scatter", mode: "markers", x: at.map((i) => xs[i]), y: at.map((i) => ck[i].position),
+      marker: { symbol: "diamond", size: 8, color: p.blue, line: { width: 1, color: p.fg2 } },
+      customdata: at.map((i) => [fmtBytes(ck[i].nbytes), (ck[i].seconds * 1000).toFixed(2), ck[i].reused ? " (reused)" : "", ck[i].reason]),
+      hovertemplate: "round %{x}: checkpoint saved at %{y}%{customdata[2]}<br>%{customdata[0]}, %{customdata[1]} ms<br>%{customdata[3]}<extra></extra>" });
+    legend.push(["sv-sw-ckpt", "checkpoint saved"]);
+  }
   if (draft) {
     data.push(
       { type: "bar", x: xs, base: d.map((k) => k.before), y: d.map((k) => (k.after ?? k.peak ?? 0) - (k.before ?? 0)),
@@ -239,4 +280,35 @@ function tprSpec(state, o) {
   return { data, legend, sub: exp ? "realised vs the cost policy's expectation" : "realised; the expectation shows with draft_policy = cost",
     layout: baseLayout(o, { xaxis: ax(o, roundRange(w), { title: axTitle("round") }),
       yaxis: ax(o, [0, nice(Math.max(2, top) * 1.05)], { title: axTitle("tokens") }) }) };
+}
+
+/** The memory chart's parts, in stacking order: [key, label, palette colour]. */
+export const MEMORY_PARTS = [
+  ["weights", "weights", "muted"], ["kv", "KV cache", "green"], ["swa", "sliding-window KV", "teal"],
+  ["recurrent", "recurrent state", "amber"], ["draft", "draft model", "blue"], ["marks", "saved states", "red"],
+];
+
+// Memory: what this run holds (the target's weights and caches, the draft model's, the saved states for
+// rollbacks and rewinds) beside what the same model holds under `none`, as stacked horizontal bars in
+// MiB; the sub line gives the process's resident and peak memory and the machine's thermal and clock
+// figures ("not available" where the machine exposes none).
+function memSpec(state, o) {
+  const p = o.palette, m = state.memory;
+  if (!m) return { note: "No memory figures yet: they come with the first round's telemetry." };
+  const mib = (b) => b / 1048576;
+  const rows = ["none", "this run"];
+  const data = MEMORY_PARTS.filter(([k]) => m.run[k] || m.none[k]).map(([k, label, colour]) => ({
+    type: "bar", orientation: "h", y: rows, x: [mib(m.none[k]), mib(m.run[k])], name: label, marker: { color: p[colour] },
+    customdata: [fmtBytes(m.none[k]), fmtBytes(m.run[k])],
+    hovertemplate: "%{y}: " + label + " %{customdata}<extra></extra>" }));
+  const total = (parts) => MEMORY_PARTS.reduce((a, [k]) => a + (parts[k] || 0), 0);
+  const top = nice(Math.max(mib(total(m.run)), mib(total(m.none)), 0.001) * 1.05);
+  const legend = MEMORY_PARTS.filter(([k]) => m.run[k] || m.none[k]).map(([k, label]) => ["sv-sw-mem-" + k, label]);
+  const mach = m.machine || {};
+  const fig = (f, unit) => (!f ? "not available" : f.available ? f.mean.toFixed(unit === "MHz" ? 0 : 1) + " " + unit + " (max " +
+    f.max.toFixed(unit === "MHz" ? 0 : 1) + ")" : "not available");
+  const sub = m.kind + " memory; process resident " + fmtBytes(m.rss) + ", peak " + fmtBytes(m.peak) + "; temperature " +
+    fig(mach.thermal_c, "°C") + ", CPU clock " + fig(mach.cpu_mhz, "MHz");
+  return { data, legend, sub, layout: baseLayout(o, { height: 150, barmode: "stack", bargap: 0.35, margin: { l: 64, r: 14, t: 8, b: 36 },
+    xaxis: ax(o, [0, top], { title: axTitle("MiB") }), yaxis: { type: "category", fixedrange: true, automargin: false } }) };
 }

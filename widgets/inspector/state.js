@@ -29,6 +29,7 @@ export function initialState(epoch = -1) {
     posAcc: [], // per draft position: share accepted, and drafts that reached it (from telemetry)
     posTries: [],
     hasDraftKV: false, // some round reported the draft model's context
+    memory: null, // the memory figures of the last telemetry (see memorySummary), null before any
     hasExpected: false, // some round carried the cost policy's expected tokens
     expSum: 0,
     expN: 0,
@@ -63,9 +64,15 @@ export function reduce(state, ev) {
       const ctx = ev.context === "draft" ? "draft" : "target";
       return { ...s, cur: { ...c, rollbacks: { ...c.rollbacks, [ctx]: ev } } };
     }
+    case "memory_checkpoint": {
+      const c = roundOf(s.cur, ev);
+      const ctx = ev.context === "draft" ? "draft" : "target";
+      return { ...s, cur: { ...c, checkpoints: { ...c.checkpoints, [ctx]: ev } } };
+    }
     case "telemetry": {
       const tel = ev.data || {};
-      return { ...finishRound(s, { ...roundOf(s.cur, ev), tel }), tel };
+      const memory = memorySummary(tel) || s.memory;
+      return { ...finishRound(s, { ...roundOf(s.cur, ev), tel }), tel, memory };
     }
     case "finished": {
       const done = s.cur && s.cur.accepted ? finishRound(s, s.cur) : s;
@@ -105,6 +112,7 @@ function rewind(s, ev) {
   const tel = ev.telemetry || null;
   return {
     ...s, tokens: seqPush(EMPTY_SEQ, toks), rounds: seqPush(EMPTY_SEQ, rs), cur: null, tel, hist, expSum, expN,
+    memory: memorySummary(tel) || s.memory,
     hasDraftKV, hasExpected, strategy: ev.strategy || s.strategy, knobs: ev.knobs || s.knobs,
     posAcc: tel && tel.per_position_acceptance ? tel.per_position_acceptance : [],
     posTries: tel && tel.per_position_tries ? tel.per_position_tries : [],
@@ -122,7 +130,30 @@ export function reduceAll(state, events) {
 }
 
 function newRound(round) {
-  return { round, draft: null, verified: null, accepted: null, rejected: null, rollbacks: { target: null, draft: null }, tel: null };
+  return { round, draft: null, verified: null, accepted: null, rejected: null, rollbacks: { target: null, draft: null },
+    checkpoints: { target: null, draft: null }, tel: null };
+}
+
+/**
+ * The memory figures of a telemetry's `memory` section (specviz/decoding/machine.py), in bytes: what this
+ * run holds (the target's weights and caches, the draft model's, the saved states) and what the same
+ * model holds under `none` (its weights and caches only: no draft model, no checkpoints), with the
+ * process's resident and peak bytes and the machine's thermal/clock figures. null without the section.
+ */
+export function memorySummary(tel) {
+  const m = tel && tel.memory;
+  if (!m || !m.target) return null;
+  const t = m.target, d = m.draft;
+  const part = (x) => ({ weights: x.weight_bytes || 0, kv: x.kv_bytes || 0, swa: x.swa_kv_bytes || 0,
+    recurrent: x.recurrent_bytes || 0, marks: x.marks_bytes || 0 });
+  const target = part(t);
+  const draft = d ? part(d) : null;
+  const noneParts = { weights: target.weights, kv: target.kv, swa: target.swa, recurrent: target.recurrent, draft: 0, marks: 0 };
+  const runParts = { weights: target.weights, kv: target.kv, swa: target.swa, recurrent: target.recurrent,
+    draft: draft ? draft.weights + draft.kv + draft.swa + draft.recurrent : 0, marks: target.marks + (draft ? draft.marks : 0) };
+  return { kind: t.kind, removal: t.removal, nRsSeq: t.n_rs_seq, swaCells: t.swa_cells, run: runParts, none: noneParts,
+    marks: (t.marks || 0) + (d ? d.marks || 0 : 0), rss: m.rss_bytes ?? null, peak: m.peak_rss_bytes ?? null,
+    machine: tel.machine || null };
 }
 
 // The round an event belongs to: the current one, or a new one when the event starts another round.
@@ -185,6 +216,8 @@ function finishRound(s, c) {
     draftKv: { before: v && v.draft_kv_before != null ? v.draft_kv_before : null, peak: dPeak,
       after: rb.draft ? rb.draft.to_pos : dPeak },
     rollbacks: { target: rb.target, draft: rb.draft },
+    checkpoints: c.checkpoints || { target: null, draft: null },
+    rss: tel && tel.memory ? tel.memory.rss_bytes ?? null : null,
     expected,
     expectedMean: expN ? expSum / expN : null,
     policy: d ? d.policy : null,

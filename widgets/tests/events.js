@@ -75,3 +75,24 @@ export function rewound(round, position, over = {}) {
     telemetry: { rounds: round, n_generated: position - 3, acceptance_rate: 2 / 3, per_position_acceptance: [1, 1, 0],
       per_position_tries: [1, 1, 1] }, kv_rollbacks: [], ...over };
 }
+
+/** A memory_checkpoint event: `context` saved a partial state at `position` before its tokens were tested. */
+export function checkpointed(round, context, position, over = {}) {
+  return { kind: "memory_checkpoint", round, context, position, nbytes: 19532, seconds: 0.00002, reused: false,
+    reason: "recurrent memory: llama.cpp cannot remove part of the sequence", ...over };
+}
+
+/** A kv_rollback that took `path` (truncate, partial, checkpoint, reprefill) with its cost. */
+export function rollbackVia(round, context, from, to, path, over = {}) {
+  return { ...rollback(round, context, from, to), path, seconds: 0.0004, nbytes: path === "checkpoint" ? 19532 : 0,
+    mark_pos: path === "checkpoint" ? over.mark_pos ?? null : null, reapplied: 0, ...over };
+}
+
+/** A telemetry `memory` section (specviz/decoding/machine.py) for a recurrent target and an optional draft. */
+export function memoryTelemetry(over = {}, draft = null) {
+  return { memory: { target: { kind: "recurrent", removal: "full", n_rs_seq: 0, n_swa: 0, swa_full: true, cells: 0, swa_cells: 0,
+    kv_bytes: 0, swa_kv_bytes: 0, state_bytes: 19532, recurrent_bytes: 19532, weight_bytes: 425728, marks: 2, marks_bytes: 39064,
+    ...over }, draft, rss_bytes: 300 << 20, peak_rss_bytes: 310 << 20 },
+  machine: { thermal_c: { available: false, value: "not available", why: "this machine exposes no thermal zones" },
+    cpu_mhz: { available: true, min: 2000, mean: 2400, max: 2800, samples: 3 } } };
+}

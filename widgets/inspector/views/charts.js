@@ -34,6 +34,8 @@ export function chartsView(root, getState, getConfig) {
       [["sv-sw-acc", "acceptance in bucket"], ["sv-sw-tries", "draft tokens"], ["sv-sw-pmin", "draft_p_min"]]),
     chartCard("tpr", "sv-tpr", "Tokens per round", "committed per round; policy's expectation",
       [["sv-sw-verify", "realised"], ["sv-sw-line", "realised (mean)"], ["sv-sw-exp", "expected (cost policy)"]]),
+    chartCard("mem", "sv-mem", "Memory", "this run beside the same model under none; process resident and peak",
+      [["sv-sw-mem-weights", "weights"], ["sv-sw-mem-kv", "KV cache"]]),
   ];
   const el = h("div", { class: "sv-charts" }, ...cards.map((c) => c.card));
   const byKey = new Map(cards.map((c) => [c.key, c]));

@@ -1,0 +1,126 @@
+"""What a run costs the machine: memory per context and for the process, and thermal and clock figures.
+
+:func:`memory_figures` gathers, for the target's context (and the drafter's, when it has one): the
+cache bytes by kind (full attention, sliding window, recurrent state), the saved states held for
+rollbacks and their count, and the model's weight bytes (:class:`~specviz.backends.memory.MemoryInfo`,
+measured from llama.cpp's own serialisation when the context was made); and the process's resident
+and peak resident memory (``/proc/self/statm``, ``getrusage``).
+
+:class:`MachineSampler` samples, at most every :attr:`MachineSampler.every` seconds, the temperatures
+of ``/sys/class/thermal/thermal_zone*/temp`` and the clocks of
+``/sys/devices/system/cpu/cpu*/cpufreq/scaling_cur_freq``, and reports their minimum, mean and maximum
+over the run. Where the machine exposes neither, the figures say ``"not available"`` and why — never a
+made-up number.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import resource
+import time
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ..backends.llama import LlamaContext
+
+__all__ = ["NOT_AVAILABLE", "process_memory", "context_memory", "memory_figures", "MachineSampler"]
+
+#: What a figure the machine does not expose says instead of a number.
+NOT_AVAILABLE = "not available"
+
+_THERMAL_GLOB = "/sys/class/thermal/thermal_zone*/temp"
+_FREQ_GLOB = "/sys/devices/system/cpu/cpu[0-9]*/cpufreq/scaling_cur_freq"
+
+
+def process_memory() -> dict[str, int | None]:
+    """The process's resident bytes now (None where ``/proc`` is missing) and its peak resident bytes."""
+    rss: int | None = None
+    try:
+        with open("/proc/self/statm") as f:
+            rss = int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        rss = None
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
+    if rss is not None:
+        peak = max(peak, rss)  # the kernel updates its peak lazily
+    return {"rss_bytes": rss, "peak_rss_bytes": peak}
+
+
+def context_memory(ctx: LlamaContext) -> dict[str, Any]:
+    """One context's memory: its facts (kind, bytes by part) and the saved states it holds now."""
+    mem = ctx.memory
+    d = mem.info.to_dict()
+    d["marks"] = len(mem.marks)
+    d["marks_bytes"] = mem.marks_bytes
+    return d
+
+
+def memory_figures(target: LlamaContext, draft: LlamaContext | None = None) -> dict[str, Any]:
+    """The memory telemetry of a session: the target context's, the draft context's (None without one)
+    and the process's."""
+    out: dict[str, Any] = {"target": context_memory(target), "draft": context_memory(draft) if draft else None}
+    out.update(process_memory())
+    return out
+
+
+def _read_numbers(pattern: str) -> list[float]:
+    vals = []
+    for path in sorted(glob.glob(pattern)):
+        try:
+            with open(path) as f:
+                vals.append(float(f.read().strip()))
+        except (OSError, ValueError):
+            continue
+    return vals
+
+
+class MachineSampler:
+    """Thermal and CPU-clock figures over a run, sampled at round boundaries (at most every ``every``
+    seconds). ``thermal_glob`` / ``freq_glob`` name the files read (kept apart for tests)."""
+
+    every = 0.5
+
+    def __init__(self, thermal_glob: str = _THERMAL_GLOB, freq_glob: str = _FREQ_GLOB) -> None:
+        self.thermal_glob = thermal_glob
+        self.freq_glob = freq_glob
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget the samples (a new run begins) and take a first one."""
+        self.temps: list[float] = []  # hottest zone per sample, degrees Celsius
+        self.clocks: list[float] = []  # mean clock over the CPUs per sample, MHz
+        self._last = 0.0
+        self.sample(force=True)
+
+    def sample(self, force: bool = False) -> None:
+        """Read the sensors unless the last sample is younger than :attr:`every` seconds."""
+        now = time.monotonic()
+        if not force and now - self._last < self.every:
+            return
+        self._last = now
+        temps = _read_numbers(self.thermal_glob)
+        if temps:
+            self.temps.append(max(temps) / 1000.0)  # millidegrees
+        clocks = _read_numbers(self.freq_glob)
+        if clocks:
+            self.clocks.append(sum(clocks) / len(clocks) / 1000.0)  # kHz
+
+    def figures(self) -> dict[str, Any]:
+        """Minimum, mean and maximum of each figure over the samples, or ``"not available"`` and why."""
+
+        def summary(xs: list[float], what: str, where: str) -> dict[str, Any]:
+            if not xs:
+                return {"available": False, "value": NOT_AVAILABLE, "why": f"this machine exposes no {what} ({where})"}
+            return {
+                "available": True,
+                "min": min(xs),
+                "mean": sum(xs) / len(xs),
+                "max": max(xs),
+                "samples": len(xs),
+            }
+
+        return {
+            "thermal_c": summary(self.temps, "thermal zones", self.thermal_glob),
+            "cpu_mhz": summary(self.clocks, "CPU clock readings", self.freq_glob),
+        }
