@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from .chat import PromptFormat, conversation_text, prompt_tokens
+from .chat import PromptFormat, conversation_text, logged_conversation_text, prompt_tokens
 from .dataset import Prompt
 from .grid import Setting
 
@@ -162,8 +162,13 @@ def _generate(session, task: Task, setting: Setting) -> dict[str, Any]:
     }
     memory: dict[str, Any] = {}
     finish = None
-    for i in range(len(p.turns)):
-        text = conversation_text(cfg.prompt_format, p.turns[: i + 1], answers, p.completion)
+    # a logged conversation (request log) is one request, its earlier answers as logged
+    n_requests = 1 if p.messages else len(p.turns)
+    for i in range(n_requests):
+        if p.messages:
+            text = logged_conversation_text(cfg.prompt_format, p.messages)
+        else:
+            text = conversation_text(cfg.prompt_format, p.turns[: i + 1], answers, p.completion)
         ids = prompt_tokens(session.model, cfg.prompt_format, text, p.completion)
         session.start(
             ids, cfg.max_tokens, setting.strategy, temperature=setting.temperature, seed=task.seed, **setting.knob_dict
