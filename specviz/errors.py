@@ -89,3 +89,8 @@ class RollbackUnavailableError(StrategyUnavailableError):
 class RingCoverageError(RewindError):
     """A rewind asked for a position whose keys the sliding-window ring (``swa_full=False``) has already
     overwritten: the forward that would restart there cannot see its whole window. Nothing was changed."""
+
+
+class LlamaServerError(SpecvizError, RuntimeError):
+    """llama-server could not be found, started or asked (no binary built, it exited at start, a request
+    failed); the message says which, with the end of the server's log where there is one."""
