@@ -54,8 +54,14 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
 
 
 def cmd_advise(args: argparse.Namespace) -> int:
-    """``specviz advise FILE.jsonl``: the draft settings with the best expected tokens/s, and llama.cpp flags."""
-    adv = advise(_read(args.file), cost=_cost_file(args.verify_cost))
+    """``specviz advise FILE.jsonl``: the draft settings with the best expected tokens/s, and llama.cpp flags;
+    with ``--check-server``, measured in llama-server beside the prediction (:mod:`specviz.cli.server`)."""
+    events = _read(args.file)
+    adv = advise(events, cost=_cost_file(args.verify_cost))
+    if getattr(args, "check_server", False):
+        from .server import check_server
+
+        return check_server(args, adv, events)
     print(json.dumps(adv.to_dict(), ensure_ascii=False) if args.json else adv.report())
     return 0
 
@@ -75,4 +81,8 @@ def add_commands(sub: Any) -> None:
             help="a measured verify-cost curve (benchmarks/bench_verify_cost.py --json)",
         )
         p.add_argument("--json", action="store_true")
+        if name == "advise":
+            from .server import add_check_server_options
+
+            add_check_server_options(p)
         p.set_defaults(func=func)
