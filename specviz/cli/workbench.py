@@ -12,6 +12,7 @@ from ..analysis.advise import advise, session_cost
 from ..analysis.diagnose import diagnose
 from ..decoding.policy import VerifyCostModel
 from .options import UsageError
+from .server import add_check_server_options, check_server
 
 
 def run_extras(s: Any) -> dict[str, Any]:
@@ -59,8 +60,6 @@ def cmd_advise(args: argparse.Namespace) -> int:
     events = _read(args.file)
     adv = advise(events, cost=_cost_file(args.verify_cost))
     if getattr(args, "check_server", False):
-        from .server import check_server
-
         return check_server(args, adv, events)
     print(json.dumps(adv.to_dict(), ensure_ascii=False) if args.json else adv.report())
     return 0
@@ -82,7 +81,5 @@ def add_commands(sub: Any) -> None:
         )
         p.add_argument("--json", action="store_true")
         if name == "advise":
-            from .server import add_check_server_options
-
             add_check_server_options(p)
         p.set_defaults(func=func)
