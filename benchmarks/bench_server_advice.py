@@ -7,7 +7,8 @@ On the embedded Gemma 3 270M, per workload kind (grounded: ``code-rewrite``, ``q
 1. run the starting setting (default: llama.cpp's ``ngram-simple`` with ``size_n 3``, drafts of up to 16,
    the fixed policy) on the *learning* prompts of the kind (``--learn``, default the first two);
 2. measure the verify-cost curve (as the cost policy does) and ask
-   :func:`specviz.analysis.advise.advise` for the best setting from those rounds, with its llama-server flags;
+   :func:`specviz.analysis.advise.advise` for the best setting llama-server's flags express (``for_server``)
+   from those rounds;
 3. run the *held-out* prompts (the others) through two llama-servers built from the vendored llama.cpp —
    ``--spec-type none`` and the advised flags, the same context (``-c 4096 -b 512 -ub 512 -t T -np 1``) —
    ``--repeats`` times, alternating which server goes first
@@ -82,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
         learning = [prompts[i] for i in learn_idx if i < len(prompts)]
         held_out = [p for i, p in enumerate(prompts) if i not in learn_idx]
         events = learn(s, learning, a.max_tokens, a.strategy, start)
-        adv = advise(events, cost=session_cost(s), scale_to_rounds=True)
+        adv = advise(events, cost=session_cost(s), scale_to_rounds=True, for_server=True)
         if adv.best is None:
             print(f"{kind}: no drafting round to learn from", file=sys.stderr)
             continue

@@ -75,3 +75,11 @@ def test_advise_check_server_on_the_command_line(recording, tiny_model_path):
     assert p.returncode == 2 and "leave out --spec" in p.stderr
     p = run_cli("advise", str(recording), "--check-server", "--server-args", "-ctv q8_0 -fa off")
     assert p.returncode == 2 and "needs flash attention" in p.stderr
+
+
+def test_advise_for_server_on_the_command_line(recording):
+    p = run_cli("advise", str(recording), "--for-server", "--json")
+    assert p.returncode == 0, p.stderr
+    assert any("searched for llama-server" in x for x in json.loads(p.stdout)["limits"])
+    p = run_cli("advise", str(recording), "--json")
+    assert not any("searched for llama-server" in x for x in json.loads(p.stdout)["limits"])

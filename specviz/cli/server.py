@@ -24,6 +24,11 @@ def add_check_server_options(p: argparse.ArgumentParser) -> None:
         help="run the recording's prompts through llama-server with --spec-type none and with the advised flags "
         "and print predicted and measured speedups side by side",
     )
+    g.add_argument(
+        "--for-server",
+        action="store_true",
+        help="advise llama-server: search only the settings its flags express (implied by --check-server)",
+    )
     g.add_argument("--model", default=None, help="the GGUF the servers load (default: the recording's model)")
     g.add_argument("--server-binary", default=None, metavar="PATH", help="llama-server (default: make llama-tools's)")
     g.add_argument("--repeats", default="3", help="times every prompt is sent to each server (default 3)")

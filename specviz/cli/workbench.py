@@ -58,7 +58,8 @@ def cmd_advise(args: argparse.Namespace) -> int:
     """``specviz advise FILE.jsonl``: the draft settings with the best expected tokens/s, and llama.cpp flags;
     with ``--check-server``, measured in llama-server beside the prediction (:mod:`specviz.cli.server`)."""
     events = _read(args.file)
-    adv = advise(events, cost=_cost_file(args.verify_cost))
+    for_server = bool(getattr(args, "for_server", False) or getattr(args, "check_server", False))
+    adv = advise(events, cost=_cost_file(args.verify_cost), for_server=for_server)
     if getattr(args, "check_server", False):
         return check_server(args, adv, events)
     print(json.dumps(adv.to_dict(), ensure_ascii=False) if args.json else adv.report())
