@@ -15,32 +15,21 @@ differs from a plain specviz session in three ways, all reproduced by :func:`run
 * an n-gram type drafts up to its own length (``--spec-draft-n-max`` caps model drafts only), with no
   verify-tile alignment: :func:`~specviz.analysis.server_args.parse_server_args` sets the knobs so.
 
+The cap is given to the session as ``draft_max`` whenever it is below the strategy's own length; the
+session's own budget already caps at ``n_remaining - 1`` and drops a draft shorter than ``draft_min``
+(as llama.cpp drops one shorter than ``--spec-draft-n-min``).
+
 What it cannot reproduce, stated where it matters: the server's n-gram statistics of ``ngram-mod`` and
 ``ngram-cache`` live as long as the server process — a second request starts from what the first one
-left — while a specviz session starts every request afresh (:attr:`ServerLikeRun` counts one request).
+left — while a specviz session starts every request afresh (:attr:`ServerLikeRun` counts one request);
+and in the last ``draft_min + 1`` positions of the context the server stops drafting one position before
+the session does (its cap keeps one position spare).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any, Sequence
-
-from ..decoding.policy import FixedPolicy
-
-
-class ServerLoopPolicy(FixedPolicy):
-    """The ``fixed`` policy, with the rounds llama-server keeps plain forced to length 0: a round whose cap
-    is not positive (the context is full) or below ``draft_min``. :func:`run_like_the_server` sets
-    :attr:`plain` before each round."""
-
-    name = "fixed"
-
-    def __init__(self) -> None:
-        self.plain = False
-
-    def length(self, draft_min: int, draft_max: int, tile: int = 1) -> tuple[int, float | None]:
-        """0 in a plain round, else ``draft_max`` (the round's cap, set by :func:`run_like_the_server`)."""
-        return (0, None) if self.plain else (draft_max, None)
 
 
 def server_draft_cap(n_ctx: int, n_cached: int, n_predict: int | None, n_generated: int) -> int:
@@ -105,13 +94,12 @@ def run_like_the_server(
     what the server's plain first token changes). ``start`` goes to :meth:`~specviz.Session.start`
     (``messages``, ``stop``, sampling)."""
     k = dict(knobs)
-    top = int(k.get("draft_max", 16))
+    top = int(k.setdefault("draft_max", 16))
     drafts = strategy != "none"
     if plain_first and drafts:
         session.start(prompt, n_predict, "none", **start)
     else:
         session.start(prompt, n_predict, strategy, **start, **k)
-    policy = ServerLoopPolicy()
     n_ctx = n_ctx or session.ctx.capacity.n_ctx
     per_pos: list[int] = []
     verify_steps = draft_n = accepted = 0
@@ -121,13 +109,9 @@ def run_like_the_server(
             session.configure(strategy, **k)  # the drafter begins with the prompt and the first token
         cap = server_draft_cap(n_ctx, len(session.history) - 1, n_predict, len(session.tokens))
         want = min(cap, top)
-        # a round below draft_min: llama.cpp drafts and then drops the draft (--spec-draft-n-min), which
-        # verifies nothing and leaves no state behind — a plain round
-        policy.plain = cap <= 0 or want < int(k.get("draft_min", 0))
-        if drafts and not policy.plain and k.get("draft_max") != want and session.round_index >= 1:
+        if drafts and session.round_index >= 1 and want != k["draft_max"] and want >= max(1, k.get("draft_min", 0)):
             k["draft_max"] = want
             session.configure(draft_max=want)
-        session.policy = policy  # reinstalled each round: a strategy change at a boundary rebuilds the policy
         session.step()
         res = session.last_result
         if res is None:
