@@ -48,6 +48,11 @@ class OptionConflictError(KnobError):
     """Two options cannot be honoured together (for example sampling with a greedy-only flag)."""
 
 
+class ContextSettingsError(KnobError, ContextError):
+    """A context setting (flash attention, a KV cache type, a context or batch size, threads) is refused:
+    unknown, out of range, or impossible with the other settings or the model. Nothing was created."""
+
+
 class SessionStateError(SpecvizError, RuntimeError):
     """The call does not fit the session's state (for example step() before start())."""
 

@@ -30,7 +30,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, replace
 from typing import Any, ClassVar, Mapping
 
-from ..errors import KnobError
+from ..errors import ContextSettingsError
 
 #: flash attention modes, as ``-fa`` takes them (llama.cpp also reads on/enabled/true/1 and off/disabled/false/0)
 FLASH_ATTN = ("auto", "on", "off")
@@ -68,13 +68,13 @@ def _int(name: str, flag: str, value: Any, lo: int, hi: int = 1 << 24) -> int:
         try:
             value = int(str(value), 10)
         except (TypeError, ValueError):
-            raise KnobError(
+            raise ContextSettingsError(
                 f"setting {name!r} ({flag}): {value!r} is not an integer; expected an integer in [{lo}, {hi}]",
                 knob=name,
                 value=value,
             ) from None
     if not lo <= value <= hi:
-        raise KnobError(
+        raise ContextSettingsError(
             f"setting {name!r} ({flag}): {value} is outside [{lo}, {hi}]; pick a value in that range",
             knob=name,
             value=value,
@@ -83,11 +83,11 @@ def _int(name: str, flag: str, value: Any, lo: int, hi: int = 1 << 24) -> int:
 
 
 def flash_attn_mode(value: Any) -> str:
-    """``on``, ``off`` or ``auto`` for any spelling llama.cpp's ``-fa`` accepts; :class:`~specviz.errors.KnobError`
-    otherwise."""
+    """``on``, ``off`` or ``auto`` for any spelling llama.cpp's ``-fa`` accepts; otherwise
+    :class:`~specviz.errors.ContextSettingsError`."""
     v = str(value).strip().lower() if not isinstance(value, bool) else ("on" if value else "off")
     if v not in _FA_SYNONYMS:
-        raise KnobError(
+        raise ContextSettingsError(
             f"setting 'flash_attn' (-fa): {value!r} is not allowed; choose on, off or auto",
             knob="flash_attn",
             value=value,
@@ -96,10 +96,10 @@ def flash_attn_mode(value: Any) -> str:
 
 
 def cache_type(name: str, flag: str, value: Any) -> str:
-    """A KV cache type name as llama.cpp spells it; :class:`~specviz.errors.KnobError` for any other."""
+    """A KV cache type name as llama.cpp spells it; :class:`~specviz.errors.ContextSettingsError` for any other."""
     v = str(value).strip().lower()
     if v not in CACHE_TYPES:
-        raise KnobError(
+        raise ContextSettingsError(
             f"setting {name!r} ({flag}): {value!r} is not a KV cache type llama.cpp accepts; choose one of "
             + ", ".join(CACHE_TYPES),
             knob=name,
@@ -135,10 +135,10 @@ class ContextSettings:
     @classmethod
     def make(cls, base: ContextSettings | None = None, **values: Any) -> ContextSettings:
         """Settings from ``values`` (on top of ``base``, default the defaults), every one validated; an
-        unknown name or a refused value raises :class:`~specviz.errors.KnobError` naming it."""
+        unknown name or a refused value raises :class:`~specviz.errors.ContextSettingsError` naming it."""
         unknown = sorted(set(values) - set(cls.FLAGS))
         if unknown:
-            raise KnobError(
+            raise ContextSettingsError(
                 f"unknown context setting {unknown[0]!r}; the settings are {', '.join(cls.FLAGS)}",
                 knob=unknown[0],
                 value=values[unknown[0]],
@@ -163,13 +163,13 @@ class ContextSettings:
     def check(self) -> None:
         """The rules that need no model: ``n_ubatch <= n_batch``, a quantized V cache needs flash attention."""
         if self.n_ubatch > self.n_batch:
-            raise KnobError(
+            raise ContextSettingsError(
                 f"setting 'n_ubatch' (-ub): {self.n_ubatch} is larger than n_batch (-b) {self.n_batch}; set -ub <= -b",
                 knob="n_ubatch",
                 value=self.n_ubatch,
             )
         if CACHE_TYPES[self.cache_type_v] > 1 and self.flash_attn == "off":
-            raise KnobError(
+            raise ContextSettingsError(
                 f"setting 'cache_type_v' (-ctv): a quantized V cache ({self.cache_type_v}) needs flash attention, "
                 "and flash_attn is off; use -fa on (or auto), or an f16/bf16/f32 V cache",
                 knob="cache_type_v",
@@ -184,7 +184,7 @@ class ContextSettings:
             block = CACHE_TYPES[t]
             if block > 1 and head % block:
                 flag = self.FLAGS[name]
-                raise KnobError(
+                raise ContextSettingsError(
                     f"setting {name!r} ({flag}): {t} stores blocks of {block} values, which do not divide the "
                     f"model's {name[-1].upper()} head size {head}; use f16 (or bf16/f32) for this model",
                     knob=name,

@@ -26,6 +26,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from ..backends.context_settings import ContextSettings
 from ..backends.llama import LlamaContext, LlamaModel
 from ..backends.memory import rollback_refusal
 from ..errors import RollbackUnavailableError, SessionStateError
@@ -60,6 +61,13 @@ class Session:
     the ring still holds, see :mod:`specviz.backends.memory`). ``n_rs_seq`` is how many recurrent-state
     snapshots llama.cpp keeps for partial rollback on the architectures that have them (None: the
     default of :mod:`specviz.backends.memory`).
+
+    The context is made with the
+    deployment's settings as llama.cpp spells them: ``n_ctx`` (``-c``), ``n_batch`` / ``n_ubatch``
+    (``-b`` / ``-ub``), ``n_threads`` (``-t``), ``flash_attn`` (``-fa``: ``auto``, ``on`` or ``off``) and
+    ``cache_type_k`` / ``cache_type_v`` (``-ctk`` / ``-ctv``: ``f16``, ``q8_0`` ...). Every one is checked
+    before the model loads (:class:`~specviz.errors.ContextSettingsError`; a quantized V cache needs flash
+    attention, a quantized type's blocks must divide the model's head sizes); :attr:`settings` holds them.
     """
 
     def __init__(
@@ -72,22 +80,36 @@ class Session:
         n_threads: int | None = None,
         swa_full: bool = True,
         n_rs_seq: int | None = None,
+        flash_attn: str = "auto",
+        cache_type_k: str = "f16",
+        cache_type_v: str = "f16",
     ) -> None:
         # Only what lives as long as the session is held here: everything of one generation is in
         # self.generation (a Generation), which start() replaces, rewind() takes back and snapshots carry.
+        # every context setting is checked before the model loads (the model's head sizes after)
+        settings = ContextSettings.make(
+            n_ctx=n_ctx,
+            n_batch=n_batch,
+            n_ubatch=n_ubatch,
+            n_threads=n_threads or None,
+            flash_attn=flash_attn,
+            cache_type_k=cache_type_k,
+            cache_type_v=cache_type_v,
+        )
         self.model = model if isinstance(model, LlamaModel) else LlamaModel(resolve_model(model))
-        self.ctx = LlamaContext(
-            self.model,
+        ctx_args: dict[str, Any] = dict(
             n_ctx=n_ctx,
             n_batch=n_batch,
             n_ubatch=n_ubatch,
             n_threads=n_threads,
             swa_full=swa_full,
             n_rs_seq=n_rs_seq,
+            flash_attn=settings.flash_attn,
+            cache_type_k=settings.cache_type_k,
+            cache_type_v=settings.cache_type_v,
         )
-        self._ctx_args = dict(
-            n_ctx=n_ctx, n_batch=n_batch, n_ubatch=n_ubatch, n_threads=n_threads, swa_full=swa_full, n_rs_seq=n_rs_seq
-        )
+        self.ctx = LlamaContext(self.model, **ctx_args)
+        self._ctx_args = ctx_args
         self.machine = MachineSampler()
         self.draft_models = DraftModelCache(self.model)
         self._subscribers: list[Callable[[Event], None]] = []
@@ -193,6 +215,11 @@ class Session:
     def context_args(self) -> dict[str, Any]:
         """The context sizes this session was created with (``n_ctx``, ``n_batch``, ``n_ubatch``, ``n_threads``)."""
         return dict(self._ctx_args)
+
+    @property
+    def settings(self) -> ContextSettings:
+        """The target context's settings (flash attention, KV cache types, sizes, threads)."""
+        return self.ctx.settings
 
     @property
     def temperature(self) -> float:
@@ -322,6 +349,7 @@ class Session:
                 n_threads=a["n_threads"],
                 sampling=sampling,
                 rng=self.rng,
+                flash_attn=self.ctx.settings.flash_attn,
             )
         return make_drafter(strategy, cfg, resources)
 
@@ -614,6 +642,7 @@ class Session:
         header, _ = unpack(blob)
         h = read_header(header)
         keys = ("n_ctx", "n_batch", "n_ubatch", "n_threads", "swa_full", "n_rs_seq")
+        keys += ("flash_attn", "cache_type_k", "cache_type_v")
         ctx_args: dict[str, Any] = {k: h.ctx[k] for k in keys if k in h.ctx}
         sess = cls(model if model is not None else h.model, **{**ctx_args, **kwargs})
         try:
