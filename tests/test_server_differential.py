@@ -3,7 +3,8 @@ llama-cpp-python vendors: the same prompt through the server's completion API (g
 with the same ``--spec-*`` flags) and through a specviz session with the same settings gives the same
 tokens and text and the same drafted and accepted counts (``timings.draft_n`` / ``draft_n_accepted``).
 
-The session is driven through the server's generation loop (:func:`specviz.analysis.server_repro.run_like_the_server`:
+The session gets the server's context settings (``-c -b -ub -t -fa -ctk -ctv``) and is driven through the
+server's generation loop (:func:`specviz.analysis.server_repro.run_like_the_server`:
 the first token after the prompt is sampled without a draft, each round capped as
 ``server_slot::get_n_draft_max`` caps it) and configured from the server's own command line
 (:func:`specviz.analysis.server_args.parse_server_args`: n-gram types draft up to their own length, a
@@ -11,7 +12,8 @@ model draft takes llama.cpp's defaults). The fixtures are tiny f32 models, whose
 logits agree to about 1e-6, so greedy output does not depend on the batch. Every case must draft,
 accept and reject, so none can pass vacuously.
 
-Deliberate differences, each asserted below: ngram-cache's two departures (undone with
+Deliberate differences, each asserted below: the text of control and unknown tokens, which the server's
+``content`` leaves out (``--special`` keeps it) and specviz's pieces render; ngram-cache's two departures (undone with
 :class:`UpstreamNgramCache`, as in ``test_differential.py``); a model draft's ``p_min`` (specviz compares
 it with the top probability over the whole vocabulary, llama.cpp over its top 10 candidates); and the
 server's n-gram statistics of ngram-mod and ngram-cache outliving a request (a specviz session starts
@@ -72,13 +74,23 @@ def through_the_server(binary, path, args, prompt, n_predict=N_PREDICT, repeat=1
     return outs, metrics
 
 
+def as_the_server_renders(model, tokens) -> bytes:
+    """The text of ``tokens`` as the server's ``content`` holds it: the text of control and unknown tokens
+    (``<unk>``) is left out unless the server runs with ``--special``; specviz's pieces render it."""
+    import llama_cpp
+
+    hidden = llama_cpp.LLAMA_TOKEN_ATTR_UNKNOWN | llama_cpp.LLAMA_TOKEN_ATTR_CONTROL
+    return b"".join(model.piece_bytes(t) for t in tokens if not llama_cpp.llama_vocab_get_attr(model.vocab, t) & hidden)
+
+
 def through_specviz(model, args, prompt, n_predict=N_PREDICT):
-    """The same request through a specviz session configured from the server's command line."""
+    """The same request through a specviz session configured from the server's command line; the run and
+    its text as the server renders it."""
     cfg = parse_server_args(args)
-    s = Session(model, n_ctx=cfg.settings.n_ctx, n_batch=512, n_ubatch=512, n_threads=cfg.settings.n_threads)
+    s = Session(model, **cfg.session_kwargs())
     try:
         run = run_like_the_server(s, prompt, n_predict, cfg.strategy, cfg.knobs)
-        text = b"".join(model.piece_bytes(t) for t in run.tokens)
+        text = as_the_server_renders(model, run.tokens)
     finally:
         s.close()
     return run, text
@@ -106,6 +118,71 @@ def test_generation_equals_llama_server(fixtures, server_bin, fixture, strategy,
     assert f"llamacpp:spec_decode_num_drafts_total {run.verify_steps}\n" in metrics
     for i, n in enumerate(run.accepted_per_pos):
         assert f'accepted_tokens_per_pos_total{{position="{i}"}} {n}\n' in metrics
+
+
+#: deployment settings (flash attention off; quantized KV caches, which need flash attention and heads
+#: their blocks divide: the wide-heads fixture)
+SETTINGS_CASES = [
+    ("digits", ["-fa", "off"]),
+    ("code", ["-fa", "off"]),
+    ("wide", ["-fa", "on", "-ctk", "q8_0", "-ctv", "q8_0"]),
+    ("wide", ["-fa", "auto", "-ctk", "q4_0"]),
+    ("wide", ["-fa", "off", "-ctk", "q5_1"]),
+]
+
+
+@pytest.fixture(scope="module")
+def wide(tmp_path_factory):
+    """A digits-like fixture with heads 32 wide (quantized caches fit it), and its own greedy prompt."""
+    seed, block_scale, start = FIXTURES["digits"]
+    path = write_tiny_llama(
+        tmp_path_factory.mktemp("srv-wide") / "wide.gguf", seed=seed, block_scale=block_scale, n_head=2, n_head_kv=1
+    )
+    model = LlamaModel(path)
+    s = Session(model, n_ctx=N_CTX, n_threads=1)
+    s.start(start, max_tokens=60, strategy="none")
+    s.run()
+    ids = list(s.history)
+    s.close()
+    yield path, model, ids
+    model.close()
+
+
+@pytest.mark.parametrize("fixture,settings", SETTINGS_CASES, ids=[f"{f}-{'-'.join(a)}" for f, a in SETTINGS_CASES])
+@pytest.mark.parametrize(
+    "strategy,knobs",
+    [("ngram-map-k4v", {"size_n": 2, "size_m": 4}), ("ngram-mod", {"n_match": 2, "n_min": 1, "n_max": 8})],
+)
+def test_generation_with_deployment_settings_equals_llama_server(
+    fixtures, wide, server_bin, fixture, settings, strategy, knobs
+):
+    path, model, prompt = wide if fixture == "wide" else fixtures[fixture]
+    args = [*CONTEXT_ARGS, *settings, *server_spec_args(strategy, knobs)]
+    assert parse_server_args(args).session_kwargs()["flash_attn"] == settings[1]
+    (out,), _ = through_the_server(server_bin, path, args, prompt)
+    run, text = through_specviz(model, args, prompt)
+    assert out.tokens == run.tokens and out.content == text.decode("utf-8", "replace")
+    assert (out.draft_n, out.draft_n_accepted) == (run.draft_n, run.draft_n_accepted)
+    assert out.draft_n > out.draft_n_accepted > 0
+
+
+def test_the_server_leaves_out_the_text_of_an_unknown_token(wide, server_bin):
+    """A generation holding the unknown token (id 0): the server's content has no ``<unk>``, specviz's
+    pieces render it; the tokens are the same."""
+    path, model, prompt = wide
+    args = [
+        *CONTEXT_ARGS,
+        "-fa",
+        "auto",
+        "-ctk",
+        "q4_0",
+        *server_spec_args("ngram-map-k4v", {"size_n": 2, "size_m": 4}),
+    ]
+    (out,), _ = through_the_server(server_bin, path, args, prompt)
+    run, text = through_specviz(model, args, prompt)
+    assert out.tokens == run.tokens and 0 in out.tokens
+    assert b"<unk>" in b"".join(model.piece_bytes(t) for t in run.tokens) and "<unk>" not in out.content
+    assert out.content == text.decode("utf-8", "replace")
 
 
 def test_a_text_prompt_is_tokenized_as_specviz_tokenizes_it(fixtures, server_bin):

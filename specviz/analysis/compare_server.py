@@ -241,8 +241,7 @@ def compare_server(
                 f"the server's model {props.get('model_path')!r} is not a file here: pass the GGUF to reproduce "
                 "with (model=PATH, --model PATH)"
             )
-        s = config.settings
-        session = Session(path, n_ctx=s.n_ctx, n_batch=s.n_batch, n_ubatch=s.n_ubatch, n_threads=s.n_threads)
+        session = Session(path, **config.session_kwargs())
     runs: list[ServerLikeRun] = []
     prompt_tokens = 0
     temps: list[float] = []
