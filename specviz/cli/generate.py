@@ -11,6 +11,7 @@ from typing import Any
 
 from .generation_options import add_generation_options, generation_config
 from .options import UsageError, warn
+from .settings_options import add_server_args_option, session_kwargs
 from .workbench import run_extras
 
 
@@ -19,6 +20,7 @@ def add_commands(sub: Any) -> None:
     r = sub.add_parser("run", help="generate once and print the text and telemetry")
     add_generation_options(r, strategy_default=None)
     r.add_argument("--record", default=None, metavar="FILE.jsonl", help="record every event as JSON Lines")
+    add_server_args_option(r)
     r.set_defaults(func=cmd_run)
     v = sub.add_parser("verify", help="compare plain greedy and speculative greedy output")
     add_generation_options(v, strategy_default=None)
@@ -75,17 +77,30 @@ def cmd_run(args: argparse.Namespace) -> int:
     from ..decoding.recorder import Recorder
     from ..decoding.session import Session
 
-    s = Session(cfg["model"], n_ctx=cfg["n_ctx"], **cfg["memory"])
+    s = Session(cfg["model"], **session_kwargs(cfg["settings"]), **cfg["memory"])
     recorder = Recorder(args.record) if args.record else None
     if recorder is not None:
         s.subscribe(recorder)
     req = cfg["request"]
     prompt = None if "messages" in req else cfg["prompt"]
-    s.start(prompt, cfg["max_tokens"], cfg["strategy"], seed=cfg["seed"], **cfg["sampling"], **req, **cfg["knobs"])
-    s.run()
+    server_run = None
+    if cfg["server"] is not None:  # the server's configuration, through its generation loop
+        from ..analysis.server_repro import run_like_the_server
+
+        server_run = run_like_the_server(
+            s, prompt, cfg["max_tokens"], cfg["strategy"], cfg["knobs"], seed=cfg["seed"], **cfg["sampling"], **req
+        )
+    else:
+        s.start(prompt, cfg["max_tokens"], cfg["strategy"], seed=cfg["seed"], **cfg["sampling"], **req, **cfg["knobs"])
+        s.run()
     if recorder is not None:
         recorder.close()
     res = _result(s, cfg)
+    res["settings"] = s.settings.to_dict()
+    if server_run is not None:
+        res["server_counts"] = {
+            k: getattr(server_run, k) for k in ("draft_n", "draft_n_accepted", "verify_steps", "accepted_per_pos")
+        }
     if args.json:
         res.update(run_extras(s))
         print(json.dumps(res, ensure_ascii=False))
@@ -100,6 +115,13 @@ def cmd_run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         print(memory_line(t), file=sys.stderr)
+        if server_run is not None:
+            print(
+                f"as llama-server counts it: draft_n = {server_run.draft_n}, draft_n_accepted = "
+                f"{server_run.draft_n_accepted} ({server_run.acceptance:.1%}), {server_run.verify_steps} "
+                f"verification steps; settings {s.settings.describe()}",
+                file=sys.stderr,
+            )
         st = t.get("strategy_stats") or {}
         if st and res["strategy"] != "none":
             print(
@@ -127,7 +149,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
     from ..analysis.equivalence import check_equivalence
     from ..decoding.session import Session
 
-    s = Session(cfg["model"], n_ctx=cfg["n_ctx"], **cfg["memory"])
+    s = Session(cfg["model"], **session_kwargs(cfg["settings"]), **cfg["memory"])
     res = check_equivalence(s, cfg["prompt"], cfg["max_tokens"], cfg["strategy"], cfg["knobs"], threshold)
     s.close()
     if args.json:
