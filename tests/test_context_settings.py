@@ -81,3 +81,20 @@ def test_a_draft_models_context_gets_the_targets_flash_attention(tmp_path):
     assert s.drafter.ctx.settings.cache_type_k == "f16"
     s.run()
     s.close()
+
+
+def test_a_session_from_a_server_command_line(wide_heads):
+    from specviz import run_like_the_server, session_from_server_args
+
+    line = f"llama-server -m {wide_heads} --spec-type ngram-simple --spec-ngram-simple-size-n 2 -fa on -ctk q8_0 -np 2"
+    with pytest.warns(UserWarning, match="-np 2: serving only"):
+        s, cfg = session_from_server_args(line)
+    assert s.settings.cache_type_k == "q8_0" and s.settings.flash_attn == "on"
+    assert cfg.strategy == "ngram-simple" and cfg.knobs["size_n"] == 2
+    run = run_like_the_server(s, "1, 2, 3, 4, 1, 2, 3, 4,", 16, cfg.strategy, cfg.knobs)
+    assert len(run.tokens) == 16
+    s.start("1, 2, 3", 4, **cfg.start_kwargs())
+    assert s.strategy == "ngram-simple"
+    s.close()
+    with pytest.raises(ContextSettingsError, match="needs flash attention"):
+        session_from_server_args(f"-m {wide_heads} -ctv q4_0 -fa off")

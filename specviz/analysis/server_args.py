@@ -357,7 +357,7 @@ def parse_server_args(argv: str | Sequence[str]) -> ServerConfig:
     except KnobError as e:
         short = ContextSettings.FLAGS.get(e.knob or "", "")
         given_flag = settings.get(e.knob or "", (short, ""))[0]
-        raise KnobError(str(e).replace(f"({short})", f"({given_flag})", 1), knob=e.knob, value=e.value) from None
+        raise type(e)(str(e).replace(f"({short})", f"({given_flag})", 1), knob=e.knob, value=e.value) from None
     if threads_batch is not None and str(threads_batch) != str(ctx.n_threads):
         warnings.append(
             f"-tb {threads_batch}: specviz uses one thread count (-t {ctx.n_threads}) for generation and batches; "
@@ -440,3 +440,23 @@ def server_spec_args(strategy: str, knobs: dict[str, Any]) -> list[str]:
         if owner == strategy and knob in knobs:
             args += [flag, str(int(knobs[knob]))]
     return args
+
+
+def session_from_server_args(argv: str | Sequence[str], *, model: str | None = None) -> tuple[Any, ServerConfig]:
+    """A :class:`~specviz.Session` with the context settings of a llama-server command line, and the
+    :class:`ServerConfig` to start it with (the Python side of ``specviz run --server-args``)::
+
+        s, cfg = session_from_server_args("llama-server -m m.gguf --spec-type ngram-mod -c 8192 -fa on")
+        run = run_like_the_server(s, "prompt", 128, cfg.strategy, cfg.knobs)   # the server's loop
+        s.start("prompt", 128, **cfg.start_kwargs())                            # or a plain session
+
+    ``model`` replaces the line's ``-m``. Every flag specviz cannot honour is issued as a
+    :class:`UserWarning` (and listed in ``cfg.warnings``); a refused value raises before the model loads."""
+    import warnings
+
+    from ..decoding.session import Session
+
+    cfg = parse_server_args(argv)
+    for w in cfg.warnings:
+        warnings.warn(f"llama-server option {w}", UserWarning, stacklevel=2)
+    return Session(model or cfg.model, **cfg.session_kwargs()), cfg
