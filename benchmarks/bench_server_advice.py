@@ -34,12 +34,11 @@ import os
 import sys
 
 from specviz import Session
-from specviz.analysis.advise import advise
+from specviz.analysis.advise import advise, session_cost
 from specviz.analysis.check_server import check_advice
 from specviz.analysis.llama_server import find_server_binary
 from specviz.analysis.workloads import WORKLOADS
 from specviz.backends.context_settings import ContextSettings
-from specviz.cli.workbench import session_cost
 
 
 def learn(s: Session, prompts: list[str], max_tokens: int, strategy: str, knobs: dict) -> list:
