@@ -137,3 +137,14 @@ def test_a_sweep_generates_the_next_answer_of_each_logged_conversation(request_l
     s.run()
     assert list(row["tokens"]) == s.tokens and row["prompt_tokens"] == len(ids)
     s.close()
+
+
+def test_a_recording_of_a_chat_session_is_not_a_request_log(tmp_path):
+    """A chat session's session_started event carries messages too; a recorded event has a kind."""
+    from specviz.sweep.request_log import is_request_line
+
+    event = {"kind": "session_started", "messages": [{"role": "user", "content": "hi"}]}
+    assert not is_request_line(event) and is_request_line({"messages": event["messages"]})
+    rec = tmp_path / "rec.jsonl"
+    rec.write_text(json.dumps(event) + "\n")
+    assert not looks_like_request_log(rec)

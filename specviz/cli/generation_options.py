@@ -369,7 +369,13 @@ def _knobs_of(
 
 
 def _prompt_of(args: argparse.Namespace) -> str:
-    """The prompt text, from ``--prompt`` or ``--prompt-file``; refused when missing or empty."""
+    """The prompt text, from ``--prompt`` or ``--prompt-file``; refused when missing or empty. With
+    ``--requests`` (a request log: the prompts are its requests) there is none, and neither may be given."""
+    if getattr(args, "requests", None) is not None:
+        for flag, v in (("--prompt", args.prompt), ("--prompt-file", args.prompt_file), ("--chat", args.chat or None)):
+            if v is not None:
+                raise UsageError(f"option {flag} conflicts with --requests, whose requests are the prompts; use one")
+        return ""
     if args.prompt is None and args.prompt_file is None:
         raise UsageError("one of --prompt TEXT or --prompt-file PATH is required")
     if args.prompt_file is not None:

@@ -5,11 +5,13 @@ only once the options are checked (it needs the ``ui`` extra)."""
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 from typing import Any
 
 from ..strategies import strategy_class, strategy_names
-from .options import UsageError, int_option
+from .options import UsageError, int_option, warn
+from .settings_options import server_config
 
 
 def add_commands(sub: Any) -> None:
@@ -51,6 +53,16 @@ def add_commands(sub: Any) -> None:
     rp.add_argument("--port", default="5006")
     rp.add_argument("--address", default="127.0.0.1")
     rp.add_argument("--token", default=None, help="the access token (default: as for serve)")
+    g = rp.add_argument_group("a deployment's request log as FILE (its requests are run first, then replayed)")
+    g.add_argument("--model", default=None, help="the GGUF to run the requests on (default: the embedded model)")
+    g.add_argument(
+        "--server-args",
+        default=None,
+        metavar='"LINE"',
+        help="the deployment's llama-server command line: its strategy, knobs and context settings, its loop",
+    )
+    g.add_argument("--max-tokens", default="128", help="tokens for a request that names none (default 128)")
+    g.add_argument("--record", default=None, metavar="FILE.jsonl", help="keep the recording of the requests here")
     rp.set_defaults(func=cmd_replay)
 
 
@@ -120,12 +132,54 @@ def _demo_options(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
-    """``specviz replay FILE.jsonl``: show a recorded session in the inspector, no model loaded."""
+    """``specviz replay FILE.jsonl``: show a recorded session in the inspector, no model loaded. FILE may be a
+    deployment's request log instead: its requests are run on ``--model`` first (with ``--server-args``'s
+    configuration, through the server's loop), recorded, and the recording replayed."""
     port = int_option("--port", args.port, 1, 65535)
     if not Path(args.file).is_file():
         raise UsageError(f"argument FILE: {args.file!r} does not exist; pass a .jsonl recording")
     token = _token_option("--token", args.token)
     from ..server.app import replay
+    from ..sweep.request_log import looks_like_request_log
 
-    replay(args.file, port, address=args.address, token=token)
+    path = args.file
+    if looks_like_request_log(path):
+        path = record_requests(args)
+    elif args.model is not None or args.server_args is not None or args.record is not None:
+        raise UsageError("options --model/--server-args/--record are for a request log; FILE is a recording")
+    replay(path, port, address=args.address, token=token)
     return 0
+
+
+def record_requests(args: argparse.Namespace) -> str:
+    """Run a request log's requests (``args.file``) and record them; the recording's path."""
+    import tempfile
+
+    from ..analysis.request_runs import run_requests
+    from ..decoding.recorder import Recorder
+    from ..decoding.session import Session
+    from ..sweep.request_log import read_request_log
+
+    max_tokens = int_option("--max-tokens", args.max_tokens, 1, 1 << 20)
+    server = server_config(args, warn=warn, given=[])
+    model = args.model or (server.model if server is not None else None)
+    if model is not None and not Path(model).is_file():
+        raise UsageError(f"option --model: {model!r} does not exist; pass the path of a .gguf file")
+    requests, problems = read_request_log(args.file)
+    if problems:
+        raise UsageError(f"argument FILE: {problems[0]}")
+    if args.record is not None and not Path(args.record).resolve().parent.is_dir():
+        raise UsageError(f"option --record: folder of {args.record!r} does not exist")
+    out = args.record or tempfile.NamedTemporaryFile(prefix="specviz-requests-", suffix=".jsonl", delete=False).name
+    kwargs = server.session_kwargs() if server is not None else {}
+    s = Session(model, **kwargs)
+    rec = Recorder(out)
+    s.subscribe(rec)
+    try:
+        strategy, knobs = (server.strategy, server.knobs) if server is not None else ("prompt-lookup", {})
+        runs = run_requests(s, requests, strategy, knobs, max_tokens=max_tokens, server_loop=server is not None)
+    finally:
+        rec.close()
+        s.close()
+    print(f"specviz replay: {len(runs)} requests run and recorded in {out}", file=sys.stderr)
+    return out

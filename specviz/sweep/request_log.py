@@ -59,9 +59,12 @@ class LoggedRequest:
 
 
 def is_request_line(obj: Any) -> bool:
-    """Whether a parsed JSON line is a chat request (``messages`` at the top or under ``body``)."""
-    return isinstance(obj, dict) and (
-        "messages" in obj or (isinstance(obj.get("body"), dict) and "messages" in obj["body"])
+    """Whether a parsed JSON line is a chat request (``messages`` at the top or under ``body``), not a
+    recorded event (which has a ``kind``: a chat session's ``session_started`` carries ``messages`` too)."""
+    return (
+        isinstance(obj, dict)
+        and "kind" not in obj
+        and ("messages" in obj or (isinstance(obj.get("body"), dict) and "messages" in obj["body"]))
     )
 
 
