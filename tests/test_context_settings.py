@@ -98,3 +98,34 @@ def test_a_session_from_a_server_command_line(wide_heads):
     s.close()
     with pytest.raises(ContextSettingsError, match="needs flash attention"):
         session_from_server_args(f"-m {wide_heads} -ctv q4_0 -fa off")
+
+
+def test_the_context_can_be_created_anew_between_generations(wide_heads):
+    s = Session(wide_heads, n_ctx=256, n_threads=1)
+    s.start("1, 2, 3, 4", 6, "ngram-simple")
+    s.run()
+    before = list(s.tokens)
+    with pytest.raises(ContextSettingsError, match="needs flash attention"):
+        s.set_context_settings(flash_attn="off", cache_type_v="q8_0")
+    assert s.settings.flash_attn == "auto" and s.tokens == before and s.started  # nothing changed
+    new = s.set_context_settings(flash_attn="on", cache_type_k="q8_0", n_ctx=512)
+    assert (new.flash_attn, new.cache_type_k, new.n_ctx, new.n_threads) == ("on", "q8_0", 512, 1)
+    assert s.settings == new and s.context_args["cache_type_k"] == "q8_0" and not s.started
+    assert s.ctx.capacity.n_ctx == 512
+    s.start("1, 2, 3, 4", 6, "ngram-simple")
+    s.run()
+    assert len(s.tokens) == 6
+    s.close()
+
+
+def test_a_start_can_be_checked_against_a_context_about_to_be_made(wide_heads):
+    s = Session(wide_heads, n_ctx=256, n_threads=1)
+    s.start("1, 2", 4, "none")
+    prompt = [5 + i % 7 for i in range(300)]  # token ids: more than 256 fit, fewer than 512
+    with pytest.raises(ContextError, match="the context holds 256"):
+        s.check_start(prompt, 4, "ngram-simple")
+    s.check_start(prompt, 4, "ngram-simple", n_ctx=512)  # fits the larger context: no error
+    with pytest.raises(KnobError, match="size_n"):
+        s.check_start(prompt, 4, "ngram-simple", n_ctx=512, size_n=0)
+    assert s.strategy == "none" and s.n_prompt < 100 and s.settings.n_ctx == 256  # nothing started
+    s.close()

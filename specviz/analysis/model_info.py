@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ..backends.capture import capture_method, capture_unavailable_reason
-from ..backends.context_settings import CACHE_TYPES, ContextSettings, head_sizes
+from ..backends.context_settings import CACHE_TYPES, ContextSettings, cache_types_for, head_sizes
 from ..backends.eagle3 import eagle3_problems, read_eagle3_head
 from ..backends.mtp import mtp_problems, nextn_layers
 from ..errors import KnobError
@@ -236,11 +236,6 @@ def _quantized_note(types: list[str]) -> str:
     if any(CACHE_TYPES[t] > 1 for t in types):
         return " (a quantized V cache needs flash attention)"
     return " (no quantized type: its blocks of 32 would split a head)"
-
-
-def cache_types_for(head_k: int, head_v: int) -> list[str]:
-    """The KV cache types whose blocks divide both head sizes (llama.cpp's list, in its order)."""
-    return [t for t, block in CACHE_TYPES.items() if head_k % block == 0 and head_v % block == 0]
 
 
 def model_info(

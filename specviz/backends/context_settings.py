@@ -243,6 +243,11 @@ def head_sizes(metadata: Mapping[str, Any], architecture: str | None) -> tuple[i
     return int(k), int(v)
 
 
+def cache_types_for(head_k: int, head_v: int) -> list[str]:
+    """The KV cache types whose blocks divide both head sizes (llama.cpp's list, in its order)."""
+    return [t for t, block in CACHE_TYPES.items() if head_k % block == 0 and head_v % block == 0]
+
+
 def settings_from_mapping(values: Mapping[str, Any], base: ContextSettings | None = None) -> ContextSettings:
     """:meth:`ContextSettings.make` from a mapping that may hold other keys too (those are ignored)."""
     return ContextSettings.make(base, **{k: v for k, v in values.items() if k in ContextSettings.FLAGS})
