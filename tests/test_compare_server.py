@@ -140,3 +140,16 @@ def test_compare_server_on_the_command_line(server, chat_model, request_log, cap
     assert main(["compare-server", "localhost:1", "--requests", str(request_log)]) == 2
     assert main(["compare-server", server.url, "--requests", "missing.jsonl"]) == 2
     assert "does not exist" in capsys.readouterr().err
+
+
+def test_a_text_that_parts_from_the_servers_is_named_first(server, chat_model, request_log, tmp_path):
+    """The reproduction on other weights (the same vocabulary and template): with --send the server's answers
+    are compared with the reproduction's texts, and the parting is named before the counts it explains."""
+    other = write_tiny_llama(tmp_path / "other.gguf", chat_template=CHATML, seed=TINY["seed"] + 5, block_scale=0.1)
+    cmp = compare_server(server.url, request_log, model=other, server_args=[*CONTEXT, *SPEC], send=True)
+    assert len(cmp.parted) == 2 and "b" in cmp.parted, cmp.parted
+    assert "parts from the server's" in cmp.findings[0] and "2 of 2 requests" in cmp.findings[0], cmp.findings
+    same = compare_server(server.url, request_log, model=chat_model, server_args=[*CONTEXT, *SPEC], send=True)
+    assert same.parted == [] and same.findings == []
+    unsent = compare_server(server.url, request_log, model=other, server_args=[*CONTEXT, *SPEC])
+    assert unsent.parted == []  # without --send there are no answers to compare

@@ -46,6 +46,8 @@ class ServerComparison:
     sent: bool
     findings: list[str] = field(default_factory=list)
     runs: list[ServerLikeRun] = field(default_factory=list, repr=False)
+    #: with ``sent``: the ids of the requests whose text from the server differs from the reproduction's
+    parted: list[str] = field(default_factory=list)
     slots: list[dict[str, Any]] | None = field(default=None, repr=False)
     props: dict[str, Any] = field(default_factory=dict, repr=False)
 
@@ -112,6 +114,7 @@ class ServerComparison:
             "sent": self.sent,
             "agree": self.agree,
             "findings": list(self.findings),
+            "parted": list(self.parted),
             "runs": [r.to_dict() for r in self.runs],
         }
 
@@ -157,13 +160,21 @@ def _config_from_server(slots: list[dict[str, Any]] | None, props: dict[str, Any
     return cfg, notes
 
 
-def _send(url: str, messages: list[dict[str, str]], n_predict: int, temperature: float, seed: int | None) -> None:
+def _send(url: str, messages: list[dict[str, str]], n_predict: int, temperature: float, seed: int | None) -> str | None:
+    """One chat request to the server; the text of its answer (None when the answer has none)."""
+    import json
+
     body: dict[str, Any] = {"messages": messages, "max_tokens": n_predict, "temperature": temperature}
     if seed is not None:
         body["seed"] = seed
     status, raw = http_request(url, "POST", "/v1/chat/completions", body)
     if status != 200:
         raise LlamaServerError(f"llama-server at {url} refused a chat request ({status}): {raw[:300]!r}")
+    try:
+        content = json.loads(raw)["choices"][0]["message"]["content"]
+    except (ValueError, KeyError, IndexError, TypeError):
+        return None
+    return content if isinstance(content, str) else None
 
 
 def compare_server(
@@ -225,10 +236,11 @@ def compare_server(
         n = int(r.options.get("max_tokens") or config.n_predict or max_tokens)
         return n, float(r.options.get("temperature", default_temp)), r.options.get("seed")
 
+    answers: list[str | None] = []
     if send:
         for r in requests:
             n, t, seed = plan(r)
-            _send(url, r.message_dicts(), n, t, seed)
+            answers.append(_send(url, r.message_dicts(), n, t, seed))
         server = metrics_delta(parse_metrics(fetch_text(url, "/metrics")), before)
     else:
         server = before
@@ -273,7 +285,9 @@ def compare_server(
         prompt_tokens=prompt_tokens,
     )
     temperature = max(temps) if temps else 0.0
+    parted = [r.id for r, run, text in zip(requests, runs, answers) if text is not None and text != run.content]
     cmp = ServerComparison(url, server, repro, len(requests), config, temperature, send, runs=runs, slots=slots)
+    cmp.parted = parted
     cmp.props = props
     cmp.findings = explain(cmp) + notes
     return cmp
@@ -307,6 +321,16 @@ def explain(c: ServerComparison) -> list[str]:
             "(server_args) so specviz drafts with its --spec-type"
         )
         return out
+    # a text that parted explains the counts that follow it: said first, and the other findings say so
+    parted = bool(c.parted) and c.temperature == 0
+    if parted:
+        shown = ", ".join(c.parted[:5]) + (" …" if len(c.parted) > 5 else "")
+        out.append(
+            f"the text of {len(c.parted)} of {c.n_requests} requests ({shown}) parts from the server's at temperature "
+            "0: a greedy output parts at a near-tie when the target's numerics differ (flash attention, -b/-ub, "
+            "the KV cache types, the server's prompt cache; see specviz verify), and those requests' drafts and "
+            "acceptance differ with their text"
+        )
     if _differs(a.prompt_tokens, b.prompt_tokens):
         out.append(
             f"the prompts differ in length (server {a.prompt_tokens} tokens, specviz {b.prompt_tokens}): the chat "
@@ -320,8 +344,9 @@ def explain(c: ServerComparison) -> list[str]:
         )
     if _differs(a.mean_draft_length, b.mean_draft_length):
         out.append(
-            f"the server drafts {a.mean_draft_length:.2f} tokens per step, specviz {b.mean_draft_length:.2f}: the "
-            "draft-length settings differ ("
+            f"the server drafts {a.mean_draft_length:.2f} tokens per step, specviz {b.mean_draft_length:.2f}: "
+            + ("the parted texts above draw other drafts, or the " if parted else "the ")
+            + "draft-length settings differ ("
             + (
                 "give the server's command line, server_args, so specviz uses its --spec-* flags"
                 if not cfg.argv

@@ -55,6 +55,7 @@ class ServerLikeRun:
     accepted_per_pos: list[int] = field(default_factory=list)  #: verify steps that accepted position i
     finish: str | None = None
     decode_seconds: float = 0.0  #: the rounds' time (the prompt excluded), as ``timings.predicted_ms``
+    content: str = ""  #: the text as the server's ``content`` holds it (:func:`server_content`)
 
     @property
     def acceptance(self) -> float:
@@ -134,4 +135,12 @@ def run_like_the_server(
         accepted_per_pos=per_pos,
         finish=session.finished,
         decode_seconds=seconds,
+        content=server_content(session.model, session.tokens),
     )
+
+
+def server_content(model: Any, tokens: Sequence[int]) -> str:
+    """The text of ``tokens`` as llama-server's ``content`` holds it: the text of control and unknown tokens
+    (the end-of-generation token among them) left out, where specviz's pieces render every token (the
+    server renders them only with ``--special``). Departure: a stop string is not cut here."""
+    return b"".join(model.content_bytes(t) for t in tokens).decode("utf-8", "replace")

@@ -132,6 +132,17 @@ class LlamaModel:
             self._piece_bytes[token] = b
         return b
 
+    def content_bytes(self, token: int) -> bytes:
+        """The bytes llama.cpp renders for ``token`` with special tokens not rendered: a control or unknown
+        token gives none, as in llama-server's ``content`` (which renders them only with ``--special``)."""
+        lc = llama_lib()
+        buf = ctypes.create_string_buffer(64)
+        n = lc.llama_token_to_piece(self.vocab, token, buf, 64, 0, False)
+        if n < 0:
+            buf = ctypes.create_string_buffer(-n)
+            n = lc.llama_token_to_piece(self.vocab, token, buf, -n, 0, False)
+        return buf.raw[: max(n, 0)]
+
     def piece(self, token: int) -> str:
         """Display text of one token (invalid UTF-8 fragments shown with the replacement mark)."""
         return self.piece_bytes(token).decode("utf-8", errors="replace")
