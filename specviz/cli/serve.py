@@ -11,7 +11,7 @@ from typing import Any
 
 from ..strategies import strategy_class, strategy_names
 from .options import UsageError, int_option, warn
-from .settings_options import server_config
+from .settings_options import add_settings_options, check_settings_for, server_config, settings_of
 
 
 def add_commands(sub: Any) -> None:
@@ -47,6 +47,10 @@ def add_commands(sub: Any) -> None:
         default="300",
         help="seconds before an idle page's session gives back its llama.cpp context (default 300)",
     )
+    sv.add_argument(
+        "--n-ctx", "-c", "--ctx-size", default=None, help="context length of every page's session (default 4096)"
+    )
+    add_settings_options(sv)  # the server's settings for every page's session (a page cannot change them)
     sv.set_defaults(func=cmd_serve)
     rp = sub.add_parser("replay", help="show a recorded .jsonl session, without a model")
     rp.add_argument("file", metavar="FILE")
@@ -80,6 +84,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
         if not Path(d).is_file():
             raise UsageError(f"option --draft-model: {d!r} does not exist; pass the path of a .gguf file")
     demo = _demo_options(args)
+    n_ctx = int_option("--n-ctx", args.n_ctx if args.n_ctx is not None else "4096", 16, 1 << 20)
+    settings = settings_of(args, n_ctx=n_ctx)
+    check_settings_for(settings, args.model)
     from ..server.app import serve
 
     kwargs = {"prompt": args.prompt} if args.prompt else {}
@@ -90,6 +97,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         max_tokens=max_tokens,
         strategy=strategy,
         draft_models=args.draft_model or (),
+        settings=settings,
         **demo,
         **kwargs,
     )
