@@ -152,3 +152,19 @@ def test_a_served_page_gets_no_settings_and_may_not_change_them(tiny_model):
         core.close()
     finally:
         ms.close()
+
+
+def test_the_inspector_resets_with_a_deployment_from_python(wide_heads):
+    from specviz import Inspector
+
+    s = Session(wide_heads, n_ctx=512, n_threads=1)
+    s.start(PROMPT, max_tokens=8, strategy="prompt-lookup")
+    insp = Inspector(s)
+    try:
+        insp.reset(context={"flash_attn": "on", "cache_type_v": "q8_0"})
+        assert (s.settings.flash_attn, s.settings.cache_type_v) == ("on", "q8_0") and s.started
+        insp.reset(server_args="--spec-type ngram-mod -fa off -c 1024")
+        assert s.strategy == "ngram-mod" and (s.settings.flash_attn, s.settings.n_ctx) == ("off", 1024)
+    finally:
+        insp.close()
+        s.close()
