@@ -210,3 +210,17 @@ def test_for_server_keeps_ngram_cache_at_eight_and_leaves_prompt_lookup_out():
     for _ in range(10):
         R2.round([100 + j for j in range(4)], 4)
     assert advise(R2.events, cost=linear(0.010, 0.003), for_server=True).best.strategy == "prompt-lookup"
+
+
+def test_for_server_leaves_out_an_ngram_simple_m_gram_shorter_than_its_n_gram():
+    """llama.cpp's ngram-simple drafts nothing when fewer than size_n tokens would be copied: with size_n 3,
+    `--spec-ngram-simple-size-m 2` never drafts in the server, so it is not advised for it (cutting the
+    recorded drafts to 2 tokens would score it as drafting). specviz's own advice may cut drafts anywhere."""
+    knobs = {**NO_TILE, "size_n": 3, "size_m": 8}
+    R = Rounds(list(range(1, 30)), knobs=knobs, strategy="ngram-simple")
+    for _ in range(10):
+        R.round([100 + j for j in range(8)], 1, 7, rank=2)  # only the first drafted token is ever accepted
+    own = advise(R.events, cost=linear(0.010, 0.004))
+    srv = advise(R.events, cost=linear(0.010, 0.004), for_server=True)
+    assert own.best.draft_max == 1  # a one-token draft, as specviz's own cap makes it
+    assert srv.best.strategy == "none" or srv.best.draft_max >= 3, srv.text

@@ -34,8 +34,9 @@ it were never proposed).
 ``for_server=True`` advises ``llama-server``: only the settings its flags can express are searched, so that
 the expected speedup is that of the flags printed — no verify-tile alignment (the server verifies a draft
 of ``k`` tokens in ``k + 1`` rows), no ``draft_min`` for the n-gram types that have none in llama.cpp
-(ngram-simple, ngram-map-k, ngram-map-k4v, ngram-cache), ngram-cache's drafts of up to 8 tokens, and no
-prompt lookup (no llama.cpp type) when a llama.cpp type was recorded too.
+(ngram-simple, ngram-map-k, ngram-map-k4v, ngram-cache), ngram-cache's drafts of up to 8 tokens, no
+ngram-simple m-gram shorter than its n-gram (llama.cpp's ngram-simple drafts nothing then), and no prompt
+lookup (no llama.cpp type) when a llama.cpp type was recorded too.
 """
 
 from __future__ import annotations
@@ -386,12 +387,20 @@ NO_DRAFT_MIN = ("ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-cache", "
 NGRAM_CACHE_DRAFT = 8
 
 
-def server_grid(strategy: str, longest: int) -> tuple[list[int], tuple[int, ...]]:
+def server_grid(strategy: str, longest: int, knobs: dict[str, Any] | None = None) -> tuple[list[int], tuple[int, ...]]:
     """The ``draft_max`` and ``draft_min`` values llama-server's flags can express for ``strategy`` (drafts
-    recorded up to ``longest`` tokens)."""
+    recorded up to ``longest`` tokens, under ``knobs``).
+
+    An n-gram type's ``draft_max`` is its m-gram size in the server (``--spec-ngram-simple-size-m``), not a
+    cap on a longer draft: llama.cpp's ngram-simple drafts nothing at all when fewer than ``size_n``
+    tokens would be copied (``common_ngram_simple_draft``), so an m-gram shorter than ``size_n`` never
+    drafts, and those values are left out (a recorded draft cut to them would be scored as drafting)."""
     kmaxes = list(range(1, longest + 1))
     if strategy == "ngram-cache":
         kmaxes = [min(NGRAM_CACHE_DRAFT, longest)]
+    size_n = (knobs or {}).get("size_n")
+    if strategy == "ngram-simple" and isinstance(size_n, int):  # a recording's knobs hold it
+        kmaxes = [k for k in kmaxes if k >= size_n]
     return kmaxes, ((0,) if strategy in NO_DRAFT_MIN else DRAFT_MIN_GRID)
 
 
@@ -406,7 +415,7 @@ def _search(
     if not r.length.size or r.length.max() == 0:
         return None
     kmaxes, kmins = (
-        server_grid(r.strategy, int(r.length.max()))
+        server_grid(r.strategy, int(r.length.max()), r.knobs)
         if for_server
         else (list(range(1, int(r.length.max()) + 1)), DRAFT_MIN_GRID)
     )
