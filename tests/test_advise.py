@@ -223,4 +223,5 @@ def test_for_server_leaves_out_an_ngram_simple_m_gram_shorter_than_its_n_gram():
     own = advise(R.events, cost=linear(0.010, 0.004))
     srv = advise(R.events, cost=linear(0.010, 0.004), for_server=True)
     assert own.best.draft_max == 1  # a one-token draft, as specviz's own cap makes it
+    assert any("drafts nothing" in n and "--for-server" in n for n in own.flag_notes), own.flag_notes
     assert srv.best.strategy == "none" or srv.best.draft_max >= 3, srv.text

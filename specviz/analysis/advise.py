@@ -590,6 +590,12 @@ def llama_flags(c: Candidate, knobs: dict[str, Any]) -> tuple[str, list[str]]:
             )
         if c.draft_min > 1:
             notes.append(f"llama.cpp's {t} has no minimum draft length (draft_min {c.draft_min} does not carry over)")
+        if t == "ngram-simple" and c.draft_max < int(size_n):
+            notes.append(
+                f"llama.cpp's ngram-simple drafts nothing when its m-gram is shorter than its n-gram (size_m "
+                f"{c.draft_max} < size_n {size_n}): in llama-server these flags do not speculate; advise for the "
+                "server (--for-server) to search only what it drafts"
+            )
     elif s == "ngram-mod":
         parts.append(f"--spec-ngram-mod-n-match {knobs.get('n_match', 24)}")
         parts.append(f"--spec-ngram-mod-n-min {max(c.draft_min, 1)}")
