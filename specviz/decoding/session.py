@@ -693,7 +693,7 @@ class Session:
         """
         header, _ = unpack(blob)
         h = read_header(header)
-        keys = ("n_ctx", "n_batch", "n_ubatch", "n_threads", "swa_full", "n_rs_seq")
+        keys: tuple[str, ...] = ("n_ctx", "n_batch", "n_ubatch", "n_threads", "swa_full", "n_rs_seq")
         keys += ("flash_attn", "cache_type_k", "cache_type_v")
         ctx_args: dict[str, Any] = {k: h.ctx[k] for k in keys if k in h.ctx}
         sess = cls(model if model is not None else h.model, **{**ctx_args, **kwargs})
