@@ -13,8 +13,9 @@ LLAMA_VERSION    := 0.3.36
 LLAMA_CMAKE_ARGS := $(shell $(PYTHON) tools/llama_cmake_args.py)
 LLAMA_TAG        := $(shell $(PYTHON) tools/llama_cmake_args.py --tag)
 WHEELHOUSE       ?= $(HOME)/.cache/specviz/wheels/llama-cpp-python-$(LLAMA_VERSION)-$(LLAMA_TAG)
-# llama.cpp's own speculative tool and specviz's replay driver of llama.cpp's draftless drafters, built from
-# the same vendored llama.cpp with the same flags (statically linked), once per machine, beside the wheel.
+# llama.cpp's own speculative tool, its server (llama-server) and specviz's replay driver of llama.cpp's
+# draftless drafters, built from the same vendored llama.cpp with the same flags (statically linked), once per
+# machine, beside the wheel.
 LLAMA_TOOLS      := $(shell $(PYTHON) tools/llama_tools.py $(LLAMA_VERSION))
 
 # torch for `specviz train-eagle3` (the train extra): the CPU-only wheel, never the CUDA build that PyPI's
@@ -59,9 +60,11 @@ $(STAMP): pyproject.toml Makefile tools/llama_cmake_args.py
 demo: install
 	$(PY) examples/serve_inspector.py
 
-# the differential tests (tests/test_differential.py) compare specviz with these tools
+# the differential tests (tests/test_differential.py, tests/test_server_differential.py) compare specviz with
+# these tools
 llama-tools: $(STAMP)
-	test -x $(LLAMA_TOOLS)/llama-speculative-simple -a -x $(LLAMA_TOOLS)/specviz-draft-replay || \
+	test -x $(LLAMA_TOOLS)/llama-speculative-simple -a -x $(LLAMA_TOOLS)/specviz-draft-replay \
+	  -a -x $(LLAMA_TOOLS)/llama-server || \
 	  tools/build_llama_tools.sh $(PY) $(LLAMA_VERSION) $(LLAMA_TOOLS) "$(LLAMA_CMAKE_ARGS)"
 
 # lint and types first (seconds), then the front-end's node tests, then the whole Python suite

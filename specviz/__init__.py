@@ -15,10 +15,16 @@ from __future__ import annotations
 
 # compare, diagnose and advise are functions here (their modules stay importable as specviz.analysis.compare.Lane …)
 from .analysis.advise import Advice, advise
+from .analysis.check_server import ServerCheck, check_advice
 from .analysis.compare import Comparison, compare
+from .analysis.compare_server import ServerComparison, compare_server
 from .analysis.diagnose import Diagnosis, diagnose
 from .analysis.equivalence import check_equivalence
+from .analysis.llama_server import LlamaServer
 from .analysis.model_info import ModelInfo, model_info
+from .analysis.server_args import ServerConfig, parse_server_args, session_from_server_args
+from .analysis.server_repro import ServerLikeRun, run_like_the_server
+from .backends.context_settings import ContextSettings
 from .decoding.chat import apply_chat_template
 from .decoding.events import (
     Accepted,
@@ -45,8 +51,10 @@ from .errors import (
     CaptureUnavailableError,
     ChatTemplateError,
     ContextError,
+    ContextSettingsError,
     EmbeddedModelError,
     KnobError,
+    LlamaServerError,
     ModelError,
     ModelFormatError,
     ModelNotFoundError,
@@ -136,6 +144,17 @@ __all__ = [
     "advise",
     "Advice",
     "apply_chat_template",
+    "ContextSettings",
+    "parse_server_args",
+    "ServerConfig",
+    "session_from_server_args",
+    "run_like_the_server",
+    "ServerLikeRun",
+    "LlamaServer",
+    "compare_server",
+    "ServerComparison",
+    "check_advice",
+    "ServerCheck",
     "SpecvizError",
     "ModelError",
     "ModelNotFoundError",
@@ -144,6 +163,8 @@ __all__ = [
     "ContextError",
     "RingCoverageError",
     "RollbackUnavailableError",
+    "ContextSettingsError",
+    "LlamaServerError",
     "KnobError",
     "StrategyError",
     "OptionConflictError",

@@ -48,6 +48,11 @@ class OptionConflictError(KnobError):
     """Two options cannot be honoured together (for example sampling with a greedy-only flag)."""
 
 
+class ContextSettingsError(KnobError, ContextError):
+    """A context setting (flash attention, a KV cache type, a context or batch size, threads) is refused:
+    unknown, out of range, or impossible with the other settings or the model. Nothing was created."""
+
+
 class SessionStateError(SpecvizError, RuntimeError):
     """The call does not fit the session's state (for example step() before start())."""
 
@@ -89,3 +94,8 @@ class RollbackUnavailableError(StrategyUnavailableError):
 class RingCoverageError(RewindError):
     """A rewind asked for a position whose keys the sliding-window ring (``swa_full=False``) has already
     overwritten: the forward that would restart there cannot see its whole window. Nothing was changed."""
+
+
+class LlamaServerError(SpecvizError, RuntimeError):
+    """llama-server could not be found, started or asked (no binary built, it exited at start, a request
+    failed); the message says which, with the end of the server's log where there is one."""

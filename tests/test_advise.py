@@ -168,3 +168,60 @@ def test_a_measured_curve_is_scaled_to_the_rounds_own_verify_times():
     assert "scaled by 2.00" in adv.cost_source and adv.baseline_tokens_per_second == pytest.approx(50.0)
     # the choice (a ratio of costs) is the same as unscaled; only the level moves
     assert adv.best.draft_max == advise(R.events, cost=linear(0.010, 0.005)).best.draft_max == 2
+
+
+def test_for_server_searches_only_what_llama_servers_flags_express():
+    """ngram-map-k has no minimum draft length in llama.cpp: for llama-server the advice keeps draft_min at
+    0 (and its expected speedup is that of the flags), where specviz's own advice uses 2."""
+    R = Rounds(list(range(1, 30)), knobs=NO_TILE, strategy="ngram-map-k")
+    for _ in range(10):
+        R.round([50], 0, 9, rank=3)
+        R.round([60 + j for j in range(6)], 6)
+    own = advise(R.events, cost=linear(0.010, 0.002))
+    srv = advise(R.events, cost=linear(0.010, 0.002), for_server=True)
+    assert own.best.draft_min == 2 and srv.best.draft_min == 0 and srv.best.draft_max == 6
+    assert srv.best.speedup < own.best.speedup
+    assert not any("minimum draft length" in n for n in srv.flag_notes)
+    assert any("searched for llama-server" in x for x in srv.limits)
+
+
+def test_for_server_verifies_without_tile_alignment():
+    knobs = {"align": True, "verify_tile": 4, "draft_max": 8}
+    adv = advise(rejected_at_depth(6, knobs=knobs), cost=linear(0.010, 0.001), for_server=True)
+    assert adv.best.draft_max == 6  # a batch of 7 rows: the server does not round it to the tile
+
+
+def test_for_server_keeps_ngram_cache_at_eight_and_leaves_prompt_lookup_out():
+    R = Rounds(list(range(1, 30)), knobs=NO_TILE, strategy="prompt-lookup")
+    for _ in range(10):
+        R.round([100 + j for j in range(8)], 8)
+    from specviz.decoding.events import KnobsChanged
+
+    R.events.append(KnobsChanged(R.r, strategy="ngram-cache", knobs=dict(NO_TILE)))
+    for _ in range(10):
+        R.round([200 + j for j in range(8)], 2, 7, rank=2)
+    own = advise(R.events, cost=linear(0.010, 0.003))
+    srv = advise(R.events, cost=linear(0.010, 0.003), for_server=True)
+    assert own.best.strategy == "prompt-lookup" and own.per_strategy["ngram-cache"].draft_max == 2
+    assert set(srv.per_strategy) == {"ngram-cache"} and srv.per_strategy["ngram-cache"].draft_max == 8
+    assert any("prompt-lookup: left out" in x for x in srv.limits)
+    # prompt lookup alone is still advised (its flags say ngram-simple is the nearest)
+    R2 = Rounds(list(range(1, 30)), knobs=NO_TILE, strategy="prompt-lookup")
+    for _ in range(10):
+        R2.round([100 + j for j in range(4)], 4)
+    assert advise(R2.events, cost=linear(0.010, 0.003), for_server=True).best.strategy == "prompt-lookup"
+
+
+def test_for_server_leaves_out_an_ngram_simple_m_gram_shorter_than_its_n_gram():
+    """llama.cpp's ngram-simple drafts nothing when fewer than size_n tokens would be copied: with size_n 3,
+    `--spec-ngram-simple-size-m 2` never drafts in the server, so it is not advised for it (cutting the
+    recorded drafts to 2 tokens would score it as drafting). specviz's own advice may cut drafts anywhere."""
+    knobs = {**NO_TILE, "size_n": 3, "size_m": 8}
+    R = Rounds(list(range(1, 30)), knobs=knobs, strategy="ngram-simple")
+    for _ in range(10):
+        R.round([100 + j for j in range(8)], 1, 7, rank=2)  # only the first drafted token is ever accepted
+    own = advise(R.events, cost=linear(0.010, 0.004))
+    srv = advise(R.events, cost=linear(0.010, 0.004), for_server=True)
+    assert own.best.draft_max == 1  # a one-token draft, as specviz's own cap makes it
+    assert any("drafts nothing" in n and "--for-server" in n for n in own.flag_notes), own.flag_notes
+    assert srv.best.strategy == "none" or srv.best.draft_max >= 3, srv.text

@@ -115,3 +115,21 @@ def test_info_on_the_embedded_model(capsys):
     assert f["eagle3"].needs and not f["mtp"].ok and f["ngram-mod"].ok
     assert main(["info"]) == 0
     assert "architecture    gemma3 (Gemma 3 270m)" in capsys.readouterr().out
+
+
+def test_info_names_the_cache_types_the_heads_allow_and_checks_settings(models, tmp_path, capsys):
+    from specviz import ContextSettings
+
+    info = model_info(models["target"])  # heads of 16: no quantized cache type fits
+    assert info.head_sizes == (16, 16) and info.cache_types == ["f32", "f16", "bf16"]
+    wide = write_tiny_llama(tmp_path / "wide.gguf", n_head=2, n_head_kv=1)
+    info = model_info(wide, settings=ContextSettings.make(flash_attn="on", cache_type_v="q4_0"))
+    assert info.head_sizes == (32, 32) and "q8_0" in info.cache_types and info.settings_why is None
+    info = model_info(models["target"], settings=ContextSettings.make(cache_type_k="q8_0"))
+    assert "head size 16" in info.settings_why
+    assert main(["info", str(models["target"]), "-ctk", "q8_0", "-fa", "off"]) == 0
+    out = capsys.readouterr().out
+    assert "KV cache types    f32, f16, bf16 (no quantized type" in out
+    assert "context settings  -c 4096 -b 512 -ub 512 -fa off -ctk q8_0 -ctv f16: refused: " in out
+    assert main(["info", str(wide), "-ctv", "q8_0", "-fa", "off"]) == 2  # refused before the model loads
+    assert "needs flash attention" in capsys.readouterr().err

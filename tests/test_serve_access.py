@@ -206,6 +206,10 @@ def test_the_gate_in_front_of_a_page_refuses_without_reaching_the_inspector():
         (["--idle-timeout", "soon"], "--idle-timeout"),
         (["--presenter-token", "abcdefgh1234"], "--presenter-token"),
         (["--shared", "--presenter-token", "x"], "--presenter-token"),
+        (["-fa", "off", "-ctv", "q8_0"], "-ctv"),
+        (["-ctk", "q8_0"], "-ctk"),  # the tiny model's 16-wide heads split q8_0's blocks of 32
+        (["-c", "lots"], "--n-ctx"),
+        (["-b", "64", "-ub", "128"], "-ub"),
     ],
 )
 def test_serve_options_are_checked_before_any_model_loads(tiny_model_path, args, flag):

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# Build llama.cpp's own speculative tool (llama-speculative-simple) and specviz's replay driver of
-# llama.cpp's draftless drafters (tools/native/draft-replay.cpp) from exactly the llama.cpp source that the
-# llama-cpp-python sdist vendors, with the wheel's CPU flags, statically linked against llama and ggml, and
-# install them into DEST (the cache directory beside the wheel). The differential tests
-# (tests/test_differential.py) and benchmarks/bench_native.py run them.
+# Build llama.cpp's own speculative tool (llama-speculative-simple), its HTTP server (llama-server) and
+# specviz's replay driver of llama.cpp's draftless drafters (tools/native/draft-replay.cpp) from exactly the
+# llama.cpp source that the llama-cpp-python sdist vendors, with the wheel's CPU flags, statically linked
+# against llama and ggml, and install them into DEST (the cache directory beside the wheel). The
+# differential tests (tests/test_differential.py, tests/test_server_differential.py),
+# benchmarks/bench_native.py, benchmarks/bench_server_advice.py and `specviz advise --check-server` run them.
 #
 # usage: tools/build_llama_tools.sh PYTHON VERSION DEST "CMAKE_ARGS" [TARGET ...]
 #   PYTHON      a Python with pip (the sdist is fetched with `pip download`, pip's cache is reused)
@@ -11,7 +12,7 @@
 #   DEST        directory that receives the binaries (created; written only when the build succeeded)
 #   CMAKE_ARGS  the CPU feature flags of the wheel (tools/llama_cmake_args.py)
 #   TARGET      cmake targets to build and install
-#               (default: llama-speculative-simple specviz-draft-replay)
+#               (default: llama-speculative-simple specviz-draft-replay llama-server)
 set -euo pipefail
 
 if [ "$#" -lt 4 ]; then
@@ -21,7 +22,7 @@ fi
 py=$1 version=$2 dest=$3 cmake_args=$4
 shift 4
 targets=("$@")
-[ "${#targets[@]}" -gt 0 ] || targets=(llama-speculative-simple specviz-draft-replay)
+[ "${#targets[@]}" -gt 0 ] || targets=(llama-speculative-simple specviz-draft-replay llama-server)
 here=$(cd "$(dirname "$0")" && pwd)
 jobs=${LLAMA_TOOLS_JOBS:-2}
 
@@ -42,11 +43,14 @@ src="$work/llama_cpp_python-$version/vendor/llama.cpp"
 cp -r "$here/native" "$src/examples/specviz-draft-replay"
 echo 'add_subdirectory(specviz-draft-replay)' >>"$src/examples/CMakeLists.txt"
 
-# Only what the tool needs: the common library and the examples (no server, tools, tests, HTTPS).
+# Only what the tools need: the common library, the examples and the server (no tests, HTTPS or web UI).
+# The server's web UI is neither built (npm) nor fetched: with LLAMA_USE_PREBUILT_UI at its default (ON) the
+# configure step would download it from a model hub. specviz talks to the server's JSON API only.
 # shellcheck disable=SC2086  # CMAKE_ARGS is a list of -D options
 cmake -S "$src" -B "$work/build" -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=OFF \
-  -DLLAMA_BUILD_COMMON=ON -DLLAMA_BUILD_EXAMPLES=ON -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_TESTS=OFF \
-  -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_UI=OFF \
+  -DLLAMA_BUILD_COMMON=ON -DLLAMA_BUILD_EXAMPLES=ON -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_TESTS=OFF \
+  -DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_APP=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_UI=OFF \
+  -DLLAMA_USE_PREBUILT_UI=OFF \
   $cmake_args >"$work/configure.log" 2>&1 || { cat "$work/configure.log" >&2; exit 1; }
 cmake --build "$work/build" --config Release --target "${targets[@]}" -j "$jobs" >"$work/build.log" 2>&1 \
   || { tail -n 60 "$work/build.log" >&2; exit 1; }

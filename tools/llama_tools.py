@@ -1,10 +1,12 @@
 """Where llama.cpp's native tools are cached, built by ``tools/build_llama_tools.sh``.
 
-The tools (``llama-speculative-simple`` and specviz's replay driver ``specviz-draft-replay``) are built
-once per machine from the llama.cpp source that the installed llama-cpp-python version vendors, with the
-wheel's CPU flags, into ``~/.cache/specviz/llama-tools/llama-cpp-python-VERSION-TAG-SRC`` beside the wheel:
-``TAG`` is the CPU tag of ``tools/llama_cmake_args.py`` and ``SRC`` a hash of the replay driver's source
-(``tools/native``), so a changed driver is rebuilt. ``SPECVIZ_LLAMA_TOOLS`` overrides the directory.
+The tools (``llama-speculative-simple``, ``llama-server`` and specviz's replay driver
+``specviz-draft-replay``) are built once per machine from the llama.cpp source that the installed
+llama-cpp-python version vendors, with the wheel's CPU flags, into
+``~/.cache/specviz/llama-tools/llama-cpp-python-VERSION-TAG-src-SRC`` beside the wheel: ``TAG`` is the CPU
+tag of ``tools/llama_cmake_args.py`` and ``SRC`` a hash of what decides the build — the replay driver's
+source (``tools/native``), the build script and the list of tools — so a changed driver, build or tool
+list is rebuilt once. ``SPECVIZ_LLAMA_TOOLS`` overrides the directory.
 
 ``python tools/llama_tools.py VERSION`` prints the directory (the Makefile's rule uses it); the tests and
 ``benchmarks/bench_native.py`` call :func:`tool_path`.
@@ -21,7 +23,8 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 NATIVE_SRC = HERE / "native"
-TOOLS = ("llama-speculative-simple", "specviz-draft-replay")
+BUILD_SCRIPT = HERE / "build_llama_tools.sh"
+TOOLS = ("llama-speculative-simple", "specviz-draft-replay", "llama-server")
 
 
 def _cmake_args_module():
@@ -33,10 +36,13 @@ def _cmake_args_module():
 
 
 def source_hash() -> str:
-    """A short hash of the replay driver's source files."""
+    """A short hash of what the build depends on: the replay driver's source files, the build script and
+    the tools built (a cache from before llama-server joined the tools gets a new key, so it is rebuilt)."""
     h = hashlib.sha256()
     for p in sorted(NATIVE_SRC.iterdir()):
         h.update(p.name.encode() + b"\0" + p.read_bytes())
+    h.update(b"\0build\0" + BUILD_SCRIPT.read_bytes())
+    h.update(b"\0tools\0" + " ".join(TOOLS).encode())
     return h.hexdigest()[:8]
 
 

@@ -30,6 +30,13 @@ How a setting is scored — a replay of the recorded rounds, no model needed:
 Limits, stated in every answer: the search does not go beyond the longest draft recorded (nothing is
 known about tokens never drafted), nor below the ``draft_p_min`` the session drafted with (tokens below
 it were never proposed).
+
+``for_server=True`` advises ``llama-server``: only the settings its flags can express are searched, so that
+the expected speedup is that of the flags printed — no verify-tile alignment (the server verifies a draft
+of ``k`` tokens in ``k + 1`` rows), no ``draft_min`` for the n-gram types that have none in llama.cpp
+(ngram-simple, ngram-map-k, ngram-map-k4v, ngram-cache), ngram-cache's drafts of up to 8 tokens, no
+ngram-simple m-gram shorter than its n-gram (llama.cpp's ngram-simple drafts nothing then), and no prompt
+lookup (no llama.cpp type) when a llama.cpp type was recorded too.
 """
 
 from __future__ import annotations
@@ -374,11 +381,44 @@ def _score(
     return (float(np.sum(n_tok)) / total if total > 0 else 0.0), float(np.mean(n_tok)) if n_tok.size else 0.0
 
 
+#: n-gram types without a minimum draft length in llama.cpp (``--spec-draft-n-min`` serves model drafts only)
+NO_DRAFT_MIN = ("ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-cache", "prompt-lookup")
+#: llama.cpp's ngram-cache drafts up to this many tokens (hard-coded in common/speculative.cpp)
+NGRAM_CACHE_DRAFT = 8
+
+
+def server_grid(strategy: str, longest: int, knobs: dict[str, Any] | None = None) -> tuple[list[int], tuple[int, ...]]:
+    """The ``draft_max`` and ``draft_min`` values llama-server's flags can express for ``strategy`` (drafts
+    recorded up to ``longest`` tokens, under ``knobs``).
+
+    An n-gram type's ``draft_max`` is its m-gram size in the server (``--spec-ngram-simple-size-m``), not a
+    cap on a longer draft: llama.cpp's ngram-simple drafts nothing at all when fewer than ``size_n``
+    tokens would be copied (``common_ngram_simple_draft``), so an m-gram shorter than ``size_n`` never
+    drafts, and those values are left out (a recorded draft cut to them would be scored as drafting)."""
+    kmaxes = list(range(1, longest + 1))
+    if strategy == "ngram-cache":
+        kmaxes = [min(NGRAM_CACHE_DRAFT, longest)]
+    size_n = (knobs or {}).get("size_n")
+    if strategy == "ngram-simple" and isinstance(size_n, int):  # a recording's knobs hold it
+        kmaxes = [k for k in kmaxes if k >= size_n]
+    return kmaxes, ((0,) if strategy in NO_DRAFT_MIN else DRAFT_MIN_GRID)
+
+
 def _search(
-    r: _Rounds, cost: VerifyCostModel, base: float, tile: int, overhead: tuple[float, float] = (0.0, 0.0)
+    r: _Rounds,
+    cost: VerifyCostModel,
+    base: float,
+    tile: int,
+    overhead: tuple[float, float] = (0.0, 0.0),
+    for_server: bool = False,
 ) -> Candidate | None:
     if not r.length.size or r.length.max() == 0:
         return None
+    kmaxes, kmins = (
+        server_grid(r.strategy, int(r.length.max()), r.knobs)
+        if for_server
+        else (list(range(1, int(r.length.max()) + 1)), DRAFT_MIN_GRID)
+    )
     recorded_pmin = float(r.knobs.get("draft_p_min", 0.0) or 0.0) if r.has_probs else None
     pmins: list[float | None] = (
         [p for p in P_MIN_GRID if p >= recorded_pmin - 1e-9] if recorded_pmin is not None else [None]
@@ -386,10 +426,10 @@ def _search(
     best: Candidate | None = None
     for p in pmins:
         fb = _first_below(r.probs, p) if p is not None and p > 0 else None
-        for kmax in range(1, int(r.length.max()) + 1):
+        for kmax in kmaxes:
             if tile_aligned(kmax, tile) != kmax:
                 continue  # the session would round it down: the shorter one is scored already
-            for kmin in DRAFT_MIN_GRID:
+            for kmin in kmins:
                 if kmin > kmax:
                     break
                 tps, tpr = _score(r, cost, kmax, kmin, p, tile, fb, overhead)
@@ -399,7 +439,11 @@ def _search(
 
 
 def advise(
-    source: EventSource, *more: EventSource, cost: VerifyCostModel | None = None, scale_to_rounds: bool = False
+    source: EventSource,
+    *more: EventSource,
+    cost: VerifyCostModel | None = None,
+    scale_to_rounds: bool = False,
+    for_server: bool = False,
 ) -> Advice:
     """The advised setting for a :class:`~specviz.decoding.session.Session` or a list of events (see the module
     docstring); ``more`` sessions or recordings (another lane, another run) add their rounds, each folded
@@ -409,6 +453,8 @@ def advise(
     ``scale_to_rounds``: scale the curve to the level of the rounds' own verify times
     (:func:`scaled_to_times`) — for a curve measured on the same machine just after the run, whose load
     may have changed meanwhile; not for a curve measured elsewhere on purpose.
+
+    ``for_server``: search only what llama-server's flags express (see the module docstring).
 
     Rounds are grouped by strategy and drafting policy (``per_strategy`` / ``current`` are keyed
     ``"prompt-lookup"`` or ``"prompt-lookup (cost policy)"``)."""
@@ -442,9 +488,18 @@ def advise(
         knobs=dict(dg.knobs),
         measured=rec.measured,
     )
-    for name, r in rec.rounds.items():
-        if name != "none":
-            score_group(adv, name, r, curve, overhead)
+    groups = {name: r for name, r in rec.rounds.items() if name != "none"}
+    if for_server and any(r.strategy != "prompt-lookup" for r in groups.values()):
+        for name in [n for n, r in groups.items() if r.strategy == "prompt-lookup"]:
+            del groups[name]
+            adv.limits.append(f"{name}: left out (llama-server has no prompt-lookup type; a llama.cpp type ran too)")
+    for name, r in groups.items():
+        score_group(adv, name, r, curve, overhead, for_server=for_server)
+    if for_server:
+        adv.limits.append(
+            "searched for llama-server: no verify-tile alignment, no draft_min for the n-gram types without one, "
+            "ngram-cache at 8 tokens"
+        )
     if adv.per_strategy:
         choose_best(adv, rec.rounds)
     return adv
@@ -461,18 +516,28 @@ def verify_cost(cost: VerifyCostModel | None, rec: Recorded) -> tuple[VerifyCost
     return cost_from_times(rec.verify), "fitted to the recorded verify times"
 
 
-def score_group(adv: Advice, name: str, r: _Rounds, cost: VerifyCostModel, overhead: tuple[float, float]) -> None:
+def score_group(
+    adv: Advice,
+    name: str,
+    r: _Rounds,
+    cost: VerifyCostModel,
+    overhead: tuple[float, float],
+    *,
+    for_server: bool = False,
+) -> None:
     """Add group ``name``'s best setting (``adv.per_strategy``), the setting it ran with scored the same way
-    (``adv.current``) and the limits of its search to ``adv``; nothing for a group that never drafted."""
+    (``adv.current``) and the limits of its search to ``adv``; nothing for a group that never drafted.
+    ``for_server``: only what llama-server's flags express (:func:`server_grid`, no tile alignment)."""
     base = adv.baseline_tokens_per_second
-    tile = int(r.knobs.get("verify_tile", 1)) if r.knobs.get("align", True) else 1
-    c = _search(r, cost, base, tile, overhead)
+    recorded_tile = int(r.knobs.get("verify_tile", 1)) if r.knobs.get("align", True) else 1
+    tile = 1 if for_server else recorded_tile
+    c = _search(r, cost, base, tile, overhead, for_server=for_server)
     if c is None:
         return
     adv.per_strategy[name] = c
     kmax, kmin = int(r.knobs.get("draft_max", int(r.length.max()))), int(r.knobs.get("draft_min", 0))
     p = float(r.knobs["draft_p_min"]) if r.has_probs and "draft_p_min" in r.knobs else None
-    tps, tpr = _score(r, cost, kmax, kmin, p, tile, _first_below(r.probs, p) if p else None, overhead)
+    tps, tpr = _score(r, cost, kmax, kmin, p, recorded_tile, _first_below(r.probs, p) if p else None, overhead)
     adv.current[name] = Candidate(r.strategy, kmax, kmin, p, tps, tpr, tps / base)
     longest = int(r.length.max())
     adv.limits.append(
@@ -525,6 +590,12 @@ def llama_flags(c: Candidate, knobs: dict[str, Any]) -> tuple[str, list[str]]:
             )
         if c.draft_min > 1:
             notes.append(f"llama.cpp's {t} has no minimum draft length (draft_min {c.draft_min} does not carry over)")
+        if t == "ngram-simple" and c.draft_max < int(size_n):
+            notes.append(
+                f"llama.cpp's ngram-simple drafts nothing when its m-gram is shorter than its n-gram (size_m "
+                f"{c.draft_max} < size_n {size_n}): in llama-server these flags do not speculate; advise for the "
+                "server (--for-server) to search only what it drafts"
+            )
     elif s == "ngram-mod":
         parts.append(f"--spec-ngram-mod-n-match {knobs.get('n_match', 24)}")
         parts.append(f"--spec-ngram-mod-n-min {max(c.draft_min, 1)}")

@@ -18,8 +18,10 @@ from pathlib import Path
 from typing import Any
 
 from ..backends.capture import capture_method, capture_unavailable_reason
+from ..backends.context_settings import CACHE_TYPES, ContextSettings, cache_types_for, head_sizes
 from ..backends.eagle3 import eagle3_problems, read_eagle3_head
 from ..backends.mtp import mtp_problems, nextn_layers
+from ..errors import KnobError
 from ..models.embedded import resolve_model
 
 __all__ = ["ModelInfo", "StrategyFit", "model_info"]
@@ -82,6 +84,10 @@ class ModelInfo:
     strategies: list[StrategyFit] = field(default_factory=list)
     memory: dict[str, Any] | None = None
     memory_text: str | None = None
+    head_sizes: tuple[int, int] = (0, 0)  #: the K and V head sizes
+    cache_types: list[str] = field(default_factory=list)  #: the KV cache types these heads allow
+    settings: dict[str, Any] | None = None  #: the context settings asked about (specviz info -fa ... -ctk ...)
+    settings_why: str | None = None  #: why those settings cannot be used with this model (None: they can)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-serialisable form."""
@@ -105,9 +111,15 @@ class ModelInfo:
             ("NextN layers", str(self.nextn_layers)),
             ("layer capture", cap),
             ("chat template", "yes" if self.chat_template else "no"),
+            ("head sizes", f"K {self.head_sizes[0]}, V {self.head_sizes[1]}"),
+            ("KV cache types", ", ".join(self.cache_types) + _quantized_note(self.cache_types)),
         ]
         if self.memory_text:
             rows.append(("memory", self.memory_text))
+        if self.settings is not None:
+            given = [(flag, self.settings[k]) for k, flag in ContextSettings.FLAGS.items() if self.settings[k]]
+            verdict = "ok" if self.settings_why is None else f"refused: {self.settings_why}"
+            rows.append(("context settings", " ".join(f"{f} {v}" for f, v in given) + f": {verdict}"))
         if self.eagle3_head:
             h = self.eagle3_head
             rows.append(
@@ -220,16 +232,24 @@ def _memory(model: Any, swa_full: bool, n_rs_seq: int | None) -> Any:
         ctx.close()
 
 
+def _quantized_note(types: list[str]) -> str:
+    if any(CACHE_TYPES[t] > 1 for t in types):
+        return " (a quantized V cache needs flash attention)"
+    return " (no quantized type: its blocks of 32 would split a head)"
+
+
 def model_info(
     model: str | os.PathLike | None = None,
     draft_model: str | os.PathLike | None = None,
+    settings: ContextSettings | None = None,
     *,
     swa_full: bool = True,
     n_rs_seq: int | None = None,
 ) -> ModelInfo:
     """Facts about ``model`` (default: the embedded Gemma 3 270M) and which strategies it can run, with
-    ``draft_model`` (a draft GGUF or an EAGLE-3 head) when given; ``swa_full`` / ``n_rs_seq`` are the
-    context options the memory is probed with (as :class:`~specviz.Session` takes them). Raises a typed
+    ``draft_model`` (a draft GGUF or an EAGLE-3 head) when given, and whether the context ``settings`` (a
+    deployment's -fa / -ctk / -ctv ...) can be used with it; ``swa_full`` / ``n_rs_seq`` are the context
+    options the memory is probed with (as :class:`~specviz.Session` takes them). Raises a typed
     :class:`~specviz.errors.ModelError` for a file that is missing or not a loadable GGUF."""
     from ..backends.llama import LlamaModel
 
@@ -259,6 +279,13 @@ def model_info(
                 dsum["eagle3_head"] = read_eagle3_head(draft.path, dinfo).to_dict()
         ft = meta.get("general.file_type")
         mem = _memory(target, swa_full, n_rs_seq) if arch != "eagle3" else None
+        heads = head_sizes(meta, arch)
+        refused = None
+        if settings is not None:
+            try:
+                settings.check_model(*heads)
+            except KnobError as e:
+                refused = str(e)
         return ModelInfo(
             path=str(path),
             architecture=arch,
@@ -275,6 +302,10 @@ def model_info(
             layer_capture_why=why,
             chat_template=isinstance(meta.get("tokenizer.chat_template"), str),
             eagle3_head=head,
+            head_sizes=heads,
+            cache_types=cache_types_for(*heads),
+            settings=settings.to_dict() if settings is not None else None,
+            settings_why=refused,
             draft_model=dsum,
             strategies=_fits(target, tinfo, draft, dinfo, mem),
             memory=mem.to_dict() if mem is not None else None,

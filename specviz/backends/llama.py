@@ -21,6 +21,7 @@ import numpy as np
 from ..errors import ContextError, ModelFormatError
 from .binding import ensure_backend, llama_lib
 from .context_base import ContextBase
+from .context_settings import FLASH_ATTN_TYPE, GGML_TYPE, ContextSettings, head_sizes
 from .gguf_check import check_gguf
 from .memory import DEFAULT_N_RS_SEQ, ContextMemory, probe_memory
 
@@ -131,6 +132,17 @@ class LlamaModel:
             self._piece_bytes[token] = b
         return b
 
+    def content_bytes(self, token: int) -> bytes:
+        """The bytes llama.cpp renders for ``token`` with special tokens not rendered: a control or unknown
+        token gives none, as in llama-server's ``content`` (which renders them only with ``--special``)."""
+        lc = llama_lib()
+        buf = ctypes.create_string_buffer(64)
+        n = lc.llama_token_to_piece(self.vocab, token, buf, 64, 0, False)
+        if n < 0:
+            buf = ctypes.create_string_buffer(-n)
+            n = lc.llama_token_to_piece(self.vocab, token, buf, -n, 0, False)
+        return buf.raw[: max(n, 0)]
+
     def piece(self, token: int) -> str:
         """Display text of one token (invalid UTF-8 fragments shown with the replacement mark)."""
         return self.piece_bytes(token).decode("utf-8", errors="replace")
@@ -188,6 +200,11 @@ class LlamaContext(ContextBase):
     :mod:`specviz.backends.memory`); ``n_rs_seq`` is how many recurrent-state snapshots llama.cpp keeps
     for rolling back (None: :data:`~specviz.backends.memory.DEFAULT_N_RS_SEQ`; llama.cpp ignores it on
     architectures without that ability). :attr:`memory` holds what the memory is and cuts it back.
+
+    ``flash_attn`` (``auto``, ``on``, ``off``) and ``cache_type_k`` / ``cache_type_v`` (``f16``, ``q8_0`` ...)
+    are llama.cpp's ``-fa`` / ``-ctk`` / ``-ctv``, checked first against the model
+    (:mod:`specviz.backends.context_settings`: a refused one raises
+    :class:`~specviz.errors.ContextSettingsError`); :attr:`settings` holds every setting of the context.
     """
 
     def __init__(
@@ -202,12 +219,27 @@ class LlamaContext(ContextBase):
         eval_callback: Any = None,
         swa_full: bool = True,
         n_rs_seq: int | None = None,
+        flash_attn: str = "auto",
+        cache_type_k: str = "f16",
+        cache_type_v: str = "f16",
     ) -> None:
         for name, v in (("n_ctx", n_ctx), ("n_batch", n_batch), ("n_ubatch", n_ubatch)):
             if not isinstance(v, int) or v < 8:
                 raise ContextError(f"{name} must be an integer >= 8, got {v!r}")
         if n_ubatch > n_batch:
             raise ContextError(f"n_ubatch ({n_ubatch}) must not exceed n_batch ({n_batch})")
+        # flash attention and the KV cache types, checked against the model's head sizes before llama.cpp
+        # sees them (it would refuse the context, or split quantization blocks: specviz.backends.context_settings)
+        self.settings = ContextSettings.make(
+            n_ctx=n_ctx,
+            n_batch=n_batch,
+            n_ubatch=n_ubatch,
+            n_threads=n_threads or None,
+            flash_attn=flash_attn,
+            cache_type_k=cache_type_k,
+            cache_type_v=cache_type_v,
+        )
+        self.settings.check_model(*head_sizes(model.info.metadata, model.info.architecture))
         lc = llama_lib()
         self.model = model
         threads = n_threads or max(1, os.cpu_count() or 1)
@@ -218,6 +250,9 @@ class LlamaContext(ContextBase):
         p.n_seq_max = 1
         p.n_threads = threads
         p.n_threads_batch = threads
+        p.flash_attn_type = FLASH_ATTN_TYPE[self.settings.flash_attn]
+        p.type_k = GGML_TYPE[self.settings.cache_type_k]
+        p.type_v = GGML_TYPE[self.settings.cache_type_v]
         p.no_perf = True
         # a full-size sliding-window cache keeps every key, so any rejected tail can be removed; the ring
         # (swa_full=False) keeps the window only (specviz.backends.memory decides what it allows)
@@ -267,7 +302,7 @@ class LlamaContext(ContextBase):
         if not ctx:
             raise ContextError(
                 f"llama.cpp could not create a context with n_ctx={n_ctx}, n_batch={n_batch}, "
-                f"n_ubatch={n_ubatch}; try a smaller n_ctx"
+                f"n_ubatch={n_ubatch} ({self.settings.describe()}); try a smaller n_ctx"
             )
         self._adopt(ctx)
         self.capacity = Capacity(

@@ -11,6 +11,7 @@ from typing import Any
 
 from .generation_options import add_generation_options, generation_config
 from .options import UsageError, warn
+from .settings_options import add_server_args_option, session_kwargs
 from .workbench import run_extras
 
 
@@ -19,6 +20,14 @@ def add_commands(sub: Any) -> None:
     r = sub.add_parser("run", help="generate once and print the text and telemetry")
     add_generation_options(r, strategy_default=None)
     r.add_argument("--record", default=None, metavar="FILE.jsonl", help="record every event as JSON Lines")
+    add_server_args_option(r)
+    r.add_argument(
+        "--requests",
+        default=None,
+        metavar="LOG.jsonl",
+        help="run every request of a deployment's OpenAI chat-format request log ({messages} or {body: {messages}}) "
+        "instead of one prompt; each request's max_tokens, temperature and stop are used where it gives them",
+    )
     r.set_defaults(func=cmd_run)
     v = sub.add_parser("verify", help="compare plain greedy and speculative greedy output")
     add_generation_options(v, strategy_default=None)
@@ -72,20 +81,37 @@ def cmd_run(args: argparse.Namespace) -> int:
     cfg = generation_config(args, warn=warn)
     if args.record is not None and not Path(args.record).resolve().parent.is_dir():
         raise UsageError(f"option --record: folder of {args.record!r} does not exist")
+    requests = _requests_of(args)
     from ..decoding.recorder import Recorder
     from ..decoding.session import Session
 
-    s = Session(cfg["model"], n_ctx=cfg["n_ctx"], **cfg["memory"])
+    if requests is not None:
+        return _run_requests(args, cfg, requests)
+
+    s = Session(cfg["model"], **session_kwargs(cfg["settings"]), **cfg["memory"])
     recorder = Recorder(args.record) if args.record else None
     if recorder is not None:
         s.subscribe(recorder)
     req = cfg["request"]
     prompt = None if "messages" in req else cfg["prompt"]
-    s.start(prompt, cfg["max_tokens"], cfg["strategy"], seed=cfg["seed"], **cfg["sampling"], **req, **cfg["knobs"])
-    s.run()
+    server_run = None
+    if cfg["server"] is not None:  # the server's configuration, through its generation loop
+        from ..analysis.server_repro import run_like_the_server
+
+        server_run = run_like_the_server(
+            s, prompt, cfg["max_tokens"], cfg["strategy"], cfg["knobs"], seed=cfg["seed"], **cfg["sampling"], **req
+        )
+    else:
+        s.start(prompt, cfg["max_tokens"], cfg["strategy"], seed=cfg["seed"], **cfg["sampling"], **req, **cfg["knobs"])
+        s.run()
     if recorder is not None:
         recorder.close()
     res = _result(s, cfg)
+    res["settings"] = s.settings.to_dict()
+    if server_run is not None:
+        res["server_counts"] = {
+            k: getattr(server_run, k) for k in ("draft_n", "draft_n_accepted", "verify_steps", "accepted_per_pos")
+        }
     if args.json:
         res.update(run_extras(s))
         print(json.dumps(res, ensure_ascii=False))
@@ -100,6 +126,13 @@ def cmd_run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         print(memory_line(t), file=sys.stderr)
+        if server_run is not None:
+            print(
+                f"as llama-server counts it: draft_n = {server_run.draft_n}, draft_n_accepted = "
+                f"{server_run.draft_n_accepted} ({server_run.acceptance:.1%}), {server_run.verify_steps} "
+                f"verification steps; settings {s.settings.describe()}",
+                file=sys.stderr,
+            )
         st = t.get("strategy_stats") or {}
         if st and res["strategy"] != "none":
             print(
@@ -127,7 +160,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
     from ..analysis.equivalence import check_equivalence
     from ..decoding.session import Session
 
-    s = Session(cfg["model"], n_ctx=cfg["n_ctx"], **cfg["memory"])
+    s = Session(cfg["model"], **session_kwargs(cfg["settings"]), **cfg["memory"])
     res = check_equivalence(s, cfg["prompt"], cfg["max_tokens"], cfg["strategy"], cfg["knobs"], threshold)
     s.close()
     if args.json:
@@ -143,3 +176,83 @@ def cmd_verify(args: argparse.Namespace) -> int:
                 f"{d['plain_margin']} (plain) / {d['speculative_margin']} (speculative), threshold {threshold}"
             )
     return 0 if res["verdict"] != "mismatch" else 1
+
+
+def _requests_of(args: argparse.Namespace) -> list | None:
+    """The requests of ``--requests`` (None without it); a malformed line is refused naming it."""
+    if args.requests is None:
+        return None
+    from ..sweep.request_log import read_request_log
+
+    if not Path(args.requests).is_file():
+        raise UsageError(f"option --requests: {args.requests!r} does not exist; pass a .jsonl request log")
+    requests, problems = read_request_log(args.requests)
+    if problems:
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        raise UsageError(f"option --requests: {problems[0]}{more}")
+    if not requests:
+        raise UsageError("option --requests: the log holds no chat request")
+    return requests
+
+
+def _run_requests(args: argparse.Namespace, cfg: dict[str, Any], requests: list) -> int:
+    """``specviz run --requests LOG``: every request, one line each and the totals (or one JSON object)."""
+    from ..analysis.request_runs import run_requests
+    from ..decoding.recorder import Recorder
+    from ..decoding.session import Session
+
+    s = Session(cfg["model"], **session_kwargs(cfg["settings"]), **cfg["memory"])
+    recorder = Recorder(args.record) if args.record else None
+    if recorder is not None:
+        s.subscribe(recorder)
+    sampling = dict(cfg["sampling"])
+    if cfg["seed"] is not None:
+        sampling["seed"] = cfg["seed"]
+
+    def line(r: Any) -> None:
+        if not args.json:
+            c = r.server_counts
+            extra = f", as llama-server counts it {c['draft_n_accepted']}/{c['draft_n']}" if c else ""
+            print(
+                f"{r.id}: {len(r.tokens)} tokens, acceptance {r.acceptance:.1%} ({r.accepted}/{r.drafted}), "
+                f"{r.tokens_per_second:.1f} tokens/s, finish {r.finish}{extra}",
+                file=sys.stderr,
+            )
+
+    try:
+        runs = run_requests(
+            s,
+            requests,
+            cfg["strategy"],
+            cfg["knobs"],
+            max_tokens=cfg["max_tokens"],
+            sampling=sampling,
+            chat_template=cfg["server"].chat_template if cfg["server"] is not None else None,
+            server_loop=cfg["server"] is not None,
+            progress=line,
+        )
+    finally:
+        if recorder is not None:
+            recorder.close()
+        settings = s.settings.to_dict()
+        s.close()
+    drafted, accepted = sum(r.drafted for r in runs), sum(r.accepted for r in runs)
+    n, secs = sum(len(r.tokens) for r in runs), sum(r.seconds for r in runs)
+    totals = {
+        "requests": len(runs),
+        "n_generated": n,
+        "drafted": drafted,
+        "accepted": accepted,
+        "acceptance_rate": accepted / drafted if drafted else 0.0,
+        "tokens_per_second": n / secs if secs > 0 else 0.0,
+    }
+    if args.json:
+        out = {"strategy": cfg["strategy"], "knobs": cfg["knobs"], "settings": settings, "totals": totals}
+        out["requests"] = [r.to_dict() for r in runs]
+        print(json.dumps(out, ensure_ascii=False))
+    else:
+        print(
+            f"[{cfg['strategy']}] {totals['requests']} requests, {n} tokens, acceptance "
+            f"{totals['acceptance_rate']:.1%} ({accepted}/{drafted}), {totals['tokens_per_second']:.1f} tokens/s"
+        )
+    return 0

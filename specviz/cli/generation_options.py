@@ -16,6 +16,14 @@ from ..decoding.knob_schema import SESSION_KNOBS, Knob, check_cross_knobs
 from ..errors import KnobError
 from ..strategies import strategy_class, strategy_names, strategy_schema
 from .options import UsageError, int_option
+from .settings_options import (
+    SETTING_FLAGS,
+    add_settings_options,
+    check_settings_for,
+    given_settings,
+    server_config,
+    settings_of,
+)
 
 #: llama.cpp's ``--spec-type`` names for the strategies whose specviz name differs.
 SPEC_TYPES = {"draft-simple": "draft", "draft-eagle3": "eagle3", "draft-mtp": "mtp"}
@@ -64,14 +72,14 @@ def add_generation_options(p: argparse.ArgumentParser, *, strategy_default: str 
     src = p.add_mutually_exclusive_group()
     src.add_argument("--prompt", help="prompt text")
     src.add_argument("--prompt-file", help="read the prompt from this file")
-    p.add_argument("--max-tokens", default="128", help="tokens to generate (default 128)")
+    p.add_argument("--max-tokens", default=None, help="tokens to generate (default 128)")
     p.add_argument("--strategy", default=strategy_default, help="one of: " + ", ".join(strategy_names()))
     p.add_argument("--seed", default=None, help="seed for the sampling generator")
     p.add_argument("--temperature", default=None, help="sampling temperature (default 0: greedy, exact)")
     p.add_argument("--top-k", default=None, help="sample among the k most likely tokens (0: off)")
     p.add_argument("--top-p", default=None, help="sample from the smallest set holding this mass (1: off)")
     p.add_argument("--greedy", action="store_true", help="greedy decoding only (the default); refuses sampling options")
-    p.add_argument("--n-ctx", default="4096", help="context length (default 4096)")
+    p.add_argument("--n-ctx", "-c", "--ctx-size", dest="n_ctx", default=None, help="context length (default 4096)")
     add_memory_options(p)
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument(
@@ -119,6 +127,7 @@ def add_generation_options(p: argparse.ArgumentParser, *, strategy_default: str 
         help="do not shorten proposals to fit one micro-batch (--align false)",
     )
     _add_request_options(p)
+    add_settings_options(p)
 
 
 def add_memory_options(p: argparse.ArgumentParser) -> None:
@@ -182,21 +191,44 @@ def generation_config(args: argparse.Namespace, *, warn: Callable[[str], None]) 
     ``warn`` gets one line for each option accepted but not applied. The steps, in the order their
     refusals come: the strategy, its knobs, the prompt, the request options, then the numbers.
     """
-    strategy, knob_values = _strategy_of(args)
-    knobs = _knobs_of(args, strategy, knob_values, warn=warn)
+    server = server_config(args, warn=warn, given=_options_server_args_sets(args))
+    if server is None:
+        strategy, knob_values = _strategy_of(args)
+        knobs = _knobs_of(args, strategy, knob_values, warn=warn)
+    else:
+        strategy, knobs = server.strategy, dict(server.knobs)
+        try:
+            strategy_class(strategy).check(knobs)
+        except KnobError as e:
+            raise UsageError(f"option --server-args: {e}") from None
     prompt = _prompt_of(args)
     args.prompt_text = prompt
     try:
         request = _request_config(args)
     except (ValueError, KnobError) as e:
         raise UsageError(str(e).replace("stop:", "option --stop:", 1)) from None
-    max_tokens = int_option("--max-tokens", args.max_tokens, 1, 1 << 20)
+    default_tokens = server.n_predict if server is not None and server.n_predict else 128
+    given_tokens = args.max_tokens if args.max_tokens is not None else str(default_tokens)
+    max_tokens = int_option("--max-tokens", given_tokens, 1, 1 << 20)
     sampling = _sampling_options(args, warn=warn, greedy_only=getattr(args, "greedy_only", None))
-    n_ctx = int_option("--n-ctx", args.n_ctx, 16, 1 << 20)
+    if server is not None and not any(v is not None for v in (args.temperature, args.top_k, args.top_p)):
+        sampling.update({k: v for k, v in server.sampling.items() if k != "seed"})
+    if server is not None:
+        settings = server.settings
+    else:
+        n_ctx = int_option("--n-ctx", args.n_ctx if args.n_ctx is not None else "4096", 16, 1 << 20)
+        settings = settings_of(args, n_ctx=n_ctx)
     memory = memory_config(args)
     seed = None if args.seed is None else int_option("--seed", args.seed, 0, 2**63 - 1)
-    if args.model is not None and not Path(args.model).exists():
-        raise UsageError(f"option --model: {args.model!r} does not exist; pass the path of a .gguf file")
+    model = args.model
+    if server is not None and server.model is not None:
+        if model is not None and Path(model).resolve() != Path(server.model).resolve():
+            raise UsageError(f"option --model {model} conflicts with the model of --server-args ({server.model})")
+        model = server.model
+    if model is not None and not Path(model).exists():
+        flag = "--model" if args.model is not None else "--server-args -m"
+        raise UsageError(f"option {flag}: {model!r} does not exist; pass the path of a .gguf file")
+    check_settings_for(settings, model)
     if seed is not None and sampling["temperature"] == 0:
         warn("option --seed is accepted but not applied: greedy decoding draws no random numbers")
     return {
@@ -205,12 +237,36 @@ def generation_config(args: argparse.Namespace, *, warn: Callable[[str], None]) 
         "strategy": strategy,
         "knobs": knobs,
         "seed": seed,
-        "n_ctx": n_ctx,
+        "n_ctx": settings.n_ctx,
+        "settings": settings,
+        "model": model,
         "memory": memory,
-        "model": args.model,
         "sampling": sampling,
         "request": request,
+        "server": server,
     }
+
+
+def _options_server_args_sets(args: argparse.Namespace) -> list[str]:
+    """The options given that set what ``--server-args`` sets (strategy, knobs, context settings)."""
+    given = [
+        flag
+        for flag, v in (
+            ("--strategy", args.strategy),
+            ("--spec-type", args.spec_type),
+            ("--prompt-lookup", args.prompt_lookup),
+            ("--n-ctx", args.n_ctx),
+        )
+        if v is not None
+    ]
+    given += ["--adaptive-draft-count"] if args.adaptive_draft_count else []
+    given += ["--no-align-proposals"] if args.no_align_proposals else []
+    for name, knob in _all_knobs().items():
+        if getattr(args, "knob_" + name, None) is not None:
+            given.append(knob.flag)
+    given += [flag for flag, (o, n) in _strategy_flags().items() if getattr(args, f"spec_{o}_{n}", None) is not None]
+    given += [SETTING_FLAGS[name][0] for name in given_settings(args)]
+    return given
 
 
 def _strategy_of(args: argparse.Namespace) -> tuple[str, dict[str, Any]]:
@@ -313,7 +369,13 @@ def _knobs_of(
 
 
 def _prompt_of(args: argparse.Namespace) -> str:
-    """The prompt text, from ``--prompt`` or ``--prompt-file``; refused when missing or empty."""
+    """The prompt text, from ``--prompt`` or ``--prompt-file``; refused when missing or empty. With
+    ``--requests`` (a request log: the prompts are its requests) there is none, and neither may be given."""
+    if getattr(args, "requests", None) is not None:
+        for flag, v in (("--prompt", args.prompt), ("--prompt-file", args.prompt_file), ("--chat", args.chat or None)):
+            if v is not None:
+                raise UsageError(f"option {flag} conflicts with --requests, whose requests are the prompts; use one")
+        return ""
     if args.prompt is None and args.prompt_file is None:
         raise UsageError("one of --prompt TEXT or --prompt-file PATH is required")
     if args.prompt_file is not None:

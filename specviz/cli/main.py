@@ -14,12 +14,12 @@ import sys
 from typing import Sequence
 
 from ..errors import SpecvizError
-from . import bench, catalog, derive_draft, generate, serve, sweep, train, workbench
+from . import bench, catalog, derive_draft, generate, serve, server, sweep, train, workbench
 from .options import Parser, UsageError
 
 #: Every command group, in the order of ``specviz --help``: run, verify; bench; derive-draft; serve, replay;
-#: info, strategies; diagnose, advise; sweep, report; train-eagle3.
-COMMAND_GROUPS = (generate, bench, derive_draft, serve, catalog, workbench, sweep, train)
+#: info, strategies; diagnose, advise; compare-server; sweep, report; train-eagle3.
+COMMAND_GROUPS = (generate, bench, derive_draft, serve, catalog, workbench, server, sweep, train)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -5,11 +5,13 @@ only once the options are checked (it needs the ``ui`` extra)."""
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 from typing import Any
 
 from ..strategies import strategy_class, strategy_names
-from .options import UsageError, int_option
+from .options import UsageError, int_option, warn
+from .settings_options import add_settings_options, check_settings_for, server_config, settings_of
 
 
 def add_commands(sub: Any) -> None:
@@ -45,12 +47,26 @@ def add_commands(sub: Any) -> None:
         default="300",
         help="seconds before an idle page's session gives back its llama.cpp context (default 300)",
     )
+    sv.add_argument(
+        "--n-ctx", "-c", "--ctx-size", default=None, help="context length of every page's session (default 4096)"
+    )
+    add_settings_options(sv)  # the server's settings for every page's session (a page cannot change them)
     sv.set_defaults(func=cmd_serve)
     rp = sub.add_parser("replay", help="show a recorded .jsonl session, without a model")
     rp.add_argument("file", metavar="FILE")
     rp.add_argument("--port", default="5006")
     rp.add_argument("--address", default="127.0.0.1")
     rp.add_argument("--token", default=None, help="the access token (default: as for serve)")
+    g = rp.add_argument_group("a deployment's request log as FILE (its requests are run first, then replayed)")
+    g.add_argument("--model", default=None, help="the GGUF to run the requests on (default: the embedded model)")
+    g.add_argument(
+        "--server-args",
+        default=None,
+        metavar='"LINE"',
+        help="the deployment's llama-server command line: its strategy, knobs and context settings, its loop",
+    )
+    g.add_argument("--max-tokens", default="128", help="tokens for a request that names none (default 128)")
+    g.add_argument("--record", default=None, metavar="FILE.jsonl", help="keep the recording of the requests here")
     rp.set_defaults(func=cmd_replay)
 
 
@@ -68,6 +84,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
         if not Path(d).is_file():
             raise UsageError(f"option --draft-model: {d!r} does not exist; pass the path of a .gguf file")
     demo = _demo_options(args)
+    n_ctx = int_option("--n-ctx", args.n_ctx if args.n_ctx is not None else "4096", 16, 1 << 20)
+    settings = settings_of(args, n_ctx=n_ctx)
+    check_settings_for(settings, args.model)
     from ..server.app import serve
 
     kwargs = {"prompt": args.prompt} if args.prompt else {}
@@ -78,6 +97,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         max_tokens=max_tokens,
         strategy=strategy,
         draft_models=args.draft_model or (),
+        settings=settings,
         **demo,
         **kwargs,
     )
@@ -120,12 +140,54 @@ def _demo_options(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
-    """``specviz replay FILE.jsonl``: show a recorded session in the inspector, no model loaded."""
+    """``specviz replay FILE.jsonl``: show a recorded session in the inspector, no model loaded. FILE may be a
+    deployment's request log instead: its requests are run on ``--model`` first (with ``--server-args``'s
+    configuration, through the server's loop), recorded, and the recording replayed."""
     port = int_option("--port", args.port, 1, 65535)
     if not Path(args.file).is_file():
         raise UsageError(f"argument FILE: {args.file!r} does not exist; pass a .jsonl recording")
     token = _token_option("--token", args.token)
     from ..server.app import replay
+    from ..sweep.request_log import looks_like_request_log
 
-    replay(args.file, port, address=args.address, token=token)
+    path = args.file
+    if looks_like_request_log(path):
+        path = record_requests(args)
+    elif args.model is not None or args.server_args is not None or args.record is not None:
+        raise UsageError("options --model/--server-args/--record are for a request log; FILE is a recording")
+    replay(path, port, address=args.address, token=token)
     return 0
+
+
+def record_requests(args: argparse.Namespace) -> str:
+    """Run a request log's requests (``args.file``) and record them; the recording's path."""
+    import tempfile
+
+    from ..analysis.request_runs import run_requests
+    from ..decoding.recorder import Recorder
+    from ..decoding.session import Session
+    from ..sweep.request_log import read_request_log
+
+    max_tokens = int_option("--max-tokens", args.max_tokens, 1, 1 << 20)
+    server = server_config(args, warn=warn, given=[])
+    model = args.model or (server.model if server is not None else None)
+    if model is not None and not Path(model).is_file():
+        raise UsageError(f"option --model: {model!r} does not exist; pass the path of a .gguf file")
+    requests, problems = read_request_log(args.file)
+    if problems:
+        raise UsageError(f"argument FILE: {problems[0]}")
+    if args.record is not None and not Path(args.record).resolve().parent.is_dir():
+        raise UsageError(f"option --record: folder of {args.record!r} does not exist")
+    out = args.record or tempfile.NamedTemporaryFile(prefix="specviz-requests-", suffix=".jsonl", delete=False).name
+    kwargs = server.session_kwargs() if server is not None else {}
+    s = Session(model, **kwargs)
+    rec = Recorder(out)
+    s.subscribe(rec)
+    try:
+        strategy, knobs = (server.strategy, server.knobs) if server is not None else ("prompt-lookup", {})
+        runs = run_requests(s, requests, strategy, knobs, max_tokens=max_tokens, server_loop=server is not None)
+    finally:
+        rec.close()
+        s.close()
+    print(f"specviz replay: {len(runs)} requests run and recorded in {out}", file=sys.stderr)
+    return out

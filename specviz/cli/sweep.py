@@ -17,6 +17,7 @@ from ..sweep.chat import PROMPT_FORMATS
 from ..sweep.dataset import DatasetError, check_dataset_spec, load_dataset
 from ..sweep.grid import GridError, GridSpec, build_grid, parse_knob_flag, read_grid_file
 from .options import UsageError, int_option, warn
+from .settings_options import add_settings_options, check_settings_for, settings_of
 
 
 def add_commands(sub: Any) -> None:
@@ -65,7 +66,9 @@ def add_commands(sub: Any) -> None:
     sw.add_argument("--repeats", default=None, help="runs of each (prompt, setting) (default 1)")
     sw.add_argument("--seed", default=None, help="base of the per-prompt sampling seeds (default 0)")
     sw.add_argument("--model", help="target GGUF path (default: the embedded Gemma 3 270M)")
-    sw.add_argument("--n-ctx", default="4096", help="context length per worker (default 4096)")
+    sw.add_argument(
+        "--n-ctx", "-c", "--ctx-size", dest="n_ctx", default="4096", help="context length per worker (default 4096)"
+    )
     sw.add_argument(
         "--prompt-format", default="auto", help="auto (the model's chat template when it has one), chat or plain"
     )
@@ -80,6 +83,7 @@ def add_commands(sub: Any) -> None:
         help="run the dataset's well-formed lines and report the malformed ones (default: refuse)",
     )
     sw.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_settings_options(sw, threads=False)  # threads: --threads, per task
     sw.set_defaults(func=cmd_sweep)
 
     rp = sub.add_parser("report", help="tables and an offline HTML page from a sweep's results")
@@ -153,6 +157,9 @@ def _validate_sweep(args: argparse.Namespace) -> dict[str, Any]:
     threads, workers, cluster = _where_to_run(args)
     if args.model is not None and not Path(args.model).is_file():
         raise UsageError(f"option --model: {args.model!r} does not exist; pass the path of a .gguf file")
+    settings = settings_of(args, n_ctx=n_ctx)
+    check_settings_for(settings, args.model)
+    context = {k: getattr(settings, k) for k in ("flash_attn", "cache_type_k", "cache_type_v", "n_batch", "n_ubatch")}
     try:
         dataset = load_dataset(args.dataset, skip_bad_lines=args.skip_bad_lines)
     except DatasetError as e:
@@ -165,6 +172,7 @@ def _validate_sweep(args: argparse.Namespace) -> dict[str, Any]:
         "dataset": dataset,
         "grid": grid,
         "n_ctx": n_ctx,
+        "context": context,
         "threads": threads,
         "workers": workers,
         "cluster": cluster,
@@ -226,6 +234,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             model=args.model,
             executor=executor,
             n_ctx=cfg["n_ctx"],
+            context=cfg["context"],
             prompt_format=args.prompt_format,
             threads=cfg["threads"],
             progress=not args.no_progress,

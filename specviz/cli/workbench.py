@@ -12,6 +12,7 @@ from ..analysis.advise import advise, session_cost
 from ..analysis.diagnose import diagnose
 from ..decoding.policy import VerifyCostModel
 from .options import UsageError
+from .server import add_check_server_options, check_server
 
 
 def run_extras(s: Any) -> dict[str, Any]:
@@ -54,8 +55,13 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
 
 
 def cmd_advise(args: argparse.Namespace) -> int:
-    """``specviz advise FILE.jsonl``: the draft settings with the best expected tokens/s, and llama.cpp flags."""
-    adv = advise(_read(args.file), cost=_cost_file(args.verify_cost))
+    """``specviz advise FILE.jsonl``: the draft settings with the best expected tokens/s, and llama.cpp flags;
+    with ``--check-server``, measured in llama-server beside the prediction (:mod:`specviz.cli.server`)."""
+    events = _read(args.file)
+    for_server = bool(getattr(args, "for_server", False) or getattr(args, "check_server", False))
+    adv = advise(events, cost=_cost_file(args.verify_cost), for_server=for_server)
+    if getattr(args, "check_server", False):
+        return check_server(args, adv, events)
     print(json.dumps(adv.to_dict(), ensure_ascii=False) if args.json else adv.report())
     return 0
 
@@ -75,4 +81,6 @@ def add_commands(sub: Any) -> None:
             help="a measured verify-cost curve (benchmarks/bench_verify_cost.py --json)",
         )
         p.add_argument("--json", action="store_true")
+        if name == "advise":
+            add_check_server_options(p)
         p.set_defaults(func=func)

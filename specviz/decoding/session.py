@@ -26,6 +26,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from ..backends.context_settings import ContextSettings
 from ..backends.llama import LlamaContext, LlamaModel
 from ..backends.memory import rollback_refusal
 from ..errors import RollbackUnavailableError, SessionStateError
@@ -39,7 +40,7 @@ from .generation import Checkpoint, Generation
 from .knob_schema import DRAFT_MAX_LIMIT, check_cross_knobs
 from .machine import MachineSampler, memory_figures
 from .policy import DraftingPolicy, VerifyCostModel, make_policy, measure_verify_cost
-from .request import prepare_request
+from .request import Request, prepare_request
 from .rewind import rewind as rewind_generation
 from .round import RoundResult, run_round
 from .round_events import round_events
@@ -60,6 +61,13 @@ class Session:
     the ring still holds, see :mod:`specviz.backends.memory`). ``n_rs_seq`` is how many recurrent-state
     snapshots llama.cpp keeps for partial rollback on the architectures that have them (None: the
     default of :mod:`specviz.backends.memory`).
+
+    The context is made with the
+    deployment's settings as llama.cpp spells them: ``n_ctx`` (``-c``), ``n_batch`` / ``n_ubatch``
+    (``-b`` / ``-ub``), ``n_threads`` (``-t``), ``flash_attn`` (``-fa``: ``auto``, ``on`` or ``off``) and
+    ``cache_type_k`` / ``cache_type_v`` (``-ctk`` / ``-ctv``: ``f16``, ``q8_0`` ...). Every one is checked
+    before the model loads (:class:`~specviz.errors.ContextSettingsError`; a quantized V cache needs flash
+    attention, a quantized type's blocks must divide the model's head sizes); :attr:`settings` holds them.
     """
 
     def __init__(
@@ -72,22 +80,36 @@ class Session:
         n_threads: int | None = None,
         swa_full: bool = True,
         n_rs_seq: int | None = None,
+        flash_attn: str = "auto",
+        cache_type_k: str = "f16",
+        cache_type_v: str = "f16",
     ) -> None:
         # Only what lives as long as the session is held here: everything of one generation is in
         # self.generation (a Generation), which start() replaces, rewind() takes back and snapshots carry.
+        # every context setting is checked before the model loads (the model's head sizes after)
+        settings = ContextSettings.make(
+            n_ctx=n_ctx,
+            n_batch=n_batch,
+            n_ubatch=n_ubatch,
+            n_threads=n_threads or None,
+            flash_attn=flash_attn,
+            cache_type_k=cache_type_k,
+            cache_type_v=cache_type_v,
+        )
         self.model = model if isinstance(model, LlamaModel) else LlamaModel(resolve_model(model))
-        self.ctx = LlamaContext(
-            self.model,
+        ctx_args: dict[str, Any] = dict(
             n_ctx=n_ctx,
             n_batch=n_batch,
             n_ubatch=n_ubatch,
             n_threads=n_threads,
             swa_full=swa_full,
             n_rs_seq=n_rs_seq,
+            flash_attn=settings.flash_attn,
+            cache_type_k=settings.cache_type_k,
+            cache_type_v=settings.cache_type_v,
         )
-        self._ctx_args = dict(
-            n_ctx=n_ctx, n_batch=n_batch, n_ubatch=n_ubatch, n_threads=n_threads, swa_full=swa_full, n_rs_seq=n_rs_seq
-        )
+        self.ctx = LlamaContext(self.model, **ctx_args)
+        self._ctx_args = ctx_args
         self.machine = MachineSampler()
         self.draft_models = DraftModelCache(self.model)
         self._subscribers: list[Callable[[Event], None]] = []
@@ -191,8 +213,37 @@ class Session:
 
     @property
     def context_args(self) -> dict[str, Any]:
-        """The context sizes this session was created with (``n_ctx``, ``n_batch``, ``n_ubatch``, ``n_threads``)."""
+        """The context settings this session was created with (``n_ctx``, ``n_batch``, ``n_ubatch``,
+        ``n_threads``, ``flash_attn``, ``cache_type_k``, ``cache_type_v``)."""
         return dict(self._ctx_args)
+
+    def set_context_settings(self, **values: Any) -> ContextSettings:
+        """Create the target's context anew with other settings (``flash_attn``, ``cache_type_k``,
+        ``cache_type_v``, ``n_ctx``, ``n_batch``, ``n_ubatch``, ``n_threads``; the others stay), between
+        generations: the current generation ends (:meth:`start` begins the next one) and the verify-cost
+        curve is measured again. Everything is checked, and the new context created, before the old one is
+        freed: a refused setting raises :class:`~specviz.errors.ContextSettingsError` and changes nothing."""
+        with self._lock:
+            new = ContextSettings.make(self.settings, **values)
+            if new == self.settings:
+                return new
+            args = dict(self._ctx_args)
+            args.update({k: getattr(new, k) for k in values})
+            ctx = LlamaContext(self.model, **args)  # may refuse: nothing has changed yet
+            if self.drafter is not None:
+                self.drafter.close()  # it may hold the old context (tied drafters)
+                self.drafter = None
+            self.ctx.close()
+            self.ctx, self._ctx_args = ctx, args
+            self._scanner = None
+            self.cost_model = None
+            self.generation = Generation()
+            return ctx.settings
+
+    @property
+    def settings(self) -> ContextSettings:
+        """The target context's settings (flash attention, KV cache types, sizes, threads)."""
+        return self.ctx.settings
 
     @property
     def temperature(self) -> float:
@@ -322,6 +373,7 @@ class Session:
                 n_threads=a["n_threads"],
                 sampling=sampling,
                 rng=self.rng,
+                flash_attn=self.ctx.settings.flash_attn,
             )
         return make_drafter(strategy, cfg, resources)
 
@@ -388,20 +440,9 @@ class Session:
         a refused call leaves the previous generation intact.
         """
         with self._lock:
-            req = prepare_request(
-                self.model,
-                prompt,
-                max_tokens,
-                temperature=temperature,
-                top_k=top_k,
-                top_p=top_p,
-                seed=seed,
-                messages=messages,
-                chat_template=chat_template,
-                stop=stop,
-                n_ctx=self.ctx.capacity.n_ctx,
-            )
-            cfg = self.validate_config(strategy, knobs)
+            request: dict[str, Any] = dict(temperature=temperature, top_k=top_k, top_p=top_p, seed=seed, stop=stop)
+            request.update(messages=messages, chat_template=chat_template)
+            req, cfg = self._check_start(prompt, max_tokens, strategy, self.ctx.capacity.n_ctx, request, knobs)
             sampling, stops, ids, chat = req.sampling, req.stop, req.ids, req.messages
             drafter = self.build_drafter(strategy, cfg, sampling)  # may fail: nothing has changed yet
             if self.drafter is not None:
@@ -456,6 +497,45 @@ class Session:
             self._emit(ev)
             g.capture(drafter, self.rng)
             return ev
+
+    def check_start(
+        self,
+        prompt: str | list[int] | None = None,
+        max_tokens: int = 128,
+        strategy: str = "prompt-lookup",
+        *,
+        n_ctx: int | None = None,
+        temperature: float = 0.0,
+        top_k: int = 0,
+        top_p: float = 1.0,
+        seed: int | None = None,
+        messages: list[dict[str, str]] | None = None,
+        chat_template: str | None = None,
+        stop: str | list[str] | None = None,
+        **knobs: Any,
+    ) -> None:
+        """Check the arguments of :meth:`start` as it checks them, without starting anything: a refusal
+        raises what :meth:`start` would raise. ``n_ctx`` checks the prompt against a context of that size
+        (one that :meth:`set_context_settings` is about to create) instead of this one's: the size asked for,
+        where llama.cpp may make the context larger (it pads small ones to 256), so the check errs on the
+        side of refusing."""
+        with self._lock:
+            request: dict[str, Any] = dict(temperature=temperature, top_k=top_k, top_p=top_p, seed=seed, stop=stop)
+            request.update(messages=messages, chat_template=chat_template)
+            self._check_start(prompt, max_tokens, strategy, n_ctx or self.ctx.capacity.n_ctx, request, knobs)
+
+    def _check_start(
+        self,
+        prompt: str | list[int] | None,
+        max_tokens: int,
+        strategy: str,
+        n_ctx: int,
+        request: dict[str, Any],
+        knobs: dict[str, Any],
+    ) -> tuple[Request, dict[str, Any]]:
+        # every check of start(), in one place (start and check_start)
+        req = prepare_request(self.model, prompt, max_tokens, n_ctx=n_ctx, **request)
+        return req, self.validate_config(strategy, knobs)
 
     def _draft_model_name(self) -> str | None:
         return str(self.knobs.get("draft_model")) if strategy_class(self.strategy).needs_model else None
@@ -613,7 +693,8 @@ class Session:
         """
         header, _ = unpack(blob)
         h = read_header(header)
-        keys = ("n_ctx", "n_batch", "n_ubatch", "n_threads", "swa_full", "n_rs_seq")
+        keys: tuple[str, ...] = ("n_ctx", "n_batch", "n_ubatch", "n_threads", "swa_full", "n_rs_seq")
+        keys += ("flash_attn", "cache_type_k", "cache_type_v")
         ctx_args: dict[str, Any] = {k: h.ctx[k] for k in keys if k in h.ctx}
         sess = cls(model if model is not None else h.model, **{**ctx_args, **kwargs})
         try:

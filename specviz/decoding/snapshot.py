@@ -227,9 +227,12 @@ def restore_snapshot(s: SessionParts, blob: bytes) -> None:
             f"runs {m.path}: restore it into a session of that model"
         )
     ctx_args = s.context_args
-    # a snapshot written before the memory options carries neither: it was taken with their defaults
-    defaults = {"swa_full": True, "n_rs_seq": None}
-    for k in ("n_ctx", "n_batch", "n_ubatch", "swa_full", "n_rs_seq"):
+    # a snapshot written before the memory options carries neither: it was taken with their defaults; the
+    # cache types and flash attention decide the layout of the saved KV cache (llama.cpp stores V transposed
+    # without flash attention), and a snapshot from before they were recorded had the defaults
+    defaults = {"swa_full": True, "n_rs_seq": None, "flash_attn": "auto", "cache_type_k": "f16", "cache_type_v": "f16"}
+    keys = ("n_ctx", "n_batch", "n_ubatch", "swa_full", "n_rs_seq", "flash_attn", "cache_type_k", "cache_type_v")
+    for k in keys:
         if h.ctx.get(k, defaults.get(k)) != ctx_args.get(k, defaults.get(k)):
             raise SnapshotError(
                 f"the snapshot's context has {k}={h.ctx.get(k, defaults.get(k))!r}, this session "

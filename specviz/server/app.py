@@ -128,9 +128,13 @@ def build_app(
     idle_timeout: float = 300.0,
     max_viewers: int = 100,
     presets: list[dict[str, Any]] | None = None,
+    settings: Any = None,
     **knobs: Any,
 ) -> ServedApp:
-    """Load the model and build the pages :func:`serve` serves (see there for the arguments); serves nothing."""
+    """Load the model and build the pages :func:`serve` serves (see there for the arguments); serves nothing.
+
+    ``settings`` (a :class:`~specviz.backends.context_settings.ContextSettings`; ``None``: the defaults with
+    ``n_ctx``) are the context settings of every page's session: the server's, not a page's to change."""
     from ..backends.llama import LlamaModel
     from ..decoding.session import Session
     from ..models.embedded import resolve_model
@@ -157,8 +161,10 @@ def build_app(
     ] or None
     drafts = SharedDraftModels(loaded)
 
+    ctx_settings = settings.to_dict() if settings is not None else {"n_ctx": n_ctx}
+
     def make_session() -> Session:
-        return Session(loaded, n_ctx=n_ctx)
+        return Session(loaded, **ctx_settings)  # a parked session comes back with the same cache layout
 
     base = f"http://{_display_host(address)}:{port}/"
     start_kwargs = {"max_tokens": max_tokens, "strategy": strategy, **knobs}
@@ -192,6 +198,8 @@ def build_app(
             policy,
             pool=pool,
         )
+    if settings is not None and settings.changed():
+        app.lines.append(f"  every session's context: {settings.describe()}")
     if policy.required:
         app.lines.append("  every request needs the token above (open the URL as printed)")
     return app
@@ -207,7 +215,8 @@ def serve(
 ) -> None:
     """Serve the inspector on ``model`` (default: the embedded Gemma 3 270M) at ``http://address:port/``.
 
-    ``options``: ``prompt``, ``max_tokens``, ``strategy``, ``n_ctx``, ``draft_models``, ``presets`` (one-click
+    ``options``: ``prompt``, ``max_tokens``, ``strategy``, ``n_ctx`` (or ``settings``: every context setting, a
+    :class:`~specviz.backends.context_settings.ContextSettings`), ``draft_models``, ``presets`` (one-click
     starting points of the workbench), ``shared``, ``token``,
     ``presenter_token``, ``max_sessions``, ``idle_timeout``, ``max_viewers`` and knobs.
 

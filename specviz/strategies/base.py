@@ -90,7 +90,8 @@ class DraftResources:
     ``target_ctx`` are the target model and its context (for drafters that read the target's hidden
     state); the context sizes are those the drafter's own context should use; ``sampling`` and ``rng``
     are the generation's sampling parameters and its seeded generator (a sampled draft draws from it, so
-    a seed reproduces the whole run).
+    a seed reproduces the whole run). ``flash_attn`` is the target's: a draft model's own context uses it,
+    with f16 caches, as llama-server's draft context does (its ``-ctkd`` / ``-ctvd`` default to f16).
     """
 
     model: LlamaModel
@@ -102,6 +103,7 @@ class DraftResources:
     n_threads: int | None
     sampling: SamplingParams
     rng: np.random.Generator
+    flash_attn: str = "auto"
 
 
 class Drafter:

@@ -71,6 +71,7 @@ class DraftModelDrafter(Drafter):
             n_ubatch=resources.n_ubatch,
             n_threads=resources.n_threads,
             n_rs_seq=0,
+            flash_attn=resources.flash_attn,
         )
         self._cached: list[int] = []
         self._rollbacks: list[tuple[int, int]] = []

@@ -144,6 +144,17 @@ def conversation_text(fmt: PromptFormat, turns: Sequence[str], answers: Sequence
     return "\n\n".join(parts)
 
 
+def logged_conversation_text(fmt: PromptFormat, messages: Sequence[tuple[str, str]]) -> str:
+    """The text to generate the next answer of a logged conversation (a request log's ``messages``): the
+    chat template over every message as logged, or — plain — the contents joined by blank lines."""
+    if fmt.kind == "chat":
+        text = apply_chat_template(fmt.template or "", list(messages), add_assistant=True)
+        if text is None:  # decide_format checked the template; this would be a llama.cpp change
+            raise ModelError("llama_chat_apply_template refused the model's template")
+        return text
+    return "\n\n".join(c for _, c in messages)
+
+
 def prompt_tokens(model, fmt: PromptFormat, text: str, completion: bool) -> list[int]:
     """Token ids of a conversation text built by :func:`conversation_text`.
 

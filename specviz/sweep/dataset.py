@@ -1,11 +1,17 @@
-"""Sweep inputs: an MT-bench / Spec-Bench JSONL question file, a text file of prompts, or a workload kind.
+"""Sweep inputs: an MT-bench / Spec-Bench JSONL question file, a deployment's request log, a text file of
+prompts, or a workload kind.
 
-Three sources, one shape (:class:`Prompt`: an id, a category and one or more user turns):
+Four sources, one shape (:class:`Prompt`: an id, a category and one or more user turns):
 
 * ``*.jsonl``: one question per line in the MT-bench / Spec-Bench format, ``{"question_id": ...,
   "category": ..., "turns": ["first user message", "optional second", ...]}``. ``question_id`` and
   ``turns`` (a non-empty list of non-empty strings) are required; ``category`` defaults to
   ``uncategorised``; other keys (``reference`` ...) are ignored. Blank lines are skipped.
+* ``*.jsonl`` whose first line is an OpenAI chat-format request (``{"messages": [...]}`` or
+  ``{"body": {"messages": [...]}}``, :mod:`specviz.sweep.request_log`): one prompt per request, id the
+  request's ``custom_id`` (else ``request-N``), category the requested model's name (else ``requests``);
+  the prompt keeps the logged conversation (``messages``: system, user and earlier assistant messages
+  as logged) and the sweep generates the assistant's next answer to it;
 * ``*.txt``: one prompt per non-blank line (a single turn each), ids ``line-N``, category the file's stem.
 * a workload kind of :mod:`specviz.analysis.workloads` (``code-rewrite``, ``quote``, ``summarise``, ``free``) or
   ``workloads`` for all of them: completion prompts written for a base model, with ids ``KIND-N`` and
@@ -23,6 +29,7 @@ from pathlib import Path
 
 from ..analysis.workloads import WORKLOADS
 from ..errors import SpecvizError
+from .request_log import looks_like_request_log, read_request_log
 
 #: The name of the dataset made of every built-in workload kind.
 ALL_WORKLOADS = "workloads"
@@ -41,13 +48,16 @@ class Prompt:
     """One question of a sweep: ``id`` (unique in its dataset), ``category`` and the user ``turns``.
 
     ``completion`` marks a raw completion prompt (the built-in workloads), which is never wrapped in a
-    chat template: it was written for a base model to continue.
+    chat template: it was written for a base model to continue. ``messages`` holds a logged conversation
+    ((role, content) pairs, from a request log): it is generated as one request, its earlier assistant
+    messages as logged.
     """
 
     id: str
     category: str
     turns: tuple[str, ...]
     completion: bool = False
+    messages: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass
@@ -107,11 +117,14 @@ def load_dataset(spec: str, *, skip_bad_lines: bool = False) -> Dataset:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as e:
         raise DatasetError(f"dataset {spec!r} cannot be read ({e}); pass a UTF-8 text file") from None
-    if path.suffix.lower() == ".txt":
+    problems: list[str] = []
+    if path.suffix.lower() == ".jsonl" and looks_like_request_log(path):
+        requests, problems = read_request_log(path)
+        prompts = [Prompt(r.id, r.model or "requests", r.user_turns, messages=r.messages) for r in requests]
+    elif path.suffix.lower() == ".txt":
         prompts = [
             Prompt(f"line-{n}", path.stem, (line,)) for n, line in enumerate(text.splitlines(), start=1) if line.strip()
         ]
-        problems: list[str] = []
     else:
         prompts, problems = _parse_jsonl(path, text)
     if problems and not skip_bad_lines:

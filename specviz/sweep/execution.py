@@ -28,7 +28,7 @@ from .dataset import Dataset
 from .grid import Grid
 from .progress import SweepProgress
 from .results import ResultStore
-from .worker import RunConfig, Task, TaskResult, local_initializer, run_task
+from .worker import DEFAULT_CONTEXT, RunConfig, Task, TaskResult, context_label, local_initializer, run_task
 
 #: How often a task may be in flight when its local worker process dies before it counts as failed.
 MAX_ATTEMPTS = 3
@@ -212,8 +212,13 @@ def run_sweep(
     threads: int | None = None,
     progress: bool = True,
     on_result: Callable[[TaskResult], None] | None = None,
+    context: dict[str, Any] | None = None,
 ) -> SweepSummary:
     """Run (or resume) a sweep of ``dataset`` over ``grid`` into the Parquet file ``output``.
+
+    ``context``: the deployment's context settings for every task (``flash_attn``, ``cache_type_k`` /
+    ``cache_type_v``, ``n_batch``, ``n_ubatch``; :class:`~specviz.backends.context_settings.ContextSettings`);
+    rows record them (the ``context`` column) and a file made with others is not resumed.
 
     ``model`` defaults to the embedded model; ``executor`` to a :class:`LocalExecutor` with one worker
     per core. Rows already in ``output`` are skipped. ``on_result`` is called with each finished task's
@@ -223,8 +228,16 @@ def run_sweep(
 
     t0 = time.perf_counter()
     model_path = str(resolve_model(model).resolve())
+    ctx_pairs = tuple(sorted((context or {}).items()))
     store = ResultStore(
-        output, {"model": os.path.basename(model_path), "max_tokens": grid.max_tokens, "grid_seed": grid.seed}
+        output,
+        {
+            "model": os.path.basename(model_path),
+            "max_tokens": grid.max_tokens,
+            "grid_seed": grid.seed,
+            "context": context_label(dict(ctx_pairs)),
+        },
+        missing={"context": DEFAULT_CONTEXT},
     )
     bar = None
     try:
@@ -237,6 +250,7 @@ def run_sweep(
             n_ctx=n_ctx,
             n_threads=threads or executor.threads_per_task(),
             grid_seed=grid.seed,
+            context=ctx_pairs,
         )
         total = len(dataset.prompts) * len(grid.settings) * grid.repeats
         grid_keys = {(p.id, s.key, r) for p in dataset.prompts for s in grid.settings for r in range(grid.repeats)}

@@ -10,7 +10,8 @@ Parquet cannot be appended to in place, so a running sweep keeps two files:
 
 Rows are identified by (``question_id``, ``setting_key``, ``repeat``); reading keeps the first row of
 each identity, so a row found in both files (a kill between a rewrite and the journal's emptying) or
-delivered twice counts once. A file written with another model, token budget or grid seed is refused
+delivered twice counts once. A file written with another model, token budget, grid seed or context
+settings is refused
 rather than mixed (:class:`ResumeError`).
 
 Columns: ``question_id``, ``category``, ``repeat``, ``setting`` (label), ``setting_key`` (JSON
@@ -24,8 +25,9 @@ identity), ``strategy``, ``knobs`` (JSON), ``temperature``, ``seed``, ``turns``,
 weights and caches), ``checkpoints``, ``checkpoint_bytes`` and ``restore_seconds`` (summed over the
 turns, draft context included), ``marks_bytes`` (saved states held at most) and ``peak_rss_bytes`` (the
 worker process's peak resident memory so far); ``tokens`` (every turn's output ids, concatenated),
-``turn_lengths``, ``model``, ``max_tokens``, ``grid_seed``, ``worker`` (host:pid) and ``finished_at``
-(Unix time).
+``turn_lengths``, ``model``, ``max_tokens``, ``grid_seed``, ``context`` (the context settings as llama.cpp
+flags: ``-fa auto -ctk f16 -ctv f16 -b 512 -ub 512``), ``worker`` (host:pid) and ``finished_at`` (Unix
+time).
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ from ..errors import SpecvizError
 #: The columns that identify a row.
 KEY = ("question_id", "setting_key", "repeat")
 #: Values that must agree between a results file and the sweep that resumes it.
-INVARIANTS = ("model", "max_tokens", "grid_seed")
+INVARIANTS = ("model", "max_tokens", "grid_seed", "context")
 
 
 class ResumeError(SpecvizError, ValueError):
@@ -121,13 +123,21 @@ class ResultStore:
     Opening takes an exclusive lock on the journal, so two sweeps never write one file.
     """
 
-    def __init__(self, path: str | os.PathLike, invariants: dict[str, Any], *, flush_seconds: float = 2.0) -> None:
+    def __init__(
+        self,
+        path: str | os.PathLike,
+        invariants: dict[str, Any],
+        *,
+        flush_seconds: float = 2.0,
+        missing: dict[str, Any] | None = None,
+    ) -> None:
         self.path = Path(path)
         self.journal = journal_path(self.path)
         self.flush_seconds = flush_seconds
         self.rows = read_rows(self.path)
+        missing = missing or {}  # the value of a column that rows from before it existed stand for
         for name, want in invariants.items():
-            found = sorted({str(r.get(name)) for r in self.rows})
+            found = sorted({str(r.get(name, missing.get(name))) for r in self.rows})
             if found and found != [str(want)]:
                 raise ResumeError(
                     f"{self.path} holds rows made with {name} {', '.join(found)}, not {want}; "

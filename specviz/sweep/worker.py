@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from .chat import PromptFormat, conversation_text, prompt_tokens
+from .chat import PromptFormat, conversation_text, logged_conversation_text, prompt_tokens
 from .dataset import Prompt
 from .grid import Setting
 
@@ -39,6 +39,25 @@ class RunConfig:
     n_ctx: int = 4096
     n_threads: int | None = None  # llama.cpp threads per task; None: this host's cores / concurrent tasks
     grid_seed: int = 0
+    #: the deployment's other context settings (flash_attn, cache_type_k/v, n_batch, n_ubatch) as pairs
+    context: tuple[tuple[str, Any], ...] = ()
+
+    @property
+    def context_label(self) -> str:
+        """The context settings that change the tokens, as llama.cpp flags (the ``context`` column)."""
+        return context_label(dict(self.context))
+
+
+#: the ``context`` column of rows from before the column existed: llama.cpp's defaults as specviz ran them
+DEFAULT_CONTEXT = "-fa auto -ctk f16 -ctv f16 -b 512 -ub 512"
+
+
+def context_label(values: dict[str, Any]) -> str:
+    """``-fa auto -ctk f16 -ctv f16 -b 512 -ub 512`` for the given settings (defaults filled in)."""
+    v = {"flash_attn": "auto", "cache_type_k": "f16", "cache_type_v": "f16", "n_batch": 512, "n_ubatch": 512, **values}
+    flags: list[tuple[str, str]] = [("-fa", "flash_attn"), ("-ctk", "cache_type_k"), ("-ctv", "cache_type_v")]
+    flags += [("-b", "n_batch"), ("-ub", "n_ubatch")]
+    return " ".join(f"{flag} {v[name]}" for flag, name in flags)
 
 
 @dataclass(frozen=True)
@@ -117,13 +136,18 @@ def worker_session(config: RunConfig):
     """This thread's session over the process's model (created on first use, then reused)."""
     from ..decoding.session import Session
 
-    key = (config.model, config.n_ctx, config.n_threads)
+    key = (config.model, config.n_ctx, config.n_threads, config.context)
     sessions = getattr(_local, "sessions", None)
     if sessions is None:
         sessions = _local.sessions = {}
     s = sessions.get(key)
     if s is None:
-        s = Session(worker_model(config.model), n_ctx=config.n_ctx, n_threads=config.n_threads or _default_threads())
+        s = Session(
+            worker_model(config.model),
+            n_ctx=config.n_ctx,
+            n_threads=config.n_threads or _default_threads(),
+            **dict(config.context),
+        )
         sessions[key] = s
     return s
 
@@ -162,8 +186,13 @@ def _generate(session, task: Task, setting: Setting) -> dict[str, Any]:
     }
     memory: dict[str, Any] = {}
     finish = None
-    for i in range(len(p.turns)):
-        text = conversation_text(cfg.prompt_format, p.turns[: i + 1], answers, p.completion)
+    # a logged conversation (request log) is one request, its earlier answers as logged
+    n_requests = 1 if p.messages else len(p.turns)
+    for i in range(n_requests):
+        if p.messages:
+            text = logged_conversation_text(cfg.prompt_format, p.messages)
+        else:
+            text = conversation_text(cfg.prompt_format, p.turns[: i + 1], answers, p.completion)
         ids = prompt_tokens(session.model, cfg.prompt_format, text, p.completion)
         session.start(
             ids, cfg.max_tokens, setting.strategy, temperature=setting.temperature, seed=task.seed, **setting.knob_dict
@@ -271,6 +300,7 @@ def run_task(task: Task) -> TaskResult:
                 "model": os.path.basename(cfg.model),
                 "max_tokens": cfg.max_tokens,
                 "grid_seed": cfg.grid_seed,
+                "context": cfg.context_label,
                 "worker": worker_id(),
                 "finished_at": time.time(),
             }

@@ -305,7 +305,8 @@ class InspectorCore:
         if self.running:
             raise MessageError(f"{cmd}: rounds are running; Pause first (or wait for the run to end)")
         if cmd == "reset":
-            request = {k: msg.get(k) for k in ("temperature", "top_k", "top_p", "seed", "stop", "chat")}
+            fields = ("temperature", "top_k", "top_p", "seed", "stop", "chat", "context", "server_args")
+            request = {k: msg.get(k) for k in fields}
             try:
                 self.reset(msg.get("prompt"), msg.get("max_tokens"), **request)
             except SpecvizError as e:
@@ -421,20 +422,28 @@ class InspectorCore:
         seed: int | None = None,
         stop: list[str] | None = None,
         chat: bool | None = None,
+        context: dict[str, Any] | None = None,
+        server_args: str | None = None,
     ) -> None:
         """Start the generation again (same prompt unless ``prompt`` is given); rewinds a replay.
 
         The sampling settings (``temperature``, ``top_k``, ``top_p``, ``seed``), the stop strings and
         ``chat`` (send the prompt as a user message through the model's chat template) default to the
-        current generation's."""
+        current generation's. A live session's deployment (:mod:`specviz.ui.deployment`): ``context`` (its
+        context settings ``flash_attn``, ``cache_type_k``, ``cache_type_v``, ``n_ctx``, ``n_batch``,
+        ``n_ubatch``, ``n_threads``) or ``server_args`` (a whole llama-server command line) creates the
+        context anew first; each of the line's flags that is not honoured is shown as a warning."""
         self.pause()
         self.wait()
-        request = dict(temperature=temperature, top_k=top_k, top_p=top_p, seed=seed, stop=stop, chat=chat)
-        self.source.reset(list(self.log), prompt, max_tokens, **request)
+        request: dict[str, Any] = dict(temperature=temperature, top_k=top_k, top_p=top_p, seed=seed, stop=stop)
+        request.update(chat=chat, context=context, server_args=server_args)
+        warnings = self.source.reset(list(self.log), prompt, max_tokens, **request)
         self._pending = None
         self._error = None
         self.flush()
         self._send_state()
+        for w in warnings:
+            self._notice("warning", w)
 
     def configure_from_form(self, strategy: Any, raw: dict) -> dict[str, str]:
         """Validate form values (strings from the inputs) knob by knob and queue them on the session.

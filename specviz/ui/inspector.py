@@ -102,9 +102,12 @@ class Inspector(anywidget.AnyWidget):
         """Block until background stepping stops."""
         self.core.wait(timeout)
 
-    def reset(self, prompt: str | None = None, max_tokens: int | None = None) -> None:
-        """Start again (the same prompt unless one is given)."""
-        self.core.reset(prompt, max_tokens)
+    def reset(self, prompt: str | None = None, max_tokens: int | None = None, **request: Any) -> None:
+        """Start again (the same prompt unless one is given). ``request``: what the new-session form passes
+        (``temperature``, ``top_k``, ``top_p``, ``seed``, ``stop``, ``chat``, and a live session's deployment:
+        ``context`` settings or a whole llama-server command line as ``server_args``); see
+        :meth:`~specviz.ui.core.InspectorCore.reset`."""
+        self.core.reset(prompt, max_tokens, **request)
 
     def configure(self, strategy: str | None = None, **knobs: Any) -> dict[str, str]:
         """Queue a strategy/knob change for the next round; returns ``{knob: error}`` (empty when accepted)."""

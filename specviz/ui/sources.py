@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Protocol, Se
 from ..decoding.events import Event, SessionStarted, event_from_dict
 from ..errors import KnobError, SessionStateError, SpecvizError, StrategyError
 from ..strategies import strategy_names, strategy_schema
+from .deployment import offers_settings, read_deployment, settings_state, start_with
 from .knob_form import convert_form
 
 
@@ -152,8 +153,9 @@ class Source(Protocol):
 
     def reset(
         self, log: Sequence[Mapping[str, Any]], prompt: str | None, max_tokens: int | None, **request: Any
-    ) -> None:
-        """Start again (a new generation, or the recording from its start); refused: nothing changes."""
+    ) -> list[str]:
+        """Start again (a new generation, or the recording from its start); refused: nothing changes. Returns
+        the warnings for the page (a llama-server line's flags that are not honoured)."""
         ...
 
     def started_on(self, prompt: str) -> None:
@@ -236,10 +238,15 @@ class LiveSource:
 
     def reset(
         self, log: Sequence[Mapping[str, Any]], prompt: str | None, max_tokens: int | None, **request: Any
-    ) -> None:
+    ) -> list[str]:
         """Start the generation again (the same prompt unless ``prompt`` is given). The sampling settings
         (``temperature``, ``top_k``, ``top_p``, ``seed``), the stop strings and ``chat`` (send the prompt as a
-        user message through the model's chat template) default to the shown generation's."""
+        user message through the model's chat template) default to the shown generation's.
+
+        The deployment (:mod:`specviz.ui.deployment`): ``context`` (``flash_attn``, ``cache_type_k``,
+        ``cache_type_v``, ``n_ctx``, ``n_batch``, ``n_ubatch``, ``n_threads``; a blank one keeps its setting)
+        or ``server_args`` (a whole llama-server command line: its strategy, knobs and settings, its sampling
+        where the form gives none) creates the context anew first. Returns the line's flags not honoured."""
         s = self._session
         started = _first_started(log)
         if prompt is None or prompt == "" or prompt == self.prompt(log):
@@ -270,9 +277,22 @@ class LiveSource:
         mt = max_tokens or st.get("max_tokens") or 128
         strategy = s.strategy if s.started else st.get("strategy", "prompt-lookup")
         knobs = dict(s.knobs) if s.started else {}
-        s.start(src, max_tokens=int(mt), strategy=strategy, **kwargs, **knobs)  # refused: nothing changed
+        deployment = read_deployment(s, request.get("context"), request.get("server_args"))
+        if deployment.strategy is not None:
+            strategy, knobs = deployment.strategy, dict(deployment.knobs or {})
+        # a line's sampling stands where the form gives none (as llama-server's flags are a request's defaults)
+        kwargs.update({k: v for k, v in deployment.sampling.items() if request.get(k) is None})
+        if deployment.chat_template and "messages" in kwargs and "chat_template" not in kwargs:
+            kwargs["chat_template"] = deployment.chat_template
+        mt = max_tokens or deployment.n_predict or mt
+        start = dict(prompt=src, max_tokens=int(mt), strategy=strategy, **kwargs, **knobs)
+        if deployment.context and offers_settings(s):
+            start_with(s, deployment.context, start)  # the context made anew (refused: nothing changed)
+        else:
+            s.start(**start)  # refused: nothing changed
         if isinstance(src, str):
             self.prompt_text = src
+        return list(deployment.warnings)
 
     def started_on(self, prompt: str) -> None:
         """Reset starts ``prompt`` from now on."""
@@ -321,6 +341,7 @@ class LiveSource:
             "strategies": strategy_names(),
             "prompt": self.prompt(log),
             "draft_models": list(self.draft_models),
+            **(settings_state(s) if offers_settings(s) else {}),
         }
 
     def main_events(self, log: Sequence[Mapping[str, Any]]) -> list[Event]:
@@ -416,11 +437,12 @@ class ReplaySource:
 
     def reset(
         self, log: Sequence[Mapping[str, Any]], prompt: str | None, max_tokens: int | None, **request: Any
-    ) -> None:
-        """Rewind to the recording's start (whatever the prompt and settings)."""
+    ) -> list[str]:
+        """Rewind to the recording's start (whatever the prompt and settings); no warnings."""
         with self._lock:
             self._pos = 0
             self.step_round()
+        return []
 
     def started_on(self, prompt: str) -> None:
         """Nothing: a recording is never started anew."""

@@ -30,17 +30,34 @@ function typedNumber(text) {
   return Number.isNaN(x) ? v : x;
 }
 
+/** The context settings typed as numbers (the others are chosen by name). */
+const SIZE_SETTINGS = ["n_ctx", "n_batch", "n_ubatch", "n_threads"];
+
 /**
  * Reset with the new-session fields as typed: `{prompt, maxTokens, temperature, topK, topP, seed, stops,
  * chat}` (text, except `chat`: a boolean). Stop strings are one a line, `\n` and `\t` written as escapes.
+ * `context` (optional) holds the deployment's settings as chosen, `{flash_attn, cache_type_k, cache_type_v,
+ * n_ctx, n_batch, n_ubatch, n_threads}`: a blank one is left out (the current setting stays); none at all: no
+ * `context` field. `serverArgs` (optional): a whole llama-server command line, sent instead of `context`.
  */
 export function resetMessage(f) {
-  return {
+  const msg = {
     type: "cmd", cmd: "reset", prompt: f.prompt, max_tokens: parseInt(f.maxTokens || "0", 10) || null,
     temperature: typedNumber(f.temperature), top_k: typedNumber(f.topK), top_p: typedNumber(f.topP), seed: typedNumber(f.seed),
     chat: !!f.chat,
     stop: String(f.stops || "").split("\n").filter((x) => x !== "").map((x) => x.replace(/\\n/g, "\n").replace(/\\t/g, "\t")),
   };
+  const line = String(f.serverArgs || "").trim();
+  if (line) {
+    msg.server_args = line;
+    return msg;
+  }
+  const context = {};
+  for (const [k, v] of Object.entries(f.context || {})) {
+    if (v !== "" && v != null) context[k] = SIZE_SETTINGS.includes(k) ? typedNumber(v) : String(v);
+  }
+  if (Object.keys(context).length) msg.context = context;
+  return msg;
 }
 
 /** The knob form: a strategy and its knob values as read from the form. */

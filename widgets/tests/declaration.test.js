@@ -29,6 +29,9 @@ const VALID = {
   resetMessage: [
     [{ prompt: "def f(x):", maxTokens: "128", temperature: "", topK: "", topP: "", seed: "", stops: "", chat: false }],
     [{ prompt: "", maxTokens: "", temperature: "0.8", topK: "40", topP: "0.95", seed: "7", stops: "\\n\\n\nEND", chat: true }],
+    [{ prompt: "x", maxTokens: "8", stops: "", chat: false,
+      context: { flash_attn: "on", cache_type_k: "q8_0", cache_type_v: "q8_0", n_ctx: "8192", n_batch: "1024", n_ubatch: "256", n_threads: "" } }],
+    [{ prompt: "x", maxTokens: "8", stops: "", chat: false, context: { flash_attn: "off" }, serverArgs: " -m m.gguf --spec-type ngram-mod -fa on " }],
   ],
   configureMessage: [["prompt-lookup", { draft_max: "8", align: true }], ["none", {}]],
   schemaMessage: [["ngram-simple"]],
@@ -47,7 +50,10 @@ const VALID = {
 // … and what it sends as typed when the input is not valid (Python refuses it; the shape is still declared)
 const TYPED = {
   runMessage: [["abc"], ["0"], ["-3"], ["1e12"]],
-  resetMessage: [[{ prompt: "x", maxTokens: "zero", temperature: "warm", topK: "1.5", topP: "-", seed: "s", stops: "", chat: false }]],
+  resetMessage: [
+    [{ prompt: "x", maxTokens: "zero", temperature: "warm", topK: "1.5", topP: "-", seed: "s", stops: "", chat: false }],
+    [{ prompt: "x", maxTokens: "8", stops: "", chat: false, context: { n_ctx: "big", flash_attn: "maybe" } }],
+  ],
   configureMessage: [["prompt-lookup", { draft_max: "" }]],
 };
 

@@ -40,6 +40,7 @@ export function controlsView(send, root, uid) {
   const formNote = h("div", { class: "sv-form-note" });
   const btnApply = h("button", { class: "sv-btn sv-primary sv-apply" }, "Apply at next round");
   const sessionFields = h("details", { class: "sv-newsession" }, h("summary", { text: "New session (used by Reset)" }));
+  const deploymentView = deploymentFields();
   const promptBox = h("textarea", { class: "sv-prompt-input", rows: "3" });
   const maxTok = h("input", { class: "sv-maxtok", type: "number", min: "1", value: "128" });
   // sampling and the request's form, passed on by Reset (blank: the current generation's value)
@@ -56,7 +57,7 @@ export function controlsView(send, root, uid) {
   sessionFields.append(h("label", { class: "sv-lbl", text: "prompt" }), promptBox, h("label", { class: "sv-lbl", text: "max tokens" }), maxTok,
     sampling, h("label", { class: "sv-lbl", text: "stop strings" }), stops,
     h("label", { class: "sv-check sv-chat-lbl", title: "send the prompt as a user message through the model's own chat template" }, chat,
-      " chat (the model's template)"));
+      " chat (the model's template)"), deploymentView.el);
   const card = h("div", { class: "sv-card sv-ctrl-card" },
     h("div", { class: "sv-card-h" }, h("span", { text: "Strategy & knobs" })),
     h("div", { class: "sv-field sv-field-strategy" }, h("label", { class: "sv-lbl", text: "strategy" }), stratSel, stratErr),
@@ -68,7 +69,7 @@ export function controlsView(send, root, uid) {
   btnRun.addEventListener("click", () => send(runMessage(runN.value)));
   btnPlay.addEventListener("click", () => send(commandMessage(config.running ? "pause" : "play")));
   btnReset.addEventListener("click", () => send(resetMessage({ prompt: promptBox.value, maxTokens: maxTok.value, temperature: temp.value,
-    topK: topK.value, topP: topP.value, seed: seed.value, stops: stops.value, chat: chat.checked })));
+    topK: topK.value, topP: topP.value, seed: seed.value, stops: stops.value, chat: chat.checked, ...deploymentView.read() })));
   showRej.addEventListener("change", () => root.classList.toggle("sv-hide-rej", !showRej.checked));
   stratSel.addEventListener("change", () => {
     stratErr.textContent = "";
@@ -103,6 +104,7 @@ export function controlsView(send, root, uid) {
     promptBox.disabled = config.replay;
     maxTok.disabled = config.replay;
     for (const i of [temp, topK, topP, seed, stops, chat]) i.disabled = config.replay;
+    deploymentView.sync(config);
     sessionFields.hidden = !!config.replay;
     // presenter mode: a viewer watches; every control but the view's own options is the presenter's
     if (config.role === "viewer") {
@@ -167,4 +169,76 @@ export function controlsView(send, root, uid) {
   syncDisabled();
 
   return { toolbar, card, config, applyState, schema, knobErrors, event };
+}
+
+/** The context settings a flag sets, in the order llama.cpp's usage lists them: [setting, flag, title]. */
+const SIZES = [
+  ["n_ctx", "-c", "context size (-c)"],
+  ["n_batch", "-b", "logical batch size (-b)"],
+  ["n_ubatch", "-ub", "physical batch size (-ub, at most -b)"],
+  ["n_threads", "-t", "threads (-t; blank: every core)"],
+];
+
+/**
+ * The deployment's part of the new-session form: flash attention, the K and V cache types, the sizes and
+ * threads as llama.cpp's flags name them, or a whole llama-server command line instead (then the fields
+ * are off: the line sets them). Shown only where the host offers settings (its state's `settings`: a live
+ * session of the page's own). `{el, read() → {context, serverArgs}, sync(config)}`; the fields show the
+ * session's settings whenever those change (a Reset that made the context anew), and keep what the user
+ * chose otherwise.
+ */
+function deploymentFields() {
+  const fa = h("select", { class: "sv-fa", title: "flash attention (-fa)" });
+  const ctk = h("select", { class: "sv-ctk", title: "K cache type (-ctk)" });
+  const ctv = h("select", { class: "sv-ctv", title: "V cache type (-ctv; a quantized one needs flash attention)" });
+  const sizes = Object.fromEntries(SIZES.map(([k, , title]) => [k,
+    h("input", { class: "sv-" + k.replace("_", ""), type: "text", inputmode: "numeric", title, placeholder: k === "n_threads" ? "all cores" : "" })]));
+  const line = h("input", { class: "sv-server-args", type: "text", spellcheck: "false",
+    placeholder: "or a llama-server command line: --spec-type ngram-mod -fa on -ctk q8_0 …",
+    title: "a whole llama-server command line: its --spec-* flags, context settings and sampling (flags not honoured are named in a warning)" });
+  const grid = h("div", { class: "sv-sampling sv-deploy-grid" },
+    h("label", { class: "sv-lbl", text: "-fa" }), fa, h("label", { class: "sv-lbl", text: "-ctk" }), ctk,
+    h("label", { class: "sv-lbl", text: "-ctv" }), ctv, h("span"), h("span"),
+    ...SIZES.flatMap(([k, flag]) => [h("label", { class: "sv-lbl", text: flag }), sizes[k]]));
+  const el = h("div", { class: "sv-deployment", hidden: true },
+    h("label", { class: "sv-lbl", text: "deployment (llama.cpp's context settings)" }), grid, line);
+  let shown = null; // the settings the fields were last filled from
+
+  const options = (sel, values) => {
+    if (JSON.stringify([...sel.options].map((o) => o.value)) === JSON.stringify(values)) return;
+    sel.replaceChildren(...values.map((v) => h("option", { value: v, text: v })));
+  };
+  const fields = () => [fa, ctk, ctv, ...Object.values(sizes)];
+  const lineGiven = () => line.value.trim() !== "";
+
+  function sync(config) {
+    el.hidden = !config.settings || !!config.replay;
+    if (!config.settings) return;
+    const choices = config.setting_choices || {};
+    options(fa, choices.flash_attn || ["auto", "on", "off"]);
+    options(ctk, choices.cache_types || ["f16"]);
+    options(ctv, choices.cache_types || ["f16"]);
+    const now = JSON.stringify(config.settings);
+    if (now !== shown) {
+      shown = now;
+      const st = config.settings;
+      fa.value = st.flash_attn;
+      ctk.value = st.cache_type_k;
+      ctv.value = st.cache_type_v;
+      for (const [k] of SIZES) sizes[k].value = st[k] == null ? "" : String(st[k]);
+    }
+    for (const f of fields()) f.disabled = !!config.replay || lineGiven();
+    line.disabled = !!config.replay;
+  }
+  line.addEventListener("input", () => { for (const f of fields()) f.disabled = lineGiven(); });
+
+  function read() {
+    if (el.hidden) return {};
+    if (lineGiven()) return { serverArgs: line.value };
+    const context = { flash_attn: fa.value, cache_type_k: ctk.value, cache_type_v: ctv.value };
+    for (const [k] of SIZES) context[k] = sizes[k].value;
+    return { context };
+  }
+
+  return { el, read, sync };
 }

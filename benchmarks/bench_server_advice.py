@@ -1,0 +1,143 @@
+"""Benchmark: does llama-server get the speedup specviz's advice predicts? Advice learnt in specviz, measured
+in the server it is for, on held-out prompts.
+
+On the embedded Gemma 3 270M, per workload kind (grounded: ``code-rewrite``, ``quote``, ``summarise``; and
+``free``):
+
+1. run the starting setting (default: llama.cpp's ``ngram-simple`` with ``size_n 3``, drafts of up to 16,
+   the fixed policy) on the *learning* prompts of the kind (``--learn``, default the first two);
+2. measure the verify-cost curve (as the cost policy does) and ask
+   :func:`specviz.analysis.advise.advise` for the best setting llama-server's flags express (``for_server``)
+   from those rounds;
+3. run the *held-out* prompts (the others) through two llama-servers built from the vendored llama.cpp —
+   ``--spec-type none`` and the advised flags, the same context (``-c 4096 -b 512 -ub 512 -t T -np 1``) —
+   ``--repeats`` times, alternating which server goes first
+   (:func:`specviz.analysis.check_server.check_advice`);
+4. print per kind the predicted speedup beside the server's measured one (its own ``predicted_n`` over
+   ``predicted_ms``, pooled over the prompts, the median over the repeats), every repeat's speedup and the
+   server's ``draft_n`` / ``draft_n_accepted``.
+
+Targets (issue 25): measured within 10% of predicted, and never below ``--spec-type none`` when the
+advice says speculation pays. The machine is shared: run it at a quiet moment; the per-repeat figures show
+how much the load moved.
+
+Usage: python benchmarks/bench_server_advice.py [--kinds code-rewrite,quote,summarise,free]
+       [--strategy ngram-simple] [--size-n 3] [--draft-max 16] [--max-tokens 128] [--learn 0,1]
+       [--repeats 3] [--threads 2] [--model PATH] [--server-binary PATH] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+from specviz import Session
+from specviz.analysis.advise import advise, session_cost
+from specviz.analysis.check_server import check_advice
+from specviz.analysis.llama_server import find_server_binary
+from specviz.analysis.workloads import WORKLOADS
+from specviz.backends.context_settings import ContextSettings
+
+
+def learn(s: Session, prompts: list[str], max_tokens: int, strategy: str, knobs: dict) -> list:
+    """Every learning prompt once with the starting setting; the events of all."""
+    events: list = []
+    for p in prompts:
+        s.start(p, max_tokens, strategy, **knobs)
+        s.run()
+        events += list(s.events)
+    return events
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--kinds", default="code-rewrite,quote,summarise,free")
+    ap.add_argument("--strategy", default="ngram-simple")
+    ap.add_argument("--size-n", type=int, default=3, help="size_n of an ngram-simple / ngram-map start")
+    ap.add_argument("--draft-max", type=int, default=16)
+    ap.add_argument("--max-tokens", type=int, default=128)
+    ap.add_argument("--learn", default="0,1", help="indices of the learning prompts of each kind")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--model", default=None)
+    ap.add_argument("--server-binary", default=None)
+    ap.add_argument("--json", action="store_true")
+    a = ap.parse_args(argv)
+
+    binary = find_server_binary(a.server_binary)
+    kinds = [k.strip() for k in a.kinds.split(",") if k.strip()]
+    learn_idx = [int(i) for i in a.learn.split(",") if i.strip()]
+    settings = ContextSettings.make(n_ctx=4096, n_batch=512, n_ubatch=512, n_threads=a.threads)
+    s = Session(
+        a.model, n_ctx=settings.n_ctx, n_batch=settings.n_batch, n_ubatch=settings.n_ubatch, n_threads=a.threads
+    )
+    start = {"draft_max": a.draft_max, "draft_policy": "fixed"}
+    if a.strategy in ("ngram-simple", "ngram-map-k", "ngram-map-k4v"):
+        start.update(size_n=a.size_n, size_m=a.draft_max)
+    rows = []
+    for kind in kinds:
+        prompts = WORKLOADS[kind]
+        learning = [prompts[i] for i in learn_idx if i < len(prompts)]
+        held_out = [p for i, p in enumerate(prompts) if i not in learn_idx]
+        events = learn(s, learning, a.max_tokens, a.strategy, start)
+        adv = advise(events, cost=session_cost(s), scale_to_rounds=True, for_server=True)
+        if adv.best is None:
+            print(f"{kind}: no drafting round to learn from", file=sys.stderr)
+            continue
+        if not a.json:
+            print(f"{kind}: {adv.text}\n  flags: {adv.flags}", file=sys.stderr)
+        chk = check_advice(
+            adv,
+            held_out,
+            s.model.path,
+            settings=settings,
+            max_tokens=a.max_tokens,
+            repeats=a.repeats,
+            binary=binary,
+            progress=None if a.json else (lambda m, k=kind: print(f"  {k} {m}", file=sys.stderr)),
+        )
+        pays = adv.best.strategy != "none"
+        rows.append(
+            {
+                "kind": kind,
+                "advice": adv.text,
+                "flags": adv.flags,
+                "pays": pays,
+                "predicted": chk.predicted_speedup,
+                "measured": chk.measured_speedup,
+                "error": chk.error,
+                "speedups": chk.speedups,
+                "within_10pct": abs(chk.error) <= 0.10,
+                "not_below_none": (not pays) or min(chk.speedups) >= 1.0,
+                "rows": chk.rows(),
+            }
+        )
+    s.close()
+    if a.json:
+        print(json.dumps({"max_tokens": a.max_tokens, "repeats": a.repeats, "threads": a.threads, "rows": rows}))
+        return 0
+    print(
+        f"bench_server_advice — {a.max_tokens} tokens, {a.repeats} repeats, {a.threads} threads, start "
+        f"{a.strategy} {start}; learning prompts {learn_idx}, the others held out"
+    )
+    print(
+        "| kind | advised flags | predicted | measured (median) | per repeat | none t/s | advised t/s | "
+        "draft_n | accepted | within 10% | >= none |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        none, adv_row = r["rows"]
+        print(
+            f"| {r['kind']} | `{r['flags']}` | {r['predicted']:.2f}x | {r['measured']:.2f}x | "
+            + ", ".join(f"{x:.2f}" for x in r["speedups"])
+            + f" | {none['server_tokens_per_second']:.1f} | {adv_row['server_tokens_per_second']:.1f} | "
+            f"{adv_row['draft_n']:.0f} | {adv_row['draft_n_accepted']:.0f} | "
+            f"{'yes' if r['within_10pct'] else 'no'} ({r['error']:+.0%}) | {'yes' if r['not_below_none'] else 'no'} |"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

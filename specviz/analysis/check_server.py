@@ -1,0 +1,258 @@
+"""Advice checked in the server it is for: the same prompts through ``llama-server`` with ``--spec-type none``
+and with the advised flags, the predicted speedup beside the measured one.
+
+:func:`check_advice` takes an :class:`~specviz.analysis.advise.Advice` (its ``flags`` are the llama-server
+flags it advises), the prompts it was learnt from (:func:`recorded_prompts` reads them from a recording),
+and runs two servers built from the vendored llama.cpp (:class:`~specviz.analysis.llama_server.LlamaServer`)
+side by side on loopback — one with ``--spec-type none``, one with the advised flags, the same context
+settings — sending every prompt to each in turn, ``repeats`` times, alternating which goes first. The
+measured speedup is the server's own: generated tokens over generation time (``timings.predicted_n`` /
+``predicted_ms``, the prompt excluded), pooled over the prompts, advised over none, the median over the
+repeats. The server's ``draft_n`` / ``draft_n_accepted`` are reported beside it.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import statistics
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+from ..backends.context_settings import ContextSettings
+from .llama_server import Completion, LlamaServer
+from .server_args import parse_server_args
+
+
+@dataclass
+class ServerRun:
+    """One setting's requests in the server, pooled over the prompts (one repeat)."""
+
+    label: str
+    args: list[str]
+    predicted_n: int = 0
+    predicted_ms: float = 0.0
+    draft_n: int = 0
+    draft_n_accepted: int = 0
+    completions: list[Completion] = field(default_factory=list, repr=False)
+
+    @property
+    def tokens_per_second(self) -> float:
+        """Generated tokens over the server's generation seconds."""
+        return 1000.0 * self.predicted_n / self.predicted_ms if self.predicted_ms > 0 else 0.0
+
+    def add(self, c: Completion) -> None:
+        """Pool one completion."""
+        self.predicted_n += c.predicted_n
+        self.predicted_ms += c.predicted_ms
+        self.draft_n += c.draft_n
+        self.draft_n_accepted += c.draft_n_accepted
+        self.completions.append(c)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-serialisable form."""
+        return {
+            "label": self.label,
+            "args": list(self.args),
+            "predicted_n": self.predicted_n,
+            "predicted_ms": self.predicted_ms,
+            "tokens_per_second": self.tokens_per_second,
+            "draft_n": self.draft_n,
+            "draft_n_accepted": self.draft_n_accepted,
+        }
+
+
+@dataclass
+class ServerCheck:
+    """The predicted speedup and the server's measured one, with the server's own counters."""
+
+    predicted_speedup: float
+    advised_flags: str
+    context_args: list[str]
+    repeats: list[tuple[ServerRun, ServerRun]]  #: (none, advised) per repeat
+    n_prompts: int
+    advice_text: str = ""
+
+    @property
+    def speedups(self) -> list[float]:
+        """Measured speedup per repeat (advised over none, pooled tokens/s)."""
+        return [a.tokens_per_second / n.tokens_per_second if n.tokens_per_second else 0.0 for n, a in self.repeats]
+
+    @property
+    def measured_speedup(self) -> float:
+        """The median of :attr:`speedups`."""
+        return float(statistics.median(self.speedups)) if self.repeats else 0.0
+
+    @property
+    def error(self) -> float:
+        """Measured over predicted, minus one (0.05: the server ran 5% faster than predicted)."""
+        return self.measured_speedup / self.predicted_speedup - 1.0 if self.predicted_speedup else 0.0
+
+    def _median(self, which: int, attr: str) -> float:
+        return float(statistics.median(getattr(r[which], attr) for r in self.repeats)) if self.repeats else 0.0
+
+    def rows(self) -> list[dict[str, Any]]:
+        """The two settings side by side: predicted and measured speedup, the server's tokens/s and counters
+        (medians over the repeats)."""
+        out = []
+        for i, (label, flags, pred) in enumerate(
+            (("none", "--spec-type none", 1.0), ("advised", self.advised_flags, self.predicted_speedup))
+        ):
+            drafted = self._median(i, "draft_n")
+            acc = self._median(i, "draft_n_accepted")
+            out.append(
+                {
+                    "setting": label,
+                    "flags": flags,
+                    "predicted_speedup": pred,
+                    "measured_speedup": 1.0 if i == 0 else self.measured_speedup,
+                    "server_tokens_per_second": self._median(i, "tokens_per_second"),
+                    "predicted_n": self._median(i, "predicted_n"),
+                    "draft_n": drafted,
+                    "draft_n_accepted": acc,
+                    "acceptance": acc / drafted if drafted else 0.0,
+                }
+            )
+        return out
+
+    def report(self) -> str:
+        """Predicted and measured side by side, as text."""
+        lines = [
+            f"advice checked in llama-server: {self.n_prompts} prompts, {len(self.repeats)} repeats, "
+            f"context {' '.join(self.context_args)}",
+        ]
+        if self.advice_text:
+            lines.append(f"advice: {self.advice_text}")
+        head = (
+            f"{'setting':<10} {'predicted':>9} {'measured':>9} {'server t/s':>10} {'tokens':>7} {'draft_n':>8} "
+            f"{'accepted':>8} {'acceptance':>10}"
+        )
+        lines.append(head)
+        for r in self.rows():
+            lines.append(
+                f"{r['setting']:<10} {r['predicted_speedup']:>8.2f}x {r['measured_speedup']:>8.2f}x "
+                f"{r['server_tokens_per_second']:>10.1f} {r['predicted_n']:>7.0f} {r['draft_n']:>8.0f} "
+                f"{r['draft_n_accepted']:>8.0f} {r['acceptance']:>10.1%}"
+            )
+        lines.append(f"advised flags: {self.advised_flags}")
+        lines.append(
+            f"measured {self.measured_speedup:.2f}x vs predicted {self.predicted_speedup:.2f}x "
+            f"({self.error:+.1%}); per repeat: " + ", ".join(f"{x:.2f}x" for x in self.speedups)
+        )
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-serialisable form."""
+        return {
+            "predicted_speedup": self.predicted_speedup,
+            "measured_speedup": self.measured_speedup,
+            "error": self.error,
+            "speedups": self.speedups,
+            "advised_flags": self.advised_flags,
+            "context_args": list(self.context_args),
+            "n_prompts": self.n_prompts,
+            "rows": self.rows(),
+            "repeats": [[n.to_dict(), a.to_dict()] for n, a in self.repeats],
+        }
+
+
+@dataclass(frozen=True)
+class RecordedPrompt:
+    """A prompt of a recording: its token ids and the generation length it ran with."""
+
+    tokens: tuple[int, ...]
+    max_tokens: int
+
+
+def recorded_prompts(events: Sequence[Any]) -> tuple[list[RecordedPrompt], dict[str, Any]]:
+    """The distinct prompts of a recording's ``session_started`` events (in order), and the context the
+    recording ran with (``model``, ``n_ctx``, ``n_batch``, ``n_ubatch`` of the first)."""
+    seen: set[tuple[int, ...]] = set()
+    out: list[RecordedPrompt] = []
+    ctx: dict[str, Any] = {}
+    for ev in events:
+        if getattr(ev, "kind", "") != "session_started":
+            continue
+        if not ctx:
+            ctx = {"model": ev.model, "n_ctx": ev.n_ctx, "n_batch": ev.n_batch, "n_ubatch": ev.n_ubatch}
+        key = tuple(int(t) for t in ev.prompt_tokens)
+        if key and key not in seen:
+            seen.add(key)
+            out.append(RecordedPrompt(key, int(ev.max_tokens)))
+    return out, ctx
+
+
+def context_args(settings: ContextSettings) -> list[str]:
+    """The context settings of both servers: the recording's sizes, one slot (requests come one at a time)."""
+    return [*settings.server_args(), "-np", "1"]
+
+
+def check_advice(
+    advice: Any,
+    prompts: Sequence[RecordedPrompt | Sequence[int] | str],
+    model: str | os.PathLike,
+    *,
+    settings: ContextSettings | None = None,
+    max_tokens: int | None = None,
+    repeats: int = 3,
+    binary: str | os.PathLike | None = None,
+    extra_args: Sequence[str] = (),
+    progress: Any = None,
+) -> ServerCheck:
+    """Run ``prompts`` through llama-server with ``--spec-type none`` and with ``advice.flags`` (see the
+    module docstring) and return the predicted and measured speedups.
+
+    ``prompts`` are recorded prompts (their own ``max_tokens`` unless ``max_tokens`` is given), token ids
+    or text; ``settings`` the context both servers get (default: specviz's defaults, every CPU core);
+    ``extra_args`` further llama-server flags for both (checked with
+    :func:`~specviz.analysis.server_args.parse_server_args`: a flag that changes the drafts is refused)."""
+    from ..errors import LlamaServerError
+
+    if advice.best is None:
+        raise LlamaServerError(f"nothing to check: {advice.text}")
+    flags = advice.flags or "--spec-type none"
+    advised_args = shlex.split(flags)
+    parse_server_args(advised_args)  # the advised flags are flags specviz knows
+    extra = [str(a) for a in extra_args]
+    if any(a.startswith("--spec") or a in ("-md", "--model-draft") for a in extra):
+        raise LlamaServerError("extra server arguments must not change the speculative settings: leave out --spec-*")
+    settings = settings or ContextSettings.make(n_threads=os.cpu_count() or 1)
+    ctx = [*context_args(settings), *extra]
+    jobs: list[tuple[list[int] | str, int]] = []
+    for p in prompts:
+        if isinstance(p, RecordedPrompt):
+            jobs.append((list(p.tokens), int(max_tokens or p.max_tokens)))
+        elif isinstance(p, str):
+            jobs.append((p, int(max_tokens or 128)))
+        else:
+            jobs.append(([int(t) for t in p], int(max_tokens or 128)))
+    if not jobs:
+        raise LlamaServerError("no prompt to check the advice on")
+    repeats_out: list[tuple[ServerRun, ServerRun]] = []
+    with (
+        LlamaServer(model, [*ctx, "--spec-type", "none"], binary=binary) as plain,
+        LlamaServer(model, [*ctx, *advised_args], binary=binary) as advised,
+    ):
+        servers = {"none": plain, "advised": advised}
+        for r in range(repeats):
+            runs = {"none": ServerRun("none", plain.args), "advised": ServerRun("advised", advised.args)}
+            for j, (prompt, n) in enumerate(jobs):
+                order = ("none", "advised") if (r + j) % 2 == 0 else ("advised", "none")
+                for name in order:
+                    # cache_prompt off: every request evaluates its prompt, as the first one did
+                    runs[name].add(servers[name].complete(prompt, n, cache_prompt=False))
+            repeats_out.append((runs["none"], runs["advised"]))
+            if progress is not None:
+                n_, a_ = runs["none"], runs["advised"]
+                progress(
+                    f"repeat {r + 1}/{repeats}: none {n_.tokens_per_second:.1f} t/s, advised "
+                    f"{a_.tokens_per_second:.1f} t/s"
+                )
+    return ServerCheck(
+        predicted_speedup=float(advice.best.speedup),
+        advised_flags=flags,
+        context_args=ctx,
+        repeats=repeats_out,
+        n_prompts=len(jobs),
+        advice_text=advice.text,
+    )

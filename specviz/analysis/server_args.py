@@ -1,0 +1,462 @@
+"""A whole ``llama-server`` command line, read into the configuration specviz runs — and the other way round.
+
+:func:`parse_server_args` takes the command line a deployment runs (``llama-server -m model.gguf
+--spec-type ngram-map-k4v -c 8192 -fa on -ctk q8_0 ...``) and returns a :class:`ServerConfig`: the model,
+the strategy and its knobs, the context settings (:class:`~specviz.backends.context_settings.ContextSettings`)
+and the sampling defaults, with llama.cpp's defaults (``common/common.h``) wherever the line gives none.
+Every value is validated before any model loads (typed errors naming the flag). A flag specviz cannot
+honour is never dropped silently: it is named in :attr:`ServerConfig.warnings` with the reason — serving
+options that change neither the tokens nor the drafts (``--port``, ``-np``, ``--metrics`` ...) as well
+as those that would change them (a second ``--spec-type``, ``--min-p``, ``-ctkd`` ...).
+
+:func:`server_spec_args` is the inverse for the speculative part: a specviz strategy and knobs as the
+``llama-server`` flags that draft the same way.
+
+How specviz runs a llama-server configuration (each a deliberate difference named where it applies):
+
+* an n-gram type drafts up to its own length (``size_m``, ``n_max``, 8 for ngram-cache): llama.cpp's
+  ``--spec-draft-n-max`` caps model drafts only, so ``draft_max`` is set to the type's own length; verify-tile
+  alignment (specviz's own) is off and the policy is ``fixed``;
+* ``draft`` takes llama.cpp's defaults ``--spec-draft-n-max 3``, ``--spec-draft-n-min 0`` and
+  ``--spec-draft-p-min 0`` when the line gives none (specviz's own defaults are 16 and 0.75);
+* the server samples the first token after the prompt without drafting; :mod:`specviz.analysis.server_repro`
+  reproduces that loop.
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+from ..backends.context_settings import ContextSettings
+from ..errors import KnobError, StrategyError
+from ..strategies import strategy_class, strategy_names, strategy_schema
+
+#: llama.cpp's ``--spec-type`` names of specviz's strategies where they differ
+SPEC_TYPE_OF = {"draft": "draft-simple", "eagle3": "draft-eagle3", "mtp": "draft-mtp"}
+#: specviz's strategy for each llama.cpp ``--spec-type``
+STRATEGY_OF = {**{v: k for k, v in SPEC_TYPE_OF.items()}, **{n: n for n in strategy_names() if n not in SPEC_TYPE_OF}}
+STRATEGY_OF.pop("prompt-lookup", None)  # not a llama.cpp type
+
+#: llama.cpp's defaults for model drafts (``common_params_speculative_draft``)
+LLAMA_DRAFT_DEFAULTS = {"draft_max": 3, "draft_min": 0, "draft_p_min": 0.0}
+#: llama-server's default sampling (``common_params_sampling``): what a request gets unless it says otherwise
+LLAMA_SAMPLING_DEFAULTS = {"temperature": 0.8, "top_k": 40, "top_p": 0.95}
+
+#: per-type flags -> (strategy, knob)
+SPEC_FLAGS: dict[str, tuple[str, str]] = {
+    "--spec-ngram-simple-size-n": ("ngram-simple", "size_n"),
+    "--spec-ngram-simple-size-m": ("ngram-simple", "size_m"),
+    "--spec-ngram-map-k-size-n": ("ngram-map-k", "size_n"),
+    "--spec-ngram-map-k-size-m": ("ngram-map-k", "size_m"),
+    "--spec-ngram-map-k-min-hits": ("ngram-map-k", "min_hits"),
+    "--spec-ngram-map-k4v-size-n": ("ngram-map-k4v", "size_n"),
+    "--spec-ngram-map-k4v-size-m": ("ngram-map-k4v", "size_m"),
+    "--spec-ngram-map-k4v-min-hits": ("ngram-map-k4v", "min_hits"),
+    "--spec-ngram-mod-n-match": ("ngram-mod", "n_match"),
+    "--spec-ngram-mod-n-min": ("ngram-mod", "n_min"),
+    "--spec-ngram-mod-n-max": ("ngram-mod", "n_max"),
+}
+#: model-draft flags -> knob (they serve draft-simple, draft-eagle3 and draft-mtp alike)
+DRAFT_FLAGS = {
+    "--spec-draft-n-max": "draft_max",
+    "--spec-draft-n-min": "draft_min",
+    "--spec-draft-p-min": "draft_p_min",
+    "--draft-p-min": "draft_p_min",
+}
+#: context settings -> the setting
+SETTING_FLAGS = {
+    "-c": "n_ctx",
+    "--ctx-size": "n_ctx",
+    "-b": "n_batch",
+    "--batch-size": "n_batch",
+    "-ub": "n_ubatch",
+    "--ubatch-size": "n_ubatch",
+    "-t": "n_threads",
+    "--threads": "n_threads",
+    "-fa": "flash_attn",
+    "--flash-attn": "flash_attn",
+    "-ctk": "cache_type_k",
+    "--cache-type-k": "cache_type_k",
+    "-ctv": "cache_type_v",
+    "--cache-type-v": "cache_type_v",
+}
+SAMPLING_FLAGS = {"--temp": "temperature", "--temperature": "temperature", "--top-k": "top_k", "--top-p": "top_p"}
+MODEL_FLAGS = ("-m", "--model")
+DRAFT_MODEL_FLAGS = ("-md", "--model-draft", "--spec-draft-model")
+
+#: options that change neither the tokens nor the drafts of one request at a time (value-taking ones True)
+SERVING_ONLY: dict[str, bool] = {
+    **dict.fromkeys(("--host", "--port", "--path", "--api-key", "--api-key-file", "-a", "--alias"), True),
+    **dict.fromkeys(("--timeout", "-to", "--threads-http", "--log-file", "-lv", "--verbosity"), True),
+    **dict.fromkeys(("-np", "--parallel", "--cache-reuse", "-cram", "--cache-ram"), True),
+    **dict.fromkeys(("-ctxcp", "--ctx-checkpoints", "--swa-checkpoints", "--sleep-idle-seconds"), True),
+    **dict.fromkeys(("-ngl", "--gpu-layers", "--n-gpu-layers", "-ngld", "--spec-draft-ngl"), True),
+    **dict.fromkeys(("--reasoning-format", "--reasoning-budget", "-fit", "--fit", "--numa", "--prio"), True),
+    **dict.fromkeys(("--metrics", "--slots", "--no-slots", "--props", "--no-webui", "--no-ui", "--webui"), False),
+    **dict.fromkeys(("-cb", "--cont-batching", "-nocb", "--no-cont-batching", "--swa-full"), False),
+    **dict.fromkeys(("-kvu", "--kv-unified", "--mlock", "--no-mmap", "--mmap", "--jinja", "--no-jinja"), False),
+    **dict.fromkeys(("--log-disable", "--log-colors", "--log-prefix", "--log-timestamps", "-v"), False),
+    **dict.fromkeys(("--verbose", "--no-warmup", "--warmup", "--no-perf", "--perf", "-fitt"), False),
+}
+#: options that would change the tokens or the drafts, which specviz does not reproduce (value-taking ones True)
+NOT_REPRODUCED: dict[str, tuple[bool, str]] = {
+    "--min-p": (True, "specviz samples with temperature, top-k and top-p only"),
+    "--typical": (True, "specviz samples with temperature, top-k and top-p only"),
+    "--repeat-penalty": (True, "specviz applies no repetition penalty"),
+    "--presence-penalty": (True, "specviz applies no presence penalty"),
+    "--frequency-penalty": (True, "specviz applies no frequency penalty"),
+    "--dry-multiplier": (True, "specviz has no DRY sampler"),
+    "--mirostat": (True, "specviz has no mirostat sampler"),
+    "--samplers": (True, "specviz's sampler chain is fixed (top-k, top-p, temperature)"),
+    "--grammar": (True, "specviz does not constrain generation with a grammar"),
+    "--grammar-file": (True, "specviz does not constrain generation with a grammar"),
+    "-j": (True, "specviz does not constrain generation with a JSON schema"),
+    "--json-schema": (True, "specviz does not constrain generation with a JSON schema"),
+    "-ctkd": (True, "the draft model's context keeps an f16 cache in specviz"),
+    "--spec-draft-type-k": (True, "the draft model's context keeps an f16 cache in specviz"),
+    "--cache-type-k-draft": (True, "the draft model's context keeps an f16 cache in specviz"),
+    "-ctvd": (True, "the draft model's context keeps an f16 cache in specviz"),
+    "--spec-draft-type-v": (True, "the draft model's context keeps an f16 cache in specviz"),
+    "--cache-type-v-draft": (True, "the draft model's context keeps an f16 cache in specviz"),
+    "--spec-draft-p-split": (True, "specviz drafts one sequence (no tree split)"),
+    "--draft-p-split": (True, "specviz drafts one sequence (no tree split)"),
+    "--spec-ngram-simple-min-hits": (True, "specviz's ngram-simple has no min_hits"),
+    "--lora": (True, "specviz loads no LoRA adapters"),
+    "--control-vector": (True, "specviz applies no control vectors"),
+    "--rope-scaling": (True, "specviz uses the model's own RoPE settings"),
+    "--rope-freq-base": (True, "specviz uses the model's own RoPE settings"),
+    "--rope-freq-scale": (True, "specviz uses the model's own RoPE settings"),
+    "--override-kv": (True, "specviz reads the model's metadata as it is"),
+    "--spec-ngram-cache-static": (True, "specviz's ngram-cache learns from the session's own text"),
+    "-lcs": (True, "specviz's ngram-cache learns from the session's own text"),
+    "-lcd": (True, "specviz's ngram-cache learns from the session's own text"),
+    "--chat-template-file": (True, "specviz applies the model's template or one of llama.cpp's built-in ones"),
+    "--no-repack": (False, "specviz's contexts use llama.cpp's default weight repacking"),
+    "-nr": (False, "specviz's contexts use llama.cpp's default weight repacking"),
+    "--ignore-eos": (False, "specviz stops at the end-of-generation token"),
+}
+
+
+@dataclass
+class ServerConfig:
+    """A llama-server configuration as specviz runs it (see :func:`parse_server_args`)."""
+
+    model: str | None
+    strategy: str
+    knobs: dict[str, Any]
+    settings: ContextSettings
+    given: dict[str, Any] = field(default_factory=dict)  #: the context settings the line gave
+    sampling: dict[str, Any] = field(default_factory=dict)  #: temperature/top_k/top_p/seed the line gave
+    n_predict: int | None = None  #: ``-n``: the server's default generation length
+    chat_template: str | None = None  #: ``--chat-template``: a llama.cpp built-in template name
+    warnings: list[str] = field(default_factory=list)  #: flags specviz cannot honour, each named with why
+    argv: list[str] = field(default_factory=list)
+
+    def session_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments of :class:`~specviz.Session` for these settings."""
+        s = self.settings
+        return {
+            "n_ctx": s.n_ctx,
+            "n_batch": s.n_batch,
+            "n_ubatch": s.n_ubatch,
+            "n_threads": s.n_threads,
+            "flash_attn": s.flash_attn,
+            "cache_type_k": s.cache_type_k,
+            "cache_type_v": s.cache_type_v,
+        }
+
+    def start_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments of :meth:`~specviz.Session.start` (the strategy, its knobs, the sampling)."""
+        return {"strategy": self.strategy, **self.knobs, **self.sampling}
+
+    def spec_args(self) -> list[str]:
+        """The speculative part as llama-server flags (:func:`server_spec_args`)."""
+        return server_spec_args(self.strategy, self.knobs)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-serialisable form."""
+        return {
+            "model": self.model,
+            "strategy": self.strategy,
+            "knobs": dict(self.knobs),
+            "settings": self.settings.to_dict(),
+            "given": dict(self.given),
+            "sampling": dict(self.sampling),
+            "n_predict": self.n_predict,
+            "chat_template": self.chat_template,
+            "warnings": list(self.warnings),
+        }
+
+
+def _split(argv: str | Sequence[str]) -> list[str]:
+    args = shlex.split(argv) if isinstance(argv, str) else [str(a) for a in argv]
+    if args and Path(args[0]).name.startswith("llama-server"):
+        args = args[1:]  # the program itself
+    return args
+
+
+def _looks_like_value(tok: str) -> bool:
+    return not tok.startswith("-") or tok[1:2].isdigit() or tok[1:2] == "."
+
+
+def _draft_strategy(path: str) -> str:
+    """llama.cpp infers the type of a draft GGUF given without ``--spec-type`` (its architecture)."""
+    from ..backends.gguf_check import check_gguf
+    from ..errors import ModelError
+
+    try:
+        return "eagle3" if check_gguf(path).architecture == "eagle3" else "draft"
+    except ModelError:
+        return "draft"  # the draft strategy's own check reports the file
+
+
+def parse_server_args(argv: str | Sequence[str]) -> ServerConfig:
+    """Read a ``llama-server`` command line (a string, split as a shell would, or a list; the program name
+    may lead) into a :class:`ServerConfig`, validated; nothing is loaded.
+
+    Raises :class:`~specviz.errors.KnobError` (a bad value, naming the flag) or
+    :class:`~specviz.errors.StrategyError` (a ``--spec-type`` specviz does not have)."""
+    args = _split(argv)
+    warnings: list[str] = []
+    model = draft_model = None
+    types: list[str] = []
+    spec_values: dict[tuple[str, str], tuple[str, str]] = {}  # (strategy, knob) -> (flag, value)
+    draft_values: dict[str, tuple[str, str]] = {}
+    settings: dict[str, tuple[str, str]] = {}
+    sampling: dict[str, Any] = {}
+    threads_batch: str | None = None
+    threads_draft: str | None = None
+    n_predict = None
+    chat_template = None
+    i = 0
+
+    def value(flag: str) -> str:
+        nonlocal i
+        if i + 1 >= len(args):
+            raise KnobError(f"llama-server option {flag} needs a value", knob=flag)
+        i += 1
+        return args[i]
+
+    while i < len(args):
+        tok = args[i]
+        flag, eq, inline = tok.partition("=")
+        if eq and flag.startswith("--"):
+            args[i : i + 1] = [flag, inline]  # --flag=value, as some launchers write it
+            tok = flag
+        if tok in MODEL_FLAGS:
+            model = value(tok)
+        elif tok in DRAFT_MODEL_FLAGS:
+            draft_model = value(tok)
+        elif tok == "--spec-type":
+            types = [t.strip() for t in value(tok).split(",") if t.strip()]
+        elif tok in SPEC_FLAGS:
+            spec_values[SPEC_FLAGS[tok]] = (tok, value(tok))
+        elif tok in DRAFT_FLAGS:
+            draft_values[DRAFT_FLAGS[tok]] = (tok, value(tok))
+        elif tok in SETTING_FLAGS:
+            settings[SETTING_FLAGS[tok]] = (tok, value(tok))
+        elif tok in ("-tb", "--threads-batch"):
+            threads_batch = value(tok)
+        elif tok in ("-td", "--spec-draft-threads", "--threads-draft"):
+            threads_draft = value(tok)
+        elif tok in SAMPLING_FLAGS:
+            sampling[SAMPLING_FLAGS[tok]] = (tok, value(tok))
+        elif tok in ("-s", "--seed"):
+            sampling["seed"] = (tok, value(tok))
+        elif tok in ("-n", "--n-predict", "--predict"):
+            n_predict = (tok, value(tok))
+        elif tok == "--chat-template":
+            chat_template = value(tok)
+        elif tok in SERVING_ONLY:
+            v = f" {value(tok)}" if SERVING_ONLY[tok] else ""
+            warnings.append(
+                f"{tok}{v}: serving only (changes neither the tokens nor the drafts of a request); not applied"
+            )
+        elif tok in NOT_REPRODUCED:
+            takes, why = NOT_REPRODUCED[tok]
+            v = f" {value(tok)}" if takes else ""
+            warnings.append(f"{tok}{v}: not applied ({why}); the server's tokens or drafts may differ")
+        else:
+            v = ""
+            if i + 1 < len(args) and _looks_like_value(args[i + 1]) and tok.startswith("-"):
+                v = f" {value(tok)}"
+            what = "option" if tok.startswith("-") else "argument"
+            warnings.append(f"{tok}{v}: an {what} specviz does not know; not applied")
+        i += 1
+
+    # the strategy
+    if not types:
+        strategy = _draft_strategy(draft_model) if draft_model else "none"
+    else:
+        if len(types) > 1:
+            warnings.append(
+                f"--spec-type {','.join(types)}: specviz drafts with {types[0]} only (llama.cpp asks "
+                f"{', '.join(types[1:])} in rounds where {types[0]} proposes nothing)"
+            )
+        t = types[0]
+        if t not in STRATEGY_OF:
+            raise StrategyError(
+                f"--spec-type {t}: specviz has no such strategy; it runs "
+                + ", ".join(sorted(STRATEGY_OF))
+                + " (draft-dflash and draft-dspark are not implemented)",
+                knob="strategy",
+                value=t,
+            )
+        strategy = STRATEGY_OF[t]
+    cls = strategy_class(strategy)
+    knobs: dict[str, Any] = {}
+    for (owner, knob), (flag, v) in spec_values.items():
+        if owner != strategy:
+            warnings.append(
+                f"{flag} {v}: for --spec-type {owner}, not {SPEC_TYPE_OF.get(strategy, strategy)}; not applied"
+            )
+        else:
+            knobs[knob] = v
+    if cls.needs_model:
+        knobs.update(LLAMA_DRAFT_DEFAULTS)
+        for knob, (_, v) in draft_values.items():
+            knobs[knob] = v
+        if draft_model is not None:
+            knobs["draft_model"] = draft_model
+        knobs["align"] = False
+        knobs["draft_policy"] = "fixed"
+    else:
+        for flag, v in draft_values.values():
+            if strategy != "none":
+                warnings.append(f"{flag} {v}: llama.cpp applies it to model drafts only; not applied to {strategy}")
+            else:
+                warnings.append(f"{flag} {v}: no --spec-type drafts; not applied")
+        if draft_model is not None:
+            warnings.append(f"-md {draft_model}: --spec-type {types[0]} does not draft with a model; not applied")
+    try:
+        cfg = strategy_schema(strategy).validate(knobs)
+    except KnobError as e:
+        bad = next(
+            (f for (o, k), (f, _) in spec_values.items() if k == e.knob and o == strategy),
+            next((f for k, (f, _) in draft_values.items() if k == e.knob), str(e.knob)),
+        )
+        msg = str(e).replace(f"knob {e.knob!r}", f"llama-server option {bad}", 1)
+        raise KnobError(msg, knob=e.knob, value=e.value) from None
+    if not cls.needs_model and strategy != "none":
+        # an n-gram type drafts up to its own length: llama.cpp's --spec-draft-n-max does not cap it
+        cfg = strategy_schema(strategy).validate({**cfg, "draft_max": own_draft_length(strategy, cfg)})
+        cfg = strategy_schema(strategy).validate({**cfg, "align": False, "draft_policy": "fixed"})
+    if cls.needs_model and float(cfg.get("draft_p_min", 0.0)) > 0:
+        warnings.append(
+            f"--spec-draft-p-min {cfg['draft_p_min']:g}: specviz compares it with the draft's top probability over "
+            "the whole vocabulary, llama.cpp over its top 10 candidates: specviz's drafts may stop earlier"
+        )
+
+    # the context settings
+    setting_values = {name: v for name, (_, v) in settings.items()}
+    try:
+        ctx = ContextSettings.make(None, **setting_values)
+    except KnobError as e:
+        short = ContextSettings.FLAGS.get(e.knob or "", "")
+        given_flag = settings.get(e.knob or "", (short, ""))[0]
+        raise type(e)(str(e).replace(f"({short})", f"({given_flag})", 1), knob=e.knob, value=e.value) from None
+    if threads_batch is not None and str(threads_batch) != str(ctx.n_threads):
+        warnings.append(
+            f"-tb {threads_batch}: specviz uses one thread count (-t {ctx.n_threads}) for generation and batches; "
+            "not applied"
+        )
+    if threads_draft is not None and str(threads_draft) != str(ctx.n_threads):
+        warnings.append(
+            f"-td {threads_draft}: the draft model runs with the target's thread count (-t {ctx.n_threads}) in "
+            "specviz; not applied"
+        )
+    given = {name: getattr(ctx, name) for name in settings}
+
+    # sampling
+    samp: dict[str, Any] = {}
+    for key, (flag, v) in sampling.items():
+        try:
+            samp[key] = int(v) if key in ("top_k", "seed") else float(v)
+        except ValueError:
+            raise KnobError(f"llama-server option {flag}: {v!r} is not a number", knob=key, value=v) from None
+    n_pred: int | None = None
+    if n_predict is not None:
+        try:
+            n_pred = int(n_predict[1])
+        except ValueError:
+            raise KnobError(
+                f"llama-server option {n_predict[0]}: {n_predict[1]!r} is not an integer", knob="n_predict"
+            ) from None
+    return ServerConfig(
+        model=model,
+        strategy=strategy,
+        knobs=cfg,
+        settings=ctx,
+        given=given,
+        sampling=samp,
+        n_predict=n_pred if n_pred is None or n_pred >= 0 else None,
+        chat_template=chat_template,
+        warnings=warnings,
+        argv=args,
+    )
+
+
+def own_draft_length(strategy: str, knobs: dict[str, Any]) -> int:
+    """How many tokens an n-gram type drafts at most in llama.cpp: ``size_m``, ngram-mod's ``n_max``, or 8
+    (ngram-cache)."""
+    if strategy == "ngram-mod":
+        return int(knobs["n_max"])
+    if strategy == "ngram-cache":
+        return 8
+    return int(knobs.get("size_m", 48))
+
+
+def server_spec_args(strategy: str, knobs: dict[str, Any]) -> list[str]:
+    """``--spec-type`` and the ``--spec-*`` flags that make llama-server draft as ``strategy`` with ``knobs``.
+
+    Raises :class:`~specviz.errors.StrategyError` for prompt lookup (no llama.cpp type) and ``KnobError``
+    for a knob llama.cpp has no flag for at a value other than its own (ngram-cache's ``n_draft``)."""
+    if strategy == "prompt-lookup":
+        raise StrategyError(
+            "prompt-lookup is not a llama.cpp --spec-type; ngram-simple is the nearest", knob="strategy", value=strategy
+        )
+    if strategy == "none":
+        return ["--spec-type", "none"]
+    args = ["--spec-type", SPEC_TYPE_OF.get(strategy, strategy)]
+    if strategy_class(strategy).needs_model:
+        if knobs.get("draft_model"):
+            args += ["-md", str(knobs["draft_model"])]
+        args += ["--spec-draft-n-max", str(int(knobs.get("draft_max", LLAMA_DRAFT_DEFAULTS["draft_max"])))]
+        args += ["--spec-draft-n-min", str(int(knobs.get("draft_min", 0)))]
+        args += ["--spec-draft-p-min", f"{float(knobs.get('draft_p_min', 0.0)):g}"]
+        return args
+    if strategy == "ngram-cache":
+        if int(knobs.get("n_draft", 8)) != 8:
+            raise KnobError(
+                f"ngram-cache with n_draft={knobs['n_draft']}: llama.cpp's drafts up to 8 tokens (no flag)",
+                knob="n_draft",
+                value=knobs["n_draft"],
+            )
+        return args
+    for flag, (owner, knob) in SPEC_FLAGS.items():
+        if owner == strategy and knob in knobs:
+            args += [flag, str(int(knobs[knob]))]
+    return args
+
+
+def session_from_server_args(argv: str | Sequence[str], *, model: str | None = None) -> tuple[Any, ServerConfig]:
+    """A :class:`~specviz.Session` with the context settings of a llama-server command line, and the
+    :class:`ServerConfig` to start it with (the Python side of ``specviz run --server-args``)::
+
+        s, cfg = session_from_server_args("llama-server -m m.gguf --spec-type ngram-mod -c 8192 -fa on")
+        run = run_like_the_server(s, "prompt", 128, cfg.strategy, cfg.knobs)   # the server's loop
+        s.start("prompt", 128, **cfg.start_kwargs())                            # or a plain session
+
+    ``model`` replaces the line's ``-m``. Every flag specviz cannot honour is issued as a
+    :class:`UserWarning` (and listed in ``cfg.warnings``); a refused value raises before the model loads."""
+    import warnings
+
+    from ..decoding.session import Session
+
+    cfg = parse_server_args(argv)
+    for w in cfg.warnings:
+        warnings.warn(f"llama-server option {w}", UserWarning, stacklevel=2)
+    return Session(model or cfg.model, **cfg.session_kwargs()), cfg

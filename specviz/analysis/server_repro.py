@@ -1,0 +1,146 @@
+"""A specviz session driven through ``llama-server``'s generation loop, so that the two can be compared
+request for request: the same text, and the same drafted and accepted counts as the server's
+``timings.draft_n`` / ``draft_n_accepted`` and its Prometheus counters.
+
+The server's loop (``tools/server/server-context.cpp`` of the llama.cpp llama-cpp-python 0.3.36 vendors)
+differs from a plain specviz session in three ways, all reproduced by :func:`run_like_the_server`:
+
+* it evaluates the whole prompt, begins the drafter with it (``common_speculative_begin`` sees every prompt
+  token; ``speculative-simple`` leaves the last one out) and samples the first token *without drafting*;
+  the first draft comes after that token. The session runs its first round with ``none`` and switches to
+  the strategy at the next boundary, so that the drafter begins with the same tokens;
+* each round's draft is capped at ``min(n_ctx - n_cached - 2, n_remaining - 1)``
+  (``server_slot::get_n_draft_max``, ``n_cached`` the tokens in the cache, ``n_remaining`` the tokens
+  still allowed), and a round whose cap is not positive does not draft at all;
+* an n-gram type drafts up to its own length (``--spec-draft-n-max`` caps model drafts only), with no
+  verify-tile alignment: :func:`~specviz.analysis.server_args.parse_server_args` sets the knobs so.
+
+The cap is given to the session as ``draft_max`` whenever it is below the strategy's own length; the
+session's own budget already caps at ``n_remaining - 1`` and drops a draft shorter than ``draft_min``
+(as llama.cpp drops one shorter than ``--spec-draft-n-min``).
+
+What it cannot reproduce, stated where it matters: the server's n-gram statistics of ``ngram-mod`` and
+``ngram-cache`` live as long as the server process — a second request starts from what the first one
+left — while a specviz session starts every request afresh (:attr:`ServerLikeRun` counts one request);
+and in the last ``draft_min + 1`` positions of the context the server stops drafting one position before
+the session does (its cap keeps one position spare).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+
+def server_draft_cap(n_ctx: int, n_cached: int, n_predict: int | None, n_generated: int) -> int:
+    """llama-server's cap on a round's draft (``get_n_draft_max``): ``n_ctx - n_cached - 2``, and with a
+    token limit at most ``n_remaining - 1``; a cap that is not positive means no draft."""
+    cap = n_ctx - n_cached - 2
+    if n_predict is not None and n_predict >= 0:
+        remaining = n_predict - n_generated
+        if remaining > 0:
+            cap = min(cap, remaining - 1)
+    return cap
+
+
+@dataclass
+class ServerLikeRun:
+    """One request as llama-server would count it, from a specviz session run through its loop."""
+
+    tokens: list[int]
+    text: str
+    draft_n: int  #: draft tokens verified (``timings.draft_n``)
+    draft_n_accepted: int  #: of which accepted (``timings.draft_n_accepted``)
+    verify_steps: int  #: rounds that verified a draft (``spec_decode_num_drafts_total``)
+    accepted_per_pos: list[int] = field(default_factory=list)  #: verify steps that accepted position i
+    finish: str | None = None
+    decode_seconds: float = 0.0  #: the rounds' time (the prompt excluded), as ``timings.predicted_ms``
+    content: str = ""  #: the text as the server's ``content`` holds it (:func:`server_content`)
+
+    @property
+    def acceptance(self) -> float:
+        """Accepted over drafted (0 without drafts)."""
+        return self.draft_n_accepted / self.draft_n if self.draft_n else 0.0
+
+    @property
+    def tokens_per_second(self) -> float:
+        """Generated tokens over the rounds' seconds."""
+        return len(self.tokens) / self.decode_seconds if self.decode_seconds > 0 else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-serialisable form."""
+        d = dict(self.__dict__)
+        d["acceptance"] = self.acceptance
+        d["tokens_per_second"] = self.tokens_per_second
+        return d
+
+
+def run_like_the_server(
+    session: Any,
+    prompt: str | Sequence[int] | None,
+    n_predict: int,
+    strategy: str,
+    knobs: dict[str, Any],
+    *,
+    n_ctx: int | None = None,
+    plain_first: bool = True,
+    **start: Any,
+) -> ServerLikeRun:
+    """Run ``session`` on one request the way llama-server generates it (see the module docstring) and
+    count it as the server does.
+
+    ``knobs`` should be what :func:`~specviz.analysis.server_args.parse_server_args` gives (n-gram types at
+    their own length, alignment off, the ``fixed`` policy). ``n_ctx`` is the slot's context (default: the
+    session's). ``plain_first`` False drafts from the first round, as a plain specviz session does (to show
+    what the server's plain first token changes). ``start`` goes to :meth:`~specviz.Session.start`
+    (``messages``, ``stop``, sampling)."""
+    k = dict(knobs)
+    top = int(k.setdefault("draft_max", 16))
+    drafts = strategy != "none"
+    if plain_first and drafts:
+        session.start(prompt, n_predict, "none", **start)
+    else:
+        session.start(prompt, n_predict, strategy, **start, **k)
+    n_ctx = n_ctx or session.ctx.capacity.n_ctx
+    per_pos: list[int] = []
+    verify_steps = draft_n = accepted = 0
+    seconds = 0.0
+    while session.finished is None:
+        if session.strategy == "none" and drafts and session.round_index == 1:
+            session.configure(strategy, **k)  # the drafter begins with the prompt and the first token
+        cap = server_draft_cap(n_ctx, len(session.history) - 1, n_predict, len(session.tokens))
+        want = min(cap, top)
+        if drafts and session.round_index >= 1 and want != k["draft_max"] and want >= max(1, k.get("draft_min", 0)):
+            k["draft_max"] = want
+            session.configure(draft_max=want)
+        session.step()
+        res = session.last_result
+        if res is None:
+            break
+        seconds += float(res.round_seconds)
+        if res.draft:
+            verify_steps += 1
+            draft_n += len(res.draft)
+            accepted += int(res.n_accepted)
+            if len(per_pos) < len(res.draft):
+                per_pos += [0] * (len(res.draft) - len(per_pos))
+            for i in range(int(res.n_accepted)):
+                per_pos[i] += 1
+    return ServerLikeRun(
+        tokens=list(session.tokens),
+        text=session.text,
+        draft_n=draft_n,
+        draft_n_accepted=accepted,
+        verify_steps=verify_steps,
+        accepted_per_pos=per_pos,
+        finish=session.finished,
+        decode_seconds=seconds,
+        content=server_content(session.model, session.tokens),
+    )
+
+
+def server_content(model: Any, tokens: Sequence[int]) -> str:
+    """The text of ``tokens`` as llama-server's ``content`` holds it: the text of control and unknown tokens
+    (the end-of-generation token among them) left out, where specviz's pieces render every token (the
+    server renders them only with ``--special``). Departure: a stop string is not cut here."""
+    return b"".join(model.content_bytes(t) for t in tokens).decode("utf-8", "replace")

@@ -1,0 +1,215 @@
+"""A llama-server command line read into specviz's configuration (specviz.analysis.server_args), and the
+context settings' rules (specviz.backends.context_settings). No model is loaded here."""
+
+from __future__ import annotations
+
+import pytest
+
+from specviz.analysis.server_args import (
+    LLAMA_DRAFT_DEFAULTS,
+    parse_server_args,
+    server_spec_args,
+)
+from specviz.backends.context_settings import CACHE_TYPES, ContextSettings, flash_attn_mode, head_sizes
+from specviz.errors import KnobError, StrategyError
+
+DEPLOYMENT = (
+    "llama-server -m /models/target.gguf --spec-type ngram-map-k4v --spec-ngram-map-k4v-size-n 3 "
+    "--spec-ngram-map-k4v-size-m 8 -c 8192 -b 1024 -ub 256 -fa on -ctk q8_0 -ctv q8_0 -t 4 "
+    "-np 4 --port 8080 --host 0.0.0.0 --metrics --min-p 0.1 --frobnicate 3"
+)
+
+
+def test_a_deployment_line_becomes_the_strategy_knobs_and_settings():
+    c = parse_server_args(DEPLOYMENT)
+    assert c.model == "/models/target.gguf"
+    assert c.strategy == "ngram-map-k4v"
+    assert (c.knobs["size_n"], c.knobs["size_m"], c.knobs["min_hits"]) == (3, 8, 1)
+    assert c.settings == ContextSettings(
+        n_ctx=8192, n_batch=1024, n_ubatch=256, n_threads=4, flash_attn="on", cache_type_k="q8_0", cache_type_v="q8_0"
+    )
+    assert set(c.given) == {"n_ctx", "n_batch", "n_ubatch", "n_threads", "flash_attn", "cache_type_k", "cache_type_v"}
+
+
+def test_every_flag_specviz_does_not_honour_is_named_in_a_warning():
+    c = parse_server_args(DEPLOYMENT)
+    text = "\n".join(c.warnings)
+    for flag in ("-np 4", "--port 8080", "--host 0.0.0.0", "--metrics", "--min-p 0.1", "--frobnicate 3"):
+        assert flag in text, flag
+    assert len(c.warnings) == 6
+    # and what was honoured is not warned about
+    for flag in ("-ctk", "-fa", "--spec-ngram-map-k4v-size-n", "-m "):
+        assert flag not in text
+
+
+def test_an_ngram_type_drafts_up_to_its_own_length_without_alignment():
+    """llama.cpp's --spec-draft-n-max caps model drafts only; verify-tile alignment is specviz's own."""
+    c = parse_server_args("--spec-type ngram-simple --spec-ngram-simple-size-m 40 --spec-draft-n-max 4")
+    assert c.knobs["draft_max"] == 40 and c.knobs["align"] is False and c.knobs["draft_policy"] == "fixed"
+    assert any("--spec-draft-n-max 4" in w and "model drafts only" in w for w in c.warnings)
+    assert parse_server_args("--spec-type ngram-cache").knobs["draft_max"] == 8
+    assert parse_server_args("--spec-type ngram-mod --spec-ngram-mod-n-max 20").knobs["draft_max"] == 20
+
+
+def test_a_model_draft_takes_llama_cpps_defaults_not_specvizs():
+    c = parse_server_args(["-m", "t.gguf", "-md", "d.gguf", "--spec-type", "draft-simple"])
+    assert c.strategy == "draft" and c.knobs["draft_model"] == "d.gguf"
+    assert {k: c.knobs[k] for k in LLAMA_DRAFT_DEFAULTS} == {"draft_max": 3, "draft_min": 0, "draft_p_min": 0.0}
+    assert c.warnings == []
+    c = parse_server_args("-md d.gguf --spec-draft-n-max 6 --spec-draft-n-min 2 --spec-draft-p-min 0.4")
+    assert c.strategy == "draft"  # a draft model without --spec-type: llama.cpp infers the type
+    assert (c.knobs["draft_max"], c.knobs["draft_min"], c.knobs["draft_p_min"]) == (6, 2, 0.4)
+    assert any("top 10 candidates" in w for w in c.warnings)  # p_min is measured differently
+
+
+def test_several_spec_types_run_the_first_and_say_so():
+    c = parse_server_args("--spec-type ngram-mod,ngram-simple")
+    assert c.strategy == "ngram-mod"
+    assert any("ngram-mod only" in w and "ngram-simple" in w for w in c.warnings)
+
+
+def test_a_knob_for_another_type_is_named():
+    c = parse_server_args("--spec-type ngram-simple --spec-ngram-mod-n-max 9")
+    assert any(w.startswith("--spec-ngram-mod-n-max 9") and "not applied" in w for w in c.warnings)
+
+
+@pytest.mark.parametrize(
+    "line,flag",
+    [
+        ("-ctk q7_0", "-ctk"),
+        ("--cache-type-v nope", "--cache-type-v"),
+        ("-fa sometimes", "-fa"),
+        ("-c many", "-c"),
+        ("-b 256 -ub 512", "-ub"),
+        ("-ctv q8_0 -fa off", "-ctv"),
+        ("--spec-type ngram-simple --spec-ngram-simple-size-n 0", "--spec-ngram-simple-size-n"),
+        ("-t 0", "-t"),
+        ("--temp hot", "--temp"),
+    ],
+)
+def test_a_bad_value_is_refused_naming_the_flag(line, flag):
+    with pytest.raises(KnobError) as e:
+        parse_server_args(line)
+    assert flag in str(e.value)
+
+
+def test_a_type_specviz_does_not_have_is_refused():
+    with pytest.raises(StrategyError, match="draft-dflash"):
+        parse_server_args("--spec-type draft-dflash")
+
+
+def test_the_program_name_and_equals_spellings_are_read():
+    c = parse_server_args(["/opt/bin/llama-server", "--ctx-size=2048", "--flash-attn=off", "-ctk", "bf16"])
+    assert (c.settings.n_ctx, c.settings.flash_attn, c.settings.cache_type_k) == (2048, "off", "bf16")
+    assert c.warnings == []
+
+
+def test_threads_batch_different_from_threads_is_named():
+    assert any(w.startswith("-tb 8") for w in parse_server_args("-t 4 -tb 8").warnings)
+    assert parse_server_args("-t 4 -tb 4").warnings == []
+
+
+def test_sampling_and_length_defaults_are_read():
+    c = parse_server_args("--temp 0 --top-k 5 --top-p 0.9 -s 7 -n 64 --chat-template chatml")
+    assert c.sampling == {"temperature": 0.0, "top_k": 5, "top_p": 0.9, "seed": 7}
+    assert c.n_predict == 64 and c.chat_template == "chatml"
+
+
+@pytest.mark.parametrize(
+    "strategy,knobs",
+    [
+        ("ngram-simple", {"size_n": 2, "size_m": 6}),
+        ("ngram-map-k", {"size_n": 3, "size_m": 5, "min_hits": 2}),
+        ("ngram-map-k4v", {"size_n": 1, "size_m": 4, "min_hits": 1}),
+        ("ngram-mod", {"n_match": 4, "n_min": 2, "n_max": 12}),
+        ("ngram-cache", {}),
+        ("none", {}),
+    ],
+)
+def test_server_spec_args_read_back_give_the_same_knobs(strategy, knobs):
+    c = parse_server_args(server_spec_args(strategy, knobs))
+    assert c.strategy == strategy and c.warnings == []
+    assert {k: c.knobs[k] for k in knobs} == knobs
+
+
+def test_server_spec_args_of_a_model_draft():
+    args = server_spec_args("draft", {"draft_model": "d.gguf", "draft_max": 5, "draft_min": 1, "draft_p_min": 0.25})
+    assert args == [
+        "--spec-type",
+        "draft-simple",
+        "-md",
+        "d.gguf",
+        "--spec-draft-n-max",
+        "5",
+        "--spec-draft-n-min",
+        "1",
+        "--spec-draft-p-min",
+        "0.25",
+    ]
+    with pytest.raises(StrategyError, match="prompt-lookup"):
+        server_spec_args("prompt-lookup", {})
+    with pytest.raises(KnobError, match="n_draft"):
+        server_spec_args("ngram-cache", {"n_draft": 4})
+
+
+# -- the context settings ----------------------------------------------------------------------------
+
+
+def test_flash_attn_takes_llama_cpps_spellings():
+    assert [flash_attn_mode(v) for v in ("on", "enabled", "1", "true", "OFF", "0", "auto", True, False)] == [
+        "on",
+        "on",
+        "on",
+        "on",
+        "off",
+        "off",
+        "auto",
+        "on",
+        "off",
+    ]
+    with pytest.raises(KnobError, match="on, off or auto"):
+        flash_attn_mode("maybe")
+
+
+def test_a_quantized_v_cache_needs_flash_attention_and_auto_allows_it():
+    with pytest.raises(KnobError, match="needs flash attention"):
+        ContextSettings.make(cache_type_v="q4_0", flash_attn="off")
+    s = ContextSettings.make(cache_type_v="q4_0")  # auto: llama.cpp turns flash attention on
+    assert s.v_needs_flash_attn
+    # a quantized K alone is fine without flash attention
+    assert ContextSettings.make(cache_type_k="q8_0", flash_attn="off").cache_type_k == "q8_0"
+
+
+def test_a_refused_setting_changes_nothing():
+    base = ContextSettings.make(n_ctx=2048, flash_attn="on")
+    with pytest.raises(KnobError):
+        ContextSettings.make(base, n_ctx=1024, cache_type_k="q9")
+    assert base == ContextSettings.make(n_ctx=2048, flash_attn="on")
+    with pytest.raises(KnobError, match="unknown context setting 'swa'"):
+        ContextSettings.make(swa=True)
+
+
+def test_quantized_blocks_must_divide_the_head_size():
+    s = ContextSettings.make(cache_type_k="q8_0", cache_type_v="q4_0", flash_attn="on")
+    s.check_model(head_k=32, head_v=64)
+    with pytest.raises(KnobError, match="head size 16"):
+        s.check_model(head_k=16, head_v=64)
+    with pytest.raises(KnobError, match="cache_type_v"):
+        s.check_model(head_k=32, head_v=48)
+    ContextSettings.make(cache_type_k="f16").check_model(head_k=16, head_v=16)  # not quantized: any size
+    assert all(b in (1, 32) for b in CACHE_TYPES.values())
+
+
+def test_head_sizes_from_metadata():
+    assert head_sizes({"llama.embedding_length": 64, "llama.attention.head_count": 4}, "llama") == (16, 16)
+    meta = {"gemma3.embedding_length": 640, "gemma3.attention.head_count": 4, "gemma3.attention.key_length": 256}
+    assert head_sizes(meta, "gemma3") == (256, 256)
+
+
+def test_settings_as_server_args():
+    s = ContextSettings.make(n_ctx=1024, n_threads=2, flash_attn="off", cache_type_k="q8_0")
+    args = s.server_args()
+    assert args[args.index("-c") + 1] == "1024" and args[args.index("-fa") + 1] == "off"
+    assert args[args.index("-t") + 1] == "2" and args[args.index("-tb") + 1] == "2"
+    assert s.server_args(include_defaults=False) == ["-c", "1024", "-t", "2", "-tb", "2", "-fa", "off", "-ctk", "q8_0"]
+    assert parse_server_args(args).settings == s
