@@ -645,6 +645,7 @@ class Session:
             round_seconds=res.round_seconds,
             draft_probs=res.draft_probs,
             expected_tokens=res.budget.expected,
+            drafter=res.drafter,
         )
         self.telemetry.record_memory(res.checkpoint, res.rollback, res.draft_memory)
 

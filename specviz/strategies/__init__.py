@@ -2,7 +2,8 @@
 
 Names follow llama.cpp (``none``, ``ngram-simple``, ``ngram-map-k`` …) plus ``prompt-lookup``
 (the runner PR's prompt lookup), ``draft`` (a second GGUF), ``eagle3`` (an EAGLE-3 head over the target's
-hidden states) and ``mtp`` (the target's multi-token-prediction layers).
+hidden states), ``mtp`` (the target's multi-token-prediction layers) and ``dflash`` / ``dspark`` (a
+block-diffusion draft over the target's layer inputs, one block per round).
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ _REGISTRY: dict[str, str] = {
     "draft": "specviz.strategies.draft_model:DraftModelDrafter",
     "eagle3": "specviz.strategies.eagle3:Eagle3Drafter",
     "mtp": "specviz.strategies.mtp:MtpDrafter",
+    "dflash": "specviz.strategies.dflash:DFlashDrafter",
+    "dspark": "specviz.strategies.dflash:DSparkDrafter",
 }
 
 
