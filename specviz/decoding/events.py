@@ -99,8 +99,9 @@ class DraftProposed(Event):
     round); ``reason`` says why the draft is shorter than the
     limit when the drafter itself stopped (``no-match``, ``p-min``, ``check-rate``, ``min-hits`` …).
     ``drafter`` names the strategy that proposed the draft (with a chain of drafters, the member that
-    drafted; ``""`` in recordings made before it was recorded). ``block`` is set for a block draft — its
-    positions drafted in parallel in one pass (``dflash``, ``dspark``), not a chain: ``kind``, ``size``
+    drafted, or the chain when none did; ``""`` in recordings made before it was recorded). ``block`` is
+    set for a block draft — its positions drafted in parallel in one pass (``dflash``, ``dspark``), not
+    a chain: ``kind``, ``size``
     (tokens decoded), ``positions`` (draft positions the block holds), ``trained`` (the trained block
     size), ``anchor_drafts`` and, for DSpark, ``confidence`` per position; ``None`` otherwise.
     """

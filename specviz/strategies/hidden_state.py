@@ -7,7 +7,8 @@ inputs; MTP: the target's NextN output) and ``t_p`` for the token at ``p``:
 
 * the pair of target position ``p`` is ``(t_{p+1}, s_p)``, stored at drafter position ``p + offset``
   (``offset`` 0 for EAGLE-3, 1 for MTP — llama.cpp's two conventions in ``common/speculative.cpp``);
-  its output predicts ``t_{p+2}`` and its pre-norm output is the state of the next drafting step;
+  its output predicts ``t_{p+2}`` and its pre-norm output is the state of the next drafting step; MTP's
+  position 0 holds ``(t_0, 0)`` (llama.cpp pairs the first token with its zero-initialised pending state);
 * with the history ``t_0 … t_{L-1}`` (the target's cache holds ``0 … L-2``; ``t_{L-1}`` is pending),
   every pair up to ``p = L-3`` is written after each round, and ``s_{L-2}`` waits: its pair needs
   ``t_{L-1}``, and writing it is the first drafting step, whose output is the first draft token
@@ -64,6 +65,9 @@ class HiddenStateDrafter(Drafter):
     has_context = True
     #: Drafter position of the pair of target position p is p + PAIR_OFFSET.
     PAIR_OFFSET: ClassVar[int] = 0
+    #: (``PAIR_OFFSET`` 1) Position 0 holds the first token paired with a zero state, as llama.cpp's MTP
+    #: writes it (its pending state starts as zeros): every later step attends to it.
+    LEADING_PAIR: ClassVar[bool] = False
 
     def __init__(self, resources: DraftResources, **knobs: Any) -> None:
         super().__init__(**knobs)
@@ -117,6 +121,8 @@ class HiddenStateDrafter(Drafter):
             return
         nb = self.res.n_batch
         p0 = self._n_pairs
+        if self.LEADING_PAIR and p0 == 0 and len(history) > 0 and self._drafter_kv() == 0:
+            self.dctx.decode([int(history[0])], np.zeros((1, self.dctx.n_embd), dtype=np.float32), 0)
         for a in range(p0, upto + 1, nb):
             b = min(upto, a + nb - 1)
             toks = [int(history[p + 1]) for p in range(a, b + 1)]

@@ -43,6 +43,7 @@ class MtpDrafter(HiddenStateDrafter):
     knobs = (MTP_MODEL_KNOB, DRAFT_P_MIN_KNOB)
     state_format = "mtp-1"
     PAIR_OFFSET = 1
+    LEADING_PAIR = True
     #: The draft model is optional: without one the target's own NextN layers draft.
     draft_model_optional = True
 
