@@ -263,6 +263,9 @@ class DFlashContext(TiedContext):
         lc.llama_set_causal_attn(self._ctx, head.causal)
         self.inject_seconds = 0.0
         self._block_rows = 0
+        # an embedding row carries one position per M-RoPE section (a draft for an M-RoPE target reads
+        # four): llama.cpp's {p, p, p, 0}; a token row reads the first only
+        self._pos4 = (lc.llama_pos * 4)()
 
     def inject(self, features: np.ndarray, start: int) -> None:
         """Write the fused target features ``[n, layers x width]`` at positions ``start …`` (chunked to n_ubatch,
@@ -284,8 +287,9 @@ class DFlashContext(TiedContext):
                 idx = lc.llama_batch_ext_add_embd(self._batch, 0, lc.llama_embd(row.ctypes.data_as(fptr), 1, width))
                 if idx < 0:
                     raise ContextError(f"the DFlash injection batch refused row {j} (code {idx})")
-                self._pos[0] = start + i + j
-                lc.llama_batch_ext_set_pos(self._batch, idx, self._pos)
+                p = start + i + j
+                self._pos4[0], self._pos4[1], self._pos4[2], self._pos4[3] = p, p, p, 0
+                lc.llama_batch_ext_set_pos(self._batch, idx, self._pos4)
             rc = lc.llama_process(self._ctx, lc.LLAMA_PROCESS_TYPE_DECODE, self._batch)
             if rc != 0:
                 raise ContextError(f"the DFlash injection failed with code {rc} for {m} rows at position {start + i}")

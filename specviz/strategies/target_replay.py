@@ -6,7 +6,8 @@ the target's last batch was the round's verify batch — it was switched in mid-
 policy measured the verify cost, a long prompt took several batches, a rewind cut the history — it
 evaluates the missing committed positions again with its outputs switched on: the same tokens at the
 same positions, so the target's cache is unchanged (up to the CPU kernels' batch-size rounding). Exact,
-and it costs one pass over the missing positions.
+and it costs one pass over the missing positions — over the whole history on a recurrent or hybrid
+target, whose cache can only be emptied, not cut.
 """
 
 from __future__ import annotations
@@ -35,9 +36,17 @@ def reevaluate(
         )
     rows = []
     nb = target_ctx.capacity.n_batch
-    target_ctx.truncate(start)
-    for a in range(start, n_committed, nb):
+    first = start
+    try:
+        target_ctx.truncate(start)
+    except ContextError:
+        # a recurrent or hybrid cache cannot drop part of its sequence: empty it and evaluate everything
+        target_ctx.clear()
+        first = 0
+    for a in range(first, n_committed, nb):
         chunk = [int(t) for t in history[a : min(a + nb, n_committed)]]
         target_ctx.eval(chunk, a, rows="none")
         rows.append(read(len(chunk)))
-    return np.concatenate(rows) if rows else np.zeros((0, 0), dtype=np.float32)
+    if not rows:
+        return np.zeros((0, 0), dtype=np.float32)
+    return np.concatenate(rows)[start - first :]
