@@ -98,6 +98,7 @@ class DFlashHeadInfo:
         d["target_layers"] = list(self.target_layers)
         d["kind"] = self.kind
         d["max_draft"] = self.max_draft
+        d["anchor_drafts"] = self.anchor_drafts
         return d
 
 

@@ -59,31 +59,30 @@ DSPARK_P_MIN_KNOB = Knob(
 )
 
 
-def dflash_unusable_reasons(target_ctx: Any, config: dict[str, Any], *, dspark: bool) -> list[str]:
-    """Why the draft named by ``config`` cannot draft for this target context (empty: it can), without
-    touching llama.cpp."""
+def dflash_unusable_reasons(target: Any, config: dict[str, Any], *, dspark: bool, target_ctx: Any = None) -> list[str]:
+    """Why the draft named by ``config`` cannot draft for the loaded ``target`` model (empty: it can), without
+    touching llama.cpp; with ``target_ctx``, also whether that context can have its layer inputs read."""
     path = config.get("draft_model") or ""
     info = check_gguf(path)
     try:
         head = read_dflash_head(path, info)
     except StrategyUnavailableError as e:
         return [str(e)]
-    model = target_ctx.model
-    arch = model.info.architecture
+    arch = target.info.architecture
     why = dflash_problems(
         head,
         info,
         target_arch=arch,
-        target_n_layer=model.n_layer,
-        target_n_embd=model.n_embd,
-        target_n_vocab=model.n_vocab,
+        target_n_layer=target.n_layer,
+        target_n_embd=target.n_embd,
+        target_n_vocab=target.n_vocab,
         p_min=float(config.get("draft_p_min", 0.0)),
         dspark=dspark,
     )
     cap = capture_unavailable_reason(arch)
     if cap is not None:
         why.append(f"the target's hidden states cannot be read: {cap}")
-    elif arch == "gemma3" and getattr(target_ctx, "tap", None) is None:
+    elif target_ctx is not None and arch == "gemma3" and getattr(target_ctx, "tap", None) is None:
         why.append(
             "the target context was created without the layer-capture callback (llama.cpp's gemma3 graph "
             "records no layer inputs); create it with capture enabled"
@@ -129,7 +128,7 @@ class DFlashDrafter(Drafter):
     def check_models(cls, config: dict[str, Any], target_ctx: Any, model: Any) -> None:
         """Refuse a draft that cannot serve this target, saying why (nothing reaches llama.cpp)."""
         path = config.get("draft_model") or ""
-        why = dflash_unusable_reasons(target_ctx, config, dspark=cls.DSPARK)
+        why = dflash_unusable_reasons(target_ctx.model, config, dspark=cls.DSPARK, target_ctx=target_ctx)
         if why:
             err = (
                 CaptureUnavailableError
