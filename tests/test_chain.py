@@ -180,3 +180,23 @@ def test_a_chain_refuses_an_unusable_model_member_at_configure(tmp_path):
     s.run()
     assert s.finished == "max_tokens"
     s.close()
+
+
+def test_the_inspector_form_comes_from_a_chains_declarations(tiny_session):
+    pytest.importorskip("anywidget")
+    from specviz.ui.core import InspectorCore
+
+    sent: list[dict] = []
+    tiny_session.start("the cat of the dog and the cat of the dog", 20, "ngram-simple,ngram-map-k")
+    core = InspectorCore(sent.append, tiny_session)
+    st = core.state()
+    assert st["strategy"] == "ngram-simple,ngram-map-k"
+    names = [k["name"] for k in st["schema"]]
+    assert "ngram_map_k_size_n" in names and "size_n" not in names
+    flags = {k["name"]: k["flag"] for k in st["schema"]}
+    assert flags["ngram_map_k_size_n"] == "--ngram-map-k-size-n"
+    # the form's text goes through the chain's declarations: a per-member knob applies at the boundary
+    assert core.configure_from_form("ngram-simple,ngram-map-k", {"ngram_map_k_size_n": "2"}) == {}
+    assert "unknown knob 'size_n'" in core.configure_from_form("ngram-simple,ngram-map-k", {"size_n": "2"})["size_n"]
+    core.step(1)
+    assert tiny_session.knobs["ngram_map_k_size_n"] == 2 and tiny_session.drafter.drafters[1].config["size_n"] == 2

@@ -1,4 +1,5 @@
-// Block drafts and drafters, as plain data for the views: no DOM.
+// Block drafts and chains of drafters, as plain data for the views (no DOM): a block's positions, the drafter
+// of each round, the strategies the knob form offers.
 //
 // A block draft (llama.cpp's draft-dflash / draft-dspark) drafts all its positions in parallel in one
 // pass, so the stream shows it as one block with the fate of each position, not as a chain of tokens:
@@ -38,4 +39,11 @@ export function drafterChanged(drafter, previous, strategy) {
   if (!drafter) return false;
   if (previous == null) return String(strategy || "").includes(",");
   return drafter !== previous;
+}
+
+/** The strategies the form offers: the registered ones, and the running one when it is a chain of them. */
+export function strategyOptions(registered, current) {
+  const names = registered.slice();
+  if (current && !names.includes(current)) names.push(current);
+  return names;
 }

@@ -2,7 +2,7 @@
 import assert from "node:assert/strict";
 import test from "node:test";
 
-import { BLOCK_STATUSES, blockPositions, blockTitle, drafterChanged } from "../inspector/block.js";
+import { BLOCK_STATUSES, blockPositions, blockTitle, drafterChanged, strategyOptions } from "../inspector/block.js";
 import { seqSlice } from "../inspector/seq.js";
 import { initialState, reduceAll } from "../inspector/state.js";
 import { blockSession, rewound, session } from "./events.js";
@@ -56,4 +56,10 @@ test("recordings without a drafter name the session's strategy; rounds without a
   const r = seqSlice(reduceAll(initialState(0), session()).rounds);
   assert.deepEqual(r.map((x) => x.drafter), ["prompt-lookup", "prompt-lookup", null]);
   assert.ok(r.every((x) => x.block === null));
+});
+
+test("the form offers a running chain beside the registered strategies", () => {
+  assert.deepEqual(strategyOptions(["none", "mtp"], "ngram-mod,mtp"), ["none", "mtp", "ngram-mod,mtp"]);
+  assert.deepEqual(strategyOptions(["none", "mtp"], "mtp"), ["none", "mtp"]);
+  assert.deepEqual(strategyOptions([], ""), []);
 });
