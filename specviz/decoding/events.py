@@ -103,7 +103,8 @@ class DraftProposed(Event):
     set for a block draft — its positions drafted in parallel in one pass (``dflash``, ``dspark``), not
     a chain: ``kind``, ``size``
     (tokens decoded), ``positions`` (draft positions the block holds), ``trained`` (the trained block
-    size), ``anchor_drafts`` and, for DSpark, ``confidence`` per position; ``None`` otherwise.
+    size), ``anchor_drafts``, ``position`` (the anchor's) and, for DSpark, ``confidence`` per position;
+    ``None`` otherwise.
     """
 
     kind: ClassVar[str] = "draft_proposed"
