@@ -86,6 +86,15 @@ def binary_pair(tmp_path_factory):
         "dspark": write_tiny_dflash(
             d / "dspark.gguf", seed=7, dspark=True, markov_scale=0.01, output_weight=rule_head_output(), **common
         ),
+        # a DSpark draft that only guesses, unsure (small logits): its samples are both accepted and refused
+        "dspark-guess": write_tiny_dflash(
+            d / "dspark-guess.gguf",
+            seed=9,
+            dspark=True,
+            markov_scale=0.01,
+            output_weight=binary_head_output(scale=0.05),
+            **common,
+        ),
         # small candidate scores: the selector's choice among A, B and a third candidate stays uncertain
         "dflash2": write_tiny_dflash(
             d / "dflash2.gguf", seed=8, selector_top_k=3, output_weight=binary_head_output(scale=0.05), **common
@@ -324,7 +333,7 @@ def test_switching_in_mid_generation_and_a_long_prompt_catch_up(binary_pair):
     s.close()
 
 
-@pytest.mark.parametrize("kind", ["dflash", "dflash2"])
+@pytest.mark.parametrize("kind", ["dflash", "dspark-guess", "dflash2"])
 def test_first_token_distribution_with_a_block_draft_matches_the_target(binary_pair, kind):
     """Lossless sampling: the first generated token follows the target's distribution, whatever the block
     drafted (each position sampled from its own q, accepted with min(1, p/q))."""

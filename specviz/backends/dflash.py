@@ -37,8 +37,9 @@ from typing import Any
 import numpy as np
 
 from ..errors import ContextError, StrategyUnavailableError
+from .binding import llama_lib
 from .gguf_check import GGUFInfo, check_gguf, read_small_tensor
-from .llama import LlamaContext, LlamaModel, _lib
+from .llama import LlamaContext, LlamaModel
 from .tied_context import TiedContext
 
 DFLASH_ARCH = "dflash"
@@ -258,7 +259,7 @@ class DFlashContext(TiedContext):
         self.n_vocab = model.n_vocab
         self.n_features = len(head.target_layers) * target.model.n_embd
         self._open(model, target, n_threads=n_threads)
-        lc = _lib()
+        lc = llama_lib()
         # DFlash-2 reads its lattice for every row; DSpark's confidence only for output rows (llama.cpp's masks)
         self._ext.set_embeddings_nextn(self._ctx, True, head.kind != "dflash2")
         lc.llama_set_causal_attn(self._ctx, head.causal)
@@ -271,7 +272,7 @@ class DFlashContext(TiedContext):
     def inject(self, features: np.ndarray, start: int) -> None:
         """Write the fused target features ``[n, layers x width]`` at positions ``start …`` (chunked to n_ubatch,
         as llama.cpp does)."""
-        lc = _lib()
+        lc = llama_lib()
         feats = np.ascontiguousarray(features, dtype=np.float32)
         n, width = feats.shape
         if width != self.n_features:
@@ -299,7 +300,7 @@ class DFlashContext(TiedContext):
     def decode_block(self, anchor: int, n_tokens: int, start: int) -> None:
         """Decode the block ``[anchor, <mask> x (n_tokens - 1)]`` at positions ``start …`` in one pass, every row
         an output (DFlash-2: none, its lattice covers every row)."""
-        lc = _lib()
+        lc = llama_lib()
         mask = self.head.mask_token
         if mask is None:
             raise ContextError("the DFlash draft has no mask token")

@@ -123,7 +123,7 @@ def mtp_pair_problems(nextn: LlamaModel, target: LlamaModel) -> list[str]:
     """Why the NextN layers of the loaded model ``nextn`` cannot draft for the loaded ``target`` (empty: they
     can): the hidden state they read must be the target's width (llama.cpp asserts it) and their output
     head must cover the target's vocabulary (llama.cpp does not check it)."""
-    lc = _lib()
+    lc = llama_lib()
     why = []
     w_n, w_t = int(lc.llama_model_n_embd_out(nextn.ptr)), int(lc.llama_model_n_embd_out(target.ptr))
     if w_n != w_t:
