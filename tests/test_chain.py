@@ -200,3 +200,25 @@ def test_the_inspector_form_comes_from_a_chains_declarations(tiny_session):
     assert "unknown knob 'size_n'" in core.configure_from_form("ngram-simple,ngram-map-k", {"size_n": "2"})["size_n"]
     core.step(1)
     assert tiny_session.knobs["ngram_map_k_size_n"] == 2 and tiny_session.drafter.drafters[1].config["size_n"] == 2
+
+
+def test_a_chain_reports_its_recurrent_draft_members_memory_work(tmp_path):
+    # the chain hands the round its model member's checkpoints and cuts, and the telemetry its context
+    from specviz.testing.memory_models import write_tiny_mamba
+
+    target = write_tiny_mamba(tmp_path / "mamba.gguf", block_scale=0.02)
+    draft = write_tiny_mamba(tmp_path / "mamba_draft.gguf", block_scale=0.02, n_layer=1)
+    s = Session(target, n_ctx=512, n_batch=64, n_ubatch=64, n_threads=1)
+    prompt = [1, 50, 60, 70, 80]
+    ref = plain_reference(s.model, prompt, 30)
+    s.start(prompt, 30, "ngram-mod,draft", draft_model=str(draft), draft_p_min=0.0, draft_max=5)
+    while s.finished is None:
+        s.step()
+        assert s.kv_length == s.committed and s.drafter.kv_length() == s.committed
+    assert s.tokens == ref
+    events = s.events
+    assert any(e.kind == "memory_checkpoint" and e.context == "draft" for e in events)
+    cuts = [e for e in events if e.kind == "kv_rollback" and e.context == "draft"]
+    assert cuts and all(e.path == "checkpoint" for e in cuts)
+    assert s.telemetry_dict()["memory"]["draft"]["kind"] == "recurrent"
+    s.close()

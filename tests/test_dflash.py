@@ -414,3 +414,26 @@ def test_a_draft_with_a_reduced_vocabulary_and_its_own_head_drafts(session, tmp_
     assert session.tokens == ref and session.telemetry_dict()["drafted"] > 0
     drafted = {t for r in rounds for t in r.of_kind("draft_proposed")[0].tokens}
     assert drafted and all(t % 2 == 0 for t in drafted)  # only ids d2t maps to
+
+
+@pytest.mark.parametrize("n_rs_seq", [16, 0])
+@pytest.mark.parametrize("kind", ["dflash", "dspark"])
+def test_block_drafts_for_a_hybrid_qwen35_target_equal_plain_greedy(tmp_path, kind, n_rs_seq):
+    # a hybrid target (gated delta-net and attention layers, M-RoPE): its memory rolls the verify back
+    # (n_rs_seq 16: llama.cpp's snapshots; 0: a checkpoint restored with the accepted tokens re-applied,
+    # after which the draft re-reads the target's layer inputs by re-evaluation)
+    from specviz.testing.tiny_qwen35 import write_tiny_qwen35
+
+    target = write_tiny_qwen35(tmp_path / "q35.gguf", seed=1, nextn=False)
+    draft = write_tiny_dflash(tmp_path / "d.gguf", seed=2, target_layers=(0, 3), dspark=kind == "dspark")
+    s = Session(target, n_ctx=512, n_batch=64, n_ubatch=64, n_threads=1, n_rs_seq=n_rs_seq)
+    prompt = [1, 50, 60, 70, 80]
+    ref = plain_reference(s.model, prompt, 30)
+    s.start(prompt, 30, kind, draft_model=str(draft), draft_p_min=0.0)
+    while s.finished is None:
+        s.step()
+        assert s.kv_length == s.committed and s.drafter.kv_length() == s.committed
+    assert s.tokens == ref
+    t = s.telemetry_dict()
+    assert t["drafted"] > 0 and t["rollback_paths"].get("partial" if n_rs_seq else "checkpoint", 0) > 0
+    s.close()

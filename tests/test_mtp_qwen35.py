@@ -1,9 +1,9 @@
 """MTP on a Qwen3.5-style model: one integrated NextN layer after a hybrid trunk, written by the tests.
 
-The NextN layer, its checks, its MTP context and catching up from the target run here. Speculative rounds
-on this target need its recurrent layers rolled back after a rejected draft, which this build does not do
-yet: the strategy is refused at configure() with that reason, and the round-level tests are skipped
-saying so.
+The NextN layer, its checks, its MTP context and speculative rounds on the hybrid target run here: the
+target's recurrent layers are rolled back after a rejected draft by its memory
+(:mod:`specviz.backends.memory`: llama.cpp's recurrent-state snapshots, or a partial-state checkpoint
+restored with the accepted tokens re-applied), and the MTP context keeps a plain attention cache.
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ from specviz import Session
 from specviz.backends import LlamaContext, LlamaModel
 from specviz.backends.gguf_check import check_gguf
 from specviz.backends.mtp import MTP_GRAPH_ARCHS, NextNContext, TargetNextNTap, mtp_pair_problems, mtp_problems
-from specviz.errors import StrategyUnavailableError
 from specviz.testing.tiny_qwen35 import write_tiny_qwen35
 
 A, B = 300, 301
@@ -70,16 +69,18 @@ def test_the_nextn_layer_drafts_in_its_mtp_context_from_the_targets_hidden_state
         tc.close()
 
 
-def test_mtp_on_the_hybrid_target_is_refused_at_configure_with_the_reason(qwen35_path):
+def test_mtp_on_the_hybrid_target_is_accepted_at_configure_and_start(qwen35_path):
+    # the target's memory rolls its recurrent layers back (specviz.backends.memory), so mtp is not refused
     s = Session(qwen35_path, n_ctx=256, n_batch=32, n_ubatch=32, n_threads=1)
     try:
         s.start([1, 50, 60], 10, "none")
-        with pytest.raises(StrategyUnavailableError, match="recurrent layers"):
-            s.configure("mtp")
-        with pytest.raises(StrategyUnavailableError, match="recurrent layers"):
-            s.start([1, 50, 60], 10, "draft-mtp")
+        s.run(max_rounds=2)
+        s.configure("mtp", draft_p_min=0.0)
         s.run()
         assert s.finished == "max_tokens" and len(s.tokens) == 10
+        s.start([1, 50, 60], 10, "draft-mtp", draft_p_min=0.0)
+        s.run()
+        assert s.finished == "max_tokens" and s.telemetry_dict()["drafted"] > 0
     finally:
         s.close()
 
@@ -106,15 +107,9 @@ def test_every_other_nextn_architecture_is_refused_with_its_reason(tmp_path):
         assert why in reason and "glm4moe, qwen35" in reason, (arch, reason)
 
 
-# -- rounds on the hybrid target: they need the target's recurrent layers rolled back after a rejection --------
-
-NEEDS_ROLLBACK = pytest.mark.skip(
-    reason="speculative rounds on a hybrid target need the memory issue's rollback of recurrent layers "
-    "(branch mem), which is not on main yet; until then mtp is refused on this target at configure()"
-)
+# -- rounds on the hybrid target: its recurrent layers are rolled back by the memory after a rejection --------
 
 
-@NEEDS_ROLLBACK
 def test_greedy_with_qwen35_mtp_equals_plain_greedy_and_keeps_both_caches_right(qwen35_path):
     from test_session import plain_reference
 
@@ -131,7 +126,44 @@ def test_greedy_with_qwen35_mtp_equals_plain_greedy_and_keeps_both_caches_right(
     s.close()
 
 
-@NEEDS_ROLLBACK
+@pytest.mark.parametrize(("n_rs_seq", "path"), [(16, "partial"), (0, "checkpoint")])
+def test_qwen35_mtp_rolls_the_hybrid_target_back_through_its_memory(qwen35_path, n_rs_seq, path):
+    # n_rs_seq 16: llama.cpp's recurrent-state snapshots take a rejected tail back (the verify batch's
+    # states stay, no catch-up); 0: a partial-state checkpoint before each verify, restored after a
+    # rejection with the accepted tokens re-applied, so the drafter re-reads the states it needs
+    from test_session import plain_reference
+
+    s = Session(qwen35_path, n_ctx=512, n_batch=64, n_ubatch=64, n_threads=1, n_rs_seq=n_rs_seq)
+    prompt = [1, 50, 60, 70, 80]
+    ref = plain_reference(s.model, prompt, 40)
+    s.start(prompt, 40, "mtp", draft_p_min=0.0, draft_max=4)
+    while s.finished is None:
+        s.step()
+        assert s.kv_length == s.committed and s.drafter.kv_length() == len(s.history) - 1
+    assert s.tokens == ref
+    t = s.telemetry_dict()
+    assert t["rollback_paths"].get(path, 0) > 0 and set(t["rollback_paths"]) <= {path, "none"}, t["rollback_paths"]
+    assert 0 < t["accepted"] < t["drafted"]
+    assert (t["catch_up_tokens"] == 0) == (path == "partial")
+    s.close()
+
+
+def test_mtp_switched_in_mid_generation_on_the_hybrid_target_catches_up_exactly(qwen35_path):
+    from test_session import plain_reference
+
+    s = Session(qwen35_path, n_ctx=512, n_batch=64, n_ubatch=64, n_threads=1)
+    prompt = [1, 50, 60, 70, 80]
+    ref = plain_reference(s.model, prompt, 40)
+    s.start(prompt, 40, "none")
+    s.run(max_rounds=6)
+    s.configure("mtp", draft_p_min=0.0, draft_max=3)
+    s.run()
+    assert s.tokens == ref and s.drafter.kv_length() == len(s.history) - 1
+    t = s.telemetry_dict()
+    assert t["catch_up_tokens"] > 0 and t["drafted"] > 0
+    s.close()
+
+
 @pytest.mark.parametrize("temperature", [0.0, 0.8])
 def test_qwen35_mtp_snapshot_and_rewind_restore_both_contexts(qwen35_path, temperature):
     s = Session(qwen35_path, n_ctx=512, n_batch=64, n_ubatch=64, n_threads=1)
@@ -151,7 +183,6 @@ def test_qwen35_mtp_snapshot_and_rewind_restore_both_contexts(qwen35_path, tempe
     s.close()
 
 
-@NEEDS_ROLLBACK
 def test_qwen35_mtp_equals_llama_speculative_simple(qwen35_path, qwen35):
     from native_util import native_tool
     from test_differential_drafters import N_CTX, N_PREDICT, PROMPT, run_like_the_tool

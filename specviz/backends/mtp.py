@@ -11,7 +11,8 @@ and an embedding) whose outputs are logits and the next hidden state.
 vendored llama.cpp abort (``GGML_ASSERT``) on missing tensors or on more than one NextN block, so only
 architectures whose graph requirements specviz checks are accepted (:data:`MTP_ARCHS`), each verified
 with a tiny model the tests write: ``glm4moe`` and ``qwen35`` (Qwen3.5's dense series: one integrated
-NextN block after a hybrid trunk; the MTP context itself has a plain attention cache). Every other
+NextN block after a hybrid trunk, whose recurrent layers the target's memory rolls back after a rejected
+draft, :mod:`specviz.backends.memory`; the MTP context itself has a plain attention cache). Every other
 architecture with NextN layers is refused with its reason (:func:`mtp_problems`): llama.cpp builds MTP
 graphs for more of them (:data:`MTP_GRAPH_ARCHS`) whose requirements specviz has not verified, and loads
 some NextN layers without building any MTP graph. :func:`mtp_pair_problems` checks a NextN model
@@ -132,12 +133,6 @@ def mtp_pair_problems(nextn: LlamaModel, target: LlamaModel) -> list[str]:
         why.append(f"the NextN head covers {nextn.n_vocab} tokens, the target's vocabulary {target.n_vocab}")
     if nextn.info.architecture != target.info.architecture:
         why.append(f"the NextN model is a {nextn.info.architecture!r} model, the target {target.info.architecture!r}")
-    if lc.llama_model_is_hybrid(target.ptr) or lc.llama_model_is_recurrent(target.ptr):
-        # the round rolls a rejected draft back by removing the target's cache tail, which recurrent layers refuse
-        why.append(
-            f"the target ({target.info.architecture}) has recurrent layers, whose state this build cannot roll "
-            "back after a rejected draft"
-        )
     return why
 
 

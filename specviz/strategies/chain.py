@@ -184,6 +184,16 @@ class ChainDrafter(Drafter):
         if ctx is not None:
             ctx.load_context_state(blob)
 
+    def memory_context(self) -> Any:
+        """The model-backed member's own context, whose memory the telemetry reports (None: none)."""
+        ctx = self._context_member()
+        return ctx.memory_context() if ctx is not None else None
+
+    def memory_log(self) -> list[Any]:
+        """The model-backed member's checkpoints and cuts since the last call (recurrent or hybrid drafts)."""
+        ctx = self._context_member()
+        return ctx.memory_log() if ctx is not None else []
+
     def close(self) -> None:
         """Close every member."""
         for d in self.drafters:

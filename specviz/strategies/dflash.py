@@ -300,6 +300,11 @@ class DFlashDrafter(Drafter):
             del self._injected[L - 1 :]
         self._hist_len = L
         self._eval_mark = tgt.eval_count
+        if self._dirty and L >= 2 and tgt.kv_len() == L - 1:
+            # the target evaluated more than the verify batch (its memory re-applied the accepted tokens
+            # from a checkpoint, the cost policy measured a verify): catch up now, so the draft's cache
+            # holds the committed positions after every round, as the other drafters' contexts do
+            self._catch_up(history)
         out, self._rollbacks = self._rollbacks, []
         return out
 

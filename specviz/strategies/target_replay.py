@@ -6,8 +6,9 @@ the target's last batch was the round's verify batch — it was switched in mid-
 policy measured the verify cost, a long prompt took several batches, a rewind cut the history — it
 evaluates the missing committed positions again with its outputs switched on: the same tokens at the
 same positions, so the target's cache is unchanged (up to the CPU kernels' batch-size rounding). Exact,
-and it costs one pass over the missing positions — over the whole history on a recurrent or hybrid
-target, whose cache can only be emptied, not cut.
+and it costs one pass over the missing positions; on a recurrent or hybrid target the cache is first cut
+back by its memory (:meth:`~specviz.backends.memory.ContextMemory.cut`: from the newest saved state at or
+before the first missing position, the tokens after it evaluated again).
 """
 
 from __future__ import annotations
@@ -36,17 +37,13 @@ def reevaluate(
         )
     rows = []
     nb = target_ctx.capacity.n_batch
-    first = start
-    try:
-        target_ctx.truncate(start)
-    except ContextError:
-        # a recurrent or hybrid cache cannot drop part of its sequence: empty it and evaluate everything
-        target_ctx.clear()
-        first = 0
-    for a in range(first, n_committed, nb):
+    # the memory drops the tail its own way (on a recurrent or hybrid target: from a saved state, the
+    # tokens after it evaluated again without outputs), so the rows read below are exactly start … end
+    target_ctx.memory.cut(start, history)
+    for a in range(start, n_committed, nb):
         chunk = [int(t) for t in history[a : min(a + nb, n_committed)]]
         target_ctx.eval(chunk, a, rows="none")
         rows.append(read(len(chunk)))
     if not rows:
         return np.zeros((0, 0), dtype=np.float32)
-    return np.concatenate(rows)[start - first :]
+    return np.concatenate(rows)
