@@ -68,7 +68,7 @@ def write_tiny_dflash(
 ) -> Path:
     """Write a tiny random ``dflash`` draft GGUF and return its path (see the module docstring).
 
-    ``mask_token_id`` defaults to the vocabulary's last id (``None`` writes none: llama.cpp then has no
+    ``mask_token_id`` defaults to the vocabulary's last id (a negative id writes none: llama.cpp then has no
     mask token). ``block_size=None`` leaves ``dflash.block_size`` out (llama.cpp then assumes 16).
     ``confidence_key`` writes ``dflash.has_confidence_head`` (default: only for DSpark, as the head).
     ``d2t`` gives a reduced draft vocabulary (target ids; needs ``own_output``). ``output_weight``
