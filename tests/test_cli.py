@@ -65,7 +65,10 @@ BAD_OPTIONS = [
     ),
     (["run", "--prompt", "x", "--draft-policy", "sometimes"], "--draft-policy", "fixed, adaptive, cost"),
     (["run", "--prompt", "x", "--spec-type", "magic"], "--spec-type", "'magic'"),
-    (["run", "--prompt", "x", "--spec-type", "ngram-mod,ngram-simple"], "--spec-type", "one strategy"),
+    # a comma list is a chain of drafters (issue 24); one that cannot be built is refused
+    (["run", "--prompt", "x", "--spec-type", "ngram-mod,magic"], "--spec-type", "'magic' is not one"),
+    (["run", "--prompt", "x", "--spec-type", "draft-simple,draft-eagle3"], "--spec-type", "at most one"),
+    (["run", "--prompt", "x", "--spec-type", "ngram-simple,ngram-map-k", "--size-n", "2"], "--size-n", "each have"),
     (["run", "--prompt", "x", "--spec-type", "ngram-mod", "--strategy", "none"], "--spec-type", "conflicts"),
     (["run", "--prompt", "x", "--spec-type", "ngram-map-k", "--spec-ngram-map-k-size-n", "0"], "--size-n", "[1, 1024]"),
     (

@@ -54,6 +54,9 @@ def check_caches(s):
 
 #: Drafters of the target's own hidden states need a target of their kind (below); the rest run on the fixture.
 HIDDEN_STATE = ("eagle3", "mtp")
+#: Block drafters read the target's layer inputs too (the eagle3 target, a DFlash draft); their cache keeps the
+#: common prefix through a rewind, so it holds every committed position at once.
+BLOCK = ("dflash", "dspark")
 
 
 @pytest.fixture(scope="module")
@@ -74,7 +77,23 @@ def nextn_path(tmp_path_factory):
     return write_tiny_nextn(tmp_path_factory.mktemp("mtp") / "nextn.gguf", seed=1, block_scale=0.05, binary=(300, 301))
 
 
-@pytest.mark.parametrize("strategy", [s for s in strategy_names() if s not in HIDDEN_STATE] + list(HIDDEN_STATE))
+@pytest.fixture(scope="module")
+def dflash_heads(eagle3_pair):
+    """A DFlash and a DSpark draft (with its confidence head) for the eagle3 pair's 4-layer target."""
+    from specviz.testing.tiny_dflash import write_tiny_dflash
+
+    target = eagle3_pair[0]
+    return {
+        "dflash": write_tiny_dflash(target.with_name("dflash.gguf"), seed=3, target_layers=(1, 3), block_size=6),
+        "dspark": write_tiny_dflash(
+            target.with_name("dspark.gguf"), seed=4, target_layers=(0, 2), block_size=5, dspark=True
+        ),
+    }
+
+
+@pytest.mark.parametrize(
+    "strategy", [s for s in strategy_names() if s not in HIDDEN_STATE + BLOCK] + list(HIDDEN_STATE + BLOCK)
+)
 @pytest.mark.parametrize("temperature", [0.0, 0.8])
 def test_rewind_then_step_repeats_the_original_continuation(tiny_model, draft_path, strategy, temperature, request):
     knobs = knobs_for(strategy, draft_path)
@@ -86,6 +105,10 @@ def test_rewind_then_step_repeats_the_original_continuation(tiny_model, draft_pa
     elif strategy == "mtp":
         model, prompt = str(request.getfixturevalue("nextn_path")), [1, 50, 60, 70, 80]
         knobs = {"draft_p_min": 0.0, "draft_max": 4}
+    elif strategy in BLOCK:
+        target = request.getfixturevalue("eagle3_pair")[0]
+        head = request.getfixturevalue("dflash_heads")[strategy]
+        model, knobs = str(target), {"draft_model": str(head), "draft_p_min": 0.0, "draft_max": 5}
     s = Session(model, n_ctx=512, n_batch=64, n_ubatch=64, n_threads=1)
     try:
         s.start(prompt, 60, strategy, temperature=temperature, seed=7, **knobs)

@@ -27,6 +27,14 @@ How a setting is scored — a replay of the recorded rounds, no model needed:
   is fitted to the recorded rounds as ``a + b * rows read`` (a round's seconds minus its drafting and its
   verify batch's cost); on a small model it is most of a round, on a large one a few percent.
 
+Chains of drafters (``ngram-mod,mtp``): each round records which member drafted, so the advice breaks
+acceptance down per drafter (``by_drafter``) and scores, besides the chain as run, every chain made of its
+first members (``ngram-mod`` alone): llama.cpp asks the members in a fixed order, so where a later member
+drafted, the earlier ones had drafted nothing, and without the later member those rounds are plain —
+exact, as the cut rounds are. What a later member would have drafted where an earlier one won is never
+recorded, so a later member alone, or another order, is not scored. The advice may so be a chain, with its
+``--spec-type A,B`` and each member's flags.
+
 Limits, stated in every answer: the search does not go beyond the longest draft recorded (nothing is
 known about tokens never drafted), nor below the ``draft_p_min`` the session drafted with (tokens below
 it were never proposed).
@@ -59,6 +67,7 @@ from ..decoding.events import (
     Verified,
 )
 from ..decoding.policy import VerifyCostModel, measure_verify_cost
+from ..strategies import resolve_strategy, spec_type, strategy_class
 from .diagnose import diagnose
 from .sources import EventSource, events_of
 
@@ -66,19 +75,8 @@ from .sources import EventSource, events_of
 DRAFT_MIN_GRID = (0, 1, 2, 3, 4, 6, 8)
 #: The draft_p_min values searched (model drafters; from the recorded draft_p_min up).
 P_MIN_GRID = tuple(round(0.1 * i, 1) for i in range(10))
-#: llama.cpp's ``--spec-type`` for each strategy (prompt lookup has none: ngram-simple is the nearest).
-SPEC_TYPE = {
-    "none": "none",
-    "draft": "draft-simple",
-    "eagle3": "draft-eagle3",
-    "mtp": "draft-mtp",
-    "prompt-lookup": "ngram-simple",
-    "ngram-simple": "ngram-simple",
-    "ngram-map-k": "ngram-map-k",
-    "ngram-map-k4v": "ngram-map-k4v",
-    "ngram-mod": "ngram-mod",
-    "ngram-cache": "ngram-cache",
-}
+#: llama.cpp's nearest ``--spec-type`` for a strategy it does not have (prompt lookup: ngram-simple).
+NEAREST_SPEC_TYPE = {"prompt-lookup": "ngram-simple"}
 
 
 @dataclass
@@ -92,6 +90,7 @@ class _Rounds:
     probs: list[list[float | None]]
     draft_seconds: np.ndarray
     has_probs: bool
+    drafters: list[str] = field(default_factory=list)  # who drafted each round (a chain's member; "" for none)
 
 
 @dataclass
@@ -130,6 +129,8 @@ class Advice:
     by_depth: list[dict[str, Any]] = field(default_factory=list)
     by_confidence: list[dict[str, Any]] = field(default_factory=list)
     knobs: dict[str, Any] = field(default_factory=dict)
+    #: acceptance per drafter that proposed drafts (a chain's members), from the diagnosis
+    by_drafter: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     @property
     def text(self) -> str:
@@ -168,6 +169,7 @@ class Advice:
             "flag_notes": list(self.flag_notes),
             "by_depth": self.by_depth,
             "by_confidence": self.by_confidence,
+            "by_drafter": self.by_drafter,
             "knobs": self.knobs,
         }
 
@@ -186,6 +188,15 @@ class Advice:
                 f"tok/s ({c.speedup:.2f}x)"
                 + (f"; as run: {cur.tokens_per_second:.1f} tok/s expected" if cur else "")
                 + (f", {meas:.1f} measured" if meas else "")
+            )
+        if len(self.by_drafter) > 1:
+            lines.append(
+                "acceptance by drafter: "
+                + ", ".join(
+                    f"{k} {v['acceptance']:.0%} of {v['examined']}"
+                    for k, v in self.by_drafter.items()
+                    if v["acceptance"] is not None
+                )
             )
         lines += [f"limit: {x}" for x in self.limits]
         return "\n".join(lines)
@@ -219,6 +230,7 @@ class _Group:
     accepted: list[int] = field(default_factory=list)
     probs: list[list[float | None]] = field(default_factory=list)
     draft_seconds: list[float] = field(default_factory=list)
+    drafters: list[str] = field(default_factory=list)
     committed: float = 0.0
     seconds: float = 0.0
 
@@ -232,6 +244,7 @@ class _Group:
             self.probs,
             np.array(self.draft_seconds, dtype=float),
             any(p is not None for ps in self.probs for p in ps),
+            list(self.drafters),
         )
 
 
@@ -270,6 +283,7 @@ def collect(events: Sequence[Event]) -> Recorded:
             g.accepted.append(int(ev.n_accepted))
             g.probs.append(list(d.probs))
             g.draft_seconds.append(float(d.seconds))
+            g.drafters.append((d.drafter or strategy) if d.tokens else "")
             cur.rows_read, cur.batch = int(ev.n_accepted) + 1, len(d.tokens) + 1
             g.committed += len(ev.tokens)
             g.seconds += float(d.seconds) + (cur.verify_seconds or 0.0)
@@ -487,6 +501,7 @@ def advise(
         by_confidence=dg.by_confidence(),
         knobs=dict(dg.knobs),
         measured=rec.measured,
+        by_drafter=dg.by_drafter(),
     )
     groups = {name: r for name, r in rec.rounds.items() if name != "none"}
     if for_server and any(r.strategy != "prompt-lookup" for r in groups.values()):
@@ -495,6 +510,8 @@ def advise(
             adv.limits.append(f"{name}: left out (llama-server has no prompt-lookup type; a llama.cpp type ran too)")
     for name, r in groups.items():
         score_group(adv, name, r, curve, overhead, for_server=for_server)
+        for label, prefix in chain_prefixes(name, r):
+            score_group(adv, label, prefix, curve, overhead, for_server=for_server)
     if for_server:
         adv.limits.append(
             "searched for llama-server: no verify-tile alignment, no draft_min for the n-gram types without one, "
@@ -546,6 +563,57 @@ def score_group(
     )
 
 
+def chain_prefixes(label: str, r: _Rounds) -> list[tuple[str, _Rounds]]:
+    """For the rounds of a chain: the rounds of each chain of its first members (see the module docstring),
+    labelled ``"ngram-mod (of ngram-mod,mtp)"``; a later member's rounds become plain (no draft), their
+    drafting time the chain's median time of a round nobody drafted in."""
+    members = r.strategy.split(",")
+    if len(members) < 2:
+        return []
+    drafters = np.array(r.drafters or [""] * r.length.size)
+    idle = r.draft_seconds[drafters == ""]
+    idle_seconds = float(np.median(idle)) if idle.size else 0.0
+    out = []
+    for k in range(1, len(members)):
+        keep = np.isin(drafters, members[:k])
+        name = ",".join(members[:k])
+        out.append(
+            (
+                label.replace(r.strategy, f"{name} (of {r.strategy})", 1),
+                _Rounds(
+                    name,
+                    _prefix_knobs(r.strategy, name, r.knobs),
+                    np.where(keep, r.length, 0),
+                    np.where(keep, r.accepted, 0),
+                    [ps if kp else [] for ps, kp in zip(r.probs, keep)],
+                    np.where(keep, r.draft_seconds, idle_seconds),
+                    any(p is not None for ps, kp in zip(r.probs, keep) if kp for p in ps),
+                    [d if kp else "" for d, kp in zip(r.drafters, keep)],
+                ),
+            )
+        )
+    return out
+
+
+def _knob_names(strategy: str) -> dict[str, dict[str, str]]:
+    """Per member of ``strategy`` (itself when it is no chain): its knob name -> the strategy's."""
+    cls = strategy_class(strategy)
+    return getattr(cls, "member_knobs", {strategy: {k.name: k.name for k in cls.knobs}})
+
+
+def _prefix_knobs(chain: str, prefix: str, knobs: dict[str, Any]) -> dict[str, Any]:
+    """The chain's ``knobs`` as the knobs of ``prefix`` (its first members): the session's knobs as they
+    are, each member's under the name it has in ``prefix``."""
+    full, part = _knob_names(chain), _knob_names(prefix)
+    members_knobs = {x for names in full.values() for x in names.values()}
+    out = {n: v for n, v in knobs.items() if n not in members_knobs}
+    for m, names in part.items():
+        for mine, there in names.items():
+            if full[m][mine] in knobs:
+                out[there] = knobs[full[m][mine]]
+    return out
+
+
 def choose_best(adv: Advice, rounds: dict[str, _Rounds]) -> None:
     """The advice: the group setting with the highest expected tokens/s when it beats plain decoding (else
     plain decoding), and its llama.cpp flags."""
@@ -553,7 +621,8 @@ def choose_best(adv: Advice, rounds: dict[str, _Rounds]) -> None:
     label, best = max(adv.per_strategy.items(), key=lambda kv: kv[1].tokens_per_second)
     adv.best = best if best.speedup > 1.0 else Candidate("none", 0, 0, None, base, 1.0, 1.0)
     adv.best_label = label if best.speedup > 1.0 else "none"
-    adv.flags, adv.flag_notes = llama_flags(adv.best, rounds[label].knobs if adv.best.strategy != "none" else {})
+    group = rounds.get(label) or next((r for r in rounds.values() if best.strategy in r.strategy), None)
+    adv.flags, adv.flag_notes = llama_flags(adv.best, group.knobs if group and adv.best.strategy != "none" else {})
 
 
 # -- llama.cpp flags -------------------------------------------------------------------------------
@@ -561,14 +630,30 @@ def choose_best(adv: Advice, rounds: dict[str, _Rounds]) -> None:
 
 def llama_flags(c: Candidate, knobs: dict[str, Any]) -> tuple[str, list[str]]:
     """The setting ``c`` (with the strategy's other ``knobs``) as ``llama-server`` flags of the llama.cpp
-    that llama-cpp-python 0.3.36 vendors, and notes on what does not carry over."""
-    s = c.strategy
-    t = SPEC_TYPE.get(s, s)
-    notes: list[str] = []
+    that llama-cpp-python 0.3.36 vendors, and notes on what does not carry over. A chain is one
+    ``--spec-type`` list and each member's flags (llama.cpp has one set of draft-model flags)."""
+    s = resolve_strategy(c.strategy)
     if s == "none":
-        return "--spec-type none", notes
-    parts = [f"--spec-type {t}"]
-    if s in ("draft", "eagle3", "mtp"):
+        return "--spec-type none", []
+    members = s.split(",")
+    names = _knob_names(s)
+    types = [spec_type(m) or NEAREST_SPEC_TYPE.get(m, m) for m in members]
+    parts, notes = [f"--spec-type {','.join(types)}"], []
+    for m in members:
+        own = {mine: knobs[chain] for mine, chain in names.get(m, {}).items() if chain in knobs}
+        own.update({k: v for k, v in knobs.items() if k in ("draft_policy", "draft_model")})
+        p, n = _member_flags(m, c, own)
+        parts += [x for x in p if x not in parts]
+        notes += [x for x in n if x not in notes]
+    return " ".join(parts), notes
+
+
+def _member_flags(s: str, c: Candidate, knobs: dict[str, Any]) -> tuple[list[str], list[str]]:
+    """One strategy's flags (without ``--spec-type``) for the setting ``c``, and notes."""
+    t = spec_type(s) or NEAREST_SPEC_TYPE.get(s, s)
+    notes: list[str] = []
+    parts: list[str] = []
+    if s in ("draft", "eagle3", "mtp", "dflash", "dspark"):
         if knobs.get("draft_model"):
             parts.append(f"-md {knobs['draft_model']}")
         parts.append(f"--spec-draft-n-max {c.draft_max}")
@@ -608,7 +693,7 @@ def llama_flags(c: Candidate, knobs: dict[str, Any]) -> tuple[str, list[str]]:
             )
     if knobs.get("draft_policy", "fixed") != "fixed":
         notes.append(f"draft_policy {knobs['draft_policy']} has no llama.cpp counterpart")
-    return " ".join(parts), notes
+    return parts, notes
 
 
 def session_cost(s: Any) -> VerifyCostModel | None:

@@ -4,6 +4,9 @@ Everything here reads events only (:mod:`specviz.decoding.events`), so a recordi
 without the model: ``specviz diagnose RECORDING.jsonl``. Rewinds are honoured (the events a rewind
 dropped are left out, :func:`specviz.analysis.sources.events_of`).
 
+Each examined token and rejection carries the drafter that proposed it (a chain's member), so acceptance
+breaks down per drafter (:meth:`~specviz.analysis.diagnosis.Diagnosis.by_drafter`).
+
 Terms. A draft token is *examined* when the target judged it: every token up to and including the first
 rejected one of its draft (the tokens after a rejection were never tested, so they count in no rate
 here; the telemetry's acceptance rate counts them as not accepted). *Acceptance* is accepted over
@@ -142,19 +145,20 @@ def add_round(dg: Diagnosis, index: int, rd: RoundEvents, copied: Sequence[bool]
     dg.drafted += len(d.tokens)
     n_acc = a.n_accepted
     n_exam = min(len(d.tokens), n_acc + (1 if rej is not None else 0))
+    drafter = d.drafter or rd.strategy  # a chain's member (recordings before it was recorded: the strategy)
     for i in range(n_exam):
         q = d.position + i
         piece = d.pieces[i] if i < len(d.pieces) else ""
         prob = d.probs[i] if i < len(d.probs) else None
         cp = copied[q] if q < len(copied) else False
-        dg.tokens.append(Examined(index, i, token_class(piece), prob, cp, i < n_acc, rd.strategy))
+        dg.tokens.append(Examined(index, i, token_class(piece), prob, cp, i < n_acc, rd.strategy, drafter))
         dg.examined += 1
         dg.accepted += int(i < n_acc)
     if rej is not None:
-        dg.rejections.append(rejection_row(index, rej, copied))
+        dg.rejections.append(rejection_row(index, rej, copied, drafter))
 
 
-def rejection_row(index: int, rej: Rejected, copied: Sequence[bool]) -> RejectionRow:
+def rejection_row(index: int, rej: Rejected, copied: Sequence[bool], drafter: str = "") -> RejectionRow:
     """The :class:`~specviz.analysis.diagnosis.RejectionRow` of round ``index``'s rejection."""
     q = rej.position
     return RejectionRow(
@@ -172,6 +176,7 @@ def rejection_row(index: int, rej: Rejected, copied: Sequence[bool]) -> Rejectio
         chosen_prob=rej.target_prob,
         token_class=token_class(rej.pieces[0] if rej.pieces else ""),
         copied=copied[q] if q < len(copied) else False,
+        drafter=drafter,
     )
 
 

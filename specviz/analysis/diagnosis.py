@@ -47,6 +47,8 @@ CLASS_GAP = 0.25
 PAIR_SHARE = 0.1
 #: Share of rounds without a draft at or above which they are named (the finding says "half").
 EMPTY_ROUND_SHARE = 0.5
+#: Acceptance gap between two drafters of a chain at or above which the weaker one is named.
+DRAFTER_GAP = 0.3
 #: Token classes, in display order.
 TOKEN_CLASSES = ("whitespace", "punctuation", "digits", "word start", "word continuation", "special", "other")
 #: How many (drafted → chosen) pairs and rejection rows :meth:`Diagnosis.to_dict` lists.
@@ -99,6 +101,7 @@ class RejectionRow:
     chosen_prob: float
     token_class: str
     copied: bool
+    drafter: str = ""  #: who proposed the refused token (a chain's member)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-serialisable form."""
@@ -108,7 +111,8 @@ class RejectionRow:
 @dataclass(frozen=True)
 class Examined:
     """One examined draft token: round, depth, its class, the drafter's probability, inside a copied span,
-    accepted."""
+    accepted, the strategy in force and the drafter that proposed it (a chain's member; the strategy
+    itself otherwise)."""
 
     round: int
     depth: int
@@ -117,6 +121,7 @@ class Examined:
     copied: bool
     accepted: bool
     strategy: str
+    drafter: str = ""
 
 
 def _rate(hits: int, tries: int) -> float | None:
@@ -172,6 +177,17 @@ class Diagnosis:
         """Acceptance by the drafter's own probability, in buckets ``[lo, lo + 0.1)``."""
         g = _group(self.tokens, lambda r: None if r.draft_prob is None else min(int(r.draft_prob * 10), 9))
         return [{"lo": b / 10, "hi": (b + 1) / 10, **g[b]} for b in sorted(g)]
+
+    def by_drafter(self) -> dict[str, dict[str, Any]]:
+        """Acceptance by the drafter that proposed each token (a chain's members; one entry otherwise), with
+        the drafting rounds each won and its acceptance by depth."""
+        out = _group(self.tokens, lambda r: r.drafter or r.strategy)
+        for name, g in out.items():
+            mine = [r for r in self.tokens if (r.drafter or r.strategy) == name]
+            g["rounds"] = len({r.round for r in mine})
+            depth = _group(mine, lambda r: r.depth)
+            g["by_depth"] = [{"depth": d, **depth[d]} for d in sorted(depth)]
+        return out
 
     def copied(self) -> dict[str, dict[str, Any]]:
         """Acceptance inside copied spans and elsewhere."""
@@ -229,6 +245,7 @@ class Diagnosis:
             "by_class": self.by_class(),
             "by_depth": self.by_depth(),
             "by_confidence": self.by_confidence(),
+            "by_drafter": self.by_drafter(),
             "copied": self.copied(),
             "near_miss_k": NEAR_MISS_K,
             "near_miss_share": self.near_miss_share(),
@@ -259,6 +276,12 @@ class Diagnosis:
             lines += [
                 f"  [{r['lo']:.1f}, {r['hi']:.1f})  {_pct(r['acceptance']):>5}  of {r['examined']}"
                 for r in d["by_confidence"]
+            ]
+        if len(d["by_drafter"]) > 1:
+            lines.append("acceptance by drafter:")
+            lines += [
+                f"  {k:<18} {_pct(v['acceptance']):>5}  of {v['examined']} in {v['rounds']} rounds"
+                for k, v in d["by_drafter"].items()
             ]
         lines.append(
             "copied spans: "
@@ -480,8 +503,33 @@ def empty_rounds_rule(dg: Diagnosis) -> list[Finding]:
     ]
 
 
+def drafter_rule(dg: Diagnosis) -> list[Finding]:
+    """In a chain, a drafter whose acceptance trails the best one's by :data:`DRAFTER_GAP` or more, each with
+    :data:`MIN_SUPPORT` examined tokens or more: it wins rounds it then loses (llama.cpp asks the members in
+    a fixed order, so a weak member earlier in it takes rounds a later one might have drafted better)."""
+    g = {k: v for k, v in dg.by_drafter().items() if v["examined"] >= MIN_SUPPORT}
+    if len(g) < 2:
+        return []
+    best = max(g, key=lambda k: g[k]["acceptance"])
+    out = []
+    for name, v in g.items():
+        gap = g[best]["acceptance"] - v["acceptance"]
+        if name != best and gap >= DRAFTER_GAP:
+            out.append(
+                _finding(
+                    "drafter",
+                    DRAFTER_GAP,
+                    f"the chain's {name} drafts are accepted {_pct(v['acceptance'])} (of {v['examined']}), "
+                    f"{best}'s {_pct(g[best]['acceptance'])}: {name} wins {v['rounds']} rounds it mostly loses "
+                    f"(a gap of at least {DRAFTER_GAP:.0%} to be named); try the chain without it",
+                )
+            )
+    return out
+
+
 #: The rules of :meth:`Diagnosis.findings`, in the order their findings are listed.
 RULES: tuple[Callable[[Diagnosis], list[Finding]], ...] = (
+    drafter_rule,
     depth_rule,
     confidence_rule,
     near_miss_rule,

@@ -2,12 +2,13 @@
 
 :func:`model_info` loads the GGUF (checked first, like every model specviz opens) and reports its
 architecture, depth, width, vocabulary, trained context, sliding window, NextN layers, whether its layer
-inputs can be read (the EAGLE-3 features) and how, whether it carries a chat template, its memory kind
-and how a rejected draft is dropped from it (:mod:`specviz.backends.memory`, probed on a small context
-with the options given) — and for every strategy whether it can run with this model (and the draft
-model, when one is given) and, if not, why.
-The answers come from the same checks the strategies make when they are configured, so ``info`` and
-``start`` never disagree.
+inputs can be read (the EAGLE-3 and DFlash features) and how, whether it carries a chat template, what an
+EAGLE-3 head or a DFlash draft declares (its target layers, block size, mask token, DSpark's heads,
+DFlash-2's selector), its memory kind and how a rejected draft is dropped from it
+(:mod:`specviz.backends.memory`, probed on a small context with the options given) — and for every
+strategy whether it can run with this model (and the draft model, when one is given) and, if not, why,
+then how chains of them combine. The answers come from the same checks the strategies make when they
+are configured, so ``info`` and ``start`` never disagree.
 """
 
 from __future__ import annotations
@@ -19,8 +20,9 @@ from typing import Any
 
 from ..backends.capture import capture_method, capture_unavailable_reason
 from ..backends.context_settings import CACHE_TYPES, ContextSettings, cache_types_for, head_sizes
+from ..backends.dflash import read_dflash_head
 from ..backends.eagle3 import eagle3_problems, read_eagle3_head
-from ..backends.mtp import mtp_problems, nextn_layers
+from ..backends.mtp import mtp_pair_problems, mtp_problems, nextn_layers
 from ..errors import KnobError
 from ..models.embedded import resolve_model
 
@@ -88,6 +90,9 @@ class ModelInfo:
     cache_types: list[str] = field(default_factory=list)  #: the KV cache types these heads allow
     settings: dict[str, Any] | None = None  #: the context settings asked about (specviz info -fa ... -ctk ...)
     settings_why: str | None = None  #: why those settings cannot be used with this model (None: they can)
+    dflash_head: dict[str, Any] | None = None
+    #: what a chain of the strategies that run here may hold (see specviz.strategies.chain)
+    chains: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-serialisable form."""
@@ -129,6 +134,9 @@ class ModelInfo:
                     f"target; draft vocabulary {h['n_draft_vocab']} of {h['n_vocab']}",
                 )
             )
+        for dh in (self.dflash_head, (self.draft_model or {}).get("dflash_head")):
+            if dh:
+                rows.append(("DFlash draft", _describe_dflash(dh)))
         if self.draft_model:
             dm = self.draft_model
             rows.append(
@@ -144,7 +152,28 @@ class ModelInfo:
         for s in self.strategies:
             verdict = "yes" if s.ok else (f"needs {s.needs}" if s.needs and not s.why else f"no: {s.why}")
             out.append(f"  {s.strategy:<{sw}}  {verdict}")
+        if self.chains:
+            out.append(f"chains  {self.chains}")
         return "\n".join(out)
+
+
+def _describe_dflash(h: dict[str, Any]) -> str:
+    """One line for a DFlash draft: kind, block, mask token, target layers and the variant's heads."""
+    kind = {"dflash": "DFlash", "dspark": "DSpark", "dflash2": "DFlash-2"}.get(h["kind"], h["kind"])
+    parts = [
+        f"{kind} (--spec-type draft-{'dspark' if h['dspark'] else 'dflash'})",
+        f"block {h['block_size']}{'' if h['block_size_declared'] else ' (llama.cpp default)'} "
+        f"= {h['max_draft']} draft positions{' anchor-first' if h['anchor_drafts'] else ''}",
+        f"mask token {h['mask_token'] if h['mask_token'] is not None else 'none'}",
+        f"reads target layers {h['target_layers']}",
+    ]
+    if h["dspark"]:
+        parts.append("confidence head " + ("yes" if h["confidence_head"] else "no (draft_p_min must stay 0)"))
+    if h["selector_top_k"]:
+        parts.append(f"selector over the top {h['selector_top_k']}")
+    if h["has_d2t"]:
+        parts.append(f"draft vocabulary {h['n_draft_vocab']}")
+    return "; ".join(parts)
 
 
 def _capture(arch: str | None) -> tuple[str | None, str | None]:
@@ -168,10 +197,11 @@ def _fits(target: Any, tinfo: Any, draft: Any | None, dinfo: Any | None, memory:
 
     arch = tinfo.architecture
     out: list[StrategyFit] = []
-    if arch == "eagle3":
+    if arch in ("eagle3", "dflash"):
+        what = "an EAGLE-3 head" if arch == "eagle3" else "a DFlash draft"
         why = (
-            "an EAGLE-3 head drafts for a target and cannot generate alone; pass its target as MODEL and the "
-            "head with --draft-model"
+            f"{what} drafts for a target and cannot generate alone; pass its target as MODEL and the "
+            f"{'head' if arch == 'eagle3' else 'draft'} with --draft-model"
         )
         return [StrategyFit(n, False, why) for n in strategy_names()]
     d_arch = dinfo.architecture if dinfo is not None else None
@@ -185,6 +215,10 @@ def _fits(target: Any, tinfo: Any, draft: Any | None, dinfo: Any | None, memory:
                 out.append(StrategyFit(name, False, None, "--draft-model DRAFT.gguf"))
             elif d_arch == "eagle3":
                 out.append(StrategyFit(name, False, "the draft model is an EAGLE-3 head; use --strategy eagle3"))
+            elif d_arch == "dflash":
+                out.append(
+                    StrategyFit(name, False, "the draft model is a DFlash draft; use --strategy dflash or dspark")
+                )
             elif vocab_diff:
                 out.append(StrategyFit(name, False, f"the vocabularies differ ({vocab_diff})"))
             else:
@@ -210,12 +244,40 @@ def _fits(target: Any, tinfo: Any, draft: Any | None, dinfo: Any | None, memory:
                 why_list.append(f"the target's hidden states cannot be read: {cap_why}")
             out.append(StrategyFit(name, not why_list, "; ".join(why_list) or None))
         elif name == "mtp":
-            src = dinfo if (dinfo is not None and d_arch != "eagle3") else tinfo
-            why_list = mtp_problems(src)
+            src_model = draft if draft is not None and d_arch not in ("eagle3", "dflash") else target
+            why_list = mtp_problems(src_model.info) or mtp_pair_problems(src_model, target)
+            out.append(StrategyFit(name, not why_list, "; ".join(why_list) or None))
+        elif name in ("dflash", "dspark"):
+            from ..strategies import strategy_schema
+            from ..strategies.dflash import dflash_unusable_reasons
+
+            if draft is None:
+                need = f"--draft-model DRAFT.gguf (a {'DSpark' if name == 'dspark' else 'DFlash'} draft for this model)"
+                cap_why = capture_unavailable_reason(arch)
+                no_read = f"the target's hidden states cannot be read: {cap_why}" if cap_why else None
+                out.append(StrategyFit(name, False, no_read, need))
+                continue
+            config = {**strategy_schema(name).defaults(), "draft_model": str(draft.path)}
+            why_list = dflash_unusable_reasons(target, config, dspark=name == "dspark")
+            if vocab_diff and d_arch == "dflash":
+                why_list.append(f"the vocabularies differ ({vocab_diff})")
             out.append(StrategyFit(name, not why_list, "; ".join(why_list) or None))
         else:
             out.append(StrategyFit(name, True))
     return out
+
+
+def _chains(fits: list[StrategyFit]) -> str | None:
+    """What a chain (``--spec-type A,B``) of the strategies that run here may hold, in llama.cpp's order."""
+    from ..strategies import CHAIN_PRIORITY, strategy_class
+
+    ok = [f.strategy for f in fits if f.ok and f.strategy != "none"]
+    if len(ok) < 2:
+        return None
+    order = [n for n in CHAIN_PRIORITY if n in ok]
+    model = [n for n in order if strategy_class(n).needs_model]
+    rule = f"; at most one of {', '.join(model)}" if len(model) > 1 else ""
+    return f"any comma list of {', '.join(order)}{rule}; asked in that order, the first that drafts wins"
 
 
 def _memory(model: Any, swa_full: bool, n_rs_seq: int | None) -> Any:
@@ -261,9 +323,11 @@ def model_info(
         meta = tinfo.metadata
         arch = tinfo.architecture
         method, why = _capture(arch) if arch != "eagle3" else (None, "an EAGLE-3 head is not a target")
-        head = None
+        head = dhead = None
         if arch == "eagle3":
             head = read_eagle3_head(path, tinfo).to_dict()
+        if arch == "dflash":
+            dhead = read_dflash_head(path, tinfo).to_dict()
         dinfo = None
         dsum: dict[str, Any] | None = None
         if draft_model is not None:
@@ -277,8 +341,10 @@ def model_info(
             }
             if dinfo.architecture == "eagle3":
                 dsum["eagle3_head"] = read_eagle3_head(draft.path, dinfo).to_dict()
+            if dinfo.architecture == "dflash":
+                dsum["dflash_head"] = read_dflash_head(draft.path, dinfo).to_dict()
         ft = meta.get("general.file_type")
-        mem = _memory(target, swa_full, n_rs_seq) if arch != "eagle3" else None
+        mem = _memory(target, swa_full, n_rs_seq) if arch not in ("eagle3", "dflash") else None
         heads = head_sizes(meta, arch)
         refused = None
         if settings is not None:
@@ -307,9 +373,11 @@ def model_info(
             settings=settings.to_dict() if settings is not None else None,
             settings_why=refused,
             draft_model=dsum,
-            strategies=_fits(target, tinfo, draft, dinfo, mem),
+            strategies=(fits := _fits(target, tinfo, draft, dinfo, mem)),
             memory=mem.to_dict() if mem is not None else None,
             memory_text=mem.describe() if mem is not None else None,
+            dflash_head=dhead,
+            chains=_chains(fits),
         )
     finally:
         if draft is not None:

@@ -5,9 +5,11 @@ built from the llama.cpp source that llama-cpp-python vendors (``make llama-tool
 prompt, strategy and knobs as a specviz session, and compare what it prints: the generated text, the
 drafted and accepted counts, and the decode speed.
 
-:func:`tool_args` maps a specviz strategy and its knobs to the tool's ``--spec-*`` options.
-``prompt-lookup`` and ``draft`` have no counterpart among llama.cpp's draftless types; ``ngram-cache``
-has no options there (upstream drafts up to 8 tokens), so only ``n_draft=8`` maps.
+:func:`tool_args` maps a specviz strategy and its knobs to the tool's ``--spec-*`` options: the draftless
+types, the model drafters (``draft``, ``eagle3``, ``mtp``, ``dflash``, ``dspark``: ``-md``,
+``--spec-draft-p-min`` and ``--spec-draft-n-max``) and chains of them (one ``--spec-type`` list, each
+member's options). ``prompt-lookup`` has no counterpart in llama.cpp; ``ngram-cache`` has no options there
+(upstream drafts up to 8 tokens), so only ``n_draft=8`` maps.
 
 The tool's generation loop differs from a specviz session in two ways that matter when comparing
 counts (see ``examples/speculative-simple/speculative-simple.cpp``):
@@ -48,6 +50,10 @@ TOOL_OPTIONS: dict[str, dict[str, str]] = {
     },
     "ngram-cache": {},
 }
+#: The model drafters' options (one draft model, one ``--spec-draft-*`` set, as llama.cpp has).
+_MODEL_OPTIONS = {"draft_model": "-md", "draft_p_min": "--spec-draft-p-min", "draft_max": "--spec-draft-n-max"}
+for _name in ("draft", "eagle3", "mtp", "dflash", "dspark"):
+    TOOL_OPTIONS[_name] = dict(_MODEL_OPTIONS)
 
 #: Knobs that must keep a fixed value for the tool to draft as specviz does (the tool has no option).
 TOOL_FIXED: dict[str, dict[str, Any]] = {
@@ -60,23 +66,36 @@ TOOL_FIXED: dict[str, dict[str, Any]] = {
 
 
 def tool_args(strategy: str, knobs: dict[str, Any]) -> list[str]:
-    """``--spec-type`` and the ``--spec-*`` options that give ``strategy`` with ``knobs`` in the tool.
+    """``--spec-type`` and the ``--spec-*`` options that give ``strategy`` with ``knobs`` in the tool (a chain:
+    its members' types in one list, each member's options from its part of the chain's knobs).
 
     Raises ``ValueError`` for a strategy the tool does not have or a knob value it cannot express.
     """
-    if strategy not in TOOL_OPTIONS:
-        raise ValueError(
-            f"llama-speculative-simple has no draftless type {strategy!r}; it has {', '.join(TOOL_OPTIONS)}"
-        )
-    for name, value in TOOL_FIXED[strategy].items():
-        if name in knobs and knobs[name] != value:
-            raise ValueError(
-                f"llama-speculative-simple cannot run {strategy} with {name}={knobs[name]!r} (it always uses {value!r})"
-            )
-    args = ["--spec-type", strategy]
-    for name, option in TOOL_OPTIONS[strategy].items():
-        if name in knobs:
-            args += [option, str(int(knobs[name]))]
+    from ..strategies import resolve_strategy, spec_type, strategy_class
+
+    canonical = resolve_strategy(strategy)
+    members = canonical.split(",")
+    missing = [m for m in members if m not in TOOL_OPTIONS]
+    if missing:
+        raise ValueError(f"llama-speculative-simple has no type {missing[0]!r}; it has {', '.join(TOOL_OPTIONS)}")
+    cls = strategy_class(canonical)
+    names: dict[str, dict[str, str]] = getattr(cls, "member_knobs", {canonical: {k: k for k in knobs}})
+    args = ["--spec-type", spec_type(canonical) or canonical]
+    seen: set[str] = set()
+    for m in members:
+        own = {mine: knobs[chain] for mine, chain in names.get(m, {}).items() if chain in knobs}
+        if "draft_max" in knobs and "draft_max" in TOOL_OPTIONS[m]:  # a session knob: a model type's --spec-draft-n-max
+            own["draft_max"] = knobs["draft_max"]
+        for name, value in TOOL_FIXED.get(m, {}).items():
+            if name in own and own[name] != value:
+                raise ValueError(
+                    f"llama-speculative-simple cannot run {m} with {name}={own[name]!r} (it always uses {value!r})"
+                )
+        for name, option in TOOL_OPTIONS[m].items():
+            if name in own and option not in seen and own[name] != "":  # no -md: the target's own layers
+                seen.add(option)
+                v = own[name]
+                args += [option, str(v) if isinstance(v, (str, float)) else str(int(v))]
     return args
 
 

@@ -26,7 +26,7 @@ def add_commands(sub: Any) -> None:
         "--spec-draft-model",
         default=None,
         metavar="PATH",
-        help="a draft GGUF or an EAGLE-3 head to check with the model",
+        help="a draft GGUF, an EAGLE-3 head or a DFlash draft to check with the model",
     )
     add_memory_options(inf)
     inf.add_argument("--json", action="store_true")

@@ -1,6 +1,12 @@
 """The generation options of ``specviz run`` and ``specviz verify``: the model, the prompt, the strategy
-(with llama.cpp's and the runner's spellings), every knob's flag (generated from the strategies'
-schemas), sampling, and the request options ``--chat`` / ``--system`` / ``--chat-template`` / ``--stop``.
+(with llama.cpp's and the runner's spellings, and comma lists of them: a chain of drafters), every knob's
+flag (generated from the strategies' schemas), sampling, and the request options ``--chat`` /
+``--system`` / ``--chat-template`` / ``--stop``.
+
+A chain's knobs are its members' (:mod:`specviz.strategies.chain`): a knob several members declare
+differently (``size_n`` of ``ngram-simple`` and ``ngram-map-k``) is set per member with llama.cpp's
+per-type spelling (``--spec-ngram-map-k-size-n``) or the chain's own flag (``--ngram-map-k-size-n``);
+the general ``--size-n`` is then refused as ambiguous.
 
 :func:`generation_config` checks them all, before any model loads, into the arguments of
 ``Session.start``.
@@ -13,8 +19,9 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..decoding.knob_schema import SESSION_KNOBS, Knob, check_cross_knobs
-from ..errors import KnobError
-from ..strategies import strategy_class, strategy_names, strategy_schema
+from ..errors import KnobError, StrategyError
+from ..strategies import SPEC_TYPES, resolve_strategy, strategy_class, strategy_names, strategy_schema
+from ..strategies.chain import member_slug
 from .options import UsageError, int_option
 from .settings_options import (
     SETTING_FLAGS,
@@ -24,9 +31,6 @@ from .settings_options import (
     server_config,
     settings_of,
 )
-
-#: llama.cpp's ``--spec-type`` names for the strategies whose specviz name differs.
-SPEC_TYPES = {"draft-simple": "draft", "draft-eagle3": "eagle3", "draft-mtp": "mtp"}
 
 
 def _all_knobs() -> dict[str, Knob]:
@@ -45,14 +49,29 @@ def _per_type(alias: str, strategy: str) -> bool:
     return strategy != "draft" and alias.startswith(f"--spec-{strategy}-")
 
 
+def _clashing(name: str) -> bool:
+    """True when draftless strategies declare knob ``name`` differently: a chain of them sets it per member."""
+    decls = {
+        k
+        for n in strategy_names()
+        if not strategy_class(n).needs_model
+        for k in strategy_class(n).knobs
+        if k.name == name
+    }
+    return len(decls) > 1
+
+
 def _strategy_flags() -> dict[str, tuple[str, str]]:
-    """llama.cpp's per-type spellings (``--spec-ngram-map-k-size-n`` …): flag -> (strategy, knob)."""
+    """llama.cpp's per-type spellings (``--spec-ngram-map-k-size-n`` …) and a chain's per-member flags
+    (``--ngram-map-k-size-n``, for the knobs members declare differently): flag -> (strategy, knob)."""
     out: dict[str, tuple[str, str]] = {}
     for name in strategy_names():
         for k in strategy_class(name).knobs:
             for alias in k.aliases:
                 if _per_type(alias, name):
                     out[alias] = (name, k.name)
+            if not strategy_class(name).needs_model and _clashing(k.name):
+                out["--" + f"{member_slug(name)}_{k.name}".replace("_", "-")] = (name, k.name)
     return out
 
 
@@ -73,7 +92,12 @@ def add_generation_options(p: argparse.ArgumentParser, *, strategy_default: str 
     src.add_argument("--prompt", help="prompt text")
     src.add_argument("--prompt-file", help="read the prompt from this file")
     p.add_argument("--max-tokens", default=None, help="tokens to generate (default 128)")
-    p.add_argument("--strategy", default=strategy_default, help="one of: " + ", ".join(strategy_names()))
+    p.add_argument(
+        "--strategy",
+        default=strategy_default,
+        help="one of: " + ", ".join(strategy_names()) + "; or a comma list of them, a chain tried in llama.cpp's "
+        "priority order (the first that drafts wins)",
+    )
     p.add_argument("--seed", default=None, help="seed for the sampling generator")
     p.add_argument("--temperature", default=None, help="sampling temperature (default 0: greedy, exact)")
     p.add_argument("--top-k", default=None, help="sample among the k most likely tokens (0: off)")
@@ -94,7 +118,8 @@ def add_generation_options(p: argparse.ArgumentParser, *, strategy_default: str 
         "--spec-type",
         default=None,
         metavar="TYPE",
-        help="llama.cpp's spelling of --strategy (draft-simple, draft-eagle3, draft-mtp, ngram-* ...)",
+        help="llama.cpp's spelling of --strategy (draft-simple, draft-eagle3, draft-mtp, draft-dflash, draft-dspark, "
+        "ngram-* ...), or a comma list of them (draft-mtp,ngram-mod)",
     )
     seen: set[str] = {"--prompt-lookup"}
     for knob in _all_knobs().values():
@@ -175,14 +200,19 @@ def _add_request_options(p: argparse.ArgumentParser) -> None:
 
 
 def draft_model_strategy(path: str) -> str:
-    """``eagle3`` for an EAGLE-3 head, else ``draft`` (read from the file's architecture, no model loaded)."""
+    """The strategy a draft GGUF alone implies, read from its architecture (no model loaded): ``eagle3`` for
+    an EAGLE-3 head, ``dspark`` / ``dflash`` for a DFlash draft with / without DSpark's Markov head (as
+    llama.cpp's ``common_speculative_types_from_gguf`` detects them), else ``draft``."""
     from ..backends.gguf_check import check_gguf
     from ..errors import ModelError
 
     try:
-        return "eagle3" if check_gguf(path).architecture == "eagle3" else "draft"
+        info = check_gguf(path)
     except ModelError:
         return "draft"  # the draft strategy's own check reports the file
+    if info.architecture == "dflash":
+        return "dspark" if "markov_w1.weight" in info.tensors else "dflash"
+    return "eagle3" if info.architecture == "eagle3" else "draft"
 
 
 def generation_config(args: argparse.Namespace, *, warn: Callable[[str], None]) -> dict[str, Any]:
@@ -273,23 +303,12 @@ def _strategy_of(args: argparse.Namespace) -> tuple[str, dict[str, Any]]:
     """The strategy from ``--strategy`` and its other spellings (``--spec-type``, ``--prompt-lookup``, a
     ``--draft-model`` alone), and the knob value ``--prompt-lookup N`` gives; the runner's
     ``--adaptive-draft-count`` and ``--no-align-proposals`` become the knob flags they stand for."""
-    strategy = args.strategy
+    strategy = None if args.strategy is None else _resolved("--strategy", args.strategy)
     knob_values: dict[str, Any] = {}
     if args.spec_type is not None:
-        spec = SPEC_TYPES.get(args.spec_type, args.spec_type)
-        if "," in args.spec_type:
-            raise UsageError(
-                f"option --spec-type: {args.spec_type!r} names several types; specviz drafts with one "
-                "strategy per round: give one"
-            )
-        if spec not in strategy_names():
-            names = [n for n in strategy_names() if n not in SPEC_TYPES.values()]
-            names += [t for t, n in SPEC_TYPES.items() if n in strategy_names()]
-            raise UsageError(
-                f"option --spec-type: {args.spec_type!r} is not allowed; choose one of: {', '.join(sorted(names))}"
-            )
+        spec = _resolved("--spec-type", args.spec_type)
         if strategy not in (None, spec):
-            raise UsageError(f"option --spec-type {args.spec_type} conflicts with --strategy {strategy}; use one")
+            raise UsageError(f"option --spec-type {args.spec_type} conflicts with --strategy {args.strategy}; use one")
         strategy = spec
     if args.prompt_lookup is not None:
         if strategy not in (None, "prompt-lookup"):
@@ -315,12 +334,24 @@ def _strategy_of(args: argparse.Namespace) -> tuple[str, dict[str, Any]]:
             )
         if strategy is None:
             strategy = draft_model_strategy(draft_model) if Path(draft_model).is_file() else "draft"
-    strategy = strategy or "prompt-lookup"
-    if strategy not in strategy_names():
-        raise UsageError(
-            f"option --strategy: {strategy!r} is not allowed; choose one of: {', '.join(strategy_names())}"
-        )
-    return strategy, knob_values
+    return strategy or "prompt-lookup", knob_values
+
+
+def _resolved(option: str, name: str) -> str:
+    """The canonical strategy ``name`` stands for (llama.cpp's spellings, chains); a usage error otherwise."""
+    try:
+        return resolve_strategy(name)
+    except StrategyError as e:
+        if "," not in name and not str(e).startswith("unknown"):
+            raise UsageError(f"option {option}: {e}") from None
+        if str(e).startswith("unknown"):
+            names = [n for n in strategy_names() if SPEC_TYPES.get(n, n) == n]
+            names += [t for n, t in SPEC_TYPES.items() if t != n]
+            msg = f"{name!r} is not allowed; choose one of: {', '.join(sorted(names))}, or a comma list of them"
+            if "," in name:
+                msg = str(e).replace("unknown strategy", "", 1).strip()
+            raise UsageError(f"option {option}: {msg}") from None
+        raise UsageError(f"option {option}: {e}") from None
 
 
 def _knobs_of(
@@ -330,6 +361,10 @@ def _knobs_of(
     by the strategy; a flag of another strategy's knob is warned about and dropped."""
     schema = strategy_schema(strategy)
     own = set(schema.names())
+    # a chain's members: member -> its knob name -> the chain's (see specviz.strategies.chain)
+    members: dict[str, dict[str, str]] = getattr(
+        strategy_class(strategy), "member_knobs", {strategy: {k.name: k.name for k in strategy_class(strategy).knobs}}
+    )
     all_knobs = _all_knobs()
     for name in all_knobs:
         v = getattr(args, "knob_" + name, None)
@@ -337,22 +372,32 @@ def _knobs_of(
             continue
         if name in own:
             knob_values[name] = v
-        else:
-            warn(
-                f"option {all_knobs[name].flag} is accepted but not applied: strategy {strategy!r} has no knob {name!r}"
+            continue
+        per_member = [m for m, names in members.items() if names.get(name, name) != name]
+        if per_member:
+            flags = " / ".join(
+                f
+                for f, (owner, k) in _strategy_flags().items()
+                if owner in per_member and k == name and f.startswith("--spec-")
             )
+            raise UsageError(
+                f"option {all_knobs[name].flag}: the chain's {' and '.join(per_member)} each have a {name!r}; "
+                f"set each with {flags}"
+            )
+        warn(f"option {all_knobs[name].flag} is accepted but not applied: strategy {strategy!r} has no knob {name!r}")
     for flag, (owner, name) in _strategy_flags().items():
         v = getattr(args, f"spec_{owner}_{name}", None)
         if v is None:
             continue
-        if owner != strategy:
+        target = members.get(owner, {}).get(name)
+        if target is None:
             warn(f"option {flag} is accepted but not applied: it is for strategy {owner!r}, not {strategy!r}")
-        elif name in knob_values and str(knob_values[name]) != str(v):
+        elif target in knob_values and str(knob_values[target]) != str(v):
             raise UsageError(
-                f"option {flag} {v} conflicts with --{name.replace('_', '-')} {knob_values[name]}; use one of them"
+                f"option {flag} {v} conflicts with --{target.replace('_', '-')} {knob_values[target]}; use one of them"
             )
         else:
-            knob_values[name] = v
+            knob_values[target] = v
     by_name = {k.name: k for k in schema.knobs}
     try:
         knobs = schema.validate(knob_values)

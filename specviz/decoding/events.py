@@ -98,6 +98,13 @@ class DraftProposed(Event):
     so the draft was shortened to one (a checkpoint of the ring instead would copy every ring cell each
     round); ``reason`` says why the draft is shorter than the
     limit when the drafter itself stopped (``no-match``, ``p-min``, ``check-rate``, ``min-hits`` …).
+    ``drafter`` names the strategy that proposed the draft (with a chain of drafters, the member that
+    drafted, or the chain when none did; ``""`` in recordings made before it was recorded). ``block`` is
+    set for a block draft — its positions drafted in parallel in one pass (``dflash``, ``dspark``), not
+    a chain: ``kind``, ``size``
+    (tokens decoded), ``positions`` (draft positions the block holds), ``trained`` (the trained block
+    size), ``anchor_drafts``, ``position`` (the anchor's) and, for DSpark, ``confidence`` per position;
+    ``None`` otherwise.
     """
 
     kind: ClassVar[str] = "draft_proposed"
@@ -112,6 +119,8 @@ class DraftProposed(Event):
     position: int = 0
     policy: str = "fixed"
     expected_tokens: float | None = None
+    drafter: str = ""
+    block: dict | None = None
 
 
 @dataclass(frozen=True)

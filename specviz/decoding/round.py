@@ -54,6 +54,9 @@ class RoundResult:
     ``checkpoint`` is the partial-state checkpoint taken before the verify (None when removal sufficed)
     and ``rollback`` what dropping the rejected tail did (None when nothing was rejected);
     ``draft_memory`` the checkpoints and cuts of the drafter's own context that were more than a removal.
+    ``drafter`` names the strategy that proposed the draft (a chained drafter's member, else the
+    drafter's own name); ``block`` describes a block draft (positions drafted in parallel, see
+    :class:`~specviz.strategies.base.Draft`), ``None`` for a draft made token by token.
     """
 
     index: int
@@ -81,6 +84,8 @@ class RoundResult:
     checkpoint: Mark | None = None
     rollback: Cut | None = None
     draft_memory: list[Mark | Cut] = field(default_factory=list)
+    drafter: str = ""
+    block: dict | None = None
 
 
 def run_round(
@@ -194,4 +199,6 @@ def run_round(
         checkpoint=checkpoint,
         rollback=rollback,
         draft_memory=draft_memory,
+        drafter=proposal.drafter or drafter.name,
+        block=proposal.block,
     )

@@ -58,6 +58,8 @@ def round_events(r: RoundResult, pieces: Callable[[Sequence[int]], list[str]], *
             position=r.position,
             policy=policy,
             expected_tokens=b.expected,
+            drafter=r.drafter,
+            block=r.block,
         ),
     ]
     draft_cuts = [x for x in r.draft_memory if isinstance(x, Cut)]

@@ -32,7 +32,7 @@ from ..backends.memory import rollback_refusal
 from ..errors import RollbackUnavailableError, SessionStateError
 from ..models.draft_cache import DraftModelCache
 from ..models.embedded import resolve_model
-from ..strategies import make_drafter, strategy_class, strategy_names, strategy_schema
+from ..strategies import make_drafter, resolve_strategy, strategy_class, strategy_names, strategy_schema
 from ..strategies.base import Drafter, DraftResources
 from .budget import Caps, plan
 from .events import Event, Finished, KnobsChanged, Rewound, Round, SessionStarted, TelemetryEvent
@@ -345,7 +345,7 @@ class Session:
         with self._lock:
             g = self.generation
             cur_strategy, cur_knobs = g.pending if g.pending else (g.strategy, g.knobs)
-            target = strategy or cur_strategy
+            target = resolve_strategy(strategy) if strategy else cur_strategy
             cfg = self.validate_config(target, knobs, cur_knobs)
             g.pending = (target, cfg)
             return dict(cfg)
@@ -436,12 +436,16 @@ class Session:
         :attr:`text` ends before the stop string. ``temperature`` 0 (the default)
         is greedy and exact; above 0 every strategy samples losslessly (rejection sampling, the target's
         distribution after ``top_k``/``top_p``) from a generator seeded with ``seed`` (a random seed is
-        drawn and recorded when ``seed`` is None). Every argument is validated before anything changes;
-        a refused call leaves the previous generation intact.
+        drawn and recorded when ``seed`` is None). ``strategy`` is a strategy name, llama.cpp's
+        ``--spec-type`` spelling of one (``draft-dflash``) or a comma list of them, a chain of drafters
+        asked in llama.cpp's priority order (:mod:`specviz.strategies.chain`); :attr:`strategy` holds its
+        canonical name. Every argument is validated before anything changes; a refused call leaves the
+        previous generation intact.
         """
         with self._lock:
             request: dict[str, Any] = dict(temperature=temperature, top_k=top_k, top_p=top_p, seed=seed, stop=stop)
             request.update(messages=messages, chat_template=chat_template)
+            strategy = resolve_strategy(strategy)  # llama.cpp's spellings and chains have one canonical name
             req, cfg = self._check_start(prompt, max_tokens, strategy, self.ctx.capacity.n_ctx, request, knobs)
             sampling, stops, ids, chat = req.sampling, req.stop, req.ids, req.messages
             drafter = self.build_drafter(strategy, cfg, sampling)  # may fail: nothing has changed yet
@@ -535,7 +539,7 @@ class Session:
     ) -> tuple[Request, dict[str, Any]]:
         # every check of start(), in one place (start and check_start)
         req = prepare_request(self.model, prompt, max_tokens, n_ctx=n_ctx, **request)
-        return req, self.validate_config(strategy, knobs)
+        return req, self.validate_config(resolve_strategy(strategy), knobs)
 
     def _draft_model_name(self) -> str | None:
         return str(self.knobs.get("draft_model")) if strategy_class(self.strategy).needs_model else None
@@ -645,6 +649,7 @@ class Session:
             round_seconds=res.round_seconds,
             draft_probs=res.draft_probs,
             expected_tokens=res.budget.expected,
+            drafter=res.drafter,
         )
         self.telemetry.record_memory(res.checkpoint, res.rollback, res.draft_memory)
 

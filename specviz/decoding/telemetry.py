@@ -10,7 +10,9 @@ tested on hand-made numbers:
 * :func:`tokens_per_round` = generated / rounds;
 * :func:`per_position_acceptance`: for draft depth i, accepted at i / drafts reaching depth i;
 * :func:`tokens_per_second` = generated / decode seconds (prompt processing excluded);
-* :func:`bucket_rates`: acceptance by the drafter's own probability (0.1-wide buckets).
+* :func:`bucket_rates`: acceptance by the drafter's own probability (0.1-wide buckets);
+* :func:`drafter_figures`: the drafting figures of each drafter that proposed drafts (a chain of
+  drafters tries several per round, one proposes).
 
 :func:`figures` returns all of them with the counters as one JSON-serialisable dictionary (what
 ``Session.telemetry_dict()`` extends with the strategy's counters, the cache length and the policy).
@@ -18,6 +20,7 @@ tested on hand-made numbers:
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Sequence
 
@@ -70,6 +73,8 @@ class Telemetry:
     draft_checkpoint_seconds: float = 0.0
     draft_rollback_paths: dict[str, int] = field(default_factory=dict)
     draft_restore_seconds: float = 0.0
+    #: per drafter that proposed: rounds_with_draft, drafted, accepted, position_tries, position_hits
+    by_drafter: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def record_round(
         self,
@@ -82,8 +87,10 @@ class Telemetry:
         round_seconds: float,
         draft_probs: Sequence[float | None] | None = None,
         expected_tokens: float | None = None,
+        drafter: str | None = None,
     ) -> None:
-        """Add one round: its draft length, accepted draft tokens, committed tokens and timings."""
+        """Add one round: its draft length, accepted draft tokens, committed tokens and timings; ``drafter``
+        names who proposed the draft (counted per drafter)."""
         self.rounds += 1
         self.generated += n_committed
         self.draft_seconds += draft_seconds
@@ -101,6 +108,19 @@ class Telemetry:
                     self.position_hits[i] += 1
             _grow(self.length_hist, n_accepted + 1)
             self.length_hist[n_accepted] += 1
+            if drafter:
+                c = self.by_drafter.setdefault(
+                    drafter,
+                    {"rounds_with_draft": 0, "drafted": 0, "accepted": 0, "position_tries": [], "position_hits": []},
+                )
+                c["rounds_with_draft"] += 1
+                c["drafted"] += n_drafted
+                c["accepted"] += n_accepted
+                _grow(c["position_tries"], n_drafted)
+                _grow(c["position_hits"], n_drafted)
+                for i in range(n_drafted):
+                    c["position_tries"][i] += 1
+                    c["position_hits"][i] += int(i < n_accepted)
             for i, p in enumerate((draft_probs or [])[:n_drafted]):
                 if p is None:
                     continue
@@ -147,10 +167,7 @@ class Telemetry:
 
     def state(self) -> dict[str, Any]:
         """The raw counters, for snapshots."""
-        return {
-            k: (list(v) if isinstance(v, list) else (dict(v) if isinstance(v, dict) else v))
-            for k, v in self.__dict__.items()
-        }
+        return {k: copy.deepcopy(v) if isinstance(v, (list, dict)) else v for k, v in self.__dict__.items()}
 
     @classmethod
     def from_state(cls, d: dict[str, Any]) -> Telemetry:
@@ -207,6 +224,23 @@ def bucket_rates(tries: Sequence[int], hits: Sequence[int]) -> list[dict[str, An
     ]
 
 
+def drafter_figures(by_drafter: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """For each drafter that proposed drafts: its counts, acceptance rate, mean accepted length and
+    acceptance by depth."""
+    return {
+        name: {
+            "rounds_with_draft": c["rounds_with_draft"],
+            "drafted": c["drafted"],
+            "accepted": c["accepted"],
+            "acceptance_rate": acceptance_rate(c["accepted"], c["drafted"]),
+            "mean_accepted_length": mean_accepted_length(c["accepted"], c["rounds_with_draft"]),
+            "per_position_acceptance": per_position_acceptance(c["position_hits"], c["position_tries"]),
+            "per_position_tries": list(c["position_tries"]),
+        }
+        for name, c in by_drafter.items()
+    }
+
+
 def figures(t: Telemetry) -> dict[str, Any]:
     """The counters and every derived figure, as one JSON-serialisable dictionary."""
     return {
@@ -228,6 +262,7 @@ def figures(t: Telemetry) -> dict[str, Any]:
         "tokens_per_second": tokens_per_second(t.generated, t.seconds),
         "expected_tokens_per_round": t.expected_tokens / t.rounds if t.rounds and t.expected_tokens else None,
         "draft_buckets": bucket_rates(t.bucket_tries, t.bucket_hits),
+        "by_drafter": drafter_figures(t.by_drafter),
         "last_round": dict(t.last_round),
         "checkpoints": t.checkpoints,
         "checkpoint_bytes": t.checkpoint_bytes,

@@ -55,13 +55,19 @@ class Draft:
     ``reason`` is a short code (``no-match``, ``check-rate``, ``p-min`` …) when the drafter proposed fewer
     tokens than it was allowed, else ``None``. ``dists`` holds the full draft distribution of each token
     when the tokens were sampled from it (a model drafting under sampling), for the acceptor's
-    ``min(1, p/q)`` rule; ``None`` for deterministic drafts.
+    ``min(1, p/q)`` rule; ``None`` for deterministic drafts. ``block`` describes a block draft (positions
+    drafted in parallel in one pass: ``dflash``, ``dspark``) as plain data — its ``kind``, ``size`` (tokens
+    decoded), ``positions`` (draft positions it holds), ``trained`` block size and, for DSpark, each
+    position's ``confidence``; ``None`` for a chain drafted token by token. ``drafter`` names the strategy
+    that proposed it when that is not the drafter itself (a member of a chained drafter).
     """
 
     tokens: list[int] = field(default_factory=list)
     probs: list[float | None] | None = None
     reason: str | None = None
     dists: list[TokenDist] | None = None
+    block: dict[str, Any] | None = None
+    drafter: str | None = None
 
 
 @dataclass

@@ -29,7 +29,7 @@ from ..backends.llama import LlamaContext
 from ..backends.memory import Cut, Mark
 from ..decoding.rowscan import ScoredRow
 from ..decoding.sampling import TokenDist, probs_from_logits, sample
-from ..errors import KnobError, SnapshotError
+from ..errors import KnobError, SnapshotError, StrategyUnavailableError
 from .base import Draft, Drafter, DraftResources
 from .knobs import DRAFT_MODEL_KNOB, DRAFT_P_MIN_KNOB
 
@@ -58,6 +58,24 @@ class DraftModelDrafter(Drafter):
                 f"knob 'draft_model': {path!r} does not exist; pass the path of a .gguf file",
                 knob="draft_model",
                 value=path,
+            )
+
+    #: Draft GGUFs that are not whole models: they draft for a target through a strategy of their own.
+    HEADS = {
+        "eagle3": "an EAGLE-3 head; use the eagle3 strategy (--spec-type draft-eagle3)",
+        "dflash": "a DFlash draft; use the dflash or dspark strategy (--spec-type draft-dflash / draft-dspark)",
+    }
+
+    @classmethod
+    def check_models(cls, config: dict[str, Any], target_ctx: Any, model: Any) -> None:
+        """Refuse a draft head (EAGLE-3, DFlash): it cannot decode tokens alone (llama.cpp refuses its context,
+        or asserts on its first batch without the target's)."""
+        arch = model.info.architecture if model is not None else None
+        if arch in cls.HEADS:
+            raise StrategyUnavailableError(
+                f"draft cannot use {model.path.name}: it is {cls.HEADS[arch]}",
+                knob="draft_model",
+                value=str(model.path),
             )
 
     def __init__(self, resources: DraftResources, **knobs: Any) -> None:

@@ -7,7 +7,8 @@ inputs; MTP: the target's NextN output) and ``t_p`` for the token at ``p``:
 
 * the pair of target position ``p`` is ``(t_{p+1}, s_p)``, stored at drafter position ``p + offset``
   (``offset`` 0 for EAGLE-3, 1 for MTP — llama.cpp's two conventions in ``common/speculative.cpp``);
-  its output predicts ``t_{p+2}`` and its pre-norm output is the state of the next drafting step;
+  its output predicts ``t_{p+2}`` and its pre-norm output is the state of the next drafting step; MTP's
+  position 0 holds ``(t_0, 0)`` (llama.cpp pairs the first token with its zero-initialised pending state);
 * with the history ``t_0 … t_{L-1}`` (the target's cache holds ``0 … L-2``; ``t_{L-1}`` is pending),
   every pair up to ``p = L-3`` is written after each round, and ``s_{L-2}`` waits: its pair needs
   ``t_{L-1}``, and writing it is the first drafting step, whose output is the first draft token
@@ -44,9 +45,11 @@ from typing import Any, ClassVar, Sequence
 
 import numpy as np
 
-from ..decoding.sampling import TokenDist, probs_from_logits, sample
+from ..decoding.sampling import TokenDist
 from ..errors import ContextError, SnapshotError
 from .base import Draft, Drafter, DraftResources
+from .draft_choice import choose_token
+from .target_replay import reevaluate
 
 
 class HiddenStateDrafter(Drafter):
@@ -62,6 +65,9 @@ class HiddenStateDrafter(Drafter):
     has_context = True
     #: Drafter position of the pair of target position p is p + PAIR_OFFSET.
     PAIR_OFFSET: ClassVar[int] = 0
+    #: (``PAIR_OFFSET`` 1) Position 0 holds the first token paired with a zero state, as llama.cpp's MTP
+    #: writes it (its pending state starts as zeros): every later step attends to it.
+    LEADING_PAIR: ClassVar[bool] = False
 
     def __init__(self, resources: DraftResources, **knobs: Any) -> None:
         super().__init__(**knobs)
@@ -115,6 +121,8 @@ class HiddenStateDrafter(Drafter):
             return
         nb = self.res.n_batch
         p0 = self._n_pairs
+        if self.LEADING_PAIR and p0 == 0 and len(history) > 0 and self._drafter_kv() == 0:
+            self.dctx.decode([int(history[0])], np.zeros((1, self.dctx.n_embd), dtype=np.float32), 0)
         for a in range(p0, upto + 1, nb):
             b = min(upto, a + nb - 1)
             toks = [int(history[p + 1]) for p in range(a, b + 1)]
@@ -127,26 +135,11 @@ class HiddenStateDrafter(Drafter):
 
     def _catch_up(self, history: Sequence[int]) -> None:
         """Re-evaluate the target's committed positions whose states are missing (see the module docstring)."""
-        n_committed = len(history) - 1
-        tgt = self.target_ctx
-        if tgt.kv_len() != n_committed:
-            raise ContextError(
-                f"the target cache holds {tgt.kv_len()} positions, the history {n_committed}; "
-                "the hidden-state drafter cannot catch up"
-            )
         start = self._n_pairs
-        if n_committed - start <= 0:
-            self._dirty = False
-            return
-        nb = tgt.capacity.n_batch
-        rows = []
-        tgt.memory.cut(start, history)  # on recurrent or hybrid targets: from a saved state
-        for a in range(start, n_committed, nb):
-            chunk = [int(t) for t in history[a : min(a + nb, n_committed)]]
-            tgt.eval(chunk, a, rows="none")
-            rows.append(self._states(len(chunk)))
-        self.catch_up_tokens += n_committed - start
-        self._set_pending(start, np.concatenate(rows))
+        rows = reevaluate(self.target_ctx, history, start, self._states, what="hidden-state")
+        if rows.shape[0]:
+            self.catch_up_tokens += rows.shape[0]
+            self._set_pending(start, rows)
         self._dirty = False
 
     def _complete(self, history: Sequence[int]) -> None:
@@ -179,28 +172,6 @@ class HiddenStateDrafter(Drafter):
             self._dirty = True
             self._hist_len = len(history)
 
-    def _choose(self, row: np.ndarray) -> tuple[int, float, float, TokenDist | None]:
-        """(token, its probability, top probability, q or None) from one logits row of the drafter."""
-        params = self.res.sampling
-        ids = self.vocab_ids
-        sub = row[ids] if ids is not None else row
-        if params.greedy:
-            x = np.where(np.isnan(sub), -np.inf, sub).astype(np.float64)
-            j = int(np.argmax(x))
-            m = x[j]
-            if m == -np.inf:
-                raise ContextError("the drafter's logits row has no finite value")
-            p = 1.0 / float(np.exp(x - m).sum())
-            tok = int(ids[j]) if ids is not None else j
-            return tok, p, p, None
-        q = probs_from_logits(sub, params)
-        if ids is not None:
-            qids = ids if q.ids is None else ids[q.ids]
-            q = TokenDist(q.probs, np.asarray(qids, dtype=np.int64), self.n_vocab)
-        top = float(q.probs.max())
-        tok = sample(q, self.res.rng)
-        return tok, q.prob(tok), top, q
-
     def _draft(self, history: Sequence[int], n_max: int) -> Draft:
         L = len(history)
         if L < 2:
@@ -219,7 +190,9 @@ class HiddenStateDrafter(Drafter):
         dists: list[TokenDist] = []
         reason = None
         for i in range(n_max):
-            tok, p, top, q = self._choose(self.dctx.logits(0))
+            tok, p, top, q = choose_token(
+                self.dctx.logits(0), self.res.sampling, self.res.rng, self.vocab_ids, self.n_vocab
+            )
             if top < p_min:
                 reason = "p-min"
                 break

@@ -9,7 +9,8 @@ draft-mtp``). Drafting, rollbacks and snapshots work as for ``eagle3`` (see
 state, read for every row of each batch.
 
 A model without NextN layers, or whose MTP graph specviz cannot check (see
-:mod:`specviz.backends.mtp`), is refused by ``configure()`` / ``start()`` with
+:mod:`specviz.backends.mtp`: ``glm4moe`` and Qwen3.5's ``qwen35`` run), or NextN layers whose width or
+vocabulary differ from the target's, are refused by ``configure()`` / ``start()`` with
 :class:`~specviz.errors.StrategyUnavailableError` saying why. Gemma 3 has none.
 """
 
@@ -20,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from ..backends.mtp import NextNContext, TargetNextNTap, mtp_problems
+from ..backends.mtp import NextNContext, TargetNextNTap, mtp_pair_problems, mtp_problems
 from ..decoding.knob_schema import Knob
 from ..errors import KnobError, StrategyUnavailableError
 from .base import DraftResources
@@ -43,6 +44,7 @@ class MtpDrafter(HiddenStateDrafter):
     knobs = (MTP_MODEL_KNOB, DRAFT_P_MIN_KNOB)
     state_format = "mtp-1"
     PAIR_OFFSET = 1
+    LEADING_PAIR = True
     #: The draft model is optional: without one the target's own NextN layers draft.
     draft_model_optional = True
 
@@ -62,11 +64,7 @@ class MtpDrafter(HiddenStateDrafter):
     def check_models(cls, config: dict[str, Any], target_ctx: Any, model: Any) -> None:
         """Refuse a model without usable NextN layers, saying why."""
         m = model if model is not None else target_ctx.model
-        why = mtp_problems(m.info)
-        if not why and m.info.architecture != target_ctx.model.info.architecture:
-            why = [
-                f"the NextN model is a {m.info.architecture!r} model, the target {target_ctx.model.info.architecture!r}"
-            ]
+        why = mtp_problems(m.info) or mtp_pair_problems(m, target_ctx.model)
         if why:
             raise StrategyUnavailableError(
                 f"mtp cannot draft with {m.path.name}: " + "; ".join(why), knob="strategy", value="mtp"

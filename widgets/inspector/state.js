@@ -6,6 +6,7 @@
 // hello/gap protocol compares with the `start` of each events message. A reducer never modifies the
 // state it is given; growing lists are append-only sequences (seq.js) shared between states.
 
+import { blockPositions } from "./block.js";
 import { EMPTY_SEQ, seqPush, seqSlice } from "./seq.js";
 
 /** Token statuses, in the order of the legend ("kept": committed by a round a rewind cut inside). */
@@ -35,6 +36,8 @@ export function initialState(epoch = -1) {
     expN: 0,
     rewinds: 0, // rewound events seen
     rewound: null, // the last rewound event
+    lastDrafter: null, // the drafter of the last round that drafted (a chain names its members)
+    byDrafter: {}, // acceptance per drafter (from telemetry)
   };
 }
 
@@ -55,10 +58,14 @@ export function reduce(state, ev) {
       return { ...s, cur: { ...newRound(ev.round), draft: ev } };
     case "verified":
       return { ...s, cur: { ...roundOf(s.cur, ev), verified: ev } };
-    case "accepted":
-      return { ...s, cur: { ...roundOf(s.cur, ev), accepted: ev }, tokens: seqPush(s.tokens, acceptedTokens(ev)) };
-    case "rejected":
-      return { ...s, cur: { ...roundOf(s.cur, ev), rejected: ev }, tokens: seqPush(s.tokens, rejectedTokens(ev)) };
+    case "accepted": {
+      const c = roundOf(s.cur, ev);
+      return { ...s, cur: { ...c, accepted: ev }, tokens: seqPush(s.tokens, acceptedTokens(ev, c.draft)) };
+    }
+    case "rejected": {
+      const c = roundOf(s.cur, ev);
+      return { ...s, cur: { ...c, rejected: ev }, tokens: seqPush(s.tokens, rejectedTokens(ev, c.draft)) };
+    }
     case "kv_rollback": {
       const c = roundOf(s.cur, ev);
       const ctx = ev.context === "draft" ? "draft" : "target";
@@ -110,9 +117,12 @@ function rewind(s, ev) {
     if (r.draftKv && r.draftKv.before != null) hasDraftKV = true;
   }
   const tel = ev.telemetry || null;
+  const drafting = rs.filter((r) => r.drafter);
   return {
     ...s, tokens: seqPush(EMPTY_SEQ, toks), rounds: seqPush(EMPTY_SEQ, rs), cur: null, tel, hist, expSum, expN,
     memory: memorySummary(tel) || s.memory,
+    lastDrafter: drafting.length ? drafting[drafting.length - 1].drafter : null,
+    byDrafter: tel && tel.by_drafter ? tel.by_drafter : {},
     hasDraftKV, hasExpected, strategy: ev.strategy || s.strategy, knobs: ev.knobs || s.knobs,
     posAcc: tel && tel.per_position_acceptance ? tel.per_position_acceptance : [],
     posTries: tel && tel.per_position_tries ? tel.per_position_tries : [],
@@ -166,12 +176,22 @@ function bonusStatus(kind) {
   return kind === "correction" ? "correction" : kind === "bonus" ? "bonus" : "plain";
 }
 
-function acceptedTokens(ev) {
+// What a draft token keeps of its round's draft: the drafter that proposed it and, for a block draft, the block.
+function draftOrigin(d) {
+  if (!d) return {};
+  const o = {};
+  if (d.drafter) o.drafter = d.drafter;
+  if (d.block) o.block = d.block;
+  return o;
+}
+
+function acceptedTokens(ev, draft) {
   const pieces = ev.pieces || [], toks = ev.tokens || [], dp = ev.draft_probs || [], tp = ev.target_probs || [];
+  const origin = draftOrigin(draft);
   const out = [];
   for (let j = 0; j < ev.n_accepted; j++) {
     out.push({ status: "accepted", id: toks[j], piece: pieces[j], round: ev.round, depth: j, draftP: dp[j], targetP: tp[j],
-      pos: ev.position + j });
+      pos: ev.position + j, ...origin });
   }
   if (ev.bonus_token != null) {
     out.push({ status: bonusStatus(ev.bonus_kind), id: ev.bonus_token, piece: ev.bonus_piece, round: ev.round,
@@ -182,10 +202,11 @@ function acceptedTokens(ev) {
 
 // Every rejected token keeps the rejection (its alternatives are shown for any of them); the first one
 // is the token the target refused, so it carries the target's probability of it.
-function rejectedTokens(ev) {
+function rejectedTokens(ev, draft) {
   const toks = ev.tokens || [], pieces = ev.pieces || [], dp = ev.draft_probs || [];
+  const origin = draftOrigin(draft);
   return toks.map((id, j) => ({ status: "rejected", id, piece: pieces[j], round: ev.round, depth: ev.depth + j,
-    draftP: dp[j], targetP: j === 0 ? ev.draft_token_target_prob : null, rejection: ev, first: j === 0 }));
+    draftP: dp[j], targetP: j === 0 ? ev.draft_token_target_prob : null, rejection: ev, first: j === 0, ...origin }));
 }
 
 /**
@@ -221,12 +242,17 @@ function finishRound(s, c) {
     expected,
     expectedMean: expN ? expSum / expN : null,
     policy: d ? d.policy : null,
+    // who proposed the draft (a chain's member; "" in recordings made before it was recorded)
+    drafter: d && drafted > 0 ? d.drafter || s.strategy : null,
+    // a block draft: its facts and the fate of each of its positions
+    block: d && d.block ? { ...d.block, cells: blockPositions(d.block.positions || 0, drafted, accepted) } : null,
   };
   const hist = s.hist.slice();
   hist[committed] = (hist[committed] || 0) + 1;
   const pos = tel && tel.per_position_acceptance;
   return {
     ...s, cur: null, rounds: seqPush(s.rounds, [r]), hist,
+    lastDrafter: r.drafter || s.lastDrafter, byDrafter: tel && tel.by_drafter ? tel.by_drafter : s.byDrafter,
     posAcc: pos ? pos : s.posAcc, posTries: pos ? tel.per_position_tries || [] : s.posTries,
     hasDraftKV: s.hasDraftKV || r.draftKv.before != null,
     hasExpected: s.hasExpected || expected != null, expSum, expN,

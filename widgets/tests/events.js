@@ -96,3 +96,27 @@ export function memoryTelemetry(over = {}, draft = null) {
   machine: { thermal_c: { available: false, value: "not available", why: "this machine exposes no thermal zones" },
     cpu_mhz: { available: true, min: 2000, mean: 2400, max: 2800, samples: 3 } } };
 }
+
+/**
+ * A chained session with a block drafter: the prompt (3 tokens), then
+ *  round 1: ngram-mod drafts [20, 21], both accepted, bonus 30;
+ *  round 2: dflash drafts a block of 6 (5 positions), 4 verified [22, 23, 24, 25]: 2 accepted, 24 refused
+ *           (25 discarded with it), correction 31; the fifth position was not verified;
+ *  round 3: dflash again, its whole block of 5 verified and accepted, bonus 32.
+ */
+export function blockSession() {
+  const block = (positions) => ({ kind: "dflash", size: 6, positions, trained: 6, anchor_drafts: false, position: 0 });
+  const st = "ngram-mod,dflash";
+  return [
+    started({ strategy: st }),
+    drafted(1, [20, 21], { drafter: "ngram-mod", block: null }), verified(1, 2, 5), accepted(1, [20, 21], 30, "bonus", 3),
+    telemetry(1, { by_drafter: { "ngram-mod": { drafted: 2, accepted: 2, acceptance_rate: 1 } } }),
+    drafted(2, [22, 23, 24, 25], { drafter: "dflash", block: block(5) }), verified(2, 5, 10),
+    accepted(2, [22, 23], 31, "correction", 6), rejected(2, 2, [24, 25], 31), rollback(2, "target", 10, 8),
+    rollback(2, "draft", 13, 7),
+    telemetry(2, { by_drafter: { "ngram-mod": { drafted: 2, accepted: 2 }, dflash: { drafted: 4, accepted: 2 } } }),
+    drafted(3, [40, 41, 42, 43, 44], { drafter: "dflash", block: block(5) }), verified(3, 8, 14),
+    accepted(3, [40, 41, 42, 43, 44], 32, "bonus", 9),
+    telemetry(3, { by_drafter: { "ngram-mod": { drafted: 2, accepted: 2 }, dflash: { drafted: 9, accepted: 7 } } }),
+  ];
+}

@@ -2,6 +2,7 @@
 // and the card with the strategy, its knob form, Apply and the prompt for a new session. Every button
 // sends a message to Python; what they allow follows the host's "state" messages (`config`).
 
+import { strategyOptions } from "../block.js";
 import { h } from "../dom.js";
 import { commandMessage, configureMessage, resetMessage, runMessage, schemaMessage } from "../messages.js";
 import { buildKnobForm, readKnobForm, showKnobErrors } from "./knob_form.js";
@@ -114,14 +115,20 @@ export function controlsView(send, root, uid) {
     }
   }
 
+  function hasOption(name) {
+    return Array.from(stratSel.options).some((o) => o.value === name);
+  }
+
   function applyState(st) {
     const prevStrategy = config.strategy;
     const prevKnobs = JSON.stringify(config.knobs);
     Object.assign(config, st);
-    if (Array.isArray(st.strategies)) {
+    if (Array.isArray(st.strategies) || (config.strategy && !hasOption(config.strategy))) {
+      // a chain of drafters (started from Python or the CLI) is offered beside the registered strategies
+      const names = strategyOptions(config.strategies || [], config.strategy);
       const cur = stratSel.value;
-      stratSel.replaceChildren(...st.strategies.map((s) => h("option", { value: s, text: s })));
-      stratSel.value = cur && st.strategies.includes(cur) ? cur : config.strategy;
+      stratSel.replaceChildren(...names.map((s) => h("option", { value: s, text: s })));
+      stratSel.value = cur && names.includes(cur) ? cur : config.strategy;
     }
     const changed = config.strategy !== prevStrategy || JSON.stringify(config.knobs) !== prevKnobs;
     if (config.strategy && (changed || formStrategy === null)) {

@@ -15,6 +15,12 @@ export function describeToken(t) {
   if (t.status === "prompt") rows.push(["position", String(t.pos)]);
   else rows.push(["round", String(t.round)], ["depth", String(t.depth)], ["draft p", fmtP(t.draftP)], ["target p", fmtP(t.targetP)]);
   if (t.rejection && t.first) rows.push(["target chose", quote(t.rejection.target_piece) + " (" + fmtP(t.rejection.target_prob) + ")"]);
+  if (t.drafter) rows.push(["drafter", t.drafter]);
+  if (t.block) {
+    rows.push(["block", (t.block.kind || "block") + ": position " + (t.depth + 1) + " of " + t.block.positions + ", drafted in parallel"]);
+    const c = t.block.confidence;
+    if (Array.isArray(c) && c[t.depth] != null) rows.push(["confidence", fmtP(c[t.depth])]);
+  }
   return rows;
 }
 

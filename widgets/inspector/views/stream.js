@@ -1,10 +1,13 @@
 // The token stream card: every token coloured by its status, one span per round, the rejected draft
-// tokens of a round in a collapsible group, knob-change markers, and the "finished" bar.
+// tokens of a round in a collapsible group, knob-change markers, and the "finished" bar. A block draft
+// (DFlash, DSpark) is one boxed span led by a strip with the fate of each of its positions (drafted in
+// parallel, not a chain); where a chain of drafters changes member, a marker names the one that drafted.
 //
 // Rendering is incremental: each event appends only the tokens it added to the state. The stream is
 // split into block chunks so that appending a round re-lays out only the last chunk (one huge inline
 // paragraph costs a full reflow per append); off-screen chunks skip rendering (CSS content-visibility).
 
+import { blockPositions, blockTitle, drafterChanged } from "../block.js";
 import { h } from "../dom.js";
 import { knobText, showPiece } from "../format.js";
 import { seqAt, seqSlice } from "../seq.js";
@@ -77,6 +80,23 @@ export function streamView(detail, getState) {
     return toks;
   }
 
+  // A round's span as a block (the strip of its positions' fates and the block's facts in the title), and the
+  // drafter's marker before it when the drafting member changed. `info`: {drafter, block, drafted, accepted}.
+  function decorateRound(roundEl, info, previous, strategy) {
+    if (drafterChanged(info.drafter, previous, strategy)) {
+      roundEl.before(h("span", { class: "sv-drafter", title: "drafted by " + info.drafter + " (the first drafter of the chain that drafted)",
+        text: "⇢ " + info.drafter }));
+    }
+    if (info.drafter) roundEl.dataset.drafter = info.drafter;
+    const b = info.block;
+    if (!b || !info.drafted) return;
+    roundEl.classList.add("sv-blk");
+    roundEl.title = blockTitle(b, info.drafted, info.accepted);
+    const strip = h("span", { class: "sv-blkstrip" });
+    for (const c of blockPositions(b.positions || 0, info.drafted, info.accepted)) strip.append(h("i", { class: "sv-bp sv-bp-" + c }));
+    roundEl.prepend(strip);
+  }
+
   function clear() {
     el.replaceChildren();
     chunk = null;
@@ -92,7 +112,8 @@ export function streamView(detail, getState) {
   function rebuild(state, ev) {
     clear();
     const toks = seqSlice(state.tokens);
-    let roundEl = null, roundNo = null, rejEl = null;
+    const summaries = new Map(seqSlice(state.rounds).map((r) => [r.round, r]));
+    let roundEl = null, roundNo = null, rejEl = null, previous = null;
     toks.forEach((t, i) => {
       if (t.status === "prompt") {
         tokenNodes(t, i, sink());
@@ -105,6 +126,11 @@ export function streamView(detail, getState) {
         sink().append(roundEl);
         roundNo = t.round;
         rejEl = null;
+        const r = summaries.get(t.round);
+        if (r) {
+          decorateRound(roundEl, { drafter: r.drafter, block: r.block, drafted: r.drafted, accepted: r.accepted }, previous, state.strategy);
+          if (r.drafter) previous = r.drafter;
+        }
       }
       if (t.status === "rejected") {
         if (!rejEl) {
@@ -152,6 +178,12 @@ export function streamView(detail, getState) {
         w.dataset.round = ev.round;
         const toks = appendTokens(state, prev.tokens.length, w);
         sink().append(w);
+        const d = state.cur && state.cur.round === ev.round ? state.cur.draft : null;
+        const drafted = d ? (d.tokens || []).length : 0;
+        if (d && drafted) {
+          decorateRound(w, { drafter: d.drafter || state.strategy, block: d.block, drafted, accepted: ev.n_accepted },
+            prev.lastDrafter, state.strategy);
+        }
         wrap = { round: ev.round, el: w };
         if (toks.length) lastPiece = toks[toks.length - 1].piece;
         break;

@@ -1,0 +1,39 @@
+"""How a model-backed drafter picks a draft token from one of its logits rows.
+
+Greedy sessions take the first maximum (NaN as -inf) and report its softmax probability; sampling
+sessions draw from ``q`` — the row under the generation's temperature, top-k and top-p, exactly as the
+target's distribution is built — and hand ``q`` to the acceptor, so sampled decoding stays lossless.
+With a reduced draft vocabulary (EAGLE-3's and DFlash's ``d2t``) the row is read only at the target ids
+the drafter can express, mapped back to target ids: exactly the distribution of llama.cpp's
+full-vocabulary row, whose other entries are -inf.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..decoding.sampling import SamplingParams, TokenDist, probs_from_logits, sample
+from ..errors import ContextError
+
+
+def choose_token(
+    row: np.ndarray, params: SamplingParams, rng: np.random.Generator, vocab_ids: np.ndarray | None, n_vocab: int
+) -> tuple[int, float, float, TokenDist | None]:
+    """``(token, its probability, the top probability, q or None)`` from one logits ``row``."""
+    sub = row[vocab_ids] if vocab_ids is not None else row
+    if params.greedy:
+        x = np.where(np.isnan(sub), -np.inf, sub).astype(np.float64)
+        j = int(np.argmax(x))
+        m = x[j]
+        if m == -np.inf:
+            raise ContextError("the drafter's logits row has no finite value")
+        p = 1.0 / float(np.exp(x - m).sum())
+        tok = int(vocab_ids[j]) if vocab_ids is not None else j
+        return tok, p, p, None
+    q = probs_from_logits(sub, params)
+    if vocab_ids is not None:
+        qids = vocab_ids if q.ids is None else vocab_ids[q.ids]
+        q = TokenDist(q.probs, np.asarray(qids, dtype=np.int64), n_vocab)
+    top = float(q.probs.max())
+    tok = sample(q, rng)
+    return tok, q.prob(tok), top, q
