@@ -91,6 +91,10 @@ class InspectedSession(Protocol):
         """Replace the generation with a snapshot's."""
         ...
 
+    def verify_cost(self) -> Any:
+        """The verify-cost curve for the advisor (measured on the session's context when it has none)."""
+        ...
+
     def close(self) -> None:
         """Free what the session holds."""
         ...

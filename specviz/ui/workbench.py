@@ -19,7 +19,7 @@ import threading
 import time
 from typing import Any, Callable, Protocol
 
-from ..analysis.advise import advise, session_cost
+from ..analysis.advise import advise
 from ..analysis.compare import Comparison, Lane
 from ..analysis.diagnose import diagnose
 from ..decoding.events import Event, Finished, Rewound, TelemetryEvent
@@ -321,7 +321,7 @@ class Workbench:
         s = self.core.session
         if s is not None and s.started:
             self._idle("advise")
-            cost = session_cost(s)
+            cost = s.verify_cost()
         lanes = [self.core.main_events()] + ([list(self.lane.events)] if self.lane is not None else [])
         self.advice = advise(
             *lanes, cost=cost, scale_to_rounds=cost is not None
