@@ -41,6 +41,9 @@ if TYPE_CHECKING:
 
 MAGIC = b"SPECVIZ-SNAPSHOT-1\n"
 _DIGEST = 32
+#: The largest header a snapshot may have (JSON; a long generation's events and checkpoints fit with room):
+#: checked from the declared length before the header is parsed.
+MAX_HEADER_BYTES = 64 << 20
 
 
 def pack(header: dict[str, Any], blobs: list[tuple[str, bytes]]) -> bytes:
@@ -51,6 +54,21 @@ def pack(header: dict[str, Any], blobs: list[tuple[str, bytes]]) -> bytes:
     return body + hashlib.sha256(body).digest()
 
 
+def check_envelope_start(prefix: bytes, total: int | None = None) -> int:
+    """The header length an envelope's first bytes declare, refused with :class:`SnapshotError` (before
+    anything is parsed) when they do not start a specviz snapshot, or the header would be larger than
+    :data:`MAX_HEADER_BYTES` or than the ``total`` bytes of the envelope."""
+    if len(prefix) < len(MAGIC) + 8 or not prefix.startswith(MAGIC):
+        raise SnapshotError("not a specviz snapshot (wrong header); pass the bytes returned by Session.snapshot()")
+    (hlen,) = struct.unpack("<Q", prefix[len(MAGIC) : len(MAGIC) + 8])
+    if hlen > MAX_HEADER_BYTES or (total is not None and len(MAGIC) + 8 + hlen + _DIGEST > total):
+        raise SnapshotError(
+            f"the snapshot header is {hlen} bytes long, more than the snapshot holds or than "
+            f"{MAX_HEADER_BYTES >> 20} MiB; it was not written by specviz"
+        )
+    return hlen
+
+
 def unpack(blob: Any) -> tuple[dict[str, Any], dict[str, bytes]]:
     """The header and the named blobs of an envelope written by :func:`pack`."""
     if not isinstance(blob, (bytes, bytearray, memoryview)):
@@ -58,10 +76,10 @@ def unpack(blob: Any) -> tuple[dict[str, Any], dict[str, bytes]]:
     blob = bytes(blob)
     if len(blob) < len(MAGIC) + 8 + _DIGEST or not blob.startswith(MAGIC):
         raise SnapshotError("not a specviz snapshot (wrong header); pass the bytes returned by Session.snapshot()")
+    hlen = check_envelope_start(blob[: len(MAGIC) + 8], len(blob))
     body, digest = blob[:-_DIGEST], blob[-_DIGEST:]
     if hashlib.sha256(body).digest() != digest:
         raise SnapshotError("the snapshot is corrupted (checksum mismatch); it cannot be restored")
-    (hlen,) = struct.unpack("<Q", body[len(MAGIC) : len(MAGIC) + 8])
     start = len(MAGIC) + 8
     try:
         header = json.loads(body[start : start + hlen])

@@ -55,6 +55,16 @@ class InspectedSession(Protocol):
         """Rounds run in this generation."""
         ...
 
+    @property
+    def history(self) -> list[int]:
+        """Prompt and generated token ids."""
+        ...
+
+    @property
+    def cost_model(self) -> Any:
+        """The verify-cost curve the cost policy measured (``None`` until then)."""
+        ...
+
     def subscribe(self, callback: Callable[[Event], None]) -> Callable[[], None]:
         """Call ``callback(event)`` for every future event; returns the unsubscriber."""
         ...
