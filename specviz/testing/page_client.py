@@ -211,6 +211,8 @@ class PageClient:
         self.model_id = mm.group(1)
         if ready:
             self.send_event("document_ready", {})
+        assert self.sock is not None
+        self.sock.settimeout(None)  # from now on a page waits as long as the server takes
         if self.read:
             self._reader = threading.Thread(target=self._read_loop, name="page-client-reader", daemon=True)
             self._reader.start()
