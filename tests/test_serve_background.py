@@ -26,7 +26,7 @@ from specviz.server.pool import ManagedSession
 from specviz.server.scheduler import RoundScheduler
 from specviz.ui.core import InspectorCore
 from specviz.ui.protocol import MessageError, outgoing_problem, work_of
-from specviz.ui.uploads import MAX_AGE, MAX_UPLOAD_BYTES, PART_BYTES, Uploads
+from specviz.ui.uploads import MAX_AGE, MAX_AHEAD, MAX_UPLOAD_BYTES, PART_BYTES, UploadBudget, Uploads
 
 PROMPT = "the cat sat on the mat and the cat sat on the mat"
 
@@ -226,10 +226,24 @@ def test_uploads_are_bounded_in_ids_bytes_and_age_and_the_header_is_checked_firs
     with pytest.raises(MessageError, match="not a specviz snapshot"):
         up.add("u5", 0, 1, b64(b"GIF89a" + b"\0" * 64))
     assert up.open_ids == [] and up.held_bytes() == 0
+    # parts far ahead of the first missing one are refused (little is kept before the header is checked)
+    with pytest.raises(MessageError, match="in order"):
+        up.add("u6", MAX_AHEAD + 1, 100, b64(parts[1]))
+    # every page's uploads share one budget
+    budget = UploadBudget(limit=3 * 4096)
+    pages = [Uploads(budget=budget), Uploads(budget=budget)]
+    pages[0].add("a", 0, len(parts), b64(parts[0]))
+    pages[0].add("a", 1, len(parts), b64(parts[1]))
+    pages[1].add("b", 0, len(parts), b64(parts[0]))
+    with pytest.raises(MessageError, match="as many uploads as it can"):
+        pages[1].add("b", 1, len(parts), b64(parts[1]))
+    assert budget.held == 2 * 4096 and pages[1].open_ids == []
+    pages[0].close()
+    assert budget.held == 0, "a page that went away gave its bytes back"
     # a whole upload, in parts out of order, comes back byte for byte
     one = Uploads()
     small = [snap[i : i + 4096] for i in range(0, len(snap), 4096)]
-    order = list(range(1, len(small))) + [0]
+    order = [1, 0] + list(range(2, len(small)))
     for i in order:
         nxt, blob = one.add("s", i, len(small), b64(small[i]))
     assert blob == snap and one.open_ids == []

@@ -198,6 +198,35 @@ def auth_provider(policy: AccessPolicy, port: int) -> Any:
     return TokenAuth()
 
 
+def json_size(value: Any, limit: int) -> int:
+    """About how many bytes ``value`` takes as JSON — exact enough to bound messages, and cheap: a long text
+    counts its length without being serialized, and the count stops once it passes ``limit`` (then
+    ``limit + 1``; so does anything that is not JSON)."""
+    total = 0
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, str):
+            total += len(v) + 2 if v.isascii() else len(json.dumps(v))
+        elif isinstance(v, dict):
+            total += 2 + len(v)
+            for k, x in v.items():
+                if not isinstance(k, str):
+                    return limit + 1
+                stack.append(k)
+                stack.append(x)
+        elif isinstance(v, (list, tuple)):
+            total += 2 + len(v)
+            stack.extend(v)
+        elif v is None or isinstance(v, (bool, int, float)):
+            total += len(json.dumps(v)) if isinstance(v, (int, float)) and not isinstance(v, bool) else 5
+        else:
+            return limit + 1
+        if total > limit:
+            return limit + 1
+    return total
+
+
 class MessageGate:
     """Admits a page's messages within a size, a rate and a work allowance: at most ``max_bytes`` per message
     (as JSON; ``max_part_bytes`` for a part of a snapshot upload), ``rate`` messages a second on average with
@@ -281,15 +310,15 @@ class MessageGate:
                     "and nothing changed"
                 ), 0
             self._tokens -= 1.0
-        try:
-            size = len(json.dumps(msg, separators=(",", ":")))
-        except (TypeError, ValueError):
-            size = self.max_bytes + 1
         upload_part = isinstance(msg, dict) and msg.get("type") == "file" and msg.get("cmd") == "restore"
         limit = self.max_part_bytes if upload_part else self.max_bytes
+        size = json_size(msg, limit)
         if size > limit:
             self.refused += 1
-            return f"a message of {size} bytes from this page was ignored (the limit is {limit}); nothing changed", 0
+            return (
+                f"a message from this page was too large and was ignored (the limit is {limit} bytes); nothing changed",
+                0,
+            )
         if upload_part or self._background(msg):
             wait = self._work_wait()
             if wait > 0:

@@ -20,6 +20,7 @@ Nothing here imports a UI library; only the standard library is used.
 from __future__ import annotations
 
 import base64
+import http.client
 import itertools
 import json
 import os
@@ -28,9 +29,7 @@ import socket
 import struct
 import threading
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
 from typing import Any, Callable
 
 #: Websocket opcodes (RFC 6455).
@@ -148,15 +147,29 @@ class PageClient:
 
     # -- connecting ----------------------------------------------------------------------------------
     def fetch_page(self) -> str:
-        """GET the page (its HTML carries the Bokeh session token); raises on an HTTP error."""
-        url = f"http://{self.host}:{self.port}{self.path}" + (f"?{self.query}" if self.query else "")
-        req = urllib.request.Request(url, headers={"Cookie": self.cookie} if self.cookie else {})
-        try:
-            with urllib.request.urlopen(req, timeout=self.timeout) as r:
-                self.set_cookie = r.headers.get("Set-Cookie")
-                return r.read().decode("utf-8", "replace")
-        except urllib.error.HTTPError as e:
-            raise PageClientError(f"the page answered HTTP {e.code}") from None
+        """GET the page (its HTML carries the Bokeh session token), following redirects and keeping the cookies
+        they set (the presenter token becomes a cookie that way); raises on an HTTP error."""
+        target = self.path + (f"?{self.query}" if self.query else "")
+        for _ in range(4):
+            conn = http.client.HTTPConnection(self.host, self.port, timeout=self.timeout)
+            try:
+                conn.request("GET", target, headers={"Cookie": self.cookie} if self.cookie else {})
+                r = conn.getresponse()
+                body = r.read()
+                for header in r.headers.get_all("Set-Cookie") or []:
+                    self.set_cookie = header
+                    pair = header.split(";", 1)[0].strip()
+                    kept = [c for c in (self.cookie or "").split("; ") if c and c.split("=")[0] != pair.split("=")[0]]
+                    self.cookie = "; ".join([*kept, pair])
+            finally:
+                conn.close()
+            if r.status in (301, 302, 303, 307, 308) and r.headers.get("Location"):
+                target = urllib.parse.urljoin(target, r.headers["Location"])
+                continue
+            if r.status != 200:
+                raise PageClientError(f"the page answered HTTP {r.status}")
+            return body.decode("utf-8", "replace")
+        raise PageClientError("the page redirected too often")
 
     def open_socket(self, token: str, *, protocols: str | None = None) -> int:
         """The websocket upgrade with the session ``token``; returns the HTTP status (101 when opened)."""
@@ -330,7 +343,7 @@ class PageClient:
             return {"msgs": json.loads(msg["json"])}
         return {"msgs": [msg]}
 
-    def wait_for(self, pred: Callable[[dict], bool], timeout: float = 60.0, *, since: int = 0) -> dict:
+    def wait_for(self, pred: Callable[[dict], Any], timeout: float = 60.0, *, since: int = 0) -> dict:
         """The first message from index ``since`` on for which ``pred`` holds (waits up to ``timeout``)."""
         deadline = time.monotonic() + timeout
         with self._cond:

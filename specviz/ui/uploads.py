@@ -11,7 +11,10 @@ parts of one page hold, within bounds:
   checked from the declared part count before any part is kept;
 * an upload without a new part for :data:`MAX_AGE` seconds is dropped;
 * the first part must start a specviz snapshot whose header is no larger than
-  :data:`~specviz.decoding.snapshot.MAX_HEADER_BYTES` (checked before anything else is kept).
+  :data:`~specviz.decoding.snapshot.MAX_HEADER_BYTES`, and at most :data:`MAX_AHEAD` parts may arrive before
+  it (so little is kept before the header was checked);
+* the uploads of every page of the process hold at most :data:`MAX_HELD_BYTES` together
+  (:class:`UploadBudget`); a part beyond it is refused until others complete.
 
 Each part is decoded once when it arrives and the file is joined once when complete.
 
@@ -39,6 +42,36 @@ MAX_UPLOAD_BYTES = 128 * 1024 * 1024
 MAX_OPEN = 1
 #: Seconds an upload waits for its next part before it is dropped.
 MAX_AGE = 120.0
+#: Parts that may arrive before the first missing one (an upload's first part is checked first).
+MAX_AHEAD = 8
+#: Bytes the uploads of all pages of a process may hold at once.
+MAX_HELD_BYTES = 256 * 1024 * 1024
+
+
+class UploadBudget:
+    """Bytes held by the uploads of many pages, within ``limit`` (thread-safe)."""
+
+    def __init__(self, limit: int = MAX_HELD_BYTES) -> None:
+        self.limit = limit
+        self.held = 0
+        self._lock = threading.Lock()
+
+    def take(self, n: int) -> bool:
+        """Hold ``n`` more bytes; False (nothing taken) beyond the limit."""
+        with self._lock:
+            if self.held + n > self.limit:
+                return False
+            self.held += n
+            return True
+
+    def give(self, n: int) -> None:
+        """Release ``n`` bytes."""
+        with self._lock:
+            self.held = max(0, self.held - n)
+
+
+#: The budget every page's uploads share by default (one per process).
+PROCESS_BUDGET = UploadBudget()
 
 
 @dataclass
@@ -54,8 +87,9 @@ class _Upload:
 class Uploads:
     """The uploads of one page (see the module docstring); thread-safe."""
 
-    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, clock: Callable[[], float] = time.monotonic, budget: UploadBudget = PROCESS_BUDGET) -> None:
         self._clock = clock
+        self._budget = budget
         self._open: dict[str, _Upload] = {}
         self._lock = threading.Lock()
 
@@ -72,7 +106,15 @@ class Uploads:
 
     def _forget_stale(self, now: float) -> None:
         for fid in [f for f, u in self._open.items() if now - u.last > MAX_AGE]:
-            del self._open[fid]
+            self._drop(fid)
+
+    def _drop(self, fid: str) -> _Upload | None:
+        """Forget an upload and give its bytes back (called with the lock held)."""
+        up = self._open.pop(fid, None)
+        if up is not None:
+            self._budget.give(up.size)
+            up.size = 0
+        return up
 
     def add(self, fid: str, index: int, count: int, data: str) -> tuple[int, bytes | None]:
         """Keep part ``index`` of upload ``fid``: the index of the part to send next and, when this was the last
@@ -99,8 +141,14 @@ class Uploads:
                 up = _Upload(count, [None] * count, now)
                 self._open[fid] = up
             elif up.count != count:
-                del self._open[fid]
+                self._drop(fid)
                 raise MessageError("file restore: the parts of one upload disagree on their count")
+            if index - up.first_missing > MAX_AHEAD:
+                self._drop(fid)
+                raise MessageError(
+                    f"file restore: part {index} came more than {MAX_AHEAD} parts before part {up.first_missing}; "
+                    "send the parts in order"
+                )
         try:
             raw = base64.b64decode(data, validate=True)
         except (binascii.Error, ValueError) as e:
@@ -119,12 +167,20 @@ class Uploads:
             up = self._open.get(fid)
             if up is None:  # cancelled meanwhile
                 raise MessageError("file restore: this upload was dropped; start it again")
+            grow = len(raw) - len(up.parts[index] or b"")
+            if up.size + grow > MAX_UPLOAD_BYTES:
+                self._drop(fid)
+                raise MessageError(f"file restore: the upload is larger than {MAX_UPLOAD_BYTES >> 20} MiB")
+            if grow > 0 and not self._budget.take(grow):
+                self._drop(fid)
+                raise MessageError(
+                    "file restore: the server holds as many uploads as it can; this one was dropped, try again later"
+                )
+            if grow < 0:
+                self._budget.give(-grow)
+            up.size += grow
             if up.parts[index] is None:
                 up.received += 1
-                up.size += len(raw)
-            if up.size > MAX_UPLOAD_BYTES:
-                del self._open[fid]
-                raise MessageError(f"file restore: the upload is larger than {MAX_UPLOAD_BYTES >> 20} MiB")
             up.parts[index] = raw
             up.last = now
             while up.first_missing < count and up.parts[up.first_missing] is not None:
@@ -134,9 +190,16 @@ class Uploads:
             del self._open[fid]
         blob = b"".join(p or b"" for p in up.parts)
         up.parts.clear()
+        self._budget.give(up.size)
         return count, blob
 
     def cancel(self, fid: str) -> None:
         """Drop an upload and what its parts hold."""
         with self._lock:
-            self._open.pop(fid, None)
+            self._drop(fid)
+
+    def close(self) -> None:
+        """Drop every upload (the page went away)."""
+        with self._lock:
+            for fid in list(self._open):
+                self._drop(fid)

@@ -464,6 +464,7 @@ class Workbench:
         if self._unsubscribe is not None:
             self._unsubscribe()
             self._unsubscribe = None
+        self.uploads.close()
         if self.lane is not None:
             self.lane.close()
             self.lane = None
