@@ -301,7 +301,6 @@ def _build(
 ) -> tuple[Generation, VerifyCostModel | None]:
     """Load a checked snapshot's caches into ``s``'s contexts and build its generation, drafter (appended
     to ``built``) and verify cost model; :func:`restore_snapshot` swaps them in, or undoes this on failure."""
-    s.ctx.load_state(blobs.get("target", b""))
     g = Generation(
         history=list(h.history),
         n_prompt=h.n_prompt,
@@ -315,6 +314,8 @@ def _build(
         finished=h.finished,
         telemetry=telemetry,
     )
+    # the cache holds every committed position and no other: a state with a cell beyond them is refused
+    s.ctx.load_state(blobs.get("target", b""), max_pos=g.committed)
     s.rng.bit_generator.state = np.random.default_rng(h.seed).bit_generator.state
     if h.rng:
         try:
