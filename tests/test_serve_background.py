@@ -173,6 +173,21 @@ def test_the_gate_charges_work_per_page_and_per_address():
     assert len(small._gates) == 3  # noqa: SLF001 - the bound itself is what is checked
 
 
+def test_the_presenters_page_is_not_starved_by_its_address():
+    """Viewers may share the presenter's address (a venue's NAT, this machine): their traffic drains the
+    address's allowance, and the presenter's page, under no address's gate, still gets its commands in."""
+    reg = GateRegistry(clock=lambda: 0.0, work_rate=100.0, work_burst=1000.0, factor=2.0)
+    viewers = [reg.page_gate("10.0.0.1") for _ in range(3)]
+    presenter = reg.presenter_gate()
+    reset = {"type": "cmd", "cmd": "reset"}
+    for v in viewers:
+        v.charge(1000)
+    assert viewers[0].check(reset) is not None, "the address's allowance is spent"
+    assert presenter.check(reset) is None
+    presenter.charge(1500)
+    assert presenter.check(reset) is not None, "the presenter still has a page's own bounds"
+
+
 def test_a_refused_upload_part_is_asked_for_again_and_hellos_are_paced():
     now = [0.0]
     gate = MessageGate(work_rate=10.0, work_burst=10.0, clock=lambda: now[0])

@@ -19,7 +19,8 @@
   declaration's ``"work": "background"``) is refused while the page's work bucket is empty; each part of
   a snapshot upload is charged its bytes. A refused message is answered with one error notice (at most
   one a second) and never reaches the inspector. :class:`GateRegistry` gives every page a gate whose
-  parent is the gate of its client address, so one client's many pages share one allowance.
+  parent is the gate of its client address, so one client's many pages share one allowance (a presenter's
+  page excepted: :meth:`GateRegistry.presenter_gate`).
 
 Tokens are compared in constant time (:func:`hmac.compare_digest`). Nothing here imports a UI library
 at module level; :func:`auth_provider` imports Bokeh and Tornado when called.
@@ -401,3 +402,9 @@ class GateRegistry:
     def page_gate(self, address: str | None) -> MessageGate:
         """A new page's gate, under its address's."""
         return MessageGate(parent=self.address_gate(address), clock=self._clock, **self.page_limits)
+
+    def presenter_gate(self) -> MessageGate:
+        """A presenter page's gate: a page's bounds, under no address's. The presenter token is its owner's
+        alone, while the audience may share the presenter's address (a venue's NAT, or this machine): under
+        the address's gate, a hostile viewer's traffic would starve the talk."""
+        return MessageGate(clock=self._clock, **self.page_limits)

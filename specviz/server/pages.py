@@ -363,7 +363,7 @@ def shared_app(
             name=f"{title} ({'presenter' if role == 'presenter' else 'watching'})",
         )
         held: dict[str, Any] = {}
-        gate = registry.page_gate(client_address())
+        gate = registry.presenter_gate() if role == "presenter" else registry.page_gate(client_address())
         send = scrubbed(comp.send)
 
         def first_then_view(msg: Any) -> None:

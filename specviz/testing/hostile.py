@@ -331,8 +331,8 @@ class Hostile:
 
 
 class Player:
-    """An honest page: it plays its session, starts it again when it finishes, and counts the rounds it is
-    shown (one ``telemetry`` event per round)."""
+    """An honest page: it plays its session, starts it again when it finishes (sending a refused command
+    again, as a person would), and counts the rounds it is shown (one ``telemetry`` event per round)."""
 
     def __init__(self, url: str, *, query: str = "", cookie: str | None = None, control: bool = True) -> None:
         self.rounds = 0
@@ -364,16 +364,32 @@ class Player:
             threading.Thread(target=self._again, daemon=True).start()
 
     def _again(self) -> None:
+        # as a person at the page would, send again what was refused (its gate was empty, or the page was
+        # still working): a command lost to a refusal must not stop the page for good
         try:
-            self.page.send({"type": "cmd", "cmd": "reset"})
-            self.page.wait_for(lambda m: m.get("type") == "state" and m.get("can_step") and not m.get("working"), 120,
-                               since=len(self.page.received))  # fmt: skip
-            self.page.send({"type": "cmd", "cmd": "play"})
-        except (OSError, PageClientError, TimeoutError):
+            deadline = time.monotonic() + 180
+            for cmd, done in (("reset", self._ready), ("play", self._playing)):
+                while time.monotonic() < deadline:
+                    mark = len(self.page.received)
+                    self.page.send({"type": "cmd", "cmd": cmd})
+                    try:
+                        self.page.wait_for(done, 10, since=mark)
+                        break
+                    except TimeoutError:
+                        continue
+        except (OSError, PageClientError):
             pass
         finally:
             with self._lock:
                 self._restarting = False
+
+    @staticmethod
+    def _ready(m: dict) -> bool:
+        return m.get("type") == "state" and bool(m.get("can_step")) and not m.get("working")
+
+    @staticmethod
+    def _playing(m: dict) -> bool:
+        return m.get("type") == "state" and bool(m.get("running") or m.get("finished"))
 
     def start(self) -> Player:
         """Open the page and press Play (a viewer only says hello)."""
