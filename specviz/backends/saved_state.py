@@ -8,14 +8,16 @@ bounds. :func:`check_saved_state` therefore reads the state the way the llama.cp
 and refuses it, with a :class:`~specviz.errors.ContextError` and before llama.cpp sees a byte, unless:
 
 - it is exactly one model-architecture string followed by whole KV-cache sections (one for a plain
-  cache; a sliding-window model's cache writes two, its full-attention and its window cache) and nothing
-  after them;
+  cache; a sliding-window model's cache writes two, its full-attention and its window cache: at most
+  :data:`MAX_SECTIONS`) and nothing after them;
 - each section has at most ``n_stream`` streams (specviz's contexts have one sequence, so one stream) and
   every cell holds exactly one sequence id, in ``[0, n_seq_max)``;
 - no stream holds more cells than ``max_cells``, and every position is in ``[0, max_pos)`` and appears
   once per stream (specviz's contexts hold sequence 0 at distinct positions, and never more than it
   committed);
-- every layer's key and value rows have a positive size and the bytes the section declares are there.
+- every layer's key and value rows have a positive size and the bytes the section declares are there
+  (a cache with multi-head latent attention keeps no values, which the state does not say: a reading
+  without them is tried when the one with them does not fit). Reading is linear in the state's size.
 
 The layout followed is llama.cpp's (``src/llama-context.cpp`` ``state_write_data``,
 ``src/llama-kv-cache.cpp`` ``state_write``/``state_write_meta``/``state_write_data``) of the vendored
@@ -60,9 +62,9 @@ class _Malformed(Exception):
 class _Reader:
     """A cursor over the state's bytes that refuses to read past the end."""
 
-    def __init__(self, data: bytes) -> None:
+    def __init__(self, data: bytes, pos: int = 0) -> None:
         self.data = memoryview(data)
-        self.pos = 0
+        self.pos = pos
 
     @property
     def left(self) -> int:
@@ -134,25 +136,48 @@ def _rows(r: _Reader, n_cells: int, v_trans: bool) -> None:
         r.take(size_row * n_cells, "a layer's rows")
 
 
-def _section(r: _Reader, ext: bool, lim: StateLimits) -> None:
-    """Read and check one KV-cache section (its streams, their cells and their rows)."""
-    n_stream = r.u32("the stream count")
-    if not 1 <= n_stream <= lim.n_stream:
-        raise _Malformed(f"the cache has {n_stream} streams (this context has {lim.n_stream})")
-    for _ in range(n_stream):
-        n = r.u32("a stream's cell count")
-        if n == 0:
-            continue
-        if n > lim.max_cells:
-            raise _Malformed(f"a stream holds {n} cells, more than the {lim.max_cells} this context may hold")
-        _cells(r, n, ext, lim)
-        v_trans, n_layer = r.u32("the value layout"), r.u32("the layer count")
-        if v_trans > 1 or n_layer == 0:
-            raise _Malformed("the cache's layer header is malformed")
-        for _ in range(n_layer):  # keys
-            _rows(r, n, False)
-        for _ in range(n_layer):  # values (every layer of the models specviz runs has them)
-            _rows(r, n, bool(v_trans))
+#: Cache sections a state may hold: a plain cache writes one, a sliding-window model's cache two.
+MAX_SECTIONS = 2
+#: Layers a cache section may declare (far more than any model has; bounds the work a crafted state costs).
+MAX_LAYERS = 1024
+
+
+def _tail(data: bytes, pos: int, ext: bool, lim: StateLimits, streams: int, sections: int) -> None:
+    """Read and check the state from ``pos`` to its end: ``streams`` more streams of the current cache
+    section, then at most ``sections`` more sections; raises :class:`_Malformed` unless it all fits."""
+    r = _Reader(data, pos)
+    if streams == 0:
+        if not r.left:
+            return
+        if sections == 0:
+            raise _Malformed(f"more than {MAX_SECTIONS} cache sections, or bytes after them")
+        n_stream = r.u32("the stream count")
+        if not 1 <= n_stream <= lim.n_stream:
+            raise _Malformed(f"the cache has {n_stream} streams (this context has {lim.n_stream})")
+        return _tail(data, r.pos, ext, lim, n_stream, sections - 1)
+    n = r.u32("a stream's cell count")
+    if n == 0:
+        return _tail(data, r.pos, ext, lim, streams - 1, sections)
+    if n > lim.max_cells:
+        raise _Malformed(f"a stream holds {n} cells, more than the {lim.max_cells} this context may hold")
+    _cells(r, n, ext, lim)
+    v_trans, n_layer = r.u32("the value layout"), r.u32("the layer count")
+    if v_trans > 1 or n_layer > MAX_LAYERS:
+        raise _Malformed(f"the cache's layer header is malformed ({n_layer} layers, value layout {v_trans})")
+    for _ in range(n_layer):  # keys
+        _rows(r, n, False)
+    # values: a cache keeps them for every layer, or (multi-head latent attention) for none, and the
+    # state does not say which; the usual reading is tried first
+    fault: _Malformed | None = None
+    for n_values in (n_layer, 0) if n_layer else (0,):
+        rv = _Reader(data, r.pos)
+        try:
+            for _ in range(n_values):
+                _rows(rv, n, bool(v_trans))
+            return _tail(data, rv.pos, ext, lim, streams - 1, sections)
+        except _Malformed as exc:
+            fault = fault or exc
+    raise fault or _Malformed("the cache's values are malformed")
 
 
 def _read(data: bytes, ext: bool, lim: StateLimits) -> None:
@@ -161,8 +186,7 @@ def _read(data: bytes, ext: bool, lim: StateLimits) -> None:
     arch = bytes(r.take(n, "the architecture name"))
     if not n or not arch.isascii() or not arch.decode().isprintable():
         raise _Malformed("the architecture name is malformed")
-    while r.left:
-        _section(r, ext, lim)
+    _tail(data, r.pos, ext, lim, 0, MAX_SECTIONS)
 
 
 def check_saved_state(data: bytes, lim: StateLimits, what: str = "the context") -> None:
