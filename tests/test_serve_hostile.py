@@ -2,7 +2,8 @@
 
 For a bounded time, :class:`specviz.testing.hostile.Hostile` sends raw websocket traffic from several
 misbehaving pages at once — random and malformed message types, fields, sizes and orders, heavy messages,
-floods, malformed Bokeh protocol, pages that never read, pages opened and dropped, uploads that never end —
+floods, malformed Bokeh protocol, pages that never read, pages opened and dropped, uploads that never end,
+snapshots of a page's own session with their llama.cpp state crafted —
 while two :class:`~specviz.testing.hostile.Player` pages play their sessions (and start them again when
 they finish). The server runs with a short ``--idle-timeout``, so parking and restoring happen meanwhile.
 
@@ -25,7 +26,7 @@ from specviz.testing.hostile import Hostile, Player
 
 #: Seconds of hostile traffic (the test takes about this plus 20 s).
 SECONDS = float(os.environ.get("SPECVIZ_HOSTILE_SECONDS", "40"))
-ACTORS = ("fuzz", "fuzz", "protocol", "silent", "silent", "churn", "uploads", "catchup")
+ACTORS = ("fuzz", "fuzz", "protocol", "silent", "silent", "churn", "uploads", "catchup", "crafted")
 
 
 def rss_mb(pid: int) -> float:
@@ -61,7 +62,7 @@ def test_hostile_pages_crash_nothing_freeze_no_honest_page_and_grow_nothing(tiny
     port = free_port()
     log = tmp_path / "serve.log"
     args = ["-m", "specviz.cli", "serve", "--model", str(tiny_model_path), "--port", str(port)]
-    proc = start([*args, "--max-tokens", "3000", "--idle-timeout", "2", "--max-sessions", "8"], log)
+    proc = start([*args, "--max-tokens", "3000", "--idle-timeout", "2", "--max-sessions", "12"], log)
     sampler = None
     players: list[Player] = []
     errors: list[str] = []
@@ -90,6 +91,7 @@ def test_hostile_pages_crash_nothing_freeze_no_honest_page_and_grow_nothing(tiny
         assert max(first, second) - base < 600, f"RSS grew from {base:.0f} MB to {max(first, second):.0f} MB"
         assert second - first < 150, f"RSS kept growing: first half peak {first:.0f} MB, second half {second:.0f} MB"
         assert sum(hostile.sent.values()) > 100 and hostile.connects["churn"] > 3, (hostile.sent, hostile.connects)
+        assert hostile.sent["crafted"] > 0, f"no crafted snapshot was sent: {errors[-5:]}"
         text = log.read_text()
         assert "GGML_ASSERT" not in text and "Segmentation" not in text
     finally:

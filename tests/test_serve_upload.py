@@ -12,46 +12,18 @@ refused at its first part.
 
 from __future__ import annotations
 
-import base64
-import time
-
 from browser_util import free_port, start, stop, wait_http
 
 from specviz.decoding.snapshot import pack, unpack
+from specviz.testing.hostile import download, upload
 from specviz.testing.page_client import PageClient
 from specviz.ui.uploads import MAX_UPLOAD_BYTES, PART_BYTES
 
 PROMPT = "the cat sat on the mat and the cat sat on the mat"
 
 
-def download(page: PageClient, since: int) -> bytes:
-    first = page.wait_for(lambda m: m.get("type") == "download", 60, since=since)
-    fid, count = first["id"], first["count"]
-    page.wait_for(
-        lambda m: m.get("type") == "download" and m.get("id") == fid and m.get("index") == count - 1, 60, since=since
-    )
-    parts = {m["index"]: m["data"] for m in page.received[since:] if m.get("type") == "download" and m["id"] == fid}
-    return b"".join(base64.b64decode(parts[i]) for i in range(count))
-
-
-def upload(page: PageClient, fid: str, blob: bytes, timeout: float = 240) -> dict:
-    """Send ``blob`` as the front-end's uploader does; the last ``upload`` answer."""
-    parts = [blob[i : i + PART_BYTES] for i in range(0, len(blob), PART_BYTES)]
-    deadline = time.monotonic() + timeout
-    nxt = 0
-    while True:
-        mark = len(page.received)
-        data = base64.b64encode(parts[nxt]).decode()
-        page.send({"type": "file", "cmd": "restore", "id": fid, "index": nxt, "count": len(parts), "data": data})
-        ack = page.wait_for(
-            lambda m: m.get("type") == "upload" and m.get("id") == fid,
-            max(1.0, deadline - time.monotonic()),
-            since=mark,
-        )
-        if ack.get("error") or ack["next"] >= len(parts):
-            return ack
-        time.sleep(ack.get("retry_ms", 0) / 1000)
-        nxt = ack["next"]
+def idle(m: dict) -> bool:
+    return m.get("type") == "state" and not m.get("running") and not m.get("working")
 
 
 def test_a_48_mib_snapshot_restores_from_a_page_and_a_larger_one_is_refused_at_once(tiny_model_path, tmp_path):
@@ -65,7 +37,10 @@ def test_a_48_mib_snapshot_restores_from_a_page_and_a_larger_one_is_refused_at_o
         page.send({"type": "hello", "epoch": -1, "have": 0})
         page.wait_for(lambda m: m.get("type") == "state" and m.get("can_step"), 60)
         page.send({"type": "cmd", "cmd": "step"})
-        page.wait_for(lambda m: m.get("type") == "events" and m.get("events"), 60)
+        ev = page.wait_for(
+            lambda m: m.get("type") == "events" and any(e.get("kind") == "telemetry" for e in m["events"]), 60
+        )
+        page.wait_for(idle, 60, since=page.received.index(ev))  # the step's round is over
         mark = len(page.received)
         page.send({"type": "file", "cmd": "snapshot"})
         header, blobs = unpack(download(page, mark))

@@ -14,7 +14,11 @@ seeded generator (the same seed sends the same kinds of messages; timing still v
 * ``catchup``: a page that floods ``hello`` from scratch (the whole event log again, each time);
 * ``mixed``: one page at a time, each time one of the behaviours above (a single hostile page);
 * ``uploads``: snapshot uploads that never complete: a plausible first part, then 512 KiB parts in order,
-  and parts of many other ids.
+  and parts of many other ids;
+* ``crafted``: a page that downloads a snapshot of its own session, then uploads it again and again with
+  the target context's llama.cpp state altered (cell positions out of range or repeated, another sequence
+  id, a cell count beyond the context) and the checksum recomputed (not in ``mixed``: it needs a page that
+  drives its own session).
 
 Every actor reconnects when the server closes its connection. :attr:`Hostile.sent` counts what went out.
 Nothing here imports a UI library.
@@ -25,13 +29,15 @@ from __future__ import annotations
 import base64
 import json
 import random
+import struct
 import threading
 import time
 from typing import Any, Callable
 
+from ..decoding.snapshot import pack, unpack
 from .page_client import OP_BINARY, OP_PING, OP_TEXT, PageClient, PageClientError
 
-ACTORS = ("fuzz", "protocol", "silent", "churn", "uploads", "catchup", "mixed")
+ACTORS = ("fuzz", "protocol", "silent", "churn", "uploads", "catchup", "crafted", "mixed")
 #: The behaviours a ``mixed`` actor (one page at a time) takes turns with.
 MIXED = ("fuzz", "protocol", "silent", "churn", "uploads", "catchup")
 
@@ -314,6 +320,31 @@ class Hostile:
         finally:
             page.close()
 
+    def _crafted(self, rng: random.Random) -> None:
+        page = self._page("crafted")
+        try:
+            page.send({"type": "hello", "epoch": -1, "have": 0})
+            page.wait_for(lambda m: m.get("type") == "state" and m.get("can_step") and not m.get("working"), 60)
+            page.send({"type": "cmd", "cmd": "step"})
+            ev = page.wait_for(
+                lambda m: m.get("type") == "events" and any(e.get("kind") == "telemetry" for e in m["events"]), 60
+            )
+            page.wait_for(_idle, 60, since=page.received.index(ev))  # the step's round is over
+            mark = len(page.received)
+            page.send({"type": "file", "cmd": "snapshot"})
+            header, blobs = unpack(download(page, mark))
+            header.pop("blobs", None)
+            for _ in range(30):
+                if not self._running() or page.closed_reason is not None:
+                    break
+                target = crafted_state(blobs["target"], rng)
+                blob = pack(header, [("target", target), *[(k, v) for k, v in blobs.items() if k != "target"]])
+                upload(page, f"c{rng.randrange(10**9)}", blob)
+                self._count("crafted")
+                self._stop.wait(0.1)
+        finally:
+            page.close()
+
     # -- ending ----------------------------------------------------------------------------------------
     def join(self) -> None:
         """Wait for the actors to end (at their deadline) and close what is still open."""
@@ -328,6 +359,60 @@ class Hostile:
             pages, self._quiet_pages = self._quiet_pages, []
         for p in pages:
             p.close()
+
+
+def _idle(m: dict) -> bool:
+    return m.get("type") == "state" and not m.get("running") and not m.get("working")
+
+
+def download(page: PageClient, since: int, timeout: float = 60) -> bytes:
+    """The file of the first download a page was sent from message ``since`` on, once all its parts arrived."""
+    first = page.wait_for(lambda m: m.get("type") == "download", timeout, since=since)
+    fid, count = first["id"], first["count"]
+    page.wait_for(
+        lambda m: m.get("type") == "download" and m.get("id") == fid and m.get("index") == count - 1,
+        timeout,
+        since=since,
+    )
+    parts = {m["index"]: m["data"] for m in page.received[since:] if m.get("type") == "download" and m["id"] == fid}
+    return b"".join(base64.b64decode(parts[i]) for i in range(count))
+
+
+def upload(page: PageClient, fid: str, blob: bytes, timeout: float = 240, part_bytes: int = 512 * 1024) -> dict:
+    """Send ``blob`` as a snapshot upload the way the front-end does (one part, then the part the server's
+    ``upload`` answer names, after its ``retry_ms``); the last answer (with ``error`` when refused)."""
+    parts = [blob[i : i + part_bytes] for i in range(0, len(blob), part_bytes)] or [b""]
+    deadline = time.monotonic() + timeout
+    nxt = 0
+    while True:
+        mark = len(page.received)
+        data = base64.b64encode(parts[nxt]).decode()
+        page.send({"type": "file", "cmd": "restore", "id": fid, "index": nxt, "count": len(parts), "data": data})
+        ack = page.wait_for(
+            lambda m: m.get("type") == "upload" and m.get("id") == fid,
+            max(1.0, deadline - time.monotonic()),
+            since=mark,
+        )
+        if ack.get("error") or ack["next"] >= len(parts):
+            return ack
+        time.sleep(ack.get("retry_ms", 0) / 1000)
+        nxt = ack["next"]
+
+
+def crafted_state(state: bytes, rng: random.Random) -> bytes:
+    """A llama.cpp state (a plain cache's) with one cell, or the cell count, altered."""
+    at = 4 + struct.unpack_from("<I", state, 0)[0] + 4  # after the architecture name and the stream count
+    n = struct.unpack_from("<I", state, at)[0]
+    out = bytearray(state)
+    if n == 0 or rng.random() < 0.2:
+        struct.pack_into("<I", out, at, rng.choice([n + 1, 1 << 20, 2**32 - 1]))
+        return bytes(out)
+    cell = at + 4 + 12 * rng.randrange(n)
+    if rng.random() < 0.7:
+        struct.pack_into("<i", out, cell, rng.choice([-1, 0, n, 10**6, 2**31 - 1, -(2**31)]))
+    else:
+        struct.pack_into("<i", out, cell + 8, rng.choice([1, -1, 7]))
+    return bytes(out)
 
 
 class Player:
