@@ -12,7 +12,7 @@ import struct
 
 import pytest
 
-from specviz.backends import LlamaContext
+from specviz.backends import LlamaContext, LlamaModel
 from specviz.backends.binding import llama_lib
 from specviz.decoding.snapshot import pack, unpack
 from specviz.errors import ContextError, SnapshotError
@@ -133,3 +133,28 @@ def test_a_crafted_snapshot_is_refused_and_the_session_carries_on(tiny_session):
     assert (list(s.history), s.round_index, s.ctx.kv_len()) == before
     s.step()
     assert list(s.history) == expected
+
+
+@pytest.mark.parametrize(("kind", "named"), [("position", "position"), ("cells", "recurrent memory holds")])
+def test_a_recurrent_models_crafted_state_is_refused(tmp_path, kind, named):
+    """A recurrent memory holds one cell per sequence (its last position): both are checked."""
+    from specviz.testing.memory_models import write_tiny_mamba
+
+    model = LlamaModel(write_tiny_mamba(tmp_path / "mamba.gguf"))
+    ctx = LlamaContext(model, n_ctx=64, n_batch=32, n_ubatch=32, n_threads=1)
+    ctx.eval(list(range(10, 20)), 0, rows="last")
+    honest = ctx.state()
+    at = 4 + struct.unpack_from("<I", honest, 0)[0]  # the recurrent cell count, after the architecture name
+    assert struct.unpack_from("<Ii", honest, at) == (1, 9)
+    bad = bytearray(honest)
+    if kind == "position":
+        struct.pack_into("<i", bad, at + 4, 10**6)
+    else:
+        struct.pack_into("<I", bad, at, 5)
+    with pytest.raises(ContextError, match=named):
+        ctx.load_state(bytes(bad))
+    ctx.load_state(honest, max_pos=10)
+    with pytest.raises(ContextError, match="position"):
+        ctx.load_state(honest, max_pos=9)
+    ctx.close()
+    model.close()

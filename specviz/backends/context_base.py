@@ -10,6 +10,7 @@ leaving a ``with`` block and when the object is collected.
 from __future__ import annotations
 
 import ctypes
+from dataclasses import replace
 from typing import Any
 
 from ..errors import ContextError
@@ -84,14 +85,18 @@ class ContextBase:
         lc = llama_lib()
         n_ctx, n_seq = int(lc.llama_n_ctx(self.ptr)), int(lc.llama_n_seq_max(self.ptr))
         limit = n_ctx if max_pos is None else min(max_pos, n_ctx)
-        check_saved_state(
-            data, StateLimits(n_stream=n_seq, n_seq_max=n_seq, max_cells=n_ctx, max_pos=limit), self._the("context")
-        )
+        lim = StateLimits(n_stream=n_seq, n_seq_max=n_seq, max_cells=n_ctx, max_pos=limit)
+        check_saved_state(data, replace(lim, recurrent_after=self._recurrent_after()), self._the("context"))
         buf = (ctypes.c_uint8 * len(data)).from_buffer_copy(data)
         if lc.llama_state_set_data(self._ctx, buf, len(data)) == 0:
             raise ContextError(
                 f"llama.cpp refused the saved state of {self._the('context')} (a different model or capacity?)"
             )
+
+    def _recurrent_after(self) -> int | None:
+        """How the context's saved state is laid out, for the check: None (attention caches only), or the
+        attention cache sections written before a recurrent part. A context that knows its memory says so."""
+        return None
 
     # -- freeing -------------------------------------------------------------------------------------
     def close(self) -> None:

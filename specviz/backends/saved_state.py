@@ -23,9 +23,12 @@ The layout followed is llama.cpp's (``src/llama-context.cpp`` ``state_write_data
 ``src/llama-kv-cache.cpp`` ``state_write``/``state_write_meta``/``state_write_data``) of the vendored
 version specviz is built against. Whether a cell carries the 12-byte extension (M-RoPE's 2D position and
 the token, for models that need it) is not written in the state, so both readings are tried and the one
-that consumes the state exactly is checked. A recurrent model's state (another layout) is refused: specviz
-cannot check it, so it does not restore it. Deliberate departure: llama.cpp itself accepts any
+that consumes the state exactly is checked. Deliberate departure: llama.cpp itself accepts any
 position; specviz refuses what its own contexts could never have written.
+
+A recurrent model's memory (and a hybrid model's recurrent part, written after its attention caches)
+has one cell per sequence: its cells and layer header are checked here, its rows by llama.cpp itself
+(it compares each layer's type and row size with its own tensors and every read with the state's end).
 """
 
 from __future__ import annotations
@@ -53,6 +56,9 @@ class StateLimits:
     n_seq_max: int
     max_cells: int
     max_pos: int
+    #: For a memory with a recurrent part (a recurrent or hybrid model): the attention cache sections
+    #: written before it (0 for a recurrent model, 1 or 2 for a hybrid one). None: attention only.
+    recurrent_after: int | None = None
 
 
 class _Malformed(Exception):
@@ -180,13 +186,59 @@ def _tail(data: bytes, pos: int, ext: bool, lim: StateLimits, streams: int, sect
     raise fault or _Malformed("the cache's values are malformed")
 
 
+def _attention_section(r: _Reader, ext: bool, lim: StateLimits) -> None:
+    """Read and check one attention cache section ahead of a recurrent part (values for every layer)."""
+    n_stream = r.u32("the stream count")
+    if not 1 <= n_stream <= lim.n_stream:
+        raise _Malformed(f"the cache has {n_stream} streams (this context has {lim.n_stream})")
+    for _ in range(n_stream):
+        n = r.u32("a stream's cell count")
+        if n == 0:
+            continue
+        if n > lim.max_cells:
+            raise _Malformed(f"a stream holds {n} cells, more than the {lim.max_cells} this context may hold")
+        _cells(r, n, ext, lim)
+        v_trans, n_layer = r.u32("the value layout"), r.u32("the layer count")
+        if v_trans > 1 or n_layer > MAX_LAYERS:
+            raise _Malformed(f"the cache's layer header is malformed ({n_layer} layers, value layout {v_trans})")
+        for i in range(2 * n_layer):  # the keys, then the values
+            _rows(r, n, bool(v_trans) and i >= n_layer)
+
+
+def _recurrent_part(r: _Reader, lim: StateLimits) -> None:
+    """Check a recurrent memory's cells (one per sequence: its last position and its sequence id) and its
+    layer header. Its rows are left to llama.cpp, which checks each layer's type and row size against its
+    own tensors and every read against the end of the state (their count is not written: a layer without
+    recurrent state writes none)."""
+    n = r.u32("the recurrent cell count")
+    if n > lim.n_seq_max:
+        raise _Malformed(f"the recurrent memory holds {n} cells (this context has {lim.n_seq_max} sequences)")
+    positions = []
+    for _ in range(n):
+        pos, n_seq = _CELL.unpack(r.take(_CELL.size, "a recurrent cell"))
+        if n_seq != 1:
+            raise _Malformed(f"a recurrent cell holds {n_seq} sequence ids (specviz's contexts hold exactly one)")
+        positions.append(pos)
+        if not 0 <= r.i32("a recurrent cell's sequence id") < lim.n_seq_max:
+            raise _Malformed(f"a recurrent cell belongs to a sequence outside [0, {lim.n_seq_max})")
+    _check_cells(np.asarray(positions, dtype=np.int64), np.zeros(len(positions), dtype=np.int64), lim)
+    s_trans, n_layer = r.u32("the recurrent layout"), r.u32("the recurrent layer count")
+    if s_trans > 1 or n_layer > MAX_LAYERS:
+        raise _Malformed(f"the recurrent layer header is malformed ({n_layer} layers, layout {s_trans})")
+
+
 def _read(data: bytes, ext: bool, lim: StateLimits) -> None:
     r = _Reader(data)
     n = r.u32("the architecture name")
     arch = bytes(r.take(n, "the architecture name"))
     if not n or not arch.isascii() or not arch.decode().isprintable():
         raise _Malformed("the architecture name is malformed")
-    _tail(data, r.pos, ext, lim, 0, MAX_SECTIONS)
+    if lim.recurrent_after is None:
+        _tail(data, r.pos, ext, lim, 0, MAX_SECTIONS)
+        return
+    for _ in range(lim.recurrent_after):
+        _attention_section(r, ext, lim)
+    _recurrent_part(r, lim)
 
 
 def check_saved_state(data: bytes, lim: StateLimits, what: str = "the context") -> None:
