@@ -91,17 +91,8 @@ def test_a_crafted_state_is_refused_before_llama_cpp_reads_it(tiny_model, monkey
 
 @pytest.mark.parametrize("flash_attn", ["on", "off"])
 def test_an_honest_state_of_either_value_layout_restores(tiny_model, monkeypatch, flash_attn):
-    if flash_attn == "off":  # llama.cpp then stores the values transposed, another layout of the state
-        lc = llama_lib()
-        defaults = lc.llama_context_default_params
-
-        def no_flash_attention():
-            p = defaults()
-            p.flash_attn_type = lc.LLAMA_FLASH_ATTN_TYPE_DISABLED
-            return p
-
-        monkeypatch.setattr(lc, "llama_context_default_params", no_flash_attention)
-    ctx = filled(tiny_model)
+    # flash attention off: llama.cpp then stores the values transposed, another layout of the state
+    ctx = filled(tiny_model, flash_attn=flash_attn)
     state = ctx.state()
     assert struct.unpack_from("<I", state, cells_at(state)[0] + 4 + 12 * 20)[0] == (flash_attn == "off")
     ctx.clear()

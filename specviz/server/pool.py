@@ -386,6 +386,22 @@ class ManagedSession:
         """The loaded target model."""
         return self._inner.model
 
+    @property
+    def pending(self) -> tuple[str, dict[str, Any]] | None:
+        """The configuration queued for the next round boundary (a draft model by its catalog name)."""
+        p = self._inner.pending
+        return (p[0], self._names(dict(p[1]))) if p else None
+
+    @property
+    def max_tokens(self) -> int:
+        """The generation's token budget."""
+        return self._inner.max_tokens
+
+    @property
+    def settings(self) -> Any:
+        """The target context's settings (plain data: readable while parked; no llama.cpp call)."""
+        return self._inner.settings
+
     def schema(self, strategy: str | None = None) -> list[dict[str, Any]]:
         """Knob descriptions (see :meth:`Session.schema`)."""
         return self._inner.schema(strategy)
