@@ -66,7 +66,7 @@ from ..decoding.events import (
     TelemetryEvent,
     Verified,
 )
-from ..decoding.policy import VerifyCostModel, measure_verify_cost
+from ..decoding.policy import VerifyCostModel
 from ..strategies import resolve_strategy, spec_type, strategy_class
 from .diagnose import diagnose
 from .sources import EventSource, events_of
@@ -697,14 +697,8 @@ def _member_flags(s: str, c: Candidate, knobs: dict[str, Any]) -> tuple[list[str
 
 
 def session_cost(s: Any) -> VerifyCostModel | None:
-    """The session's verify-cost curve for the advisor: the one the cost policy measured, or measured now on the
-    session's own context (sizes up to the longest draft verified, plus one), leaving the cache as it was; None
-    when the context has no room (the advisor then fits the recorded verify times instead). The measurement
-    decodes on the context: call it while holding the session."""
-    if s.cost_model is not None:
-        return s.cost_model
-    longest = max((len(e.tokens) for e in s.events if isinstance(e, DraftProposed)), default=0)
-    try:
-        return measure_verify_cost(s.ctx, s.history, {**s.knobs, "draft_max": max(longest, 1)})
-    except Exception:  # a full context
-        return None
+    """The session's verify-cost curve for the advisor (:meth:`~specviz.decoding.session.Session.verify_cost`: the
+    one the cost policy measured, or measured now on the session's own context with the cache left as it was;
+    None when the context has no room, and the advisor then fits the recorded verify times instead). The
+    session measures it holding its own lock (a served session, in its scheduler turn too)."""
+    return s.verify_cost()

@@ -10,10 +10,12 @@ leaving a ``with`` block and when the object is collected.
 from __future__ import annotations
 
 import ctypes
+from dataclasses import replace
 from typing import Any
 
 from ..errors import ContextError
 from .binding import llama_lib
+from .saved_state import StateLimits, check_saved_state
 
 
 class ContextBase:
@@ -75,14 +77,26 @@ class ContextBase:
         n = lc.llama_state_get_data(self._ctx, buf, size)
         return bytes(buf[:n])
 
-    def load_state(self, data: bytes) -> None:
-        """Restore a state produced by :meth:`state` on a context of the same model and capacity."""
+    def load_state(self, data: bytes, max_pos: int | None = None) -> None:
+        """Restore a state produced by :meth:`state` on a context of the same model and capacity. The state
+        is checked first (:func:`~specviz.backends.saved_state.check_saved_state`: positions below
+        ``max_pos``, by default the context size, one cell per position, sequence ids and sizes), so a
+        crafted one is refused with :class:`~specviz.errors.ContextError` before llama.cpp reads it."""
         lc = llama_lib()
+        n_ctx, n_seq = int(lc.llama_n_ctx(self.ptr)), int(lc.llama_n_seq_max(self.ptr))
+        limit = n_ctx if max_pos is None else min(max_pos, n_ctx)
+        lim = StateLimits(n_stream=n_seq, n_seq_max=n_seq, max_cells=n_ctx, max_pos=limit)
+        check_saved_state(data, replace(lim, recurrent_after=self._recurrent_after()), self._the("context"))
         buf = (ctypes.c_uint8 * len(data)).from_buffer_copy(data)
         if lc.llama_state_set_data(self._ctx, buf, len(data)) == 0:
             raise ContextError(
                 f"llama.cpp refused the saved state of {self._the('context')} (a different model or capacity?)"
             )
+
+    def _recurrent_after(self) -> int | None:
+        """How the context's saved state is laid out, for the check: None (attention caches only), or the
+        attention cache sections written before a recurrent part. A context that knows its memory says so."""
+        return None
 
     # -- freeing -------------------------------------------------------------------------------------
     def close(self) -> None:

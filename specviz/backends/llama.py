@@ -332,11 +332,20 @@ class LlamaContext(ContextBase):
         super().clear()
         self.memory.forget()
 
-    def load_state(self, data: bytes) -> None:
-        """Restore a state produced by :meth:`state`; the saved states of :attr:`memory` are dropped."""
-        super().load_state(data)
+    def load_state(self, data: bytes, max_pos: int | None = None) -> None:
+        """Restore a state produced by :meth:`state` (checked first; positions below ``max_pos``, see
+        :meth:`ContextBase.load_state`); the saved states of :attr:`memory` are dropped."""
+        super().load_state(data, max_pos)
         self.memory.forget()
         self.last_batch = (0, 0)
+
+    def _recurrent_after(self) -> int | None:
+        kind = self.memory.info.kind
+        if kind == "recurrent":
+            return 0
+        if kind == "hybrid":  # its attention cache: one, or with a sliding window two (hybrid-iswa)
+            return 2 if self.memory.info.n_swa > 0 else 1
+        return None
 
     def eval(self, tokens: Sequence[int] | np.ndarray, start: int, rows: str | Sequence[int] = "all") -> None:
         """Evaluate ``tokens`` at positions ``start…`` in one batch (≤ n_batch).

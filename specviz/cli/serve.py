@@ -129,6 +129,10 @@ def _demo_options(args: argparse.Namespace) -> dict[str, Any]:
         raise UsageError(f"option --idle-timeout: {args.idle_timeout!r} is not allowed; expected seconds in [1, 86400]")
     if args.presenter_token is not None and not args.shared:
         raise UsageError("option --presenter-token: only presenter mode has a presenter; add --shared")
+    if args.presenter_token is not None and args.presenter_token == args.token:
+        raise UsageError(
+            "option --presenter-token: it equals --token, so every viewer would present; give a different one"
+        )
     return {
         "shared": bool(args.shared),
         "token": _token_option("--token", args.token),

@@ -35,7 +35,7 @@ from ..models.embedded import resolve_model
 from ..strategies import make_drafter, resolve_strategy, strategy_class, strategy_names, strategy_schema
 from ..strategies.base import Drafter, DraftResources
 from .budget import Caps, plan
-from .events import Event, Finished, KnobsChanged, Rewound, Round, SessionStarted, TelemetryEvent
+from .events import DraftProposed, Event, Finished, KnobsChanged, Rewound, Round, SessionStarted, TelemetryEvent
 from .generation import Checkpoint, Generation
 from .knob_schema import DRAFT_MAX_LIMIT, check_cross_knobs
 from .machine import MachineSampler, memory_figures
@@ -754,13 +754,27 @@ class Session:
                 raise
             return other
 
+    def verify_cost(self) -> VerifyCostModel | None:
+        """The verify-cost curve of this session: the one the cost policy measured, or measured now (batch
+        sizes up to the longest draft verified, plus one) with the cache left as it was; ``None`` when the
+        context has no room for the measurement (the advisor then fits the recorded verify times)."""
+        with self._lock:
+            if self.cost_model is not None:
+                return self.cost_model
+            longest = max((len(e.tokens) for e in self.events if isinstance(e, DraftProposed)), default=0)
+            try:
+                return measure_verify_cost(self.ctx, self.history, {**self.knobs, "draft_max": max(longest, 1)})
+            except Exception:  # a full context
+                return None
+
     def close(self) -> None:
-        """Free the contexts and the draft models this session loaded."""
-        if self.drafter is not None:
-            self.drafter.close()
-            self.drafter = None
-        self.draft_models.close()
-        self.ctx.close()
+        """Free the contexts and the draft models this session loaded (after any call running on them)."""
+        with self._lock:
+            if self.drafter is not None:
+                self.drafter.close()
+                self.drafter = None
+            self.draft_models.close()
+            self.ctx.close()
 
     def __enter__(self) -> Session:
         return self

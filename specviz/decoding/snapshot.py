@@ -12,7 +12,10 @@ telemetry counters, the drafter's state and the drafting policy's state.
 Reading is defensive: :func:`unpack` refuses a wrong magic, a bad checksum, an unreadable header or
 blobs of the wrong length; :func:`read_header` checks every field's type and range, so a snapshot that
 passed the checksum but was written by another version or by hand cannot reach llama.cpp with
-nonsense. Every refusal is a :class:`~specviz.errors.SnapshotError`.
+nonsense; :func:`check_checkpoints` checks every field of every rewind checkpoint; and each llama.cpp
+state is read and checked before llama.cpp sees it (:mod:`specviz.backends.saved_state`: the checksum is
+no key, anyone can recompute it, so the contents are what is checked). Every refusal is a
+:class:`~specviz.errors.SnapshotError`, and a refused restore changes nothing.
 
 As the fllamer guide describes its envelope: target, draft, token-history, position and the strategy's
 private state travel together; draftless strategy state is rebuilt from the history and completed
@@ -21,6 +24,7 @@ from the saved state.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import struct
@@ -29,7 +33,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..errors import ContextError, KnobError, SnapshotError
+from ..errors import ContextError, KnobError, ModelError, SnapshotError
+from ..strategies import strategy_class
 from .events import event_from_dict
 from .generation import Checkpoint, Generation, SessionParts
 from .policy import VerifyCostModel, make_policy
@@ -41,6 +46,9 @@ if TYPE_CHECKING:
 
 MAGIC = b"SPECVIZ-SNAPSHOT-1\n"
 _DIGEST = 32
+#: The largest header a snapshot may have (JSON; a long generation's events and checkpoints fit with room):
+#: checked from the declared length before the header is parsed.
+MAX_HEADER_BYTES = 64 << 20
 
 
 def pack(header: dict[str, Any], blobs: list[tuple[str, bytes]]) -> bytes:
@@ -51,6 +59,21 @@ def pack(header: dict[str, Any], blobs: list[tuple[str, bytes]]) -> bytes:
     return body + hashlib.sha256(body).digest()
 
 
+def check_envelope_start(prefix: bytes, total: int | None = None) -> int:
+    """The header length an envelope's first bytes declare, refused with :class:`SnapshotError` (before
+    anything is parsed) when they do not start a specviz snapshot, or the header would be larger than
+    :data:`MAX_HEADER_BYTES` or than the ``total`` bytes of the envelope."""
+    if len(prefix) < len(MAGIC) + 8 or not prefix.startswith(MAGIC):
+        raise SnapshotError("not a specviz snapshot (wrong header); pass the bytes returned by Session.snapshot()")
+    (hlen,) = struct.unpack("<Q", prefix[len(MAGIC) : len(MAGIC) + 8])
+    if hlen > MAX_HEADER_BYTES or (total is not None and len(MAGIC) + 8 + hlen + _DIGEST > total):
+        raise SnapshotError(
+            f"the snapshot header is {hlen} bytes long, more than the snapshot holds or than "
+            f"{MAX_HEADER_BYTES >> 20} MiB; it was not written by specviz"
+        )
+    return hlen
+
+
 def unpack(blob: Any) -> tuple[dict[str, Any], dict[str, bytes]]:
     """The header and the named blobs of an envelope written by :func:`pack`."""
     if not isinstance(blob, (bytes, bytearray, memoryview)):
@@ -58,10 +81,10 @@ def unpack(blob: Any) -> tuple[dict[str, Any], dict[str, bytes]]:
     blob = bytes(blob)
     if len(blob) < len(MAGIC) + 8 + _DIGEST or not blob.startswith(MAGIC):
         raise SnapshotError("not a specviz snapshot (wrong header); pass the bytes returned by Session.snapshot()")
+    hlen = check_envelope_start(blob[: len(MAGIC) + 8], len(blob))
     body, digest = blob[:-_DIGEST], blob[-_DIGEST:]
     if hashlib.sha256(body).digest() != digest:
         raise SnapshotError("the snapshot is corrupted (checksum mismatch); it cannot be restored")
-    (hlen,) = struct.unpack("<Q", body[len(MAGIC) : len(MAGIC) + 8])
     start = len(MAGIC) + 8
     try:
         header = json.loads(body[start : start + hlen])
@@ -248,6 +271,7 @@ def restore_snapshot(s: SessionParts, blob: bytes) -> None:
         telemetry = Telemetry.from_state(h.telemetry)
     except (KnobError, TypeError) as exc:
         raise SnapshotError(f"the snapshot's settings are refused: {exc}") from exc
+    check_checkpoints(s, header.get("workbench"))
     backup = s.ctx.state() if s.generation.started else None
     rng_state = s.rng.bit_generator.state
     built: list[Drafter] = []  # the drafter _build makes, closed again if a later step fails
@@ -283,7 +307,6 @@ def _build(
 ) -> tuple[Generation, VerifyCostModel | None]:
     """Load a checked snapshot's caches into ``s``'s contexts and build its generation, drafter (appended
     to ``built``) and verify cost model; :func:`restore_snapshot` swaps them in, or undoes this on failure."""
-    s.ctx.load_state(blobs.get("target", b""))
     g = Generation(
         history=list(h.history),
         n_prompt=h.n_prompt,
@@ -297,6 +320,8 @@ def _build(
         finished=h.finished,
         telemetry=telemetry,
     )
+    # the cache holds every committed position and no other: a state with a cell beyond them is refused
+    s.ctx.load_state(blobs.get("target", b""), max_pos=g.committed)
     s.rng.bit_generator.state = np.random.default_rng(h.seed).bit_generator.state
     if h.rng:
         try:
@@ -336,6 +361,40 @@ def extras_state(g: Generation) -> dict[str, Any]:
         "checkpoints": [c.to_dict() for c in g.checkpoints],
         "stop": list(g.stop),
     }
+
+
+def check_checkpoints(s: SessionParts, d: Any) -> None:
+    """Check every field of the rewind checkpoints a snapshot's workbench section ``d`` carries, before
+    anything is restored: a rewind applies them after it has cut the cache, so a field it cannot apply
+    there would leave a half-rewound session. Each checkpoint's strategy and knobs pass the session's own
+    checks (and are replaced by the complete checked configuration), its finish reason is a string or
+    None, its telemetry, drafting-policy state and generator state load into scratch objects of the
+    session's kinds, its drafter state is one of its strategy's format for a history it fits, and its
+    drafter counters are numbers. A fault raises :class:`~specviz.errors.SnapshotError`; nothing changed."""
+    if not isinstance(d, dict) or not isinstance(d.get("checkpoints") or [], list):
+        return  # load_extras refuses a malformed section; a missing one holds no checkpoints
+    configs: dict[str, dict[str, Any]] = {}  # one check (a draft model's load) per distinct configuration
+    for raw in d.get("checkpoints") or []:
+        ck = Checkpoint.from_dict(raw)
+        key = json.dumps([ck.strategy, ck.knobs], sort_keys=True, default=str)
+        try:
+            if key not in configs:
+                configs[key] = s.validate_config(ck.strategy, ck.knobs)
+            if ck.finished is not None and not isinstance(ck.finished, str):
+                raise TypeError(f"its finish reason is a {type(ck.finished).__name__}")
+            Telemetry.from_state(copy.deepcopy(ck.telemetry))
+            make_policy(configs[key].get("draft_policy", "fixed"), s.cost_model).load(copy.deepcopy(ck.policy))
+            np.random.Generator(type(s.rng.bit_generator)()).bit_generator.state = copy.deepcopy(ck.rng)
+            if ck.drafter_state is not None:
+                fmt, n = ck.drafter_state.get("format"), ck.drafter_state.get("n_history")
+                fits = isinstance(n, int) and not isinstance(n, bool) and 0 <= n <= ck.n_history
+                if fmt != strategy_class(ck.strategy).state_format or not fits:
+                    raise ValueError("its drafter state is not its strategy's for its history")
+            if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in ck.drafter_stats.values()):
+                raise TypeError("its drafter counters are not numbers")
+        except (KnobError, ModelError, TypeError, ValueError, KeyError, AttributeError) as exc:
+            raise SnapshotError(f"the rewind checkpoint of round {ck.round} in the snapshot is refused: {exc}") from exc
+        raw["knobs"] = configs[key]
 
 
 def load_extras(g: Generation, d: Any, drafter: Drafter, rng: np.random.Generator) -> None:

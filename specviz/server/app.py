@@ -28,6 +28,10 @@ MAX_WEBSOCKET_BYTES = 1 << 20
 #: How often Bokeh looks for pages whose browser went away, and how long it waits before letting them go.
 CHECK_UNUSED_MS = 3000
 UNUSED_LIFETIME_MS = 15000
+#: Tornado pings every page's websocket this often and closes it when no answer came within the timeout: a
+#: page that stopped reading (its socket full) never answers, and its connection is closed (seconds).
+PING_INTERVAL = 10
+PING_TIMEOUT = 30
 
 
 def _display_host(address: str) -> str:
@@ -51,11 +55,14 @@ def _serve_panel(
     """Serve ``factory`` with Panel: blocks until interrupted, or (``threaded``) returns the server's thread."""
     import panel as pn
 
+    from .assets import asset_routes
+
     opts: dict[str, Any] = {}
+    if policy.required or policy.presenter_token is not None:
+        opts["auth_provider"] = auth_provider(policy, port)  # the token, the presenter's cookie, same origin
     if policy.required:
-        # pages come from wherever the audience reaches this machine; the token (cookie SameSite=Strict)
-        # is what lets them in, so any origin may open the websocket
-        opts["auth_provider"] = auth_provider(policy, port)
+        # pages come from wherever the audience reaches this machine, so Bokeh's allowlist takes any host on
+        # the port; the auth provider then refuses a websocket whose Origin is not the host it was sent to
         origins = [f"*:{port}"]
     else:
         origins = sorted({f"{h}:{port}" for h in ("127.0.0.1", "localhost", address)})
@@ -73,6 +80,9 @@ def _serve_panel(
         websocket_max_message_size=MAX_WEBSOCKET_BYTES,
         check_unused_sessions_milliseconds=CHECK_UNUSED_MS,
         unused_session_lifetime_milliseconds=UNUSED_LIFETIME_MS,
+        websocket_ping_interval=PING_INTERVAL,
+        websocket_ping_timeout=PING_TIMEOUT,
+        extra_patterns=asset_routes(policy, port),
         **opts,
     )
 
@@ -138,6 +148,8 @@ def build_app(
     from ..backends.llama import LlamaModel
     from ..decoding.session import Session
     from ..models.embedded import resolve_model
+    from .access import GateRegistry
+    from .assets import plotly_url
     from .catalog import DraftCatalog
     from .pages import per_page_app, shared_app
     from .pool import ManagedSession, SessionPool, SharedDraftModels
@@ -171,9 +183,16 @@ def build_app(
     if shared:
         session = ManagedSession(make_session, catalog=catalog, drafts=drafts)
         session.start(prompt, **start_kwargs)
-        inspector = SharedInspector(session, prompt=prompt, draft_models=catalog.names, presets=page_presets)
+        inspector = SharedInspector(
+            session,
+            prompt=prompt,
+            draft_models=catalog.names,
+            presets=page_presets,
+            background=True,
+            plotly_url=plotly_url(),
+        )
         app = ServedApp(
-            shared_app(inspector, policy, max_viewers=max_viewers),
+            shared_app(inspector, policy, max_viewers=max_viewers, gates=GateRegistry(), port=port),
             [
                 "specviz inspector, presenter mode: one session, every page watches (Ctrl-C stops)",
                 f"  audience:  {policy.url(base)}",
@@ -193,7 +212,14 @@ def build_app(
         )
         pool.start_reaper()
         app = ServedApp(
-            per_page_app(pool, prompt=prompt, start_kwargs=start_kwargs, presets=page_presets),
+            per_page_app(
+                pool,
+                prompt=prompt,
+                start_kwargs=start_kwargs,
+                presets=page_presets,
+                gates=GateRegistry(),
+                plotly_url=plotly_url(),
+            ),
             [f"specviz inspector: {policy.url(base)}  (Ctrl-C stops; a session per page, at most {max_sessions})"],
             policy,
             pool=pool,
@@ -256,13 +282,15 @@ def replay(
     Off loopback (or with ``token``) every request needs the access token, printed at start.
     """
     from ..decoding.recorder import read_events
-    from ..ui.panel_app import inspector_app
+    from .access import GateRegistry
+    from .assets import plotly_url
+    from .pages import replay_app
 
     events = read_events(path)  # fail now, with the line number, rather than in the browser
     policy = access_policy(address, token)
-
-    def factory():
-        return inspector_app(events=events, title=f"specviz replay: {os.path.basename(str(path))}")
+    factory = replay_app(
+        events, title=f"specviz replay: {os.path.basename(str(path))}", gates=GateRegistry(), plotly_url=plotly_url()
+    )
 
     base = f"http://{_display_host(address)}:{port}/"
     _serve_panel(

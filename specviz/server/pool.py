@@ -180,6 +180,20 @@ class ManagedSession:
             with self._scheduler.turn(self):
                 yield
 
+    @contextlib.contextmanager
+    def _llama_work(self) -> Iterator[None]:
+        """Hold a turn and then the lock (always in this order, so two callers cannot wait on each other) and
+        bring a parked session back: the only way anything here reaches a llama.cpp context. The idle clock
+        is reset on entry (a call waiting for its turn is not idle), after a restore and on exit."""
+        self._touch()
+        with self._turn(), self._lock:
+            self._touch()
+            self._ensure_live()
+            try:
+                yield
+            finally:
+                self._touch()
+
     def _touch(self) -> None:
         self.last_active = self._clock()
 
@@ -203,32 +217,29 @@ class ManagedSession:
         self._inner, self._parked, self._deferred, self._cancel_deferred = new, None, [], False
         self.released = False
         self.restores += 1
+        self._touch()  # a restore can take a while: the idle clock starts after it
 
     # -- the session's API ---------------------------------------------------------------------------
     def start(self, prompt: Any, max_tokens: int = 128, strategy: str = "prompt-lookup", **kwargs: Any) -> Any:
         """:meth:`Session.start` in a turn (the prompt is a decode); ``draft_model`` is a catalog name."""
         kwargs = self._paths(kwargs)
+        self._touch()
         with self._turn(), self._lock:
-            self._touch()
             if self.released:  # a new generation replaces the parked one: no need to restore it
                 self._parked, self._deferred, self._cancel_deferred = None, [], False
-            self._ensure_live()
-            try:
-                return self._inner.start(prompt, max_tokens, strategy, **kwargs)
-            except ModelError as e:
-                raise safe_model_error(e, self.catalog.name_for(kwargs.get("draft_model"))) from None
+            with self._llama_work():
+                try:
+                    return self._inner.start(prompt, max_tokens, strategy, **kwargs)
+                except ModelError as e:
+                    raise safe_model_error(e, self.catalog.name_for(kwargs.get("draft_model"))) from None
 
     def step(self) -> Any:
         """:meth:`Session.step` (one round) in a turn, restoring a parked session first."""
-        with self._turn(), self._lock:
-            self._touch()
-            self._ensure_live()
+        with self._llama_work():
             try:
                 return self._inner.step()
             except ModelError as e:
                 raise safe_model_error(e, self.catalog.name_for(self._inner.knobs.get("draft_model"))) from None
-            finally:
-                self._touch()
 
     def run(self, max_rounds: int | None = None) -> list[Any]:
         """Step until the generation finishes (or ``max_rounds`` rounds), one turn per round."""
@@ -253,6 +264,7 @@ class ManagedSession:
     def cancel(self) -> None:
         """:meth:`Session.cancel`."""
         with self._lock:
+            self._touch()
             self._inner.cancel()
             if self.released:
                 self._cancel_deferred = True
@@ -260,9 +272,7 @@ class ManagedSession:
     def snapshot(self) -> bytes:
         """:meth:`Session.snapshot` as a page may have it (a parked session is restored first): the target
         by file name and draft models by catalog name, no server path (:meth:`restore_into` maps them back)."""
-        with self._lock:
-            self._touch()
-            self._ensure_live()
+        with self._llama_work():
             header, blobs = unpack(self._inner.snapshot())
         header = dict(header, model=self._model_name)
         header["knobs"] = self._names(header.get("knobs") or {})
@@ -306,9 +316,7 @@ class ManagedSession:
         except KnobError as e:
             raise SnapshotError(f"the snapshot is refused: {e}") from None
         header.pop("blobs", None)
-        with self._lock:
-            self._touch()
-            self._ensure_live()
+        with self._llama_work():
             try:
                 self._inner.restore_into(pack(header, list(blobs.items())))
             except ModelError as e:
@@ -321,9 +329,7 @@ class ManagedSession:
         """:meth:`Session.fork` (the workbench's second lane) as a managed session too: its rounds take
         turns with every other session's and its events name no server path. It is the page's own, so
         the pool neither counts nor parks it; the workbench closes it with the lane."""
-        with self._turn(), self._lock:  # copying the caches is llama.cpp work: take a turn
-            self._touch()
-            self._ensure_live()
+        with self._llama_work():  # copying the caches is llama.cpp work
             child = self._inner.fork()
         return ManagedSession(
             lambda: child, scheduler=self._scheduler, catalog=self.catalog, drafts=self._drafts, clock=self._clock
@@ -380,6 +386,22 @@ class ManagedSession:
         """The loaded target model."""
         return self._inner.model
 
+    @property
+    def pending(self) -> tuple[str, dict[str, Any]] | None:
+        """The configuration queued for the next round boundary (a draft model by its catalog name)."""
+        p = self._inner.pending
+        return (p[0], self._names(dict(p[1]))) if p else None
+
+    @property
+    def max_tokens(self) -> int:
+        """The generation's token budget."""
+        return self._inner.max_tokens
+
+    @property
+    def settings(self) -> Any:
+        """The target context's settings (plain data: readable while parked; no llama.cpp call)."""
+        return self._inner.settings
+
     def schema(self, strategy: str | None = None) -> list[dict[str, Any]]:
         """Knob descriptions (see :meth:`Session.schema`)."""
         return self._inner.schema(strategy)
@@ -395,34 +417,54 @@ class ManagedSession:
         """Telemetry as a dictionary (a draft model by its catalog name)."""
         return self._names(self._inner.telemetry_dict())
 
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("_"):
-            raise AttributeError(name)
-        with self._lock:
-            self._ensure_live()
-            return getattr(self._inner, name)
+    @property
+    def cost_model(self) -> Any:
+        """The verify-cost curve the cost policy measured (``None`` until then); read without waking."""
+        return self._inner.cost_model
+
+    def verify_cost(self) -> Any:
+        """:meth:`Session.verify_cost` (the advisor's measurement decodes on the context) in a turn."""
+        with self._llama_work():
+            return self._inner.verify_cost()
+
+    def rewind(self, round: int | None = None, *, position: int | None = None) -> Any:
+        """:meth:`Session.rewind` in a turn (cutting the caches and rebuilding the drafter is llama.cpp work)."""
+        with self._llama_work():
+            return self._inner.rewind(round, position=position)
+
+    # Nothing else of the wrapped session is handed out: its llama.cpp contexts (``ctx``, the drafter's) must
+    # never be reached outside a turn and the lock, where the reaper could free them mid-call.
 
     # -- parking -------------------------------------------------------------------------------------
     def idle_seconds(self, now: float | None = None) -> float:
         """Seconds since the last action."""
         return (self._clock() if now is None else now) - self.last_active
 
-    def release(self) -> bool:
-        """Park the session: snapshot its state and free its llama.cpp contexts. False when it is busy
-        (a round or another call is running), already parked or closed; nothing changes then."""
-        if not self._lock.acquire(blocking=False):
-            return False
-        try:
-            if self.released or self.closed:
+    def release(self, idle_for: float | None = None) -> bool:
+        """Park the session: snapshot its state and free its llama.cpp contexts, in a turn and with the lock.
+        False when it is busy (a call holds the lock), already parked or closed, or — with ``idle_for`` —
+        when it was used in the last ``idle_for`` seconds (checked again once the lock is held: an action that
+        began after the reaper looked keeps its session); nothing changes then."""
+        with self._turn():
+            if not self._lock.acquire(blocking=False):
                 return False
-            inner = self._inner
-            self._parked = inner.snapshot() if inner.started and inner.drafter is not None else None
-            inner.close()
-            self.released = True
-            self.releases += 1
-            return True
-        finally:
-            self._lock.release()
+            try:
+                return self._park(idle_for)
+            finally:
+                self._lock.release()
+
+    def _park(self, idle_for: float | None) -> bool:
+        """Park now (called with the turn and the lock held)."""
+        if self.released or self.closed:
+            return False
+        if idle_for is not None and self.idle_seconds() <= idle_for:
+            return False
+        inner = self._inner
+        self._parked = inner.snapshot() if inner.started and inner.drafter is not None else None
+        inner.close()
+        self.released = True
+        self.releases += 1
+        return True
 
     def close(self) -> None:
         """Free the session for good (its page went away)."""
@@ -495,7 +537,7 @@ class SessionPool:
         now = self._clock() if now is None else now
         with self._lock:
             idle = [s for s in self.sessions if not s.released and s.idle_seconds(now) > self.idle_timeout]
-        return sum(1 for s in idle if s.release())
+        return sum(1 for s in idle if s.release(idle_for=self.idle_timeout))
 
     def start_reaper(self, interval: float | None = None) -> None:
         """Park idle sessions in a background thread, every ``interval`` seconds (default: a quarter of

@@ -28,6 +28,7 @@ No UI library is imported here.
 
 from __future__ import annotations
 
+import contextvars
 import itertools
 import json
 import threading
@@ -56,6 +57,15 @@ class View:
     id: int = field(default_factory=lambda: next(_ids))
     #: Messages this view was sent (for the load benchmark and the tests).
     sent: int = 0
+    #: Waits until the page has taken most of what it was sent (False: it went away); None: never waits.
+    room: Callable[[], bool] | None = None
+    #: Told the work this view's own requests cost (its page's gate); None: nobody counts.
+    charge: Callable[[int], None] | None = None
+
+
+#: The view whose message is being handled in this context, and the message's type (a background job runs in
+#: a copy of its submitter's context, so its replies still go to the page that asked).
+_ASKING: contextvars.ContextVar[tuple[View, str | None] | None] = contextvars.ContextVar("specviz_asking", default=None)
 
 
 def merge_into(outbox: list[dict], msg: dict) -> None:
@@ -89,26 +99,45 @@ class SharedInspector:
         draft_models: list[str] | None = None,
         presets: list[dict[str, Any]] | None = None,
         viewer_interval: float = 0.1,
+        background: bool = False,
+        plotly_url: str | None = None,
     ) -> None:
         self._views: list[View] = []
         self._views_lock = threading.Lock()
-        self._asking = threading.local()  # the view whose message this thread is handling, and its type
         self.viewer_interval = viewer_interval
         self._box_lock = threading.RLock()
         self._viewer_box: list[dict] = []  # broadcasts waiting for the viewers' next batch
         self._stop = threading.Event()
         self._sender: threading.Thread | None = None
-        self.core = InspectorCore(self._send, session, prompt=prompt, draft_models=draft_models, presets=presets)
+        self.core = InspectorCore(
+            self._send,
+            session,
+            prompt=prompt,
+            draft_models=draft_models,
+            presets=presets,
+            background=background,
+            charge=self._charge_asking,
+            send_room=self._room_of_asking,
+            plotly_url=plotly_url,
+        )
         if viewer_interval > 0:
             self._sender = threading.Thread(target=self._send_batches, name="specviz-viewers", daemon=True)
             self._sender.start()
 
     # -- views ---------------------------------------------------------------------------------------
-    def attach(self, send: Callable[[dict], None], role: str) -> View:
-        """Add a page; it catches up when its front-end says hello. Every view learns the new audience."""
+    def attach(
+        self,
+        send: Callable[[dict], None],
+        role: str,
+        *,
+        room: Callable[[], bool] | None = None,
+        charge: Callable[[int], None] | None = None,
+    ) -> View:
+        """Add a page; it catches up when its front-end says hello. Every view learns the new audience.
+        ``room`` and ``charge`` are the page's flow control and gate (see :class:`View`)."""
         if role not in ROLES:
             raise ValueError(f"role must be one of {ROLES}; got {role!r}")
-        view = View(send, role)
+        view = View(send, role, room=room, charge=charge)
         with self._views_lock:
             self._views.append(view)
         self._broadcast(self.core.state())
@@ -154,19 +183,31 @@ class SharedInspector:
             )
             self._reply(view, {"type": "notice", "level": "error", "text": text}, None)
             return
-        self._asking.view, self._asking.kind = view, kind
+        token = _ASKING.set((view, kind))
         try:
             self.core.handle(msg)
         finally:
-            self._asking.view = self._asking.kind = None
+            _ASKING.reset(token)
 
     def _send(self, msg: dict) -> None:
         """The core's send: to the asking view or to every view (see the module docstring)."""
-        asking: View | None = getattr(self._asking, "view", None)
-        if asking is not None and (self._asking.kind == "hello" or msg.get("type") not in BROADCAST_TYPES):
-            self._reply(asking, msg, self._asking.kind)
+        asking = _ASKING.get()
+        if asking is not None and (asking[1] == "hello" or msg.get("type") not in BROADCAST_TYPES):
+            self._reply(asking[0], msg, asking[1])
             return
         self._broadcast(msg)
+
+    def _charge_asking(self, units: int) -> None:
+        """The core's charge: the work of a request goes to the page that asked (its gate)."""
+        asking = _ASKING.get()
+        if asking is not None and asking[0].charge is not None:
+            asking[0].charge(units)
+
+    def _room_of_asking(self) -> bool:
+        """The core's flow control: a reply of many parts (a download) waits for the page that asked."""
+        asking = _ASKING.get()
+        room = asking[0].room if asking is not None else None
+        return room() if room is not None else True
 
     def _for(self, role: str, msg: dict) -> dict:
         """``msg`` as a view of ``role`` gets it: a ``state`` says the role and the audience, and a viewer's

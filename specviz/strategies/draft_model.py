@@ -213,7 +213,7 @@ class DraftModelDrafter(Drafter):
             raise SnapshotError(f"the draft context's state is malformed ({exc})") from None
         if any(not 0 <= t < self.model.n_vocab for t in cached):
             raise SnapshotError("the draft context's state holds token ids outside the draft vocabulary")
-        self.ctx.load_state(blob[8 + n :])
+        self.ctx.load_state(blob[8 + n :], max_pos=len(cached))  # its cache holds exactly the cached tokens
         self._cached = cached
         self._rollbacks = []
 

@@ -164,7 +164,7 @@ def init_head(head: Eagle3Head, cfg: TrainConfig, corpus: Corpus, train_idx: np.
 
 def load_checkpoint(path: str | Path) -> dict[str, Any]:
     """A checkpoint's contents (``torch.load`` with tensors only)."""
-    ck = torch.load(path, map_location="cpu", weights_only=False)
+    ck = torch.load(path, map_location="cpu", weights_only=True)  # tensors and plain data, no other object
     if ck.get("format") != CHECKPOINT_FORMAT:
         raise ValueError(f"{path} is not a specviz EAGLE-3 checkpoint")
     return ck

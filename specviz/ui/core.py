@@ -34,12 +34,15 @@ from typing import Any, Callable, Iterable
 from ..decoding.events import Event
 from ..errors import SpecvizError
 from ..strategies import strategy_schema
-from .protocol import MessageError, message_types, show, validate_incoming
+from .protocol import MessageError, message_types, show, validate_incoming, work_of
 from .sources import InspectedSession, LiveSource, ReplaySource, Source
+from .tasks import BYTES_PER_UNIT, BackgroundWork
 from .workbench import Workbench
 
 #: Events per message when a view catches up on a backlog.
 CHUNK = 2000
+#: About how many bytes one event takes on the wire (what a catch-up is charged per event resent).
+EVENT_BYTES = 400
 #: Event kinds that close a batch: everything up to them is sent at once.
 _FLUSH_KINDS = frozenset({"telemetry", "finished", "session_started", "rewound"})
 #: The most characters in a knob name or text value of a ``configure`` message.
@@ -86,6 +89,16 @@ class InspectorCore:
     the recorded events of a replay. ``prompt`` starts a session that has not started on Reset;
     ``draft_models`` lists draft GGUF paths the form offers for the ``draft`` strategy's ``draft_model``;
     ``presets`` are the workbench's starting points.
+
+    A served page's core is made with ``background=True``: the messages the declaration marks
+    ``"work": "background"`` then run one at a time off the calling thread (:mod:`specviz.ui.tasks`), the
+    ``state`` says which one runs (``working``) and other commands are refused meanwhile. ``charge(units)``
+    is told the work each message cost (a token decoded or copied, or 16 KiB moved, is one unit: see
+    :meth:`charge`); the server's message gate spends it. ``send_room()`` waits until the page has taken
+    most of what was sent to it (False: it went away); a download paces its parts with it. With
+    ``plotly_url`` the page is told where to fetch the plotly bundle (a static, cached asset) instead of
+    being sent it. Without them (a notebook) every message is handled at once in the calling thread and the
+    bundle travels in a message, as before.
     """
 
     def __init__(
@@ -97,6 +110,10 @@ class InspectorCore:
         prompt: str | None = None,
         draft_models: Iterable[str] | None = None,
         presets: list[dict[str, Any]] | None = None,
+        background: bool = False,
+        charge: Callable[[int], None] | None = None,
+        send_room: Callable[[], bool] | None = None,
+        plotly_url: str | None = None,
     ) -> None:
         if (session is None) == (events is None):
             raise ValueError("give either a session or recorded events")
@@ -120,6 +137,10 @@ class InspectorCore:
         self._pending: str | None = None
         self._error: str | None = None
         self._last_state: dict | None = None
+        self._charge = charge
+        self._send_room = send_room
+        self.plotly_url = plotly_url
+        self._background: BackgroundWork | None = BackgroundWork(self._send_state) if background else None
         for ev in self.source.backlog():
             self.record(ev, flush=False)
         self._unsent = len(self.log)
@@ -201,7 +222,13 @@ class InspectorCore:
             "pending": self._pending,
             "epoch": self.epoch,
             "error": self._error,
+            "working": self.working,
         }
+
+    @property
+    def working(self) -> str | None:
+        """The page message running in the background now (``None``: none)."""
+        return self._background.working if self._background is not None else None
 
     def _send_state(self, force: bool = False) -> None:
         # A Run's worker may end (and send "not running") while the thread that started it is still sending
@@ -258,17 +285,72 @@ class InspectorCore:
         """
         try:
             checked = validate_incoming(msg)
-            self._handlers[checked["type"]](checked)
+            work, name = work_of(checked)
+            if self._background is None or work == "always":
+                self._handlers[checked["type"]](checked)
+            elif work == "background":
+                self.in_background(name, lambda: self._handlers[checked["type"]](checked), msg)
+            else:
+                self._refuse_while_working(name)
+                self._handlers[checked["type"]](checked)
         except MessageError as e:
             self._notice("error", str(e))
         except Exception as e:  # keep the widget alive and say what happened
-            _log.exception("specviz inspector: a message from the page failed: %s", show(msg, 200))
-            self._notice("error", f"the message {show(msg)} failed: {type(e).__name__}: {e}")
+            self._failed(msg, e)
+
+    def _failed(self, msg: Any, e: Exception) -> None:
+        _log.exception("specviz inspector: a message from the page failed: %s", show(msg, 200))
+        self._notice("error", f"the message {show(msg)} failed: {type(e).__name__}: {e}")
+
+    def _refuse_while_working(self, name: str) -> None:
+        current = self.working
+        if current is not None:
+            raise MessageError(
+                f"{name}: the page is still working on {current}; this one was ignored and nothing changed "
+                "(try again when it is done)"
+            )
+
+    def in_background(self, name: str, job: Callable[[], None], msg: Any = None) -> None:
+        """Run ``job`` (the handling of page message ``name``) off the calling thread when this core does
+        background work, else now. Refused with :class:`MessageError` while other background work runs.
+        The job's refusals and failures reach the page as notices, as :meth:`handle`'s do."""
+        if self._background is None:
+            job()
+            return
+        self._refuse_while_working(name)
+
+        def guarded() -> None:
+            try:
+                job()
+            except MessageError as e:
+                self._notice("error", str(e))
+            except Exception as e:  # keep the widget alive and say what happened
+                self._failed(msg if msg is not None else name, e)
+
+        if not self._background.submit(name, guarded):
+            self._refuse_while_working(name)
+
+    def wait_work(self, timeout: float | None = None) -> bool:
+        """Block until the background work running now (if any) has finished; False on ``timeout``."""
+        return self._background.wait(timeout) if self._background is not None else True
+
+    def wait_room(self) -> bool:
+        """Wait until the page has taken most of what was sent to it (see ``send_room``); False when it is gone."""
+        return self._send_room() if self._send_room is not None else True
+
+    def charge(self, units: int) -> None:
+        """Tell the host what a message cost: one unit per token decoded or copied, or per 16 KiB moved
+        (:data:`~specviz.ui.tasks.BYTES_PER_UNIT`). A served page's gate spends these; elsewhere nothing happens."""
+        if self._charge is not None and units > 0:
+            self._charge(int(units))
 
     def _notice(self, level: str, text: str) -> None:
         self.emit({"type": "notice", "level": level, "text": text})
 
     def _plotly_message(self, msg: dict) -> None:
+        if self.plotly_url is not None:  # a served page fetches it once, from the browser's cache after that
+            self.emit({"type": "plotly", "url": self.plotly_url})
+            return
         try:
             self.emit({"type": "plotly", "source": plotly_source()})
         except SpecvizError as e:
@@ -284,6 +366,7 @@ class InspectorCore:
                 )
             start = have if epoch == self.epoch else 0  # a view of another epoch gets this one from its start
             self._send_state(force=True)
+            self.charge((self._unsent - start) * EVENT_BYTES // BYTES_PER_UNIT)  # a catch-up moves bytes
             for first in range(start, self._unsent, CHUNK):
                 end = min(first + CHUNK, self._unsent)
                 self.emit({"type": "events", "epoch": self.epoch, "start": first, "events": self.log[first:end]})
@@ -311,6 +394,8 @@ class InspectorCore:
                 self.reset(msg.get("prompt"), msg.get("max_tokens"), **request)
             except SpecvizError as e:
                 raise MessageError(f"reset: {e}") from e
+            finally:
+                self.charge(len(self.session.history) if self.session is not None and self.session.started else 1)
             return
         refusal = self.source.step_refusal()  # a step/run/play that would do nothing
         if refusal is not None:
@@ -460,9 +545,10 @@ class InspectorCore:
         return dict(result.errors)
 
     def close(self) -> None:
-        """Stop stepping and stop listening to the source."""
+        """Stop stepping (and wait a little for background work) and stop listening to the source."""
         self.pause()
         self.wait(5)
+        self.wait_work(5)
         if self._detach is not None:
             self._detach()
             self._detach = None

@@ -9,6 +9,7 @@ apart by their model API (``send_msg`` vs ``send``); the Python side is the same
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections import deque
@@ -22,6 +23,8 @@ from tornado.ioloop import IOLoop
 from ..decoding.events import Event
 from .core import InspectorCore, static_text
 from .sources import InspectedSession
+
+_log = logging.getLogger(__name__)
 
 #: The demo prompt: code that repeats itself, which n-gram drafting turns into long accepted runs.
 DEFAULT_PROMPT = (
@@ -74,31 +77,108 @@ class OrderedSender:
     Nothing is sent before the page's websocket is open (Bokeh would have no connection to write to): the
     queue waits (polled every 50 ms on the server's loop, at most :attr:`CONNECT_TIMEOUT` seconds, then
     dropped: the page never came).
+
+    The queue is bounded. Bokeh writes one callback's messages before the next callback gets the document,
+    so a page that stops reading (its socket full) stops the queue from draining: once more than
+    :attr:`MAX_QUEUED_BYTES` (estimated) or :attr:`MAX_QUEUED` messages wait, or the queue has not drained
+    for :attr:`STALL_SECONDS`, the page is *dropped*: its queue is emptied, nothing more is queued for it, a
+    line goes to the log and ``on_stall()`` runs (the server lets the page's session go; the websocket's
+    ping timeout closes the connection). A sender that moves a lot (a download) paces itself with
+    :meth:`room`.
     """
 
     #: Seconds to wait for the page's websocket before its queued messages are dropped.
     CONNECT_TIMEOUT = 120.0
+    #: Bounds of one page's queue before it counts as not reading (see above).
+    MAX_QUEUED_BYTES = 24 << 20
+    MAX_QUEUED = 20000
+    STALL_SECONDS = 45.0
 
-    def __init__(self, component: PageComponent, doc: Any) -> None:
+    def __init__(self, component: PageComponent, doc: Any, on_stall: Callable[[], None] | None = None) -> None:
         self._component = component
         self._doc = doc
         # a served page is made in the server's thread: its loop is the current one
         self._loop = IOLoop.current() if doc is not None and doc.session_context is not None else None
-        self._queue: deque[dict] = deque()
+        self._queue: deque[tuple[dict, int]] = deque()
+        self._queued_bytes = 0
         self._lock = threading.Lock()
+        self._room = threading.Condition(self._lock)
         self._scheduled = False
         self._since = time.monotonic()
+        self._drained = time.monotonic()
+        self._open = False  # the page's websocket was seen open (a page still connecting is not stalled)
+        self.on_stall = on_stall
+        #: True once the page was dropped for not reading; nothing is queued for it any more.
+        self.dropped = False
+
+    @staticmethod
+    def estimate(msg: dict) -> int:
+        """About how many bytes ``msg`` takes on the wire (cheap: the big fields' lengths, not a serialization)."""
+        kind = msg.get("type")
+        if kind == "packed":
+            return len(msg.get("json") or "") + 64
+        if kind == "download":
+            return len(msg.get("data") or "") + 256
+        if kind == "events":
+            return 64 + 400 * len(msg.get("events") or ())
+        return 1024
 
     def __call__(self, msg: dict) -> None:
         if self._loop is None:  # not served (a notebook, a test): nothing to order
             self._component.send_now(msg)
             return
+        size = self.estimate(msg)
         with self._lock:
-            self._queue.append(msg)
-            if self._scheduled:
+            if self.dropped:
                 return
-            self._scheduled = True
+            self._queue.append((msg, size))
+            self._queued_bytes += size
+            stalled = self._stalled_reason()
+            if stalled is None:
+                if self._scheduled:
+                    return
+                self._scheduled = True
+        if stalled is not None:
+            self._drop_stalled(stalled)
+            return
         self._loop.add_callback(self._when_connected)
+
+    def _stalled_reason(self) -> str | None:
+        """Why the page counts as not reading (called with the lock held), or ``None``."""
+        if self._queued_bytes > self.MAX_QUEUED_BYTES or len(self._queue) > self.MAX_QUEUED:
+            return f"{len(self._queue)} messages (about {self._queued_bytes >> 20} MiB) wait for it"
+        if self._open and self._scheduled and time.monotonic() - self._drained > self.STALL_SECONDS:
+            return f"nothing was delivered to it for {time.monotonic() - self._drained:.0f} s"
+        return None
+
+    def _drop_stalled(self, why: str) -> None:
+        with self._lock:
+            if self.dropped:
+                return
+            self.dropped = True
+            self._queue.clear()
+            self._queued_bytes = 0
+            self._room.notify_all()
+        _log.warning("specviz serve: dropped a page that stopped reading (%s)", why)
+        if self.on_stall is not None:
+            try:
+                self.on_stall()
+            except Exception:
+                _log.exception("specviz serve: letting a dropped page go failed")
+
+    def room(self, timeout: float = 60.0) -> bool:
+        """Wait until the page has taken most of what waits for it (at most ``timeout`` seconds); False when
+        the page was dropped or never drained meanwhile (a sender of many big messages stops then)."""
+        if self._loop is None:
+            return True
+        deadline = time.monotonic() + timeout
+        with self._room:
+            while not self.dropped and self._queued_bytes > self.MAX_QUEUED_BYTES // 4:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._room.wait(min(left, 0.5))
+            return not self.dropped
 
     def _connected(self) -> bool:
         connected = getattr(pn.state, "_connected", None)  # Panel's record of the pages whose websocket is open
@@ -107,7 +187,9 @@ class OrderedSender:
     def _drop(self) -> None:
         with self._lock:
             self._queue.clear()
+            self._queued_bytes = 0
             self._scheduled = False
+            self._room.notify_all()
 
     def _when_connected(self) -> None:
         """On the server's loop: hand the queue to the document's next tick once the page is connected."""
@@ -118,6 +200,9 @@ class OrderedSender:
             else:
                 self._drop()
             return
+        if not self._open:
+            with self._lock:
+                self._open, self._drained = True, time.monotonic()
         try:
             self._doc.add_next_tick_callback(self._drain)
         except Exception:  # the page's document is gone: nothing to send to
@@ -126,9 +211,12 @@ class OrderedSender:
     def _drain(self) -> None:
         """In the document's next tick (server thread, document locked): send everything queued, in order."""
         with self._lock:
-            msgs = list(self._queue)
+            msgs = [m for m, _ in self._queue]
             self._queue.clear()
+            self._queued_bytes = 0
             self._scheduled = False
+            self._drained = time.monotonic()
+            self._room.notify_all()
         models = self._component.models_on(self._doc)
         try:
             for msg in msgs:

@@ -153,18 +153,27 @@ def _is_json(t: str, value: Any) -> bool:
     return isinstance(value, _JSON_TYPES[t]) and not (isinstance(value, bool) and t in ("int", "number"))
 
 
+#: The values of a message's ``work`` (see the declaration's rules): run off the IO loop, or always at once.
+WORK_KINDS = ("background", "always")
+
+
 @dataclass(frozen=True)
 class Shape:
-    """The fields of one message (or of one variant of it) and its ``exactly_one_of`` rule."""
+    """The fields of one message (or of one variant of it), its ``exactly_one_of`` rule and its ``work``."""
 
     fields: tuple[Field, ...]
     exactly_one_of: tuple[str, ...] = ()
+    work: str | None = None
 
     @classmethod
-    def from_declaration(cls, d: Mapping[str, Any], base: tuple[Field, ...] = ()) -> Shape:
-        """A message's (or variant's) shape; ``base`` are the fields every variant shares."""
+    def from_declaration(cls, d: Mapping[str, Any], base: tuple[Field, ...] = (), work: str | None = None) -> Shape:
+        """A message's (or variant's) shape; ``base`` are the fields every variant shares, ``work`` the
+        message's own ``work`` (a variant's overrides it)."""
         own = tuple(Field.from_declaration(n, f) for n, f in (d.get("fields") or {}).items())
-        return cls(base + own, tuple(d.get("exactly_one_of", ())))
+        kind = d.get("work", work)
+        if kind is not None and kind not in WORK_KINDS:
+            raise ValueError(f"protocol declaration: unknown work {kind!r} (one of {WORK_KINDS})")
+        return cls(base + own, tuple(d.get("exactly_one_of", ())), kind)
 
 
 @dataclass(frozen=True)
@@ -184,7 +193,7 @@ class Message:
         by = d.get("by")
         if by is None:
             return cls(type_, shape)
-        variants = {v: Shape.from_declaration(vd, shape.fields) for v, vd in d["variants"].items()}
+        variants = {v: Shape.from_declaration(vd, shape.fields, shape.work) for v, vd in d["variants"].items()}
         return cls(type_, shape, by["field"], by.get("noun", by["field"]), variants)
 
     def shape_of(self, msg: Mapping[str, Any]) -> tuple[Shape, str]:
@@ -275,6 +284,15 @@ def validate_incoming(msg: Any) -> dict[str, Any]:
     shape, where = decl.shape_of(msg)
     _check_fields(shape, msg, where, null_is_absent=True)
     return msg
+
+
+def work_of(msg: Mapping[str, Any]) -> tuple[str | None, str]:
+    """How a served inspector runs a page message already checked by :func:`validate_incoming`: its declared
+    ``work`` (``"background"``, ``"always"`` or ``None``) and its name for the page (``reset``, ``lane branch``)."""
+    decl = protocol().to_python[msg["type"]]
+    shape, where = decl.shape_of(msg)
+    name = where.removeprefix("cmd ") if decl.type == "cmd" else where
+    return shape.work, name
 
 
 def outgoing_problem(msg: Any) -> str | None:

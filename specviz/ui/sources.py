@@ -55,6 +55,16 @@ class InspectedSession(Protocol):
         """Rounds run in this generation."""
         ...
 
+    @property
+    def history(self) -> list[int]:
+        """Prompt and generated token ids."""
+        ...
+
+    @property
+    def cost_model(self) -> Any:
+        """The verify-cost curve the cost policy measured (``None`` until then)."""
+        ...
+
     def subscribe(self, callback: Callable[[Event], None]) -> Callable[[], None]:
         """Call ``callback(event)`` for every future event; returns the unsubscriber."""
         ...
@@ -89,6 +99,10 @@ class InspectedSession(Protocol):
 
     def restore_into(self, blob: bytes) -> None:
         """Replace the generation with a snapshot's."""
+        ...
+
+    def verify_cost(self) -> Any:
+        """The verify-cost curve for the advisor (measured on the session's context when it has none)."""
         ...
 
     def close(self) -> None:

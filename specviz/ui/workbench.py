@@ -19,7 +19,7 @@ import threading
 import time
 from typing import Any, Callable, Protocol
 
-from ..analysis.advise import advise, session_cost
+from ..analysis.advise import advise
 from ..analysis.compare import Comparison, Lane
 from ..analysis.diagnose import diagnose
 from ..decoding.events import Event, Finished, Rewound, TelemetryEvent
@@ -27,11 +27,15 @@ from ..errors import SpecvizError
 from .knob_form import convert_form, parse_knob_text
 from .protocol import MessageError, field, show
 from .sources import InspectedSession
+from .tasks import BYTES_PER_UNIT
+from .uploads import Uploads
 
 #: Raw bytes per download part (base64 makes each message about 4/3 of it).
 CHUNK_BYTES = 512 * 1024
 #: At most this often (seconds) the comparison is recomputed while rounds stream in.
 COMPARE_EVERY = 0.5
+#: Recorded events an analysis (diagnosis, advice) reads per unit of work charged.
+EVENTS_PER_UNIT = 64
 #: The most knob values a lane message may carry (its text form is bounded like its object form).
 _MAX_LANE_KNOBS = field("lane", "knobs", "configure").max_items or 64
 
@@ -88,6 +92,18 @@ class WorkbenchHost(Protocol):
         """The session was replaced wholesale (a restore)."""
         ...
 
+    def charge(self, units: int) -> None:
+        """What a message cost (tokens decoded or copied, or 16 KiB moved, per unit)."""
+        ...
+
+    def in_background(self, name: str, job: Callable[[], None], msg: Any = None) -> None:
+        """Run ``job`` as the page message ``name`` would run (off the IO loop for a served page)."""
+        ...
+
+    def wait_room(self) -> bool:
+        """Wait until the page has taken most of what was sent to it; False when it went away."""
+        ...
+
 
 class Workbench:
     """The workbench of one inspector core (see the module docstring).
@@ -103,7 +119,8 @@ class Workbench:
         self.comparison: dict[str, Any] | None = None
         self.diagnosis: dict[str, Any] | None = None
         self.advice: dict[str, Any] | None = None
-        self._uploads: dict[str, list[str | None]] = {}
+        #: The snapshot uploads of the page (bounded: :mod:`specviz.ui.uploads`).
+        self.uploads = Uploads()
         self._last_compare = 0.0
         self._lock = threading.RLock()
         self._unsubscribe: Callable[[], None] | None = None
@@ -166,6 +183,7 @@ class Workbench:
         r, p = msg.get("round"), msg.get("position")
         s = self._live("rewound")
         self._idle("rewind")
+        self.core.charge(len(s.history))  # the drafter is rebuilt on the cut history
         try:
             s.rewind(r, position=p) if r is not None else s.rewind(position=p)
         except SpecvizError as e:
@@ -243,6 +261,7 @@ class Workbench:
 
     def branch(self, round: int | None = None) -> InspectedSession:
         """Open the second lane: a fork of the session now (or at ``round``, by rewinding the fork)."""
+        self.core.charge(len(self._main().history))  # the fork copies every cache
         fork = self._main().fork()
         try:
             if round is not None:
@@ -257,6 +276,7 @@ class Workbench:
     def compare(self, strategy: str | None = None, /, run: bool = True, **knobs: Any) -> InspectedSession:
         """Open the second lane from the start (round 0) with ``strategy`` and ``knobs`` and, with ``run``,
         run both lanes to their end in the background (the core's ``wait`` blocks until done)."""
+        self.core.charge(len(self._main().history))  # the fork copies every cache
         fork = self._main().fork()
         try:
             fork.rewind(0)
@@ -309,7 +329,10 @@ class Workbench:
     def _refresh_diagnosis(self, force: bool = False) -> None:
         try:
             cost = getattr(self.core.session, "cost_model", None)
-            self.diagnosis = diagnose(self.core.main_events(), cost=cost).to_dict()
+            events = self.core.main_events()
+            if force:  # a page asked: the analysis grows with the events
+                self.core.charge(1 + len(events) // EVENTS_PER_UNIT)
+            self.diagnosis = diagnose(events, cost=cost).to_dict()
         except Exception as e:  # a diagnosis must never break the session's own flow
             if force:
                 raise MessageError(f"diagnose: {type(e).__name__}: {e}") from e
@@ -321,8 +344,12 @@ class Workbench:
         s = self.core.session
         if s is not None and s.started:
             self._idle("advise")
-            cost = session_cost(s)
+            measured = s.cost_model is None
+            cost = s.verify_cost()
+            if measured and cost is not None:  # every batch size timed twice, and a warm-up
+                self.core.charge(1 + 2 * sum(cost.sizes))
         lanes = [self.core.main_events()] + ([list(self.lane.events)] if self.lane is not None else [])
+        self.core.charge(1 + sum(len(x) for x in lanes) // EVENTS_PER_UNIT)
         self.advice = advise(
             *lanes, cost=cost, scale_to_rounds=cost is not None
         ).to_dict()  # both lanes' rounds, each folded on its own
@@ -359,13 +386,19 @@ class Workbench:
             )
         except SpecvizError as e:
             raise MessageError(f"preset {preset['name']}: {e}") from e
+        finally:
+            self.core.charge(len(s.history) if s.started else 1)  # the prompt was decoded
         self.core.after_start(preset["prompt"])
 
     # -- files ---------------------------------------------------------------------------------------
     def _download(self, name: str, mime: str, data: bytes) -> None:
+        """Send ``data`` as download parts, each once the page has taken most of the previous ones."""
         file_id = f"{int(time.time() * 1000)}"
         count = max(1, -(-len(data) // CHUNK_BYTES))
+        self.core.charge(1 + len(data) // BYTES_PER_UNIT)
         for i in range(count):
+            if i and not self.core.wait_room():  # the page stopped taking them (or went away): stop sending
+                return
             part = base64.b64encode(data[i * CHUNK_BYTES : (i + 1) * CHUNK_BYTES]).decode()
             self._send(
                 {
@@ -400,21 +433,21 @@ class Workbench:
         self._restore_part(s, msg)
 
     def _restore_part(self, s: InspectedSession, msg: dict[str, Any]) -> None:
-        fid, count, index, data = msg["id"], msg["count"], msg["index"], msg["data"]
-        if index >= count:  # the declaration bounds each field; the index is bounded by this upload's count
-            raise MessageError(f"file restore: 'index' must be an integer in [0, {count - 1}]; got {index}")
-        parts = self._uploads.setdefault(fid, [None] * count)
-        if len(parts) != count:
-            self._uploads.pop(fid, None)
-            raise MessageError("file restore: the parts of one upload disagree on their count")
-        parts[index] = data
-        if any(p is None for p in parts):
-            return
-        del self._uploads[fid]
+        """Keep one part of an upload and acknowledge it (the page then sends the next); the last one starts
+        the restore (background work of a served page)."""
+        fid, count = msg["id"], msg["count"]
         try:
-            blob = b"".join(base64.b64decode(p or "", validate=True) for p in parts)
-        except ValueError as e:
-            raise MessageError(f"file restore: the upload is not base64 ({e})") from e
+            nxt, blob = self.uploads.add(fid, msg["index"], count, msg["data"])
+        except MessageError as e:  # the page stops sending this upload
+            self._send({"type": "upload", "id": fid, "next": msg["index"], "count": count, "error": str(e)})
+            raise
+        self._send({"type": "upload", "id": fid, "next": nxt, "count": count})
+        if blob is not None:
+            self.core.in_background("file restore", lambda: self._restore_blob(s, blob), {"type": "file", "id": fid})
+
+    def _restore_blob(self, s: InspectedSession, blob: bytes) -> None:
+        self._idle("file restore")
+        self.core.charge(1 + len(blob) // BYTES_PER_UNIT)
         try:
             s.restore_into(blob)
         except SpecvizError as e:
@@ -431,6 +464,7 @@ class Workbench:
         if self._unsubscribe is not None:
             self._unsubscribe()
             self._unsubscribe = None
+        self.uploads.close()
         if self.lane is not None:
             self.lane.close()
             self.lane = None

@@ -9,7 +9,7 @@
 
 import { h } from "./dom.js";
 import { hostOf } from "./host.js";
-import { getPlotly, installPlotly } from "./plotly.js";
+import { fetchPlotly, getPlotly, installPlotly } from "./plotly.js";
 import { helloMessage, rewindToRound } from "./messages.js";
 import { planEvents, stateIsStale, unpackMessages } from "./protocol.js";
 import { initialState, reduce } from "./state.js";
@@ -132,11 +132,16 @@ function render({ model, el }) {
         case "advice": advice.update(msg.data); break;
         case "presets": presets.update(msg); break;
         case "download": files.download(msg); break;
+        case "upload": files.uploaded(msg); break;
         case "knob_errors": controls.knobErrors(msg); break;
         case "schema": controls.schema(msg); break;
         case "plotly":
           try {
-            installPlotly(msg.source);
+            if (typeof msg.url === "string") {
+              fetchPlotly(msg.url).catch((e) => notices.show("error", "could not load plotly: " + e));
+            } else {
+              installPlotly(msg.source);
+            }
           } catch (e) {
             console.error("specviz: could not load plotly", e);
             notices.show("error", "could not load plotly: " + e);

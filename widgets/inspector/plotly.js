@@ -1,5 +1,6 @@
 // plotly.js for the charts: taken from the page if present, otherwise asked once per page from Python
-// (which reads the plotly.min.js that the plotly package ships) — never from the network.
+// (which reads the plotly.min.js that the plotly package ships) — never from the network. A served page is
+// told the bundle's address on its own server instead (a static asset its browser caches) and fetches it.
 
 import { plotlyMessage } from "./messages.js";
 
@@ -19,6 +20,18 @@ export function getPlotly(host) {
   }
   window.__specvizPlotlyAsked = true;
   return window.__specvizPlotly;
+}
+
+/** Fetch the bundle from the page's own server (`url` relative to the page, with its cookies) and install it. */
+export function fetchPlotly(url) {
+  if (window.Plotly) return Promise.resolve(window.Plotly);
+  if (!window.__specvizPlotlyFetch) {
+    window.__specvizPlotlyFetch = fetch(url, { credentials: "same-origin" }).then((r) => {
+      if (!r.ok) throw new Error("HTTP " + r.status);
+      return r.text();
+    }).then(installPlotly);
+  }
+  return window.__specvizPlotlyFetch;
 }
 
 /** Evaluate the plotly bundle a host sent, make it window.Plotly and wake every view waiting for it. */

@@ -23,3 +23,17 @@ test("a malformed part is refused", () => {
   assert.ok(collectPart(pending, { id: 5, index: 0, count: 1, data: "" }).error);
   assert.equal(pending.size, 0);
 });
+
+test("an upload sends each part when the previous one is acknowledged, and ends on done or error", async () => {
+  const { nextUploadStep } = await import("../inspector/views/files.js");
+  const pending = new Map([["u1", { parts: ["p0", "p1", "p2"], name: "s.bin" }]]);
+  assert.deepEqual(nextUploadStep(pending, { type: "upload", id: "u1", next: 1, count: 3 }), { send: "p1", delay: 0 });
+  // the server's gate asked the page to slow down: the same part again, later
+  assert.deepEqual(nextUploadStep(pending, { type: "upload", id: "u1", next: 1, count: 3, retry_ms: 750 }), { send: "p1", delay: 750 });
+  assert.deepEqual(nextUploadStep(pending, { type: "upload", id: "other", next: 0, count: 1 }), {}, "not ours");
+  assert.deepEqual(nextUploadStep(pending, { type: "upload", id: "u1", next: 3, count: 3 }), { done: "s.bin" });
+  assert.equal(pending.size, 0);
+  pending.set("u2", { parts: ["p0"], name: "t.bin" });
+  assert.deepEqual(nextUploadStep(pending, { type: "upload", id: "u2", next: 0, count: 1, error: "too large" }), { error: "too large", name: "t.bin" });
+  assert.equal(pending.size, 0);
+});

@@ -90,15 +90,17 @@ export function controlsView(send, root, uid) {
   }
 
   function syncDisabled() {
-    const ro = config.replay || !config.can_control;
+    // while a heavy message works in the background the page's other commands would be refused: disable them
+    const working = !!config.working;
+    const ro = config.replay || !config.can_control || working;
     const busy = config.running;
     const done = !!config.finished;
-    btnStep.disabled = busy || done || !config.can_step;
-    btnRun.disabled = busy || done || !config.can_step;
-    btnPlay.disabled = !busy && (done || !config.can_step);
+    btnStep.disabled = busy || working || done || !config.can_step;
+    btnRun.disabled = busy || working || done || !config.can_step;
+    btnPlay.disabled = working || (!busy && (done || !config.can_step));
     btnPlay.textContent = busy ? "❚❚ Pause" : "▶ Play";
     btnPlay.classList.toggle("sv-pausing", busy);
-    btnReset.disabled = busy || !config.can_reset;
+    btnReset.disabled = busy || working || !config.can_reset;
     stratSel.disabled = ro;
     btnApply.disabled = ro;
     for (const i of form.querySelectorAll("input,select")) i.disabled = ro;

@@ -1,6 +1,8 @@
 // Files: save the session as a snapshot, load one back, and save the event stream as JSON Lines (the
 // recording `specviz replay` / `specviz diagnose` read). Files travel in base64 parts, both ways, so a
-// large snapshot never exceeds a host's message size.
+// large snapshot never exceeds a host's message size. An upload sends one part at a time: Python answers
+// each with an "upload" message naming the part to send next (after retry_ms when its gate asks the page
+// to slow down), so a large snapshot goes at the pace the server allows instead of being refused.
 
 import { h } from "../dom.js";
 import { fileMessage, restoreMessages } from "../messages.js";
@@ -26,6 +28,25 @@ export function collectPart(pending, msg) {
   return { done: true, name: entry.name, mime: entry.mime, parts: entry.parts };
 }
 
+/**
+ * What to do with an "upload" answer for the uploads in `pending` (a Map id → {parts, name}): `{send: part
+ * message, delay: ms}`, `{done: name}` (every part arrived; Python restores), `{error, name}` (refused, over)
+ * or `{}` (not one of ours). Finished and refused uploads leave `pending`.
+ */
+export function nextUploadStep(pending, msg) {
+  const u = pending.get(msg.id);
+  if (!u || !Number.isInteger(msg.next)) return {};
+  if (typeof msg.error === "string") {
+    pending.delete(msg.id);
+    return { error: msg.error, name: u.name };
+  }
+  if (msg.next >= u.parts.length) {
+    pending.delete(msg.id);
+    return { done: u.name };
+  }
+  return { send: u.parts[msg.next], delay: Number.isInteger(msg.retry_ms) ? msg.retry_ms : 0 };
+}
+
 function partsToBlob(parts, mime) {
   const chunks = parts.map((b64) => {
     const bin = atob(b64);
@@ -36,9 +57,11 @@ function partsToBlob(parts, mime) {
   return new Blob(chunks, { type: mime || "application/octet-stream" });
 }
 
-/** `{el, download(msg)}`: the buttons (for the toolbar) and the handler of "download" messages. */
+/** `{el, download(msg), uploaded(msg), sync(config)}`: the buttons (for the toolbar) and the handlers of
+ * "download" and "upload" messages. */
 export function filesView(send, notices) {
   const pending = new Map();
+  const uploading = new Map();
   const btnSnap = h("button", { class: "sv-btn sv-snapshot", title: "save the whole session (caches included) as a snapshot file" }, "⤓ Snapshot");
   const upload = h("input", { type: "file", class: "sv-upload", hidden: true });
   const btnLoad = h("button", { class: "sv-btn sv-restore", title: "load a snapshot file saved here (the same model)" }, "⤒ Load");
@@ -52,9 +75,21 @@ export function filesView(send, notices) {
     upload.value = "";
     if (!f) return;
     const bytes = new Uint8Array(await f.arrayBuffer());
-    for (const part of restoreMessages("u" + Date.now().toString(36), bytes)) send(part);
-    notices.show("info", "sent " + f.name + " (" + bytes.length + " bytes) to restore");
+    const id = "u" + Date.now().toString(36);
+    const parts = restoreMessages(id, bytes);
+    uploading.set(id, { parts, name: f.name });
+    send(parts[0]); // the rest follow as Python acknowledges each part
+    notices.show("info", "sending " + f.name + " (" + bytes.length + " bytes) to restore");
   });
+
+  function uploaded(msg) {
+    const step = nextUploadStep(uploading, msg);
+    if (step.error) notices.show("error", "the upload of " + step.name + " stopped: " + step.error);
+    else if (step.done) notices.show("info", "sent " + step.done + "; restoring");
+    else if (step.send && step.delay) setTimeout(() => send(step.send), step.delay);
+    else if (step.send) send(step.send);
+    el.dataset.uploading = String(uploading.size);
+  }
 
   // the last completed download stays reachable for tests and for browsers that block the click
   function download(msg) {
@@ -75,10 +110,10 @@ export function filesView(send, notices) {
 
   function sync(config) {
     const live = !config.replay && config.can_control;
-    btnSnap.disabled = !live || !!config.running || !config.strategy;
-    btnLoad.disabled = !live || !!config.running;
+    btnSnap.disabled = !live || !!config.running || !!config.working || !config.strategy;
+    btnLoad.disabled = !live || !!config.running || !!config.working;
     btnRec.disabled = false;
   }
 
-  return { el, download, sync };
+  return { el, download, uploaded, sync };
 }

@@ -34,9 +34,10 @@ export function headerView() {
   }
 
   function status(c) {
-    statusPill.textContent = c.replay ? (c.running ? "replaying" : "replay")
+    // "working": a served page's heavy message (a reset, a lane branch, advice …) runs in the background
+    statusPill.textContent = c.working ? "working · " + c.working : c.replay ? (c.running ? "replaying" : "replay")
       : c.running ? "running" : c.finished ? "finished · " + c.finished : c.can_step ? "ready" : "idle";
-    statusPill.className = "sv-pill sv-status" + (c.running ? " sv-st-run" : c.finished ? " sv-st-done" : "");
+    statusPill.className = "sv-pill sv-status" + (c.working ? " sv-st-work" : c.running ? " sv-st-run" : c.finished ? " sv-st-done" : "");
   }
 
   return { el, event, status };

@@ -95,7 +95,7 @@ export function lanesView(send) {
 
   let cfg = {};
   function syncButtons() {
-    const busy = !!cfg.running, ro = !!cfg.replay || !cfg.can_control;
+    const busy = !!cfg.running || !!cfg.working, ro = !!cfg.replay || !cfg.can_control;
     btnCompare.disabled = busy || ro || !cfg.strategy;
     btnApply.disabled = busy || ro || !lane.open;
     btnStep.disabled = busy || ro || !lane.open;

@@ -21,7 +21,7 @@ export function presetsView(send) {
   }
 
   function sync(config) {
-    for (const b of buttons) b.disabled = !!config.running || !!config.replay || !config.can_control;
+    for (const b of buttons) b.disabled = !!config.running || !!config.working || !!config.replay || !config.can_control;
   }
 
   return { el, update, sync };

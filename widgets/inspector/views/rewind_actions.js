@@ -9,7 +9,7 @@ export function rewindActions(send, getConfig) {
   return (t) => {
     const c = getConfig();
     if (c.replay || !c.can_control || !c.strategy) return null;
-    const busy = !!c.running;
+    const busy = !!c.running || !!c.working;
     const btn = (cls, text, title, msg) => {
       const b = h("button", { class: "sv-btn sv-mini " + cls, title, disabled: busy }, text);
       b.addEventListener("click", () => send(msg));
