@@ -164,10 +164,17 @@ def test_every_strategy_greedy_equals_plain_greedy_on_the_device(models, strateg
         assert s.tokens == ref
         if strategy != "none":
             t = s.telemetry_dict()
-            assert t["drafted"] > 0 and t["accepted"] > 0, (strategy, t)
+            # the EAGLE-3 fixture's head has random weights: it drafts every round and the target accepts
+            # none of it, on the CPU backend as on the device (762 drafted, 0 accepted on both)
+            assert t["drafted"] > 0 and (t["accepted"] > 0 or strategy == "eagle3"), (strategy, t)
     finally:
         s.close()
         m.close()
+
+
+def _close_to_scale(a: np.ndarray, b: np.ndarray, rel: float) -> bool:
+    """Every entry of ``a`` within ``rel`` times ``b``'s largest magnitude of ``b``'s."""
+    return bool(np.abs(a - b).max() <= rel * np.abs(b).max())
 
 
 def test_layer_capture_reads_the_device_tensors(models):
@@ -175,8 +182,11 @@ def test_layer_capture_reads_the_device_tensors(models):
     embedding rows, and every layer agrees with the same model run on the CPU backend."""
     gpu = on_device(models["e3_target"])
     cpu = LlamaModel(models["e3_target"])  # n_gpu_layers=0: weights, cache and (at this batch size) ops on the CPU
-    api_ctx = LlamaContext(gpu, n_ctx=256, n_batch=64, n_ubatch=64, n_threads=1)
-    cb_ctx = LlamaContext(gpu, n_ctx=256, n_batch=64, n_ubatch=8, n_threads=1, capture=True)  # 3 micro-batches
+    # both paths in micro-batches of 8 (3 for the 20 tokens): the device's kernels depend on the batch
+    # size (a 64-token micro-batch gives layer inputs up to 2e-3 away from 8-token ones on lavapipe), and
+    # this test compares the capture paths, not batch sizes
+    api_ctx = LlamaContext(gpu, n_ctx=256, n_batch=64, n_ubatch=8, n_threads=1)
+    cb_ctx = LlamaContext(gpu, n_ctx=256, n_batch=64, n_ubatch=8, n_threads=1, capture=True)
     ref_ctx = LlamaContext(cpu, n_ctx=256, n_batch=64, n_ubatch=8, n_threads=1, capture=True)
     try:
         api = LayerCapture(api_ctx, [0, 1, 3])
@@ -191,9 +201,12 @@ def test_layer_capture_reads_the_device_tensors(models):
         assert np.array_equal(fa, fc)
         emb = tiny_weights(seed=2, n_layer=4, block_scale=0.1)["token_embd.weight"]
         assert np.allclose(fc[:, :64], emb[toks], atol=1e-6)
-        assert np.allclose(fc, fr, rtol=1e-3, atol=1e-4), float(np.abs(fc - fr).max())
+        # the device's kernels round differently from the CPU's: on lavapipe the layer-3 inputs (of
+        # magnitude ~2) are up to 8e-4 away from the CPU's; a wrong read (another tensor, a stale or
+        # host-side buffer) is off by the features' own size
+        assert _close_to_scale(fc, fr, 2e-3), float(np.abs(fc - fr).max())
         # the logits of the last row came back from the device as well
-        assert np.allclose(cb_ctx.last_row(), ref_ctx.last_row(), rtol=1e-3, atol=1e-4)
+        assert _close_to_scale(cb_ctx.last_row(), ref_ctx.last_row(), 2e-3)
     finally:
         for c in (api_ctx, cb_ctx, ref_ctx):
             c.close()
