@@ -1,7 +1,19 @@
 # Quick start: `make demo` (install everything, open the inspector on the embedded model)
 #              `make test` (install everything, run the whole test suite)
 PYTHON ?= python3
-VENV   := .venv
+
+# Which llama.cpp backend the llama-cpp-python wheel is built with: cpu (the default), vulkan, cuda or
+# metal (tools/llama_cmake_args.py lists each one's flags and what it needs). Every backend gets its own
+# wheel cache and, except cpu, its own venv (.venv-vulkan, ...), so a GPU build never replaces the CPU
+# one: `make install LLAMA_BACKEND=vulkan` leaves .venv as it is. LLAMA_CMAKE_EXTRA adds CMake
+# arguments (part of the cache key), e.g. LLAMA_CMAKE_EXTRA=-DCMAKE_CUDA_ARCHITECTURES=90 for one chip.
+LLAMA_BACKEND     ?= cpu
+LLAMA_CMAKE_EXTRA ?=
+ifeq ($(LLAMA_BACKEND),cpu)
+VENV ?= .venv
+else
+VENV ?= .venv-$(LLAMA_BACKEND)
+endif
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
@@ -10,13 +22,15 @@ STAMP  := $(VENV)/.installed
 # instruction" on quantized models. tools/llama_cmake_args.py turns on each x86 feature the CPU lists
 # (AVX-512 included) except AMX. The wheel is built once per feature set and kept in WHEELHOUSE.
 LLAMA_VERSION    := 0.3.36
-LLAMA_CMAKE_ARGS := $(shell $(PYTHON) tools/llama_cmake_args.py)
-LLAMA_TAG        := $(shell $(PYTHON) tools/llama_cmake_args.py --tag)
+LLAMA_CMAKE_ARGS := $(shell $(PYTHON) tools/llama_cmake_args.py --backend $(LLAMA_BACKEND) -- $(LLAMA_CMAKE_EXTRA))
+LLAMA_TAG        := $(shell $(PYTHON) tools/llama_cmake_args.py --backend $(LLAMA_BACKEND) --tag -- $(LLAMA_CMAKE_EXTRA))
 WHEELHOUSE       ?= $(HOME)/.cache/specviz/wheels/llama-cpp-python-$(LLAMA_VERSION)-$(LLAMA_TAG)
 # llama.cpp's own speculative tool, its server (llama-server) and specviz's replay driver of llama.cpp's
-# draftless drafters, built from the same vendored llama.cpp with the same flags (statically linked), once per
-# machine, beside the wheel.
+# draftless drafters, built from the same vendored llama.cpp with the same CPU flags (statically linked), once
+# per machine, beside the wheel. They are always CPU builds: the differential tests compare with them on the
+# CPU backend.
 LLAMA_TOOLS      := $(shell $(PYTHON) tools/llama_tools.py $(LLAMA_VERSION))
+LLAMA_TOOLS_ARGS := $(shell $(PYTHON) tools/llama_cmake_args.py)
 
 # torch for `specviz train-eagle3` (the train extra): the CPU-only wheel, never the CUDA build that PyPI's
 # default torch pulls in. This machine's pip resolves torch==2.13.0+cpu (pure-Python dependencies); elsewhere
@@ -39,11 +53,13 @@ TORCH_CPU        ?= torch==2.13.0+cpu
 # run the module a second time (the package imports it first) and print runpy's RuntimeWarning.
 LLAMA_WHEEL      = $(WHEELHOUSE)/llama_cpp_python-$(LLAMA_VERSION)-*.whl
 
-.PHONY: install demo test bench bench-native llama-tools screenshots mutation clean
+.PHONY: install demo test test-vulkan bench bench-native llama-tools screenshots mutation clean
 
 install: $(STAMP)
 
-$(STAMP): pyproject.toml Makefile tools/llama_cmake_args.py
+$(STAMP): pyproject.toml Makefile tools/llama_cmake_args.py $(wildcard tools/vulkan_compat/vulkan/*)
+	@case "$(LLAMA_BACKEND)" in cpu|vulkan|cuda|metal) ;; \
+	  *) echo "LLAMA_BACKEND=$(LLAMA_BACKEND): choose cpu, vulkan, cuda or metal" >&2; exit 2;; esac
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	ls $(WHEELHOUSE)/llama_cpp_python-$(LLAMA_VERSION)-*.whl >/dev/null 2>&1 || \
@@ -53,6 +69,7 @@ $(STAMP): pyproject.toml Makefile tools/llama_cmake_args.py
 	PYTHONWARNINGS="ignore:Editable installation:UserWarning" $(PY) -m pip install --quiet $(LLAMA_WHEEL) -e '.[all]'
 	$(PY) -m pip install --quiet --force-reinstall --no-deps $(LLAMA_WHEEL)
 	$(PY) -c "import sys; from specviz.backends.capture import main; sys.exit(main(['--build']))"
+	$(PY) -c "from specviz.decoding import rowscan_kernel as k; print(k.unavailable_reason() or k.build())"
 	$(PY) -c "import specviz.models as m; print('embedded model:', m.default_model_path())"
 	touch $(STAMP)
 
@@ -65,7 +82,7 @@ demo: install
 llama-tools: $(STAMP)
 	test -x $(LLAMA_TOOLS)/llama-speculative-simple -a -x $(LLAMA_TOOLS)/specviz-draft-replay \
 	  -a -x $(LLAMA_TOOLS)/llama-server || \
-	  tools/build_llama_tools.sh $(PY) $(LLAMA_VERSION) $(LLAMA_TOOLS) "$(LLAMA_CMAKE_ARGS)"
+	  tools/build_llama_tools.sh $(PY) $(LLAMA_VERSION) $(LLAMA_TOOLS) "$(LLAMA_TOOLS_ARGS)"
 
 # lint and types first (seconds), then the front-end's node tests, then the whole Python suite
 test: install llama-tools
@@ -74,6 +91,14 @@ test: install llama-tools
 	$(VENV)/bin/mypy
 	node --test widgets/tests/
 	$(PY) -m pytest -ra
+
+# the Vulkan build's tests (tests/test_vulkan.py) on Mesa's software Vulkan device (lavapipe), in .venv-vulkan;
+# needs Debian's glslc libvulkan-dev mesa-vulkan-drivers (.ci/run installs them). lavapipe is a CPU-type
+# device, which ggml's Vulkan backend skips unless it is named: GGML_VK_VISIBLE_DEVICES=0.
+test-vulkan:
+	$(MAKE) install LLAMA_BACKEND=vulkan
+	GGML_VK_VISIBLE_DEVICES=$${GGML_VK_VISIBLE_DEVICES:-0} SPECVIZ_REQUIRE_VULKAN=1 \
+	  .venv-vulkan/bin/python -m pytest -ra -p no:cacheprovider tests/test_vulkan.py
 
 bench: install
 	$(PY) benchmarks/bench_prompt_lookup.py

@@ -31,7 +31,7 @@ Timings on a shared machine are noisy: publish figures measured on a quiet one.
 
 Usage: python benchmarks/bench_native.py [--repeats 3] [--max-tokens 128] [--threads 2]
            [--kinds code-rewrite,quote,summarise,free] [--strategies ngram-simple,...] [--prompts 0,1]
-           [--model GGUF] [--json]
+           [--model GGUF] [--n-gpu-layers N] [--json]
 """
 
 from __future__ import annotations
@@ -99,8 +99,10 @@ def run_specviz(session: Session, prompt: str, strategy: str, knobs: dict[str, A
     }
 
 
-def run_native(tool: Path, model_path: Path, prompt: str, strategy: str, max_tokens: int, threads: int) -> dict:
-    """One llama-speculative-simple generation."""
+def run_native(
+    tool: Path, model_path: Path, prompt: str, strategy: str, max_tokens: int, threads: int, ngl: int = 0
+) -> dict:
+    """One llama-speculative-simple generation (``ngl`` layers on the GPU, as specviz's model)."""
     r = run_tool(
         tool,
         model_path,
@@ -112,6 +114,7 @@ def run_native(tool: Path, model_path: Path, prompt: str, strategy: str, max_tok
         n_ctx=N_CTX,
         n_batch=N_BATCH,
         n_ubatch=N_UBATCH,
+        extra=["-ngl", str(ngl)],  # explicit: llama.cpp's tools offload everything by default on a GPU build
     )
     return {
         "tokens": r.n_predict,
@@ -140,6 +143,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--strategies", default=",".join(STRATEGIES))
     ap.add_argument("--prompts", default="", help="prompt indices per kind (default: all)")
     ap.add_argument("--model", default="", help="a GGUF to run instead of the embedded Gemma 3 270M")
+    ap.add_argument("--n-gpu-layers", type=int, default=0, help="layers on the GPU, both sides (a GPU build)")
     ap.add_argument("--json", action="store_true", help="print the raw figures as JSON as well")
     args = ap.parse_args(argv)
     kinds = [k for k in args.kinds.split(",") if k]
@@ -157,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
     model_path = Path(args.model) if args.model else default_model_path()
-    model = LlamaModel(model_path)
+    model = LlamaModel(model_path, n_gpu_layers=args.n_gpu_layers)
     session = Session(model, n_ctx=N_CTX, n_batch=N_BATCH, n_ubatch=N_UBATCH, n_threads=args.threads)
     prompts = {
         k: [i for i in range(len(WORKLOADS[k])) if not args.prompts or str(i) in args.prompts.split(",")] for k in kinds
@@ -165,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
 
     # warm-up, untimed: page the model in on both sides; the cost policy measures the verify cost once
     warm = WORKLOADS[kinds[0]][prompts[kinds[0]][0]]
-    run_native(tool, model_path, warm, strategies[0], 16, args.threads)
+    run_native(tool, model_path, warm, strategies[0], 16, args.threads, args.n_gpu_layers)
     for cfg in CONFIGS.values():
         run_specviz(session, warm, strategies[0], dict(STRATEGIES[strategies[0]], draft_max=DRAFT_MAX, **cfg), 16)
 
@@ -181,7 +185,9 @@ def main(argv: list[str] | None = None) -> int:
                     sides = ["cost"] if kind not in GROUNDED else ["native", *CONFIGS]
                     for side in sides:
                         if side == "native":
-                            res = run_native(tool, model_path, prompt, strat, args.max_tokens, args.threads)
+                            res = run_native(
+                                tool, model_path, prompt, strat, args.max_tokens, args.threads, args.n_gpu_layers
+                            )
                         else:
                             knobs = dict(STRATEGIES[strat], draft_max=DRAFT_MAX, **CONFIGS[side])
                             res = run_specviz(session, prompt, strat, knobs, args.max_tokens)
@@ -197,7 +203,8 @@ def main(argv: list[str] | None = None) -> int:
         return med([x["tps"] for x in runs[kind][p][key]])
 
     print(
-        f"\nspecviz vs llama-speculative-simple: {model_path.name}, {args.threads} threads, {args.max_tokens} "
+        f"\nspecviz vs llama-speculative-simple: {model_path.name}, n_gpu_layers={args.n_gpu_layers}, "
+        f"{args.threads} threads, {args.max_tokens} "
         f"tokens, draft sizes {DRAFT_MAX} (ngram-cache 8); median over {args.repeats} repeats per prompt, then "
         "over prompts"
     )

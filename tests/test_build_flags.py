@@ -5,6 +5,8 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
+import pytest
+
 TOOL = Path(__file__).resolve().parent.parent / "tools" / "llama_cmake_args.py"
 spec = importlib.util.spec_from_file_location("llama_cmake_args", TOOL)
 tool = importlib.util.module_from_spec(spec)
@@ -48,3 +50,45 @@ def test_cpu_flags_reads_the_first_flags_line(tmp_path):
     info.write_text("processor\t: 0\nflags\t\t: fpu avx2 fma\nprocessor\t: 1\nflags\t\t: fpu\n")
     assert tool.cpu_flags(str(info)) == {"fpu", "avx2", "fma"}
     assert tool.cpu_flags(str(tmp_path / "missing")) == set()
+
+
+def test_backends_add_their_flags_to_the_cpu_flags():
+    cpu = tool.cmake_args(AVX512_HOST, "x86_64")
+    assert tool.backend_args("cpu") == []
+    vk = tool.backend_args("vulkan")
+    assert vk[0] == "-DGGML_VULKAN=ON" and vk[1] == f"-DCMAKE_CXX_FLAGS=-I{tool.VULKAN_COMPAT}"
+    assert (tool.VULKAN_COMPAT / "vulkan" / "vulkan.hpp").is_file()
+    assert tool.backend_args("cuda") == ["-DGGML_CUDA=ON"]
+    assert "-DGGML_METAL=ON" in tool.backend_args("metal")
+    with pytest.raises(ValueError, match="unknown llama.cpp backend 'rocm'"):
+        tool.backend_args("rocm")
+    # the CPU wheel's cache key is what it was before backends existed
+    assert tool.tag(cpu) == tool.tag(cpu, "cpu") and tool.tag(cpu).startswith("cpu-")
+
+
+def test_every_backend_and_extra_argument_gets_its_own_cache_key():
+    cpu = tool.cmake_args(AVX512_HOST, "x86_64")
+    tags = {tool.tag(cpu + tool.backend_args(b), b) for b in tool.BACKENDS}
+    assert len(tags) == len(tool.BACKENDS)
+    cuda = cpu + tool.backend_args("cuda")
+    assert tool.tag(cuda, "cuda") != tool.tag(cuda + ["-DCMAKE_CUDA_ARCHITECTURES=90"], "cuda")
+    # the compatibility folder enters the key by its contents, not by where the checkout lives
+    vk = cpu + tool.backend_args("vulkan")
+    moved = [a.replace(str(tool.VULKAN_COMPAT), "/elsewhere/tools/vulkan_compat") for a in vk]
+    assert tool.tag(vk, "vulkan") != tool.tag(moved, "vulkan")  # a path that is not the folder is hashed as is
+    assert "vulkan_compat@" not in " ".join(vk)
+
+
+def test_the_command_line_parses_backend_tag_and_extra_arguments():
+    assert tool.parse(["--backend", "vulkan", "--tag"]) == ("vulkan", True, [])
+    assert tool.parse(["--backend=cuda", "--", "-DCMAKE_CUDA_ARCHITECTURES=90"]) == (
+        "cuda",
+        False,
+        ["-DCMAKE_CUDA_ARCHITECTURES=90"],
+    )
+    assert tool.parse(["--"]) == ("cpu", False, [])
+    with pytest.raises(ValueError, match="unknown llama.cpp backend"):
+        tool.parse(["--backend", "opencl"])
+    with pytest.raises(ValueError, match="unknown argument"):
+        tool.parse(["--fast"])
+    assert tool.main(["--backend", "nope"]) == 2

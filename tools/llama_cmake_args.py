@@ -1,12 +1,29 @@
-"""Print the CMake arguments for building llama.cpp (llama-cpp-python) for this machine's CPU.
+"""Print the CMake arguments for building llama.cpp (llama-cpp-python) for this machine and a backend.
 
 ``-march=native`` is not used: some virtual machines advertise AMX tiles that the guest cannot run, and
 a native build then dies with "Illegal instruction" on quantised models. Instead every x86 feature that
 ggml can use and that ``/proc/cpuinfo`` lists is switched on explicitly — except AMX. AVX-512 matters
 here: speculative verification is batch work, and batches are compute-bound on a CPU.
 
+``--backend NAME`` (``cpu``, the default, ``vulkan``, ``cuda`` or ``metal``) adds the flags of one
+llama.cpp GPU backend to the CPU flags (the CPU backend is always built too: ggml falls back to it for
+whatever a GPU backend does not run):
+
+- ``vulkan``: ``-DGGML_VULKAN=ON``, plus ``tools/vulkan_compat`` first on the C++ include path, which
+  lets the vendored llama.cpp compile against Vulkan headers older than 1.3.261 (Debian 12's; see the
+  header's comment). Needs ``glslc`` and the Vulkan headers and loader (Debian: ``glslc libvulkan-dev``).
+- ``cuda``: ``-DGGML_CUDA=ON``. Needs ``nvcc``. ggml builds for several GPU generations unless
+  ``CMAKE_CUDA_ARCHITECTURES`` is given: pass e.g. ``LLAMA_CMAKE_EXTRA=-DCMAKE_CUDA_ARCHITECTURES=90``
+  (an H100/H200) to ``make install`` to build for one chip only (much faster).
+- ``metal``: ``-DGGML_METAL=ON -DGGML_METAL_EMBED_LIBRARY=ON`` (Apple silicon; the shader library is
+  compiled into the dylib so the wheel needs no ``.metal`` file beside it).
+
+Extra arguments after the options (``-- -DNAME=VALUE ...``) are appended as they are.
+
 ``--tag`` prints a short name for the argument set instead (the Makefile keys its wheel cache by it,
-so a wheel is never reused on a CPU it was not built for).
+so a wheel is never reused on a CPU or with a backend it was not built for). The tag names the
+backend and hashes the arguments; a path inside this repository (the Vulkan compatibility folder)
+enters the hash by its files' contents, not its location, so every checkout shares one cache.
 """
 
 from __future__ import annotations
@@ -14,6 +31,11 @@ from __future__ import annotations
 import hashlib
 import platform
 import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+VULKAN_COMPAT = HERE / "vulkan_compat"
+BACKENDS = ("cpu", "vulkan", "cuda", "metal")
 
 # ggml option -> the /proc/cpuinfo flags it needs (all of them)
 FEATURES = [
@@ -54,15 +76,65 @@ def cmake_args(flags: set[str], machine: str) -> list[str]:
     return args
 
 
-def tag(args: list[str]) -> str:
+def backend_args(backend: str) -> list[str]:
+    """The arguments that switch on ``backend`` on top of the CPU flags (none for ``cpu``)."""
+    if backend == "cpu":
+        return []
+    if backend == "vulkan":
+        return ["-DGGML_VULKAN=ON", f"-DCMAKE_CXX_FLAGS=-I{VULKAN_COMPAT}"]
+    if backend == "cuda":
+        return ["-DGGML_CUDA=ON"]
+    if backend == "metal":
+        return ["-DGGML_METAL=ON", "-DGGML_METAL_EMBED_LIBRARY=ON"]
+    raise ValueError(f"unknown llama.cpp backend {backend!r}: choose one of {', '.join(BACKENDS)}")
+
+
+def _folder_hash(folder: Path) -> str:
+    h = hashlib.sha256()
+    for p in sorted(folder.rglob("*")):
+        if p.is_file():
+            h.update(p.relative_to(folder).as_posix().encode() + b"\0" + p.read_bytes())
+    return h.hexdigest()[:10]
+
+
+def tag(args: list[str], backend: str = "cpu") -> str:
     """The short name of an argument set, keying the caches of what is built with it."""
-    return "cpu-" + hashlib.sha256(" ".join(args).encode()).hexdigest()[:10]
+    compat = str(VULKAN_COMPAT)
+    keyed = [a.replace(compat, f"vulkan_compat@{_folder_hash(VULKAN_COMPAT)}") if compat in a else a for a in args]
+    return f"{backend}-" + hashlib.sha256(" ".join(keyed).encode()).hexdigest()[:10]
+
+
+def parse(argv: list[str]) -> tuple[str, bool, list[str]]:
+    """``(backend, want_tag, extra_args)`` from the command line."""
+    backend, want_tag, extra = "cpu", False, []
+    rest = list(argv)
+    if "--" in rest:
+        i = rest.index("--")
+        rest, extra = rest[:i], [a for a in rest[i + 1 :] if a]
+    it = iter(rest)
+    for a in it:
+        if a == "--tag":
+            want_tag = True
+        elif a == "--backend":
+            backend = next(it, "")
+        elif a.startswith("--backend="):
+            backend = a.split("=", 1)[1]
+        else:
+            raise ValueError(f"unknown argument {a!r} (usage: llama_cmake_args.py [--backend NAME] [--tag] [-- ARGS])")
+    if backend not in BACKENDS:
+        raise ValueError(f"unknown llama.cpp backend {backend!r}: choose one of {', '.join(BACKENDS)}")
+    return backend, want_tag, extra
 
 
 def main(argv: list[str]) -> int:
     """Print the arguments (or their tag with ``--tag``)."""
-    args = cmake_args(cpu_flags(), platform.machine())
-    print(tag(args) if "--tag" in argv else " ".join(args))
+    try:
+        backend, want_tag, extra = parse(argv)
+    except ValueError as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    args = cmake_args(cpu_flags(), platform.machine()) + backend_args(backend) + extra
+    print(tag(args, backend) if want_tag else " ".join(args))
     return 0
 
 

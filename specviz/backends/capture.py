@@ -30,11 +30,6 @@ Both capture every row of a batch (not only rows whose logits are requested), in
 from __future__ import annotations
 
 import ctypes
-import hashlib
-import os
-import shutil
-import subprocess
-import sysconfig
 import threading
 import weakref
 from dataclasses import dataclass
@@ -44,6 +39,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..errors import CaptureUnavailableError
+from . import cbuild
 
 #: Architectures whose graph in the vendored llama.cpp sets ``res->t_layer_inp[il]`` for every layer
 #: (checked by reading ``src/models/*.cpp`` of llama-cpp-python 0.3.36's llama.cpp).
@@ -149,44 +145,25 @@ _shim_error: str | None = None
 
 def shim_cache_dir() -> Path:
     """Where compiled shims are kept (``$SPECVIZ_NATIVE_CACHE``, else ``~/.cache/specviz/native``)."""
-    env = os.environ.get("SPECVIZ_NATIVE_CACHE")
-    if env:
-        return Path(env)
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    return (Path(xdg) if xdg else Path.home() / ".cache") / "specviz" / "native"
+    return cbuild.cache_dir()
 
 
 def shim_path() -> Path:
     """The compiled shim's path; its name carries a hash of the source and the platform (the cache key)."""
-    src = _SHIM_SOURCE.read_bytes()
-    plat = sysconfig.get_platform().replace("-", "_").replace(".", "_")
-    digest = hashlib.sha256(src + plat.encode()).hexdigest()[:16]
-    return shim_cache_dir() / f"specviz_capture-{plat}-{digest}.so"
+    return cbuild.library_path(_SHIM_SOURCE, "specviz_capture")
 
 
 def build_shim(force: bool = False) -> Path:
     """Compile the shim with the system C compiler (``$CC``, else ``cc``/``gcc``) unless already cached."""
-    out = shim_path()
-    if out.exists() and not force:
-        return out
-    cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
-    if not cc:
-        raise CaptureUnavailableError(
-            "building the layer-capture shim needs a C compiler (cc, gcc or clang) on PATH; install one and run "
-            "`python -m specviz.backends.capture --build` (or `make install`)"
-        )
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_suffix(f".{os.getpid()}.tmp")
-    cmd = [*cc.split(), "-O2", "-shared", "-fPIC", "-o", str(tmp), str(_SHIM_SOURCE)]
     try:
-        res = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
-    except (OSError, subprocess.TimeoutExpired) as e:
-        raise CaptureUnavailableError(f"compiling the layer-capture shim failed ({e})") from None
-    if res.returncode != 0:
-        tmp.unlink(missing_ok=True)
-        raise CaptureUnavailableError(f"compiling the layer-capture shim failed: {' '.join(cmd)}\n{res.stderr.strip()}")
-    os.replace(tmp, out)
-    return out
+        return cbuild.build_library(_SHIM_SOURCE, "specviz_capture", force=force)
+    except cbuild.BuildError as e:
+        hint = (
+            "; then run `python -m specviz.backends.capture --build` (or `make install`)"
+            if "C compiler" in str(e)
+            else ""
+        )
+        raise CaptureUnavailableError(f"layer-capture shim: {e}{hint}") from None
 
 
 def shim_library() -> Any:

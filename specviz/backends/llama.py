@@ -41,10 +41,16 @@ class Capacity:
 
 
 class LlamaModel:
-    """A loaded GGUF model and its vocabulary."""
+    """A loaded GGUF model and its vocabulary.
+
+    ``n_gpu_layers``: how many of the model's layers llama.cpp puts on the GPU devices of a GPU build
+    (:mod:`specviz.backends.devices`); more than the model has offloads the output layer too. Draft models
+    a session loads for this target are placed the same way (:class:`~specviz.models.draft_cache.DraftModelCache`).
+    """
 
     def __init__(self, path: str | os.PathLike, *, n_gpu_layers: int = 0) -> None:
         self.path = Path(path)
+        self.n_gpu_layers = int(n_gpu_layers)
         self.info = check_gguf(self.path)
         ensure_backend()
         lc = llama_lib()

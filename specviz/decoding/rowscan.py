@@ -2,9 +2,10 @@
 
 As the runner PR's ``LogitRowScan``: the first maximum wins, and NaN counts as negative infinity. A row is
 read in place (a zero-copy view of llama.cpp's logits) and scanned once; probabilities come from the same
-pass's maximum. Plain decoding (strategy ``none``) goes through exactly the same scan as speculative
-verification, so any difference between plain and speculative greedy output comes from the logits,
-never from the scan.
+pass's maximum, the softmax normaliser from the C kernel of :mod:`specviz.decoding.rowscan_kernel` (one
+fused pass) where it could be compiled, else from numpy (an exponential pass and a sum pass). Plain
+decoding (strategy ``none``) goes through exactly the same scan as speculative verification, so any
+difference between plain and speculative greedy output comes from the logits, never from the scan.
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ from __future__ import annotations
 import math
 
 import numpy as np
+
+from .rowscan_kernel import expsum
 
 # the largest logit range in which the normaliser can skip subtracting the maximum (see ScoredRow.z)
 _DIRECT_LO, _DIRECT_HI = -30.0, 60.0
@@ -49,6 +52,8 @@ class ScoredRow:
         if self._z is None:
             if not np.isfinite(self.max):
                 self._z = float("nan")
+            elif (z := expsum(self.row, self.max)) is not None:
+                self._z = z
             else:
                 buf = self._buf if self._buf is not None and self._buf.shape == self.row.shape else None
                 if _DIRECT_LO < self.max < _DIRECT_HI:

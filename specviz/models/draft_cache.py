@@ -49,7 +49,9 @@ class DraftModelCache:
         key = str(Path(path).resolve())
         m = self._loaded.models.get(key)
         if m is None:
-            m = LlamaModel(path)
+            # on the target's devices: a draft left on the CPU beside an offloaded target would make
+            # every drafting step a host round trip
+            m = LlamaModel(path, n_gpu_layers=self.target.n_gpu_layers)
             try:
                 check_vocab_compatible(self.target.ptr, m.ptr)
             except Exception:

@@ -97,8 +97,11 @@ def tiny_vocab(vocab_size: int = 320) -> tuple[list[str], list[float], list[int]
     scores = [0.0, 0.0, 0.0] + [0.0] * 256
     letters = [f"▁{c}" for c in "abcdefghijklmnopqrstuvwxyz"] + list("abcdefghijklmnopqrstuvwxyz")
     extra: list[str] = []
-    for p in _EXTRA_PIECES + letters + [f"▁{d}" for d in "0123456789"] + [f"x{i}" for i in range(4096)]:
-        if p not in extra:
+    seen: set[str] = set()
+    # synthetic pieces x0, x1 ... fill any size (the vocabulary of a realistically sized test model)
+    for p in _EXTRA_PIECES + letters + [f"▁{d}" for d in "0123456789"] + [f"x{i}" for i in range(vocab_size)]:
+        if p not in seen:
+            seen.add(p)
             extra.append(p)
         if len(tokens) + len(extra) >= vocab_size:
             break

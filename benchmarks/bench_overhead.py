@@ -1,0 +1,183 @@
+"""Benchmark: specviz's own work per round, apart from llama.cpp's calls, per strategy and draft length.
+
+Every function of llama-cpp-python's C binding (``llama_cpp.llama_cpp``: ``llama_decode``,
+``llama_get_logits_ith``, ``llama_memory_seq_rm``, the state calls ...) is wrapped for the run with a timer.
+A round's *specviz time* is the wall time of ``Session.run()`` less the time spent inside those calls,
+divided by the rounds: drafting, the budget, the acceptor's row scans, the history, events, telemetry
+and checkpoints. The same is measured in CPU time of the calling thread (``time.thread_time``), which a
+busy machine disturbs much less than wall time (a descheduled thread's wall time counts, its CPU time
+does not). The wrappers' own cost (a few hundred nanoseconds per call, a handful of calls per round)
+lands on specviz's side: the figures are an upper bound.
+
+Runs: greedy (the targets: 0.25 ms a round for ``none`` and every draftless strategy at every draft
+length) and, with ``--temperature``, sampled decoding (reported, no target). Each setting runs
+``--repeats`` times; the table gives the median and the best.
+
+Usage: python benchmarks/bench_overhead.py [--model GGUF] [--n-gpu-layers N] [--threads N]
+           [--max-tokens 96] [--repeats 3] [--draft-max 1,2,4,8,16] [--strategies none,ngram-simple,...]
+           [--temperature 0.8] [--kind quote] [--prompt 0] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from specviz import Session, strategy_class, strategy_names
+from specviz.analysis.workloads import WORKLOADS
+from specviz.backends import LlamaModel
+from specviz.models.embedded import default_model_path
+
+#: Knobs that let each draftless strategy draft on the workload prompts (the native benchmark's n-gram
+#: sizes); ``draft_max`` is set per run.
+KNOBS: dict[str, dict[str, Any]] = {
+    "ngram-simple": {"size_n": 12, "size_m": 16},
+    "ngram-map-k": {"size_n": 12, "size_m": 16},
+    "ngram-map-k4v": {"size_n": 12, "size_m": 16},
+    "ngram-mod": {"n_match": 24, "n_min": 12, "n_max": 16},
+}
+
+
+class LlamaCallTimer:
+    """Wraps every C function of ``llama_cpp.llama_cpp`` with a wall-clock and a thread-CPU timer."""
+
+    def __init__(self) -> None:
+        self.wall = 0.0
+        self.cpu = 0.0
+        self.calls = 0
+        self._saved: dict[str, Any] = {}
+
+    def _wrap(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        perf, cpu = time.perf_counter, time.thread_time
+
+        def timed(*args: Any) -> Any:
+            w0, c0 = perf(), cpu()
+            try:
+                return fn(*args)
+            finally:
+                self.cpu += cpu() - c0
+                self.wall += perf() - w0
+                self.calls += 1
+
+        return timed
+
+    def install(self) -> LlamaCallTimer:
+        """Replace the module's functions with timed ones (specviz looks them up on the module per call)."""
+        import llama_cpp.llama_cpp as lc
+
+        for name in dir(lc):
+            obj = getattr(lc, name)
+            if name.startswith(("llama_", "ggml_")) and callable(obj) and hasattr(obj, "argtypes"):
+                self._saved[name] = obj
+                setattr(lc, name, self._wrap(obj))
+        return self
+
+    def uninstall(self) -> None:
+        """Put the original functions back."""
+        import llama_cpp.llama_cpp as lc
+
+        for name, obj in self._saved.items():
+            setattr(lc, name, obj)
+        self._saved.clear()
+
+    def reset(self) -> None:
+        """Zero the counters."""
+        self.wall = self.cpu = 0.0
+        self.calls = 0
+
+
+def one_run(session: Session, timer: LlamaCallTimer, prompt: str, strategy: str, knobs: dict, args) -> dict:
+    """One generation; specviz's and llama.cpp's time per round."""
+    session.start(prompt, args.max_tokens, strategy, temperature=args.temperature, seed=1, **knobs)
+    timer.reset()
+    w0, c0 = time.perf_counter(), time.thread_time()
+    session.run()
+    wall, cpu = time.perf_counter() - w0, time.thread_time() - c0
+    rounds = session.round_index
+    return {
+        "rounds": rounds,
+        "tokens": len(session.tokens),
+        "specviz_wall_ms": (wall - timer.wall) / rounds * 1e3,
+        "specviz_cpu_ms": (cpu - timer.cpu) / rounds * 1e3,
+        "llama_ms": timer.wall / rounds * 1e3,
+        "llama_calls": timer.calls / rounds,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", default="", help="a GGUF to run instead of the embedded Gemma 3 270M")
+    ap.add_argument("--n-gpu-layers", type=int, default=0, help="layers on the GPU (a GPU build of llama.cpp)")
+    ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--max-tokens", type=int, default=96)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--draft-max", default="1,2,4,8,16", help="draft lengths (draft_max) to run each strategy at")
+    ap.add_argument("--strategies", default="", help="default: none and every draftless strategy")
+    ap.add_argument("--temperature", type=float, default=0.0, help="> 0: sampled decoding (reported, no target)")
+    ap.add_argument("--kind", default="quote", choices=sorted(WORKLOADS))
+    ap.add_argument("--prompt", type=int, default=0)
+    ap.add_argument("--target-ms", type=float, default=0.25, help="the per-round target, marked in the table")
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args(argv)
+    draftless = [n for n in strategy_names() if not strategy_class(n).needs_model]
+    strategies = [s for s in args.strategies.split(",") if s] or draftless
+    for s in strategies:
+        if s not in draftless:
+            ap.error(f"--strategies: {s!r} is not a draftless strategy ({', '.join(draftless)})")
+    lengths = [int(x) for x in args.draft_max.split(",") if x]
+    model_path = Path(args.model) if args.model else default_model_path()
+    model = LlamaModel(model_path, n_gpu_layers=args.n_gpu_layers)
+    session = Session(model, n_ctx=4096, n_batch=2048, n_ubatch=512, n_threads=args.threads)
+    prompt = WORKLOADS[args.kind][args.prompt]
+    timer = LlamaCallTimer().install()
+    try:
+        one_run(session, timer, prompt, "none", {}, args)  # warm-up: page the model in
+        rows: list[dict[str, Any]] = []
+        for strat in strategies:
+            for k in [1] if strat == "none" else lengths:
+                knobs = {} if strat == "none" else dict(KNOBS.get(strat, {}), draft_max=k)
+                runs = [one_run(session, timer, prompt, strat, knobs, args) for _ in range(args.repeats)]
+                row = {"strategy": strat, "draft_max": None if strat == "none" else k}
+                for key in ("rounds", "tokens", "llama_ms", "llama_calls"):
+                    row[key] = statistics.median(r[key] for r in runs)
+                for key in ("specviz_wall_ms", "specviz_cpu_ms"):
+                    row[key] = statistics.median(r[key] for r in runs)
+                    row[key + "_best"] = min(r[key] for r in runs)
+                rows.append(row)
+                print(f"{strat} draft_max={k}: {row['specviz_wall_ms']:.3f} ms", file=sys.stderr, flush=True)
+    finally:
+        timer.uninstall()
+    mode = "greedy" if args.temperature == 0 else f"sampled (temperature {args.temperature})"
+    print(
+        f"\nspecviz's own time per round, {mode}: {model_path.name}, n_gpu_layers={args.n_gpu_layers}, "
+        f"{args.threads} threads, {args.kind} prompt #{args.prompt}, {args.max_tokens} tokens, median (best) "
+        f"of {args.repeats}; load average {os.getloadavg()[0]:.1f}"
+    )
+    print(
+        "| strategy | draft_max | rounds | tokens/round | specviz ms/round (wall) | specviz ms/round (CPU) "
+        "| llama.cpp ms/round | llama.cpp calls/round |"
+    )
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    for r in rows:
+        over = " ⚠" if r["specviz_wall_ms_best"] > args.target_ms and args.temperature == 0 else ""
+        print(
+            f"| {r['strategy']} | {r['draft_max'] if r['draft_max'] is not None else '–'} | {r['rounds']:.0f} "
+            f"| {r['tokens'] / r['rounds']:.2f} | {r['specviz_wall_ms']:.3f} ({r['specviz_wall_ms_best']:.3f}){over} "
+            f"| {r['specviz_cpu_ms']:.3f} ({r['specviz_cpu_ms_best']:.3f}) | {r['llama_ms']:.2f} "
+            f"| {r['llama_calls']:.1f} |"
+        )
+    if args.json:
+        print(json.dumps(rows, indent=1))
+    session.close()
+    model.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,82 @@
+"""Benchmark: what each piece of specviz's own per-round work costs, timed alone.
+
+:mod:`bench_overhead` times all of specviz's work in a round at once; this script times the pieces of a
+greedy round one by one, each repeated on the same data (warm caches), in CPU time of the calling thread:
+the logits row view, the row scan's argmax and its softmax normaliser (the C kernel, or numpy without
+it), the rewind checkpoint and its parts, the telemetry dictionary and the round's events. The sum is a
+floor for a ``none`` round: in a real round the logits row arrives cold from llama.cpp's output layer,
+and a busy machine stretches every figure.
+
+Usage: python benchmarks/bench_round_pieces.py [--model GGUF] [--threads N] [--repeats 300]
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from specviz import Session
+from specviz.analysis.workloads import WORKLOADS
+from specviz.backends import LlamaModel
+from specviz.decoding.round_events import round_events
+from specviz.decoding.rowscan import ScoredRow
+from specviz.decoding.rowscan_kernel import unavailable_reason
+from specviz.models.embedded import default_model_path
+
+
+def cpu_us(fn: Callable[[], Any], repeats: int) -> float:
+    """Mean CPU microseconds of ``fn()`` over ``repeats`` calls, after one warm-up call."""
+    fn()
+    t = time.thread_time()
+    for _ in range(repeats):
+        fn()
+    return (time.thread_time() - t) / repeats * 1e6
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", default="", help="a GGUF to run instead of the embedded Gemma 3 270M")
+    ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--repeats", type=int, default=300)
+    args = ap.parse_args(argv)
+    model_path = Path(args.model) if args.model else default_model_path()
+    model = LlamaModel(model_path)
+    session = Session(model, n_ctx=4096, n_batch=2048, n_ubatch=512, n_threads=args.threads)
+    session.start(WORKLOADS["quote"][0], 8, "none", seed=1)
+    session.run()
+    g, ctx, drafter = session.generation, session.ctx, session.drafter
+    assert drafter is not None and g.last_result is not None
+    row = ctx.row(0)
+    last = g.last_result
+    pieces: list[tuple[str, Callable[[], Any]]] = [
+        ("logits row view (ctx.row)", lambda: ctx.row(0)),
+        ("row scan: argmax", lambda: ScoredRow(row)),
+        ("row scan: argmax + normaliser", lambda: ScoredRow(row).z()),
+        ("checkpoint (Generation.capture)", lambda: g.capture(drafter, session.rng)),
+        ("  of which: generator state copy", lambda: copy.deepcopy(dict(session.rng.bit_generator.state))),
+        ("  of which: telemetry counters", lambda: g.telemetry.state()),
+        ("telemetry dictionary", session.telemetry_dict),
+        ("round events", lambda: round_events(last, model.pieces, policy="fixed")),
+    ]
+    kernel = unavailable_reason()
+    print(
+        f"specviz's per-round pieces, timed alone: {model_path.name} ({model.n_vocab} tokens), CPU time, mean "
+        f"of {args.repeats}; row scan kernel: {'C' if kernel is None else 'numpy (' + kernel + ')'}; "
+        f"load average {os.getloadavg()[0]:.1f}"
+    )
+    print("| piece | µs |")
+    print("|---|---:|")
+    for name, fn in pieces:
+        print(f"| {name} | {cpu_us(fn, args.repeats):.1f} |")
+    session.close()
+    model.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,62 @@
+"""Compiling specviz's small C helpers once per machine, into a cache, with the system C compiler.
+
+Two helpers exist: the layer-capture eval callback (:mod:`specviz.backends.capture`) and the row scan's
+softmax normaliser (:mod:`specviz.decoding.rowscan_kernel`). Each is one C file with no dependencies,
+compiled to a shared library named after a hash of its source, its flags and the platform (so a changed
+source or another machine never loads a stale build), kept in ``$SPECVIZ_NATIVE_CACHE`` or
+``~/.cache/specviz/native``. Without a C compiler a helper is unavailable and its caller says why (or
+falls back to numpy).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sysconfig
+from pathlib import Path
+from typing import Sequence
+
+
+class BuildError(RuntimeError):
+    """A helper could not be compiled; the message says why and what to do."""
+
+
+def cache_dir() -> Path:
+    """Where compiled helpers are kept (``$SPECVIZ_NATIVE_CACHE``, else ``~/.cache/specviz/native``)."""
+    env = os.environ.get("SPECVIZ_NATIVE_CACHE")
+    if env:
+        return Path(env)
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg) if xdg else Path.home() / ".cache") / "specviz" / "native"
+
+
+def library_path(source: Path, stem: str, flags: Sequence[str] = ()) -> Path:
+    """The compiled library's path; its name carries a hash of the source, the extra flags and the
+    platform (the cache key). Without extra flags the hash is over the source and the platform only."""
+    plat = sysconfig.get_platform().replace("-", "_").replace(".", "_")
+    key = source.read_bytes() + plat.encode() + "\0".join(flags).encode()
+    return cache_dir() / f"{stem}-{plat}-{hashlib.sha256(key).hexdigest()[:16]}.so"
+
+
+def build_library(source: Path, stem: str, flags: Sequence[str] = (), *, force: bool = False) -> Path:
+    """Compile ``source`` (``-O2 -shared -fPIC`` and ``flags``) with ``$CC``, else cc/gcc/clang, unless cached."""
+    out = library_path(source, stem, flags)
+    if out.exists() and not force:
+        return out
+    cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+    if not cc:
+        raise BuildError(f"building {source.name} needs a C compiler (cc, gcc or clang) on PATH; install one")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(f".{os.getpid()}.tmp")
+    cmd = [*cc.split(), "-O2", *flags, "-shared", "-fPIC", "-o", str(tmp), str(source)]
+    try:
+        res = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise BuildError(f"compiling {source.name} failed ({e})") from None
+    if res.returncode != 0:
+        tmp.unlink(missing_ok=True)
+        raise BuildError(f"compiling {source.name} failed: {' '.join(cmd)}\n{res.stderr.strip()}")
+    os.replace(tmp, out)
+    return out

@@ -1,0 +1,241 @@
+"""specviz on a non-CPU llama.cpp backend: the Vulkan build on Mesa's software Vulkan device (lavapipe).
+
+Everything runs with the tiny fixtures offloaded to the Vulkan device (``n_gpu_layers`` above the layer
+count: every block and the output layer), so the KV cache, the logits, the layer inputs an EAGLE-3 head
+reads and the saved states all live in (or come back from) device memory:
+
+* every strategy's greedy output equals plain greedy on the device (one token per decode);
+* layer capture reads device tensors correctly: through llama.cpp's taps and through the eval-callback
+  shim (which copies with ``ggml_backend_tensor_get``, never through ``tensor->data``) alike, layer 0's
+  input is exactly the embedding rows, and the deeper layers agree with a CPU context;
+* snapshots and rewinds round-trip.
+
+These tests need llama-cpp-python built with ``-DGGML_VULKAN=ON``: ``make test-vulkan`` builds it into
+``.venv-vulkan`` (the wheel is cached) and runs this file there. In any other build they are skipped,
+saying so; with ``SPECVIZ_REQUIRE_VULKAN=1`` (``make test-vulkan``, ``.ci/run``) a missing build or
+device fails them instead. lavapipe reports itself as a CPU-type device, which ggml's Vulkan backend
+skips unless it is named in ``GGML_VK_VISIBLE_DEVICES``; this module names device 0 unless the variable
+is set already (it must be set before llama.cpp's backend registry is first used in the process).
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("GGML_VK_VISIBLE_DEVICES", "0")
+
+import ctypes  # noqa: E402
+from contextlib import contextmanager  # noqa: E402
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+from test_session import DRAFTLESS, eager, plain_reference  # noqa: E402
+
+from specviz import Session, strategy_names  # noqa: E402
+from specviz.backends import LlamaContext, LlamaModel  # noqa: E402
+from specviz.backends.capture import LayerCapture  # noqa: E402
+from specviz.backends.devices import devices  # noqa: E402
+from specviz.testing.tiny_models import (  # noqa: E402
+    tiny_weights,
+    write_tiny_eagle3,
+    write_tiny_llama,
+    write_tiny_nextn,
+)
+
+REQUIRED = os.environ.get("SPECVIZ_REQUIRE_VULKAN", "") == "1"
+ALL_LAYERS = 99  # more than any fixture has: every block and the output layer go to the device
+
+
+def _vulkan_problem() -> str | None:
+    """Why the Vulkan tests cannot run here, or None."""
+    found = devices()
+    if not any(d.backend == "Vulkan" for d in found) and not any(d.name.startswith("Vulkan") for d in found):
+        return (
+            "this llama-cpp-python build has no Vulkan device (backends: "
+            + ", ".join(sorted({d.backend for d in found}))
+            + "); build one with `make install LLAMA_BACKEND=vulkan` and run `make test-vulkan`"
+        )
+    return None
+
+
+_PROBLEM = _vulkan_problem()
+if _PROBLEM is not None and REQUIRED:
+    pytest.fail(f"SPECVIZ_REQUIRE_VULKAN=1 but {_PROBLEM}", pytrace=False)
+pytestmark = pytest.mark.skipif(_PROBLEM is not None, reason=_PROBLEM or "")
+
+
+def _quiet(level, text, user_data):  # noqa: ARG001 - signature fixed by llama.cpp
+    return None
+
+
+_callbacks: list = []  # ctypes callbacks handed to llama.cpp stay alive as long as the module
+
+
+@contextmanager
+def llama_log():
+    """Collect llama.cpp's log lines while the block runs (specviz keeps llama.cpp quiet otherwise); the
+    backend must be initialised already (the first model load installs specviz's quiet callback)."""
+    import llama_cpp
+
+    lines: list[str] = []
+
+    def collect(level, text, user_data):  # noqa: ARG001 - signature fixed by llama.cpp
+        lines.append(text.decode("utf-8", "replace"))
+
+    cb, quiet = llama_cpp.llama_log_callback(collect), llama_cpp.llama_log_callback(_quiet)
+    _callbacks.extend((cb, quiet))
+    llama_cpp.llama_log_set(cb, ctypes.c_void_p(0))
+    try:
+        yield lines
+    finally:
+        llama_cpp.llama_log_set(quiet, ctypes.c_void_p(0))
+
+
+def on_device(path) -> LlamaModel:
+    """``path`` loaded with every layer on the Vulkan device."""
+    return LlamaModel(path, n_gpu_layers=ALL_LAYERS)
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    """The fixtures the CPU tests use, written once: the tiny target, a draft for it, an EAGLE-3 pair
+    (4-layer target, random head) and a NextN model."""
+    from conftest import TINY
+
+    d = tmp_path_factory.mktemp("vulkan")
+    tiny = write_tiny_llama(d / "tiny.gguf", **TINY)
+    w = tiny_weights(seed=TINY["seed"], block_scale=TINY["block_scale"])
+    draft = write_tiny_llama(d / "draft.gguf", n_layer=1, layers_from=w)
+    e3_target = write_tiny_llama(d / "e3-target.gguf", seed=2, n_layer=4, block_scale=0.1)
+    e3_head = write_tiny_eagle3(d / "e3-head.gguf", e3_target, seed=1)
+    nextn = write_tiny_nextn(d / "nextn.gguf", seed=1, block_scale=0.05, binary=(300, 301))
+    return {"tiny": tiny, "draft": draft, "e3_target": e3_target, "e3_head": e3_head, "nextn": nextn}
+
+
+@pytest.fixture(scope="module")
+def tiny_gpu(models):
+    m = on_device(models["tiny"])
+    yield m
+    m.close()
+
+
+def test_the_model_is_offloaded_to_the_vulkan_device(models):
+    vk = [d for d in devices() if d.backend == "Vulkan"]
+    assert vk and vk[0].name == "Vulkan0", devices()
+    on_device(models["tiny"]).close()  # initialises llama.cpp's backend (and specviz's quiet log) first
+    with llama_log() as lines:
+        m = on_device(models["tiny"])
+        ctx = LlamaContext(m, n_ctx=256, n_batch=32, n_ubatch=32, n_threads=1)
+    text = "".join(lines)
+    try:
+        # every repeating layer and the output layer on the device, weights and KV cache in its memory
+        assert "offloaded 3/3 layers to GPU" in text, text
+        assert "Vulkan0 model buffer size" in text, text
+        assert "Vulkan0 KV buffer size" in text, text
+    finally:
+        ctx.close()
+        m.close()
+
+
+def _case(strategy: str, models: dict) -> tuple[str, object, dict]:
+    """(model key, prompt, knobs) that make ``strategy`` draft on its fixture."""
+    if strategy == "draft":
+        return "tiny", "the cat of the dog and the a", {"draft_model": str(models["draft"]), "draft_p_min": 0.0}
+    if strategy == "eagle3":
+        return "e3_target", [1, 40, 41, 42, 43], {"draft_model": str(models["e3_head"]), "draft_p_min": 0.0}
+    if strategy == "mtp":
+        return "nextn", [1, 50, 60, 70, 80], {"draft_p_min": 0.0, "draft_max": 4}
+    return "tiny", "the a the a the a of and the a the a", eager(strategy)
+
+
+@pytest.mark.parametrize("strategy", strategy_names())
+def test_every_strategy_greedy_equals_plain_greedy_on_the_device(models, strategy):
+    key, prompt, knobs = _case(strategy, models)
+    m = on_device(models[key])
+    s = Session(m, n_ctx=512, n_batch=64, n_ubatch=64, n_threads=1)
+    try:
+        ids = m.tokenize(prompt) if isinstance(prompt, str) else list(prompt)
+        ref = plain_reference(m, ids, 60)
+        assert len(ref) == 60
+        s.start(ids, 60, strategy, **knobs)
+        while s.finished is None:
+            s.step()
+            assert s.kv_length == s.committed  # the device cache holds every committed token but the pending one
+        assert s.tokens == ref
+        if strategy != "none":
+            t = s.telemetry_dict()
+            # the EAGLE-3 fixture's head has random weights: it drafts every round and the target accepts
+            # none of it, on the CPU backend as on the device (762 drafted, 0 accepted on both)
+            assert t["drafted"] > 0 and (t["accepted"] > 0 or strategy == "eagle3"), (strategy, t)
+    finally:
+        s.close()
+        m.close()
+
+
+def _close_to_scale(a: np.ndarray, b: np.ndarray, rel: float) -> bool:
+    """Every entry of ``a`` within ``rel`` times ``b``'s largest magnitude of ``b``'s."""
+    return bool(np.abs(a - b).max() <= rel * np.abs(b).max())
+
+
+def test_layer_capture_reads_the_device_tensors(models):
+    """Both capture paths on an offloaded target give the same features; layer 0's input is exactly the
+    embedding rows, and every layer agrees with the same model run on the CPU backend."""
+    gpu = on_device(models["e3_target"])
+    cpu = LlamaModel(models["e3_target"])  # n_gpu_layers=0: weights, cache and (at this batch size) ops on the CPU
+    # both paths in micro-batches of 8 (3 for the 20 tokens): the device's kernels depend on the batch
+    # size (a 64-token micro-batch gives layer inputs up to 2e-3 away from 8-token ones on lavapipe), and
+    # this test compares the capture paths, not batch sizes
+    api_ctx = LlamaContext(gpu, n_ctx=256, n_batch=64, n_ubatch=8, n_threads=1)
+    cb_ctx = LlamaContext(gpu, n_ctx=256, n_batch=64, n_ubatch=8, n_threads=1, capture=True)
+    ref_ctx = LlamaContext(cpu, n_ctx=256, n_batch=64, n_ubatch=8, n_threads=1, capture=True)
+    try:
+        api = LayerCapture(api_ctx, [0, 1, 3])
+        cb = LayerCapture(cb_ctx, [0, 1, 3], method="callback")
+        ref = LayerCapture(ref_ctx, [0, 1, 3], method="callback")
+        toks = list(range(5, 25))
+        for ctx in (api_ctx, cb_ctx, ref_ctx):
+            ctx.eval(toks, 0, rows="last")
+        fa, fc, fr = api.features(20), cb.features(20), ref.features(20)
+        assert fa.shape == (20, 192) and np.abs(fa).max() > 0
+        assert cb_ctx.tap.state.calls > 0 and cb_ctx.tap.state.error == 0
+        assert np.array_equal(fa, fc)
+        emb = tiny_weights(seed=2, n_layer=4, block_scale=0.1)["token_embd.weight"]
+        assert np.allclose(fc[:, :64], emb[toks], atol=1e-6)
+        # the device's kernels round differently from the CPU's: on lavapipe the layer-3 inputs (of
+        # magnitude ~2) are up to 8e-4 away from the CPU's; a wrong read (another tensor, a stale or
+        # host-side buffer) is off by the features' own size
+        assert _close_to_scale(fc, fr, 2e-3), float(np.abs(fc - fr).max())
+        # the logits of the last row came back from the device as well
+        assert _close_to_scale(cb_ctx.last_row(), ref_ctx.last_row(), 2e-3)
+    finally:
+        for c in (api_ctx, cb_ctx, ref_ctx):
+            c.close()
+        gpu.close()
+        cpu.close()
+
+
+@pytest.mark.parametrize("strategy", [*DRAFTLESS[:3], "draft", "eagle3", "mtp"])
+def test_snapshots_and_rewinds_round_trip_on_the_device(models, strategy):
+    key, prompt, knobs = _case(strategy, models)
+    m = on_device(models[key])
+    s = Session(m, n_ctx=512, n_batch=64, n_ubatch=64, n_threads=1)
+    try:
+        s.start(prompt, 50, strategy, **knobs)
+        s.run(max_rounds=4)
+        blob = s.snapshot()
+        s.run()
+        original = list(s.tokens)
+        r = Session.restore(blob, model=m, n_threads=1)
+        assert r.kv_length == r.committed
+        r.run()
+        assert r.tokens == original
+        r.close()
+        n_rounds = s.round_index
+        for back_to in (n_rounds // 2, 1):
+            s.rewind(back_to)
+            assert s.kv_length == s.committed and s.round_index == back_to
+            s.run()
+            assert s.tokens == original
+    finally:
+        s.close()
+        m.close()

@@ -1,0 +1,212 @@
+#!/usr/bin/env bash
+# The GPU check: on a Linux machine with one NVIDIA GPU (made for an H200), nvcc, CMake and Python 3.12
+# with numpy but no package registry, from a copy of this working tree that carries build/gpu_check/
+# (tools/gpu_check/prepare.sh makes it):
+#   1. checks the machine and the carried files;
+#   2. installs specviz's pure-Python dependencies from the carried wheels (no pip index);
+#   3. writes a random llama-architecture test model of about 1.1B parameters in f16 (in the background);
+#   4. builds the carried llama.cpp for that chip only (-DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90):
+#      its shared libraries for llama-cpp-python's binding and llama-speculative-simple;
+#   5. checks llama.cpp sees the GPU and runs specviz's greedy output against plain greedy on it;
+#   6. runs the overhead benchmark and the native comparison (bench_native.py) on the test model, every
+#      layer on the GPU.
+# Every step says what it does and fails loudly (exit status = the step's number). Figures and logs go
+# to $OUT when it is set (the GPU tool sends that folder back), else to $GPU_CHECK_WORK/out.
+#
+# usage: bash tools/gpu_check/run.sh
+# settings (environment):
+#   GPU_CHECK_BACKEND  cuda (default) or cpu: the same steps with a CPU build and a small model, to try
+#                      the script on a machine without a GPU
+#   GPU_CHECK_ARCH     CUDA architecture (default 90: H100/H200)
+#   GPU_CHECK_JOBS     build jobs (default: the number of cores)
+#   GPU_CHECK_PYTHON   the Python 3.12 to use (default: python3.12, else python3 if it is 3.12)
+#   GPU_CHECK_MODEL    shape of the test model as sized_models options (default: its 1.1B defaults)
+#   GPU_CHECK_BENCH    "overhead,native" (default) or a subset; GPU_CHECK_REPEATS (default 1),
+#                      GPU_CHECK_KINDS (default quote,code-rewrite,free), GPU_CHECK_MAX_TOKENS (default 128)
+#   GPU_CHECK_DEADLINE seconds from the start after which the benchmarks are cut short (default 570)
+#   GPU_CHECK_WORK     scratch folder (default /tmp/specviz-gpu-check)
+set -uo pipefail
+t_start=$(date +%s)
+here=$(cd "$(dirname "$0")" && pwd)
+repo=$(cd "$here/../.." && pwd)
+carried=$repo/build/gpu_check
+backend=${GPU_CHECK_BACKEND:-cuda}
+arch=${GPU_CHECK_ARCH:-90}
+jobs=${GPU_CHECK_JOBS:-$(nproc)}
+work=${GPU_CHECK_WORK:-/tmp/specviz-gpu-check}
+out=${OUT:-$work/out}
+deadline=${GPU_CHECK_DEADLINE:-570}
+repeats=${GPU_CHECK_REPEATS:-1}
+kinds=${GPU_CHECK_KINDS:-quote,code-rewrite,free}
+max_tokens=${GPU_CHECK_MAX_TOKENS:-128}
+benches=${GPU_CHECK_BENCH:-overhead,native}
+mkdir -p "$out" "$work"
+log=$out/gpu_check.log
+exec > >(tee -a "$log") 2>&1
+
+n=0
+step() { n=$((n + 1)); echo; echo "== step $n [$(( $(date +%s) - t_start )) s]: $*"; }
+die() { echo "GPU CHECK FAILED at step $n: $*" >&2; exit "$n"; }
+left() { echo $(( deadline - ($(date +%s) - t_start) )); }
+
+# -- 1 -----------------------------------------------------------------------------------------------------
+step "the machine and the carried files (backend $backend)"
+case "$backend" in cuda|cpu) ;; *) die "GPU_CHECK_BACKEND=$backend: choose cuda or cpu" ;; esac
+py=${GPU_CHECK_PYTHON:-}
+if [ -z "$py" ]; then
+  if command -v python3.12 >/dev/null 2>&1; then py=$(command -v python3.12)
+  elif python3 -c 'import sys; sys.exit(sys.version_info[:2] != (3, 12))' 2>/dev/null; then py=$(command -v python3)
+  else die "no Python 3.12 found (python3.12, or python3 being 3.12); set GPU_CHECK_PYTHON"; fi
+fi
+"$py" -c 'import sys; assert sys.version_info[:2] == (3, 12), sys.version' || die "$py is not Python 3.12"
+"$py" -c 'import numpy; print("numpy", numpy.__version__)' || die "numpy is not importable by $py"
+command -v cmake >/dev/null || die "cmake is not on PATH"
+cmake --version | head -1
+command -v c++ >/dev/null || command -v g++ >/dev/null || die "no C++ compiler (c++ or g++) on PATH"
+command -v cc >/dev/null || command -v gcc >/dev/null || die "no C compiler (cc or gcc) on PATH"
+if [ "$backend" = cuda ]; then
+  command -v nvcc >/dev/null || die "nvcc is not on PATH (add the CUDA toolkit's bin/, e.g. /usr/local/cuda/bin)"
+  nvcc --version | tail -2
+  command -v nvidia-smi >/dev/null || die "nvidia-smi is not on PATH: no NVIDIA driver?"
+  nvidia-smi --query-gpu=name,memory.total,driver_version,compute_cap --format=csv || die "nvidia-smi failed"
+fi
+echo "cores: $(nproc), memory: $(free -g | awk '/Mem:/ {print $2 " GiB"}'), disk free in $work: $(df -h "$work" | awk 'NR==2 {print $4}')"
+[ -f "$carried/MANIFEST" ] || die "$carried is missing: run tools/gpu_check/prepare.sh before copying the tree, and carry build/gpu_check"
+(cd "$carried" && sha256sum --quiet -c MANIFEST) || die "a carried file does not match build/gpu_check/MANIFEST"
+version=$(cat "$carried/VERSION")
+echo "llama-cpp-python $version's llama.cpp; python $py"
+
+# -- 2 -----------------------------------------------------------------------------------------------------
+step "specviz's pure-Python dependencies from the carried wheels"
+site=$work/site
+rm -rf "$site" && mkdir -p "$site"
+# a wheel is a zip archive laid out for site-packages: unpacking it is installing it (no pip, no index)
+"$py" - "$carried/wheels" "$site" <<'PY' || die "unpacking the wheels failed"
+import sys, zipfile, pathlib
+src, dst = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
+for whl in sorted(src.glob("*.whl")):
+    zipfile.ZipFile(whl).extractall(dst)
+    print("installed", whl.name)
+PY
+export PYTHONPATH=$repo:$site
+"$py" -c 'import gguf, jinja2, diskcache, yaml; print("gguf", gguf.__name__, "ok")' || die "the unpacked wheels do not import"
+
+# -- 3 -----------------------------------------------------------------------------------------------------
+step "the test model (written in the background while llama.cpp builds)"
+model=$work/random-llama.gguf
+if [ "$backend" = cpu ]; then
+  model_args=${GPU_CHECK_MODEL:---width 512 --layers 4 --heads 8 --kv-heads 2 --ff 1536}
+else
+  model_args=${GPU_CHECK_MODEL:-}
+fi
+# shellcheck disable=SC2086  # the model options are a word list
+"$py" -m specviz.testing.sized_models "$model" $model_args >"$out/model.log" 2>&1 &
+model_pid=$!
+
+# -- 4 -----------------------------------------------------------------------------------------------------
+if [ "$backend" = cuda ]; then step "building llama.cpp for CUDA sm_$arch ($jobs jobs)"; else step "building llama.cpp for the CPU ($jobs jobs)"; fi
+rm -rf "$work/src" && mkdir -p "$work/src"
+tar -xzf "$carried/llama.cpp-src.tar.gz" -C "$work/src" || die "unpacking the llama.cpp source failed"
+sdist=$work/src/llama_cpp_python-$version
+# the CPU flags of tools/llama_cmake_args.py (this machine's x86 features, never AMX or -march=native), as
+# for the wheel, plus the backend's
+if [ "$backend" = cuda ]; then
+  cmake_args=$("$py" "$repo/tools/llama_cmake_args.py" --backend cuda -- "-DCMAKE_CUDA_ARCHITECTURES=$arch")
+else
+  cmake_args=$("$py" "$repo/tools/llama_cmake_args.py" --backend cpu)
+fi || die "tools/llama_cmake_args.py failed"
+echo "cmake arguments: $cmake_args"
+t_build=$(date +%s)
+# shellcheck disable=SC2086  # cmake_args is a list of -D options
+cmake -S "$sdist/vendor/llama.cpp" -B "$work/build" -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=ON \
+  -DLLAMA_BUILD_COMMON=ON -DLLAMA_BUILD_EXAMPLES=ON -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_TESTS=OFF \
+  -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_UI=OFF -DLLAMA_CURL=OFF \
+  -DGGML_CCACHE=OFF $cmake_args >"$out/configure.log" 2>&1 \
+  || { tail -n 40 "$out/configure.log"; die "cmake configure failed (log: configure.log)"; }
+cmake --build "$work/build" --config Release -j "$jobs" --target llama llama-speculative-simple \
+  >"$out/build.log" 2>&1 || { grep -m 20 -B 2 -A 8 -E "error|Error" "$out/build.log" | head -80; die "the build failed (log: build.log)"; }
+echo "built in $(( $(date +%s) - t_build )) s"
+tool=$(find "$work/build" -type f -name llama-speculative-simple -perm -u+x | head -1)
+[ -n "$tool" ] || die "llama-speculative-simple was not produced"
+# llama-cpp-python's binding loads lib{llama,ggml,ggml-base,ggml-cpu,ggml-cuda}.so from llama_cpp/lib
+rm -rf "$site/llama_cpp" && cp -r "$sdist/llama_cpp" "$site/llama_cpp" && mkdir -p "$site/llama_cpp/lib"
+find "$work/build" \( -name "libllama.so*" -o -name "libggml*.so*" \) -exec cp -a {} "$site/llama_cpp/lib/" \;
+ls "$site/llama_cpp/lib"
+export LD_LIBRARY_PATH=$site/llama_cpp/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+mkdir -p "$work/tools" && cp "$tool" "$work/tools/" && export SPECVIZ_LLAMA_TOOLS=$work/tools
+export SPECVIZ_NATIVE_CACHE=$work/native
+
+# -- 5 -----------------------------------------------------------------------------------------------------
+step "llama.cpp's devices, the capture shim and the test model"
+"$py" -m specviz.backends.capture --build || die "the layer-capture shim did not build"
+"$py" - "$backend" <<'PY' || die "llama.cpp does not see the expected device"
+import sys
+from specviz.backends.devices import devices
+ds = devices()
+for d in ds:
+    print(f"  {d.name}: {d.description} ({d.backend}, {d.kind}, {d.memory_total / 2**30:.1f} GiB)")
+if sys.argv[1] == "cuda" and not any(d.backend == "CUDA" for d in ds):
+    sys.exit("no CUDA device in llama.cpp's registry")
+PY
+wait "$model_pid" || { cat "$out/model.log"; die "writing the test model failed (log: model.log)"; }
+cat "$out/model.log"
+ngl=99
+"$py" - "$model" "$ngl" <<'PY' || die "specviz's greedy output on the device differs from plain greedy"
+import sys, time
+import numpy as np
+from specviz import Session
+from specviz.backends import LlamaContext, LlamaModel
+path, ngl = sys.argv[1], int(sys.argv[2])
+m = LlamaModel(path, n_gpu_layers=ngl)
+ids = m.tokenize("The quick brown fox jumps over the lazy dog. The quick brown fox")
+ctx = LlamaContext(m, n_ctx=512, n_batch=64, n_ubatch=64)
+ctx.eval(ids, 0, rows="last")
+ref, row, pos = [], ctx.row(len(ids) - 1), len(ids)
+for _ in range(48):
+    t = int(np.argmax(np.where(np.isnan(row), -np.inf, row)))
+    ref.append(t)
+    ctx.eval([t], pos, rows="all")
+    pos += 1
+    row = ctx.row(0)
+ctx.close()
+s = Session(m, n_ctx=512, n_batch=64, n_ubatch=64)
+for strat in ("none", "prompt-lookup", "ngram-mod"):
+    t0 = time.perf_counter()
+    s.start(ids, 48, strat, draft_max=8)
+    s.run()
+    same = s.tokens == ref
+    tel = s.telemetry_dict()
+    print(f"  {strat}: {'same as' if same else 'DIFFERS from'} plain greedy, drafted {tel['drafted']}, "
+          f"accepted {tel['accepted']}, {len(s.tokens) / (time.perf_counter() - t0):.0f} tokens/s")
+    # a near-tie can part batch and one-token logits on a GPU too: name it, do not hide it
+    if not same:
+        k = next(i for i, (a, b) in enumerate(zip(s.tokens, ref)) if a != b)
+        print(f"    first difference at generated token {k}")
+s.close()
+PY
+
+# -- 6 -----------------------------------------------------------------------------------------------------
+threads=$(nproc)
+if [[ ",$benches," == *",overhead,"* ]]; then
+  step "the overhead benchmark (greedy), every layer on the device"
+  budget=$(( $(left) / 2 ))
+  [ "$budget" -gt 30 ] || die "no time left for the benchmarks (GPU_CHECK_DEADLINE=$deadline)"
+  timeout "$budget" "$py" "$repo/benchmarks/bench_overhead.py" --model "$model" --n-gpu-layers "$ngl" \
+    --threads "$threads" --repeats "$repeats" --draft-max 1,4,16 --json >"$out/overhead.txt" 2>"$out/overhead.err"
+  rc=$?
+  sed -n '/^specviz/,/^\[/p' "$out/overhead.txt" | sed '$d'
+  [ "$rc" -eq 0 ] || { tail -n 20 "$out/overhead.err"; [ "$rc" -eq 124 ] && echo "(cut short at $budget s)"; die "the overhead benchmark failed (status $rc)"; }
+fi
+if [[ ",$benches," == *",native,"* ]]; then
+  step "specviz against llama-speculative-simple, every layer on the device"
+  budget=$(( $(left) - 10 ))
+  [ "$budget" -gt 30 ] || die "no time left for the native comparison (GPU_CHECK_DEADLINE=$deadline)"
+  timeout "$budget" "$py" "$repo/benchmarks/bench_native.py" --model "$model" --n-gpu-layers "$ngl" \
+    --threads "$threads" --repeats "$repeats" --kinds "$kinds" --max-tokens "$max_tokens" --prompts 0 --json \
+    >"$out/native.txt" 2>"$out/native.err"
+  rc=$?
+  sed -n '/^specviz vs/,/^{/p' "$out/native.txt" | sed '$d'
+  [ "$rc" -eq 0 ] || { tail -n 20 "$out/native.err"; [ "$rc" -eq 124 ] && echo "(cut short at $budget s)"; die "the native comparison failed (status $rc)"; }
+fi
+echo
+echo "GPU CHECK PASSED in $(( $(date +%s) - t_start )) s; figures in $out"
