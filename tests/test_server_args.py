@@ -62,10 +62,50 @@ def test_a_model_draft_takes_llama_cpps_defaults_not_specvizs():
     assert any("top 10 candidates" in w for w in c.warnings)  # p_min is measured differently
 
 
-def test_several_spec_types_run_the_first_and_say_so():
+def test_several_spec_types_make_a_chain_in_llama_cpps_priority_order():
     c = parse_server_args("--spec-type ngram-mod,ngram-simple")
-    assert c.strategy == "ngram-mod"
-    assert any("ngram-mod only" in w and "ngram-simple" in w for w in c.warnings)
+    assert c.strategy == "ngram-simple,ngram-mod" and c.warnings == []
+    # each n-gram member drafts up to its own length, so the chain's cap is the longest of them
+    assert c.knobs["draft_max"] == 64 and c.knobs["align"] is False and c.knobs["draft_policy"] == "fixed"
+    # a repeated --spec-type adds its types, as llama.cpp's parser does; a "none" value adds nothing
+    assert parse_server_args("--spec-type ngram-mod --spec-type ngram-simple").strategy == "ngram-simple,ngram-mod"
+    assert parse_server_args("--spec-type ngram-mod --spec-type none").strategy == "ngram-mod"
+    assert parse_server_args("--spec-type none,ngram-mod").strategy == "none"  # llama.cpp: none in a list
+
+
+def test_a_chains_per_type_flags_set_each_members_own_knob():
+    c = parse_server_args(
+        "--spec-type ngram-simple,ngram-map-k --spec-ngram-map-k-size-n 3 --spec-ngram-simple-size-n 2 "
+        "--spec-ngram-simple-size-m 6 --spec-ngram-mod-n-max 9"
+    )
+    assert (c.knobs["ngram_simple_size_n"], c.knobs["ngram_map_k_size_n"], c.knobs["ngram_simple_size_m"]) == (2, 3, 6)
+    assert c.knobs["draft_max"] == 48  # ngram-map-k's own size_m
+    assert [w for w in c.warnings if "not applied" in w] == [
+        "--spec-ngram-mod-n-max 9: for --spec-type ngram-mod, not ngram-simple,ngram-map-k; not applied"
+    ]
+    with pytest.raises(KnobError, match="--spec-ngram-map-k-size-n"):
+        parse_server_args("--spec-type ngram-map-k,ngram-simple --spec-ngram-map-k-size-n 0")
+
+
+def test_a_chain_with_a_model_drafter_names_where_it_departs():
+    c = parse_server_args("-md d.gguf --spec-type draft-simple,ngram-mod --spec-draft-n-min 2")
+    assert c.strategy == "ngram-mod,draft" and c.knobs["draft_model"] == "d.gguf"
+    assert (c.knobs["draft_max"], c.knobs["draft_min"], c.knobs["n_max"]) == (3, 2, 64)
+    text = "\n".join(c.warnings)
+    assert "caps every member of a chain at --spec-draft-n-max 3" in text and "ngram-mod up to 64" in text
+    assert "--spec-draft-n-min 2: specviz applies it to whichever member drafts" in text
+
+
+def test_block_drafters_are_read_with_llama_cpps_defaults():
+    c = parse_server_args("-m t.gguf --spec-type draft-dflash -md f.gguf")
+    assert c.strategy == "dflash" and c.knobs["draft_model"] == "f.gguf"
+    assert {k: c.knobs[k] for k in LLAMA_DRAFT_DEFAULTS} == {"draft_max": 3, "draft_min": 0, "draft_p_min": 0.0}
+    assert c.knobs["align"] is False and c.knobs["draft_policy"] == "fixed"
+    assert len(c.warnings) == 1 and "trained block" in c.warnings[0]  # specviz decodes the whole block
+    c = parse_server_args("--spec-type draft-dspark --spec-draft-p-min 0.5 --spec-draft-n-max 8")
+    assert c.strategy == "dspark" and (c.knobs["draft_max"], c.knobs["draft_p_min"]) == (8, 0.5)
+    assert any("without -md: llama-server leaves draft-dspark out" in w for w in c.warnings)
+    assert not any("top 10 candidates" in w for w in c.warnings)  # dspark's p_min is its confidence head's
 
 
 def test_a_knob_for_another_type_is_named():
@@ -93,9 +133,20 @@ def test_a_bad_value_is_refused_naming_the_flag(line, flag):
     assert flag in str(e.value)
 
 
-def test_a_type_specviz_does_not_have_is_refused():
-    with pytest.raises(StrategyError, match="draft-dflash"):
-        parse_server_args("--spec-type draft-dflash")
+@pytest.mark.parametrize(
+    "line,match",
+    [
+        ("--spec-type draft-medusa", "'draft-medusa' is not one of llama.cpp's types"),
+        ("--spec-type draft", "'draft' is not one of llama.cpp's types"),  # specviz's name, not llama.cpp's
+        ("--spec-type ngram-mod,prompt-lookup", "'prompt-lookup' is not one of"),
+        ("--spec-type ngram-mod,", "'' is not one of"),
+        ("--spec-type draft-simple,draft-mtp", "--spec-type draft-simple,draft-mtp: .*at most one"),
+        ("--spec-type draft-eagle3 --spec-type draft-dflash", "--spec-type draft-eagle3,draft-dflash: .*at most one"),
+    ],
+)
+def test_a_type_or_chain_specviz_does_not_run_is_refused(line, match):
+    with pytest.raises(StrategyError, match=match):
+        parse_server_args(line)
 
 
 def test_the_program_name_and_equals_spellings_are_read():
@@ -130,6 +181,30 @@ def test_server_spec_args_read_back_give_the_same_knobs(strategy, knobs):
     c = parse_server_args(server_spec_args(strategy, knobs))
     assert c.strategy == strategy and c.warnings == []
     assert {k: c.knobs[k] for k in knobs} == knobs
+
+
+@pytest.mark.parametrize(
+    "strategy,knobs",
+    [
+        ("ngram-simple,ngram-mod", {"size_n": 2, "size_m": 6, "n_max": 20}),
+        ("ngram-simple,ngram-map-k", {"ngram_simple_size_n": 2, "ngram_map_k_size_n": 3, "min_hits": 2}),
+        ("ngram-map-k4v,ngram-cache", {"size_m": 5}),
+    ],
+)
+def test_server_spec_args_of_a_chain_read_back_give_the_same_knobs(strategy, knobs):
+    c = parse_server_args(server_spec_args(strategy, knobs))
+    assert c.strategy == strategy and c.warnings == []
+    assert {k: c.knobs[k] for k in knobs} == knobs
+
+
+def test_server_spec_args_of_a_chain_with_a_block_drafter():
+    knobs = {"draft_model": "f.gguf", "draft_max": 6, "n_match": 3}
+    args = server_spec_args("ngram-mod,dflash", knobs)
+    assert args[:4] == ["--spec-type", "ngram-mod,draft-dflash", "-md", "f.gguf"]
+    c = parse_server_args(args)
+    assert c.strategy == "ngram-mod,dflash" and {k: c.knobs[k] for k in knobs} == knobs
+    with pytest.raises(StrategyError, match="prompt-lookup"):
+        server_spec_args("ngram-mod,prompt-lookup", {})
 
 
 def test_server_spec_args_of_a_model_draft():

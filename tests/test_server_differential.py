@@ -120,6 +120,35 @@ def test_generation_equals_llama_server(fixtures, server_bin, fixture, strategy,
         assert f'accepted_tokens_per_pos_total{{position="{i}"}} {n}\n' in metrics
 
 
+#: a chain whose members both draft on every fixture: llama-server takes the comma list, asks ngram-simple
+#: first (its priority) and ngram-map-k in the rounds where ngram-simple proposes nothing
+CHAIN = (
+    "ngram-simple,ngram-map-k",
+    {"ngram_simple_size_n": 3, "ngram_simple_size_m": 3, "ngram_map_k_size_n": 2, "ngram_map_k_size_m": 6},
+)
+
+
+@pytest.mark.parametrize("fixture", list(FIXTURES))
+def test_a_chain_equals_llama_server(fixtures, server_bin, fixture):
+    path, model, prompt = fixtures[fixture]
+    args = [*CONTEXT_ARGS, *server_spec_args(*CHAIN)]
+    assert "ngram-simple,ngram-map-k" in args and "--spec-ngram-map-k-size-n" in args  # one --spec-type list
+    (out,), metrics = through_the_server(server_bin, path, args, prompt)
+    cfg = parse_server_args(args)
+    s = Session(model, **cfg.session_kwargs())
+    try:
+        run = run_like_the_server(s, prompt, N_PREDICT, cfg.strategy, cfg.knobs)
+        by = s.telemetry_dict()["by_drafter"]
+    finally:
+        s.close()
+    assert out.tokens == run.tokens, "the generated tokens differ"
+    assert (out.draft_n, out.draft_n_accepted) == (run.draft_n, run.draft_n_accepted)
+    assert out.draft_n > out.draft_n_accepted > 0
+    assert f"llamacpp:spec_decode_num_drafts_total {run.verify_steps}\n" in metrics
+    # both members drafted: the counts above are the chain's, not one member's
+    assert set(by) == {"ngram-simple", "ngram-map-k"} and all(v["drafted"] > 0 for v in by.values())
+
+
 #: deployment settings (flash attention off; quantized KV caches, which need flash attention and heads
 #: their blocks divide: the wide-heads fixture)
 SETTINGS_CASES = [

@@ -21,9 +21,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-from ..errors import LlamaServerError
+from ..errors import LlamaServerError, StrategyError
 from .llama_server import fetch_text, http_request
-from .server_args import STRATEGY_OF, ServerConfig, parse_server_args
+from .server_args import ServerConfig, parse_server_args, strategy_of_spec_types
 from .server_metrics import ServerMetrics, metrics_delta, parse_metrics
 from .server_repro import ServerLikeRun, run_like_the_server
 
@@ -132,6 +132,15 @@ class ServerComparison:
         )
 
 
+def _runs(kinds: list[str]) -> bool:
+    """Whether specviz runs the server's types (one of them, or a chain of them)."""
+    try:
+        strategy_of_spec_types([",".join(kinds)])
+    except StrategyError:
+        return False
+    return True
+
+
 def _config_from_server(slots: list[dict[str, Any]] | None, props: dict[str, Any]) -> tuple[ServerConfig, list[str]]:
     """A configuration from what the server tells (no command line given), and what it could not tell."""
     types = ""
@@ -142,7 +151,7 @@ def _config_from_server(slots: list[dict[str, Any]] | None, props: dict[str, Any
     # the server lists its types with "none" first ("none,ngram-simple")
     kinds = [t.strip() for t in types.split(",") if t.strip() and t.strip() != "none"]
     first = kinds[0] if kinds else ""
-    if first and first in STRATEGY_OF:
+    if first and _runs(kinds):
         line += ["--spec-type", ",".join(kinds)]
     elif first:
         notes.append(f"the server drafts with {','.join(kinds)}, which specviz does not run")

@@ -7,7 +7,14 @@ and the sampling defaults, with llama.cpp's defaults (``common/common.h``) where
 Every value is validated before any model loads (typed errors naming the flag). A flag specviz cannot
 honour is never dropped silently: it is named in :attr:`ServerConfig.warnings` with the reason — serving
 options that change neither the tokens nor the drafts (``--port``, ``-np``, ``--metrics`` ...) as well
-as those that would change them (a second ``--spec-type``, ``--min-p``, ``-ctkd`` ...).
+as those that would change them (``--min-p``, ``-ctkd`` ...).
+
+``--spec-type`` is read with the strategies' own resolution (:func:`specviz.strategies.resolve_strategy`,
+the same as the CLI's ``--spec-type``): llama.cpp's names only (``draft-simple`` ... ``draft-dspark``,
+``ngram-*``), and a comma list — or a repeated ``--spec-type``, which llama.cpp's parser adds up — is a
+chain asked in llama.cpp's priority order, each type's ``--spec-*`` flags setting that member's knobs
+(:mod:`specviz.strategies.chain` names them). Refused as llama-server refuses them: a name it does not
+know; refused by specviz: a chain of two model drafters (llama.cpp has one draft context).
 
 :func:`server_spec_args` is the inverse for the speculative part: a specviz strategy and knobs as the
 ``llama-server`` flags that draft the same way.
@@ -17,8 +24,14 @@ How specviz runs a llama-server configuration (each a deliberate difference name
 * an n-gram type drafts up to its own length (``size_m``, ``n_max``, 8 for ngram-cache): llama.cpp's
   ``--spec-draft-n-max`` caps model drafts only, so ``draft_max`` is set to the type's own length; verify-tile
   alignment (specviz's own) is off and the policy is ``fixed``;
-* ``draft`` takes llama.cpp's defaults ``--spec-draft-n-max 3``, ``--spec-draft-n-min 0`` and
-  ``--spec-draft-p-min 0`` when the line gives none (specviz's own defaults are 16 and 0.75);
+* a model draft (``draft-simple``, ``-eagle3``, ``-mtp``, ``-dflash``, ``-dspark``) takes llama.cpp's
+  defaults ``--spec-draft-n-max 3``, ``--spec-draft-n-min 0`` and ``--spec-draft-p-min 0`` when the line
+  gives none (specviz's own defaults are 16 and 0.75);
+* a chain of n-gram types drafts up to its longest member's length (each member stops at its own); a chain
+  holding a model drafter caps every member at ``--spec-draft-n-max`` (llama.cpp caps the model drafter
+  only) and applies ``--spec-draft-n-min`` to whichever member drafts: both named in a warning;
+* DFlash / DSpark decode the whole trained block and keep the first ``--spec-draft-n-max`` tokens
+  (llama.cpp decodes that many masks): named in a warning;
 * the server samples the first token after the prompt without drafting; :mod:`specviz.analysis.server_repro`
   reproduces that loop.
 """
@@ -32,34 +45,25 @@ from typing import Any, Sequence
 
 from ..backends.context_settings import ContextSettings
 from ..errors import KnobError, StrategyError
-from ..strategies import strategy_class, strategy_names, strategy_schema
-
-#: llama.cpp's ``--spec-type`` names of specviz's strategies where they differ
-SPEC_TYPE_OF = {"draft": "draft-simple", "eagle3": "draft-eagle3", "mtp": "draft-mtp"}
-#: specviz's strategy for each llama.cpp ``--spec-type``
-STRATEGY_OF = {**{v: k for k, v in SPEC_TYPE_OF.items()}, **{n: n for n in strategy_names() if n not in SPEC_TYPE_OF}}
-STRATEGY_OF.pop("prompt-lookup", None)  # not a llama.cpp type
+from ..strategies import (
+    SPEC_TYPES,
+    draft_model_strategy,
+    member_knob_names,
+    per_type_flags,
+    resolve_strategy,
+    spec_type,
+    strategy_class,
+    strategy_schema,
+)
 
 #: llama.cpp's defaults for model drafts (``common_params_speculative_draft``)
 LLAMA_DRAFT_DEFAULTS = {"draft_max": 3, "draft_min": 0, "draft_p_min": 0.0}
 #: llama-server's default sampling (``common_params_sampling``): what a request gets unless it says otherwise
 LLAMA_SAMPLING_DEFAULTS = {"temperature": 0.8, "top_k": 40, "top_p": 0.95}
 
-#: per-type flags -> (strategy, knob)
-SPEC_FLAGS: dict[str, tuple[str, str]] = {
-    "--spec-ngram-simple-size-n": ("ngram-simple", "size_n"),
-    "--spec-ngram-simple-size-m": ("ngram-simple", "size_m"),
-    "--spec-ngram-map-k-size-n": ("ngram-map-k", "size_n"),
-    "--spec-ngram-map-k-size-m": ("ngram-map-k", "size_m"),
-    "--spec-ngram-map-k-min-hits": ("ngram-map-k", "min_hits"),
-    "--spec-ngram-map-k4v-size-n": ("ngram-map-k4v", "size_n"),
-    "--spec-ngram-map-k4v-size-m": ("ngram-map-k4v", "size_m"),
-    "--spec-ngram-map-k4v-min-hits": ("ngram-map-k4v", "min_hits"),
-    "--spec-ngram-mod-n-match": ("ngram-mod", "n_match"),
-    "--spec-ngram-mod-n-min": ("ngram-mod", "n_min"),
-    "--spec-ngram-mod-n-max": ("ngram-mod", "n_max"),
-}
-#: model-draft flags -> knob (they serve draft-simple, draft-eagle3 and draft-mtp alike)
+#: per-type flags -> (strategy, knob): the knobs' own llama.cpp spellings (``--spec-ngram-mod-n-max`` ...)
+SPEC_FLAGS: dict[str, tuple[str, str]] = per_type_flags()
+#: model-draft flags -> knob (they serve every model-backed type alike: draft-simple ... draft-dspark)
 DRAFT_FLAGS = {
     "--spec-draft-n-max": "draft_max",
     "--spec-draft-n-min": "draft_min",
@@ -202,15 +206,44 @@ def _looks_like_value(tok: str) -> bool:
     return not tok.startswith("-") or tok[1:2].isdigit() or tok[1:2] == "."
 
 
-def _draft_strategy(path: str) -> str:
-    """llama.cpp infers the type of a draft GGUF given without ``--spec-type`` (its architecture)."""
-    from ..backends.gguf_check import check_gguf
-    from ..errors import ModelError
+def strategy_of_spec_types(values: Sequence[str]) -> str:
+    """specviz's strategy for the ``--spec-type`` values of one command line (each a comma list; a repeated
+    ``--spec-type`` adds its types, as llama.cpp's parser does): one strategy, or a chain in llama.cpp's
+    priority order (:func:`specviz.strategies.resolve_strategy`). A value naming ``none`` adds nothing
+    (llama.cpp reads it as the default list, ``none``, which enables no drafter).
 
+    :class:`~specviz.errors.StrategyError` for a name that is not one of llama.cpp's types (llama-server
+    refuses it too) and for a chain specviz does not run (two model-backed types)."""
+    members: list[str] = []
+    for v in values:
+        for part in v.split(","):
+            if part.strip() not in SPEC_TYPES.values():
+                raise StrategyError(
+                    f"--spec-type {v}: {part.strip()!r} is not one of llama.cpp's types; choose one of: "
+                    + ", ".join(SPEC_TYPES.values())
+                    + ", or a comma list of them",
+                    knob="strategy",
+                    value=v,
+                )
+        strategy = _resolved(v, v)
+        if strategy != "none":
+            members += strategy.split(",")
+    return _resolved(",".join(members), ",".join(values)) if members else "none"
+
+
+def _resolved(name: str, given: str) -> str:
     try:
-        return "eagle3" if check_gguf(path).architecture == "eagle3" else "draft"
-    except ModelError:
-        return "draft"  # the draft strategy's own check reports the file
+        return resolve_strategy(name)
+    except StrategyError as e:
+        raise StrategyError(f"--spec-type {given}: {e}", knob="strategy", value=given) from None
+
+
+def _member_configs(strategy: str, cfg: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Each member's own knobs (its own names) from a strategy's validated config."""
+    return {
+        m: {mine: cfg[ours] for mine, ours in names.items() if ours in cfg}
+        for m, names in member_knob_names(strategy).items()
+    }
 
 
 def parse_server_args(argv: str | Sequence[str]) -> ServerConfig:
@@ -222,7 +255,7 @@ def parse_server_args(argv: str | Sequence[str]) -> ServerConfig:
     args = _split(argv)
     warnings: list[str] = []
     model = draft_model = None
-    types: list[str] = []
+    types: list[str] = []  # each --spec-type value
     spec_values: dict[tuple[str, str], tuple[str, str]] = {}  # (strategy, knob) -> (flag, value)
     draft_values: dict[str, tuple[str, str]] = {}
     settings: dict[str, tuple[str, str]] = {}
@@ -251,7 +284,7 @@ def parse_server_args(argv: str | Sequence[str]) -> ServerConfig:
         elif tok in DRAFT_MODEL_FLAGS:
             draft_model = value(tok)
         elif tok == "--spec-type":
-            types = [t.strip() for t in value(tok).split(",") if t.strip()]
+            types.append(value(tok))
         elif tok in SPEC_FLAGS:
             spec_values[SPEC_FLAGS[tok]] = (tok, value(tok))
         elif tok in DRAFT_FLAGS:
@@ -287,64 +320,81 @@ def parse_server_args(argv: str | Sequence[str]) -> ServerConfig:
             warnings.append(f"{tok}{v}: an {what} specviz does not know; not applied")
         i += 1
 
-    # the strategy
+    # the strategy: one type, or a chain of them (the first that drafts wins, in llama.cpp's priority order)
     if not types:
-        strategy = _draft_strategy(draft_model) if draft_model else "none"
+        strategy = draft_model_strategy(draft_model) if draft_model else "none"
     else:
-        if len(types) > 1:
-            warnings.append(
-                f"--spec-type {','.join(types)}: specviz drafts with {types[0]} only (llama.cpp asks "
-                f"{', '.join(types[1:])} in rounds where {types[0]} proposes nothing)"
-            )
-        t = types[0]
-        if t not in STRATEGY_OF:
-            raise StrategyError(
-                f"--spec-type {t}: specviz has no such strategy; it runs "
-                + ", ".join(sorted(STRATEGY_OF))
-                + " (draft-dflash and draft-dspark are not implemented)",
-                knob="strategy",
-                value=t,
-            )
-        strategy = STRATEGY_OF[t]
+        strategy = strategy_of_spec_types(types)
+    name = spec_type(strategy) or strategy
     cls = strategy_class(strategy)
+    members = member_knob_names(strategy)
+    model_members = [m for m in members if strategy_class(m).needs_model]
     knobs: dict[str, Any] = {}
     for (owner, knob), (flag, v) in spec_values.items():
-        if owner != strategy:
-            warnings.append(
-                f"{flag} {v}: for --spec-type {owner}, not {SPEC_TYPE_OF.get(strategy, strategy)}; not applied"
-            )
+        if owner not in members:
+            warnings.append(f"{flag} {v}: for --spec-type {owner}, not {name}; not applied")
         else:
-            knobs[knob] = v
+            knobs[members[owner][knob]] = v
     if cls.needs_model:
         knobs.update(LLAMA_DRAFT_DEFAULTS)
         for knob, (_, v) in draft_values.items():
             knobs[knob] = v
         if draft_model is not None:
             knobs["draft_model"] = draft_model
+        else:
+            for m in model_members:
+                if not strategy_class(m).draft_model_optional and m != "draft":
+                    # common_speculative_init enables these types only with a draft context
+                    warnings.append(
+                        f"--spec-type {SPEC_TYPES[m]} without -md: llama-server leaves {SPEC_TYPES[m]} out (it needs "
+                        "a draft model); specviz needs one too: give -md"
+                    )
         knobs["align"] = False
         knobs["draft_policy"] = "fixed"
     else:
         for flag, v in draft_values.values():
             if strategy != "none":
-                warnings.append(f"{flag} {v}: llama.cpp applies it to model drafts only; not applied to {strategy}")
+                warnings.append(f"{flag} {v}: llama.cpp applies it to model drafts only; not applied to {name}")
             else:
                 warnings.append(f"{flag} {v}: no --spec-type drafts; not applied")
         if draft_model is not None:
-            warnings.append(f"-md {draft_model}: --spec-type {types[0]} does not draft with a model; not applied")
+            warnings.append(f"-md {draft_model}: --spec-type {name} does not draft with a model; not applied")
     try:
         cfg = strategy_schema(strategy).validate(knobs)
     except KnobError as e:
         bad = next(
-            (f for (o, k), (f, _) in spec_values.items() if k == e.knob and o == strategy),
+            (f for (o, k), (f, _) in spec_values.items() if members.get(o, {}).get(k) == e.knob),
             next((f for k, (f, _) in draft_values.items() if k == e.knob), str(e.knob)),
         )
         msg = str(e).replace(f"knob {e.knob!r}", f"llama-server option {bad}", 1)
         raise KnobError(msg, knob=e.knob, value=e.value) from None
-    if not cls.needs_model and strategy != "none":
-        # an n-gram type drafts up to its own length: llama.cpp's --spec-draft-n-max does not cap it
-        cfg = strategy_schema(strategy).validate({**cfg, "draft_max": own_draft_length(strategy, cfg)})
+    own = {m: own_draft_length(m, c) for m, c in _member_configs(strategy, cfg).items() if m not in model_members}
+    if strategy != "none" and not model_members:
+        # an n-gram type drafts up to its own length: llama.cpp's --spec-draft-n-max does not cap it (a chain:
+        # each member's own length, so the chain's cap is the longest)
+        cfg = strategy_schema(strategy).validate({**cfg, "draft_max": max(own.values())})
         cfg = strategy_schema(strategy).validate({**cfg, "align": False, "draft_policy": "fixed"})
-    if cls.needs_model and float(cfg.get("draft_p_min", 0.0)) > 0:
+    if model_members and any(n > int(cfg["draft_max"]) for n in own.values()):
+        # departure: specviz's chain has one draft_max for every member
+        longer = ", ".join(f"{SPEC_TYPES[m]} up to {n}" for m, n in own.items() if n > int(cfg["draft_max"]))
+        warnings.append(
+            f"--spec-type {name}: specviz caps every member of a chain at --spec-draft-n-max {cfg['draft_max']}; "
+            f"llama.cpp caps only {SPEC_TYPES[model_members[0]]} and drafts {longer}: specviz's n-gram drafts may "
+            "be shorter"
+        )
+    if model_members and own and int(cfg.get("draft_min", 0)) > 0:
+        warnings.append(
+            f"--spec-draft-n-min {cfg['draft_min']}: specviz applies it to whichever member drafts, llama.cpp "
+            f"inside {SPEC_TYPES[model_members[0]]} only (a too-short model draft lets the next type try)"
+        )
+    block = [m for m in model_members if m in ("dflash", "dspark")]
+    if block:
+        warnings.append(
+            f"--spec-type {SPEC_TYPES[block[0]]} with --spec-draft-n-max {cfg['draft_max']}: llama.cpp decodes that "
+            "many masks (clamped to the trained block), specviz always the trained block (dflash.block_size) and "
+            "keeps the first tokens: the drafts may differ unless --spec-draft-n-max reaches the block's capacity"
+        )
+    elif model_members and float(cfg.get("draft_p_min", 0.0)) > 0:
         warnings.append(
             f"--spec-draft-p-min {cfg['draft_p_min']:g}: specviz compares it with the draft's top probability over "
             "the whole vocabulary, llama.cpp over its top 10 candidates: specviz's drafts may stop earlier"
@@ -410,35 +460,39 @@ def own_draft_length(strategy: str, knobs: dict[str, Any]) -> int:
 
 
 def server_spec_args(strategy: str, knobs: dict[str, Any]) -> list[str]:
-    """``--spec-type`` and the ``--spec-*`` flags that make llama-server draft as ``strategy`` with ``knobs``.
+    """``--spec-type`` and the ``--spec-*`` flags that make llama-server draft as ``strategy`` with ``knobs``
+    (a chain: its members' comma list and each member's own flags).
 
-    Raises :class:`~specviz.errors.StrategyError` for prompt lookup (no llama.cpp type) and ``KnobError``
-    for a knob llama.cpp has no flag for at a value other than its own (ngram-cache's ``n_draft``)."""
-    if strategy == "prompt-lookup":
+    Raises :class:`~specviz.errors.StrategyError` for prompt lookup (no llama.cpp type, alone or in a chain)
+    and ``KnobError`` for a knob llama.cpp has no flag for at a value other than its own (ngram-cache's
+    ``n_draft``)."""
+    name = spec_type(strategy)
+    if name is None:
         raise StrategyError(
-            "prompt-lookup is not a llama.cpp --spec-type; ngram-simple is the nearest", knob="strategy", value=strategy
+            f"{strategy}: prompt-lookup is not a llama.cpp --spec-type; ngram-simple is the nearest",
+            knob="strategy",
+            value=strategy,
         )
-    if strategy == "none":
+    if name == "none":
         return ["--spec-type", "none"]
-    args = ["--spec-type", SPEC_TYPE_OF.get(strategy, strategy)]
+    args = ["--spec-type", name]
     if strategy_class(strategy).needs_model:
         if knobs.get("draft_model"):
             args += ["-md", str(knobs["draft_model"])]
         args += ["--spec-draft-n-max", str(int(knobs.get("draft_max", LLAMA_DRAFT_DEFAULTS["draft_max"])))]
         args += ["--spec-draft-n-min", str(int(knobs.get("draft_min", 0)))]
         args += ["--spec-draft-p-min", f"{float(knobs.get('draft_p_min', 0.0)):g}"]
-        return args
-    if strategy == "ngram-cache":
-        if int(knobs.get("n_draft", 8)) != 8:
+    for member, names in member_knob_names(strategy).items():
+        if member == "ngram-cache" and int(knobs.get(names.get("n_draft", "n_draft"), 8)) != 8:
+            n_draft = knobs[names["n_draft"]]
             raise KnobError(
-                f"ngram-cache with n_draft={knobs['n_draft']}: llama.cpp's drafts up to 8 tokens (no flag)",
-                knob="n_draft",
-                value=knobs["n_draft"],
+                f"ngram-cache with n_draft={n_draft}: llama.cpp's drafts up to 8 tokens (no flag)",
+                knob=names["n_draft"],
+                value=n_draft,
             )
-        return args
-    for flag, (owner, knob) in SPEC_FLAGS.items():
-        if owner == strategy and knob in knobs:
-            args += [flag, str(int(knobs[knob]))]
+        for flag, (owner, knob) in SPEC_FLAGS.items():
+            if owner == member and names.get(knob) in knobs:
+                args += [flag, str(int(knobs[names[knob]]))]
     return args
 
 

@@ -15,8 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import KnobError
-from ..strategies import strategy_class, strategy_names, strategy_schema
-from .generation_options import draft_model_strategy
+from ..strategies import draft_model_strategy, strategy_class, strategy_names, strategy_schema
 from .options import UsageError, int_option
 
 

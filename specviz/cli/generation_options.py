@@ -20,7 +20,16 @@ from typing import Any, Callable
 
 from ..decoding.knob_schema import SESSION_KNOBS, Knob, check_cross_knobs
 from ..errors import KnobError, StrategyError
-from ..strategies import SPEC_TYPES, resolve_strategy, strategy_class, strategy_names, strategy_schema
+from ..strategies import (
+    SPEC_TYPES,
+    draft_model_strategy,
+    member_knob_names,
+    per_type_flags,
+    resolve_strategy,
+    strategy_class,
+    strategy_names,
+    strategy_schema,
+)
 from ..strategies.chain import member_slug
 from .options import UsageError, int_option
 from .settings_options import (
@@ -46,7 +55,7 @@ def _per_type(alias: str, strategy: str) -> bool:
     """True for llama.cpp's per-type spellings (``--spec-ngram-map-k-size-n``). ``--spec-draft-*`` is not one:
     llama.cpp's draft settings (``--spec-draft-model``, ``--spec-draft-p-min`` …) serve every model-backed
     type (draft-simple, draft-eagle3, draft-mtp), not only the strategy named ``draft``."""
-    return strategy != "draft" and alias.startswith(f"--spec-{strategy}-")
+    return per_type_flags().get(alias, ("",))[0] == strategy
 
 
 def _clashing(name: str) -> bool:
@@ -199,22 +208,6 @@ def _add_request_options(p: argparse.ArgumentParser) -> None:
     )
 
 
-def draft_model_strategy(path: str) -> str:
-    """The strategy a draft GGUF alone implies, read from its architecture (no model loaded): ``eagle3`` for
-    an EAGLE-3 head, ``dspark`` / ``dflash`` for a DFlash draft with / without DSpark's Markov head (as
-    llama.cpp's ``common_speculative_types_from_gguf`` detects them), else ``draft``."""
-    from ..backends.gguf_check import check_gguf
-    from ..errors import ModelError
-
-    try:
-        info = check_gguf(path)
-    except ModelError:
-        return "draft"  # the draft strategy's own check reports the file
-    if info.architecture == "dflash":
-        return "dspark" if "markov_w1.weight" in info.tensors else "dflash"
-    return "eagle3" if info.architecture == "eagle3" else "draft"
-
-
 def generation_config(args: argparse.Namespace, *, warn: Callable[[str], None]) -> dict[str, Any]:
     """Validate the generation options into keyword arguments for Session.start (no model loaded).
 
@@ -362,9 +355,7 @@ def _knobs_of(
     schema = strategy_schema(strategy)
     own = set(schema.names())
     # a chain's members: member -> its knob name -> the chain's (see specviz.strategies.chain)
-    members: dict[str, dict[str, str]] = getattr(
-        strategy_class(strategy), "member_knobs", {strategy: {k.name: k.name for k in strategy_class(strategy).knobs}}
-    )
+    members = member_knob_names(strategy)
     all_knobs = _all_knobs()
     for name in all_knobs:
         v = getattr(args, "knob_" + name, None)

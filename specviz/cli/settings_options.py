@@ -12,7 +12,7 @@ import argparse
 from typing import Any, Callable
 
 from ..backends.context_settings import CACHE_TYPES, ContextSettings
-from ..errors import KnobError
+from ..errors import KnobError, StrategyError
 from .options import UsageError
 
 #: setting -> the flags that spell it here
@@ -153,7 +153,7 @@ def server_config(args: argparse.Namespace, *, warn: Callable[[str], None], give
         )
     try:
         cfg = parse_server_args(line)
-    except KnobError as e:
+    except (KnobError, StrategyError) as e:
         raise UsageError(f"option --server-args: {e}") from None
     for w in cfg.warnings:
         warn(f"--server-args {w}")

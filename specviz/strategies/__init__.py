@@ -20,7 +20,7 @@ from typing import Any
 from ..decoding.knob_schema import SESSION_KNOBS, Knob, Schema
 from ..errors import StrategyError
 from .base import Draft, Drafter, DrafterStats, DraftResources
-from .chain import chain_class
+from .chain import ChainDrafter, chain_class
 
 # name -> "module:Class"; modules are imported on first use so a strategy's dependencies load lazily.
 _REGISTRY: dict[str, str] = {
@@ -160,6 +160,46 @@ def strategy_schema(name: str) -> Schema:
     return Schema(owner=f"strategy {name!r}", knobs=shared + own)
 
 
+def member_knob_names(name: str) -> dict[str, dict[str, str]]:
+    """Per member strategy of ``name`` (a chain's members, or the strategy itself): its own knob name -> the
+    name the strategy's schema gives it (a chain prefixes a knob its members declare differently, see
+    :mod:`specviz.strategies.chain`)."""
+    canonical = resolve_strategy(name)
+    cls = strategy_class(canonical)
+    if issubclass(cls, ChainDrafter):
+        return {m: dict(names) for m, names in cls.member_knobs.items()}
+    return {canonical: {k.name: k.name for k in cls.knobs}}
+
+
+def per_type_flags() -> dict[str, tuple[str, str]]:
+    """llama.cpp's per-type spellings of the strategies' knobs, as the knobs declare them:
+    ``--spec-ngram-map-k-size-n`` -> ``("ngram-map-k", "size_n")``. ``--spec-draft-*`` is none of them:
+    llama.cpp's draft settings serve every model-backed type, not only the strategy named ``draft``."""
+    out: dict[str, tuple[str, str]] = {}
+    for name in _REGISTRY:
+        if name == "draft":
+            continue
+        for k in _registered_class(name).knobs:
+            out.update({a: (name, k.name) for a in k.aliases if a.startswith(f"--spec-{name}-")})
+    return out
+
+
+def draft_model_strategy(path: str) -> str:
+    """The strategy a draft GGUF alone implies, read from its architecture (no model loaded): ``eagle3`` for
+    an EAGLE-3 head, ``dspark`` / ``dflash`` for a DFlash draft with / without DSpark's Markov head (as
+    llama.cpp's ``common_speculative_types_from_gguf`` detects them), else ``draft``."""
+    from ..backends.gguf_check import check_gguf
+    from ..errors import ModelError
+
+    try:
+        info = check_gguf(path)
+    except ModelError:
+        return "draft"  # the draft strategy's own check reports the file
+    if info.architecture == "dflash":
+        return "dspark" if "markov_w1.weight" in info.tensors else "dflash"
+    return "eagle3" if info.architecture == "eagle3" else "draft"
+
+
 def make_drafter(name: str, knobs: dict[str, Any], resources: DraftResources | None = None) -> Drafter:
     """Instantiate strategy ``name`` with already-validated ``knobs``; a model-backed strategy
     (``needs_model``) also gets its :class:`DraftResources`."""
@@ -183,6 +223,9 @@ __all__ = [
     "SPEC_TYPES",
     "resolve_strategy",
     "spec_type",
+    "member_knob_names",
+    "per_type_flags",
+    "draft_model_strategy",
     "Draft",
     "Drafter",
     "DrafterStats",
