@@ -100,6 +100,48 @@ def test_each_fixture_loads_and_reports_its_memory_kind(paths, name, kw, kind, r
     m.close()
 
 
+@pytest.mark.parametrize(
+    ("name", "kw"),
+    [
+        ("llama", {}),
+        ("mamba", {}),
+        ("lfm2", {}),
+        ("lfm2", {"n_rs_seq": 0}),
+        ("gemma3", {}),
+        ("gemma3", {"swa_full": False}),
+    ],
+)
+def test_an_offloaded_context_computes_nothing_before_its_first_batch(paths, name, kw):
+    """With layers asked on a GPU device, the memory probe runs in a throwaway context: the context's own
+    scheduler has computed no graph when EAGLE-3's layer taps are switched on after creation (a reserve
+    after a computed graph corrupts the heap on llama.cpp's Vulkan backend), and the facts are those of a
+    probe in the context itself (on this CPU build the offloaded layers stay on the CPU)."""
+    seen: list[int] = []
+
+    @lc.ggml_backend_sched_eval_callback
+    def count(t, ask, user_data):  # noqa: ARG001 - signature fixed by ggml
+        seen.append(1)
+        return not ask
+
+    here, offloaded = LlamaModel(paths[name]), LlamaModel(paths[name], n_gpu_layers=99)
+    common = {"n_ctx": 512, "n_batch": 64, "n_ubatch": 64, "n_threads": 1, **kw}
+    ref = LlamaContext(here, **common)
+    ctx = LlamaContext(offloaded, **common, capture=False, eval_callback=count)
+    try:
+        assert seen == []  # no graph ran in this context's scheduler while it was created
+        assert ctx.memory.info == ref.memory.info
+        assert ctx.kv_len() == 0
+        ctx.eval([1, 300, 301], 0, rows="last")
+        assert seen and ctx.kv_len() == 3  # the callback is live: the first batch is the first graph
+        ref.eval([1, 300, 301], 0, rows="last")
+        assert np.array_equal(ctx.last_row(), ref.last_row())
+    finally:
+        ctx.close()
+        ref.close()
+        here.close()
+        offloaded.close()
+
+
 _LOG_LINES: list[str] = []
 
 

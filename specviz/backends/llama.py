@@ -25,6 +25,10 @@ from .context_settings import FLASH_ATTN_TYPE, GGML_TYPE, ContextSettings, head_
 from .gguf_check import check_gguf
 from .memory import DEFAULT_N_RS_SEQ, ContextMemory, probe_memory
 
+#: Cells of the throwaway context :class:`LlamaContext` measures its memory in (the cost of one cell does
+#: not depend on how many there are; the probe fills two).
+PROBE_N_CTX = 256
+
 
 @dataclass(frozen=True)
 class Capacity:
@@ -328,10 +332,43 @@ class LlamaContext(ContextBase):
         self._out_rows: list[int] = []
         self.decode_seconds = 0.0  # cumulative time inside llama_decode (for overhead measurements)
         self.last_batch = (0, 0)  # (first position, tokens) of the last decode
-        info = probe_memory(
-            model, ctx, n_ctx=self.capacity.n_ctx, n_ubatch=self.capacity.n_ubatch, swa_full=bool(swa_full)
-        )
-        self.memory = ContextMemory(self, info)
+        self.memory = ContextMemory(self, self._probe_memory(p, bool(swa_full)))
+
+    def _probe_memory(self, params: Any, swa_full: bool) -> Any:
+        """:func:`~specviz.backends.memory.probe_memory` of this context.
+
+        When the model has layers on a GPU device (``n_gpu_layers > 0``) the probe runs in a throwaway
+        context of this one's settings (``params``, at most :data:`PROBE_N_CTX` cells, no eval callback), so
+        that this context computes nothing before its first :meth:`eval`: on llama.cpp's Vulkan backend,
+        switching EAGLE-3's layer taps on after a context has computed a graph corrupts the heap (see
+        ``probe_memory``). On the CPU the probe runs in the context itself, as llama.cpp's does."""
+        lc = llama_lib()
+        scratch = None
+        if self.model.n_gpu_layers > 0:
+            sp = type(params).from_buffer_copy(params)
+            sp.n_ctx = min(int(params.n_ctx), PROBE_N_CTX)
+            sp.n_batch = sp.n_ubatch = min(int(params.n_ubatch), sp.n_ctx)
+            sp.cb_eval = type(params.cb_eval)()  # NULL: the probe needs neither the capture shim nor a caller's
+            sp.cb_eval_user_data = None
+            scratch = lc.llama_init_from_model(self.model.ptr, sp)
+            if not scratch:
+                self.close()
+                raise ContextError(
+                    f"llama.cpp could not create the {sp.n_ctx}-cell context that measures the memory of a "
+                    f"context with n_ctx={self.capacity.n_ctx} ({self.settings.describe()}); try a smaller n_ctx"
+                )
+        try:
+            return probe_memory(
+                self.model,
+                self._ctx,
+                n_ctx=self.capacity.n_ctx,
+                n_ubatch=self.capacity.n_ubatch,
+                swa_full=swa_full,
+                scratch_ptr=scratch,
+            )
+        finally:
+            if scratch is not None:
+                lc.llama_free(scratch)
 
     def clear(self) -> None:
         """Empty the cache (the saved states of :attr:`memory` no longer continue it: they are dropped)."""

@@ -228,7 +228,9 @@ def rollback_refusal(info: MemoryInfo, what: str = "the target") -> str | None:
     )
 
 
-def probe_memory(model: MemoryModel, ctx_ptr: Any, *, n_ctx: int, n_ubatch: int, swa_full: bool) -> MemoryInfo:
+def probe_memory(
+    model: MemoryModel, ctx_ptr: Any, *, n_ctx: int, n_ubatch: int, swa_full: bool, scratch_ptr: Any = None
+) -> MemoryInfo:
     """The memory facts of a freshly created context (its cache is left empty).
 
     As llama.cpp's ``common_context_can_seq_rm``: a context with ``n_rs_seq`` snapshots removes tails
@@ -236,10 +238,20 @@ def probe_memory(model: MemoryModel, ctx_ptr: Any, *, n_ctx: int, n_ubatch: int,
     evaluations also give the bytes one cell costs in llama.cpp's state serialisation (the difference of
     the sizes at one and two positions, less the cell's metadata), for the whole memory and for its
     partial part (sliding-window cells and recurrent state).
+
+    ``scratch_ptr``: a context of the same model and memory settings to evaluate in instead of
+    ``ctx_ptr`` (whose cell count and ``n_rs_seq`` are still the ones reported). Deliberate departure
+    from upstream, which probes the context itself: :class:`~specviz.backends.LlamaContext` passes a
+    throwaway one, so that its own context computes nothing before its first batch. On llama.cpp's
+    Vulkan backend a context whose scheduler is reserved again after it has computed a graph corrupts
+    the heap at its next multi-token batch; ``llama_set_embeddings_layer_inp`` (the EAGLE-3 layer taps)
+    forces such a reserve, and a probe in the context itself made every tap switched on after creation
+    one.
     """
     lc = llama_lib()
     mptr = model.ptr
-    mem = lc.llama_get_memory(ctx_ptr)
+    run = ctx_ptr if scratch_ptr is None else scratch_ptr  # the context the probe evaluates in
+    mem = lc.llama_get_memory(run)
     recurrent = bool(lc.llama_model_is_recurrent(mptr))
     hybrid = bool(lc.llama_model_is_hybrid(mptr))
     n_swa = int(model.n_swa)
@@ -257,9 +269,7 @@ def probe_memory(model: MemoryModel, ctx_ptr: Any, *, n_ctx: int, n_ubatch: int,
         return MemoryInfo(kind, "no", 0, n_swa, swa_full, 0, 0, 0, 0, 0, 0, weights)
 
     def sizes() -> tuple[int, int]:
-        return int(lc.llama_state_seq_get_size_ext(ctx_ptr, 0, 0)), int(
-            lc.llama_state_seq_get_size_ext(ctx_ptr, 0, _PARTIAL)
-        )
+        return int(lc.llama_state_seq_get_size_ext(run, 0, 0)), int(lc.llama_state_seq_get_size_ext(run, 0, _PARTIAL))
 
     batch = lc.llama_batch_init(1, 0, 1)
     try:
@@ -273,7 +283,7 @@ def probe_memory(model: MemoryModel, ctx_ptr: Any, *, n_ctx: int, n_ubatch: int,
         got: list[tuple[int, int]] = []
         for pos in (0, 1):
             batch.pos[0] = pos
-            if lc.llama_decode(ctx_ptr, batch) != 0:
+            if lc.llama_decode(run, batch) != 0:
                 ok = False
                 break
             got.append(sizes())
@@ -281,7 +291,7 @@ def probe_memory(model: MemoryModel, ctx_ptr: Any, *, n_ctx: int, n_ubatch: int,
     finally:
         lc.llama_batch_free(batch)
         lc.llama_memory_clear(mem, True)
-        lc.llama_synchronize(ctx_ptr)
+        lc.llama_synchronize(run)
     if not ok:
         return MemoryInfo(kind, "no", 0, n_swa, swa_full, 0, 0, 0, 0, 0, 0, weights)
     if n_rs_seq > 0:
