@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import ctypes
 import re
+import subprocess
+import sys
 
 import llama_cpp.llama_cpp as lc
 import numpy as np
@@ -98,6 +100,33 @@ def test_each_fixture_loads_and_reports_its_memory_kind(paths, name, kw, kind, r
     assert ctx.kv_len() == 3 and np.isfinite(ctx.last_row()).all()
     ctx.close()
     m.close()
+
+
+@pytest.mark.parametrize("name", ["mamba", "lfm2"])
+def test_a_micro_batch_too_small_for_the_state_snapshots_is_refused_not_aborted(paths, name):
+    """llama.cpp keeps a sequence's last n_rs_seq + 1 tokens in one micro-batch and aborts the process when
+    n_ubatch cannot hold them; the context refuses that, typed, before its first decode. Run in a child
+    process, since without the check the abort would take the test runner with it."""
+    script = (
+        "import sys\n"
+        "from specviz.backends.llama import LlamaContext, LlamaModel\n"
+        "from specviz.errors import ContextError\n"
+        "m = LlamaModel(sys.argv[1])\n"
+        "try:\n"
+        "    LlamaContext(m, n_ctx=256, n_batch=64, n_ubatch=16, n_threads=1)\n"
+        "except ContextError as e:\n"
+        "    print('refused:', e)\n"
+        "ctx = LlamaContext(m, n_ctx=256, n_batch=64, n_ubatch=16, n_threads=1, n_rs_seq=8)\n"
+        "ctx.eval(list(range(1, 41)), 0, rows='last')\n"
+        "print('ok', ctx.kv_len())\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script, str(paths[name])], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "refused: n_ubatch=16 is too small for n_rs_seq=16" in out.stdout
+    assert "n_ubatch >= 18" in out.stdout
+    assert "ok 40" in out.stdout  # a micro-batch that holds the snapshots (16 > 8 + 1) still works
 
 
 @pytest.mark.parametrize(

@@ -277,6 +277,16 @@ class LlamaContext(ContextBase):
         if n_rs_seq is not None and (not isinstance(n_rs_seq, int) or isinstance(n_rs_seq, bool) or n_rs_seq < 0):
             raise ContextError(f"n_rs_seq must be an integer >= 0, got {n_rs_seq!r}")
         p.n_rs_seq = DEFAULT_N_RS_SEQ if n_rs_seq is None else n_rs_seq
+        if p.n_rs_seq > 0 and (lc.llama_model_is_recurrent(model.ptr) or lc.llama_model_is_hybrid(model.ptr)):
+            # llama.cpp keeps a sequence's last n_rs_seq + 1 tokens in one micro-batch for its state snapshots
+            # and aborts the process (GGML_ASSERT in llama_batch_allocr::split_equal) when a micro-batch cannot
+            # hold them: refuse that here, before the first decode
+            if min(n_batch, n_ubatch) <= p.n_rs_seq + 1:
+                raise ContextError(
+                    f"n_ubatch={min(n_batch, n_ubatch)} is too small for n_rs_seq={p.n_rs_seq} on this "
+                    f"{'hybrid' if lc.llama_model_is_hybrid(model.ptr) else 'recurrent'} model: llama.cpp needs "
+                    f"n_ubatch (and n_batch) above n_rs_seq + 1; use n_ubatch >= {p.n_rs_seq + 2} or a smaller n_rs_seq"
+                )
         # Layer capture for EAGLE-3 on graphs that record no layer inputs (gemma3) needs an eval callback,
         # which llama.cpp only takes at creation: install the C shim switched off (it then costs nothing;
         # see specviz.backends.capture). capture=None installs it when the shim can be built.
