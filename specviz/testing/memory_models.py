@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .tiny_models import tiny_vocab
+from .tiny_models import add_tiny_vocab, tiny_vocab
 
 __all__ = ["write_tiny_mamba", "write_tiny_lfm2", "write_tiny_gemma3_swa"]
 
@@ -34,15 +34,7 @@ __all__ = ["write_tiny_mamba", "write_tiny_lfm2", "write_tiny_gemma3_swa"]
 def _vocab(w, vocab_size: int) -> None:
     """The tiny SentencePiece-style vocabulary and its special ids (as the tiny llama fixtures have)."""
     tokens, scores, types = tiny_vocab(vocab_size)
-    w.add_tokenizer_model("llama")
-    w.add_token_list(tokens)
-    w.add_token_scores(scores)
-    w.add_token_types(types)
-    w.add_bos_token_id(1)
-    w.add_eos_token_id(2)
-    w.add_unk_token_id(0)
-    w.add_add_bos_token(True)
-    w.add_add_eos_token(False)
+    add_tiny_vocab(w, tokens, scores, types)
 
 
 def _finish(w) -> None:

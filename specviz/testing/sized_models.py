@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .tiny_models import tiny_vocab
+from .tiny_models import add_tiny_vocab, tiny_vocab
 
 
 @dataclass(frozen=True)
@@ -105,15 +105,7 @@ def write_random_llama(
     w.add_rope_dimension_count(shape.n_embd // shape.n_head)
     w.add_layer_norm_rms_eps(1e-5)
     w.add_file_type(1 if dtype == "f16" else 0)  # LLAMA_FTYPE_MOSTLY_F16 / ALL_F32
-    w.add_tokenizer_model("llama")
-    w.add_token_list(tokens)
-    w.add_token_scores(scores)
-    w.add_token_types(types)
-    w.add_bos_token_id(1)
-    w.add_eos_token_id(2)
-    w.add_unk_token_id(0)
-    w.add_add_bos_token(True)
-    w.add_add_eos_token(False)
+    add_tiny_vocab(w, tokens, scores, types)
     specs = _tensor_shapes(shape)
     for name, shp, fan_in in specs:  # declared first (the header lists every tensor), data written below
         dt = np.float32 if fan_in == 0 else np_dtype

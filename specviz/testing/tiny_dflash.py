@@ -31,7 +31,7 @@ from typing import Sequence
 
 import numpy as np
 
-from .tiny_models import tiny_vocab
+from .tiny_models import add_tiny_vocab, tiny_vocab
 
 DFLASH_ARCH = "dflash"
 
@@ -124,15 +124,7 @@ def write_tiny_dflash(
         w.add_uint32(f"{DFLASH_ARCH}.selector_rank", int(selector_rank))
         w.add_uint32(f"{DFLASH_ARCH}.conv_kernel_size", int(conv_kernel))
         w.add_uint32(f"{DFLASH_ARCH}.conv_group_size", int(conv_group))
-    w.add_tokenizer_model("llama")
-    w.add_token_list(tokens)
-    w.add_token_scores(scores)
-    w.add_token_types(types)
-    w.add_bos_token_id(1)
-    w.add_eos_token_id(2)
-    w.add_unk_token_id(0)
-    w.add_add_bos_token(True)
-    w.add_add_eos_token(False)
+    add_tiny_vocab(w, tokens, scores, types)
     if mask_token_id is None:
         mask_token_id = vocab_size - 1
     if mask_token_id >= 0:

@@ -112,6 +112,21 @@ def tiny_vocab(vocab_size: int = 320) -> tuple[list[str], list[float], list[int]
     return tokens, scores, types
 
 
+def add_tiny_vocab(w, tokens: list[str], scores: list[float], types: list[int], eos_token_id: int = 2) -> None:
+    """Write a :func:`tiny_vocab` vocabulary into a GGUF writer ``w``: a SentencePiece-style (``llama``)
+    tokenizer with BOS 1, EOS ``eos_token_id`` and UNK 0, BOS added to every prompt (every tiny fixture
+    uses it)."""
+    w.add_tokenizer_model("llama")
+    w.add_token_list(tokens)
+    w.add_token_scores(scores)
+    w.add_token_types(types)
+    w.add_bos_token_id(1)
+    w.add_eos_token_id(eos_token_id)
+    w.add_unk_token_id(0)
+    w.add_add_bos_token(True)
+    w.add_add_eos_token(False)
+
+
 def write_tiny_llama(
     path: str | Path,
     *,
@@ -170,15 +185,7 @@ def write_tiny_llama(
     w.add_rope_dimension_count(n_embd // n_head)
     w.add_layer_norm_rms_eps(1e-5)
     w.add_file_type(0)  # all f32
-    w.add_tokenizer_model("llama")
-    w.add_token_list(tokens)
-    w.add_token_scores(scores)
-    w.add_token_types(types)
-    w.add_bos_token_id(1)
-    w.add_eos_token_id(eos_token_id)
-    w.add_unk_token_id(0)
-    w.add_add_bos_token(True)
-    w.add_add_eos_token(False)
+    add_tiny_vocab(w, tokens, scores, types, eos_token_id)
     if chat_template is not None:
         w.add_chat_template(chat_template)
     w.add_tensor("token_embd.weight", weights["token_embd.weight"])
@@ -362,15 +369,7 @@ def write_tiny_nextn(
     if nextn:
         w.add_nextn_predict_layers(1)
     w.add_file_type(0)
-    w.add_tokenizer_model("llama")
-    w.add_token_list(tokens)
-    w.add_token_scores(scores)
-    w.add_token_types(types)
-    w.add_bos_token_id(1)
-    w.add_eos_token_id(2)
-    w.add_unk_token_id(0)
-    w.add_add_bos_token(True)
-    w.add_add_eos_token(False)
+    add_tiny_vocab(w, tokens, scores, types)
     emb = mat(vocab_size, n_embd, s=1.0)
     out = mat(vocab_size, n_embd, s=0.5)
     if binary is not None:

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .tiny_models import tiny_vocab
+from .tiny_models import add_tiny_vocab, tiny_vocab
 
 QWEN35_ARCH = "qwen35"
 
@@ -92,15 +92,7 @@ def write_tiny_qwen35(
     if nextn:
         w.add_uint32(f"{a}.nextn_predict_layers", 1)
     w.add_file_type(0)
-    w.add_tokenizer_model("llama")
-    w.add_token_list(tokens)
-    w.add_token_scores(scores)
-    w.add_token_types(types)
-    w.add_bos_token_id(1)
-    w.add_eos_token_id(2)
-    w.add_unk_token_id(0)
-    w.add_add_bos_token(True)
-    w.add_add_eos_token(False)
+    add_tiny_vocab(w, tokens, scores, types)
 
     emb = (rng.standard_normal((vocab_size, n_embd)) * scale).astype(np.float32)
     out = mat(vocab_size, n_embd, 4.0)
