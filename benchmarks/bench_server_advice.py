@@ -8,18 +8,32 @@ On the embedded Gemma 3 270M, per workload kind (grounded: ``code-rewrite``, ``q
    the fixed policy) on the *learning* prompts of the kind (``--learn``, default the first two);
 2. measure the verify-cost curve (as the cost policy does) and ask
    :func:`specviz.analysis.advise.advise` for the best setting llama-server's flags express (``for_server``)
-   from those rounds;
-3. run the *held-out* prompts (the others) through two llama-servers built from the vendored llama.cpp —
+   from those rounds: the advised flags, and the advice's own prediction (``learnt``);
+3. run the starting setting on the *held-out* prompts (the others) in specviz too, and score the advised
+   flags on those rounds (:func:`specviz.analysis.advise.predict`): the prediction for the held-out
+   prompts, made before any server starts and from specviz's rounds alone;
+4. run the held-out prompts through two llama-servers built from the vendored llama.cpp —
    ``--spec-type none`` and the advised flags, the same context (``-c 4096 -b 512 -ub 512 -t T -np 1``) —
    ``--repeats`` times, alternating which server goes first
    (:func:`specviz.analysis.check_server.check_advice`);
-4. print per kind the predicted speedup beside the server's measured one (its own ``predicted_n`` over
+5. print per kind both predictions beside the server's measured speedup (its own ``predicted_n`` over
    ``predicted_ms``, pooled over the prompts, the median over the repeats), every repeat's speedup and the
    server's ``draft_n`` / ``draft_n_accepted``.
 
-Targets (issue 25): measured within 10% of predicted, and never below ``--spec-type none`` when the
-advice says speculation pays. The machine is shared: run it at a quiet moment; the per-repeat figures show
-how much the load moved.
+Why two predictions. The flags are chosen on the learning prompts only, so the held-out prompts check
+advice that never saw them, as a user's advice from one recording meets later requests of the same kind.
+But the speedup a setting gets depends on how much of the text it can copy, and that is a property of the
+text, not of the advisor: a prediction for the learning prompts, compared with a server generating other
+text, measures the difference between the prompts as much as the advisor (on ``free``, the held-out
+answers repeat themselves more than the learning ones). The target compares the server with specviz's
+prediction for the text the server generates, as ``specviz advise --check-server`` does for a user (the
+recording's own prompts): the advised flags scored on specviz's rounds of the held-out prompts. The
+learnt figure, and how far the server is from it, are printed beside it: that is how far the advice
+carries to prompts it was not learnt on.
+
+Targets (issue 25): measured within 10% of predicted (for the held-out prompts), and never below
+``--spec-type none`` when the advice says speculation pays. The machine is shared: run it at a quiet
+moment; the per-repeat figures show how much the load moved.
 
 Usage: python benchmarks/bench_server_advice.py [--kinds code-rewrite,quote,summarise,free]
        [--strategy ngram-simple] [--size-n 3] [--draft-max 16] [--max-tokens 128] [--learn 0,1]
@@ -34,15 +48,15 @@ import os
 import sys
 
 from specviz import Session
-from specviz.analysis.advise import advise, session_cost
+from specviz.analysis.advise import advise, predict, session_cost
 from specviz.analysis.check_server import check_advice
 from specviz.analysis.llama_server import find_server_binary
 from specviz.analysis.workloads import WORKLOADS
 from specviz.backends.context_settings import ContextSettings
 
 
-def learn(s: Session, prompts: list[str], max_tokens: int, strategy: str, knobs: dict) -> list:
-    """Every learning prompt once with the starting setting; the events of all."""
+def record(s: Session, prompts: list[str], max_tokens: int, strategy: str, knobs: dict) -> list:
+    """Every prompt once with the starting setting; the events of all."""
     events: list = []
     for p in prompts:
         s.start(p, max_tokens, strategy, **knobs)
@@ -81,13 +95,23 @@ def main(argv: list[str] | None = None) -> int:
         prompts = WORKLOADS[kind]
         learning = [prompts[i] for i in learn_idx if i < len(prompts)]
         held_out = [p for i, p in enumerate(prompts) if i not in learn_idx]
-        events = learn(s, learning, a.max_tokens, a.strategy, start)
+        events = record(s, learning, a.max_tokens, a.strategy, start)
         adv = advise(events, cost=session_cost(s), scale_to_rounds=True, for_server=True)
         if adv.best is None:
             print(f"{kind}: no drafting round to learn from", file=sys.stderr)
             continue
+        # the prediction for the prompts the servers are sent: the advised flags on specviz's own rounds of
+        # them (the starting setting, as for the learning prompts), before any server starts
+        held_events = record(s, held_out, a.max_tokens, a.strategy, start)
+        pred = predict(adv, held_events, cost=session_cost(s), scale_to_rounds=True)
+        if pred is None:
+            print(f"{kind}: the held-out prompts gave no rounds to predict the advice on", file=sys.stderr)
+            continue
         if not a.json:
-            print(f"{kind}: {adv.text}\n  flags: {adv.flags}", file=sys.stderr)
+            print(
+                f"{kind}: {adv.text}\n  flags: {adv.flags}\n  on the held-out prompts: {pred.speedup:.2f}x expected",
+                file=sys.stderr,
+            )
         chk = check_advice(
             adv,
             held_out,
@@ -97,6 +121,7 @@ def main(argv: list[str] | None = None) -> int:
             repeats=a.repeats,
             binary=binary,
             progress=None if a.json else (lambda m, k=kind: print(f"  {k} {m}", file=sys.stderr)),
+            predicted=pred.speedup,
         )
         pays = adv.best.strategy != "none"
         rows.append(
@@ -105,9 +130,11 @@ def main(argv: list[str] | None = None) -> int:
                 "advice": adv.text,
                 "flags": adv.flags,
                 "pays": pays,
+                "learnt": adv.best.speedup,
                 "predicted": chk.predicted_speedup,
                 "measured": chk.measured_speedup,
                 "error": chk.error,
+                "error_vs_learnt": chk.measured_speedup / adv.best.speedup - 1.0,
                 "speedups": chk.speedups,
                 "within_10pct": abs(chk.error) <= 0.10,
                 "not_below_none": (not pays) or min(chk.speedups) >= 1.0,
@@ -120,17 +147,19 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     print(
         f"bench_server_advice — {a.max_tokens} tokens, {a.repeats} repeats, {a.threads} threads, start "
-        f"{a.strategy} {start}; learning prompts {learn_idx}, the others held out"
+        f"{a.strategy} {start}; learning prompts {learn_idx}, the others held out; learnt: the advice's own "
+        "prediction (learning prompts), predicted: for the held-out prompts the servers run"
     )
     print(
-        "| kind | advised flags | predicted | measured (median) | per repeat | none t/s | advised t/s | "
-        "draft_n | accepted | within 10% | >= none |"
+        "| kind | advised flags | learnt (vs measured) | predicted | measured (median) | per repeat | none t/s | "
+        "advised t/s | draft_n | accepted | within 10% | >= none |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         none, adv_row = r["rows"]
         print(
-            f"| {r['kind']} | `{r['flags']}` | {r['predicted']:.2f}x | {r['measured']:.2f}x | "
+            f"| {r['kind']} | `{r['flags']}` | {r['learnt']:.2f}x ({r['error_vs_learnt']:+.0%}) | "
+            f"{r['predicted']:.2f}x | {r['measured']:.2f}x | "
             + ", ".join(f"{x:.2f}" for x in r["speedups"])
             + f" | {none['server_tokens_per_second']:.1f} | {adv_row['server_tokens_per_second']:.1f} | "
             f"{adv_row['draft_n']:.0f} | {adv_row['draft_n_accepted']:.0f} | "

@@ -225,3 +225,48 @@ def test_for_server_leaves_out_an_ngram_simple_m_gram_shorter_than_its_n_gram():
     assert own.best.draft_max == 1  # a one-token draft, as specviz's own cap makes it
     assert any("drafts nothing" in n and "--for-server" in n for n in own.flag_notes), own.flag_notes
     assert srv.best.strategy == "none" or srv.best.draft_max >= 3, srv.text
+
+
+def test_predict_scores_the_advised_setting_on_other_rounds_without_searching():
+    """Advice learnt on some rounds, predicted for others (the prompts a server is then measured on): the
+    advised setting replayed on the new rounds as advise scores it, not the best setting for them."""
+    from specviz.analysis.advise import predict
+
+    cost = linear(0.010, 0.005)
+    adv = advise(rejected_at_depth(2), cost=cost)
+    assert adv.best.draft_max == 2 and adv.best.speedup == pytest.approx(1.5)
+    same = predict(adv, rejected_at_depth(2), cost=cost)
+    assert same.tokens_per_second == pytest.approx(adv.best.tokens_per_second) and same.draft_max == 2
+    # rounds whose first drafted token is always rejected: k=2 commits 1 token for a batch of 3 (20 ms)
+    assert predict(adv, rejected_at_depth(0), cost=cost).speedup == pytest.approx(0.5)
+    # three of four copied whole, one rejected at once: 3 * 3 + 1 tokens in 4 * 20 ms
+    R = Rounds(list(range(1, 30)), knobs=dict(NO_TILE), strategy="ngram-simple")
+    for _ in range(5):
+        for _ in range(3):
+            R.round([100 + j for j in range(8)], 8)
+        R.round([200 + j for j in range(8)], 0, 7, rank=2)
+    mixed = predict(adv, R.events, cost=cost)
+    assert mixed.tokens_per_second == pytest.approx(125.0) and mixed.tokens_per_round == pytest.approx(2.5)
+    # what these rounds alone would advise: drafts of 8 (3 * 9 + 1 tokens in 4 * 50 ms, 140 tokens/s)
+    assert advise(R.events, cost=cost).best.draft_max == 8
+    # rounds of another strategy say nothing about the advised one
+    assert predict(adv, rejected_at_depth(2, strategy="ngram-map-k"), cost=cost) is None
+    # plain decoding is plain decoding on any rounds
+    plain = advise(rejected_at_depth(2), cost=linear(0.010, 0.010))
+    assert predict(plain, R.events, cost=cost).speedup == 1.0
+
+
+def test_predict_keeps_the_advices_search_for_the_server():
+    """Advice for llama-server verifies without tile alignment, and so does its prediction on other rounds."""
+    from specviz.analysis.advise import predict
+
+    knobs = {"align": True, "verify_tile": 4, "draft_max": 8}
+    cost = linear(0.010, 0.001)
+    adv = advise(rejected_at_depth(6, knobs=knobs), cost=cost, for_server=True)
+    assert adv.for_server and adv.best.draft_max == 6
+    p = predict(adv, rejected_at_depth(6, knobs=knobs), cost=cost)
+    assert p.tokens_per_second == pytest.approx(adv.best.tokens_per_second)
+    own = advise(rejected_at_depth(6, knobs=knobs), cost=cost)
+    assert predict(own, rejected_at_depth(6, knobs=knobs), cost=cost).tokens_per_second == pytest.approx(
+        own.best.tokens_per_second
+    )

@@ -128,3 +128,21 @@ def test_a_real_chain_session_is_diagnosed_and_advised_per_drafter(tmp_path):
     adv = advise(s, cost=linear(0.010, 0.002))
     assert "ngram-mod (of ngram-mod,mtp)" in adv.per_strategy and set(adv.by_drafter) == {"ngram-mod", "mtp"}
     s.close()
+
+
+def test_advice_for_a_chains_first_member_is_predicted_on_another_recording_of_the_chain():
+    """Advice to run ngram-mod alone (learnt where mtp's drafts did not pay), predicted on another recording
+    of the chain: its ngram-mod rounds as drafted, mtp's rounds plain, as advise scores that prefix."""
+    from specviz.analysis.advise import predict
+
+    R = Rounds(list(range(1, 30)), knobs=dict(KNOBS), strategy=CHAIN)
+    for _ in range(10):
+        chain_round(R, "ngram-mod", [60 + j for j in range(6)], 6)
+        chain_round(R, "mtp", [70, 71, 72], 0, 5, probs=[0.9, 0.9, 0.9], rank=9, draft_seconds=0.02)
+    cost = linear(0.010, 0.002)
+    adv = advise(R.events, cost=cost)
+    assert adv.best_label == "ngram-mod (of ngram-mod,mtp)" and (adv.best.draft_max, adv.best.draft_min) == (6, 0)
+    p = predict(adv, chain_events(), cost=cost)
+    t_ngram = 0.010 + 0.002 * 6
+    assert p.strategy == "ngram-mod"
+    assert p.tokens_per_second == pytest.approx((10 * 7 + 10 * 1) / (10 * t_ngram + 10 * 0.010))

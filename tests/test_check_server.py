@@ -83,3 +83,26 @@ def test_advise_for_server_on_the_command_line(recording):
     assert any("searched for llama-server" in x for x in json.loads(p.stdout)["limits"])
     p = run_cli("advise", str(recording), "--json")
     assert not any("searched for llama-server" in x for x in json.loads(p.stdout)["limits"])
+
+
+def test_a_prediction_for_the_prompts_sent_is_what_the_measurement_is_compared_with(recording, tiny_model_path):
+    """Advice learnt on some prompts and checked on others: the prediction made for the prompts sent is the
+    one beside the measurement, the advice's own is reported too."""
+    native_tool("llama-server")
+    events = read_events(recording)
+    adv = advise(events)
+    prompts, _ = recorded_prompts(events)
+    with pytest.raises(LlamaServerError, match="predicted"):
+        check_advice(adv, prompts, tiny_model_path, predicted=0.0)
+    assert live_servers() == []
+    settings = ContextSettings.make(n_ctx=512, n_threads=1)
+    predicted = adv.best.speedup + 0.5
+    chk = check_advice(
+        adv, prompts[:1], tiny_model_path, settings=settings, repeats=1, max_tokens=8, predicted=predicted
+    )
+    assert chk.predicted_speedup == predicted and chk.advice_speedup == adv.best.speedup
+    assert chk.error == pytest.approx(chk.measured_speedup / predicted - 1.0)
+    assert chk.rows()[1]["predicted_speedup"] == predicted
+    assert f"predicted for these prompts: {predicted:.2f}x" in chk.report()
+    d = json.loads(json.dumps(chk.to_dict()))
+    assert d["predicted_speedup"] == predicted and d["advice_speedup"] == adv.best.speedup

@@ -45,6 +45,10 @@ of ``k`` tokens in ``k + 1`` rows), no ``draft_min`` for the n-gram types that h
 (ngram-simple, ngram-map-k, ngram-map-k4v, ngram-cache), ngram-cache's drafts of up to 8 tokens, no
 ngram-simple m-gram shorter than its n-gram (llama.cpp's ngram-simple drafts nothing then), and no prompt
 lookup (no llama.cpp type) when a llama.cpp type was recorded too.
+
+:func:`predict` scores the advised setting, without searching, on other rounds than those it was learnt
+from: what the advice should give on other prompts (a recording of them with the setting that was run),
+for checking it where it is measured on those prompts.
 """
 
 from __future__ import annotations
@@ -131,6 +135,8 @@ class Advice:
     knobs: dict[str, Any] = field(default_factory=dict)
     #: acceptance per drafter that proposed drafts (a chain's members), from the diagnosis
     by_drafter: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: searched only what llama-server's flags express (``advise(..., for_server=True)``)
+    for_server: bool = False
 
     @property
     def text(self) -> str:
@@ -171,6 +177,7 @@ class Advice:
             "by_confidence": self.by_confidence,
             "by_drafter": self.by_drafter,
             "knobs": self.knobs,
+            "for_server": self.for_server,
         }
 
     def report(self) -> str:
@@ -476,21 +483,16 @@ def advise(
         cost = getattr(source, "cost_model", None)
     first = events_of(source)
     rec = collect(first + [e for m in more for e in events_of(m)])
-    curve, source_name = verify_cost(cost, rec)
+    terms = round_costs(rec, cost, scale_to_rounds)
     dg = diagnose(first)
-    if curve is None:
+    if terms is None:
         adv = Advice(None, 0.0, cost_source="none: fewer than two verify batch sizes were recorded")
         adv.limits.append(
             "the verify cost of batches longer than one token is unknown: measure it "
             "(benchmarks/bench_verify_cost.py, or the cost policy) or record a drafting session"
         )
         return adv
-    if scale_to_rounds and source_name != "fitted to the recorded verify times":
-        curve, scale = scaled_to_times(curve, rec.verify)
-        if abs(scale - 1.0) > 0.05:
-            source_name += f", scaled by {scale:.2f} to the rounds' own verify times"
-    overhead = fit_overhead(rec.overhead, curve)
-    base = 1.0 / (curve(1) + overhead[0] + overhead[1])
+    curve, source_name, overhead, base = terms
     adv = Advice(
         None,
         base,
@@ -502,6 +504,7 @@ def advise(
         knobs=dict(dg.knobs),
         measured=rec.measured,
         by_drafter=dg.by_drafter(),
+        for_server=for_server,
     )
     groups = {name: r for name, r in rec.rounds.items() if name != "none"}
     if for_server and any(r.strategy != "prompt-lookup" for r in groups.values()):
@@ -522,6 +525,65 @@ def advise(
     return adv
 
 
+def round_costs(
+    rec: Recorded, cost: VerifyCostModel | None, scale_to_rounds: bool = False
+) -> tuple[VerifyCostModel, str, tuple[float, float], float] | None:
+    """What a round of ``rec`` costs, as the advice scores it: the verify-cost curve (:func:`verify_cost`, scaled
+    to the rounds' own verify times with ``scale_to_rounds``), where it comes from, the fitted overhead of a
+    round (:func:`fit_overhead`) and plain decoding's tokens/s under them; None without a curve."""
+    curve, source_name = verify_cost(cost, rec)
+    if curve is None:
+        return None
+    if scale_to_rounds and source_name != "fitted to the recorded verify times":
+        curve, scale = scaled_to_times(curve, rec.verify)
+        if abs(scale - 1.0) > 0.05:
+            source_name += f", scaled by {scale:.2f} to the rounds' own verify times"
+    overhead = fit_overhead(rec.overhead, curve)
+    return curve, source_name, overhead, 1.0 / (curve(1) + overhead[0] + overhead[1])
+
+
+def predict(
+    advice: Advice,
+    source: EventSource,
+    *more: EventSource,
+    cost: VerifyCostModel | None = None,
+    scale_to_rounds: bool = False,
+) -> Candidate | None:
+    """The advised setting (``advice.best``) scored on other rounds: its expected tokens/s and speedup on the
+    prompts ``source`` (and ``more``) ran, where ``advice``'s own figure is for the rounds it was learnt from.
+
+    The rounds are read, costed (:func:`round_costs`, with ``cost`` and ``scale_to_rounds`` as in
+    :func:`advise`) and replayed under the advised setting exactly as :func:`advise` scores a setting —
+    the same group of rounds (strategy and drafting policy, or the chain's first members), the same cuts,
+    no tile alignment when the advice was made ``for_server`` — but nothing is searched: the setting is
+    the advice's. So advice learnt on some prompts gets a prediction for others (those a server is then
+    measured on, :func:`~specviz.analysis.check_server.check_advice`) before they are measured, from a
+    recording of them alone. Plain decoding scores ``1.0``. None when the advice has no setting, the rounds
+    give no verify-cost curve, or they hold no round of the advised setting's group."""
+    b = advice.best
+    if b is None:
+        return None
+    if cost is None:
+        cost = getattr(source, "cost_model", None)
+    rec = collect(events_of(source) + [e for m in more for e in events_of(m)])
+    terms = round_costs(rec, cost, scale_to_rounds)
+    if terms is None:
+        return None
+    curve, _, overhead, base = terms
+    if b.strategy == "none":
+        return Candidate("none", 0, 0, None, base, 1.0, 1.0)
+    groups = dict(rec.rounds)
+    for name, rounds in rec.rounds.items():
+        groups.update(chain_prefixes(name, rounds))
+    r = groups.get(advice.best_label)
+    if r is None or not r.length.size:
+        return None
+    tile = 1 if advice.for_server else recorded_tile(r.knobs)
+    fb = _first_below(r.probs, b.draft_p_min) if b.draft_p_min else None
+    tps, tpr = _score(r, curve, b.draft_max, b.draft_min, b.draft_p_min, tile, fb, overhead)
+    return Candidate(b.strategy, b.draft_max, b.draft_min, b.draft_p_min, tps, tpr, tps / base if base else 0.0)
+
+
 def verify_cost(cost: VerifyCostModel | None, rec: Recorded) -> tuple[VerifyCostModel | None, str]:
     """The verify-cost curve the advice uses and where it comes from: ``cost`` (measured), else the curve
     recorded in the telemetry, else one fitted to the recorded verify times (None with fewer than two
@@ -531,6 +593,11 @@ def verify_cost(cost: VerifyCostModel | None, rec: Recorded) -> tuple[VerifyCost
     if rec.curve:
         return VerifyCostModel(rec.curve["sizes"], rec.curve["seconds"]), "recorded in the telemetry"
     return cost_from_times(rec.verify), "fitted to the recorded verify times"
+
+
+def recorded_tile(knobs: dict[str, Any]) -> int:
+    """The verify tile the rounds' drafts were aligned to (1 when they ran without alignment)."""
+    return int(knobs.get("verify_tile", 1)) if knobs.get("align", True) else 1
 
 
 def score_group(
@@ -546,15 +613,15 @@ def score_group(
     (``adv.current``) and the limits of its search to ``adv``; nothing for a group that never drafted.
     ``for_server``: only what llama-server's flags express (:func:`server_grid`, no tile alignment)."""
     base = adv.baseline_tokens_per_second
-    recorded_tile = int(r.knobs.get("verify_tile", 1)) if r.knobs.get("align", True) else 1
-    tile = 1 if for_server else recorded_tile
+    run_tile = recorded_tile(r.knobs)
+    tile = 1 if for_server else run_tile
     c = _search(r, cost, base, tile, overhead, for_server=for_server)
     if c is None:
         return
     adv.per_strategy[name] = c
     kmax, kmin = int(r.knobs.get("draft_max", int(r.length.max()))), int(r.knobs.get("draft_min", 0))
     p = float(r.knobs["draft_p_min"]) if r.has_probs and "draft_p_min" in r.knobs else None
-    tps, tpr = _score(r, cost, kmax, kmin, p, recorded_tile, _first_below(r.probs, p) if p else None, overhead)
+    tps, tpr = _score(r, cost, kmax, kmin, p, run_tile, _first_below(r.probs, p) if p else None, overhead)
     adv.current[name] = Candidate(r.strategy, kmax, kmin, p, tps, tpr, tps / base)
     longest = int(r.length.max())
     adv.limits.append(

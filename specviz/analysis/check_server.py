@@ -9,6 +9,13 @@ settings — sending every prompt to each in turn, ``repeats`` times, alternatin
 measured speedup is the server's own: generated tokens over generation time (``timings.predicted_n`` /
 ``predicted_ms``, the prompt excluded), pooled over the prompts, advised over none, the median over the
 repeats. The server's ``draft_n`` / ``draft_n_accepted`` are reported beside it.
+
+The predicted speedup is the advice's own, for the rounds it was learnt from — the same prompts when they
+are the recording's, as with ``specviz advise --check-server``. Advice learnt on some prompts and checked
+on others (``benchmarks/bench_server_advice.py``) takes ``predicted``: the advised setting's expected
+speedup on the prompts sent (:func:`~specviz.analysis.advise.predict` on specviz's recording of them,
+made before the servers start), so that the measured speedup is compared with a prediction for the same
+text; the advice's own figure is reported beside it.
 """
 
 from __future__ import annotations
@@ -72,6 +79,8 @@ class ServerCheck:
     repeats: list[tuple[ServerRun, ServerRun]]  #: (none, advised) per repeat
     n_prompts: int
     advice_text: str = ""
+    #: the advice's own prediction, for the rounds it was learnt from (``predicted_speedup`` when not given)
+    advice_speedup: float | None = None
 
     @property
     def speedups(self) -> list[float]:
@@ -123,6 +132,11 @@ class ServerCheck:
         ]
         if self.advice_text:
             lines.append(f"advice: {self.advice_text}")
+        if self.advice_speedup is not None and self.advice_speedup != self.predicted_speedup:
+            lines.append(
+                f"predicted for these prompts: {self.predicted_speedup:.2f}x (the advice's own, for the prompts it "
+                f"was learnt from: {self.advice_speedup:.2f}x)"
+            )
         head = (
             f"{'setting':<10} {'predicted':>9} {'measured':>9} {'server t/s':>10} {'tokens':>7} {'draft_n':>8} "
             f"{'accepted':>8} {'acceptance':>10}"
@@ -145,6 +159,7 @@ class ServerCheck:
         """JSON-serialisable form."""
         return {
             "predicted_speedup": self.predicted_speedup,
+            "advice_speedup": self.predicted_speedup if self.advice_speedup is None else self.advice_speedup,
             "measured_speedup": self.measured_speedup,
             "error": self.error,
             "speedups": self.speedups,
@@ -198,6 +213,7 @@ def check_advice(
     binary: str | os.PathLike | None = None,
     extra_args: Sequence[str] = (),
     progress: Any = None,
+    predicted: float | None = None,
 ) -> ServerCheck:
     """Run ``prompts`` through llama-server with ``--spec-type none`` and with ``advice.flags`` (see the
     module docstring) and return the predicted and measured speedups.
@@ -205,11 +221,15 @@ def check_advice(
     ``prompts`` are recorded prompts (their own ``max_tokens`` unless ``max_tokens`` is given), token ids
     or text; ``settings`` the context both servers get (default: specviz's defaults, every CPU core);
     ``extra_args`` further llama-server flags for both (checked with
-    :func:`~specviz.analysis.server_args.parse_server_args`: a flag that changes the drafts is refused)."""
+    :func:`~specviz.analysis.server_args.parse_server_args`: a flag that changes the drafts is refused);
+    ``predicted`` the advised setting's expected speedup on ``prompts`` when the advice was learnt on others
+    (default: the advice's own)."""
     from ..errors import LlamaServerError
 
     if advice.best is None:
         raise LlamaServerError(f"nothing to check: {advice.text}")
+    if predicted is not None and not predicted > 0:
+        raise LlamaServerError(f"predicted must be a speedup above 0 (got {predicted!r}): see advise.predict")
     flags = advice.flags or "--spec-type none"
     advised_args = shlex.split(flags)
     parse_server_args(advised_args)  # the advised flags are flags specviz knows
@@ -249,10 +269,11 @@ def check_advice(
                     f"{a_.tokens_per_second:.1f} t/s"
                 )
     return ServerCheck(
-        predicted_speedup=float(advice.best.speedup),
+        predicted_speedup=float(advice.best.speedup if predicted is None else predicted),
         advised_flags=flags,
         context_args=ctx,
         repeats=repeats_out,
         n_prompts=len(jobs),
         advice_text=advice.text,
+        advice_speedup=float(advice.best.speedup),
     )
