@@ -116,3 +116,17 @@ def test_ratio_interval_keeps_runs_of_rounds_together():
     assert ratio_interval(tokens_b, seconds) == (lo_b, hi_b)  # a fixed seed: the same rounds, the same interval
     assert ratio_interval(np.array([2.0]), np.array([1.0])) is None
     assert [block_length(n) for n in (1, 2, 8, 9, 27, 28, 1000)] == [1, 2, 2, 3, 3, 4, 10]
+
+
+def test_ratio_interval_covers_the_true_ratio_about_as_often_as_it_says():
+    """On 200 recordings of 200 independent rounds (a quarter copying 4 tokens, the rest none; each round
+    18 or 30 ms at random), the 90% interval holds the true tokens/s in roughly 90% of them."""
+    rng = np.random.default_rng(7)
+    true = (0.25 * 5 + 0.75 * 1) / (0.5 * 0.018 + 0.5 * 0.030)
+    hits = 0
+    for _ in range(200):
+        tokens = np.where(rng.random(200) < 0.25, 5.0, 1.0)
+        seconds = np.where(rng.random(200) < 0.5, 0.018, 0.030)
+        lo, hi = ratio_interval(tokens, seconds)
+        hits += lo <= true <= hi
+    assert 0.80 <= hits / 200 <= 0.97, hits

@@ -59,9 +59,19 @@ def ratio_interval(
     blocks = math.ceil(n / length)
     rng = np.random.default_rng(seed)
     starts = rng.integers(0, n, size=(samples, blocks))
-    idx = ((starts[:, :, None] + np.arange(length)) % n).reshape(samples, -1)[:, :n]
-    total = den[idx].sum(axis=1)
-    ratios = np.where(total > 0, num[idx].sum(axis=1) / np.where(total > 0, total, 1.0), 0.0)
+    # every block is a difference of prefix sums over the rounds followed by their first ``length`` again
+    # (the wrap-around), so a resample costs its blocks, not its rounds; the last block is cut to make n
+    lengths = np.full(blocks, length)
+    lengths[-1] = n - length * (blocks - 1)
+    total_num = _block_sums(num, length, starts, lengths)
+    total = _block_sums(den, length, starts, lengths)
+    ratios = np.where(total > 0, total_num / np.where(total > 0, total, 1.0), 0.0)
     tail = (1.0 - confidence) / 2.0
     low, high = np.quantile(ratios, [tail, 1.0 - tail])
     return float(low), float(high)
+
+
+def _block_sums(values: np.ndarray, length: int, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """Per resample (a row of ``starts``): the sum of ``values`` over its circular blocks."""
+    prefix = np.concatenate(([0.0], np.cumsum(np.concatenate((values, values[:length])))))
+    return (prefix[starts + lengths] - prefix[starts]).sum(axis=1)
