@@ -16,9 +16,15 @@ On the embedded Gemma 3 270M, per workload kind (grounded: ``code-rewrite``, ``q
    ``--spec-type none`` and the advised flags, the same context (``-c 4096 -b 512 -ub 512 -t T -np 1``) —
    ``--repeats`` times, alternating which server goes first
    (:func:`specviz.analysis.check_server.check_advice`);
-5. print per kind both predictions beside the server's measured speedup (its own ``predicted_n`` over
-   ``predicted_ms``, pooled over the prompts, the median over the repeats), every repeat's speedup and the
-   server's ``draft_n`` / ``draft_n_accepted``.
+5. print per kind both predictions, each with its bootstrap interval over the rounds it is from, beside the
+   server's measured speedup (its own ``predicted_n`` over ``predicted_ms``, pooled over the prompts, the
+   median over the repeats), every repeat's speedup and the server's ``draft_n`` / ``draft_n_accepted``.
+
+The advisor says speculation pays only where the lower end of the best setting's interval clears plain
+decoding (:mod:`specviz.analysis.uncertainty`); where it does not, the advice is ``--spec-type none`` and
+the table names the setting it declined, its gain and interval. Then both servers run ``--spec-type
+none``, and their ratio shows the measurement's own spread. The load average is printed at the start and
+the end.
 
 Why two predictions. The flags are chosen on the learning prompts only, so the held-out prompts check
 advice that never saw them, as a user's advice from one recording meets later requests of the same kind.
@@ -65,6 +71,16 @@ def record(s: Session, prompts: list[str], max_tokens: int, strategy: str, knobs
     return events
 
 
+def interval(c) -> str:
+    """`` (1.20-1.36x)`` for a candidate with an interval, else ``""``."""
+    return f" ({c.interval_text()})" if c is not None and c.interval_text() else ""
+
+
+def load() -> str:
+    """The 1-, 5- and 15-minute load averages."""
+    return ", ".join(f"{x:.1f}" for x in os.getloadavg())
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--kinds", default="code-rewrite,quote,summarise,free")
@@ -91,6 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     if a.strategy in ("ngram-simple", "ngram-map-k", "ngram-map-k4v"):
         start.update(size_n=a.size_n, size_m=a.draft_max)
     rows = []
+    load_start = load()
     for kind in kinds:
         prompts = WORKLOADS[kind]
         learning = [prompts[i] for i in learn_idx if i < len(prompts)]
@@ -109,7 +126,8 @@ def main(argv: list[str] | None = None) -> int:
             continue
         if not a.json:
             print(
-                f"{kind}: {adv.text}\n  flags: {adv.flags}\n  on the held-out prompts: {pred.speedup:.2f}x expected",
+                f"{kind}: {adv.text}\n  why: {adv.reason}\n  flags: {adv.flags}\n  on the held-out prompts: "
+                f"{pred.speedup:.2f}x expected{interval(pred)}",
                 file=sys.stderr,
             )
         chk = check_advice(
@@ -123,15 +141,25 @@ def main(argv: list[str] | None = None) -> int:
             progress=None if a.json else (lambda m, k=kind: print(f"  {k} {m}", file=sys.stderr)),
             predicted=pred.speedup,
         )
-        pays = adv.best.strategy != "none"
+        pays = adv.pays
+        d = adv.declined
         rows.append(
             {
                 "kind": kind,
                 "advice": adv.text,
+                "reason": adv.reason,
                 "flags": adv.flags,
                 "pays": pays,
                 "learnt": adv.best.speedup,
+                "learnt_interval": [adv.best.speedup_low, adv.best.speedup_high],
+                "declined": None if d is None else {"label": adv.declined_label, **d.to_dict()},
+                "declined_text": ""
+                if d is None
+                else f"{adv.declined_label} max {d.draft_max} at {d.speedup:.2f}x{interval(d)}",
+                "learnt_text": f"{adv.best.speedup:.2f}x{interval(adv.best)}",
                 "predicted": chk.predicted_speedup,
+                "predicted_interval": [pred.speedup_low, pred.speedup_high],
+                "predicted_text": f"{pred.speedup:.2f}x{interval(pred)}",
                 "measured": chk.measured_speedup,
                 "error": chk.error,
                 "error_vs_learnt": chk.measured_speedup / adv.best.speedup - 1.0,
@@ -143,28 +171,41 @@ def main(argv: list[str] | None = None) -> int:
         )
     s.close()
     if a.json:
-        print(json.dumps({"max_tokens": a.max_tokens, "repeats": a.repeats, "threads": a.threads, "rows": rows}))
+        print(
+            json.dumps(
+                {
+                    "max_tokens": a.max_tokens,
+                    "repeats": a.repeats,
+                    "threads": a.threads,
+                    "load_start": load_start,
+                    "load_end": load(),
+                    "rows": rows,
+                }
+            )
+        )
         return 0
     print(
         f"bench_server_advice — {a.max_tokens} tokens, {a.repeats} repeats, {a.threads} threads, start "
         f"{a.strategy} {start}; learning prompts {learn_idx}, the others held out; learnt: the advice's own "
-        "prediction (learning prompts), predicted: for the held-out prompts the servers run"
+        "prediction (learning prompts), predicted: for the held-out prompts the servers run; intervals: 90% "
+        f"bootstrap over the rounds; load average at the start {load_start}"
     )
     print(
-        "| kind | advised flags | learnt (vs measured) | predicted | measured (median) | per repeat | none t/s | "
-        "advised t/s | draft_n | accepted | within 10% | >= none |"
+        "| kind | advised flags | declined (not shown to pay) | learnt (vs measured) | predicted | measured (median) "
+        "| per repeat | none t/s | advised t/s | draft_n | accepted | within 10% | >= none |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         none, adv_row = r["rows"]
         print(
-            f"| {r['kind']} | `{r['flags']}` | {r['learnt']:.2f}x ({r['error_vs_learnt']:+.0%}) | "
-            f"{r['predicted']:.2f}x | {r['measured']:.2f}x | "
+            f"| {r['kind']} | `{r['flags']}` | {r['declined_text'] or '-'} | {r['learnt_text']} "
+            f"({r['error_vs_learnt']:+.0%}) | {r['predicted_text']} | {r['measured']:.2f}x | "
             + ", ".join(f"{x:.2f}" for x in r["speedups"])
             + f" | {none['server_tokens_per_second']:.1f} | {adv_row['server_tokens_per_second']:.1f} | "
             f"{adv_row['draft_n']:.0f} | {adv_row['draft_n_accepted']:.0f} | "
             f"{'yes' if r['within_10pct'] else 'no'} ({r['error']:+.0%}) | {'yes' if r['not_below_none'] else 'no'} |"
         )
+    print(f"load average at the end: {load()}")
     return 0
 
 

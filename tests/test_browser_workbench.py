@@ -161,6 +161,7 @@ def test_rewind_branch_and_compare_lanes(browser, app):
     assert page.locator(".sv-diag-depth tr").count() >= 1
     page.locator(".sv-advise").click()
     expect(page.locator(".sv-advice-card .sv-flags")).to_contain_text("--spec-type", timeout=60000)
+    expect(page.locator(".sv-advice-card .sv-advice-why")).to_contain_text("why: ")  # why it was or was not advised
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(SCREENSHOTS / "panel_workbench_tiny_model.png"), full_page=True)
     page.locator(".sv-lane-close").click()

@@ -78,10 +78,14 @@ def test_run_json_has_diagnosis_and_advice_and_honours_stop(tiny_model_path, tmp
     p5 = run_cli("advise", str(rec))
     assert p5.returncode == 0 and "llama-server flags: --spec-type" in p5.stdout
     assert "fitted to the recorded verify times" in p5.stdout
+    assert "\nwhy: " in p5.stdout  # why speculation was or was not advised, after the advice
     curve = tmp_path / "cost.json"
     curve.write_text(json.dumps([{"batch": b, "median_ms": 10 + 2 * b} for b in range(1, 20)]))
     p6 = run_cli("advise", str(rec), "--json", "--verify-cost", str(curve))
-    assert json.loads(p6.stdout)["cost_source"].startswith("measured")
+    adv6 = json.loads(p6.stdout)
+    assert adv6["cost_source"].startswith("measured") and adv6["reason"] and isinstance(adv6["pays"], bool)
+    assert adv6["pays"] == (adv6["best"]["strategy"] != "none")
+    assert all("speedup_low" in c and "rounds" in c for c in adv6["per_strategy"].values())
     bad = tmp_path / "bad.json"
     bad.write_text("{}")
     p7 = run_cli("advise", str(rec), "--verify-cost", str(bad))

@@ -35,6 +35,16 @@ exact, as the cut rounds are. What a later member would have drafted where an ea
 recorded, so a later member alone, or another order, is not scored. The advice may so be a chain, with its
 ``--spec-type A,B`` and each member's flags.
 
+When speculation is advised. A setting's expected speedup comes from a few hundred rounds at most, and
+which of them drew a long accepted copy is chance: each group's best setting carries a bootstrap
+interval of its speedup over its rounds (:mod:`specviz.analysis.uncertainty`: blocks of consecutive
+rounds, a 90% interval, ``speedup_low`` / ``speedup_high``). The advice is the fastest of those settings
+whose interval's lower end clears plain decoding (1.0, a one-sided 95% bound); when none does, the advice is
+``--spec-type none`` and the fastest setting that beat plain decoding only within the uncertainty is kept
+as ``declined``, its gain and interval named in ``reason``. The bound is on the recorded rounds: it does
+not cover a verify-cost curve wrong for every round alike, nor other text than the recording's (what a
+held-out prompt gets, :func:`predict` estimates from a recording of it, with its own interval).
+
 Limits, stated in every answer: the search does not go beyond the longest draft recorded (nothing is
 known about tokens never drafted), nor below the ``draft_p_min`` the session drafted with (tokens below
 it were never proposed).
@@ -74,6 +84,7 @@ from ..decoding.policy import VerifyCostModel
 from ..strategies import resolve_strategy, spec_type, strategy_class
 from .diagnose import diagnose
 from .sources import EventSource, events_of
+from .uncertainty import CONFIDENCE, ratio_interval
 
 #: The draft_min values searched (capped by draft_max).
 DRAFT_MIN_GRID = (0, 1, 2, 3, 4, 6, 8)
@@ -108,6 +119,23 @@ class Candidate:
     tokens_per_second: float
     tokens_per_round: float
     speedup: float
+    #: the speedup's bootstrap interval over the rounds it was scored on (:mod:`specviz.analysis.uncertainty`;
+    #: None where it was not estimated: plain decoding, fewer than two rounds)
+    speedup_low: float | None = None
+    speedup_high: float | None = None
+    #: the rounds the setting was scored on
+    rounds: int = 0
+
+    @property
+    def shown_to_pay(self) -> bool:
+        """Whether the lower end of the speedup's interval clears plain decoding (1.0)."""
+        return self.speedup_low is not None and self.speedup_low > 1.0
+
+    def interval_text(self) -> str:
+        """``"1.20-1.36x"``, or ``""`` without an interval."""
+        if self.speedup_low is None or self.speedup_high is None:
+            return ""
+        return f"{self.speedup_low:.2f}-{self.speedup_high:.2f}x"
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-serialisable form."""
@@ -137,6 +165,50 @@ class Advice:
     by_drafter: dict[str, dict[str, Any]] = field(default_factory=dict)
     #: searched only what llama-server's flags express (``advise(..., for_server=True)``)
     for_server: bool = False
+    #: the fastest setting found, not advised: its speedup beats plain decoding (or the advised setting's)
+    #: only within the recording's uncertainty (its interval's lower end does not clear 1.0)
+    declined: Candidate | None = None
+    declined_label: str = ""
+    #: the central share of bootstrap resamples the speedup intervals span (:mod:`specviz.analysis.uncertainty`)
+    confidence: float = CONFIDENCE
+
+    @property
+    def pays(self) -> bool:
+        """Whether the advice is to speculate (a setting other than plain decoding)."""
+        return self.best is not None and self.best.strategy != "none"
+
+    @property
+    def reason(self) -> str:
+        """Why speculation was or was not advised, in words: the rule is that the lower end of the advised
+        setting's speedup interval clears plain decoding."""
+        if self.best is None:
+            return "no drafting round was recorded"
+        conf = f"a {self.confidence:.0%} bootstrap interval over"
+        d = self.declined
+        if not self.pays:
+            if d is None:
+                return "no setting is expected to beat plain decoding"
+            if d.speedup_low is None:
+                return (
+                    f"the best setting's gain, {d.speedup:.2f}x, rests on {d.rounds} round: too few to tell how "
+                    "much rounds vary, so it is not shown to pay"
+                )
+            return (
+                f"the best setting's gain, {d.speedup:.2f}x, is within the recording's uncertainty "
+                f"({d.interval_text()}, {conf} its {d.rounds} rounds): its lower end does not clear plain "
+                "decoding (1.00x)"
+            )
+        b = self.best
+        out = (
+            f"the advised setting's speedup, {b.speedup:.2f}x, is shown to pay: {b.interval_text()}, {conf} "
+            f"its {b.rounds} rounds, lies above plain decoding (1.00x)"
+        )
+        if d is not None:
+            out += (
+                f"; {self.declined_label} at {d.speedup:.2f}x looks faster but its gain is within the "
+                f"recording's uncertainty ({d.interval_text() or 'one round'})"
+            )
+        return out
 
     @property
     def text(self) -> str:
@@ -145,6 +217,11 @@ class Advice:
             return "no drafting round to learn from: run a strategy that drafts, then ask again"
         b = self.best
         if b.strategy == "none":
+            if self.declined is not None:
+                return (
+                    f"speculation is not shown to pay here: {self.reason}; run without it ({self.flags}), or record "
+                    "more rounds"
+                )
             return (
                 f"speculation does not pay here: no setting beats plain decoding "
                 f"({self.baseline_tokens_per_second:.1f} tokens/s expected); run without it ({self.flags})"
@@ -152,17 +229,23 @@ class Advice:
         pmin = f", draft_p_min {b.draft_p_min:g}" if b.draft_p_min is not None else ""
         cur = self.current.get(self.best_label)
         vs = f" (the setting run: {cur.speedup:.2f}x)" if cur is not None else ""
+        iv = f" ({b.interval_text()} at {self.confidence:.0%})" if b.interval_text() else ""
         return (
             f"{b.strategy} with draft_max {b.draft_max}, draft_min {b.draft_min}{pmin}: expected "
-            f"{b.tokens_per_second:.1f} tokens/s, {b.speedup:.2f}x plain decoding{vs}"
+            f"{b.tokens_per_second:.1f} tokens/s, {b.speedup:.2f}x plain decoding{iv}{vs}"
         )
 
     def to_dict(self) -> dict[str, Any]:
         """Everything as one JSON-serialisable dictionary."""
         return {
             "text": self.text,
+            "pays": self.pays,
+            "reason": self.reason,
+            "confidence": self.confidence,
             "best": self.best.to_dict() if self.best else None,
             "best_label": self.best_label,
+            "declined": self.declined.to_dict() if self.declined else None,
+            "declined_label": self.declined_label,
             "baseline_tokens_per_second": self.baseline_tokens_per_second,
             "per_strategy": {k: v.to_dict() for k, v in self.per_strategy.items()},
             "current": {k: v.to_dict() for k, v in self.current.items()},
@@ -182,7 +265,8 @@ class Advice:
 
     def report(self) -> str:
         """A plain-text report."""
-        lines = [self.text, f"llama-server flags: {self.flags}"] + [f"  note: {n}" for n in self.flag_notes]
+        lines = [self.text, f"why: {self.reason}", f"llama-server flags: {self.flags}"]
+        lines += [f"  note: {n}" for n in self.flag_notes]
         lines.append(
             f"plain decoding: {self.baseline_tokens_per_second:.1f} tokens/s expected; verify cost {self.cost_source}"
         )
@@ -190,9 +274,10 @@ class Advice:
             cur = self.current.get(name)
             pmin = f" p_min {c.draft_p_min:g}" if c.draft_p_min is not None else ""
             meas = self.measured.get(name)
+            iv = f", {c.interval_text()}" if c.interval_text() else ""
             lines.append(
                 f"  {name:<14} best: max {c.draft_max} min {c.draft_min}{pmin} -> {c.tokens_per_second:.1f} "
-                f"tok/s ({c.speedup:.2f}x)"
+                f"tok/s ({c.speedup:.2f}x{iv})"
                 + (f"; as run: {cur.tokens_per_second:.1f} tok/s expected" if cur else "")
                 + (f", {meas:.1f} measured" if meas else "")
             )
@@ -374,7 +459,7 @@ def _first_below(probs: list[list[float | None]], p_min: float) -> np.ndarray:
     return out
 
 
-def _score(
+def _terms(
     r: _Rounds,
     cost: VerifyCostModel,
     kmax: int,
@@ -383,8 +468,9 @@ def _score(
     tile: int,
     first_below: np.ndarray | None,
     overhead: tuple[float, float] = (0.0, 0.0),
-) -> tuple[float, float]:
-    """(tokens/s, tokens/round) of rounds ``r`` replayed under one setting (see the module docstring)."""
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per round of ``r`` replayed under one setting (see the module docstring): the tokens it commits and
+    the seconds it costs."""
     limit = tile_aligned(kmax, tile)
     k = np.minimum(r.length, limit)
     if p_min is not None and first_below is not None:
@@ -398,8 +484,44 @@ def _score(
         draft = np.where(r.length == 0, r.draft_seconds, per_tok * np.maximum(k, 1))
     else:
         draft = r.draft_seconds
-    total = float(np.sum(verify + draft + overhead[0] + overhead[1] * n_tok))
+    return n_tok.astype(float), verify + draft + overhead[0] + overhead[1] * n_tok
+
+
+def _score(
+    r: _Rounds,
+    cost: VerifyCostModel,
+    kmax: int,
+    kmin: int,
+    p_min: float | None,
+    tile: int,
+    first_below: np.ndarray | None,
+    overhead: tuple[float, float] = (0.0, 0.0),
+) -> tuple[float, float]:
+    """(tokens/s, tokens/round) of rounds ``r`` replayed under one setting (see the module docstring)."""
+    n_tok, seconds = _terms(r, cost, kmax, kmin, p_min, tile, first_below, overhead)
+    total = float(np.sum(seconds))
     return (float(np.sum(n_tok)) / total if total > 0 else 0.0), float(np.mean(n_tok)) if n_tok.size else 0.0
+
+
+def with_interval(
+    c: Candidate,
+    r: _Rounds,
+    cost: VerifyCostModel,
+    tile: int,
+    overhead: tuple[float, float],
+    base: float,
+) -> Candidate:
+    """``c`` (a setting scored on rounds ``r``) with the uncertainty of its speedup: the interval of
+    :func:`~specviz.analysis.uncertainty.ratio_interval` over ``r``'s rounds replayed under the setting, over
+    plain decoding's tokens/s ``base``, and the number of rounds it is from. The interval stays None with
+    fewer than two rounds."""
+    fb = _first_below(r.probs, c.draft_p_min) if c.draft_p_min else None
+    n_tok, seconds = _terms(r, cost, c.draft_max, c.draft_min, c.draft_p_min, tile, fb, overhead)
+    iv = ratio_interval(n_tok, seconds)
+    c.rounds = int(n_tok.size)
+    if iv is not None and base > 0:
+        c.speedup_low, c.speedup_high = iv[0] / base, iv[1] / base
+    return c
 
 
 #: n-gram types without a minimum draft length in llama.cpp (``--spec-draft-n-min`` serves model drafts only)
@@ -559,7 +681,8 @@ def predict(
     the advice's. So advice learnt on some prompts gets a prediction for others (those a server is then
     measured on, :func:`~specviz.analysis.check_server.check_advice`) before they are measured, from a
     recording of them alone. Plain decoding scores ``1.0``. None when the advice has no setting, the rounds
-    give no verify-cost curve, or they hold no round of the advised setting's group."""
+    give no verify-cost curve, or they hold no round of the advised setting's group. The prediction carries
+    its own bootstrap interval over the new rounds (``speedup_low`` / ``speedup_high``)."""
     b = advice.best
     if b is None:
         return None
@@ -581,7 +704,8 @@ def predict(
     tile = 1 if advice.for_server else recorded_tile(r.knobs)
     fb = _first_below(r.probs, b.draft_p_min) if b.draft_p_min else None
     tps, tpr = _score(r, curve, b.draft_max, b.draft_min, b.draft_p_min, tile, fb, overhead)
-    return Candidate(b.strategy, b.draft_max, b.draft_min, b.draft_p_min, tps, tpr, tps / base if base else 0.0)
+    c = Candidate(b.strategy, b.draft_max, b.draft_min, b.draft_p_min, tps, tpr, tps / base if base else 0.0)
+    return with_interval(c, r, curve, tile, overhead, base)
 
 
 def verify_cost(cost: VerifyCostModel | None, rec: Recorded) -> tuple[VerifyCostModel | None, str]:
@@ -618,7 +742,7 @@ def score_group(
     c = _search(r, cost, base, tile, overhead, for_server=for_server)
     if c is None:
         return
-    adv.per_strategy[name] = c
+    adv.per_strategy[name] = with_interval(c, r, cost, tile, overhead, base)
     kmax, kmin = int(r.knobs.get("draft_max", int(r.length.max()))), int(r.knobs.get("draft_min", 0))
     p = float(r.knobs["draft_p_min"]) if r.has_probs and "draft_p_min" in r.knobs else None
     tps, tpr = _score(r, cost, kmax, kmin, p, run_tile, _first_below(r.probs, p) if p else None, overhead)
@@ -682,12 +806,23 @@ def _prefix_knobs(chain: str, prefix: str, knobs: dict[str, Any]) -> dict[str, A
 
 
 def choose_best(adv: Advice, rounds: dict[str, _Rounds]) -> None:
-    """The advice: the group setting with the highest expected tokens/s when it beats plain decoding (else
-    plain decoding), and its llama.cpp flags."""
+    """The advice and its llama.cpp flags: of the groups' best settings whose speedup is shown to pay (the
+    lower end of its interval above 1.0, :attr:`Candidate.shown_to_pay`), the one with the highest expected
+    tokens/s; else plain decoding, with the fastest setting that beats plain decoding only within the
+    recording's uncertainty kept as ``adv.declined``."""
     base = adv.baseline_tokens_per_second
-    label, best = max(adv.per_strategy.items(), key=lambda kv: kv[1].tokens_per_second)
-    adv.best = best if best.speedup > 1.0 else Candidate("none", 0, 0, None, base, 1.0, 1.0)
-    adv.best_label = label if best.speedup > 1.0 else "none"
+    paying = {k: c for k, c in adv.per_strategy.items() if c.shown_to_pay}
+    fastest = max(adv.per_strategy.items(), key=lambda kv: kv[1].tokens_per_second)
+    if paying:
+        label, best = max(paying.items(), key=lambda kv: kv[1].tokens_per_second)
+        adv.best, adv.best_label = best, label
+        if fastest[0] != label:
+            adv.declined, adv.declined_label = fastest[1], fastest[0]
+    else:
+        label, best = fastest
+        adv.best, adv.best_label = Candidate("none", 0, 0, None, base, 1.0, 1.0), "none"
+        if best.speedup > 1.0:
+            adv.declined, adv.declined_label = best, label
     group = rounds.get(label) or next((r for r in rounds.values() if best.strategy in r.strategy), None)
     adv.flags, adv.flag_notes = llama_flags(adv.best, group.knobs if group and adv.best.strategy != "none" else {})
 

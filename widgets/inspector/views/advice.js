@@ -1,8 +1,14 @@
 // The advice panel: the draft settings with the best expected tokens/s on this machine (computed in
-// Python: specviz.advise), the expected speedup, and the same setting as llama-server flags to copy.
+// Python: specviz.advise), the expected speedup with its uncertainty (a bootstrap interval over the
+// recorded rounds), why speculation was or was not advised, and the same setting as llama-server flags.
 
 import { h } from "../dom.js";
 import { adviseMessage } from "../messages.js";
+
+/** A setting's speedup interval ("1.20–1.36×"), or "" where none was estimated. */
+function adviceInterval(c) {
+  return c.speedup_low != null && c.speedup_high != null ? c.speedup_low.toFixed(2) + "–" + c.speedup_high.toFixed(2) + "×" : "";
+}
 
 /** `{card, update(data)}`; `send(msg)` goes to the host (the Advise button). */
 export function adviceView(send) {
@@ -28,16 +34,19 @@ export function adviceView(send) {
       const cur = (a.current || {})[name];
       return h("tr", null, h("th", { text: name }), h("td", { text: "max " + c.draft_max + ", min " + c.draft_min + (c.draft_p_min != null ? ", p_min " + c.draft_p_min : "") }),
         h("td", { text: c.tokens_per_second.toFixed(1) + " t/s" }), h("td", { text: c.speedup.toFixed(2) + "×" }),
+        h("td", { class: "sv-muted sv-advice-interval", title: "bootstrap interval over the recorded rounds", text: adviceInterval(c) }),
         h("td", { class: "sv-muted", text: cur ? "as run: " + cur.speedup.toFixed(2) + "×" : "" }));
     });
     body.replaceChildren(
       h("div", { class: "sv-advice-text", text: a.text }),
+      a.reason ? h("div", { class: "sv-muted sv-advice-why", text: "why: " + a.reason }) : null,
       a.llama_cpp_flags ? h("div", { class: "sv-flags-row" }, h("span", { class: "sv-lbl", text: "llama-server" }), flags, copy) : null,
       ...(a.flag_notes || []).map((n) => h("div", { class: "sv-muted sv-advice-note", text: "note: " + n })),
       rows.length ? h("table", { class: "sv-kvtable sv-advice-table" }, ...rows) : null,
       h("div", { class: "sv-muted", text: "plain decoding " + (a.baseline_tokens_per_second || 0).toFixed(1) + " t/s expected · verify cost " + a.cost_source }),
       ...(a.limits || []).map((l) => h("div", { class: "sv-muted sv-advice-limit", text: "limit: " + l })));
     card.dataset.best = a.best ? a.best.strategy : "";
+    card.dataset.pays = a.pays ? "yes" : "no";
   }
 
   return { card, update };
