@@ -7,7 +7,9 @@
   acceptance estimate per run position (how many tokens in a row were accepted before), and pick each
   round the length that maximises expected tokens per second (a draft must beat plain decoding by 5%).
   A length of 0 (plain decoding) is allowed when speculation does not pay; the drafter's unverified
-  prediction in such a round, or a one-token probe every few rounds, keeps the estimate alive.
+  prediction in such a round, or a one-token probe every few rounds, keeps the estimate alive. A drafter
+  that keeps a model of its own fed (``eagle3``, ``mtp``) reports that upkeep
+  (:meth:`~specviz.strategies.base.Drafter.take_upkeep`); the policy counts it in what drafting costs.
 
 Each is a :class:`DraftingPolicy` (the protocol the budget and the session type against; the no-op hooks
 of a policy that learns nothing from some rounds are :class:`QuietPolicy`'s). After the policy,
@@ -66,6 +68,11 @@ class DraftingPolicy(Protocol):
         """Learn from a round without a draft and without a prediction."""
         ...
 
+    def observe_upkeep(self, seconds: float, tokens: int) -> None:
+        """Learn what keeping the drafter's model fed cost this round: ``seconds`` for ``tokens``
+        committed positions (:class:`~specviz.strategies.base.Upkeep`)."""
+        ...
+
     def state(self) -> dict:
         """JSON-serialisable state for snapshots and rewind checkpoints."""
         ...
@@ -102,6 +109,9 @@ class QuietPolicy:
         """Ignored."""
 
     def observe_idle(self) -> None:
+        """Ignored."""
+
+    def observe_upkeep(self, seconds: float, tokens: int) -> None:
         """Ignored."""
 
     def state(self) -> dict:
@@ -221,8 +231,12 @@ class CostPolicy(QuietPolicy):
     of the bucket below, which lets the policy explore longer drafts when the short ones all pass.
 
     Expected tokens for length k: ``1 + Σ_{j≤k} Π_{i≤j} a(r + i)``; expected time: the measured verify
-    cost of ``k+1`` tokens plus the drafter's measured seconds per drafted token times k. A draft is chosen
-    only when its expected tokens per second beat plain decoding's by :attr:`MARGIN` (5%).
+    cost of ``k+1`` tokens plus the drafter's measured seconds per drafted token times k plus its *upkeep*
+    (feeding its own model, measured per committed token in rounds that asked for a draft) times the
+    expected tokens. A plain round costs the verify of one token plus what the drafter still spends in a
+    round the policy keeps plain (measured; about nothing for a drafter that pauses its feeding then,
+    like ``eagle3``, the whole upkeep for one that does not). A draft is chosen only when its expected
+    tokens per second beat plain decoding's by :attr:`MARGIN` (5%).
 
     A round without a draft teaches the policy nothing, unless the drafter can say, without side
     effects, which token it would have proposed (:meth:`Drafter.peek`): the session then reports
@@ -258,6 +272,11 @@ class CostPolicy(QuietPolicy):
         self.rounds_since_evidence = 0
         self.probe_every = self.PROBE_EVERY  # plain rounds before the next probe (doubles after a rejected one)
         self.probing = False  # the last length() was a probe whose verdict has not come back
+        self.upkeep_tok_seconds = 0.0  # feeding the drafter's model per committed token, rounds with a draft asked
+        self.upkeep_calls = 0
+        self.plain_upkeep_seconds = 0.0  # what the drafter spends in a round kept plain
+        self.plain_upkeep_calls = 0
+        self.last_length: int | None = None  # the length the last length() chose (None before the first)
 
     def use_cost(self, cost: VerifyCostModel) -> None:
         """Adopt the measured verify cost curve."""
@@ -303,12 +322,12 @@ class CostPolicy(QuietPolicy):
         if self.cost is None:
             return draft_max, None
         curve = self._expected_curve(draft_max)
-        plain_rate = curve[0] / self.cost(1)
+        plain_rate = curve[0] / (self.cost(1) + self.plain_upkeep_seconds)
         best_k, best_rate = 0, plain_rate * self.MARGIN
         for k in range(max(draft_min, 1), draft_max + 1):
             if tile_aligned(k, tile) != k:
                 continue  # the session would round it down anyway
-            t = self.cost(k + 1) + self.draft_tok_seconds * k
+            t = self.cost(k + 1) + self.draft_tok_seconds * k + self.upkeep_tok_seconds * curve[k]
             rate = curve[k] / t
             if rate > best_rate:
                 best_k, best_rate = k, rate
@@ -319,6 +338,7 @@ class CostPolicy(QuietPolicy):
                 self.rounds_since_evidence = 0
                 best_k = max(draft_min, 1)
                 self.probing = True
+        self.last_length = best_k
         return best_k, curve[best_k]
 
     def observe_verify(self, batch_size: int, seconds: float) -> None:
@@ -361,6 +381,20 @@ class CostPolicy(QuietPolicy):
         """A round without a draft and without a prediction: the run of accepted tokens is broken."""
         self.run = 0
 
+    def observe_upkeep(self, seconds: float, tokens: int) -> None:
+        """Learn the drafter's upkeep of this round, by what :meth:`length` chose for it: a round kept
+        plain teaches what a plain round still costs the drafter; a round that asked for a draft, what
+        feeding costs per committed token (moving averages over the last 20 such rounds)."""
+        if self.last_length is None:
+            return
+        if self.last_length == 0:
+            self.plain_upkeep_calls += 1
+            self.plain_upkeep_seconds += (seconds - self.plain_upkeep_seconds) / min(self.plain_upkeep_calls, 20)
+        elif tokens > 0:
+            self.upkeep_calls += 1
+            per_tok = seconds / tokens
+            self.upkeep_tok_seconds += (per_tok - self.upkeep_tok_seconds) / min(self.upkeep_calls, 20)
+
     #: Labels of the run-position buckets, for telemetry.
     BUCKET_LABELS = ("0", "1", "2-3", "4-7", "8-15", "16-31", "32+")
 
@@ -375,6 +409,8 @@ class CostPolicy(QuietPolicy):
             "shadow_hits": self.shadow_hits,
             "probe_every": self.probe_every,
             "draft_seconds_per_token": self.draft_tok_seconds,
+            "upkeep_seconds_per_token": self.upkeep_tok_seconds,
+            "plain_round_upkeep_seconds": self.plain_upkeep_seconds,
             "verify_cost": self.cost.to_dict() if self.cost is not None else None,
         }
 
@@ -390,6 +426,11 @@ class CostPolicy(QuietPolicy):
             "rounds_since_evidence": self.rounds_since_evidence,
             "probe_every": self.probe_every,
             "probing": self.probing,
+            "upkeep_tok_seconds": self.upkeep_tok_seconds,
+            "upkeep_calls": self.upkeep_calls,
+            "plain_upkeep_seconds": self.plain_upkeep_seconds,
+            "plain_upkeep_calls": self.plain_upkeep_calls,
+            "last_length": self.last_length,
         }
 
     def load(self, d: dict) -> None:
@@ -408,6 +449,12 @@ class CostPolicy(QuietPolicy):
         self.rounds_since_evidence = int(d.get("rounds_since_evidence", 0))
         self.probe_every = min(max(int(d.get("probe_every", self.PROBE_EVERY)), self.PROBE_EVERY), self.PROBE_MAX)
         self.probing = bool(d.get("probing", False))
+        self.upkeep_tok_seconds = float(d.get("upkeep_tok_seconds", 0.0))
+        self.upkeep_calls = int(d.get("upkeep_calls", 0))
+        self.plain_upkeep_seconds = float(d.get("plain_upkeep_seconds", 0.0))
+        self.plain_upkeep_calls = int(d.get("plain_upkeep_calls", 0))
+        last = d.get("last_length")
+        self.last_length = int(last) if isinstance(last, int) else None
 
 
 def measure_verify_cost(ctx: Any, history: Sequence[int], knobs: dict) -> VerifyCostModel:
