@@ -73,20 +73,19 @@ def _run(target, head, plain: set[int], *, pause: bool, n_tokens: int = 60, wind
 
 def test_plain_rounds_pause_the_feeding_and_the_next_draft_resumes_it_exactly(binary_pair):  # noqa: F811
     target, head = binary_pair
-    plain = set(range(3, 13))  # ten plain rounds: a pause shorter than the window
+    plain = set(range(3, 13))  # ten plain rounds: a pause of nine, shorter than the window
     s, drafts, paused = _run(target, head, plain, pause=True)
     ref, ref_drafts, ref_paused = _run(target, head, plain, pause=False)
     assert s.tokens == ref.tokens == plain_reference(s.model, PROMPT, 60)
-    # the last round pauses too when the token budget leaves it no draft
-    last = int(paused[-1])
-    assert paused[2:12] == [True] * 10 and not any(paused[12:-1]) and not any(ref_paused)
+    # the first plain round feeds (pausing for one round would save nothing), the nine after it pause
+    assert paused[2:12] == [False] + [True] * 9 and not any(paused[12:]) and not any(ref_paused)
     assert drafts == ref_drafts and any(drafts[12:])  # the same drafts after the resume as fed every round
     up = s.telemetry_dict()["upkeep"]
-    assert (up["pauses"], up["resumes"], up["skipped_tokens"]) == (1 + last, 1, 0)
+    assert (up["pauses"], up["resumes"], up["restarts"], up["skipped_tokens"]) == (1, 1, 0, 0)
     rup = ref.telemetry_dict()["upkeep"]
     assert (rup["pauses"], rup["resumes"]) == (0, 0)
-    # the paused rounds fed nothing: ten (or eleven) committed tokens fewer through sync than the reference
-    assert up["feed_tokens"] == rup["feed_tokens"] - 10 - last
+    # the paused rounds fed nothing: nine committed tokens fewer through sync than the reference
+    assert up["feed_tokens"] == rup["feed_tokens"] - 9
     # the head's context holds the same pairs: its next step from the same input gives the same logits
     assert s.drafter.kv_length() == ref.drafter.kv_length() == len(s.history) - 2
     g = np.random.default_rng(0).standard_normal((1, 64)).astype(np.float32)
@@ -102,13 +101,13 @@ def test_plain_rounds_pause_the_feeding_and_the_next_draft_resumes_it_exactly(bi
 
 def test_a_pause_longer_than_the_window_restarts_the_head_from_the_window(binary_pair):  # noqa: F811
     target, head = binary_pair
-    plain = set(range(3, 13))  # ten plain rounds, a window of four positions
+    plain = set(range(3, 13))  # ten plain rounds (a pause of nine), a window of four positions
     s, drafts, _ = _run(target, head, plain, pause=True, window=4)
     assert s.tokens == plain_reference(s.model, PROMPT, 60)  # lossless regardless
     up = s.telemetry_dict()["upkeep"]
-    # the pause began with the state of one position pending and kept the rows of ten more, of which the
-    # window held the last four: the seven before them get no pair, and the pairs before those are dropped
-    assert (up["skipped_tokens"], up["restarts"], up["resumes"]) == (7, 1, 1)
+    # the pause began with the state of one position pending and kept the rows of nine more, of which the
+    # window held the last four: the six before them get no pair, and the pairs before those are dropped
+    assert (up["skipped_tokens"], up["restarts"], up["resumes"]) == (6, 1, 1)
     # the reference: fed every round, then every pair before the window removed from the head's context
     ref = _session(target)
     ref.start(PROMPT, 60, "eagle3", **knobs(head))
@@ -168,16 +167,18 @@ def test_the_upkeep_is_reported_apart_from_drafting(binary_pair):  # noqa: F811
     target, head = binary_pair
     s = _session(target)
     s.start(PROMPT, 40, "eagle3", **knobs(head))
-    policy = Recording({2, 3})
+    policy = Recording({2, 3, 4})
     s.generation.policy = policy
     d = s.drafter
     s.step()  # a drafting round: sync feeds the committed positions
     (seconds, tokens), draft_seconds = policy.upkeep[-1], policy.draft_seconds[-1]
     assert seconds > 0 and tokens == len(s.history) - len(PROMPT) and draft_seconds > 0
     assert d.take_upkeep().tokens == 0  # the session took it: the counters started again
+    s.step()  # the first plain round still feeds its token
+    assert policy.upkeep[-1][1] == 1 and not d.paused
     s.step()
-    s.step()  # two plain rounds: nothing fed, the rows kept
-    assert [t for _, t in policy.upkeep[1:]] == [0, 0] and d.paused
+    s.step()  # two more: nothing fed, the rows kept
+    assert [t for _, t in policy.upkeep[2:]] == [0, 0] and d.paused
     n = len(s.history)
     resumed_before = d.resume_seconds
     s.step()  # the resume happens inside draft(), before the first drafting step

@@ -13,9 +13,9 @@ Everything that could make llama.cpp abort is checked before a context is made: 
 does not fit is refused by ``configure()`` / ``start()`` with :class:`~specviz.errors.StrategyUnavailableError`
 saying why.
 
-In rounds drafted with a limit of 0 (the ``cost`` policy kept them plain) the head is not fed: the drafter
-pauses, keeps the captured layer inputs of at most a window of positions, and resumes from them when a
-round drafts again (:mod:`specviz.strategies.hidden_state`).
+From the second round in a row drafted with a limit of 0 (the ``cost`` policy kept them plain) the head
+is not fed: the drafter pauses, keeps the captured layer inputs of at most a window of positions, and
+resumes from them when a round drafts again (:mod:`specviz.strategies.hidden_state`).
 
 The telemetry adds the head's vocabulary coverage: the share of the target's vocabulary the draft
 vocabulary holds, of the committed tokens it could express, and of the tokens the target chose at a

@@ -26,26 +26,28 @@ so the target's cache is unchanged up to the CPU kernels' batch-size rounding), 
 costs one batch.
 
 Feeding the drafter's model costs time every round (EAGLE-3: the encoder over the new positions' layer
-inputs, then one decode of their pairs; about half a millisecond a round on this CPU for the trained
-Gemma 3 head), whether or not the round drafts. A drafter that sets :attr:`HiddenStateDrafter.PAUSES_WHEN_PLAIN`
-(``eagle3``) stops paying it in rounds drafted with a limit of 0 (the ``cost`` policy kept them plain, or
-a cap left no room): it *pauses*. While paused it writes no pairs and encodes nothing; it keeps, from each
-verify batch, only the raw target rows of the committed positions (:meth:`HiddenStateDrafter._features`:
-EAGLE-3's three layer inputs, a copy), at most :attr:`HiddenStateDrafter.RESUME_WINDOW` positions. The
-target's layer capture stays on: it costs a plain decode about 1.4% (``benchmarks/bench_eagle3.py``),
-while recovering the rows without it would take a re-evaluation of the target over the window. The
-first round that asks for a draft again *resumes*: the kept rows are encoded in one call and their pairs
-written in one batch, then drafting proceeds as usual. A pause of at most ``RESUME_WINDOW`` positions
-leaves the drafter's context exactly as feeding every round would have (same pairs at the same
-positions, from the same verify batches' rows; batched instead of round by round, which on the CPU
-kernels can round differently in the last bits). After a longer pause the drafter deliberately
-*restarts*: its context is cleared and holds, from then on, the pairs of the window's positions and
-those after (at their true positions), not the earlier ones, which bounds the resume to one window
-(llama.cpp appends a sequence only at its next position, so a context cannot keep its old pairs and skip
-the lost ones). ``restarts`` counts these, ``skipped_tokens`` the positions whose pairs a restart left
-out. When the drafter cannot tell a paused round's target batch was the verify batch (the cost policy
-measuring, a switch), it resumes by re-evaluating the target over the missing positions (see below), at
-most a window of them, restarting in the same way when more are missing.
+inputs, then one decode of their pairs), whether or not the round drafts. A drafter whose
+:attr:`HiddenStateDrafter.pause_when_plain` is set (``eagle3``) stops paying it in rounds drafted with a
+limit of 0 (the ``cost`` policy kept them plain, or a cap left no room): from the second such round in a
+row it *pauses*. (For one such round pausing would save nothing: the resume makes the two calls the
+feeding would have made. And the last round of a generation, which the token budget leaves no draft,
+stays fed.) While paused it writes no pairs and encodes nothing; it keeps, from each verify batch, only
+the raw target rows of the committed positions (:meth:`HiddenStateDrafter._features`: EAGLE-3's three
+layer inputs, a copy), at most :attr:`HiddenStateDrafter.resume_window` positions. The target's layer
+capture stays on: it costs a plain decode about 1.4% (``benchmarks/bench_eagle3.py``), while recovering
+the rows without it would take a re-evaluation of the target over the window. The first round that asks
+for a draft again *resumes*: the kept rows are encoded in one call and their pairs written in one batch,
+then drafting proceeds as usual. A pause of at most ``resume_window`` positions leaves the drafter's
+context exactly as feeding every round would have (same pairs at the same positions, from the same
+verify batches' rows; batched instead of round by round, which on the CPU kernels can round differently
+in the last bits). After a longer pause the drafter deliberately *restarts*: its context is cleared and
+holds, from then on, the pairs of the window's positions and those after (at their true positions), not
+the earlier ones, which bounds the resume to one window (llama.cpp appends to a sequence only at its next
+position, so a context cannot keep its old pairs and skip the lost ones). ``restarts`` counts these,
+``skipped_tokens`` the positions whose pairs a restart left out. When the drafter cannot tell a paused
+round's target batch was the verify batch (the cost policy measuring, a switch), it resumes by
+re-evaluating the target over the missing positions (see below), at most a window of them, restarting in
+the same way when more are missing.
 
 The time spent feeding (``feed_seconds`` / ``feed_tokens``) and resuming or catching up before a draft
 (``resume_seconds``) is reported apart from drafting (:meth:`HiddenStateDrafter.take_upkeep`), so the
@@ -122,6 +124,7 @@ class HiddenStateDrafter(Drafter):
         self.model_tokens = 0
         self.catch_up_tokens = 0  # target positions re-evaluated to recover states
         self._paused = False  # not feeding the model: the rows of positions since are kept in _kept
+        self._plain_run = 0  # draft() calls in a row with a limit of 0
         #: Whether rounds drafted with a limit of 0 pause the feeding (``PAUSES_WHEN_PLAIN``; False feeds
         #: every round, as before pausing existed).
         self.pause_when_plain = self.PAUSES_WHEN_PLAIN
@@ -215,6 +218,7 @@ class HiddenStateDrafter(Drafter):
         self._rollbacks = []
         self._last_draft = []
         self._paused = False
+        self._plain_run = 0
         self._kept.clear()
         n_committed = len(history) - 1
         tgt = self.target_ctx
@@ -232,8 +236,10 @@ class HiddenStateDrafter(Drafter):
             self._hist_len = len(history)
 
     def draft(self, history: Sequence[int], n_max: int) -> Draft:
-        """Propose up to ``n_max`` tokens; a limit of 0 pauses the feeding (see :attr:`pause_when_plain`)."""
-        if n_max <= 0 and self.pause_when_plain and not self._paused:
+        """Propose up to ``n_max`` tokens; a second limit of 0 in a row pauses the feeding (see
+        :attr:`pause_when_plain` and the module docstring)."""
+        self._plain_run = self._plain_run + 1 if n_max <= 0 else 0
+        if self._plain_run >= 2 and self.pause_when_plain and not self._paused:
             self._pause()
         return super().draft(history, n_max)
 
@@ -486,6 +492,7 @@ class HiddenStateDrafter(Drafter):
                 "kept_shape": list(kept.shape),
                 "kept": base64.b64encode(kept.astype("<f4").tobytes()).decode(),
             }
+        head["plain_run"] = self._plain_run
         hb = json.dumps(head).encode()
         return len(hb).to_bytes(8, "little") + hb + self.dctx.state()
 
@@ -504,6 +511,7 @@ class HiddenStateDrafter(Drafter):
             rows = np.frombuffer(base64.b64decode(head["pending"]), dtype="<f4").reshape(shape).astype(np.float32)
             n_pairs, hist_len, start = int(head["n_pairs"]), int(head["hist_len"]), int(head["pending_start"])
             paused = head.get("paused")
+            plain_run = int(head.get("plain_run", 0))
             if paused is not None:
                 kshape = tuple(int(x) for x in paused["kept_shape"])
                 kept_rows = np.frombuffer(base64.b64decode(paused["kept"]), dtype="<f4").reshape(kshape)
@@ -520,6 +528,7 @@ class HiddenStateDrafter(Drafter):
         self._n_pairs, self._hist_len = n_pairs, hist_len
         self._set_pending(start, rows)
         self._paused = paused is not None
+        self._plain_run = plain_run
         if paused is not None:
             self.resume_window = window
             self._kept = deque((r.astype(np.float32) for r in kept_rows), maxlen=window)
