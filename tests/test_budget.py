@@ -105,7 +105,7 @@ class Halves:
     def observe_idle(self):
         pass
 
-    def observe_upkeep(self, seconds, tokens):
+    def observe_upkeep(self, seconds, tokens, resume_seconds=0.0):
         pass
 
     def state(self):

@@ -15,7 +15,7 @@ from test_session import plain_reference
 
 from specviz import Session
 from specviz.backends.binding import llama_lib
-from specviz.decoding.policy import QuietPolicy
+from specviz.decoding.policy import QuietPolicy, VerifyCostModel
 
 PROMPT = [1, 50, 60, 70, 80, 90, 100]
 
@@ -41,9 +41,11 @@ class Recording(Scripted):
         super().__init__(plain)
         self.upkeep: list[tuple[float, int]] = []
         self.draft_seconds: list[float] = []
+        self.resumed: list[float] = []
 
-    def observe_upkeep(self, seconds: float, tokens: int) -> None:
+    def observe_upkeep(self, seconds: float, tokens: int, resume_seconds: float = 0.0) -> None:
         self.upkeep.append((seconds, tokens))
+        self.resumed.append(resume_seconds)
 
     def observe(self, n_drafted: int, n_accepted: int, draft_seconds: float) -> None:
         self.draft_seconds.append(draft_seconds)
@@ -184,6 +186,7 @@ def test_the_upkeep_is_reported_apart_from_drafting(binary_pair):  # noqa: F811
     s.step()  # the resume happens inside draft(), before the first drafting step
     resume = d.resume_seconds - resumed_before
     assert resume > 0 and not d.paused and policy.upkeep[-1][1] == len(s.history) - n
+    assert policy.resumed[-1] == pytest.approx(resume) and policy.resumed[:-1] == [0.0] * 4
     # the round's draft time less the resume is what the policy learns as drafting
     rnd = s.generation.last_result
     assert rnd is not None and policy.draft_seconds[-1] == pytest.approx(rnd.draft_seconds - resume)
@@ -192,6 +195,9 @@ def test_the_upkeep_is_reported_apart_from_drafting(binary_pair):  # noqa: F811
 
 def test_cost_policy_with_eagle3_pauses_and_stays_lossless(target_path, head_path):  # noqa: F811
     s = _session(target_path)
+    # a verify cost curve on which a second row costs as much as the first (a tiny model's measured one
+    # is noise): with a head that is never right the policy keeps rounds plain, whatever the timings
+    s.cost_model = VerifyCostModel([1, 2, 9], [0.010, 0.020, 0.090])
     ref = plain_reference(s.model, PROMPT, 80)
     s.start(PROMPT, 80, "eagle3", **knobs(head_path, draft_policy="cost", draft_max=8))
     s.run()

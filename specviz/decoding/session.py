@@ -638,12 +638,14 @@ class Session:
         upkeep = self.drafter.take_upkeep() if self.drafter is not None else None
         draft_seconds = res.draft_seconds
         if upkeep is not None:
-            self.policy.observe_upkeep(upkeep.seconds, upkeep.tokens)
+            self.policy.observe_upkeep(upkeep.seconds, upkeep.tokens, upkeep.in_draft)
             draft_seconds = max(0.0, draft_seconds - upkeep.in_draft)
         if res.draft:
             self.policy.observe(len(res.draft), res.n_accepted, draft_seconds)
         elif res.shadow is not None and res.committed:
             self.policy.observe_shadow(res.shadow == res.committed[0])
+        elif res.budget.limit > 0:  # asked for a draft, got none: what asking cost, upkeep included
+            self.policy.observe(0, 0, draft_seconds + (upkeep.seconds if upkeep is not None else 0.0))
         else:
             self.policy.observe_idle()
         self.telemetry.record_round(
