@@ -27,6 +27,8 @@ at their defaults, as ``specviz train-eagle3``'s evaluation runs it) to the seco
 (llama.cpp's tool has no EAGLE-3 drafting for this model pair). The second table's ``same as none``
 column counts the runs whose tokens are exactly ``none``'s. ``--sides cost`` runs only the cost policy on
 the grounded kinds too (neither the tool nor the fixed-policy runs; the first table is then left out).
+``--clock cpu`` divides specviz's tokens by the process's CPU time instead of the wall time: on a loaded
+machine, with ``--threads 1``, what each run computes, unaffected by waiting for a core.
 
 Two differences in how the runs end: the tool stops once it has generated more than ``-n`` tokens (one
 or a whole draft more), specviz at exactly ``max_tokens``; and in the tool's last rounds drafts are not
@@ -37,7 +39,8 @@ Timings on a shared machine are noisy: publish figures measured on a quiet one.
 
 Usage: python benchmarks/bench_native.py [--repeats 3] [--max-tokens 128] [--threads 2]
            [--kinds code-rewrite,quote,summarise,free] [--strategies ngram-simple,...] [--prompts 0,1]
-           [--model GGUF] [--n-gpu-layers N] [--eagle3-head HEAD.gguf] [--sides native,same,tile,cost] [--json]
+           [--model GGUF] [--n-gpu-layers N] [--eagle3-head HEAD.gguf] [--sides native,same,tile,cost]
+           [--clock wall|cpu] [--json]
 """
 
 from __future__ import annotations
@@ -88,17 +91,18 @@ def _tools_dir_module():
 
 
 def run_specviz(session: Session, prompt: str, strategy: str, knobs: dict[str, Any], max_tokens: int) -> dict:
-    """One specviz generation: decode tokens/s over the wall time of run()."""
+    """One specviz generation: decode tokens/s over the wall time of run() (and over its CPU time)."""
     session.start(prompt, max_tokens, strategy, **knobs)
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     session.run()
-    seconds = time.perf_counter() - t0
+    seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
     t = session.telemetry_dict()
     n = len(session.tokens)
     return {
         "tokens": n,
         "seconds": seconds,
         "tps": n / seconds if seconds > 0 else 0.0,
+        "cpu_tps": n / cpu if cpu > 0 else 0.0,
         "drafted": t["drafted"],
         "accepted": t["accepted"],
         "ids": list(session.tokens),
@@ -198,6 +202,12 @@ def main(argv: list[str] | None = None) -> int:
         default="native,same,tile,cost",
         help="what runs on the grounded kinds: the tool (native) and specviz's configurations (same, tile, cost)",
     )
+    ap.add_argument(
+        "--clock",
+        choices=("wall", "cpu"),
+        default="wall",
+        help="tokens/s over wall time, or over the process's CPU time (a loaded machine; not with the tool)",
+    )
     ap.add_argument("--json", action="store_true", help="print the raw figures as JSON as well")
     args = ap.parse_args(argv)
     kinds = [k for k in args.kinds.split(",") if k]
@@ -209,6 +219,9 @@ def main(argv: list[str] | None = None) -> int:
     if "cost" not in grounded_sides:
         ap.error("--sides must include cost (the second table compares it with none)")
     full_table = set(grounded_sides) == {"native", *CONFIGS}
+    if args.clock == "cpu" and "native" in grounded_sides and strategies:
+        ap.error("--clock cpu times specviz's own process: give --sides without native")
+    metric = "tps" if args.clock == "wall" else "cpu_tps"
     eagle3 = {"draft_model": args.eagle3_head, **CONFIGS["cost"]} if args.eagle3_head else None
     if not strategies and eagle3 is None:
         ap.error("nothing to run: give --strategies or --eagle3-head")
@@ -269,10 +282,10 @@ def main(argv: list[str] | None = None) -> int:
     def ratio(kind: str, p: int, strat: str, side: str, base: tuple[str, str]) -> float:
         """Median over repeats of a run's tokens/s over its partner's (same repeat, same prompt)."""
         a, b = runs[kind][p][(strat, side)], runs[kind][p][base]
-        return med([x["tps"] / y["tps"] for x, y in zip(a, b) if y["tps"] > 0])
+        return med([x[metric] / y[metric] for x, y in zip(a, b) if y[metric] > 0])
 
     def tps(kind: str, p: int, key: tuple[str, str]) -> float:
-        return med([x["tps"] for x in runs[kind][p][key]])
+        return med([x[metric] for x in runs[kind][p][key]])
 
     table: list[dict[str, Any]] = []
     if full_table:
@@ -280,7 +293,8 @@ def main(argv: list[str] | None = None) -> int:
     else:
         print(f"(--sides {args.sides}: the comparison with llama-speculative-simple is left out)")
 
-    print(f"\ncost policy vs none, per prompt: paired speedup, median over {args.repeats} repeats")
+    clock = "" if args.clock == "wall" else " (tokens over the process's CPU time)"
+    print(f"\ncost policy vs none, per prompt: paired speedup{clock}, median over {args.repeats} repeats")
     n_cols = max(len(prompts[k]) for k in kinds)
     print("| workload | strategy | " + " | ".join(f"#{i}" for i in range(n_cols)) + " | lowest | same as none |")
     print("|---|---|" + "---:|" * (n_cols + 2))
