@@ -221,3 +221,30 @@ def test_sampled_runs_with_pauses_are_reproducible(binary_pair, temperature):  #
         assert s.telemetry_dict()["upkeep"]["resumes"] == 1
         s.close()
     assert outs[0] == outs[1]
+
+
+@pytest.mark.parametrize("p_min", [0.6])
+def test_a_round_whose_draft_came_back_empty_pauses_and_the_next_resumes_exactly(binary_pair, p_min):  # noqa: F811
+    target, head = binary_pair
+    out = []
+    for pause in (True, False):
+        s = _session(target)
+        s.start(PROMPT, 60, "eagle3", **knobs(head, draft_p_min=p_min))
+        s.drafter.pause_when_plain = pause
+        drafts, paused_after_empty = [], []
+        while s.finished is None:
+            rnd = s.step()
+            d = rnd.of_kind("draft_proposed")
+            drafts.append(tuple(d[0].tokens) if d else ())
+            if d and not d[0].tokens and s.finished is None:
+                paused_after_empty.append(s.drafter.paused)
+        out.append((list(s.tokens), drafts, paused_after_empty, s.telemetry_dict()["upkeep"]))
+        s.close()
+    (tokens, drafts, paused, up), (ref_tokens, ref_drafts, ref_paused, ref_up) = out
+    plain = _session(target)
+    assert tokens == ref_tokens == plain_reference(plain.model, PROMPT, 60)
+    plain.close()
+    assert any(drafts) and () in drafts  # some rounds drafted, some came back empty below p_min
+    assert drafts == ref_drafts  # resumed after each empty round, the head drafts as if always fed
+    assert paused and all(paused) and not any(ref_paused)
+    assert up["pauses"] >= len(paused) and up["pauses"] - up["resumes"] in (0, 1) and ref_up["pauses"] == 0

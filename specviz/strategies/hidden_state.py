@@ -31,11 +31,14 @@ inputs, then one decode of their pairs), whether or not the round drafts. A draf
 limit of 0 (the ``cost`` policy kept them plain, or a cap left no room): from the second such round in a
 row it *pauses*. (For one such round pausing would save nothing: the resume makes the two calls the
 feeding would have made. And the last round of a generation, which the token budget leaves no draft,
-stays fed.) While paused it writes no pairs and encodes nothing; it keeps, from each verify batch, only
-the raw target rows of the committed positions (:meth:`HiddenStateDrafter._features`: EAGLE-3's three
-layer inputs, a copy), at most :attr:`HiddenStateDrafter.resume_window` positions. The target's layer
-capture stays on: it costs a plain decode about 1.4% (``benchmarks/bench_eagle3.py``), while recovering
-the rows without it would take a re-evaluation of the target over the window. The first round that asks
+stays fed.) A round whose draft came back empty (the head's confidence below ``draft_p_min``) pauses
+after its first drafting step too: the pairs of its committed tokens would be written for nothing if the
+next round is plain, and a resume after one round makes the same calls. While paused it writes no pairs
+and encodes nothing; it keeps, from each verify batch, only the raw target rows of the committed
+positions (:meth:`HiddenStateDrafter._features`: EAGLE-3's three layer inputs, a copy), at most
+:attr:`HiddenStateDrafter.resume_window` positions. The target's layer capture stays on: it costs a
+plain decode about 1.4% (``benchmarks/bench_eagle3.py``), while recovering the rows without it would
+take a re-evaluation of the target over the window. The first round that asks
 for a draft again *resumes*: the kept rows are encoded in one call and their pairs written in one batch,
 then drafting proceeds as usual. A pause of at most ``resume_window`` positions leaves the drafter's
 context exactly as feeding every round would have (same pairs at the same positions, from the same
@@ -128,6 +131,7 @@ class HiddenStateDrafter(Drafter):
         self.catch_up_tokens = 0  # target positions re-evaluated to recover states
         self._paused = False  # not feeding the model: the rows of positions since are kept in _kept
         self._plain_run = 0  # draft() calls in a row with a limit of 0
+        self._declined = False  # the last _draft() proposed nothing: its sync pauses
         #: Whether rounds drafted with a limit of 0 pause the feeding (``PAUSES_WHEN_PLAIN``; False feeds
         #: every round, as before pausing existed).
         self.pause_when_plain = self.PAUSES_WHEN_PLAIN
@@ -320,6 +324,7 @@ class HiddenStateDrafter(Drafter):
         self.model_seconds += time.perf_counter() - t0
         self.model_tokens += len(toks)
         self._last_draft = toks
+        self._declined = not toks
         return Draft(tokens=toks, probs=probs, reason=reason, dists=dists if not self.res.sampling.greedy else None)
 
     def _drop_speculative(self) -> list[tuple[int, int]]:
@@ -337,6 +342,9 @@ class HiddenStateDrafter(Drafter):
         A paused drafter only keeps the verify batch's rows of the committed positions (see the module
         docstring)."""
         t_feed = time.perf_counter()
+        if self._declined and self.pause_when_plain and not self._paused:
+            self._pause()
+        self._declined = False
         self._rollbacks.extend(self._drop_speculative())
         L_old, L = self._hist_len, len(history)
         self._count_coverage(history, L_old)
