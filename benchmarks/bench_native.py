@@ -22,6 +22,14 @@ repeats is taken, then the median over the kind's prompts. A second table gives,
 (``free`` included), each prompt's ``cost``-policy speedup over its partner ``none`` run: the cost policy
 should keep every prompt at 0.95x ``none`` or above.
 
+``--eagle3-head HEAD.gguf`` adds specviz's ``eagle3`` with that head and the ``cost`` policy (other knobs
+at their defaults, as ``specviz train-eagle3``'s evaluation runs it) to the second table, on every kind
+(llama.cpp's tool has no EAGLE-3 drafting for this model pair). The second table's ``same as none``
+column counts the runs whose tokens are exactly ``none``'s. ``--sides cost`` runs only the cost policy on
+the grounded kinds too (neither the tool nor the fixed-policy runs; the first table is then left out).
+``--clock cpu`` divides specviz's tokens by the process's CPU time instead of the wall time: on a loaded
+machine, with ``--threads 1``, what each run computes, unaffected by waiting for a core.
+
 Two differences in how the runs end: the tool stops once it has generated more than ``-n`` tokens (one
 or a whole draft more), specviz at exactly ``max_tokens``; and in the tool's last rounds drafts are not
 cut to the budget. The ``same output`` column counts the runs whose specviz text (same batches) is the
@@ -31,7 +39,8 @@ Timings on a shared machine are noisy: publish figures measured on a quiet one.
 
 Usage: python benchmarks/bench_native.py [--repeats 3] [--max-tokens 128] [--threads 2]
            [--kinds code-rewrite,quote,summarise,free] [--strategies ngram-simple,...] [--prompts 0,1]
-           [--model GGUF] [--n-gpu-layers N] [--json]
+           [--model GGUF] [--n-gpu-layers N] [--eagle3-head HEAD.gguf] [--sides native,same,tile,cost]
+           [--clock wall|cpu] [--json]
 """
 
 from __future__ import annotations
@@ -82,17 +91,18 @@ def _tools_dir_module():
 
 
 def run_specviz(session: Session, prompt: str, strategy: str, knobs: dict[str, Any], max_tokens: int) -> dict:
-    """One specviz generation: decode tokens/s over the wall time of run()."""
+    """One specviz generation: decode tokens/s over the wall time of run() (and over its CPU time)."""
     session.start(prompt, max_tokens, strategy, **knobs)
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     session.run()
-    seconds = time.perf_counter() - t0
+    seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
     t = session.telemetry_dict()
     n = len(session.tokens)
     return {
         "tokens": n,
         "seconds": seconds,
         "tps": n / seconds if seconds > 0 else 0.0,
+        "cpu_tps": n / cpu if cpu > 0 else 0.0,
         "drafted": t["drafted"],
         "accepted": t["accepted"],
         "ids": list(session.tokens),
@@ -126,82 +136,8 @@ def run_native(
     }
 
 
-def med(xs: list[float]) -> float:
-    return statistics.median(xs) if xs else float("nan")
-
-
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--max-tokens", type=int, default=128)
-    ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
-    ap.add_argument(
-        "--kinds",
-        default=",".join(WORKLOADS),
-        help="workload kinds (the native table uses the grounded ones among them)",
-    )
-    ap.add_argument("--strategies", default=",".join(STRATEGIES))
-    ap.add_argument("--prompts", default="", help="prompt indices per kind (default: all)")
-    ap.add_argument("--model", default="", help="a GGUF to run instead of the embedded Gemma 3 270M")
-    ap.add_argument("--n-gpu-layers", type=int, default=0, help="layers on the GPU, both sides (a GPU build)")
-    ap.add_argument("--json", action="store_true", help="print the raw figures as JSON as well")
-    args = ap.parse_args(argv)
-    kinds = [k for k in args.kinds.split(",") if k]
-    strategies = [s for s in args.strategies.split(",") if s]
-    for k in kinds:
-        if k not in WORKLOADS:
-            ap.error(f"--kinds: unknown kind {k!r}; choose from {', '.join(WORKLOADS)}")
-    for s in strategies:
-        if s not in STRATEGIES:
-            ap.error(f"--strategies: {s!r} is not one of llama.cpp's draftless types {', '.join(STRATEGIES)}")
-    tools = _tools_dir_module()
-    tool = tools.tool_path("llama-speculative-simple")
-    if tool is None:
-        print(f"llama-speculative-simple is not built in {tools.tools_dir()}: run `make llama-tools`", file=sys.stderr)
-        return 2
-
-    model_path = Path(args.model) if args.model else default_model_path()
-    model = LlamaModel(model_path, n_gpu_layers=args.n_gpu_layers)
-    session = Session(model, n_ctx=N_CTX, n_batch=N_BATCH, n_ubatch=N_UBATCH, n_threads=args.threads)
-    prompts = {
-        k: [i for i in range(len(WORKLOADS[k])) if not args.prompts or str(i) in args.prompts.split(",")] for k in kinds
-    }
-
-    # warm-up, untimed: page the model in on both sides; the cost policy measures the verify cost once
-    warm = WORKLOADS[kinds[0]][prompts[kinds[0]][0]]
-    run_native(tool, model_path, warm, strategies[0], 16, args.threads, args.n_gpu_layers)
-    for cfg in CONFIGS.values():
-        run_specviz(session, warm, strategies[0], dict(STRATEGIES[strategies[0]], draft_max=DRAFT_MAX, **cfg), 16)
-
-    # runs[kind][prompt][(strategy, side)] -> list of results over repeats; side: native, same, tile, cost
-    runs: dict[str, dict[int, dict[tuple[str, str], list[dict]]]] = {k: {p: {} for p in prompts[k]} for k in kinds}
-    for rep in range(args.repeats):
-        for kind in kinds:
-            for p in prompts[kind]:
-                prompt = WORKLOADS[kind][p]
-                cell = runs[kind][p]
-                cell.setdefault(("none", "none"), []).append(run_specviz(session, prompt, "none", {}, args.max_tokens))
-                for strat in strategies:
-                    sides = ["cost"] if kind not in GROUNDED else ["native", *CONFIGS]
-                    for side in sides:
-                        if side == "native":
-                            res = run_native(
-                                tool, model_path, prompt, strat, args.max_tokens, args.threads, args.n_gpu_layers
-                            )
-                        else:
-                            knobs = dict(STRATEGIES[strat], draft_max=DRAFT_MAX, **CONFIGS[side])
-                            res = run_specviz(session, prompt, strat, knobs, args.max_tokens)
-                        cell.setdefault((strat, side), []).append(res)
-            print(f"repeat {rep + 1}/{args.repeats}: {kind} done", file=sys.stderr, flush=True)
-
-    def ratio(kind: str, p: int, strat: str, side: str, base: tuple[str, str]) -> float:
-        """Median over repeats of a run's tokens/s over its partner's (same repeat, same prompt)."""
-        a, b = runs[kind][p][(strat, side)], runs[kind][p][base]
-        return med([x["tps"] / y["tps"] for x, y in zip(a, b) if y["tps"] > 0])
-
-    def tps(kind: str, p: int, key: tuple[str, str]) -> float:
-        return med([x["tps"] for x in runs[kind][p][key]])
-
+def native_table(args, model, model_path, kinds, strategies, prompts, runs, ratio, tps) -> list[dict[str, Any]]:
+    """Print the comparison with llama-speculative-simple on the grounded kinds; returns its rows."""
     print(
         f"\nspecviz vs llama-speculative-simple: {model_path.name}, n_gpu_layers={args.n_gpu_layers}, "
         f"{args.threads} threads, {args.max_tokens} "
@@ -239,21 +175,149 @@ def main(argv: list[str] | None = None) -> int:
                 f"{row['cost_ratio']:.2f}× | {row['same_output']} |"
             )
 
-    print(f"\ncost policy vs none, per prompt: paired speedup, median over {args.repeats} repeats")
+    return table
+
+
+def med(xs: list[float]) -> float:
+    return statistics.median(xs) if xs else float("nan")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--max-tokens", type=int, default=128)
+    ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    ap.add_argument(
+        "--kinds",
+        default=",".join(WORKLOADS),
+        help="workload kinds (the native table uses the grounded ones among them)",
+    )
+    ap.add_argument("--strategies", default=",".join(STRATEGIES))
+    ap.add_argument("--prompts", default="", help="prompt indices per kind (default: all)")
+    ap.add_argument("--model", default="", help="a GGUF to run instead of the embedded Gemma 3 270M")
+    ap.add_argument("--n-gpu-layers", type=int, default=0, help="layers on the GPU, both sides (a GPU build)")
+    ap.add_argument("--eagle3-head", default="", help="also run eagle3 with this head and the cost policy")
+    ap.add_argument(
+        "--sides",
+        default="native,same,tile,cost",
+        help="what runs on the grounded kinds: the tool (native) and specviz's configurations (same, tile, cost)",
+    )
+    ap.add_argument(
+        "--clock",
+        choices=("wall", "cpu"),
+        default="wall",
+        help="tokens/s over wall time, or over the process's CPU time (a loaded machine; not with the tool)",
+    )
+    ap.add_argument("--json", action="store_true", help="print the raw figures as JSON as well")
+    args = ap.parse_args(argv)
+    kinds = [k for k in args.kinds.split(",") if k]
+    strategies = [s for s in args.strategies.split(",") if s]
+    grounded_sides = [x for x in args.sides.split(",") if x]
+    for x in grounded_sides:
+        if x != "native" and x not in CONFIGS:
+            ap.error(f"--sides: unknown side {x!r}; choose from native, {', '.join(CONFIGS)}")
+    if "cost" not in grounded_sides:
+        ap.error("--sides must include cost (the second table compares it with none)")
+    full_table = set(grounded_sides) == {"native", *CONFIGS}
+    if args.clock == "cpu" and "native" in grounded_sides and strategies:
+        ap.error("--clock cpu times specviz's own process: give --sides without native")
+    metric = "tps" if args.clock == "wall" else "cpu_tps"
+    eagle3 = {"draft_model": args.eagle3_head, **CONFIGS["cost"]} if args.eagle3_head else None
+    if not strategies and eagle3 is None:
+        ap.error("nothing to run: give --strategies or --eagle3-head")
+    for k in kinds:
+        if k not in WORKLOADS:
+            ap.error(f"--kinds: unknown kind {k!r}; choose from {', '.join(WORKLOADS)}")
+    for s in strategies:
+        if s not in STRATEGIES:
+            ap.error(f"--strategies: {s!r} is not one of llama.cpp's draftless types {', '.join(STRATEGIES)}")
+    tools = _tools_dir_module()
+    tool = tools.tool_path("llama-speculative-simple")
+    if tool is None and "native" in grounded_sides and strategies:
+        print(f"llama-speculative-simple is not built in {tools.tools_dir()}: run `make llama-tools`", file=sys.stderr)
+        return 2
+
+    model_path = Path(args.model) if args.model else default_model_path()
+    model = LlamaModel(model_path, n_gpu_layers=args.n_gpu_layers)
+    session = Session(model, n_ctx=N_CTX, n_batch=N_BATCH, n_ubatch=N_UBATCH, n_threads=args.threads)
+    prompts = {
+        k: [i for i in range(len(WORKLOADS[k])) if not args.prompts or str(i) in args.prompts.split(",")] for k in kinds
+    }
+
+    # warm-up, untimed: page the model in on both sides; the cost policy measures the verify cost once
+    warm = WORKLOADS[kinds[0]][prompts[kinds[0]][0]]
+    if strategies:
+        if "native" in grounded_sides:
+            run_native(tool, model_path, warm, strategies[0], 16, args.threads, args.n_gpu_layers)
+        for cfg in CONFIGS.values():
+            run_specviz(session, warm, strategies[0], dict(STRATEGIES[strategies[0]], draft_max=DRAFT_MAX, **cfg), 16)
+    if eagle3 is not None:
+        run_specviz(session, warm, "eagle3", eagle3, 16)
+
+    # runs[kind][prompt][(strategy, side)] -> list of results over repeats; side: native, same, tile, cost
+    runs: dict[str, dict[int, dict[tuple[str, str], list[dict]]]] = {k: {p: {} for p in prompts[k]} for k in kinds}
+    for rep in range(args.repeats):
+        for kind in kinds:
+            for p in prompts[kind]:
+                prompt = WORKLOADS[kind][p]
+                cell = runs[kind][p]
+                cell.setdefault(("none", "none"), []).append(run_specviz(session, prompt, "none", {}, args.max_tokens))
+                if eagle3 is not None:
+                    cell.setdefault(("eagle3", "cost"), []).append(
+                        run_specviz(session, prompt, "eagle3", eagle3, args.max_tokens)
+                    )
+                for strat in strategies:
+                    sides = ["cost"] if kind not in GROUNDED else grounded_sides
+                    for side in sides:
+                        if side == "native":
+                            res = run_native(
+                                tool, model_path, prompt, strat, args.max_tokens, args.threads, args.n_gpu_layers
+                            )
+                        else:
+                            knobs = dict(STRATEGIES[strat], draft_max=DRAFT_MAX, **CONFIGS[side])
+                            res = run_specviz(session, prompt, strat, knobs, args.max_tokens)
+                        cell.setdefault((strat, side), []).append(res)
+            print(f"repeat {rep + 1}/{args.repeats}: {kind} done", file=sys.stderr, flush=True)
+
+    def ratio(kind: str, p: int, strat: str, side: str, base: tuple[str, str]) -> float:
+        """Median over repeats of a run's tokens/s over its partner's (same repeat, same prompt)."""
+        a, b = runs[kind][p][(strat, side)], runs[kind][p][base]
+        return med([x[metric] / y[metric] for x, y in zip(a, b) if y[metric] > 0])
+
+    def tps(kind: str, p: int, key: tuple[str, str]) -> float:
+        return med([x[metric] for x in runs[kind][p][key]])
+
+    table: list[dict[str, Any]] = []
+    if full_table:
+        table = native_table(args, model, model_path, kinds, strategies, prompts, runs, ratio, tps)
+    else:
+        print(f"(--sides {args.sides}: the comparison with llama-speculative-simple is left out)")
+
+    clock = "" if args.clock == "wall" else " (tokens over the process's CPU time)"
+    print(f"\ncost policy vs none, per prompt: paired speedup{clock}, median over {args.repeats} repeats")
     n_cols = max(len(prompts[k]) for k in kinds)
-    print("| workload | strategy | " + " | ".join(f"#{i}" for i in range(n_cols)) + " | lowest |")
-    print("|---|---|" + "---:|" * (n_cols + 1))
+    print("| workload | strategy | " + " | ".join(f"#{i}" for i in range(n_cols)) + " | lowest | same as none |")
+    print("|---|---|" + "---:|" * (n_cols + 2))
     per_prompt: list[dict[str, Any]] = []
+    rows = [*strategies, *(["eagle3"] if eagle3 is not None else [])]
     for kind in kinds:
         ps = prompts[kind]
         cells = [f"{tps(kind, p, ('none', 'none')):.1f} t/s" for p in ps]
-        print(f"| {kind} | none | " + " | ".join(cells) + " | |")
-        for strat in strategies:
+        print(f"| {kind} | none | " + " | ".join(cells) + " | | |")
+        for strat in rows:
             rs = {p: ratio(kind, p, strat, "cost", ("none", "none")) for p in ps}
-            per_prompt.append({"kind": kind, "strategy": strat, "speedups": rs})
+            pairs = [
+                (x, y) for p in ps for x, y in zip(runs[kind][p][(strat, "cost")], runs[kind][p][("none", "none")])
+            ]
+            same = sum(x["ids"] == y["ids"] for x, y in pairs)
+            per_prompt.append({"kind": kind, "strategy": strat, "speedups": rs, "same_as_none": same})
             low = min(rs.values())
             flag = " (below 0.95×)" if low < 0.95 else ""
-            print(f"| {kind} | {strat} | " + " | ".join(f"{rs[p]:.2f}×" for p in ps) + f" | {low:.2f}×{flag} |")
+            print(
+                f"| {kind} | {strat} | "
+                + " | ".join(f"{rs[p]:.2f}×" for p in ps)
+                + f" | {low:.2f}×{flag} | {same}/{len(pairs)} |"
+            )
 
     if args.json:
         raw = {

@@ -105,6 +105,9 @@ class Halves:
     def observe_idle(self):
         pass
 
+    def observe_upkeep(self, seconds, tokens, resume_seconds=0.0):
+        pass
+
     def state(self):
         return {}
 

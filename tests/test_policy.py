@@ -562,6 +562,7 @@ def test_cost_policy_state_and_description_carry_every_counter():
     p.observe(2, 1, 0.5)  # tries [1, 1, 0 ...], hits [1, 0 ...], 0.25 s per token, one draft call
     p.observe_shadow(True)  # decayed by 0.98, then run position 0 tried and hit; the run is 1
     assert p.length(0, 4)[0] == 0  # one plain round without evidence
+    p.observe_upkeep(0.002, 1)  # what the drafter spent in that plain round
     s = p.state()
     assert s["tries"] == pytest.approx([1.98, 0.98, 0, 0, 0, 0, 0])
     assert s["hits"] == pytest.approx([1.98, 0, 0, 0, 0, 0, 0])
@@ -574,6 +575,17 @@ def test_cost_policy_state_and_description_carry_every_counter():
         "rounds_since_evidence": 1,
         "probe_every": 8,
         "probing": False,
+        "upkeep_tok_seconds": 0.0,
+        "upkeep_calls": 0,
+        "plain_upkeep_seconds": 0.002,
+        "plain_upkeep_calls": 1,
+        "last_length": 0,
+        "asked": 1,
+        "proposal_rate": 1.0,
+        "declines": 0,
+        "decline_seconds": 0.0,
+        "resumes": 0,
+        "resume_seconds": 0.0,
     }
     d = p.describe()
     assert d == {
@@ -585,6 +597,12 @@ def test_cost_policy_state_and_description_carry_every_counter():
         "shadow_hits": 1,
         "probe_every": 8,
         "draft_seconds_per_token": 0.25,
+        "upkeep_seconds_per_token": 0.0,
+        "plain_round_upkeep_seconds": 0.002,
+        "proposal_rate": 1.0,
+        "declined_round_seconds": 0.0,
+        "resume_seconds": 0.0,
+        "probe_floor": 64,  # a draft step of 0.25 s against plain rounds of 1 ms
         "verify_cost": {"sizes": [1, 2, 16], "seconds": [0.001, 1.0, 10.0]},
     }
     assert CostPolicy().describe()["verify_cost"] is None
@@ -628,3 +646,90 @@ def test_every_named_policy_is_a_drafting_policy_and_its_state_round_trips(name)
     again = policy_module.make_policy(name)
     again.load(json.loads(json.dumps(p.state())))
     assert again.state() == p.state() and again.describe()["name"] == name
+
+
+def _even_odds_policy() -> CostPolicy:
+    """Every run position estimated at exactly 0.5 (half of every bucket's tries hit; the pooled
+    Beta(1, 1) prior is 0.5 too), a verify of 1, 2, 3 rows costing 10, 11, 12 ms, 0.5 ms per draft step."""
+    p = CostPolicy(VerifyCostModel([1, 2, 3], [0.010, 0.011, 0.012]))
+    p.tries, p.hits = [10.0] * 7, [5.0] * 7
+    p.draft_tok_seconds = 0.0005
+    return p
+
+
+def test_the_drafters_upkeep_flips_the_cost_policy_to_plain_rounds():
+    p = _even_odds_policy()
+    assert p.bucket_estimates() == pytest.approx([0.5] * 7)
+    # expected tokens 1.5 (k=1) and 1.75 (k=2). Without upkeep: plain 100 t/s x 1.05 = 105 to beat;
+    # k=1: 1.5 / (11 + 0.5) ms = 130.4 t/s, k=2: 1.75 / (12 + 1) ms = 134.6 t/s -> k=2
+    assert p.length(0, 2) == (2, pytest.approx(1.75))
+    # the drafter fed 2 committed tokens in 6 ms in that round: 3 ms a token, over the expected tokens
+    p.observe_upkeep(0.006, 2)
+    assert p.upkeep_tok_seconds == pytest.approx(0.003)
+    # k=1: 1.5 / (11.5 + 4.5) ms = 93.75 t/s, k=2: 1.75 / (13 + 5.25) ms = 95.9 t/s: both below 105 -> plain
+    assert p.length(0, 2) == (0, pytest.approx(1.0))
+    # a plain round that still cost the drafter 3 ms (it does not pause): plain is 1 / 13 ms = 76.9 t/s,
+    # x 1.05 = 80.8 to beat, and k=2 (95.9 t/s) drafts again
+    p.observe_upkeep(0.003, 1)
+    assert p.plain_upkeep_seconds == pytest.approx(0.003) and p.upkeep_tok_seconds == pytest.approx(0.003)
+    assert p.length(0, 2) == (2, pytest.approx(1.75))
+
+
+def test_the_cost_policy_attributes_upkeep_by_the_length_it_chose():
+    p = _even_odds_policy()
+    p.observe_upkeep(1.0, 1)  # before any length(): nothing to attribute it to
+    assert (p.upkeep_calls, p.plain_upkeep_calls) == (0, 0)
+    assert p.length(0, 2)[0] == 2
+    p.observe_upkeep(0.5, 0)  # a drafting round that committed nothing new to feed: no per-token figure
+    assert p.upkeep_calls == 0 and p.upkeep_tok_seconds == 0.0
+    p.observe_upkeep(0.004, 4)
+    p.observe_upkeep(0.002, 1)  # moving average: (1 ms + 2 ms) / 2
+    assert p.upkeep_calls == 2 and p.upkeep_tok_seconds == pytest.approx(0.0015)
+    assert p.plain_upkeep_calls == 0
+    # the figures travel with the state (rewinds and snapshots) and show in the description
+    q = CostPolicy(VerifyCostModel([1, 2, 3], [0.010, 0.011, 0.012]))
+    q.load(json.loads(json.dumps(p.state())))
+    assert q.state() == p.state()
+    assert q.describe()["upkeep_seconds_per_token"] == pytest.approx(0.0015)
+
+
+def test_rounds_that_ask_for_a_draft_and_get_none_count_against_drafting():
+    p = _even_odds_policy()
+    assert p.length(0, 2)[0] == 2  # 1.75 / 13 ms = 134.6 t/s against 105 (see the upkeep test above)
+    # half the asking rounds got a draft, and a round that got none cost 4 ms: each draft comes with one
+    # such round, k=1: 1.5 / (11.5 + 4) ms = 96.8 t/s, k=2: 1.75 / (13 + 4) ms = 102.9 t/s -> plain
+    p.proposal_rate, p.decline_seconds = 0.5, 0.004
+    assert p.length(0, 2)[0] == 0
+    # four in five got a draft: a quarter of a declined round per draft, k=2: 1.75 / 14 ms = 125 t/s
+    p.proposal_rate = 0.8
+    assert p.length(0, 2)[0] == 2
+
+
+def test_a_declined_round_is_learnt_and_a_declined_probe_backs_the_probes_off():
+    p = CostPolicy(VerifyCostModel([1, 2, 16], [0.010, 1.0, 10.0]))  # drafting never pays: probes only
+    p.observe(1, 1, 0.0)  # a draft: asked once, proposed once
+    assert (p.asked, p.proposal_rate) == (1, 1.0)
+    assert [p.length(0, 4)[0] for _ in range(8)] == [0] * 7 + [1]
+    p.observe(0, 0, 0.003)  # the probe asked and the drafter proposed nothing
+    assert (p.asked, p.proposal_rate, p.declines, p.decline_seconds) == (2, 0.5, 1, 0.003)
+    assert p.draft_calls == 1 and p.run == 0 and p.probe_every == 16  # not a draft call; interval doubled
+    assert p.probe_floor() == 15  # 3 ms within 2% of 10 ms rounds: below the interval
+    assert [p.length(0, 4)[0] for _ in range(16)] == [0] * 15 + [1]
+    q = CostPolicy(VerifyCostModel([1, 2, 16], [0.010, 1.0, 10.0]))
+    q.load(json.loads(json.dumps(p.state())))
+    assert q.state() == p.state() and q.describe()["proposal_rate"] == 0.5
+
+
+def test_probes_wait_longer_when_they_cost_the_drafter_more_than_a_small_share_of_plain_rounds():
+    p = CostPolicy(VerifyCostModel([1, 2, 16], [0.010, 1.0, 10.0]))  # a plain round 10 ms; drafting never pays
+    assert p.probe_floor() == 0  # nothing measured: the probe schedule as it was
+    assert [p.length(0, 4)[0] for _ in range(8)] == [0] * 7 + [1]
+    p.observe(1, 1, 0.0)  # the probe was accepted (interval back to 8)
+    # a resume of 2 ms and a declined ask of 1 ms: 3 ms within 2% of plain rounds of 10 ms takes 15 rounds
+    p.observe_upkeep(0.0, 0, 0.002)
+    p.decline_seconds = 0.001
+    assert p.resume_seconds == 0.002 and p.probe_floor() == 15
+    assert [p.length(0, 4)[0] for _ in range(15)] == [0] * 14 + [1]
+    p.observe(1, 1, 0.0)
+    p.observe_upkeep(0.0, 0, 0.100)  # moving average of two resumes: 51 ms; the floor stops at 64 rounds
+    assert p.probe_floor() == CostPolicy.PROBE_FLOOR_MAX == 64

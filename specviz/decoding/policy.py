@@ -7,7 +7,9 @@
   acceptance estimate per run position (how many tokens in a row were accepted before), and pick each
   round the length that maximises expected tokens per second (a draft must beat plain decoding by 5%).
   A length of 0 (plain decoding) is allowed when speculation does not pay; the drafter's unverified
-  prediction in such a round, or a one-token probe every few rounds, keeps the estimate alive.
+  prediction in such a round, or a one-token probe every few rounds, keeps the estimate alive. A drafter
+  that keeps a model of its own fed (``eagle3``, ``mtp``) reports that upkeep
+  (:meth:`~specviz.strategies.base.Drafter.take_upkeep`); the policy counts it in what drafting costs.
 
 Each is a :class:`DraftingPolicy` (the protocol the budget and the session type against; the no-op hooks
 of a policy that learns nothing from some rounds are :class:`QuietPolicy`'s). After the policy,
@@ -51,7 +53,8 @@ class DraftingPolicy(Protocol):
         ...
 
     def observe(self, n_drafted: int, n_accepted: int, draft_seconds: float) -> None:
-        """Learn from a verified round."""
+        """Learn from a verified round; ``n_drafted`` 0: the round asked for a draft and the drafter
+        proposed none (``draft_seconds`` is then what asking cost, its upkeep included)."""
         ...
 
     def observe_verify(self, batch_size: int, seconds: float) -> None:
@@ -64,6 +67,12 @@ class DraftingPolicy(Protocol):
 
     def observe_idle(self) -> None:
         """Learn from a round without a draft and without a prediction."""
+        ...
+
+    def observe_upkeep(self, seconds: float, tokens: int, resume_seconds: float = 0.0) -> None:
+        """Learn what keeping the drafter's model fed cost this round: ``seconds`` for ``tokens``
+        committed positions, and ``resume_seconds`` bringing it back before drafting
+        (:class:`~specviz.strategies.base.Upkeep`)."""
         ...
 
     def state(self) -> dict:
@@ -102,6 +111,9 @@ class QuietPolicy:
         """Ignored."""
 
     def observe_idle(self) -> None:
+        """Ignored."""
+
+    def observe_upkeep(self, seconds: float, tokens: int, resume_seconds: float = 0.0) -> None:
         """Ignored."""
 
     def state(self) -> dict:
@@ -221,16 +233,27 @@ class CostPolicy(QuietPolicy):
     of the bucket below, which lets the policy explore longer drafts when the short ones all pass.
 
     Expected tokens for length k: ``1 + Σ_{j≤k} Π_{i≤j} a(r + i)``; expected time: the measured verify
-    cost of ``k+1`` tokens plus the drafter's measured seconds per drafted token times k. A draft is chosen
-    only when its expected tokens per second beat plain decoding's by :attr:`MARGIN` (5%).
+    cost of ``k+1`` tokens plus the drafter's measured seconds per drafted token times k plus its *upkeep*
+    (feeding its own model, measured per committed token in rounds that asked for a draft) times the
+    expected tokens, plus what the rounds cost that asked for a draft and got none (a drafter below its
+    ``draft_p_min``, an n-gram without a match): with a proposal rate p (the share of asking rounds that
+    got a draft, a moving average), each draft comes with ``(1 - p) / p`` of them on average, each costing
+    its measured draft time and upkeep for nothing. A plain round costs the verify of one token plus what
+    the drafter still spends in a round the policy keeps plain (measured; about nothing for a drafter
+    that pauses its feeding then, like ``eagle3``, the whole upkeep for one that does not). A draft is
+    chosen only when its expected tokens per second beat plain decoding's by :attr:`MARGIN` (5%).
 
-    A round without a draft teaches the policy nothing, unless the drafter can say, without side
+    A round kept plain teaches the policy nothing about acceptance, unless the drafter can say, without side
     effects, which token it would have proposed (:meth:`Drafter.peek`): the session then reports
     whether the target produced that token (:meth:`observe_shadow`), a free try at the current run
     position. Without such evidence for ``PROBE_EVERY`` rounds, a one-token probe is drafted; each probe
-    the target rejects doubles that interval, up to ``PROBE_MAX`` (16: at 64, a span that became copyable
-    was missed for most of a 128-token generation), and an accepted draft or probe brings it back to
-    ``PROBE_EVERY``: where there is nothing to copy, probes cost a round in sixteen, not one in eight.
+    the target rejects (or the drafter declines) doubles that interval, up to ``PROBE_MAX`` (16: at 64, a
+    span that became copyable was missed for most of a 128-token generation), and an accepted draft or
+    probe brings it back to ``PROBE_EVERY``: where there is nothing to copy, probes cost a round in
+    sixteen, not one in eight. A probe also costs the drafter: bringing a paused model back (its measured
+    resume) and a draft step or a declined ask. The interval is at least as many plain rounds as keep
+    that cost within :attr:`PROBE_SHARE` (2%) of their time, at most ``PROBE_FLOOR_MAX`` (64) rounds; for
+    the n-gram strategies, which pay almost nothing to be asked, that floor stays below ``PROBE_EVERY``.
     """
 
     name = "cost"
@@ -239,12 +262,15 @@ class CostPolicy(QuietPolicy):
     SHRINK = 2.0  # weight (in tries) of the neighbouring estimate in each bucket's estimate
     PROBE_EVERY = 8
     PROBE_MAX = 16
+    PROBE_SHARE = 0.02  # the drafter's cost of a probe, at most this share of the plain rounds between probes
+    PROBE_FLOOR_MAX = 64
     # A draft must promise this much more than plain decoding (tokens per second): the estimates come from
     # few tries, and on a CPU a two-row verify costs about twice one row (the output layer over the whole
     # vocabulary), so a draft that only breaks even on paper loses whenever the estimate was high. Measured
     # on `summarise` prompts with nothing to copy: such drafts took ngram-cache to 0.92x `none`.
     MARGIN = 1.05
     BUCKETS = 7  # run positions 0, 1, 2-3, 4-7, 8-15, 16-31, 32+
+    MIN_PROPOSAL = 0.02  # the proposal rate assumed at least (a drafter that never proposes costs 49 declines)
 
     def __init__(self, cost: VerifyCostModel | None = None) -> None:
         self.cost = cost
@@ -258,6 +284,17 @@ class CostPolicy(QuietPolicy):
         self.rounds_since_evidence = 0
         self.probe_every = self.PROBE_EVERY  # plain rounds before the next probe (doubles after a rejected one)
         self.probing = False  # the last length() was a probe whose verdict has not come back
+        self.upkeep_tok_seconds = 0.0  # feeding the drafter's model per committed token, rounds with a draft asked
+        self.upkeep_calls = 0
+        self.plain_upkeep_seconds = 0.0  # what the drafter spends in a round kept plain
+        self.plain_upkeep_calls = 0
+        self.last_length: int | None = None  # the length the last length() chose (None before the first)
+        self.asked = 0  # rounds that asked the drafter for a draft and heard back
+        self.proposal_rate = 1.0  # the share of them that got a draft (moving average)
+        self.declines = 0
+        self.decline_seconds = 0.0  # what asking cost in a round that got no draft (moving average)
+        self.resumes = 0
+        self.resume_seconds = 0.0  # bringing a paused drafter's model back before a draft (moving average)
 
     def use_cost(self, cost: VerifyCostModel) -> None:
         """Adopt the measured verify cost curve."""
@@ -303,22 +340,25 @@ class CostPolicy(QuietPolicy):
         if self.cost is None:
             return draft_max, None
         curve = self._expected_curve(draft_max)
-        plain_rate = curve[0] / self.cost(1)
+        plain_rate = curve[0] / (self.cost(1) + self.plain_upkeep_seconds)
+        p = max(self.proposal_rate, self.MIN_PROPOSAL)
+        declined = (1.0 - p) / p * self.decline_seconds  # the rounds that ask and get nothing, per draft
         best_k, best_rate = 0, plain_rate * self.MARGIN
         for k in range(max(draft_min, 1), draft_max + 1):
             if tile_aligned(k, tile) != k:
                 continue  # the session would round it down anyway
-            t = self.cost(k + 1) + self.draft_tok_seconds * k
+            t = self.cost(k + 1) + self.draft_tok_seconds * k + self.upkeep_tok_seconds * curve[k] + declined
             rate = curve[k] / t
             if rate > best_rate:
                 best_k, best_rate = k, rate
         self.probing = False
         if best_k == 0:
             self.rounds_since_evidence += 1
-            if self.rounds_since_evidence >= self.probe_every:
+            if self.rounds_since_evidence >= max(self.probe_every, self.probe_floor()):
                 self.rounds_since_evidence = 0
                 best_k = max(draft_min, 1)
                 self.probing = True
+        self.last_length = best_k
         return best_k, curve[best_k]
 
     def observe_verify(self, batch_size: int, seconds: float) -> None:
@@ -342,10 +382,23 @@ class CostPolicy(QuietPolicy):
                 self.hits[b] += 1.0
         self.run = self.run + n_accepted if n_accepted == n_drafted else 0
 
+    def _asked(self, proposed: bool) -> None:
+        self.asked += 1
+        self.proposal_rate += (float(proposed) - self.proposal_rate) / min(self.asked, 20)
+
     def observe(self, n_drafted: int, n_accepted: int, draft_seconds: float) -> None:
+        """Learn from a verified draft, or (``n_drafted`` 0) from a round that asked for one and got none:
+        its cost, and a probe so declined backs the probes off as a rejected one does."""
         if n_drafted == 0:
+            self._asked(False)
+            self.declines += 1
+            self.decline_seconds += (draft_seconds - self.decline_seconds) / min(self.declines, 20)
+            if self.probing:
+                self.probe_every = min(2 * self.probe_every, self.PROBE_MAX)
+                self.probing = False
             self.observe_idle()
             return
+        self._asked(True)
         self.draft_calls += 1
         per_tok = draft_seconds / n_drafted
         self.draft_tok_seconds += (per_tok - self.draft_tok_seconds) / min(self.draft_calls, 20)
@@ -361,6 +414,33 @@ class CostPolicy(QuietPolicy):
         """A round without a draft and without a prediction: the run of accepted tokens is broken."""
         self.run = 0
 
+    def probe_floor(self) -> int:
+        """The fewest plain rounds between probes that keep a probe's cost to the drafter (a resume, and a
+        draft step or a declined ask, whichever is dearer) within :attr:`PROBE_SHARE` of their time."""
+        if self.cost is None:
+            return 0
+        ask = max(self.decline_seconds, self.draft_tok_seconds + self.upkeep_tok_seconds)
+        rounds = (self.resume_seconds + ask) / (self.PROBE_SHARE * self.cost(1))
+        return int(min(np.ceil(rounds), self.PROBE_FLOOR_MAX))
+
+    def observe_upkeep(self, seconds: float, tokens: int, resume_seconds: float = 0.0) -> None:
+        """Learn the drafter's upkeep of this round, by what :meth:`length` chose for it: a round kept
+        plain teaches what a plain round still costs the drafter; a round that asked for a draft, what
+        feeding costs per committed token (moving averages over the last 20 such rounds), and what
+        bringing a paused model back costs when it had to."""
+        if resume_seconds > 0:
+            self.resumes += 1
+            self.resume_seconds += (resume_seconds - self.resume_seconds) / min(self.resumes, 20)
+        if self.last_length is None:
+            return
+        if self.last_length == 0:
+            self.plain_upkeep_calls += 1
+            self.plain_upkeep_seconds += (seconds - self.plain_upkeep_seconds) / min(self.plain_upkeep_calls, 20)
+        elif tokens > 0:
+            self.upkeep_calls += 1
+            per_tok = seconds / tokens
+            self.upkeep_tok_seconds += (per_tok - self.upkeep_tok_seconds) / min(self.upkeep_calls, 20)
+
     #: Labels of the run-position buckets, for telemetry.
     BUCKET_LABELS = ("0", "1", "2-3", "4-7", "8-15", "16-31", "32+")
 
@@ -375,6 +455,12 @@ class CostPolicy(QuietPolicy):
             "shadow_hits": self.shadow_hits,
             "probe_every": self.probe_every,
             "draft_seconds_per_token": self.draft_tok_seconds,
+            "upkeep_seconds_per_token": self.upkeep_tok_seconds,
+            "plain_round_upkeep_seconds": self.plain_upkeep_seconds,
+            "proposal_rate": self.proposal_rate,
+            "declined_round_seconds": self.decline_seconds,
+            "resume_seconds": self.resume_seconds,
+            "probe_floor": self.probe_floor(),
             "verify_cost": self.cost.to_dict() if self.cost is not None else None,
         }
 
@@ -390,6 +476,17 @@ class CostPolicy(QuietPolicy):
             "rounds_since_evidence": self.rounds_since_evidence,
             "probe_every": self.probe_every,
             "probing": self.probing,
+            "upkeep_tok_seconds": self.upkeep_tok_seconds,
+            "upkeep_calls": self.upkeep_calls,
+            "plain_upkeep_seconds": self.plain_upkeep_seconds,
+            "plain_upkeep_calls": self.plain_upkeep_calls,
+            "last_length": self.last_length,
+            "asked": self.asked,
+            "proposal_rate": self.proposal_rate,
+            "declines": self.declines,
+            "decline_seconds": self.decline_seconds,
+            "resumes": self.resumes,
+            "resume_seconds": self.resume_seconds,
         }
 
     def load(self, d: dict) -> None:
@@ -408,6 +505,18 @@ class CostPolicy(QuietPolicy):
         self.rounds_since_evidence = int(d.get("rounds_since_evidence", 0))
         self.probe_every = min(max(int(d.get("probe_every", self.PROBE_EVERY)), self.PROBE_EVERY), self.PROBE_MAX)
         self.probing = bool(d.get("probing", False))
+        self.upkeep_tok_seconds = float(d.get("upkeep_tok_seconds", 0.0))
+        self.upkeep_calls = int(d.get("upkeep_calls", 0))
+        self.plain_upkeep_seconds = float(d.get("plain_upkeep_seconds", 0.0))
+        self.plain_upkeep_calls = int(d.get("plain_upkeep_calls", 0))
+        last = d.get("last_length")
+        self.last_length = int(last) if isinstance(last, int) else None
+        self.asked = int(d.get("asked", 0))
+        self.proposal_rate = min(max(float(d.get("proposal_rate", 1.0)), 0.0), 1.0)
+        self.declines = int(d.get("declines", 0))
+        self.decline_seconds = float(d.get("decline_seconds", 0.0))
+        self.resumes = int(d.get("resumes", 0))
+        self.resume_seconds = float(d.get("resume_seconds", 0.0))
 
 
 def measure_verify_cost(ctx: Any, history: Sequence[int], knobs: dict) -> VerifyCostModel:

@@ -634,10 +634,18 @@ class Session:
     def _learn(self, res: RoundResult) -> None:
         """Feed one round to the drafting policy and the telemetry counters."""
         self.policy.observe_verify(res.batch_size, res.verify_seconds)
+        # the drafter's upkeep (feeding its own model) is learnt apart from its draft steps
+        upkeep = self.drafter.take_upkeep() if self.drafter is not None else None
+        draft_seconds = res.draft_seconds
+        if upkeep is not None:
+            self.policy.observe_upkeep(upkeep.seconds, upkeep.tokens, upkeep.in_draft)
+            draft_seconds = max(0.0, draft_seconds - upkeep.in_draft)
         if res.draft:
-            self.policy.observe(len(res.draft), res.n_accepted, res.draft_seconds)
+            self.policy.observe(len(res.draft), res.n_accepted, draft_seconds)
         elif res.shadow is not None and res.committed:
             self.policy.observe_shadow(res.shadow == res.committed[0])
+        elif res.budget.limit > 0:  # asked for a draft, got none: what asking cost, upkeep included
+            self.policy.observe(0, 0, draft_seconds + (upkeep.seconds if upkeep is not None else 0.0))
         else:
             self.policy.observe_idle()
         self.telemetry.record_round(

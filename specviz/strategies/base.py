@@ -24,7 +24,9 @@ Optional abilities are declared by the class, never probed:
 * ``needs_model`` — the drafter is built with a :class:`DraftResources` holding the draft GGUF named by
   its ``draft_model`` knob, already loaded and checked;
 * ``has_context`` — the drafter owns a llama.cpp context: :meth:`kv_length`, :meth:`sync` (which returns
-  the rollbacks of that context), :meth:`context_state` / :meth:`load_context_state`.
+  the rollbacks of that context), :meth:`context_state` / :meth:`load_context_state`, and
+  :meth:`take_upkeep` (what keeping that context in step with the committed tokens cost, apart from
+  drafting; the ``cost`` policy weighs it).
 
 A drafter never imports a UI library and never sees the session.
 """
@@ -86,6 +88,24 @@ class DrafterStats:
     def to_dict(self) -> dict[str, Any]:
         """Plain dictionary form."""
         return dict(self.__dict__)
+
+
+@dataclass
+class Upkeep:
+    """What keeping a drafter's own model in step with the committed tokens cost since the last
+    :meth:`Drafter.take_upkeep`, apart from drafting.
+
+    ``seconds`` is the time spent feeding the committed positions after the rounds (``sync``), ``tokens``
+    the positions so fed; ``in_draft`` the part of ``draft()`` spent bringing the model up to date before
+    its first drafting step (a resume after a pause, a catch-up), which the round's draft time includes;
+    ``paused`` whether the drafter is not feeding its model now (see
+    :class:`~specviz.strategies.hidden_state.HiddenStateDrafter`).
+    """
+
+    seconds: float = 0.0
+    tokens: int = 0
+    in_draft: float = 0.0
+    paused: bool = False
 
 
 @dataclass
@@ -251,6 +271,11 @@ class Drafter:
 
     def load_context_state(self, blob: bytes) -> None:
         """(``has_context``) Restore :meth:`context_state`."""
+
+    def take_upkeep(self) -> Upkeep | None:
+        """(``has_context``) What feeding the drafter's own model cost since the last call (the counters
+        start again); None for a drafter that keeps nothing in step."""
+        return None
 
     def close(self) -> None:
         """Release resources (model-backed drafters free their context)."""

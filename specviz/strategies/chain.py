@@ -32,7 +32,7 @@ from typing import Any, Callable, ClassVar, Sequence
 
 from ..decoding.knob_schema import Knob
 from ..errors import SnapshotError
-from .base import Draft, Drafter, DraftResources
+from .base import Draft, Drafter, DraftResources, Upkeep
 
 
 def member_slug(member: str) -> str:
@@ -137,6 +137,18 @@ class ChainDrafter(Drafter):
             if d.has_context:
                 out += d.sync(history)
         return out
+
+    def take_upkeep(self) -> Upkeep | None:
+        """The members' upkeep together (their seconds added; the committed positions are the same for all)."""
+        ups = [u for u in (d.take_upkeep() for d in self.drafters) if u is not None]
+        if not ups:
+            return None
+        return Upkeep(
+            seconds=sum(u.seconds for u in ups),
+            tokens=max(u.tokens for u in ups),
+            in_draft=sum(u.in_draft for u in ups),
+            paused=all(u.paused for u in ups),
+        )
 
     def kv_length(self) -> int | None:
         """Positions the model-backed member's context holds."""

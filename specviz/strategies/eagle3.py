@@ -13,6 +13,10 @@ Everything that could make llama.cpp abort is checked before a context is made: 
 does not fit is refused by ``configure()`` / ``start()`` with :class:`~specviz.errors.StrategyUnavailableError`
 saying why.
 
+From the second round in a row drafted with a limit of 0 (the ``cost`` policy kept them plain) the head
+is not fed: the drafter pauses, keeps the captured layer inputs of at most a window of positions, and
+resumes from them when a round drafts again (:mod:`specviz.strategies.hidden_state`).
+
 The telemetry adds the head's vocabulary coverage: the share of the target's vocabulary the draft
 vocabulary holds, of the committed tokens it could express, and of the tokens the target chose at a
 rejection (a rejected position whose token the head cannot even express is a vocabulary problem, not
@@ -64,6 +68,8 @@ class Eagle3Drafter(HiddenStateDrafter):
     knobs = (DRAFT_MODEL_KNOB, DRAFT_P_MIN_KNOB)
     state_format = "eagle3-1"
     PAIR_OFFSET = 0
+    # rounds the cost policy keeps plain do not feed the head (see hidden_state's module docstring)
+    PAUSES_WHEN_PLAIN = True
 
     @staticmethod
     def check(config: dict[str, Any]) -> None:
@@ -116,8 +122,14 @@ class Eagle3Drafter(HiddenStateDrafter):
         if "d2t" in info.tensors:
             self.vocab_ids = np.unique(read_small_tensor(head.path, info, "d2t").astype(np.int64))
 
+    def _features(self, n_rows: int) -> np.ndarray:
+        return self.capture.features(n_rows)
+
+    def _encode(self, rows: np.ndarray) -> np.ndarray:
+        return self.dctx.encode(rows)
+
     def _states(self, n_rows: int) -> np.ndarray:
-        return self.dctx.encode(self.capture.features(n_rows))
+        return self._encode(self._features(n_rows))
 
     def _release_target(self) -> None:
         self.capture.close()

@@ -25,6 +25,37 @@ missing committed positions of the target with the states switched on (same toke
 so the target's cache is unchanged up to the CPU kernels' batch-size rounding), which is exact but
 costs one batch.
 
+Feeding the drafter's model costs time every round (EAGLE-3: the encoder over the new positions' layer
+inputs, then one decode of their pairs), whether or not the round drafts. A drafter whose
+:attr:`HiddenStateDrafter.pause_when_plain` is set (``eagle3``) stops paying it in rounds drafted with a
+limit of 0 (the ``cost`` policy kept them plain, or a cap left no room): from the second such round in a
+row it *pauses*. (For one such round pausing would save nothing: the resume makes the two calls the
+feeding would have made. And the last round of a generation, which the token budget leaves no draft,
+stays fed.) A round whose draft came back empty (the head's confidence below ``draft_p_min``) pauses
+after its first drafting step too: the pairs of its committed tokens would be written for nothing if the
+next round is plain, and a resume after one round makes the same calls. While paused it writes no pairs
+and encodes nothing; it keeps, from each verify batch, only the raw target rows of the committed
+positions (:meth:`HiddenStateDrafter._features`: EAGLE-3's three layer inputs, a copy), at most
+:attr:`HiddenStateDrafter.resume_window` positions. The target's layer capture stays on: it costs a
+plain decode about 1.4% (``benchmarks/bench_eagle3.py``), while recovering the rows without it would
+take a re-evaluation of the target over the window. The first round that asks
+for a draft again *resumes*: the kept rows are encoded in one call and their pairs written in one batch,
+then drafting proceeds as usual. A pause of at most ``resume_window`` positions leaves the drafter's
+context exactly as feeding every round would have (same pairs at the same positions, from the same
+verify batches' rows; batched instead of round by round, which on the CPU kernels can round differently
+in the last bits). After a longer pause the drafter deliberately *restarts*: its context is cleared and
+holds, from then on, the pairs of the window's positions and those after (at their true positions), not
+the earlier ones, which bounds the resume to one window (llama.cpp appends to a sequence only at its next
+position, so a context cannot keep its old pairs and skip the lost ones). ``restarts`` counts these,
+``skipped_tokens`` the positions whose pairs a restart left out. When the drafter cannot tell a paused
+round's target batch was the verify batch (the cost policy measuring, a switch), it resumes by
+re-evaluating the target over the missing positions (see below), at most a window of them, restarting in
+the same way when more are missing.
+
+The time spent feeding (``feed_seconds`` / ``feed_tokens``) and resuming or catching up before a draft
+(``resume_seconds``) is reported apart from drafting (:meth:`HiddenStateDrafter.take_upkeep`), so the
+``cost`` policy can weigh what drafting costs beyond its draft steps.
+
 Drafting draws from the drafter's distribution: greedy takes its first maximum; sampling draws from
 ``q`` (temperature, top-k and top-p applied as for the target), and ``q`` goes to the acceptor as the
 draft distribution, so sampled decoding stays lossless. With a reduced draft vocabulary (EAGLE-3's
@@ -41,13 +72,14 @@ from __future__ import annotations
 import base64
 import json
 import time
+from collections import deque
 from typing import Any, ClassVar, Sequence
 
 import numpy as np
 
 from ..decoding.sampling import TokenDist
 from ..errors import ContextError, SnapshotError
-from .base import Draft, Drafter, DraftResources
+from .base import Draft, Drafter, DraftResources, Upkeep
 from .draft_choice import choose_token
 from .target_replay import reevaluate
 
@@ -58,7 +90,8 @@ class HiddenStateDrafter(Drafter):
     Subclasses set :attr:`dctx` (an object with ``decode``/``logits``/``prenorm``/``truncate``/
     ``kv_len``/``clear``/``state``/``load_state``/``close``, e.g.
     :class:`~specviz.backends.eagle3.Eagle3Context`), :attr:`vocab_ids` (the target ids the drafter can
-    propose, ascending, or None for all) and implement :meth:`_states` and :meth:`_release_target`.
+    propose, ascending, or None for all) and implement :meth:`_states` (or :meth:`_features` and
+    :meth:`_encode`, whose composition it is) and :meth:`_release_target`.
     """
 
     needs_model = True
@@ -68,6 +101,13 @@ class HiddenStateDrafter(Drafter):
     #: (``PAIR_OFFSET`` 1) Position 0 holds the first token paired with a zero state, as llama.cpp's MTP
     #: writes it (its pending state starts as zeros): every later step attends to it.
     LEADING_PAIR: ClassVar[bool] = False
+    #: Pause feeding the drafter's model in rounds drafted with a limit of 0 (see the module docstring).
+    PAUSES_WHEN_PLAIN: ClassVar[bool] = False
+    #: Most positions whose target rows a paused drafter keeps to resume from. 16: a pause between the
+    #: cost policy's probes lasts 16 to 64 rounds, and re-feeding 64 positions cost Gemma 3 270M's plain
+    #: decoding several per cent here (about 0.1 s a resume with the trained head's shape, on a loaded
+    #: 2-core machine, every 64 rounds of 22 ms of CPU), 16 a quarter of that; a longer pause restarts.
+    RESUME_WINDOW: ClassVar[int] = 16
 
     def __init__(self, resources: DraftResources, **knobs: Any) -> None:
         super().__init__(**knobs)
@@ -89,6 +129,24 @@ class HiddenStateDrafter(Drafter):
         self.model_seconds = 0.0
         self.model_tokens = 0
         self.catch_up_tokens = 0  # target positions re-evaluated to recover states
+        self._paused = False  # not feeding the model: the rows of positions since are kept in _kept
+        self._plain_run = 0  # draft() calls in a row with a limit of 0
+        self._declined = False  # the last _draft() proposed nothing: its sync pauses
+        #: Whether rounds drafted with a limit of 0 pause the feeding (``PAUSES_WHEN_PLAIN``; False feeds
+        #: every round, as before pausing existed).
+        self.pause_when_plain = self.PAUSES_WHEN_PLAIN
+        #: Most positions kept while paused (``RESUME_WINDOW`` unless set otherwise before a pause).
+        self.resume_window = self.RESUME_WINDOW
+        self._kept: deque[np.ndarray] = deque(maxlen=self.resume_window)
+        self._kept_end = 0  # target position after the newest kept row
+        self.feed_seconds = 0.0  # sync's encoding and pair writing, paused rounds' row keeping included
+        self.feed_tokens = 0  # pairs written by sync
+        self.resume_seconds = 0.0  # bringing the model up to date inside draft() (resume, catch-up)
+        self.pauses = 0
+        self.resumes = 0
+        self.restarts = 0  # resumes that cleared the context (a pause longer than the window)
+        self.skipped_tokens = 0  # positions those restarts left without a pair
+        self._upkeep_mark = (0.0, 0, 0.0)  # feed_seconds, feed_tokens, resume_seconds at the last take
         self.coverage = {"committed": 0, "expressible": 0, "rejections": 0, "rejections_expressible": 0}
 
     # -- to implement ------------------------------------------------------------------------------
@@ -98,6 +156,15 @@ class HiddenStateDrafter(Drafter):
 
     def _release_target(self) -> None:
         """Switch the target context's extra outputs off again."""
+
+    def _features(self, n_rows: int) -> np.ndarray:
+        """The raw target rows behind :meth:`_states` (EAGLE-3: the layer inputs, before the encoder), a
+        copy; what a paused drafter keeps. By default the states themselves."""
+        return self._states(n_rows)
+
+    def _encode(self, rows: np.ndarray) -> np.ndarray:
+        """States from :meth:`_features` rows (by default the rows themselves)."""
+        return rows
 
     # -- helpers -----------------------------------------------------------------------------------
     def _drafter_kv(self) -> int:
@@ -157,6 +224,9 @@ class HiddenStateDrafter(Drafter):
         self._set_pending(0, np.zeros((0, 0), dtype=np.float32))
         self._rollbacks = []
         self._last_draft = []
+        self._paused = False
+        self._plain_run = 0
+        self._kept.clear()
         n_committed = len(history) - 1
         tgt = self.target_ctx
         # cheap path: the session has just evaluated the prompt in one batch with our outputs switched on
@@ -172,13 +242,61 @@ class HiddenStateDrafter(Drafter):
             self._dirty = True
             self._hist_len = len(history)
 
+    def draft(self, history: Sequence[int], n_max: int) -> Draft:
+        """Propose up to ``n_max`` tokens; a second limit of 0 in a row pauses the feeding (see
+        :attr:`pause_when_plain` and the module docstring)."""
+        self._plain_run = self._plain_run + 1 if n_max <= 0 else 0
+        if self._plain_run >= 2 and self.pause_when_plain and not self._paused:
+            self._pause()
+        return super().draft(history, n_max)
+
+    def _pause(self) -> None:
+        """Stop feeding the model from this round on; the next draft with a limit resumes."""
+        self._paused = True
+        self._kept = deque(maxlen=max(1, int(self.resume_window)))
+        self._kept_end = self._pending_start + self._pending.shape[0]
+        self.pauses += 1
+
+    def _resume(self, history: Sequence[int]) -> None:
+        """Bring a paused drafter's pending states up to date (the pairs are written by :meth:`_complete`)."""
+        self._paused = False
+        self.resumes += 1
+        if self._dirty:
+            # the rows of the paused rounds are unknown: re-evaluate at most the window's positions
+            self._restart_at(max(self._n_pairs, len(history) - 1 - int(self.resume_window)))
+            return
+        kept_start = self._kept_end - len(self._kept)
+        if kept_start > self._pending_start + self._pending.shape[0]:  # the window lost the pause's start
+            self._restart_at(kept_start)
+        if self._kept:
+            states = self._encode(np.stack(list(self._kept)))
+            if self._pending.shape[0]:
+                self._set_pending(self._pending_start, np.concatenate([self._pending, states]))
+            else:
+                self._set_pending(kept_start, states)
+        self._kept.clear()
+
+    def _restart_at(self, start: int) -> None:
+        """(A pause longer than the window) Clear the model's context; its next pair is that of target
+        position ``start``, and positions ``_n_pairs … start - 1`` get none."""
+        if start > self._n_pairs:
+            self.skipped_tokens += start - self._n_pairs
+            self.restarts += 1
+            self.dctx.clear()
+            self._n_pairs = start
+            self._set_pending(start, np.zeros((0, 0), dtype=np.float32))
+
     def _draft(self, history: Sequence[int], n_max: int) -> Draft:
         L = len(history)
         if L < 2:
             return Draft(reason="no-state")
-        if self._dirty or self._hist_len != L or self._n_pairs != L - 2:
+        if self._paused or self._dirty or self._hist_len != L or self._n_pairs != L - 2:
+            t_up = time.perf_counter()
             self._rollbacks.extend(self._drop_speculative())
+            if self._paused:
+                self._resume(history)
             self._complete(history)
+            self.resume_seconds += time.perf_counter() - t_up
         t0 = time.perf_counter()
         p_min = self.config.get("draft_p_min", 0.0)
         pos = L - 2 + self.PAIR_OFFSET
@@ -206,6 +324,7 @@ class HiddenStateDrafter(Drafter):
         self.model_seconds += time.perf_counter() - t0
         self.model_tokens += len(toks)
         self._last_draft = toks
+        self._declined = not toks
         return Draft(tokens=toks, probs=probs, reason=reason, dists=dists if not self.res.sampling.greedy else None)
 
     def _drop_speculative(self) -> list[tuple[int, int]]:
@@ -219,30 +338,74 @@ class HiddenStateDrafter(Drafter):
 
     def sync(self, history: Sequence[int]) -> list[tuple[int, int]]:
         """After a round: drop the drafted pairs, take the committed positions' states from the verify
-        batch (or catch up), write their pairs; returns the drafter context's rollbacks since the last call."""
+        batch (or catch up), write their pairs; returns the drafter context's rollbacks since the last call.
+        A paused drafter only keeps the verify batch's rows of the committed positions (see the module
+        docstring)."""
+        t_feed = time.perf_counter()
+        if self._declined and self.pause_when_plain and not self._paused:
+            self._pause()
+        self._declined = False
         self._rollbacks.extend(self._drop_speculative())
         L_old, L = self._hist_len, len(history)
         self._count_coverage(history, L_old)
         self._round_start = L_old
-        if not self._dirty:
-            verified = self.target_ctx.eval_count == self._eval_mark + 1
-            if L > L_old and verified and L_old >= 1:
-                # rows 0 … L-L_old-1 of the verify batch are target positions L_old-1 … L-2
-                rows = self._states(L - L_old)
-                have = self._pending
-                if have.shape[0] and self._pending_start + have.shape[0] != L_old - 1:
+        if self._paused:
+            self._keep_rows(L_old, L)
+        else:
+            self.feed_tokens += max(0, L - L_old)
+            if not self._dirty:
+                verified = self.target_ctx.eval_count == self._eval_mark + 1
+                if L > L_old and verified and L_old >= 1:
+                    # rows 0 … L-L_old-1 of the verify batch are target positions L_old-1 … L-2
+                    rows = self._states(L - L_old)
+                    have = self._pending
+                    if have.shape[0] and self._pending_start + have.shape[0] != L_old - 1:
+                        self._dirty = True
+                    else:
+                        start = L_old - 1 if not have.shape[0] else self._pending_start
+                        self._set_pending(start, np.concatenate([have, rows]) if have.shape[0] else rows)
+                elif L != L_old or not verified:
                     self._dirty = True
-                else:
-                    start = L_old - 1 if not have.shape[0] else self._pending_start
-                    self._set_pending(start, np.concatenate([have, rows]) if have.shape[0] else rows)
-            elif L != L_old or not verified:
-                self._dirty = True
-        if self._dirty and self._n_pairs > len(history) - 2:
-            self._n_pairs = max(0, len(history) - 2)
-            self.dctx.truncate(self._n_pairs + self.PAIR_OFFSET)
-        self._complete(history)
+            if self._dirty and self._n_pairs > len(history) - 2:
+                self._n_pairs = max(0, len(history) - 2)
+                self.dctx.truncate(self._n_pairs + self.PAIR_OFFSET)
+            self._complete(history)
+        self.feed_seconds += time.perf_counter() - t_feed
         out, self._rollbacks = self._rollbacks, []
         return out
+
+    def _keep_rows(self, L_old: int, L: int) -> None:
+        """(Paused) Keep the verify batch's rows of the committed positions ``L_old - 1 … L - 2``."""
+        if not self._dirty:
+            verified = self.target_ctx.eval_count == self._eval_mark + 1
+            if L > L_old >= 1 and verified and self._kept_end == L_old - 1:
+                for row in self._features(L - L_old):
+                    self._kept.append(row)
+                self._kept_end = L - 1
+            elif L != L_old or not verified:
+                self._dirty = True
+                self._kept.clear()
+        if self._dirty and self._n_pairs > L - 2:
+            self._n_pairs = max(0, L - 2)
+            self.dctx.truncate(self._n_pairs + self.PAIR_OFFSET)
+        self._hist_len = L
+        self._eval_mark = self.target_ctx.eval_count
+
+    def take_upkeep(self) -> Upkeep:
+        """Feeding and resume time since the last call (see :class:`~specviz.strategies.base.Upkeep`)."""
+        fs, ft, rs = self._upkeep_mark
+        self._upkeep_mark = (self.feed_seconds, self.feed_tokens, self.resume_seconds)
+        return Upkeep(
+            seconds=self.feed_seconds - fs,
+            tokens=self.feed_tokens - ft,
+            in_draft=self.resume_seconds - rs,
+            paused=self._paused,
+        )
+
+    @property
+    def paused(self) -> bool:
+        """Whether the drafter is not feeding its model now (see the module docstring)."""
+        return self._paused
 
     def _count_coverage(self, history: Sequence[int], since: int) -> None:
         """How many committed tokens the drafter's vocabulary could express."""
@@ -275,6 +438,16 @@ class HiddenStateDrafter(Drafter):
             "draft_model_tokens_per_second": self.model_tokens / self.model_seconds if self.model_seconds else 0.0,
             "draft_kv": self.kv_length(),
             "catch_up_tokens": self.catch_up_tokens,
+            "upkeep": {
+                "feed_seconds": self.feed_seconds,
+                "feed_tokens": self.feed_tokens,
+                "resume_seconds": self.resume_seconds,
+                "paused": self._paused,
+                "pauses": self.pauses,
+                "resumes": self.resumes,
+                "restarts": self.restarts,
+                "skipped_tokens": self.skipped_tokens,
+            },
         }
         if self.vocab_ids is not None:
             d["vocab_coverage"] = {
@@ -291,15 +464,27 @@ class HiddenStateDrafter(Drafter):
         return d
 
     def _export_state(self) -> dict[str, Any]:
-        return {"coverage": dict(self.coverage), "catch_up_tokens": self.catch_up_tokens}
+        return {
+            "coverage": dict(self.coverage),
+            "catch_up_tokens": self.catch_up_tokens,
+            "pauses": self.pauses,
+            "resumes": self.resumes,
+            "restarts": self.restarts,
+            "skipped_tokens": self.skipped_tokens,
+        }
 
     def _import_state(self, d: dict[str, Any]) -> None:
         cov = d.get("coverage", {})
         self.coverage = {k: int(cov.get(k, 0)) for k in self.coverage}
         self.catch_up_tokens = int(d.get("catch_up_tokens", 0))
+        self.pauses = int(d.get("pauses", 0))
+        self.resumes = int(d.get("resumes", 0))
+        self.restarts = int(d.get("restarts", 0))
+        self.skipped_tokens = int(d.get("skipped_tokens", 0))
 
     def context_state(self) -> bytes:
-        """The drafter's context, its pair count and the states waiting for their pairs (for snapshots)."""
+        """The drafter's context, its pair count, the states waiting for their pairs and, while paused, the
+        rows kept to resume from (for snapshots)."""
         if self._dirty:  # nothing worth saving: the restored drafter catches up from the target
             return json.dumps({"dirty": True}).encode()
         head: dict[str, Any] = {
@@ -310,6 +495,15 @@ class HiddenStateDrafter(Drafter):
             "pending_shape": list(self._pending.shape),
             "pending": base64.b64encode(self._pending.astype("<f4").tobytes()).decode(),
         }
+        if self._paused:
+            kept = np.stack(list(self._kept)) if self._kept else np.zeros((0, 0), dtype=np.float32)
+            head["paused"] = {
+                "window": int(self.resume_window),
+                "kept_end": self._kept_end,
+                "kept_shape": list(kept.shape),
+                "kept": base64.b64encode(kept.astype("<f4").tobytes()).decode(),
+            }
+        head["plain_run"] = self._plain_run
         hb = json.dumps(head).encode()
         return len(hb).to_bytes(8, "little") + hb + self.dctx.state()
 
@@ -318,12 +512,23 @@ class HiddenStateDrafter(Drafter):
         if blob.startswith(b"{"):
             self._dirty = True
             return
+        paused: dict[str, Any] | None = None
+        kept_rows: np.ndarray = np.zeros((0, 0), dtype=np.float32)
+        window, kept_end = self.RESUME_WINDOW, 0
         try:
             n = int.from_bytes(blob[:8], "little")
             head = json.loads(blob[8 : 8 + n])
             shape = tuple(int(x) for x in head["pending_shape"])
             rows = np.frombuffer(base64.b64decode(head["pending"]), dtype="<f4").reshape(shape).astype(np.float32)
             n_pairs, hist_len, start = int(head["n_pairs"]), int(head["hist_len"]), int(head["pending_start"])
+            paused = head.get("paused")
+            plain_run = int(head.get("plain_run", 0))
+            if paused is not None:
+                kshape = tuple(int(x) for x in paused["kept_shape"])
+                kept_rows = np.frombuffer(base64.b64decode(paused["kept"]), dtype="<f4").reshape(kshape)
+                window, kept_end = int(paused["window"]), int(paused["kept_end"])
+                if len(kshape) != 2 or window < 1 or kshape[0] > window or kept_end > hist_len:
+                    raise ValueError(f"kept rows {kshape}, window {window}, ending at {kept_end}")
         except (ValueError, KeyError, TypeError) as exc:
             raise SnapshotError(f"the {self.name} drafter's state is malformed ({exc})") from None
         if not 0 <= n_pairs <= hist_len or start != n_pairs:
@@ -333,6 +538,12 @@ class HiddenStateDrafter(Drafter):
         self.dctx.load_state(blob[8 + n :])
         self._n_pairs, self._hist_len = n_pairs, hist_len
         self._set_pending(start, rows)
+        self._paused = paused is not None
+        self._plain_run = plain_run
+        if paused is not None:
+            self.resume_window = window
+            self._kept = deque((r.astype(np.float32) for r in kept_rows), maxlen=window)
+            self._kept_end = kept_end
         self._dirty = False
         self._rollbacks = []
         self._eval_mark = self.target_ctx.eval_count
