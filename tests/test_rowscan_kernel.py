@@ -61,3 +61,82 @@ def test_other_arrays_and_a_switched_off_kernel_get_numpy(monkeypatch):
     assert np.allclose(with_kernel, numpy_only, rtol=1e-6, atol=0)
     m, z = reference(row)
     assert numpy_only[2] == pytest.approx(1 / z, rel=1e-6)
+
+
+def _scans() -> list:
+    """Both builds of the one-pass scan: the dispatching entry point and the plain-C one."""
+    import ctypes
+
+    lib = ctypes.CDLL(str(rowscan_kernel.build()))
+    generic = lib.specviz_scan_generic
+    generic.restype = ctypes.c_int
+    generic.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p]
+
+    def plain(row: np.ndarray) -> rowscan_kernel.Scan:
+        best, out = ctypes.c_int64(), (ctypes.c_double * 2)()
+        nan = generic(row.ctypes.data, row.shape[0], ctypes.addressof(best), ctypes.addressof(out))
+        return rowscan_kernel.Scan(best.value, out[0], out[1], bool(nan))
+
+    return [rowscan_kernel.scan, plain]
+
+
+@needs_kernel
+@pytest.mark.parametrize("which", [0, 1], ids=["dispatched", "plain-c"])
+@pytest.mark.parametrize("n", [1, 7, 16, 255, 256, 257, 4096 + 13, 262144])
+@pytest.mark.parametrize("scale", [0.5, 4.0, 40.0])
+def test_the_one_pass_scan_matches_argmax_and_float64(which, n, scale):
+    rng = np.random.default_rng(n + int(scale))
+    row = (rng.standard_normal(n) * scale).astype(np.float32)
+    got = _scans()[which](row)
+    m, z = reference(row)
+    assert got.best == int(np.argmax(row)) and got.max == m and not got.has_nan
+    assert abs(got.z - z) <= 2e-7 * z
+
+
+@needs_kernel
+@pytest.mark.parametrize("which", [0, 1], ids=["dispatched", "plain-c"])
+def test_the_one_pass_scan_keeps_the_first_maximum_across_and_within_blocks(which):
+    scan = _scans()[which]
+    row = np.zeros(3000, dtype=np.float32)
+    row[[700, 2900, 5]] = [3.0, 3.0, 1.0]  # blocks 2 and 11 tie: block 2's wins
+    assert scan(row).best == 700
+    row[[703, 699]] = [3.0, 3.0]  # within a block: the first of three
+    assert scan(row).best == 699
+    row[2999] = 3.5  # a later, strictly greater maximum in the tail
+    assert scan(row).best == 2999
+
+
+@needs_kernel
+@pytest.mark.parametrize("which", [0, 1], ids=["dispatched", "plain-c"])
+def test_the_one_pass_scan_flags_nan_and_reads_it_as_minus_infinity(which):
+    scan = _scans()[which]
+    row = np.array([np.nan, 1.0, 5.0, np.nan] * 100, dtype=np.float32)
+    got = scan(row)
+    assert got.has_nan and got.best == 2 and got.max == 5.0
+    assert got.z == pytest.approx(100 * (1 + np.exp(-4.0)), rel=1e-7)
+    assert scan(np.full(300, -np.inf, dtype=np.float32))[:2] == (0, -np.inf)
+    inf = np.array([1.0, np.inf, 2.0, np.inf], dtype=np.float32)
+    assert scan(inf)[:2] == (1, np.inf)
+
+
+@needs_kernel
+def test_a_row_that_keeps_rising_rescales_the_sum_exactly_enough():
+    """Every block sets a new maximum: the sum is rescaled 1024 times (in double)."""
+    row = np.linspace(-50.0, 30.0, 262144).astype(np.float32)
+    got = rowscan_kernel.scan(row)
+    m, z = reference(row)
+    assert got.best == 262143 and abs(got.z - z) <= 2e-7 * z
+
+
+@needs_kernel
+def test_the_acceptors_one_pass_rows_agree_with_the_two_pass_scan():
+    rng = np.random.default_rng(7)
+    for n in (9, 300, 262144):
+        row = (rng.standard_normal(n) * 6).astype(np.float32)
+        one, two = ScoredRow(row, normaliser=True), ScoredRow(row)
+        assert one.best == two.best and one.max == two.max
+        for t in (0, n // 2, one.best):
+            assert one.prob(t) == pytest.approx(two.prob(t), rel=1e-6)
+        assert [t for t, _ in one.top(5)] == [t for t, _ in two.top(5)]
+    nan_row = np.array([np.nan, 2.0, 1.0], dtype=np.float32)  # the NaN-aware path
+    assert ScoredRow(nan_row, normaliser=True).prob(1) == pytest.approx(ScoredRow(nan_row).prob(1))

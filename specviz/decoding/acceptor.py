@@ -135,7 +135,7 @@ def _accept_greedy(
     probs: list[float] = []
     k = len(draft)
     for i in range(k + 1):
-        sr = ScoredRow(row(i), scratch)
+        sr = ScoredRow(row(i), scratch, normaliser=True)
         tokens.append(sr.best)
         probs.append(sr.prob(sr.best))
         if i == k:

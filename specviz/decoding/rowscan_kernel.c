@@ -70,3 +70,147 @@ double specviz_expsum(const float * x, int64_t n, float m) {
     }
     return s;
 }
+
+/*
+ * specviz_scan: the greedy row scan in one pass over the row, for the acceptor. It finds the first
+ * maximum (NaN read as -inf), its value and sum(exp(x[i] - max)) together, so the row is read from
+ * memory once instead of twice (an argmax pass, then the normaliser's pass): the row arrives from
+ * llama.cpp's output layer out of this core's caches, and that read was half a greedy round's scan.
+ *
+ * The row is taken in blocks of SPECVIZ_BLOCK values. Each block's maximum is found first (vector
+ * maxima, NaN skipped); a block whose maximum exceeds the running one becomes the maximum's block and
+ * the sum so far is rescaled by exp(old - new) (in double: a row can set a new maximum in many blocks).
+ * The block, now in the first-level cache, is then summed against the running maximum as in
+ * specviz_expsum. "First maximum wins": only a strictly greater block maximum moves the maximum's block,
+ * and the index is the first value equal to the maximum in that block.
+ *
+ * out[0] = the maximum, out[1] = the sum; *best = its index (0 for a row of -inf and NaN only, as numpy's
+ * argmax of the row with NaN read as -inf). The return value is 1 when the row holds a NaN (the caller
+ * then takes its NaN-aware path), else 0. With a non-finite maximum out[1] is not meaningful.
+ * specviz_scan_generic is the same scan in plain C (two loops), for CPUs without AVX-512; it is exported
+ * so that the tests check it on machines that have AVX-512 too.
+ */
+
+/* exp(x) for x <= 0 in double: n = round(x / ln2), exp(r) by Taylor to degree 12 (|r| <= ln2 / 2, error
+   below 1e-15), 2^n from the exponent bits; below -708 the result is 0. */
+static double specviz_exp_nonpositive_d(double x) {
+    if (!(x > -708.0)) {
+        return 0.0;
+    }
+    const double n = (double) (int64_t) (x * 1.4426950408889634 - 0.5); /* floor(x/ln2 + 0.5) for x <= 0 */
+    const double r = x - n * 0.6931471805599453;
+    double p = 1.0 / 479001600.0;
+    static const double inv_fact[12] = {1.0 / 39916800.0, 1.0 / 3628800.0, 1.0 / 362880.0, 1.0 / 40320.0,
+                                        1.0 / 5040.0, 1.0 / 720.0, 1.0 / 120.0, 1.0 / 24.0, 1.0 / 6.0, 0.5,
+                                        1.0, 1.0};
+    for (int k = 0; k < 12; ++k) {
+        p = p * r + inv_fact[k];
+    }
+    const int64_t bits = ((int64_t) n + 1023) << 52;
+    double scale;
+    memcpy(&scale, &bits, sizeof scale);
+    return p * scale;
+}
+
+int specviz_scan_generic(const float * x, int64_t n, int64_t * best, double * out) {
+    int nan = 0;
+    float m = -__builtin_inff();
+    int64_t at = 0;
+    for (int64_t i = 0; i < n; ++i) {
+        const float v = x[i];
+        nan |= v != v;
+        if (v > m) {
+            m = v;
+            at = i;
+        }
+    }
+    *best = at;
+    out[0] = m;
+    out[1] = (m > -__builtin_inff() && m < __builtin_inff()) ? specviz_expsum(x, n, m) : 0.0;
+    return nan;
+}
+
+#if defined(__GNUC__) && defined(__x86_64__)
+#include <immintrin.h>
+
+__attribute__((target("avx512f"))) static inline __m512 specviz_exp_nonpositive16(__m512 x) {
+    const __m512 xc = _mm512_max_ps(x, _mm512_set1_ps(-87.0f)); /* NaN: the second operand, clamped */
+    const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(xc, _mm512_set1_ps(1.44269504088896341f)),
+                                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145751953125f), xc);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.428606765330187045e-06f), r);
+    __m512 p = _mm512_set1_ps(1.98412698412698413e-04f);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.38888888888888889e-03f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.33333333333333333e-03f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.16666666666666667e-02f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.66666666666666667e-01f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    return _mm512_scalef_ps(p, n); /* p * 2^n */
+}
+
+__attribute__((target("avx512f"))) static int specviz_scan_avx512(const float * x, int64_t n, int64_t * best,
+                                                                  double * out) {
+    const __m512 ninf = _mm512_set1_ps(-__builtin_inff());
+    __mmask16 nan = 0;
+    float m = -__builtin_inff();
+    double s = 0.0;
+    int64_t block = -1;
+    for (int64_t i = 0; i < n; i += SPECVIZ_BLOCK) {
+        const int64_t len = n - i < SPECVIZ_BLOCK ? n - i : SPECVIZ_BLOCK;
+        const int64_t full = len & ~(int64_t) (SPECVIZ_LANES - 1);
+        const __mmask16 tail = (__mmask16) ((1u << (len - full)) - 1u);
+        __m512 vmax = ninf;
+        for (int64_t j = 0; j < full; j += SPECVIZ_LANES) {
+            const __m512 v = _mm512_loadu_ps(x + i + j);
+            nan |= _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+            vmax = _mm512_max_ps(v, vmax); /* NaN in v: vmax kept */
+        }
+        if (tail) {
+            const __m512 v = _mm512_mask_loadu_ps(ninf, tail, x + i + full);
+            nan |= _mm512_mask_cmp_ps_mask(tail, v, v, _CMP_UNORD_Q);
+            vmax = _mm512_max_ps(v, vmax);
+        }
+        const float bm = _mm512_reduce_max_ps(vmax);
+        if (bm > m) {
+            s *= specviz_exp_nonpositive_d((double) m - (double) bm); /* 0 while m was -inf */
+            m = bm;
+            block = i;
+        }
+        if (!(m > -__builtin_inff() && m < __builtin_inff())) {
+            continue; /* nothing finite yet, or +inf: the caller's non-finite path */
+        }
+        const __m512 vm = _mm512_set1_ps(m);
+        __m512 acc = _mm512_setzero_ps();
+        for (int64_t j = 0; j < full; j += SPECVIZ_LANES) {
+            acc = _mm512_add_ps(acc, specviz_exp_nonpositive16(_mm512_sub_ps(_mm512_loadu_ps(x + i + j), vm)));
+        }
+        if (tail) {
+            const __m512 v = _mm512_mask_loadu_ps(ninf, tail, x + i + full);
+            acc = _mm512_mask_add_ps(acc, tail, acc, specviz_exp_nonpositive16(_mm512_sub_ps(v, vm)));
+        }
+        s += (double) _mm512_reduce_add_ps(acc);
+    }
+    int64_t at = 0;
+    if (block >= 0) {
+        at = block;
+        while (!(x[at] == m)) { /* the first value equal to the maximum in its block */
+            ++at;
+        }
+    }
+    *best = at;
+    out[0] = m;
+    out[1] = s;
+    return nan != 0;
+}
+#endif
+
+int specviz_scan(const float * x, int64_t n, int64_t * best, double * out) {
+#if defined(__GNUC__) && defined(__x86_64__)
+    if (__builtin_cpu_supports("avx512f")) {
+        return specviz_scan_avx512(x, n, best, out);
+    }
+#endif
+    return specviz_scan_generic(x, n, best, out);
+}
