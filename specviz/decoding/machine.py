@@ -109,9 +109,9 @@ def memory_view(target: LlamaContext, draft: LlamaContext | None = None) -> Call
     return build
 
 
-def _read_numbers(pattern: str) -> list[float]:
+def _read_numbers(paths: list[str]) -> list[float]:
     vals = []
-    for path in sorted(glob.glob(pattern)):
+    for path in paths:
         try:
             with open(path) as f:
                 vals.append(float(f.read().strip()))
@@ -136,6 +136,9 @@ class MachineSampler:
         self.temps: list[float] = []  # hottest zone per sample, degrees Celsius
         self.clocks: list[float] = []  # mean clock over the CPUs per sample, MHz
         self._last = 0.0
+        # the sensor files, found once a run (listing the folders each sample cost more than reading them)
+        self._thermal = sorted(glob.glob(self.thermal_glob))
+        self._freq = sorted(glob.glob(self.freq_glob))
         self.sample(force=True)
 
     def sample(self, force: bool = False) -> None:
@@ -144,10 +147,10 @@ class MachineSampler:
         if not force and now - self._last < self.every:
             return
         self._last = now
-        temps = _read_numbers(self.thermal_glob)
+        temps = _read_numbers(self._thermal)
         if temps:
             self.temps.append(max(temps) / 1000.0)  # millidegrees
-        clocks = _read_numbers(self.freq_glob)
+        clocks = _read_numbers(self._freq)
         if clocks:
             self.clocks.append(sum(clocks) / len(clocks) / 1000.0)  # kHz
 
