@@ -140,3 +140,68 @@ def test_the_acceptors_one_pass_rows_agree_with_the_two_pass_scan():
         assert [t for t, _ in one.top(5)] == [t for t, _ in two.top(5)]
     nan_row = np.array([np.nan, 2.0, 1.0], dtype=np.float32)  # the NaN-aware path
     assert ScoredRow(nan_row, normaliser=True).prob(1) == pytest.approx(ScoredRow(nan_row).prob(1))
+
+
+def _row_questions() -> list:
+    """Both builds of specviz_near and specviz_rank: (near, rank) dispatched, then plain C."""
+    import ctypes
+
+    lib = ctypes.CDLL(str(rowscan_kernel.build()))
+    near_c, rank_c = lib.specviz_near_generic, lib.specviz_rank_generic
+    near_c.restype = rank_c.restype = ctypes.c_int64
+    near_c.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_float, ctypes.c_void_p, ctypes.c_int64]
+    rank_c.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64]
+
+    def plain_near(row, thr):
+        out = np.empty(rowscan_kernel.NEAR_CAP, dtype=np.int64)
+        c = near_c(row.ctypes.data, row.shape[0], thr, out.ctypes.data, rowscan_kernel.NEAR_CAP)
+        return out[:c].copy() if c <= rowscan_kernel.NEAR_CAP else None
+
+    def plain_rank(row, t):
+        return int(rank_c(row.ctypes.data, row.shape[0], t))
+
+    return [(rowscan_kernel.near, rowscan_kernel.rank), (plain_near, plain_rank)]
+
+
+def reference_rank(row: np.ndarray, t: int) -> int:
+    v = row[t]
+    return 1 + sum(1 for x in row if x > v) + sum(1 for x in row[:t] if x == v)
+
+
+@needs_kernel
+@pytest.mark.parametrize("which", [0, 1], ids=["dispatched", "plain-c"])
+@pytest.mark.parametrize("n", [1, 15, 16, 17, 300, 4099])
+def test_near_and_rank_match_numpy(which, n):
+    near, rank = _row_questions()[which]
+    rng = np.random.default_rng(n)
+    row = np.round(rng.standard_normal(n) * 3, 1).astype(np.float32)  # rounded: many ties
+    for thr in (float(row.max()), float(row.max()) - 2.0, -np.inf):
+        got = near(row, thr)
+        want = np.flatnonzero(row >= np.float32(thr))
+        if want.shape[0] > rowscan_kernel.NEAR_CAP:
+            assert got is None
+        else:
+            assert got is not None and got.tolist() == want.tolist()
+    for t in {0, n // 3, n - 1, int(np.argmax(row))}:
+        assert rank(row, t) == reference_rank(row, t)
+
+
+@needs_kernel
+def test_near_says_when_too_many_values_qualify():
+    row = np.zeros(rowscan_kernel.NEAR_CAP + 1, dtype=np.float32)
+    assert rowscan_kernel.near(row, 0.0) is None
+    assert rowscan_kernel.near(row[:-1], 0.0).shape[0] == rowscan_kernel.NEAR_CAP
+
+
+def test_top_and_rank_agree_with_and_without_the_kernel(monkeypatch):
+    rng = np.random.default_rng(3)
+    row = np.round(rng.standard_normal(20000) * 4, 1).astype(np.float32)
+    flat = np.zeros(9000, dtype=np.float32)  # more than NEAR_CAP near the maximum: numpy's path
+    picks = [0, 77, 19999, int(np.argmax(row))]
+    with_kernel = (ScoredRow(row).top(5), [ScoredRow(row).rank(t) for t in picks], ScoredRow(flat).top(3))
+    monkeypatch.setenv("SPECVIZ_ROWSCAN_KERNEL", "0")
+    numpy_only = (ScoredRow(row).top(5), [ScoredRow(row).rank(t) for t in picks], ScoredRow(flat).top(3))
+    assert [t for t, _ in with_kernel[0]] == [t for t, _ in numpy_only[0]]
+    assert np.allclose([p for _, p in with_kernel[0]], [p for _, p in numpy_only[0]], rtol=1e-6, atol=0)
+    assert with_kernel[1] == numpy_only[1] == [reference_rank(row, t) for t in picks]
+    assert [t for t, _ in with_kernel[2]] == [t for t, _ in numpy_only[2]] == [0, 1, 2]

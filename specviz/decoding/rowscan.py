@@ -14,7 +14,7 @@ import math
 
 import numpy as np
 
-from .rowscan_kernel import expsum, scan
+from .rowscan_kernel import expsum, near, rank, scan
 
 # the largest logit range in which the normaliser can skip subtracting the maximum (see ScoredRow.z)
 _DIRECT_LO, _DIRECT_HI = -30.0, 60.0
@@ -91,11 +91,15 @@ class ScoredRow:
         k = min(k, n)
         cand = None
         if np.isfinite(self.max):
-            # the k best are among the logits close to the maximum: look there first (a short list)
+            # the k best are among the logits close to the maximum: look there first (a short list;
+            # the kernel collects it in one read of the row, numpy through a vocabulary-sized mask)
             gap = 4.0
             while cand is None and gap <= 64.0:
-                near = np.flatnonzero(r >= np.float32(self.max - gap))
-                cand = near if near.shape[0] >= k else None
+                thr = np.float32(self.max - gap)
+                close = near(r, float(thr))
+                if close is None:
+                    close = np.flatnonzero(r >= thr)
+                cand = close if close.shape[0] >= k else None
                 gap *= 2
         if cand is None:
             cand = np.arange(n)
@@ -104,6 +108,15 @@ class ScoredRow:
         idx = cand[r[cand] >= kth]
         idx = idx[np.lexsort((idx, -r[idx]))][:k]
         return [(int(i), self.prob(int(i))) for i in idx]
+
+    def rank(self, token: int) -> int:
+        """``token``'s rank in the row (1 = the first maximum; ties go to the lower id)."""
+        r = self.row
+        got = rank(r, token)
+        if got is not None:
+            return got
+        v = r[token]
+        return int(np.count_nonzero(r > v)) + int(np.count_nonzero(r[:token] == v)) + 1
 
 
 def top_two(row: np.ndarray) -> tuple[float, int, int]:

@@ -214,3 +214,105 @@ int specviz_scan(const float * x, int64_t n, int64_t * best, double * out) {
 #endif
     return specviz_scan_generic(x, n, best, out);
 }
+
+/*
+ * The rejection row's two questions, each one pass over a row without NaN (the acceptor's rows are
+ * NaN-free by then): which tokens come close to the maximum (the alternatives are among them), and the
+ * rejected draft token's rank. numpy answers each with a comparison into a vocabulary-sized boolean
+ * array, then a second pass over it; here each is one read of the row and no array.
+ *
+ * specviz_near: the indices i with x[i] >= thr, in order, the first `cap` of them written to out;
+ * returns how many there are (more than cap: the caller looks elsewhere).
+ * specviz_rank: 1 + #{i : x[i] > x[t]} + #{i < t : x[i] == x[t]} (ties go to the lower id).
+ */
+int64_t specviz_near_generic(const float * x, int64_t n, float thr, int64_t * out, int64_t cap) {
+    int64_t c = 0;
+    for (int64_t i = 0; i < n; ++i) {
+        if (x[i] >= thr) {
+            if (c < cap) {
+                out[c] = i;
+            }
+            ++c;
+        }
+    }
+    return c;
+}
+
+int64_t specviz_rank_generic(const float * x, int64_t n, int64_t t) {
+    const float v = x[t];
+    int64_t above = 0;
+    for (int64_t i = 0; i < n; ++i) {
+        above += x[i] > v;
+    }
+    for (int64_t i = 0; i < t; ++i) {
+        above += x[i] == v;
+    }
+    return above + 1;
+}
+
+#if defined(__GNUC__) && defined(__x86_64__)
+__attribute__((target("avx512f"))) static int64_t specviz_near_avx512(const float * x, int64_t n, float thr,
+                                                                      int64_t * out, int64_t cap) {
+    const __m512 vt = _mm512_set1_ps(thr);
+    int64_t c = 0;
+    int64_t i = 0;
+    for (; i + SPECVIZ_LANES <= n; i += SPECVIZ_LANES) {
+        __mmask16 k = _mm512_cmp_ps_mask(_mm512_loadu_ps(x + i), vt, _CMP_GE_OQ);
+        while (k) {
+            if (c < cap) {
+                out[c] = i + __builtin_ctz((unsigned) k);
+            }
+            ++c;
+            k &= (__mmask16) (k - 1);
+        }
+    }
+    for (; i < n; ++i) {
+        if (x[i] >= thr) {
+            if (c < cap) {
+                out[c] = i;
+            }
+            ++c;
+        }
+    }
+    return c;
+}
+
+__attribute__((target("avx512f"))) static int64_t specviz_rank_avx512(const float * x, int64_t n, int64_t t) {
+    const float v = x[t];
+    const __m512 vv = _mm512_set1_ps(v);
+    int64_t above = 0;
+    int64_t i = 0;
+    for (; i + SPECVIZ_LANES <= n; i += SPECVIZ_LANES) {
+        const __m512 a = _mm512_loadu_ps(x + i);
+        above += __builtin_popcount((unsigned) _mm512_cmp_ps_mask(a, vv, _CMP_GT_OQ));
+        if (i < t) { /* ties before t: only the lanes below t count */
+            const int64_t before = t - i < SPECVIZ_LANES ? t - i : SPECVIZ_LANES;
+            const __mmask16 lanes = (__mmask16) ((1u << before) - 1u);
+            above += __builtin_popcount((unsigned) _mm512_mask_cmp_ps_mask(lanes, a, vv, _CMP_EQ_OQ));
+        }
+    }
+    for (; i < n; ++i) {
+        above += x[i] > v;
+        above += i < t && x[i] == v;
+    }
+    return above + 1;
+}
+#endif
+
+int64_t specviz_near(const float * x, int64_t n, float thr, int64_t * out, int64_t cap) {
+#if defined(__GNUC__) && defined(__x86_64__)
+    if (__builtin_cpu_supports("avx512f")) {
+        return specviz_near_avx512(x, n, thr, out, cap);
+    }
+#endif
+    return specviz_near_generic(x, n, thr, out, cap);
+}
+
+int64_t specviz_rank(const float * x, int64_t n, int64_t t) {
+#if defined(__GNUC__) && defined(__x86_64__)
+    if (__builtin_cpu_supports("avx512f")) {
+        return specviz_rank_avx512(x, n, t);
+    }
+#endif
+    return specviz_rank_generic(x, n, t);
+}

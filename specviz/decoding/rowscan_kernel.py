@@ -16,6 +16,7 @@ import ctypes
 import os
 import threading
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -26,10 +27,23 @@ SOURCE = Path(__file__).with_name("rowscan_kernel.c")
 FLAGS = ("-O3", "-fno-trapping-math")
 
 _lock = threading.Lock()
-_fn: Any = None
-_scan_fn: Any = None
+_fns: Any = None  # the loaded functions (a SimpleNamespace), or None
 _why: str | None = None
-_local = threading.local()  # per-thread output cells for scan (a ctypes object a call writes into)
+_local = threading.local()  # per-thread output cells (ctypes objects a call writes into)
+
+#: The kernel's functions: name -> (result type, argument types).
+_SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
+    "specviz_expsum": (ctypes.c_double, [ctypes.c_void_p, ctypes.c_int64, ctypes.c_float]),
+    "specviz_scan": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p]),
+    "specviz_near": (
+        ctypes.c_int64,
+        [ctypes.c_void_p, ctypes.c_int64, ctypes.c_float, ctypes.c_void_p, ctypes.c_int64],
+    ),
+    "specviz_rank": (ctypes.c_int64, [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64]),
+}
+
+#: At most this many candidates near the maximum are collected by :func:`near` (a larger set: numpy).
+NEAR_CAP = 4096
 
 
 def disabled() -> bool:
@@ -43,24 +57,26 @@ def build(force: bool = False) -> Path:
 
 
 def load() -> Any:
-    """The kernel's ``specviz_expsum`` function, or ``None`` when unavailable (:func:`unavailable_reason`)."""
-    global _fn, _scan_fn, _why
+    """The kernel's functions (attributes named as in the C file, without ``specviz_``), or ``None``
+    when unavailable (:func:`unavailable_reason`)."""
+    global _fns, _why
     if disabled():
         return None
+    if _fns is not None or _why is not None:
+        return _fns
     with _lock:
-        if _fn is None and _why is None:
+        if _fns is None and _why is None:
             try:
                 lib = ctypes.CDLL(str(build()))
-                fn = lib.specviz_expsum
-                fn.restype = ctypes.c_double
-                fn.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_float]
-                sc = lib.specviz_scan
-                sc.restype = ctypes.c_int
-                sc.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p]
-                _fn, _scan_fn = fn, sc
-            except (cbuild.BuildError, OSError) as e:
+                fns = SimpleNamespace()
+                for name, (res, args) in _SIGNATURES.items():
+                    fn = getattr(lib, name)
+                    fn.restype, fn.argtypes = res, args
+                    setattr(fns, name.removeprefix("specviz_"), fn)
+                _fns = fns
+            except (cbuild.BuildError, OSError, AttributeError) as e:
                 _why = str(e)
-        return _fn
+        return _fns
 
 
 def unavailable_reason() -> str | None:
@@ -74,10 +90,10 @@ def unavailable_reason() -> str | None:
 def expsum(row: np.ndarray, m: float) -> float | None:
     """``Σ exp(row − m)`` for a contiguous float32 row whose maximum is ``m`` (NaN counts as −∞), or
     ``None`` without the kernel."""
-    fn = load()
-    if fn is None or row.dtype != np.float32 or not row.flags.c_contiguous:
+    k = load()
+    if k is None or not _plain(row):
         return None
-    return float(fn(row.ctypes.data, row.shape[0], m))
+    return float(k.expsum(row.ctypes.data, row.shape[0], m))
 
 
 class Scan(NamedTuple):
@@ -90,14 +106,41 @@ class Scan(NamedTuple):
     has_nan: bool
 
 
+def _plain(row: np.ndarray) -> bool:
+    return row.dtype == np.float32 and row.ndim == 1 and row.flags.c_contiguous
+
+
 def scan(row: np.ndarray) -> Scan | None:
     """The greedy scan of a contiguous float32 row in one pass (``specviz_scan``), or ``None`` without
     the kernel."""
-    if load() is None or row.dtype != np.float32 or not row.flags.c_contiguous or row.ndim != 1:
+    k = load()
+    if k is None or not _plain(row):
         return None
-    cells = getattr(_local, "cells", None)
+    cells = getattr(_local, "scan", None)
     if cells is None:
-        cells = _local.cells = (ctypes.c_int64(), (ctypes.c_double * 2)())
+        cells = _local.scan = (ctypes.c_int64(), (ctypes.c_double * 2)())
     best, out = cells
-    has_nan = _scan_fn(row.ctypes.data, row.shape[0], ctypes.addressof(best), ctypes.addressof(out))
+    has_nan = k.scan(row.ctypes.data, row.shape[0], ctypes.addressof(best), ctypes.addressof(out))
     return Scan(best.value, out[0], out[1], bool(has_nan))
+
+
+def near(row: np.ndarray, threshold: float) -> np.ndarray | None:
+    """The indices (in order) of a NaN-free row's values at or above ``threshold``, or ``None`` without
+    the kernel or when more than :data:`NEAR_CAP` qualify."""
+    k = load()
+    if k is None or not _plain(row):
+        return None
+    buf = getattr(_local, "near", None)
+    if buf is None:
+        buf = _local.near = np.empty(NEAR_CAP, dtype=np.int64)
+    c = int(k.near(row.ctypes.data, row.shape[0], threshold, buf.ctypes.data, NEAR_CAP))
+    return buf[:c].copy() if c <= NEAR_CAP else None
+
+
+def rank(row: np.ndarray, token: int) -> int | None:
+    """``token``'s rank in a NaN-free row (1 = the first maximum; ties go to the lower id), or ``None``
+    without the kernel."""
+    k = load()
+    if k is None or not _plain(row):
+        return None
+    return int(k.rank(row.ctypes.data, row.shape[0], token))
