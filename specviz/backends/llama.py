@@ -83,6 +83,7 @@ class LlamaModel:
         self.eos = int(lc.llama_vocab_eos(self.vocab))
         self.add_bos = bool(lc.llama_vocab_get_add_bos(self.vocab))
         self._piece_bytes: dict[int, bytes] = {}
+        self._piece_text: dict[int, str] = {}
         self._eog: dict[int, bool] = {}
         buf = ctypes.create_string_buffer(256)
         n = lc.llama_model_desc(ptr, buf, 256)
@@ -155,11 +156,15 @@ class LlamaModel:
 
     def piece(self, token: int) -> str:
         """Display text of one token (invalid UTF-8 fragments shown with the replacement mark)."""
-        return self.piece_bytes(token).decode("utf-8", errors="replace")
+        p = self._piece_text.get(token)
+        if p is None:
+            p = self._piece_text[token] = self.piece_bytes(token).decode("utf-8", errors="replace")
+        return p
 
     def pieces(self, tokens: Sequence[int]) -> list[str]:
-        """Display text of each token."""
-        return [self.piece(t) for t in tokens]
+        """Display text of each token (every round's events carry them: kept once rendered)."""
+        known = self._piece_text
+        return [known.get(t) or self.piece(t) for t in tokens]
 
     def detokenize(self, tokens: Sequence[int], *, skip_special: bool = True) -> str:
         """Text of a token sequence, joining bytes first so multi-byte characters survive."""
