@@ -2,10 +2,11 @@
 
 :mod:`bench_overhead` times all of specviz's work in a round at once; this script times the pieces of a
 greedy round one by one, each repeated on the same data (warm caches), in CPU time of the calling thread:
-the logits row view, the row scan's argmax and its softmax normaliser (the C kernel, or numpy without
-it), the rewind checkpoint and its parts, the telemetry dictionary and the round's events. The sum is a
-floor for a ``none`` round: in a real round the logits row arrives cold from llama.cpp's output layer,
-and a busy machine stretches every figure.
+the logits row view; the row scan as argmax alone, as argmax then the softmax normaliser, and as the
+acceptor's one pass (the C kernel; numpy without it); a rejection row's alternatives and rank; the rewind
+checkpoint; the telemetry event as a round makes it and as a reader builds it; the round's events. The
+sum is a floor for a ``none`` round: in a real round the logits row arrives cold from llama.cpp's output
+layer, and a busy machine stretches every figure.
 
 Usage: python benchmarks/bench_round_pieces.py [--model GGUF] [--threads N] [--repeats 300]
 """
@@ -13,7 +14,6 @@ Usage: python benchmarks/bench_round_pieces.py [--model GGUF] [--threads N] [--r
 from __future__ import annotations
 
 import argparse
-import copy
 import os
 import sys
 import time
@@ -23,6 +23,7 @@ from typing import Any, Callable
 from specviz import Session
 from specviz.analysis.workloads import WORKLOADS
 from specviz.backends import LlamaModel
+from specviz.decoding.events import TelemetryEvent
 from specviz.decoding.round_events import round_events
 from specviz.decoding.rowscan import ScoredRow
 from specviz.decoding.rowscan_kernel import unavailable_reason
@@ -53,14 +54,24 @@ def main(argv: list[str] | None = None) -> int:
     assert drafter is not None and g.last_result is not None
     row = ctx.row(0)
     last = g.last_result
+
+    def session_view() -> TelemetryEvent:
+        # what a round does for its telemetry event: one copy of the counters, the rest when it is read
+        return TelemetryEvent.deferred(1, session.telemetry_view())
+
+    scanned = ScoredRow(row, normaliser=True)
+    other = (scanned.best + 1) % model.n_vocab  # a token the row did not choose: a rejected draft's
     pieces: list[tuple[str, Callable[[], Any]]] = [
         ("logits row view (ctx.row)", lambda: ctx.row(0)),
-        ("row scan: argmax", lambda: ScoredRow(row)),
-        ("row scan: argmax + normaliser", lambda: ScoredRow(row).z()),
+        ("row scan: argmax alone", lambda: ScoredRow(row)),
+        ("row scan: argmax, then the normaliser (two passes)", lambda: ScoredRow(row).z()),
+        ("row scan: the acceptor's one pass (choice and normaliser)", lambda: ScoredRow(row, normaliser=True)),
+        ("rejection row: top 5 alternatives", lambda: scanned.top(5)),
+        ("rejection row: the rejected token's rank", lambda: scanned.rank(other)),
         ("checkpoint (Generation.capture)", lambda: g.capture(drafter, session.rng)),
-        ("  of which: generator state copy", lambda: copy.deepcopy(dict(session.rng.bit_generator.state))),
         ("  of which: telemetry counters", lambda: g.telemetry.state()),
-        ("telemetry dictionary", session.telemetry_dict),
+        ("telemetry event, as a round makes it (built on first read)", lambda: session_view()),
+        ("telemetry dictionary, built", session.telemetry_dict),
         ("round events", lambda: round_events(last, model.pieces, policy="fixed")),
     ]
     kernel = unavailable_reason()

@@ -614,7 +614,7 @@ class Session:
             for ev in round_events(res, self.model.pieces, policy=str(g.knobs.get("draft_policy", "fixed"))):
                 self._emit(ev, out)
             counters = self.telemetry.state()  # one copy a round: the event's and the checkpoint's
-            self._emit(TelemetryEvent.deferred(res.index, self._telemetry_view(counters)), out)
+            self._emit(TelemetryEvent.deferred(res.index, self.telemetry_view(counters)), out)
             finish = res.finish or ("max_tokens" if len(self.tokens) >= self.max_tokens else None)
             if finish is not None:
                 rnd = self._finish(finish, out, res.committed)
@@ -679,12 +679,13 @@ class Session:
     def telemetry_dict(self) -> dict[str, Any]:
         """Telemetry as a dictionary: the counters and derived figures, the drafter's own counters and
         figures, the cache length and what the drafting policy works from (``policy``)."""
-        return self._telemetry_view(self.telemetry.state())()
+        return self.telemetry_view()()
 
-    def _telemetry_view(self, counters: dict[str, Any]) -> Callable[[], dict[str, Any]]:
-        """:meth:`telemetry_dict` as of now, built when called: ``counters`` is a copy of the telemetry's
-        counters (:meth:`Telemetry.state`), the small figures that change are taken now and the derived
-        figures are computed when the dictionary is built."""
+    def telemetry_view(self, counters: dict[str, Any] | None = None) -> Callable[[], dict[str, Any]]:
+        """:meth:`telemetry_dict` as of now, built when called (what a round's telemetry event holds):
+        the counters are copied now (or ``counters``, a copy :meth:`Telemetry.state` took), the small
+        figures that change are taken now, the derived figures are computed when it is called."""
+        counters = counters if counters is not None else self.telemetry.state()
         strategy, kv, policy = self.strategy, self.committed, self.policy.describe()
         d = self.drafter
         stats = d.stats.to_dict() if d is not None else {}
