@@ -143,24 +143,24 @@ def test_the_acceptors_one_pass_rows_agree_with_the_two_pass_scan():
 
 
 def _row_questions() -> list:
-    """Both builds of specviz_near and specviz_rank: (near, rank) dispatched, then plain C."""
+    """Both builds of specviz_topk and specviz_rank: (topk, rank) dispatched, then plain C."""
     import ctypes
 
     lib = ctypes.CDLL(str(rowscan_kernel.build()))
-    near_c, rank_c = lib.specviz_near_generic, lib.specviz_rank_generic
-    near_c.restype = rank_c.restype = ctypes.c_int64
-    near_c.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_float, ctypes.c_void_p, ctypes.c_int64]
+    topk_c, rank_c = lib.specviz_topk_generic, lib.specviz_rank_generic
+    topk_c.restype = rank_c.restype = ctypes.c_int64
+    topk_c.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p]
     rank_c.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64]
 
-    def plain_near(row, thr):
-        out = np.empty(rowscan_kernel.NEAR_CAP, dtype=np.int64)
-        c = near_c(row.ctypes.data, row.shape[0], thr, out.ctypes.data, rowscan_kernel.NEAR_CAP)
-        return out[:c].copy() if c <= rowscan_kernel.NEAR_CAP else None
+    def plain_topk(row, k):
+        out = np.empty(k, dtype=np.int64)
+        assert topk_c(row.ctypes.data, row.shape[0], k, out.ctypes.data) == k
+        return out
 
     def plain_rank(row, t):
         return int(rank_c(row.ctypes.data, row.shape[0], t))
 
-    return [(rowscan_kernel.near, rowscan_kernel.rank), (plain_near, plain_rank)]
+    return [(rowscan_kernel.topk, rowscan_kernel.rank), (plain_topk, plain_rank)]
 
 
 def reference_rank(row: np.ndarray, t: int) -> int:
@@ -168,40 +168,61 @@ def reference_rank(row: np.ndarray, t: int) -> int:
     return 1 + sum(1 for x in row if x > v) + sum(1 for x in row[:t] if x == v)
 
 
+def reference_topk(row: np.ndarray, k: int) -> list[int]:
+    """The k largest, largest first, ties to the lower index (a stable sort on the negated values)."""
+    return np.argsort(-row.astype(np.float64), kind="stable")[:k].tolist()
+
+
 @needs_kernel
 @pytest.mark.parametrize("which", [0, 1], ids=["dispatched", "plain-c"])
-@pytest.mark.parametrize("n", [1, 15, 16, 17, 300, 4099])
-def test_near_and_rank_match_numpy(which, n):
-    near, rank = _row_questions()[which]
+@pytest.mark.parametrize("n", [1, 5, 15, 16, 17, 300, 4099, 262144])
+def test_topk_and_rank_match_a_stable_sort(which, n):
+    topk, rank = _row_questions()[which]
     rng = np.random.default_rng(n)
     row = np.round(rng.standard_normal(n) * 3, 1).astype(np.float32)  # rounded: many ties
-    for thr in (float(row.max()), float(row.max()) - 2.0, -np.inf):
-        got = near(row, thr)
-        want = np.flatnonzero(row >= np.float32(thr))
-        if want.shape[0] > rowscan_kernel.NEAR_CAP:
-            assert got is None
-        else:
-            assert got is not None and got.tolist() == want.tolist()
+    for k in {1, min(5, n), min(64, n)}:
+        assert topk(row, k).tolist() == reference_topk(row, k)
     for t in {0, n // 3, n - 1, int(np.argmax(row))}:
-        assert rank(row, t) == reference_rank(row, t)
+        assert rank(row, t) == (reference_rank(row, t) if n < 5000 else _numpy_rank(row, t))
+
+
+def _numpy_rank(row: np.ndarray, t: int) -> int:
+    v = row[t]
+    return int(np.count_nonzero(row > v)) + int(np.count_nonzero(row[:t] == v)) + 1
 
 
 @needs_kernel
-def test_near_says_when_too_many_values_qualify():
-    row = np.zeros(rowscan_kernel.NEAR_CAP + 1, dtype=np.float32)
-    assert rowscan_kernel.near(row, 0.0) is None
-    assert rowscan_kernel.near(row[:-1], 0.0).shape[0] == rowscan_kernel.NEAR_CAP
+@pytest.mark.parametrize("which", [0, 1], ids=["dispatched", "plain-c"])
+def test_topk_keeps_ties_in_index_order_and_handles_infinities(which):
+    topk, _ = _row_questions()[which]
+    row = np.zeros(100, dtype=np.float32)
+    row[[90, 10, 50]] = 2.0  # a three-way tie, found out of order in no particular lane
+    row[70] = 3.0
+    assert topk(row, 4).tolist() == [70, 10, 50, 90]
+    assert topk(row, 6).tolist() == [70, 10, 50, 90, 0, 1]
+    assert topk(np.full(40, -np.inf, dtype=np.float32), 3).tolist() == [0, 1, 2]
+    inf = np.array([1.0, np.inf, 2.0, np.inf] * 5, dtype=np.float32)
+    assert topk(inf, 3).tolist() == [1, 3, 5]
+    # an ascending row: every value enters the list (the worst case of the insertion)
+    assert topk(np.arange(1000, dtype=np.float32), 5).tolist() == [999, 998, 997, 996, 995]
+
+
+@needs_kernel
+def test_topk_refuses_what_it_cannot_hold():
+    row = np.zeros(10, dtype=np.float32)
+    assert rowscan_kernel.topk(row, 0) is None and rowscan_kernel.topk(row, 11) is None
+    assert rowscan_kernel.topk(np.zeros(100, dtype=np.float32), rowscan_kernel.TOPK_MAX + 1) is None
 
 
 def test_top_and_rank_agree_with_and_without_the_kernel(monkeypatch):
     rng = np.random.default_rng(3)
     row = np.round(rng.standard_normal(20000) * 4, 1).astype(np.float32)
-    flat = np.zeros(9000, dtype=np.float32)  # more than NEAR_CAP near the maximum: numpy's path
+    flat = np.zeros(9000, dtype=np.float32)  # every value tied
     picks = [0, 77, 19999, int(np.argmax(row))]
     with_kernel = (ScoredRow(row).top(5), [ScoredRow(row).rank(t) for t in picks], ScoredRow(flat).top(3))
     monkeypatch.setenv("SPECVIZ_ROWSCAN_KERNEL", "0")
     numpy_only = (ScoredRow(row).top(5), [ScoredRow(row).rank(t) for t in picks], ScoredRow(flat).top(3))
-    assert [t for t, _ in with_kernel[0]] == [t for t, _ in numpy_only[0]]
+    assert [t for t, _ in with_kernel[0]] == [t for t, _ in numpy_only[0]] == reference_topk(row, 5)
     assert np.allclose([p for _, p in with_kernel[0]], [p for _, p in numpy_only[0]], rtol=1e-6, atol=0)
     assert with_kernel[1] == numpy_only[1] == [reference_rank(row, t) for t in picks]
     assert [t for t, _ in with_kernel[2]] == [t for t, _ in numpy_only[2]] == [0, 1, 2]

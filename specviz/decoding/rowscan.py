@@ -14,7 +14,7 @@ import math
 
 import numpy as np
 
-from .rowscan_kernel import expsum, near, rank, scan
+from .rowscan_kernel import expsum, rank, scan, topk
 
 # the largest logit range in which the normaliser can skip subtracting the maximum (see ScoredRow.z)
 _DIRECT_LO, _DIRECT_HI = -30.0, 60.0
@@ -89,17 +89,16 @@ class ScoredRow:
         r = self.row
         n = r.shape[0]
         k = min(k, n)
+        best = topk(r, k)  # the kernel: one read of the row
+        if best is not None:
+            return [(int(i), self.prob(int(i))) for i in best]
         cand = None
         if np.isfinite(self.max):
-            # the k best are among the logits close to the maximum: look there first (a short list;
-            # the kernel collects it in one read of the row, numpy through a vocabulary-sized mask)
+            # the k best are among the logits close to the maximum: look there first (a short list)
             gap = 4.0
             while cand is None and gap <= 64.0:
-                thr = np.float32(self.max - gap)
-                close = near(r, float(thr))
-                if close is None:
-                    close = np.flatnonzero(r >= thr)
-                cand = close if close.shape[0] >= k else None
+                near = np.flatnonzero(r >= np.float32(self.max - gap))
+                cand = near if near.shape[0] >= k else None
                 gap *= 2
         if cand is None:
             cand = np.arange(n)

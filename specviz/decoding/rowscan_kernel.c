@@ -217,25 +217,55 @@ int specviz_scan(const float * x, int64_t n, int64_t * best, double * out) {
 
 /*
  * The rejection row's two questions, each one pass over a row without NaN (the acceptor's rows are
- * NaN-free by then): which tokens come close to the maximum (the alternatives are among them), and the
- * rejected draft token's rank. numpy answers each with a comparison into a vocabulary-sized boolean
- * array, then a second pass over it; here each is one read of the row and no array.
+ * NaN-free by then): the k most likely tokens (the alternatives shown for a rejection) and the rejected
+ * draft token's rank. numpy answers each with comparisons into vocabulary-sized arrays and passes over
+ * them; here each is one read of the row and no array.
  *
- * specviz_near: the indices i with x[i] >= thr, in order, the first `cap` of them written to out;
- * returns how many there are (more than cap: the caller looks elsewhere).
+ * specviz_topk: the indices of the k largest values, largest first, ties to the lower index (k <= n,
+ * k <= SPECVIZ_TOPK_MAX), written to out. The k best so far are kept sorted; a value enters only when it
+ * beats the k-th strictly (the row is read in index order, so an equal later value ranks after), which
+ * after the first few thousand values almost never happens: the pass is a comparison per value.
  * specviz_rank: 1 + #{i : x[i] > x[t]} + #{i < t : x[i] == x[t]} (ties go to the lower id).
  */
-int64_t specviz_near_generic(const float * x, int64_t n, float thr, int64_t * out, int64_t cap) {
-    int64_t c = 0;
-    for (int64_t i = 0; i < n; ++i) {
-        if (x[i] >= thr) {
-            if (c < cap) {
-                out[c] = i;
-            }
-            ++c;
+#define SPECVIZ_TOPK_MAX 64
+
+static inline void specviz_topk_insert(float * val, int64_t * idx, int64_t k, float v, int64_t i) {
+    int64_t p = k - 1;
+    while (p > 0 && val[p - 1] < v) { /* strictly: an equal value found earlier stays ahead */
+        val[p] = val[p - 1];
+        idx[p] = idx[p - 1];
+        --p;
+    }
+    val[p] = v;
+    idx[p] = i;
+}
+
+static int64_t specviz_topk_fill(const float * x, int64_t k, float * val, int64_t * idx) {
+    for (int64_t j = 0; j < k; ++j) { /* the first k values, sorted (insertion into a growing list) */
+        int64_t p = j;
+        while (p > 0 && val[p - 1] < x[j]) {
+            val[p] = val[p - 1];
+            idx[p] = idx[p - 1];
+            --p;
+        }
+        val[p] = x[j];
+        idx[p] = j;
+    }
+    return k;
+}
+
+int64_t specviz_topk_generic(const float * x, int64_t n, int64_t k, int64_t * out) {
+    float val[SPECVIZ_TOPK_MAX];
+    if (k < 1 || k > SPECVIZ_TOPK_MAX || k > n) {
+        return -1;
+    }
+    int64_t i = specviz_topk_fill(x, k, val, out);
+    for (; i < n; ++i) {
+        if (x[i] > val[k - 1]) {
+            specviz_topk_insert(val, out, k, x[i], i);
         }
     }
-    return c;
+    return k;
 }
 
 int64_t specviz_rank_generic(const float * x, int64_t n, int64_t t) {
@@ -251,30 +281,29 @@ int64_t specviz_rank_generic(const float * x, int64_t n, int64_t t) {
 }
 
 #if defined(__GNUC__) && defined(__x86_64__)
-__attribute__((target("avx512f"))) static int64_t specviz_near_avx512(const float * x, int64_t n, float thr,
-                                                                      int64_t * out, int64_t cap) {
-    const __m512 vt = _mm512_set1_ps(thr);
-    int64_t c = 0;
-    int64_t i = 0;
+__attribute__((target("avx512f"))) static int64_t specviz_topk_avx512(const float * x, int64_t n, int64_t k,
+                                                                      int64_t * out) {
+    float val[SPECVIZ_TOPK_MAX];
+    if (k < 1 || k > SPECVIZ_TOPK_MAX || k > n) {
+        return -1;
+    }
+    int64_t i = specviz_topk_fill(x, k, val, out);
     for (; i + SPECVIZ_LANES <= n; i += SPECVIZ_LANES) {
-        __mmask16 k = _mm512_cmp_ps_mask(_mm512_loadu_ps(x + i), vt, _CMP_GE_OQ);
-        while (k) {
-            if (c < cap) {
-                out[c] = i + __builtin_ctz((unsigned) k);
+        __mmask16 m = _mm512_cmp_ps_mask(_mm512_loadu_ps(x + i), _mm512_set1_ps(val[k - 1]), _CMP_GT_OQ);
+        while (m) { /* lanes in index order; the k-th moves up as values enter */
+            const int64_t at = i + __builtin_ctz((unsigned) m);
+            if (x[at] > val[k - 1]) {
+                specviz_topk_insert(val, out, k, x[at], at);
             }
-            ++c;
-            k &= (__mmask16) (k - 1);
+            m &= (__mmask16) (m - 1);
         }
     }
     for (; i < n; ++i) {
-        if (x[i] >= thr) {
-            if (c < cap) {
-                out[c] = i;
-            }
-            ++c;
+        if (x[i] > val[k - 1]) {
+            specviz_topk_insert(val, out, k, x[i], i);
         }
     }
-    return c;
+    return k;
 }
 
 __attribute__((target("avx512f"))) static int64_t specviz_rank_avx512(const float * x, int64_t n, int64_t t) {
@@ -299,13 +328,13 @@ __attribute__((target("avx512f"))) static int64_t specviz_rank_avx512(const floa
 }
 #endif
 
-int64_t specviz_near(const float * x, int64_t n, float thr, int64_t * out, int64_t cap) {
+int64_t specviz_topk(const float * x, int64_t n, int64_t k, int64_t * out) {
 #if defined(__GNUC__) && defined(__x86_64__)
     if (__builtin_cpu_supports("avx512f")) {
-        return specviz_near_avx512(x, n, thr, out, cap);
+        return specviz_topk_avx512(x, n, k, out);
     }
 #endif
-    return specviz_near_generic(x, n, thr, out, cap);
+    return specviz_topk_generic(x, n, k, out);
 }
 
 int64_t specviz_rank(const float * x, int64_t n, int64_t t) {

@@ -35,15 +35,12 @@ _local = threading.local()  # per-thread output cells (ctypes objects a call wri
 _SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
     "specviz_expsum": (ctypes.c_double, [ctypes.c_void_p, ctypes.c_int64, ctypes.c_float]),
     "specviz_scan": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p]),
-    "specviz_near": (
-        ctypes.c_int64,
-        [ctypes.c_void_p, ctypes.c_int64, ctypes.c_float, ctypes.c_void_p, ctypes.c_int64],
-    ),
+    "specviz_topk": (ctypes.c_int64, [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p]),
     "specviz_rank": (ctypes.c_int64, [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64]),
 }
 
-#: At most this many candidates near the maximum are collected by :func:`near` (a larger set: numpy).
-NEAR_CAP = 4096
+#: The most tokens :func:`topk` returns (the kernel keeps them in a fixed array).
+TOPK_MAX = 64
 
 
 def disabled() -> bool:
@@ -90,10 +87,10 @@ def unavailable_reason() -> str | None:
 def expsum(row: np.ndarray, m: float) -> float | None:
     """``Σ exp(row − m)`` for a contiguous float32 row whose maximum is ``m`` (NaN counts as −∞), or
     ``None`` without the kernel."""
-    k = load()
-    if k is None or not _plain(row):
+    fns = load()
+    if fns is None or not _plain(row):
         return None
-    return float(k.expsum(row.ctypes.data, row.shape[0], m))
+    return float(fns.expsum(row.ctypes.data, row.shape[0], m))
 
 
 class Scan(NamedTuple):
@@ -113,34 +110,32 @@ def _plain(row: np.ndarray) -> bool:
 def scan(row: np.ndarray) -> Scan | None:
     """The greedy scan of a contiguous float32 row in one pass (``specviz_scan``), or ``None`` without
     the kernel."""
-    k = load()
-    if k is None or not _plain(row):
+    fns = load()
+    if fns is None or not _plain(row):
         return None
     cells = getattr(_local, "scan", None)
     if cells is None:
         cells = _local.scan = (ctypes.c_int64(), (ctypes.c_double * 2)())
     best, out = cells
-    has_nan = k.scan(row.ctypes.data, row.shape[0], ctypes.addressof(best), ctypes.addressof(out))
+    has_nan = fns.scan(row.ctypes.data, row.shape[0], ctypes.addressof(best), ctypes.addressof(out))
     return Scan(best.value, out[0], out[1], bool(has_nan))
 
 
-def near(row: np.ndarray, threshold: float) -> np.ndarray | None:
-    """The indices (in order) of a NaN-free row's values at or above ``threshold``, or ``None`` without
-    the kernel or when more than :data:`NEAR_CAP` qualify."""
-    k = load()
-    if k is None or not _plain(row):
+def topk(row: np.ndarray, k: int) -> np.ndarray | None:
+    """The indices of a NaN-free row's ``k`` largest values, largest first, ties to the lower index, or
+    ``None`` without the kernel (or for ``k`` outside 1 … min(len(row), :data:`TOPK_MAX`))."""
+    fns = load()
+    if fns is None or not _plain(row) or not 1 <= k <= min(row.shape[0], TOPK_MAX):
         return None
-    buf = getattr(_local, "near", None)
-    if buf is None:
-        buf = _local.near = np.empty(NEAR_CAP, dtype=np.int64)
-    c = int(k.near(row.ctypes.data, row.shape[0], threshold, buf.ctypes.data, NEAR_CAP))
-    return buf[:c].copy() if c <= NEAR_CAP else None
+    out = np.empty(k, dtype=np.int64)
+    fns.topk(row.ctypes.data, row.shape[0], k, out.ctypes.data)
+    return out
 
 
 def rank(row: np.ndarray, token: int) -> int | None:
     """``token``'s rank in a NaN-free row (1 = the first maximum; ties go to the lower id), or ``None``
     without the kernel."""
-    k = load()
-    if k is None or not _plain(row):
+    fns = load()
+    if fns is None or not _plain(row):
         return None
-    return int(k.rank(row.ctypes.data, row.shape[0], token))
+    return int(fns.rank(row.ctypes.data, row.shape[0], token))
