@@ -62,12 +62,35 @@ class _Statm:
 _statm = _Statm()
 
 
+class _Peak:
+    """The kernel's peak resident size (``getrusage``), asked at most every :attr:`every` seconds: right
+    after a decode the call costs a round's worth of specviz's other work, and the peak it reports moves
+    rarely. Between asks the resident sizes read every round raise it (see :func:`process_memory`)."""
+
+    every = 0.5
+
+    def __init__(self) -> None:
+        self.at = -1.0
+        self.bytes = 0
+
+    def get(self) -> int:
+        now = time.monotonic()
+        if now - self.at >= self.every or self.at < 0:
+            self.at = now
+            self.bytes = max(self.bytes, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)  # KiB on Linux
+        return self.bytes
+
+
+_peak = _Peak()
+
+
 def process_memory() -> dict[str, int | None]:
-    """The process's resident bytes now (None where ``/proc`` is missing) and its peak resident bytes."""
+    """The process's resident bytes now (None where ``/proc`` is missing) and its peak resident bytes
+    (the kernel's, asked at most twice a second, and never below any resident size read here)."""
     rss = _statm.resident()
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
-    if rss is not None:
-        peak = max(peak, rss)  # the kernel updates its peak lazily
+    peak = _peak.get()
+    if rss is not None and rss > peak:  # the kernel updates its peak lazily
+        peak = _peak.bytes = rss
     return {"rss_bytes": rss, "peak_rss_bytes": peak}
 
 
