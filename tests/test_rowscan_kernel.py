@@ -226,3 +226,30 @@ def test_top_and_rank_agree_with_and_without_the_kernel(monkeypatch):
     assert np.allclose([p for _, p in with_kernel[0]], [p for _, p in numpy_only[0]], rtol=1e-6, atol=0)
     assert with_kernel[1] == numpy_only[1] == [reference_rank(row, t) for t in picks]
     assert [t for t, _ in with_kernel[2]] == [t for t, _ in numpy_only[2]] == [0, 1, 2]
+
+
+@needs_kernel
+def test_a_row_cut_into_pieces_keeps_the_first_maximum_and_the_sum():
+    """Long rows are scanned in one piece per thread (OpenMP) and joined: the first maximum across the
+    pieces, each piece's sum rescaled to the row's maximum. On one thread the same checks hold."""
+    n = 262144
+    row = np.zeros(n, dtype=np.float32)
+    row[[200000, 10]] = 4.0  # equal maxima in the last piece and the first: the first wins
+    got = rowscan_kernel.scan(row)
+    assert got.best == 10 and got.max == 4.0
+    row[10] = 3.0
+    assert rowscan_kernel.scan(row).best == 200000
+    row[150000] = np.nan  # a NaN only in a later piece is reported
+    got = rowscan_kernel.scan(row)
+    assert got.has_nan and got.best == 200000
+    row = np.full(n, -np.inf, dtype=np.float32)
+    row[n - 1] = 0.0  # every piece but the last is all -inf
+    got = rowscan_kernel.scan(row)
+    assert (got.best, got.max, got.z) == (n - 1, 0.0, 1.0)
+    rng = np.random.default_rng(11)
+    row = (rng.standard_normal(n) * 5).astype(np.float32)
+    row[:1000] -= 100.0  # the first piece's maximum far below the row's: its sum rescaled to nearly 0
+    m, z = reference(row)
+    got = rowscan_kernel.scan(row)
+    assert got.best == int(np.argmax(row)) and abs(got.z - z) <= 2e-7 * z
+    assert 1 <= rowscan_kernel.scan_threads() <= 4

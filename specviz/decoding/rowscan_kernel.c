@@ -206,13 +206,85 @@ __attribute__((target("avx512f"))) static int specviz_scan_avx512(const float * 
 }
 #endif
 
-int specviz_scan(const float * x, int64_t n, int64_t * best, double * out) {
+static int specviz_scan_one(const float * x, int64_t n, int64_t * best, double * out) {
 #if defined(__GNUC__) && defined(__x86_64__)
     if (__builtin_cpu_supports("avx512f")) {
         return specviz_scan_avx512(x, n, best, out);
     }
 #endif
     return specviz_scan_generic(x, n, best, out);
+}
+
+/*
+ * With OpenMP (libgomp, which llama.cpp's CPU backend already runs in the process) a long row is cut into
+ * one piece per thread, up to SPECVIZ_SCAN_THREADS: each piece is scanned as above, then the pieces are
+ * joined in order: the maximum is the largest piece maximum (the earliest piece among equals, so the
+ * first maximum still wins), the sum is the pieces' sums each rescaled to it (in double). The row scan
+ * runs between llama.cpp's decodes, when its worker threads have nothing to do (they are still waiting
+ * for the next graph), so the other cores are free. Rows shorter than SPECVIZ_SCAN_SPLIT are scanned
+ * on the calling thread: below it starting the team costs more than it saves.
+ */
+#define SPECVIZ_SCAN_THREADS 4
+#define SPECVIZ_SCAN_SPLIT 65536
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+int specviz_scan_threads(void) {
+#ifdef _OPENMP
+    const int t = omp_get_max_threads();
+    return t < SPECVIZ_SCAN_THREADS ? t : SPECVIZ_SCAN_THREADS;
+#else
+    return 1;
+#endif
+}
+
+int specviz_scan(const float * x, int64_t n, int64_t * best, double * out) {
+    const int t = n >= SPECVIZ_SCAN_SPLIT ? specviz_scan_threads() : 1;
+    if (t <= 1) {
+        return specviz_scan_one(x, n, best, out);
+    }
+    int64_t bests[SPECVIZ_SCAN_THREADS];
+    double outs[SPECVIZ_SCAN_THREADS][2];
+    int nans[SPECVIZ_SCAN_THREADS];
+    /* pieces of whole blocks, so that every piece but the last sums full blocks as one pass would */
+    const int64_t blocks = (n + SPECVIZ_BLOCK - 1) / SPECVIZ_BLOCK;
+    const int64_t per = (blocks + t - 1) / t * SPECVIZ_BLOCK;
+#ifdef _OPENMP
+#pragma omp parallel for num_threads(t) schedule(static, 1)
+#endif
+    for (int c = 0; c < t; ++c) {
+        const int64_t lo = c * per < n ? c * per : n;
+        const int64_t hi = lo + per < n ? lo + per : n;
+        bests[c] = 0;
+        outs[c][0] = -__builtin_inf();
+        outs[c][1] = 0.0;
+        nans[c] = hi > lo ? specviz_scan_one(x + lo, hi - lo, &bests[c], outs[c]) : 0;
+        bests[c] += lo;
+    }
+    int nan = 0;
+    double m = -__builtin_inf();
+    int64_t at = 0;
+    for (int c = 0; c < t; ++c) {
+        nan |= nans[c];
+        if (outs[c][0] > m) { /* strictly: an equal maximum in a later piece is not the first */
+            m = outs[c][0];
+            at = bests[c];
+        }
+    }
+    double z = 0.0;
+    if (m > -__builtin_inf() && m < __builtin_inf()) {
+        for (int c = 0; c < t; ++c) {
+            if (outs[c][0] > -__builtin_inf()) {
+                z += outs[c][1] * specviz_exp_nonpositive_d(outs[c][0] - m);
+            }
+        }
+    }
+    *best = at;
+    out[0] = m;
+    out[1] = z;
+    return nan;
 }
 
 /*

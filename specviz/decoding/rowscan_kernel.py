@@ -37,6 +37,7 @@ _SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
     "specviz_scan": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p]),
     "specviz_topk": (ctypes.c_int64, [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p]),
     "specviz_rank": (ctypes.c_int64, [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64]),
+    "specviz_scan_threads": (ctypes.c_int, []),
 }
 
 #: The most tokens :func:`topk` returns (the kernel keeps them in a fixed array).
@@ -49,8 +50,14 @@ def disabled() -> bool:
 
 
 def build(force: bool = False) -> Path:
-    """Compile the kernel into the cache (unless cached) and return its path; raises ``cbuild.BuildError``."""
-    return cbuild.build_library(SOURCE, "specviz_rowscan", FLAGS, force=force)
+    """Compile the kernel into the cache (unless cached) and return its path; raises ``cbuild.BuildError``.
+
+    With OpenMP where the compiler has it (a long row is scanned in pieces on several threads, see the C
+    file), else without (every row on the calling thread)."""
+    try:
+        return cbuild.build_library(SOURCE, "specviz_rowscan", (*FLAGS, "-fopenmp"), force=force)
+    except cbuild.BuildError:
+        return cbuild.build_library(SOURCE, "specviz_rowscan", FLAGS, force=force)
 
 
 def load() -> Any:
@@ -139,3 +146,9 @@ def rank(row: np.ndarray, token: int) -> int | None:
     if fns is None or not _plain(row):
         return None
     return int(fns.rank(row.ctypes.data, row.shape[0], token))
+
+
+def scan_threads() -> int:
+    """How many threads :func:`scan` cuts a long row into (1 without OpenMP or without the kernel)."""
+    fns = load()
+    return int(fns.scan_threads()) if fns is not None else 1
