@@ -14,7 +14,7 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Sequence, cast
 
 import numpy as np
 
@@ -469,7 +469,8 @@ class LlamaContext(ContextBase):
             raise ContextError(f"no logits for batch row {i}; it was not requested")
         # np.frombuffer over a ctypes array at the row's address: numpy's as_array builds the same view
         # at three times the cost (every row a round reads)
-        return np.frombuffer(self._row_type.from_address(ctypes.addressof(ptr.contents)), dtype=np.float32)
+        row = self._row_type.from_address(ctypes.addressof(ptr.contents))
+        return np.frombuffer(cast(Any, row), dtype=np.float32)  # a ctypes array is a buffer (numpy's stubs omit it)
 
     def _free_batch(self) -> None:
         llama_lib().llama_batch_free(self._batch)

@@ -126,7 +126,7 @@ class Generation:
             finished=self.finished if self.finished != "cancelled" else None,
             telemetry=telemetry if telemetry is not None else self.telemetry.state(),
             policy=self.policy.state(),
-            rng=rng.bit_generator.state,  # numpy builds a new dictionary on every read: nothing to copy
+            rng=dict(rng.bit_generator.state),  # numpy builds a new dictionary on every read: no deep copy
             drafter_state=drafter.state() if drafter.state_format else None,
             drafter_stats=drafter.stats.to_dict(),
         )

@@ -41,6 +41,7 @@ class ScoredRow:
 
     def __init__(self, row: np.ndarray, buf: np.ndarray | None = None, *, normaliser: bool = False) -> None:
         self._buf = buf
+        self._z: float | None = None
         if normaliser and (s := scan(row)) is not None and not s.has_nan:
             # the kernel's one pass: the choice and the normaliser together (the row is read once)
             self.row = row
@@ -55,7 +56,6 @@ class ScoredRow:
         self.row = row
         self.best = i
         self.max = float(row[i])
-        self._z: float | None = None
 
     def z(self) -> float:
         """Σ exp(logit − max) over the row (float32 exponentials and sum; ~1e-7 relative error)."""
