@@ -2,10 +2,13 @@
 
 :mod:`bench_overhead` times all of specviz's work in a round at once; this script times the pieces of a
 greedy round one by one, each repeated on the same data (warm caches), in CPU time of the calling thread:
-the logits row view, the row scan's argmax and its softmax normaliser (the C kernel, or numpy without
-it), the rewind checkpoint and its parts, the telemetry dictionary and the round's events. The sum is a
-floor for a ``none`` round: in a real round the logits row arrives cold from llama.cpp's output layer,
-and a busy machine stretches every figure.
+the logits row view; the row scan as argmax alone, as argmax then the softmax normaliser, and as the
+acceptor's one pass (the C kernel; numpy without it); a rejection row's alternatives and rank; the rewind
+checkpoint; the telemetry event as a round makes it and as a reader builds it; the round's events. Each
+is timed twice: warm (repeated on the same data) and right after a one-token decode, as a round runs it
+(median of ``--cold-repeats``): the decode streams the model's weights through the caches, so the same
+Python and the same row read cost several times more there. The warm sum is a floor for a ``none``
+round; the after-a-decode column is what a round pays, and a busy machine stretches both.
 
 Usage: python benchmarks/bench_round_pieces.py [--model GGUF] [--threads N] [--repeats 300]
 """
@@ -13,8 +16,8 @@ Usage: python benchmarks/bench_round_pieces.py [--model GGUF] [--threads N] [--r
 from __future__ import annotations
 
 import argparse
-import copy
 import os
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -23,6 +26,7 @@ from typing import Any, Callable
 from specviz import Session
 from specviz.analysis.workloads import WORKLOADS
 from specviz.backends import LlamaModel
+from specviz.decoding.events import TelemetryEvent
 from specviz.decoding.round_events import round_events
 from specviz.decoding.rowscan import ScoredRow
 from specviz.decoding.rowscan_kernel import unavailable_reason
@@ -38,11 +42,23 @@ def cpu_us(fn: Callable[[], Any], repeats: int) -> float:
     return (time.thread_time() - t) / repeats * 1e6
 
 
+def cold_us(fn: Callable[[], Any], decode: Callable[[], None], repeats: int) -> float:
+    """Median CPU microseconds of ``fn()`` called right after a one-token decode, as in a real round."""
+    times = []
+    for _ in range(repeats):
+        decode()
+        t = time.thread_time()
+        fn()
+        times.append(time.thread_time() - t)
+    return statistics.median(times) * 1e6
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", default="", help="a GGUF to run instead of the embedded Gemma 3 270M")
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--repeats", type=int, default=300)
+    ap.add_argument("--cold-repeats", type=int, default=30, help="decodes for the after-a-decode column")
     args = ap.parse_args(argv)
     model_path = Path(args.model) if args.model else default_model_path()
     model = LlamaModel(model_path)
@@ -53,14 +69,32 @@ def main(argv: list[str] | None = None) -> int:
     assert drafter is not None and g.last_result is not None
     row = ctx.row(0)
     last = g.last_result
+    history = list(session.history)
+    n_past = len(history) - 1
+
+    def decode() -> None:
+        # the round's decode: one token through the model (its weights stream through the caches), then
+        # the position removed again so that every decode is the same
+        ctx.eval([history[-1]], n_past, rows="all")
+        ctx.memory.cut(n_past, history)
+
+    def session_view() -> TelemetryEvent:
+        # what a round does for its telemetry event: one copy of the counters, the rest when it is read
+        return TelemetryEvent.deferred(1, session.telemetry_view())
+
+    scanned = ScoredRow(row, normaliser=True)
+    other = (scanned.best + 1) % model.n_vocab  # a token the row did not choose: a rejected draft's
     pieces: list[tuple[str, Callable[[], Any]]] = [
         ("logits row view (ctx.row)", lambda: ctx.row(0)),
-        ("row scan: argmax", lambda: ScoredRow(row)),
-        ("row scan: argmax + normaliser", lambda: ScoredRow(row).z()),
+        ("row scan: argmax alone", lambda: ScoredRow(row)),
+        ("row scan: argmax, then the normaliser (two passes)", lambda: ScoredRow(row).z()),
+        ("row scan: the acceptor's one pass (choice and normaliser)", lambda: ScoredRow(row, normaliser=True)),
+        ("rejection row: top 5 alternatives", lambda: scanned.top(5)),
+        ("rejection row: the rejected token's rank", lambda: scanned.rank(other)),
         ("checkpoint (Generation.capture)", lambda: g.capture(drafter, session.rng)),
-        ("  of which: generator state copy", lambda: copy.deepcopy(dict(session.rng.bit_generator.state))),
         ("  of which: telemetry counters", lambda: g.telemetry.state()),
-        ("telemetry dictionary", session.telemetry_dict),
+        ("telemetry event, as a round makes it (built on first read)", lambda: session_view()),
+        ("telemetry dictionary, built", session.telemetry_dict),
         ("round events", lambda: round_events(last, model.pieces, policy="fixed")),
     ]
     kernel = unavailable_reason()
@@ -69,10 +103,10 @@ def main(argv: list[str] | None = None) -> int:
         f"of {args.repeats}; row scan kernel: {'C' if kernel is None else 'numpy (' + kernel + ')'}; "
         f"load average {os.getloadavg()[0]:.1f}"
     )
-    print("| piece | µs |")
-    print("|---|---:|")
+    print("| piece | µs, warm | µs, right after a decode |")
+    print("|---|---:|---:|")
     for name, fn in pieces:
-        print(f"| {name} | {cpu_us(fn, args.repeats):.1f} |")
+        print(f"| {name} | {cpu_us(fn, args.repeats):.1f} | {cold_us(fn, decode, args.cold_repeats):.1f} |")
     session.close()
     model.close()
     return 0

@@ -61,3 +61,195 @@ def test_other_arrays_and_a_switched_off_kernel_get_numpy(monkeypatch):
     assert np.allclose(with_kernel, numpy_only, rtol=1e-6, atol=0)
     m, z = reference(row)
     assert numpy_only[2] == pytest.approx(1 / z, rel=1e-6)
+
+
+def _scans() -> list:
+    """Both builds of the one-pass scan: the dispatching entry point and the plain-C one."""
+    import ctypes
+
+    lib = ctypes.CDLL(str(rowscan_kernel.build()))
+    generic = lib.specviz_scan_generic
+    generic.restype = ctypes.c_int
+    generic.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p]
+
+    def plain(row: np.ndarray) -> rowscan_kernel.Scan:
+        best, out = ctypes.c_int64(), (ctypes.c_double * 2)()
+        nan = generic(row.ctypes.data, row.shape[0], ctypes.addressof(best), ctypes.addressof(out))
+        return rowscan_kernel.Scan(best.value, out[0], out[1], bool(nan))
+
+    return [rowscan_kernel.scan, plain]
+
+
+@needs_kernel
+@pytest.mark.parametrize("which", [0, 1], ids=["dispatched", "plain-c"])
+@pytest.mark.parametrize("n", [1, 7, 16, 255, 256, 257, 4096 + 13, 262144])
+@pytest.mark.parametrize("scale", [0.5, 4.0, 40.0])
+def test_the_one_pass_scan_matches_argmax_and_float64(which, n, scale):
+    rng = np.random.default_rng(n + int(scale))
+    row = (rng.standard_normal(n) * scale).astype(np.float32)
+    got = _scans()[which](row)
+    m, z = reference(row)
+    assert got.best == int(np.argmax(row)) and got.max == m and not got.has_nan
+    assert abs(got.z - z) <= 2e-7 * z
+
+
+@needs_kernel
+@pytest.mark.parametrize("which", [0, 1], ids=["dispatched", "plain-c"])
+def test_the_one_pass_scan_keeps_the_first_maximum_across_and_within_blocks(which):
+    scan = _scans()[which]
+    row = np.zeros(3000, dtype=np.float32)
+    row[[700, 2900, 5]] = [3.0, 3.0, 1.0]  # blocks 2 and 11 tie: block 2's wins
+    assert scan(row).best == 700
+    row[[703, 699]] = [3.0, 3.0]  # within a block: the first of three
+    assert scan(row).best == 699
+    row[2999] = 3.5  # a later, strictly greater maximum in the tail
+    assert scan(row).best == 2999
+
+
+@needs_kernel
+@pytest.mark.parametrize("which", [0, 1], ids=["dispatched", "plain-c"])
+def test_the_one_pass_scan_flags_nan_and_reads_it_as_minus_infinity(which):
+    scan = _scans()[which]
+    row = np.array([np.nan, 1.0, 5.0, np.nan] * 100, dtype=np.float32)
+    got = scan(row)
+    assert got.has_nan and got.best == 2 and got.max == 5.0
+    assert got.z == pytest.approx(100 * (1 + np.exp(-4.0)), rel=1e-7)
+    assert scan(np.full(300, -np.inf, dtype=np.float32))[:2] == (0, -np.inf)
+    inf = np.array([1.0, np.inf, 2.0, np.inf], dtype=np.float32)
+    assert scan(inf)[:2] == (1, np.inf)
+
+
+@needs_kernel
+def test_a_row_that_keeps_rising_rescales_the_sum_exactly_enough():
+    """Every block sets a new maximum: the sum is rescaled 1024 times (in double)."""
+    row = np.linspace(-50.0, 30.0, 262144).astype(np.float32)
+    got = rowscan_kernel.scan(row)
+    m, z = reference(row)
+    assert got.best == 262143 and abs(got.z - z) <= 2e-7 * z
+
+
+@needs_kernel
+def test_the_acceptors_one_pass_rows_agree_with_the_two_pass_scan():
+    rng = np.random.default_rng(7)
+    for n in (9, 300, 262144):
+        row = (rng.standard_normal(n) * 6).astype(np.float32)
+        one, two = ScoredRow(row, normaliser=True), ScoredRow(row)
+        assert one.best == two.best and one.max == two.max
+        for t in (0, n // 2, one.best):
+            assert one.prob(t) == pytest.approx(two.prob(t), rel=1e-6)
+        assert [t for t, _ in one.top(5)] == [t for t, _ in two.top(5)]
+    nan_row = np.array([np.nan, 2.0, 1.0], dtype=np.float32)  # the NaN-aware path
+    assert ScoredRow(nan_row, normaliser=True).prob(1) == pytest.approx(ScoredRow(nan_row).prob(1))
+
+
+def _row_questions() -> list:
+    """Both builds of specviz_topk and specviz_rank: (topk, rank) dispatched, then plain C."""
+    import ctypes
+
+    lib = ctypes.CDLL(str(rowscan_kernel.build()))
+    topk_c, rank_c = lib.specviz_topk_generic, lib.specviz_rank_generic
+    topk_c.restype = rank_c.restype = ctypes.c_int64
+    topk_c.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p]
+    rank_c.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64]
+
+    def plain_topk(row, k):
+        out = np.empty(k, dtype=np.int64)
+        assert topk_c(row.ctypes.data, row.shape[0], k, out.ctypes.data) == k
+        return out
+
+    def plain_rank(row, t):
+        return int(rank_c(row.ctypes.data, row.shape[0], t))
+
+    return [(rowscan_kernel.topk, rowscan_kernel.rank), (plain_topk, plain_rank)]
+
+
+def reference_rank(row: np.ndarray, t: int) -> int:
+    v = row[t]
+    return 1 + sum(1 for x in row if x > v) + sum(1 for x in row[:t] if x == v)
+
+
+def reference_topk(row: np.ndarray, k: int) -> list[int]:
+    """The k largest, largest first, ties to the lower index (a stable sort on the negated values)."""
+    return np.argsort(-row.astype(np.float64), kind="stable")[:k].tolist()
+
+
+@needs_kernel
+@pytest.mark.parametrize("which", [0, 1], ids=["dispatched", "plain-c"])
+@pytest.mark.parametrize("n", [1, 5, 15, 16, 17, 300, 4099, 262144])
+def test_topk_and_rank_match_a_stable_sort(which, n):
+    topk, rank = _row_questions()[which]
+    rng = np.random.default_rng(n)
+    row = np.round(rng.standard_normal(n) * 3, 1).astype(np.float32)  # rounded: many ties
+    for k in {1, min(5, n), min(64, n)}:
+        assert topk(row, k).tolist() == reference_topk(row, k)
+    for t in {0, n // 3, n - 1, int(np.argmax(row))}:
+        assert rank(row, t) == (reference_rank(row, t) if n < 5000 else _numpy_rank(row, t))
+
+
+def _numpy_rank(row: np.ndarray, t: int) -> int:
+    v = row[t]
+    return int(np.count_nonzero(row > v)) + int(np.count_nonzero(row[:t] == v)) + 1
+
+
+@needs_kernel
+@pytest.mark.parametrize("which", [0, 1], ids=["dispatched", "plain-c"])
+def test_topk_keeps_ties_in_index_order_and_handles_infinities(which):
+    topk, _ = _row_questions()[which]
+    row = np.zeros(100, dtype=np.float32)
+    row[[90, 10, 50]] = 2.0  # a three-way tie, found out of order in no particular lane
+    row[70] = 3.0
+    assert topk(row, 4).tolist() == [70, 10, 50, 90]
+    assert topk(row, 6).tolist() == [70, 10, 50, 90, 0, 1]
+    assert topk(np.full(40, -np.inf, dtype=np.float32), 3).tolist() == [0, 1, 2]
+    inf = np.array([1.0, np.inf, 2.0, np.inf] * 5, dtype=np.float32)
+    assert topk(inf, 3).tolist() == [1, 3, 5]
+    # an ascending row: every value enters the list (the worst case of the insertion)
+    assert topk(np.arange(1000, dtype=np.float32), 5).tolist() == [999, 998, 997, 996, 995]
+
+
+@needs_kernel
+def test_topk_refuses_what_it_cannot_hold():
+    row = np.zeros(10, dtype=np.float32)
+    assert rowscan_kernel.topk(row, 0) is None and rowscan_kernel.topk(row, 11) is None
+    assert rowscan_kernel.topk(np.zeros(100, dtype=np.float32), rowscan_kernel.TOPK_MAX + 1) is None
+
+
+def test_top_and_rank_agree_with_and_without_the_kernel(monkeypatch):
+    rng = np.random.default_rng(3)
+    row = np.round(rng.standard_normal(20000) * 4, 1).astype(np.float32)
+    flat = np.zeros(9000, dtype=np.float32)  # every value tied
+    picks = [0, 77, 19999, int(np.argmax(row))]
+    with_kernel = (ScoredRow(row).top(5), [ScoredRow(row).rank(t) for t in picks], ScoredRow(flat).top(3))
+    monkeypatch.setenv("SPECVIZ_ROWSCAN_KERNEL", "0")
+    numpy_only = (ScoredRow(row).top(5), [ScoredRow(row).rank(t) for t in picks], ScoredRow(flat).top(3))
+    assert [t for t, _ in with_kernel[0]] == [t for t, _ in numpy_only[0]] == reference_topk(row, 5)
+    assert np.allclose([p for _, p in with_kernel[0]], [p for _, p in numpy_only[0]], rtol=1e-6, atol=0)
+    assert with_kernel[1] == numpy_only[1] == [reference_rank(row, t) for t in picks]
+    assert [t for t, _ in with_kernel[2]] == [t for t, _ in numpy_only[2]] == [0, 1, 2]
+
+
+@needs_kernel
+def test_a_row_cut_into_pieces_keeps_the_first_maximum_and_the_sum():
+    """Long rows are scanned in one piece per thread (OpenMP) and joined: the first maximum across the
+    pieces, each piece's sum rescaled to the row's maximum. On one thread the same checks hold."""
+    n = 262144
+    row = np.zeros(n, dtype=np.float32)
+    row[[200000, 10]] = 4.0  # equal maxima in the last piece and the first: the first wins
+    got = rowscan_kernel.scan(row)
+    assert got.best == 10 and got.max == 4.0
+    row[10] = 3.0
+    assert rowscan_kernel.scan(row).best == 200000
+    row[150000] = np.nan  # a NaN only in a later piece is reported
+    got = rowscan_kernel.scan(row)
+    assert got.has_nan and got.best == 200000
+    row = np.full(n, -np.inf, dtype=np.float32)
+    row[n - 1] = 0.0  # every piece but the last is all -inf
+    got = rowscan_kernel.scan(row)
+    assert (got.best, got.max, got.z) == (n - 1, 0.0, 1.0)
+    rng = np.random.default_rng(11)
+    row = (rng.standard_normal(n) * 5).astype(np.float32)
+    row[:1000] -= 100.0  # the first piece's maximum far below the row's: its sum rescaled to nearly 0
+    m, z = reference(row)
+    got = rowscan_kernel.scan(row)
+    assert got.best == int(np.argmax(row)) and abs(got.z - z) <= 2e-7 * z
+    assert 1 <= rowscan_kernel.scan_threads() <= 4

@@ -3,7 +3,9 @@ snapshots, and the event stream."""
 
 from __future__ import annotations
 
+import copy
 import json
+import pickle
 
 import numpy as np
 import pytest
@@ -12,7 +14,7 @@ from hypothesis import strategies as st
 
 from specviz import Session, strategy_class, strategy_names
 from specviz.backends import LlamaContext
-from specviz.decoding.events import event_from_dict
+from specviz.decoding.events import TelemetryEvent, event_from_dict
 from specviz.errors import ContextError, KnobError, SessionStateError, SnapshotError, StrategyError
 
 # Knobs that make each strategy draft often on short tiny-model histories.
@@ -375,3 +377,35 @@ def test_snapshot_from_another_model_is_refused(tiny_session, tmp_path):
     blob = s.snapshot()
     with pytest.raises(SnapshotError, match="model"):
         Session.restore(blob, model=other)
+
+
+def _steady(d: dict) -> dict:
+    """A telemetry dictionary without the process's memory (read at slightly different moments)."""
+    out = dict(d)
+    out["memory"] = {k: v for k, v in d["memory"].items() if k not in ("rss_bytes", "peak_rss_bytes")}
+    return out
+
+
+def test_telemetry_events_read_later_say_what_held_after_their_round(tiny_session):
+    """A round's telemetry event builds its dictionary on first read (issue 26): read rounds later, it
+    still says what telemetry_dict() said when the round ended, not what holds when it is read."""
+    at_emit: dict[int, dict] = {}
+
+    def note(ev):
+        if isinstance(ev, TelemetryEvent):
+            at_emit[ev.round] = _steady(tiny_session.telemetry_dict())
+
+    tiny_session.subscribe(note)
+    tiny_session.start("the quick brown fox jumps over the lazy dog", 24, "prompt-lookup", draft_max=4)
+    tiny_session.run()
+    events = [e for e in tiny_session.events if isinstance(e, TelemetryEvent)]
+    assert len(events) == tiny_session.round_index >= 4
+    assert [e.data["rounds"] for e in events] == list(range(1, len(events) + 1))
+    for e in events:
+        assert _steady(e.data) == at_emit[e.round]
+    last = events[-1]
+    assert pickle.loads(pickle.dumps(events[0])).data == events[0].data  # pickling builds it first
+    assert copy.deepcopy(last) == last and last.to_dict()["data"]["rounds"] == len(events)
+    assert TelemetryEvent(3, data={"rounds": 3}).data == {"rounds": 3}  # made whole, as before
+    with pytest.raises(AttributeError):
+        _ = last.no_such_field

@@ -126,3 +126,19 @@ def test_from_state_checks_each_counters_type():
         Telemetry.from_state({"position_tries": 3})
     with pytest.raises(TypeError):
         Telemetry.from_state({"last_round": [1]})
+
+
+def test_state_is_a_deep_copy_that_later_rounds_leave_alone():
+    """Every round's checkpoint and telemetry event keep ``state()``: the next round must not reach it."""
+    import copy
+
+    t = Telemetry()
+    kw = dict(n_committed=3, draft_seconds=0.1, verify_seconds=0.1, round_seconds=0.2, draft_probs=[0.9, 0.4, 0.1])
+    t.record_round(n_drafted=3, n_accepted=2, drafter="ngram-simple", **kw)
+    s = t.state()
+    assert s == copy.deepcopy(t.__dict__)
+    frozen = copy.deepcopy(s)
+    t.record_round(n_drafted=3, n_accepted=3, drafter="ngram-simple", **kw)
+    t.record_memory(None, None)
+    assert s == frozen and s != t.state()
+    assert Telemetry.from_state(s).to_dict() == Telemetry.from_state(frozen).to_dict()

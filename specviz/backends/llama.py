@@ -14,7 +14,7 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Sequence, cast
 
 import numpy as np
 
@@ -83,6 +83,7 @@ class LlamaModel:
         self.eos = int(lc.llama_vocab_eos(self.vocab))
         self.add_bos = bool(lc.llama_vocab_get_add_bos(self.vocab))
         self._piece_bytes: dict[int, bytes] = {}
+        self._piece_text: dict[int, str] = {}
         self._eog: dict[int, bool] = {}
         buf = ctypes.create_string_buffer(256)
         n = lc.llama_model_desc(ptr, buf, 256)
@@ -155,11 +156,15 @@ class LlamaModel:
 
     def piece(self, token: int) -> str:
         """Display text of one token (invalid UTF-8 fragments shown with the replacement mark)."""
-        return self.piece_bytes(token).decode("utf-8", errors="replace")
+        p = self._piece_text.get(token)
+        if p is None:
+            p = self._piece_text[token] = self.piece_bytes(token).decode("utf-8", errors="replace")
+        return p
 
     def pieces(self, tokens: Sequence[int]) -> list[str]:
-        """Display text of each token."""
-        return [self.piece(t) for t in tokens]
+        """Display text of each token (every round's events carry them: kept once rendered)."""
+        known = self._piece_text
+        return [known.get(t) or self.piece(t) for t in tokens]
 
     def detokenize(self, tokens: Sequence[int], *, skip_special: bool = True) -> str:
         """Text of a token sequence, joining bytes first so multi-byte characters survive."""
@@ -339,6 +344,7 @@ class LlamaContext(ContextBase):
         for i in range(cap):
             b.seq_id[i][0] = 0
         self._n_vocab = model.n_vocab
+        self._row_type = ctypes.c_float * model.n_vocab  # one logits row, for zero-copy views
         self._out_rows: list[int] = []
         self.decode_seconds = 0.0  # cumulative time inside llama_decode (for overhead measurements)
         self.last_batch = (0, 0)  # (first position, tokens) of the last decode
@@ -461,7 +467,10 @@ class LlamaContext(ContextBase):
         ptr = llama_lib().llama_get_logits_ith(self._ctx, i)
         if not ptr:
             raise ContextError(f"no logits for batch row {i}; it was not requested")
-        return np.ctypeslib.as_array(ptr, shape=(self._n_vocab,))
+        # np.frombuffer over a ctypes array at the row's address: numpy's as_array builds the same view
+        # at three times the cost (every row a round reads)
+        row = self._row_type.from_address(ctypes.addressof(ptr.contents))
+        return np.frombuffer(cast(Any, row), dtype=np.float32)  # a ctypes array is a buffer (numpy's stubs omit it)
 
     def _free_batch(self) -> None:
         llama_lib().llama_batch_free(self._batch)

@@ -135,7 +135,7 @@ def _accept_greedy(
     probs: list[float] = []
     k = len(draft)
     for i in range(k + 1):
-        sr = ScoredRow(row(i), scratch)
+        sr = ScoredRow(row(i), scratch, normaliser=True)
         tokens.append(sr.best)
         probs.append(sr.prob(sr.best))
         if i == k:
@@ -151,20 +151,19 @@ def _accept_greedy(
                 rejected_prob=sr.prob(d),
                 alternatives=tuple(alts),
                 rows_read=i + 1,
-                rejected_rank=_rank(sr.row, d, alts),
+                rejected_rank=_rank(sr, d, alts),
                 margin=_margin(sr.row, alts),
             )
     raise AssertionError("unreachable")  # pragma: no cover
 
 
-def _rank(row: np.ndarray, token: int, alts: Sequence[tuple[int, float]]) -> int:
-    """Rank of ``token`` in a NaN-free logits row (1 = first maximum; ties go to the lower id): read from
-    the alternatives when it is among them, else one counting pass over the row (once per rejection)."""
+def _rank(sr: ScoredRow, token: int, alts: Sequence[tuple[int, float]]) -> int:
+    """Rank of ``token`` in a scanned row (1 = first maximum; ties go to the lower id): read from the
+    alternatives when it is among them, else one counting pass over the row (once per rejection)."""
     for j, (t, _) in enumerate(alts):
         if t == token:
             return j + 1
-    v = row[token]
-    return int(np.count_nonzero(row > v)) + int(np.count_nonzero(row[:token] == v)) + 1
+    return sr.rank(token)
 
 
 def _dist_rank(p: TokenDist, token: int, alts: Sequence[tuple[int, float]]) -> int:

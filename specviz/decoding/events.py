@@ -14,8 +14,9 @@ Token texts ("pieces") travel with the ids so that a front-end or a replay never
 from __future__ import annotations
 
 import dataclasses
+import threading
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, Callable, ClassVar
 
 
 @dataclass(frozen=True)
@@ -247,10 +248,41 @@ class KnobsChanged(Event):
 
 @dataclass(frozen=True)
 class TelemetryEvent(Event):
-    """Cumulative telemetry after a round (see :mod:`specviz.decoding.telemetry` for the fields)."""
+    """Cumulative telemetry after a round (see :mod:`specviz.decoding.telemetry` for the fields).
+
+    A session makes it with :meth:`deferred`: ``data`` is built on its first read, from copies of the
+    counters taken when the round ended, so a round does not pay for a dictionary nobody reads (a
+    notebook's ``run()`` reads few of them; the inspector reads each once, on its own thread). It reads
+    the same either way; copying or pickling it builds it first.
+    """
 
     kind: ClassVar[str] = "telemetry"
     data: dict = field(default_factory=dict)
+
+    @classmethod
+    def deferred(cls, round: int, build: Callable[[], dict]) -> TelemetryEvent:
+        """The event of round ``round`` whose ``data`` is ``build()``, called once, on first read."""
+        ev = cls.__new__(cls)
+        object.__setattr__(ev, "round", round)
+        object.__setattr__(ev, "_build", build)
+        return ev
+
+    def __getattr__(self, name: str) -> Any:
+        # reached only for an attribute not set yet: ``data`` of a deferred event before its first read
+        if name == "data" and "_build" in self.__dict__:
+            with _BUILD_LOCK:
+                if "data" not in self.__dict__:
+                    object.__setattr__(self, "data", self.__dict__["_build"]())
+                    self.__dict__.pop("_build")
+            return self.__dict__["data"]
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.round, self.data))
+
+
+#: One lock for building deferred telemetry (a page's thread and the session's may read one at once).
+_BUILD_LOCK = threading.Lock()
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,6 @@ type checker checks at each call that it still has every part they use.
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -113,9 +112,11 @@ class Generation:
         """Positions committed to the target's cache: every token but the pending newest one."""
         return max(len(self.history) - 1, 0)
 
-    def capture(self, drafter: Drafter, rng: np.random.Generator) -> None:
+    def capture(self, drafter: Drafter, rng: np.random.Generator, telemetry: dict[str, Any] | None = None) -> None:
         """Record the checkpoint of the current round (replacing one of the same round, which a finish
-        without a round leaves behind). The session calls it after ``start`` and after every step."""
+        without a round leaves behind). The session calls it after ``start`` and after every step;
+        ``telemetry`` is a copy of the counters taken this round (:meth:`Telemetry.state`), shared with the
+        round's telemetry event, else one is taken (nobody changes either: a rewind copies it)."""
         ck = Checkpoint(
             round=self.round_index,
             n_history=len(self.history),
@@ -123,9 +124,9 @@ class Generation:
             strategy=self.strategy,
             knobs=dict(self.knobs),
             finished=self.finished if self.finished != "cancelled" else None,
-            telemetry=self.telemetry.state(),
+            telemetry=telemetry if telemetry is not None else self.telemetry.state(),
             policy=self.policy.state(),
-            rng=copy.deepcopy(dict(rng.bit_generator.state)),
+            rng=dict(rng.bit_generator.state),  # numpy builds a new dictionary on every read: no deep copy
             drafter_state=drafter.state() if drafter.state_format else None,
             drafter_stats=drafter.stats.to_dict(),
         )

@@ -19,12 +19,13 @@ import glob
 import os
 import resource
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 if TYPE_CHECKING:
     from ..backends.llama import LlamaContext
+    from ..backends.memory import MemoryInfo
 
-__all__ = ["NOT_AVAILABLE", "process_memory", "context_memory", "memory_figures", "MachineSampler"]
+__all__ = ["NOT_AVAILABLE", "process_memory", "context_memory", "memory_figures", "memory_view", "MachineSampler"]
 
 #: What a figure the machine does not expose says instead of a number.
 NOT_AVAILABLE = "not available"
@@ -33,40 +34,107 @@ _THERMAL_GLOB = "/sys/class/thermal/thermal_zone*/temp"
 _FREQ_GLOB = "/sys/devices/system/cpu/cpu[0-9]*/cpufreq/scaling_cur_freq"
 
 
+class _Statm:
+    """``/proc/self/statm`` kept open (one ``pread`` a round instead of an open, a read and a close)."""
+
+    def __init__(self) -> None:
+        self.pid = -1
+        self.fd = -1
+        self.page = os.sysconf("SC_PAGE_SIZE")
+
+    def resident(self) -> int | None:
+        """The resident bytes now, or None where ``/proc`` is missing."""
+        pid = os.getpid()
+        if self.pid != pid:  # first use, or a forked child: the file describes the process that opened it
+            self.pid, self.fd = pid, -1
+            try:
+                self.fd = os.open("/proc/self/statm", os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+            except OSError:
+                return None
+        if self.fd < 0:
+            return None
+        try:
+            return int(os.pread(self.fd, 128, 0).split()[1]) * self.page
+        except (OSError, ValueError, IndexError):
+            return None
+
+
+_statm = _Statm()
+
+
+class _Peak:
+    """The kernel's peak resident size (``getrusage``), asked at most every :attr:`every` seconds: right
+    after a decode the call costs a round's worth of specviz's other work, and the peak it reports moves
+    rarely. Between asks the resident sizes read every round raise it (see :func:`process_memory`)."""
+
+    every = 0.5
+
+    def __init__(self) -> None:
+        self.at = -1.0
+        self.bytes = 0
+
+    def get(self) -> int:
+        now = time.monotonic()
+        if now - self.at >= self.every or self.at < 0:
+            self.at = now
+            self.bytes = max(self.bytes, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)  # KiB on Linux
+        return self.bytes
+
+
+_peak = _Peak()
+
+
 def process_memory() -> dict[str, int | None]:
-    """The process's resident bytes now (None where ``/proc`` is missing) and its peak resident bytes."""
-    rss: int | None = None
-    try:
-        with open("/proc/self/statm") as f:
-            rss = int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError, IndexError):
-        rss = None
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
-    if rss is not None:
-        peak = max(peak, rss)  # the kernel updates its peak lazily
+    """The process's resident bytes now (None where ``/proc`` is missing) and its peak resident bytes
+    (the kernel's, asked at most twice a second, and never below any resident size read here)."""
+    rss = _statm.resident()
+    peak = _peak.get()
+    if rss is not None and rss > peak:  # the kernel updates its peak lazily
+        peak = _peak.bytes = rss
     return {"rss_bytes": rss, "peak_rss_bytes": peak}
 
 
 def context_memory(ctx: LlamaContext) -> dict[str, Any]:
     """One context's memory: its facts (kind, bytes by part) and the saved states it holds now."""
     mem = ctx.memory
-    d = mem.info.to_dict()
-    d["marks"] = len(mem.marks)
-    d["marks_bytes"] = mem.marks_bytes
+    return _context_figures(mem.info, len(mem.marks), mem.marks_bytes)
+
+
+def _context_figures(info: MemoryInfo, marks: int, marks_bytes: int) -> dict[str, Any]:
+    d = info.to_dict()
+    d["marks"] = marks
+    d["marks_bytes"] = marks_bytes
     return d
 
 
 def memory_figures(target: LlamaContext, draft: LlamaContext | None = None) -> dict[str, Any]:
     """The memory telemetry of a session: the target context's, the draft context's (None without one)
     and the process's."""
-    out: dict[str, Any] = {"target": context_memory(target), "draft": context_memory(draft) if draft else None}
-    out.update(process_memory())
-    return out
+    return memory_view(target, draft)()
 
 
-def _read_numbers(pattern: str) -> list[float]:
+def memory_view(target: LlamaContext, draft: LlamaContext | None = None) -> Callable[[], dict[str, Any]]:
+    """:func:`memory_figures` as of now, built when called: what changes (the saved states held, the
+    process's memory) is read now, the rest (each context's :class:`~specviz.backends.memory.MemoryInfo`,
+    fixed when the context was made) when the figures are built."""
+    held = [
+        (c.memory.info, len(c.memory.marks), c.memory.marks_bytes) if c is not None else None for c in (target, draft)
+    ]
+    proc = process_memory()
+
+    def build() -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for name, h in zip(("target", "draft"), held):
+            out[name] = _context_figures(*h) if h is not None else None
+        out.update(proc)
+        return out
+
+    return build
+
+
+def _read_numbers(paths: list[str]) -> list[float]:
     vals = []
-    for path in sorted(glob.glob(pattern)):
+    for path in paths:
         try:
             with open(path) as f:
                 vals.append(float(f.read().strip()))
@@ -91,6 +159,9 @@ class MachineSampler:
         self.temps: list[float] = []  # hottest zone per sample, degrees Celsius
         self.clocks: list[float] = []  # mean clock over the CPUs per sample, MHz
         self._last = 0.0
+        # the sensor files, found once a run (listing the folders each sample cost more than reading them)
+        self._thermal = sorted(glob.glob(self.thermal_glob))
+        self._freq = sorted(glob.glob(self.freq_glob))
         self.sample(force=True)
 
     def sample(self, force: bool = False) -> None:
@@ -99,15 +170,25 @@ class MachineSampler:
         if not force and now - self._last < self.every:
             return
         self._last = now
-        temps = _read_numbers(self.thermal_glob)
+        temps = _read_numbers(self._thermal)
         if temps:
             self.temps.append(max(temps) / 1000.0)  # millidegrees
-        clocks = _read_numbers(self.freq_glob)
+        clocks = _read_numbers(self._freq)
         if clocks:
             self.clocks.append(sum(clocks) / len(clocks) / 1000.0)  # kHz
 
     def figures(self) -> dict[str, Any]:
         """Minimum, mean and maximum of each figure over the samples, or ``"not available"`` and why."""
+        return self.view()()
+
+    def view(self) -> Callable[[], dict[str, Any]]:
+        """:meth:`figures` over the samples taken so far, built when called (the sample lists only grow
+        until :meth:`reset` replaces them, so their first entries are kept, not copied)."""
+        temps, clocks = self.temps, self.clocks
+        n_temps, n_clocks = len(temps), len(clocks)
+        return lambda: self._figures(temps[:n_temps], clocks[:n_clocks])
+
+    def _figures(self, temps: list[float], clocks: list[float]) -> dict[str, Any]:
 
         def summary(xs: list[float], what: str, where: str) -> dict[str, Any]:
             if not xs:
@@ -121,6 +202,6 @@ class MachineSampler:
             }
 
         return {
-            "thermal_c": summary(self.temps, "thermal zones", self.thermal_glob),
-            "cpu_mhz": summary(self.clocks, "CPU clock readings", self.freq_glob),
+            "thermal_c": summary(temps, "thermal zones", self.thermal_glob),
+            "cpu_mhz": summary(clocks, "CPU clock readings", self.freq_glob),
         }

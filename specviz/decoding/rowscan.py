@@ -14,7 +14,7 @@ import math
 
 import numpy as np
 
-from .rowscan_kernel import expsum
+from .rowscan_kernel import expsum, rank, scan, topk
 
 # the largest logit range in which the normaliser can skip subtracting the maximum (see ScoredRow.z)
 _DIRECT_LO, _DIRECT_HI = -30.0, 60.0
@@ -31,12 +31,24 @@ class ScoredRow:
 
     NaN is detected for free: numpy's argmax returns the first NaN when there is one, so a non-NaN
     argmax proves the row has none. Only then is a NaN-free copy made. ``buf`` is an optional float32
-    scratch array of the row's size, reused across rows to avoid allocating per row.
+    scratch array of the row's size, reused across rows to avoid allocating per row. With ``normaliser``
+    (the acceptor, which needs the chosen token's probability of every row it reads) the C kernel finds
+    the choice and the normaliser in one read of the row (:func:`~specviz.decoding.rowscan_kernel.scan`);
+    a row with a NaN, or without the kernel, takes the path above.
     """
 
     __slots__ = ("row", "best", "max", "_z", "_buf")
 
-    def __init__(self, row: np.ndarray, buf: np.ndarray | None = None) -> None:
+    def __init__(self, row: np.ndarray, buf: np.ndarray | None = None, *, normaliser: bool = False) -> None:
+        self._buf = buf
+        self._z: float | None = None
+        if normaliser and (s := scan(row)) is not None and not s.has_nan:
+            # the kernel's one pass: the choice and the normaliser together (the row is read once)
+            self.row = row
+            self.best = s.best
+            self.max = s.max
+            self._z = s.z if math.isfinite(s.max) else None
+            return
         i = int(np.argmax(row))
         if row[i] != row[i]:  # numpy's argmax stops at the first NaN: rescan with NaN as -inf
             row = np.where(np.isnan(row), -np.inf, row)
@@ -44,8 +56,6 @@ class ScoredRow:
         self.row = row
         self.best = i
         self.max = float(row[i])
-        self._z: float | None = None
-        self._buf = buf
 
     def z(self) -> float:
         """Σ exp(logit − max) over the row (float32 exponentials and sum; ~1e-7 relative error)."""
@@ -70,15 +80,18 @@ class ScoredRow:
     def prob(self, token: int) -> float:
         """Softmax probability of ``token`` (temperature 1)."""
         v = float(self.row[token])
-        if not np.isfinite(self.max):  # all -inf (or +inf present)
+        if not math.isfinite(self.max):  # all -inf (or +inf present)
             return 1.0 if v == self.max and token == self.best else 0.0
-        return float(np.exp(v - self.max) / self.z())
+        return math.exp(v - self.max) / self.z()
 
     def top(self, k: int = 5) -> list[tuple[int, float]]:
         """The ``k`` most likely tokens with their probabilities, best first (ties: lowest id)."""
         r = self.row
         n = r.shape[0]
         k = min(k, n)
+        best = topk(r, k)  # the kernel: one read of the row
+        if best is not None:
+            return [(int(i), self.prob(int(i))) for i in best]
         cand = None
         if np.isfinite(self.max):
             # the k best are among the logits close to the maximum: look there first (a short list)
@@ -94,6 +107,15 @@ class ScoredRow:
         idx = cand[r[cand] >= kth]
         idx = idx[np.lexsort((idx, -r[idx]))][:k]
         return [(int(i), self.prob(int(i))) for i in idx]
+
+    def rank(self, token: int) -> int:
+        """``token``'s rank in the row (1 = the first maximum; ties go to the lower id)."""
+        r = self.row
+        got = rank(r, token)
+        if got is not None:
+            return got
+        v = r[token]
+        return int(np.count_nonzero(r > v)) + int(np.count_nonzero(r[:token] == v)) + 1
 
 
 def top_two(row: np.ndarray) -> tuple[float, int, int]:

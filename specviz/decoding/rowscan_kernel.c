@@ -70,3 +70,350 @@ double specviz_expsum(const float * x, int64_t n, float m) {
     }
     return s;
 }
+
+/*
+ * specviz_scan: the greedy row scan in one pass over the row, for the acceptor. It finds the first
+ * maximum (NaN read as -inf), its value and sum(exp(x[i] - max)) together, so the row is read from
+ * memory once instead of twice (an argmax pass, then the normaliser's pass): the row arrives from
+ * llama.cpp's output layer out of this core's caches, and that read was half a greedy round's scan.
+ *
+ * The row is taken in blocks of SPECVIZ_BLOCK values. Each block's maximum is found first (vector
+ * maxima, NaN skipped); a block whose maximum exceeds the running one becomes the maximum's block and
+ * the sum so far is rescaled by exp(old - new) (in double: a row can set a new maximum in many blocks).
+ * The block, now in the first-level cache, is then summed against the running maximum as in
+ * specviz_expsum. "First maximum wins": only a strictly greater block maximum moves the maximum's block,
+ * and the index is the first value equal to the maximum in that block.
+ *
+ * out[0] = the maximum, out[1] = the sum; *best = its index (0 for a row of -inf and NaN only, as numpy's
+ * argmax of the row with NaN read as -inf). The return value is 1 when the row holds a NaN (the caller
+ * then takes its NaN-aware path), else 0. With a non-finite maximum out[1] is not meaningful.
+ * specviz_scan_generic is the same scan in plain C (two loops), for CPUs without AVX-512; it is exported
+ * so that the tests check it on machines that have AVX-512 too.
+ */
+
+/* exp(x) for x <= 0 in double: n = round(x / ln2), exp(r) by Taylor to degree 12 (|r| <= ln2 / 2, error
+   below 1e-15), 2^n from the exponent bits; below -708 the result is 0. */
+static double specviz_exp_nonpositive_d(double x) {
+    if (!(x > -708.0)) {
+        return 0.0;
+    }
+    const double n = (double) (int64_t) (x * 1.4426950408889634 - 0.5); /* floor(x/ln2 + 0.5) for x <= 0 */
+    const double r = x - n * 0.6931471805599453;
+    double p = 1.0 / 479001600.0;
+    static const double inv_fact[12] = {1.0 / 39916800.0, 1.0 / 3628800.0, 1.0 / 362880.0, 1.0 / 40320.0,
+                                        1.0 / 5040.0, 1.0 / 720.0, 1.0 / 120.0, 1.0 / 24.0, 1.0 / 6.0, 0.5,
+                                        1.0, 1.0};
+    for (int k = 0; k < 12; ++k) {
+        p = p * r + inv_fact[k];
+    }
+    const int64_t bits = ((int64_t) n + 1023) << 52;
+    double scale;
+    memcpy(&scale, &bits, sizeof scale);
+    return p * scale;
+}
+
+int specviz_scan_generic(const float * x, int64_t n, int64_t * best, double * out) {
+    int nan = 0;
+    float m = -__builtin_inff();
+    int64_t at = 0;
+    for (int64_t i = 0; i < n; ++i) {
+        const float v = x[i];
+        nan |= v != v;
+        if (v > m) {
+            m = v;
+            at = i;
+        }
+    }
+    *best = at;
+    out[0] = m;
+    out[1] = (m > -__builtin_inff() && m < __builtin_inff()) ? specviz_expsum(x, n, m) : 0.0;
+    return nan;
+}
+
+#if defined(__GNUC__) && defined(__x86_64__)
+#include <immintrin.h>
+
+__attribute__((target("avx512f"))) static inline __m512 specviz_exp_nonpositive16(__m512 x) {
+    const __m512 xc = _mm512_max_ps(x, _mm512_set1_ps(-87.0f)); /* NaN: the second operand, clamped */
+    const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(xc, _mm512_set1_ps(1.44269504088896341f)),
+                                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145751953125f), xc);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.428606765330187045e-06f), r);
+    __m512 p = _mm512_set1_ps(1.98412698412698413e-04f);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.38888888888888889e-03f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.33333333333333333e-03f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.16666666666666667e-02f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.66666666666666667e-01f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    return _mm512_scalef_ps(p, n); /* p * 2^n */
+}
+
+__attribute__((target("avx512f"))) static int specviz_scan_avx512(const float * x, int64_t n, int64_t * best,
+                                                                  double * out) {
+    const __m512 ninf = _mm512_set1_ps(-__builtin_inff());
+    __mmask16 nan = 0;
+    float m = -__builtin_inff();
+    double s = 0.0;
+    int64_t block = -1;
+    for (int64_t i = 0; i < n; i += SPECVIZ_BLOCK) {
+        const int64_t len = n - i < SPECVIZ_BLOCK ? n - i : SPECVIZ_BLOCK;
+        const int64_t full = len & ~(int64_t) (SPECVIZ_LANES - 1);
+        const __mmask16 tail = (__mmask16) ((1u << (len - full)) - 1u);
+        __m512 vmax = ninf;
+        for (int64_t j = 0; j < full; j += SPECVIZ_LANES) {
+            const __m512 v = _mm512_loadu_ps(x + i + j);
+            nan |= _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+            vmax = _mm512_max_ps(v, vmax); /* NaN in v: vmax kept */
+        }
+        if (tail) {
+            const __m512 v = _mm512_mask_loadu_ps(ninf, tail, x + i + full);
+            nan |= _mm512_mask_cmp_ps_mask(tail, v, v, _CMP_UNORD_Q);
+            vmax = _mm512_max_ps(v, vmax);
+        }
+        const float bm = _mm512_reduce_max_ps(vmax);
+        if (bm > m) {
+            s *= specviz_exp_nonpositive_d((double) m - (double) bm); /* 0 while m was -inf */
+            m = bm;
+            block = i;
+        }
+        if (!(m > -__builtin_inff() && m < __builtin_inff())) {
+            continue; /* nothing finite yet, or +inf: the caller's non-finite path */
+        }
+        const __m512 vm = _mm512_set1_ps(m);
+        __m512 acc = _mm512_setzero_ps();
+        for (int64_t j = 0; j < full; j += SPECVIZ_LANES) {
+            acc = _mm512_add_ps(acc, specviz_exp_nonpositive16(_mm512_sub_ps(_mm512_loadu_ps(x + i + j), vm)));
+        }
+        if (tail) {
+            const __m512 v = _mm512_mask_loadu_ps(ninf, tail, x + i + full);
+            acc = _mm512_mask_add_ps(acc, tail, acc, specviz_exp_nonpositive16(_mm512_sub_ps(v, vm)));
+        }
+        s += (double) _mm512_reduce_add_ps(acc);
+    }
+    int64_t at = 0;
+    if (block >= 0) {
+        at = block;
+        while (!(x[at] == m)) { /* the first value equal to the maximum in its block */
+            ++at;
+        }
+    }
+    *best = at;
+    out[0] = m;
+    out[1] = s;
+    return nan != 0;
+}
+#endif
+
+static int specviz_scan_one(const float * x, int64_t n, int64_t * best, double * out) {
+#if defined(__GNUC__) && defined(__x86_64__)
+    if (__builtin_cpu_supports("avx512f")) {
+        return specviz_scan_avx512(x, n, best, out);
+    }
+#endif
+    return specviz_scan_generic(x, n, best, out);
+}
+
+/*
+ * With OpenMP (libgomp, which llama.cpp's CPU backend already runs in the process) a long row is cut into
+ * one piece per thread, up to SPECVIZ_SCAN_THREADS: each piece is scanned as above, then the pieces are
+ * joined in order: the maximum is the largest piece maximum (the earliest piece among equals, so the
+ * first maximum still wins), the sum is the pieces' sums each rescaled to it (in double). The row scan
+ * runs between llama.cpp's decodes, when its worker threads have nothing to do (they are still waiting
+ * for the next graph), so the other cores are free. Rows shorter than SPECVIZ_SCAN_SPLIT are scanned
+ * on the calling thread: below it starting the team costs more than it saves.
+ */
+#define SPECVIZ_SCAN_THREADS 4
+#define SPECVIZ_SCAN_SPLIT 65536
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+int specviz_scan_threads(void) {
+#ifdef _OPENMP
+    const int t = omp_get_max_threads();
+    return t < SPECVIZ_SCAN_THREADS ? t : SPECVIZ_SCAN_THREADS;
+#else
+    return 1;
+#endif
+}
+
+int specviz_scan(const float * x, int64_t n, int64_t * best, double * out) {
+    const int t = n >= SPECVIZ_SCAN_SPLIT ? specviz_scan_threads() : 1;
+    if (t <= 1) {
+        return specviz_scan_one(x, n, best, out);
+    }
+    int64_t bests[SPECVIZ_SCAN_THREADS];
+    double outs[SPECVIZ_SCAN_THREADS][2];
+    int nans[SPECVIZ_SCAN_THREADS];
+    /* pieces of whole blocks, so that every piece but the last sums full blocks as one pass would */
+    const int64_t blocks = (n + SPECVIZ_BLOCK - 1) / SPECVIZ_BLOCK;
+    const int64_t per = (blocks + t - 1) / t * SPECVIZ_BLOCK;
+#ifdef _OPENMP
+#pragma omp parallel for num_threads(t) schedule(static, 1)
+#endif
+    for (int c = 0; c < t; ++c) {
+        const int64_t lo = c * per < n ? c * per : n;
+        const int64_t hi = lo + per < n ? lo + per : n;
+        bests[c] = 0;
+        outs[c][0] = -__builtin_inf();
+        outs[c][1] = 0.0;
+        nans[c] = hi > lo ? specviz_scan_one(x + lo, hi - lo, &bests[c], outs[c]) : 0;
+        bests[c] += lo;
+    }
+    int nan = 0;
+    double m = -__builtin_inf();
+    int64_t at = 0;
+    for (int c = 0; c < t; ++c) {
+        nan |= nans[c];
+        if (outs[c][0] > m) { /* strictly: an equal maximum in a later piece is not the first */
+            m = outs[c][0];
+            at = bests[c];
+        }
+    }
+    double z = 0.0;
+    if (m > -__builtin_inf() && m < __builtin_inf()) {
+        for (int c = 0; c < t; ++c) {
+            if (outs[c][0] > -__builtin_inf()) {
+                z += outs[c][1] * specviz_exp_nonpositive_d(outs[c][0] - m);
+            }
+        }
+    }
+    *best = at;
+    out[0] = m;
+    out[1] = z;
+    return nan;
+}
+
+/*
+ * The rejection row's two questions, each one pass over a row without NaN (the acceptor's rows are
+ * NaN-free by then): the k most likely tokens (the alternatives shown for a rejection) and the rejected
+ * draft token's rank. numpy answers each with comparisons into vocabulary-sized arrays and passes over
+ * them; here each is one read of the row and no array.
+ *
+ * specviz_topk: the indices of the k largest values, largest first, ties to the lower index (k <= n,
+ * k <= SPECVIZ_TOPK_MAX), written to out. The k best so far are kept sorted; a value enters only when it
+ * beats the k-th strictly (the row is read in index order, so an equal later value ranks after), which
+ * after the first few thousand values almost never happens: the pass is a comparison per value.
+ * specviz_rank: 1 + #{i : x[i] > x[t]} + #{i < t : x[i] == x[t]} (ties go to the lower id).
+ */
+#define SPECVIZ_TOPK_MAX 64
+
+static inline void specviz_topk_insert(float * val, int64_t * idx, int64_t k, float v, int64_t i) {
+    int64_t p = k - 1;
+    while (p > 0 && val[p - 1] < v) { /* strictly: an equal value found earlier stays ahead */
+        val[p] = val[p - 1];
+        idx[p] = idx[p - 1];
+        --p;
+    }
+    val[p] = v;
+    idx[p] = i;
+}
+
+static int64_t specviz_topk_fill(const float * x, int64_t k, float * val, int64_t * idx) {
+    for (int64_t j = 0; j < k; ++j) { /* the first k values, sorted (insertion into a growing list) */
+        int64_t p = j;
+        while (p > 0 && val[p - 1] < x[j]) {
+            val[p] = val[p - 1];
+            idx[p] = idx[p - 1];
+            --p;
+        }
+        val[p] = x[j];
+        idx[p] = j;
+    }
+    return k;
+}
+
+int64_t specviz_topk_generic(const float * x, int64_t n, int64_t k, int64_t * out) {
+    float val[SPECVIZ_TOPK_MAX];
+    if (k < 1 || k > SPECVIZ_TOPK_MAX || k > n) {
+        return -1;
+    }
+    int64_t i = specviz_topk_fill(x, k, val, out);
+    for (; i < n; ++i) {
+        if (x[i] > val[k - 1]) {
+            specviz_topk_insert(val, out, k, x[i], i);
+        }
+    }
+    return k;
+}
+
+int64_t specviz_rank_generic(const float * x, int64_t n, int64_t t) {
+    const float v = x[t];
+    int64_t above = 0;
+    for (int64_t i = 0; i < n; ++i) {
+        above += x[i] > v;
+    }
+    for (int64_t i = 0; i < t; ++i) {
+        above += x[i] == v;
+    }
+    return above + 1;
+}
+
+#if defined(__GNUC__) && defined(__x86_64__)
+__attribute__((target("avx512f"))) static int64_t specviz_topk_avx512(const float * x, int64_t n, int64_t k,
+                                                                      int64_t * out) {
+    float val[SPECVIZ_TOPK_MAX];
+    if (k < 1 || k > SPECVIZ_TOPK_MAX || k > n) {
+        return -1;
+    }
+    int64_t i = specviz_topk_fill(x, k, val, out);
+    for (; i + SPECVIZ_LANES <= n; i += SPECVIZ_LANES) {
+        __mmask16 m = _mm512_cmp_ps_mask(_mm512_loadu_ps(x + i), _mm512_set1_ps(val[k - 1]), _CMP_GT_OQ);
+        while (m) { /* lanes in index order; the k-th moves up as values enter */
+            const int64_t at = i + __builtin_ctz((unsigned) m);
+            if (x[at] > val[k - 1]) {
+                specviz_topk_insert(val, out, k, x[at], at);
+            }
+            m &= (__mmask16) (m - 1);
+        }
+    }
+    for (; i < n; ++i) {
+        if (x[i] > val[k - 1]) {
+            specviz_topk_insert(val, out, k, x[i], i);
+        }
+    }
+    return k;
+}
+
+__attribute__((target("avx512f"))) static int64_t specviz_rank_avx512(const float * x, int64_t n, int64_t t) {
+    const float v = x[t];
+    const __m512 vv = _mm512_set1_ps(v);
+    int64_t above = 0;
+    int64_t i = 0;
+    for (; i + SPECVIZ_LANES <= n; i += SPECVIZ_LANES) {
+        const __m512 a = _mm512_loadu_ps(x + i);
+        above += __builtin_popcount((unsigned) _mm512_cmp_ps_mask(a, vv, _CMP_GT_OQ));
+        if (i < t) { /* ties before t: only the lanes below t count */
+            const int64_t before = t - i < SPECVIZ_LANES ? t - i : SPECVIZ_LANES;
+            const __mmask16 lanes = (__mmask16) ((1u << before) - 1u);
+            above += __builtin_popcount((unsigned) _mm512_mask_cmp_ps_mask(lanes, a, vv, _CMP_EQ_OQ));
+        }
+    }
+    for (; i < n; ++i) {
+        above += x[i] > v;
+        above += i < t && x[i] == v;
+    }
+    return above + 1;
+}
+#endif
+
+int64_t specviz_topk(const float * x, int64_t n, int64_t k, int64_t * out) {
+#if defined(__GNUC__) && defined(__x86_64__)
+    if (__builtin_cpu_supports("avx512f")) {
+        return specviz_topk_avx512(x, n, k, out);
+    }
+#endif
+    return specviz_topk_generic(x, n, k, out);
+}
+
+int64_t specviz_rank(const float * x, int64_t n, int64_t t) {
+#if defined(__GNUC__) && defined(__x86_64__)
+    if (__builtin_cpu_supports("avx512f")) {
+        return specviz_rank_avx512(x, n, t);
+    }
+#endif
+    return specviz_rank_generic(x, n, t);
+}

@@ -1,8 +1,9 @@
-"""The row scan's C kernel: the softmax normaliser ``Σ exp(logit − max)`` of a logits row in one pass.
+"""The row scan's C kernel: the softmax normaliser ``Σ exp(logit − max)`` of a logits row in one pass,
+and the whole greedy scan of a row (first maximum, its value and the normaliser) in one read of it.
 
 ``rowscan_kernel.c`` is compiled once per machine (:mod:`specviz.backends.cbuild`; ``make install``
-builds it, else the first use does) and loaded here. :func:`expsum` returns ``None`` when the kernel
-cannot be had (no C compiler, or ``SPECVIZ_ROWSCAN_KERNEL=0``); :class:`~specviz.decoding.rowscan.ScoredRow`
+builds it, else the first use does) and loaded here. :func:`expsum` and :func:`scan` return ``None`` when
+the kernel cannot be had (no C compiler, or ``SPECVIZ_ROWSCAN_KERNEL=0``); :class:`~specviz.decoding.rowscan.ScoredRow`
 then computes the same sum with numpy. Both agree to about 1e-7 relative (the tests check it).
 
 ``-fno-trapping-math`` lets the compiler turn the kernel's comparisons into vector selects; it changes
@@ -15,7 +16,8 @@ import ctypes
 import os
 import threading
 from pathlib import Path
-from typing import Any
+from types import SimpleNamespace
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -25,8 +27,21 @@ SOURCE = Path(__file__).with_name("rowscan_kernel.c")
 FLAGS = ("-O3", "-fno-trapping-math")
 
 _lock = threading.Lock()
-_fn: Any = None
+_fns: Any = None  # the loaded functions (a SimpleNamespace), or None
 _why: str | None = None
+_local = threading.local()  # per-thread output cells (ctypes objects a call writes into)
+
+#: The kernel's functions: name -> (result type, argument types).
+_SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
+    "specviz_expsum": (ctypes.c_double, [ctypes.c_void_p, ctypes.c_int64, ctypes.c_float]),
+    "specviz_scan": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p]),
+    "specviz_topk": (ctypes.c_int64, [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p]),
+    "specviz_rank": (ctypes.c_int64, [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64]),
+    "specviz_scan_threads": (ctypes.c_int, []),
+}
+
+#: The most tokens :func:`topk` returns (the kernel keeps them in a fixed array).
+TOPK_MAX = 64
 
 
 def disabled() -> bool:
@@ -35,25 +50,37 @@ def disabled() -> bool:
 
 
 def build(force: bool = False) -> Path:
-    """Compile the kernel into the cache (unless cached) and return its path; raises ``cbuild.BuildError``."""
-    return cbuild.build_library(SOURCE, "specviz_rowscan", FLAGS, force=force)
+    """Compile the kernel into the cache (unless cached) and return its path; raises ``cbuild.BuildError``.
+
+    With OpenMP where the compiler has it (a long row is scanned in pieces on several threads, see the C
+    file), else without (every row on the calling thread)."""
+    try:
+        return cbuild.build_library(SOURCE, "specviz_rowscan", (*FLAGS, "-fopenmp"), force=force)
+    except cbuild.BuildError:
+        return cbuild.build_library(SOURCE, "specviz_rowscan", FLAGS, force=force)
 
 
 def load() -> Any:
-    """The kernel's ``specviz_expsum`` function, or ``None`` when unavailable (:func:`unavailable_reason`)."""
-    global _fn, _why
+    """The kernel's functions (attributes named as in the C file, without ``specviz_``), or ``None``
+    when unavailable (:func:`unavailable_reason`)."""
+    global _fns, _why
     if disabled():
         return None
+    if _fns is not None or _why is not None:
+        return _fns
     with _lock:
-        if _fn is None and _why is None:
+        if _fns is None and _why is None:
             try:
-                fn = ctypes.CDLL(str(build())).specviz_expsum
-                fn.restype = ctypes.c_double
-                fn.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_float]
-                _fn = fn
-            except (cbuild.BuildError, OSError) as e:
+                lib = ctypes.CDLL(str(build()))
+                fns = SimpleNamespace()
+                for name, (res, args) in _SIGNATURES.items():
+                    fn = getattr(lib, name)
+                    fn.restype, fn.argtypes = res, args
+                    setattr(fns, name.removeprefix("specviz_"), fn)
+                _fns = fns
+            except (cbuild.BuildError, OSError, AttributeError) as e:
                 _why = str(e)
-        return _fn
+        return _fns
 
 
 def unavailable_reason() -> str | None:
@@ -67,7 +94,61 @@ def unavailable_reason() -> str | None:
 def expsum(row: np.ndarray, m: float) -> float | None:
     """``Σ exp(row − m)`` for a contiguous float32 row whose maximum is ``m`` (NaN counts as −∞), or
     ``None`` without the kernel."""
-    fn = load()
-    if fn is None or row.dtype != np.float32 or not row.flags.c_contiguous:
+    fns = load()
+    if fns is None or not _plain(row):
         return None
-    return float(fn(row.ctypes.data, row.shape[0], m))
+    return float(fns.expsum(row.ctypes.data, row.shape[0], m))
+
+
+class Scan(NamedTuple):
+    """One row read once: the first maximum's index (NaN read as −∞), its value, ``Σ exp(row − max)``
+    (meaningless when the maximum is not finite) and whether the row holds a NaN."""
+
+    best: int
+    max: float
+    z: float
+    has_nan: bool
+
+
+def _plain(row: np.ndarray) -> bool:
+    return row.dtype == np.float32 and row.ndim == 1 and row.flags.c_contiguous
+
+
+def scan(row: np.ndarray) -> Scan | None:
+    """The greedy scan of a contiguous float32 row in one pass (``specviz_scan``), or ``None`` without
+    the kernel."""
+    fns = load()
+    if fns is None or not _plain(row):
+        return None
+    cells = getattr(_local, "scan", None)
+    if cells is None:
+        cells = _local.scan = (ctypes.c_int64(), (ctypes.c_double * 2)())
+    best, out = cells
+    has_nan = fns.scan(row.ctypes.data, row.shape[0], ctypes.addressof(best), ctypes.addressof(out))
+    return Scan(best.value, out[0], out[1], bool(has_nan))
+
+
+def topk(row: np.ndarray, k: int) -> np.ndarray | None:
+    """The indices of a NaN-free row's ``k`` largest values, largest first, ties to the lower index, or
+    ``None`` without the kernel (or for ``k`` outside 1 … min(len(row), :data:`TOPK_MAX`))."""
+    fns = load()
+    if fns is None or not _plain(row) or not 1 <= k <= min(row.shape[0], TOPK_MAX):
+        return None
+    out = np.empty(k, dtype=np.int64)
+    fns.topk(row.ctypes.data, row.shape[0], k, out.ctypes.data)
+    return out
+
+
+def rank(row: np.ndarray, token: int) -> int | None:
+    """``token``'s rank in a NaN-free row (1 = the first maximum; ties go to the lower id), or ``None``
+    without the kernel."""
+    fns = load()
+    if fns is None or not _plain(row):
+        return None
+    return int(fns.rank(row.ctypes.data, row.shape[0], token))
+
+
+def scan_threads() -> int:
+    """How many threads :func:`scan` cuts a long row into (1 without OpenMP or without the kernel)."""
+    fns = load()
+    return int(fns.scan_threads()) if fns is not None else 1

@@ -38,7 +38,7 @@ from .budget import Caps, plan
 from .events import DraftProposed, Event, Finished, KnobsChanged, Rewound, Round, SessionStarted, TelemetryEvent
 from .generation import Checkpoint, Generation
 from .knob_schema import DRAFT_MAX_LIMIT, check_cross_knobs
-from .machine import MachineSampler, memory_figures
+from .machine import MachineSampler, memory_view
 from .policy import DraftingPolicy, VerifyCostModel, make_policy, measure_verify_cost
 from .request import Request, prepare_request
 from .rewind import rewind as rewind_generation
@@ -47,7 +47,7 @@ from .round_events import round_events
 from .sampling import SamplingParams
 from .snapshot import read_header, restore_snapshot, take_snapshot, unpack
 from .stops import StopScanner, cut_text
-from .telemetry import Telemetry
+from .telemetry import Telemetry, figures
 
 
 class Session:
@@ -613,13 +613,14 @@ class Session:
             self._learn(res)
             for ev in round_events(res, self.model.pieces, policy=str(g.knobs.get("draft_policy", "fixed"))):
                 self._emit(ev, out)
-            self._emit(TelemetryEvent(res.index, data=self.telemetry_dict()), out)
+            counters = self.telemetry.state()  # one copy a round: the event's and the checkpoint's
+            self._emit(TelemetryEvent.deferred(res.index, self.telemetry_view(counters)), out)
             finish = res.finish or ("max_tokens" if len(self.tokens) >= self.max_tokens else None)
             if finish is not None:
                 rnd = self._finish(finish, out, res.committed)
-                g.capture(self.drafter, self.rng)  # a rewind to this round finds it finished, as it was
+                g.capture(self.drafter, self.rng, counters)  # a rewind to this round finds it finished
                 return rnd
-            g.capture(self.drafter, self.rng)  # before a cancellation: a rewind to this round may continue
+            g.capture(self.drafter, self.rng, counters)  # before a cancellation: a rewind here may continue
             if self._cancel.is_set():
                 return self._finish("cancelled", out, res.committed)
             return Round(res.index, tuple(out), tuple(res.committed), None)
@@ -678,16 +679,32 @@ class Session:
     def telemetry_dict(self) -> dict[str, Any]:
         """Telemetry as a dictionary: the counters and derived figures, the drafter's own counters and
         figures, the cache length and what the drafting policy works from (``policy``)."""
-        d = self.telemetry.to_dict()
-        d["strategy"] = self.strategy
-        d["strategy_stats"] = self.drafter.stats.to_dict() if self.drafter is not None else {}
-        if self.drafter is not None:
-            d.update(self.drafter.extra_telemetry())
-        d["kv"] = self.committed
-        d["policy"] = self.policy.describe()
-        d["memory"] = memory_figures(self.ctx, self.drafter.memory_context() if self.drafter is not None else None)
-        d["machine"] = self.machine.figures()
-        return d
+        return self.telemetry_view()()
+
+    def telemetry_view(self, counters: dict[str, Any] | None = None) -> Callable[[], dict[str, Any]]:
+        """:meth:`telemetry_dict` as of now, built when called (what a round's telemetry event holds):
+        the counters are copied now (or ``counters``, a copy :meth:`Telemetry.state` took), the small
+        figures that change are taken now, the derived figures are computed when it is called."""
+        counters = counters if counters is not None else self.telemetry.state()
+        strategy, kv, policy = self.strategy, self.committed, self.policy.describe()
+        d = self.drafter
+        stats = d.stats.to_dict() if d is not None else {}
+        extra = d.extra_telemetry() if d is not None else {}
+        memory = memory_view(self.ctx, d.memory_context() if d is not None else None)
+        machine = self.machine.view()
+
+        def build() -> dict[str, Any]:
+            out = figures(Telemetry.from_state(counters))
+            out["strategy"] = strategy
+            out["strategy_stats"] = stats
+            out.update(extra)
+            out["kv"] = kv
+            out["policy"] = policy
+            out["memory"] = memory()
+            out["machine"] = machine()
+            return out
+
+        return build
 
     # -- snapshots (specviz.decoding.snapshot) -------------------------------------------------------------------
     def snapshot(self) -> bytes:
