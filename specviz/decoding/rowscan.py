@@ -1,9 +1,10 @@
 """The greedy row scan: the target's choice in one logits row, with explicit rules.
 
 As the runner PR's ``LogitRowScan``: the first maximum wins, and NaN counts as negative infinity. A row is
-read in place (a zero-copy view of llama.cpp's logits) and scanned once; probabilities come from the same
-pass's maximum, the softmax normaliser from the C kernel of :mod:`specviz.decoding.rowscan_kernel` (one
-fused pass) where it could be compiled, else from numpy (an exponential pass and a sum pass). Plain
+read in place (a zero-copy view of llama.cpp's logits). The acceptor's rows are read once: the C kernel
+of :mod:`specviz.decoding.rowscan_kernel` finds the choice, the maximum and the softmax normaliser in one
+pass, and a rejection row's alternatives and rank in one pass each; without the kernel numpy does the same
+(an argmax pass, an exponential pass and a sum pass, masks for the alternatives). Plain
 decoding (strategy ``none``) goes through exactly the same scan as speculative verification, so any
 difference between plain and speculative greedy output comes from the logits, never from the scan.
 """

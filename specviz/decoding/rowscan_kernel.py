@@ -1,10 +1,12 @@
-"""The row scan's C kernel: the softmax normaliser ``Σ exp(logit − max)`` of a logits row in one pass,
-and the whole greedy scan of a row (first maximum, its value and the normaliser) in one read of it.
+"""The row scan's C kernel: the greedy scan of a logits row (first maximum, its value and the softmax
+normaliser ``Σ exp(logit − max)``) in one read of it, the normaliser alone, and a rejection row's top
+tokens and a token's rank, each in one pass.
 
 ``rowscan_kernel.c`` is compiled once per machine (:mod:`specviz.backends.cbuild`; ``make install``
-builds it, else the first use does) and loaded here. :func:`expsum` and :func:`scan` return ``None`` when
-the kernel cannot be had (no C compiler, or ``SPECVIZ_ROWSCAN_KERNEL=0``); :class:`~specviz.decoding.rowscan.ScoredRow`
-then computes the same sum with numpy. Both agree to about 1e-7 relative (the tests check it).
+builds it, else the first use does) and loaded here. :func:`scan`, :func:`expsum`, :func:`topk` and
+:func:`rank` return ``None`` when the kernel cannot be had (no C compiler, or
+``SPECVIZ_ROWSCAN_KERNEL=0``); :class:`~specviz.decoding.rowscan.ScoredRow` then computes the same with
+numpy. Both agree to about 1e-7 relative (the tests check it).
 
 ``-fno-trapping-math`` lets the compiler turn the kernel's comparisons into vector selects; it changes
 no result (the kernel never reads floating-point exception flags).
