@@ -63,7 +63,8 @@ class SessionStarted(Event):
 
     A chat request also carries its ``messages`` (``{"role", "content"}`` each) and the ``chat_template``
     used (``"model"`` for the model's own); ``prompt_tokens`` are then what the template produced.
-    ``stop`` lists the stop strings."""
+    ``stop`` lists the stop strings. ``prefill`` is how the prompt was evaluated (``all-but-last``, as
+    speculative-simple, or ``whole``, as llama-server: see :class:`~specviz.Session`)."""
 
     kind: ClassVar[str] = "session_started"
     model: str = ""
@@ -85,6 +86,7 @@ class SessionStarted(Event):
     stop: tuple = ()
     messages: tuple = ()
     chat_template: str | None = None
+    prefill: str = "all-but-last"
 
 
 @dataclass(frozen=True)
