@@ -244,6 +244,12 @@ class Session:
         return dict(self._ctx_args)
 
     @property
+    def prefilled(self) -> bool:
+        """Whether the cache holds the whole prompt and the next round reads its last row (from a start with
+        ``prefill="whole"`` to its first round)."""
+        return self.generation.prefilled
+
+    @property
     def prefill(self) -> str:
         """How a prompt is evaluated: ``"all-but-last"`` (speculative-simple) or ``"whole"`` (llama-server)."""
         return self._prefill
