@@ -13,7 +13,8 @@ On the embedded Gemma 3 270M, per workload kind (grounded: ``code-rewrite``, ``q
    flags on those rounds (:func:`specviz.analysis.advise.predict`): the prediction for the held-out
    prompts, made before any server starts and from specviz's rounds alone;
 4. run the held-out prompts through two llama-servers built from the vendored llama.cpp —
-   ``--spec-type none`` and the advised flags, the same context (``-c 4096 -b 512 -ub 512 -t T -np 1``) —
+   ``--spec-type none`` and the advised flags, the same context (``-c 4096 -b 512 -ub 512 -t T -np 1
+   --swa-full``) —
    ``--repeats`` times, alternating which server goes first
    (:func:`specviz.analysis.check_server.check_advice`);
 5. print per kind both predictions, each with its bootstrap interval over the rounds it is from, beside the
@@ -25,6 +26,13 @@ decoding (:mod:`specviz.analysis.uncertainty`); where it does not, the advice is
 the table names the setting it declined, its gain and interval. Then both servers run ``--spec-type
 none``, and their ratio shows the measurement's own spread. The load average is printed at the start and
 the end.
+
+The recordings are made by a session configured from the servers' own command line
+(:func:`specviz.analysis.server_args.parse_server_args`): the same context, ``--swa-full``, and the
+server's prompt layout (``prefill="whole"``: the whole prompt in one prefill, the first token from its last
+row). With specviz's default layout (the last prompt token evaluated on its own, as speculative-simple)
+the greedy text parted from the server's at near-ties on 3 of 4 ``summarise`` prompts, and the prediction
+was made for text the server never generated.
 
 Why two predictions. The flags are chosen on the learning prompts only, so the held-out prompts check
 advice that never saw them, as a user's advice from one recording meets later requests of the same kind.
@@ -55,8 +63,9 @@ import sys
 
 from specviz import Session
 from specviz.analysis.advise import advise, predict, session_cost
-from specviz.analysis.check_server import check_advice
+from specviz.analysis.check_server import check_advice, context_args
 from specviz.analysis.llama_server import find_server_binary
+from specviz.analysis.server_args import parse_server_args
 from specviz.analysis.workloads import WORKLOADS
 from specviz.backends.context_settings import ContextSettings
 
@@ -100,9 +109,9 @@ def main(argv: list[str] | None = None) -> int:
     kinds = [k.strip() for k in a.kinds.split(",") if k.strip()]
     learn_idx = [int(i) for i in a.learn.split(",") if i.strip()]
     settings = ContextSettings.make(n_ctx=4096, n_batch=512, n_ubatch=512, n_threads=a.threads)
-    s = Session(
-        a.model, n_ctx=settings.n_ctx, n_batch=settings.n_batch, n_ubatch=settings.n_ubatch, n_threads=a.threads
-    )
+    # specviz's session as the servers run: their context, their cache and their prompt layout (the whole
+    # prompt in one prefill), so that its recording of a prompt is the text the servers generate
+    s = Session(a.model, **parse_server_args(context_args(settings)).session_kwargs())
     start = {"draft_max": a.draft_max, "draft_policy": "fixed"}
     if a.strategy in ("ngram-simple", "ngram-map-k", "ngram-map-k4v"):
         start.update(size_n=a.size_n, size_m=a.draft_max)

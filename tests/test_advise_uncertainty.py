@@ -130,3 +130,29 @@ def test_ratio_interval_covers_the_true_ratio_about_as_often_as_it_says():
         lo, hi = ratio_interval(tokens, seconds)
         hits += lo <= true <= hi
     assert 0.80 <= hits / 200 <= 0.97, hits
+
+
+def test_the_round_overhead_is_what_a_round_costs_beyond_its_own_draft_and_verify():
+    """Verify times that stray milliseconds from any curve, and a round held up by the machine: the
+    fit gives the real overhead (0.3 ms a round, 0.05 ms a row read), not the strays."""
+    from specviz.analysis.advise import fit_overhead
+
+    rng = np.random.default_rng(3)
+    rows = []
+    for i in range(60):
+        n_read = 1 + i % 8
+        verify = 0.02 * (1 + n_read) * (1 + rng.uniform(-0.15, 0.15))  # a verify, with its noise
+        draft = 0.001
+        over = 0.0003 + 0.00005 * n_read
+        rows.append((n_read, n_read + 2, draft + verify + over, draft, verify))
+    rows.append((3, 5, 0.5, 0.001, 0.08))  # one round the machine held up for 0.4 s
+    a, b = fit_overhead(rows)
+    assert a == pytest.approx(0.0003, abs=2e-5) and b == pytest.approx(0.00005, abs=5e-6)
+
+
+def test_the_round_overhead_without_a_slope_is_the_median():
+    from specviz.analysis.advise import fit_overhead
+
+    rows = [(1, 1, 0.0205, 0.0, 0.02)] * 9 + [(1, 1, 0.2, 0.0, 0.02)]
+    assert fit_overhead(rows) == pytest.approx((0.0005, 0.0))
+    assert fit_overhead([]) == (0.0, 0.0)

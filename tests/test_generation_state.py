@@ -20,7 +20,12 @@ PROMPT = "the cat of the dog and the a the cat of the"
 FIELDS = {f.name for f in dataclasses.fields(Generation)}
 
 #: Fields a snapshot does not carry, and why.
-NOT_IN_SNAPSHOTS = {"last_result": "the plain result of the last round run; a restored session has run none"}
+NOT_IN_SNAPSHOTS = {
+    "last_result": "the plain result of the last round run; a restored session has run none",
+    "prefilled": "a snapshot holds the committed cache (the header says whether the pending token was in it); "
+    "the restoring session's own prefill decides whether its first round reads the prompt's row again "
+    "(tests/test_prefill_layout.py)",
+}
 
 #: Fields nothing changes after ``start`` (the request's settings): a rewind has nothing to bring back.
 SET_AT_START = {"n_prompt", "max_tokens", "sampling", "seed", "started", "stop"}
@@ -28,6 +33,8 @@ SET_AT_START = {"n_prompt", "max_tokens", "sampling", "seed", "started", "stop"}
 NOT_RESTORED_BY_REWIND = {
     "last_result": "a rewind leaves no last round (None)",
     "events": "the later rounds' events are dropped and the Rewound event is appended (checked apart)",
+    "prefilled": "true only from a whole-prompt start to its first round; a rewind to the start sets it by "
+    "evaluating the prompt again (tests/test_prefill_layout.py)",
 }
 
 
@@ -119,6 +126,7 @@ def test_a_session_keeps_no_generation_state_outside_its_generation(tiny_session
         "model",
         "ctx",
         "_ctx_args",
+        "_prefill",  # how the session evaluates a prompt: fixed when it is made, as the context is
         "draft_models",
         "_subscribers",
         "_lock",

@@ -288,3 +288,23 @@ def test_settings_as_server_args():
     assert args[args.index("-t") + 1] == "2" and args[args.index("-tb") + 1] == "2"
     assert s.server_args(include_defaults=False) == ["-c", "1024", "-t", "2", "-tb", "2", "-fa", "off", "-ctk", "q8_0"]
     assert parse_server_args(args).settings == s
+
+
+def test_the_servers_sliding_window_cache_and_prompt_layout_are_honoured():
+    """--swa-full changes a greedy text's numerics (it is no serving option): the session gets it, and
+    the server's prompt layout, from the line; without it the server's ring."""
+    ring = parse_server_args("llama-server --spec-type ngram-simple")
+    full = parse_server_args("llama-server --spec-type ngram-simple --swa-full")
+    assert (ring.swa_full, full.swa_full) == (False, True)
+    assert not any("--swa-full" in w for w in full.warnings)
+    assert full.session_kwargs()["swa_full"] is True and ring.session_kwargs()["swa_full"] is False
+    assert ring.session_kwargs()["prefill"] == full.session_kwargs()["prefill"] == "whole"
+    assert full.to_dict()["swa_full"] is True
+
+
+def test_a_recording_of_the_other_prompt_layout_is_noted_in_the_server_check():
+    from specviz.analysis.check_server import prefill_notes
+
+    assert prefill_notes("whole") == [] and prefill_notes(None) == []
+    (note,) = prefill_notes("all-but-last")
+    assert "near-tie" in note and "--server-args" in note

@@ -121,6 +121,8 @@ def test_a_reset_with_a_server_command_line_runs_its_configuration(live, wide_he
     assert s.settings.n_batch == 512  # where the line gives none: what `specviz run --server-args` takes
     warned = [m["text"] for m in sink.msgs[n:] if m["type"] == "notice" and m["level"] == "warning"]
     assert any("--port" in w for w in warned) and any("--min-p" in w for w in warned), warned
+    # the page's session was made before the line came: its prompt layout is its own, and that is said
+    assert any("speculative-simple" in w and "near-tie" in w for w in warned), warned
     assert not error_shown(sink.msgs[n:])
     core.step(30)
     assert len(s.tokens) == 10 and s.strategy == "ngram-simple"

@@ -81,6 +81,8 @@ class ServerCheck:
     advice_text: str = ""
     #: the advice's own prediction, for the rounds it was learnt from (``predicted_speedup`` when not given)
     advice_speedup: float | None = None
+    #: what may make the server's text differ from the recording's, in words (see :func:`check_advice`)
+    notes: list[str] = field(default_factory=list)
 
     @property
     def speedups(self) -> list[float]:
@@ -153,6 +155,7 @@ class ServerCheck:
             f"measured {self.measured_speedup:.2f}x vs predicted {self.predicted_speedup:.2f}x "
             f"({self.error:+.1%}); per repeat: " + ", ".join(f"{x:.2f}x" for x in self.speedups)
         )
+        lines += [f"note: {n}" for n in self.notes]
         return "\n".join(lines)
 
     def to_dict(self) -> dict[str, Any]:
@@ -168,6 +171,7 @@ class ServerCheck:
             "n_prompts": self.n_prompts,
             "rows": self.rows(),
             "repeats": [[n.to_dict(), a.to_dict()] for n, a in self.repeats],
+            "notes": list(self.notes),
         }
 
 
@@ -181,7 +185,7 @@ class RecordedPrompt:
 
 def recorded_prompts(events: Sequence[Any]) -> tuple[list[RecordedPrompt], dict[str, Any]]:
     """The distinct prompts of a recording's ``session_started`` events (in order), and the context the
-    recording ran with (``model``, ``n_ctx``, ``n_batch``, ``n_ubatch`` of the first)."""
+    recording ran with (``model``, ``n_ctx``, ``n_batch``, ``n_ubatch`` and ``prefill`` of the first)."""
     seen: set[tuple[int, ...]] = set()
     out: list[RecordedPrompt] = []
     ctx: dict[str, Any] = {}
@@ -190,6 +194,7 @@ def recorded_prompts(events: Sequence[Any]) -> tuple[list[RecordedPrompt], dict[
             continue
         if not ctx:
             ctx = {"model": ev.model, "n_ctx": ev.n_ctx, "n_batch": ev.n_batch, "n_ubatch": ev.n_ubatch}
+            ctx["prefill"] = getattr(ev, "prefill", "all-but-last")
         key = tuple(int(t) for t in ev.prompt_tokens)
         if key and key not in seen:
             seen.add(key)
@@ -198,8 +203,12 @@ def recorded_prompts(events: Sequence[Any]) -> tuple[list[RecordedPrompt], dict[
 
 
 def context_args(settings: ContextSettings) -> list[str]:
-    """The context settings of both servers: the recording's sizes, one slot (requests come one at a time)."""
-    return [*settings.server_args(), "-np", "1"]
+    """The context settings of both servers: the recording's sizes, one slot (requests come one at a time),
+    and full-size sliding-window caches (``--swa-full``), as specviz's sessions keep by default. Measured on
+    the embedded Gemma 3: against the server's ring-sized cache a session's greedy text parts at near-ties
+    whatever cache the session keeps; with ``--swa-full`` and the server's prompt layout
+    (``prefill="whole"``) it is the server's, token for token."""
+    return [*settings.server_args(), "-np", "1", "--swa-full"]
 
 
 def check_advice(
@@ -214,6 +223,7 @@ def check_advice(
     extra_args: Sequence[str] = (),
     progress: Any = None,
     predicted: float | None = None,
+    recorded_prefill: str | None = None,
 ) -> ServerCheck:
     """Run ``prompts`` through llama-server with ``--spec-type none`` and with ``advice.flags`` (see the
     module docstring) and return the predicted and measured speedups.
@@ -223,7 +233,9 @@ def check_advice(
     ``extra_args`` further llama-server flags for both (checked with
     :func:`~specviz.analysis.server_args.parse_server_args`: a flag that changes the drafts is refused);
     ``predicted`` the advised setting's expected speedup on ``prompts`` when the advice was learnt on others
-    (default: the advice's own)."""
+    (default: the advice's own); ``recorded_prefill`` how the recording evaluated its prompts (its
+    ``session_started`` events' ``prefill``): other than the server's ``whole``, a note says the texts can
+    part."""
     from ..errors import LlamaServerError
 
     if advice.best is None:
@@ -276,4 +288,18 @@ def check_advice(
         n_prompts=len(jobs),
         advice_text=advice.text,
         advice_speedup=float(advice.best.speedup),
+        notes=prefill_notes(recorded_prefill),
     )
+
+
+def prefill_notes(recorded_prefill: str | None) -> list[str]:
+    """What a recording's prompt layout means for a comparison with llama-server, in words (none for the
+    server's own layout, or when it is not known)."""
+    if recorded_prefill in (None, "whole"):
+        return []
+    return [
+        f"the recording evaluated its prompts {recorded_prefill!r} (the last prompt token in the first round's "
+        "batch, as speculative-simple); llama-server evaluates the whole prompt, and where llama.cpp's kernels "
+        "are not batch-invariant (quantized models on the CPU) the texts can part at a near-tie, and the drafts "
+        "with them: record with `specviz run --server-args \"...\"` (prefill 'whole') to compare the same text"
+    ]

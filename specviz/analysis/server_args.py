@@ -100,7 +100,7 @@ SERVING_ONLY: dict[str, bool] = {
     **dict.fromkeys(("-ngl", "--gpu-layers", "--n-gpu-layers", "-ngld", "--spec-draft-ngl"), True),
     **dict.fromkeys(("--reasoning-format", "--reasoning-budget", "-fit", "--fit", "--numa", "--prio"), True),
     **dict.fromkeys(("--metrics", "--slots", "--no-slots", "--props", "--no-webui", "--no-ui", "--webui"), False),
-    **dict.fromkeys(("-cb", "--cont-batching", "-nocb", "--no-cont-batching", "--swa-full"), False),
+    **dict.fromkeys(("-cb", "--cont-batching", "-nocb", "--no-cont-batching"), False),
     **dict.fromkeys(("-kvu", "--kv-unified", "--mlock", "--no-mmap", "--mmap", "--jinja", "--no-jinja"), False),
     **dict.fromkeys(("--log-disable", "--log-colors", "--log-prefix", "--log-timestamps", "-v"), False),
     **dict.fromkeys(("--verbose", "--no-warmup", "--warmup", "--no-perf", "--perf", "-fitt"), False),
@@ -156,13 +156,19 @@ class ServerConfig:
     sampling: dict[str, Any] = field(default_factory=dict)  #: temperature/top_k/top_p/seed the line gave
     n_predict: int | None = None  #: ``-n``: the server's default generation length
     chat_template: str | None = None  #: ``--chat-template``: a llama.cpp built-in template name
+    #: ``--swa-full``: full-size caches for sliding-window layers; without it llama-server keeps llama.cpp's
+    #: ring (``swa_full`` false), which changes the attention's numerics, so the tokens can part at a near-tie
+    swa_full: bool = False
     warnings: list[str] = field(default_factory=list)  #: flags specviz cannot honour, each named with why
     argv: list[str] = field(default_factory=list)
 
     def session_kwargs(self) -> dict[str, Any]:
-        """Keyword arguments of :class:`~specviz.Session` for these settings."""
+        """Keyword arguments of :class:`~specviz.Session` for these settings: the context settings, the
+        server's sliding-window cache (:attr:`swa_full`) and its prompt layout (``prefill="whole"``: the whole
+        prompt in one prefill, the first token from its last row; see :class:`~specviz.Session`)."""
         s = self.settings
         return {
+            **self.memory_kwargs(),
             "n_ctx": s.n_ctx,
             "n_batch": s.n_batch,
             "n_ubatch": s.n_ubatch,
@@ -171,6 +177,11 @@ class ServerConfig:
             "cache_type_k": s.cache_type_k,
             "cache_type_v": s.cache_type_v,
         }
+
+    def memory_kwargs(self) -> dict[str, Any]:
+        """The :class:`~specviz.Session` arguments beyond the context settings that make its numerics the
+        server's: ``swa_full`` and ``prefill``."""
+        return {"swa_full": self.swa_full, "prefill": "whole"}
 
     def start_kwargs(self) -> dict[str, Any]:
         """Keyword arguments of :meth:`~specviz.Session.start` (the strategy, its knobs, the sampling)."""
@@ -191,6 +202,7 @@ class ServerConfig:
             "sampling": dict(self.sampling),
             "n_predict": self.n_predict,
             "chat_template": self.chat_template,
+            "swa_full": self.swa_full,
             "warnings": list(self.warnings),
         }
 
@@ -264,6 +276,7 @@ def parse_server_args(argv: str | Sequence[str]) -> ServerConfig:
     threads_draft: str | None = None
     n_predict = None
     chat_template = None
+    swa_full = False
     i = 0
 
     def value(flag: str) -> str:
@@ -303,6 +316,8 @@ def parse_server_args(argv: str | Sequence[str]) -> ServerConfig:
             n_predict = (tok, value(tok))
         elif tok == "--chat-template":
             chat_template = value(tok)
+        elif tok == "--swa-full":
+            swa_full = True
         elif tok in SERVING_ONLY:
             v = f" {value(tok)}" if SERVING_ONLY[tok] else ""
             warnings.append(
@@ -444,6 +459,7 @@ def parse_server_args(argv: str | Sequence[str]) -> ServerConfig:
         sampling=samp,
         n_predict=n_pred if n_pred is None or n_pred >= 0 else None,
         chat_template=chat_template,
+        swa_full=swa_full,
         warnings=warnings,
         argv=args,
     )

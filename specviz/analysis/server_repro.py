@@ -8,7 +8,10 @@ differs from a plain specviz session in three ways, all reproduced by :func:`run
 * it evaluates the whole prompt, begins the drafter with it (``common_speculative_begin`` sees every prompt
   token; ``speculative-simple`` leaves the last one out) and samples the first token *without drafting*;
   the first draft comes after that token. The session runs its first round with ``none`` and switches to
-  the strategy at the next boundary, so that the drafter begins with the same tokens;
+  the strategy at the next boundary, so that the drafter begins with the same tokens; a session made with
+  ``prefill="whole"`` (as :func:`~specviz.analysis.server_args.session_from_server_args` makes it) also
+  evaluates the prompt as the server does, which on kernels that are not batch-invariant is what gives the
+  server's text (see :class:`~specviz.Session`);
 * each round's draft is capped at ``min(n_ctx - n_cached - 2, n_remaining - 1)``
   (``server_slot::get_n_draft_max``, ``n_cached`` the tokens in the cache, ``n_remaining`` the tokens
   still allowed), and a round whose cap is not positive does not draft at all;

@@ -450,11 +450,13 @@ class LlamaContext(ContextBase):
                 + (" (no free KV slot: the context is full)" if rc == 1 else "")
             )
 
-    def eval_prompt(self, tokens: Sequence[int], start: int = 0) -> None:
-        """Evaluate a long sequence in n_batch chunks without keeping logits."""
+    def eval_prompt(self, tokens: Sequence[int], start: int = 0, *, keep_last: bool = False) -> None:
+        """Evaluate a long sequence in n_batch chunks, keeping no logits, or with ``keep_last`` those of its
+        last token (then :meth:`last_row` reads them), as llama-server evaluates a prompt."""
         nb = self.capacity.n_batch
         for i in range(0, len(tokens), nb):
-            self.eval(tokens[i : i + nb], start + i, rows="none")
+            last = keep_last and i + nb >= len(tokens)
+            self.eval(tokens[i : i + nb], start + i, rows="last" if last else "none")
 
     def last_row(self) -> np.ndarray:
         """Logits of the last row whose logits the previous :meth:`eval` kept."""

@@ -242,6 +242,10 @@ def generation_config(args: argparse.Namespace, *, warn: Callable[[str], None]) 
         n_ctx = int_option("--n-ctx", args.n_ctx if args.n_ctx is not None else "4096", 16, 1 << 20)
         settings = settings_of(args, n_ctx=n_ctx)
     memory = memory_config(args)
+    if server is not None:  # the server's sliding-window cache and prompt layout (its numerics)
+        if args.swa_ring and server.swa_full:
+            warn("option --swa-ring is accepted but not applied: the --server-args line gives --swa-full")
+        memory.update(server.memory_kwargs())
     seed = None if args.seed is None else int_option("--seed", args.seed, 0, 2**63 - 1)
     model = args.model
     if server is not None and server.model is not None:

@@ -98,6 +98,7 @@ def check_server(args: argparse.Namespace, adv: Any, events: list) -> int:
         binary=binary,
         extra_args=extra,
         progress=None if args.json else (lambda m: print(m, file=sys.stderr)),
+        recorded_prefill=ctx.get("prefill"),
     )
     if args.json:
         print(json.dumps({"advice": adv.to_dict(), "server_check": chk.to_dict()}, ensure_ascii=False))

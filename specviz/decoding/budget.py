@@ -52,7 +52,8 @@ class Caps:
 @dataclass(frozen=True)
 class Budget:
     """The draft length a round may use: ``limit``, the configured ``requested`` length, the ``cap``
-    that lowered it (``policy``, ``budget``, ``context``, ``batch``, ``ubatch``, ``ring``, ``tile``) or None, and
+    that lowered it (``policy``, ``budget``, ``context``, ``batch``, ``ubatch``, ``ring``, ``tile``; ``prompt``
+    for the first round after a whole-prompt prefill, which reads the prompt's row and cannot draft) or None, and
     the policy's ``expected`` committed tokens for that length (cost policy only)."""
 
     requested: int

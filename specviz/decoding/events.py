@@ -63,7 +63,8 @@ class SessionStarted(Event):
 
     A chat request also carries its ``messages`` (``{"role", "content"}`` each) and the ``chat_template``
     used (``"model"`` for the model's own); ``prompt_tokens`` are then what the template produced.
-    ``stop`` lists the stop strings."""
+    ``stop`` lists the stop strings. ``prefill`` is how the prompt was evaluated (``all-but-last``, as
+    speculative-simple, or ``whole``, as llama-server: see :class:`~specviz.Session`)."""
 
     kind: ClassVar[str] = "session_started"
     model: str = ""
@@ -85,6 +86,7 @@ class SessionStarted(Event):
     stop: tuple = ()
     messages: tuple = ()
     chat_template: str | None = None
+    prefill: str = "all-but-last"
 
 
 @dataclass(frozen=True)
@@ -94,7 +96,9 @@ class DraftProposed(Event):
     ``probs`` holds the drafter's probability for each token where it has one (``None`` otherwise).
     ``requested`` is the configured draft length, ``limit`` the length allowed this round after the
     caps, and ``cap`` names the cap that lowered the limit below the request (``budget``, ``context``,
-    ``batch``, ``ubatch``, ``ring``, ``tile``, ``policy``) or ``None``. ``ring``: the target's ring-sized
+    ``batch``, ``ubatch``, ``ring``, ``tile``, ``policy``, ``prompt``) or ``None``. ``prompt``: the first round
+    after a whole-prompt prefill (``Session(prefill="whole")``), whose token comes from the prompt's batch.
+    ``ring``: the target's ring-sized
     sliding-window cache could lose keys a rejection needs if the verify spanned more than one micro-batch,
     so the draft was shortened to one (a checkpoint of the ring instead would copy every ring cell each
     round); ``reason`` says why the draft is shorter than the

@@ -96,6 +96,9 @@ class Generation:
     #: A configuration queued by ``configure()`` for the next round boundary: (strategy, knobs).
     pending: tuple[str, dict[str, Any]] | None = None
     round_index: int = 0
+    #: The cache holds the whole prompt and the last batch kept its last row: the next round is the first
+    #: of a whole-prompt prefill (it reads that row, see :mod:`specviz.decoding.round`).
+    prefilled: bool = False
     finished: str | None = None
     started: bool = False
     telemetry: Telemetry = field(default_factory=Telemetry)

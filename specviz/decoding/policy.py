@@ -519,11 +519,11 @@ class CostPolicy(QuietPolicy):
         self.resume_seconds = float(d.get("resume_seconds", 0.0))
 
 
-def measure_verify_cost(ctx: Any, history: Sequence[int], knobs: dict) -> VerifyCostModel:
+def measure_verify_cost(ctx: Any, history: Sequence[int], knobs: dict, repeats: int = 2) -> VerifyCostModel:
     """Time verify batches of every size a round can use on ``ctx`` (a
     :class:`~specviz.backends.llama.LlamaContext` holding ``history[:-1]``), once per session, and leave
     the cache unchanged. Sizes reach ``draft_max + 1`` within the batch (with ``align``: micro-batch) and
-    context limits."""
+    context limits; each is timed ``repeats`` times (:meth:`VerifyCostModel.measure`)."""
     n_past = len(history) - 1
     cap = ctx.capacity
     max_b = min(
@@ -539,7 +539,7 @@ def measure_verify_cost(ctx: Any, history: Sequence[int], knobs: dict) -> Verify
         ctx.eval([filler] * b, n_past, rows="all")
         ctx.memory.cut(n_past, history)
 
-    return VerifyCostModel.measure(evaluate, max(max_b, 2), tile=verify_tile(knobs))
+    return VerifyCostModel.measure(evaluate, max(max_b, 2), repeats=repeats, tile=verify_tile(knobs))
 
 
 def make_policy(name: str, cost: VerifyCostModel | None = None) -> DraftingPolicy:

@@ -14,7 +14,10 @@ roll-back step then restores it and re-applies the accepted tokens. Either way i
 :meth:`~specviz.backends.memory.ContextMemory.cut`.
 
 The newest committed token is *pending*: it is not in the target's cache yet and is the first row of the
-next batch, so after every round the cache holds exactly ``len(history) - 1`` positions.
+next batch, so after every round the cache holds exactly ``len(history) - 1`` positions. The one exception
+is a generation's first round after a whole-prompt prefill (``prefilled``, llama-server's layout, see
+:class:`~specviz.Session`): the prompt's last token was evaluated with the prompt, so the round drafts
+nothing, evaluates nothing and reads the prompt batch's last row; it ends with the same invariant.
 
 :func:`run_round` returns a plain :class:`RoundResult`; events, telemetry and the policy's learning are
 built from it by the caller (the session), never inside the round.
@@ -31,7 +34,7 @@ import numpy as np
 from ..backends.llama import LlamaContext
 from ..backends.memory import Cut, Mark
 from ..errors import ContextError
-from ..strategies.base import Drafter
+from ..strategies.base import Draft, Drafter
 from .acceptor import Verdict, accept
 from .budget import Budget
 from .rowscan import top_two
@@ -50,7 +53,9 @@ class RoundResult:
     right after it and after the rollback; ``draft_kv_before`` / ``draft_kv_peak`` the drafter's
     context around drafting (None without one) and ``draft_rollbacks`` its rollbacks as ``(from, to)``.
     ``shadow`` is the drafter's side-effect-free prediction in a round the policy kept plain (None
-    otherwise); ``margins`` the target's top-two logit margin at each committed position when asked.
+    otherwise); ``prefilled`` marks the first round of a whole-prompt prefill (its row came from the
+    prompt's batch: ``verify_seconds`` is the row's reading only); ``margins`` the target's top-two logit
+    margin at each committed position when asked.
     ``checkpoint`` is the partial-state checkpoint taken before the verify (None when removal sufficed)
     and ``rollback`` what dropping the rejected tail did (None when nothing was rejected);
     ``draft_memory`` the checkpoints and cuts of the drafter's own context that were more than a removal.
@@ -86,6 +91,7 @@ class RoundResult:
     draft_memory: list[Mark | Cut] = field(default_factory=list)
     drafter: str = ""
     block: dict | None = None
+    prefilled: bool = False
 
 
 def run_round(
@@ -102,6 +108,7 @@ def run_round(
     scratch: np.ndarray | None = None,
     record_margins: bool = False,
     stop: Callable[[list[int]], int | None] | None = None,
+    prefilled: bool = False,
 ) -> RoundResult:
     """Run one round on ``ctx`` with ``drafter`` and extend ``history`` (the full token history, whose
     last token is pending) by what it commits. See the module docstring for the five steps.
@@ -110,6 +117,9 @@ def run_round(
     that completes a stop string, or None; the round then commits up to and including it (``finish`` is
     ``"stop"``), so the caches and the drafter end where plain decoding with the same stop strings ends.
 
+    ``prefilled``: the cache already holds the pending token and the last evaluated batch kept its row
+    (a whole-prompt prefill): the round drafts nothing and evaluates nothing, it reads that row.
+
     A verify batch llama.cpp refuses raises :class:`~specviz.errors.ContextError` with the target's
     cache left as before the round.
     """
@@ -117,10 +127,10 @@ def run_round(
     n_past = len(history) - 1
     position = len(history)
 
-    # 1. draft
+    # 1. draft (none after a whole-prompt prefill: llama-server samples its first token undrafted)
     draft_kv_before = drafter.kv_length() if drafter.has_context else None
     t0 = time.perf_counter()
-    proposal = drafter.draft(history, budget.limit)
+    proposal = Draft([]) if prefilled else drafter.draft(history, budget.limit)
     draft_seconds = time.perf_counter() - t0
     draft_kv_peak = drafter.kv_length() if drafter.has_context else None
     tokens = [int(t) for t in proposal.tokens]
@@ -133,22 +143,26 @@ def run_round(
     dists = proposal.dists if tokens else None
     # a round the policy kept plain: what would the drafter have proposed? (free evidence for the policy)
     shadow = None
-    if budget.limit == 0 and budget.cap == "policy" and drafter.can_peek:
+    if budget.limit == 0 and budget.cap == "policy" and drafter.can_peek and not prefilled:
         shadow = drafter.peek(history)
 
     # 2. verify: one batch of the pending token plus the draft (after a checkpoint where the memory needs one)
     checkpoint = ctx.memory.checkpoint_for(len(tokens))
     batch = [history[-1], *tokens]
     t1 = time.perf_counter()
-    try:
-        ctx.eval(batch, n_past, rows="all")
-    except ContextError:
-        ctx.memory.cut(n_past, history)
-        raise
+    row: Callable[[int], np.ndarray] = ctx.row
+    if prefilled:  # the prompt's batch kept its last row, the pending token's
+        row = _prefill_row(ctx)
+    else:
+        try:
+            ctx.eval(batch, n_past, rows="all")
+        except ContextError:
+            ctx.memory.cut(n_past, history)
+            raise
     # 3. accept
-    verdict = accept(tokens, ctx.row, params, rng, dists, scratch=scratch)
+    verdict = accept(tokens, row, params, rng, dists, scratch=scratch)
     verify_seconds = time.perf_counter() - t1
-    margins = [top_two(ctx.row(i)) for i in range(len(verdict.tokens))] if record_margins else []
+    margins = [top_two(row(i)) for i in range(len(verdict.tokens))] if record_margins else []
 
     # 4. commit, cut at the first end-of-generation token
     committed = list(verdict.tokens)
@@ -201,4 +215,16 @@ def run_round(
         draft_memory=draft_memory,
         drafter=proposal.drafter or drafter.name,
         block=proposal.block,
+        prefilled=prefilled,
     )
+
+
+def _prefill_row(ctx: LlamaContext) -> Callable[[int], np.ndarray]:
+    """Row 0 of a round after a whole-prompt prefill: the prompt batch's last row (the only one it kept)."""
+
+    def row(i: int) -> np.ndarray:
+        if i != 0:
+            raise ContextError(f"a prefilled round has one row; row {i} was asked for")
+        return ctx.last_row()
+
+    return row

@@ -29,12 +29,12 @@ import numpy as np
 from ..backends.context_settings import ContextSettings
 from ..backends.llama import LlamaContext, LlamaModel
 from ..backends.memory import rollback_refusal
-from ..errors import RollbackUnavailableError, SessionStateError
+from ..errors import ContextSettingsError, RollbackUnavailableError, SessionStateError, StrategyError
 from ..models.draft_cache import DraftModelCache
 from ..models.embedded import resolve_model
 from ..strategies import make_drafter, resolve_strategy, strategy_class, strategy_names, strategy_schema
 from ..strategies.base import Drafter, DraftResources
-from .budget import Caps, plan
+from .budget import Budget, Caps, plan
 from .events import DraftProposed, Event, Finished, KnobsChanged, Rewound, Round, SessionStarted, TelemetryEvent
 from .generation import Checkpoint, Generation
 from .knob_schema import DRAFT_MAX_LIMIT, check_cross_knobs
@@ -49,6 +49,14 @@ from .snapshot import read_header, restore_snapshot, take_snapshot, unpack
 from .stops import StopScanner, cut_text
 from .telemetry import Telemetry, figures
 
+#: How :meth:`Session.start` evaluates a prompt (see :class:`Session`): as speculative-simple, as llama-server.
+PREFILL_LAYOUTS = ("all-but-last", "whole")
+#: Times each batch size is timed when :meth:`Session.verify_cost` measures for the advisor (the fastest
+#: kept). The advice's speedups rest on the curve's shape: with 2 (the cost policy's, which must be quick
+#: at a generation's start) the ratio of a 16-token verify to a 1-token one spread 17% over five
+#: measurements of the embedded model here, with 5 it spread 5%.
+ADVISOR_REPEATS = 5
+
 
 class Session:
     """Runs a target model (and optionally a draft model) one speculative round at a time.
@@ -61,6 +69,16 @@ class Session:
     the ring still holds, see :mod:`specviz.backends.memory`). ``n_rs_seq`` is how many recurrent-state
     snapshots llama.cpp keeps for partial rollback on the architectures that have them (None: the
     default of :mod:`specviz.backends.memory`).
+
+    ``prefill`` is how a prompt is evaluated. ``"all-but-last"`` (the default), as llama.cpp's
+    ``speculative-simple``: every prompt token but the last in the prefill, the last one the first row of
+    the first round's batch (which may carry a draft). ``"whole"``, as ``llama-server``: the whole prompt in
+    the prefill, the first token chosen from its last row without a draft, drafting from the second round.
+    llama.cpp's CPU kernels are not batch-invariant, so the two layouts can part at a near-tie (measured on
+    the embedded Gemma 3: 3 of 4 ``summarise`` prompts within 128 greedy tokens); a reproduction of a server
+    uses ``"whole"`` (:func:`~specviz.analysis.server_args.session_from_server_args` sets it). With
+    ``"whole"``, strategies that read the target's activations (``reads_target``: EAGLE-3, MTP, DFlash)
+    are refused at :meth:`start`: their first round would find no verify batch to read.
 
     The context is made with the
     deployment's settings as llama.cpp spells them: ``n_ctx`` (``-c``), ``n_batch`` / ``n_ubatch``
@@ -83,7 +101,14 @@ class Session:
         flash_attn: str = "auto",
         cache_type_k: str = "f16",
         cache_type_v: str = "f16",
+        prefill: str = "all-but-last",
     ) -> None:
+        if prefill not in PREFILL_LAYOUTS:
+            raise ContextSettingsError(
+                f"prefill {prefill!r} is not allowed; choose {' or '.join(map(repr, PREFILL_LAYOUTS))} "
+                "(the prompt but its last token, as speculative-simple; or the whole prompt, as llama-server)",
+                knob="prefill",
+            )
         # Only what lives as long as the session is held here: everything of one generation is in
         # self.generation (a Generation), which start() replaces, rewind() takes back and snapshots carry.
         # every context setting is checked before the model loads (the model's head sizes after)
@@ -110,6 +135,7 @@ class Session:
         )
         self.ctx = LlamaContext(self.model, **ctx_args)
         self._ctx_args = ctx_args
+        self._prefill = prefill
         self.machine = MachineSampler()
         self.draft_models = DraftModelCache(self.model)
         self._subscribers: list[Callable[[Event], None]] = []
@@ -216,6 +242,27 @@ class Session:
         """The context settings this session was created with (``n_ctx``, ``n_batch``, ``n_ubatch``,
         ``n_threads``, ``flash_attn``, ``cache_type_k``, ``cache_type_v``)."""
         return dict(self._ctx_args)
+
+    @property
+    def prefilled(self) -> bool:
+        """Whether the cache holds the whole prompt and the next round reads its last row (from a start with
+        ``prefill="whole"`` to its first round)."""
+        return self.generation.prefilled
+
+    @property
+    def prefill(self) -> str:
+        """How a prompt is evaluated: ``"all-but-last"`` (speculative-simple) or ``"whole"`` (llama-server)."""
+        return self._prefill
+
+    def _evaluate_prompt(self, g: Generation) -> None:
+        """Fill the emptied cache with the prompt of ``g`` as :attr:`prefill` says (``g.history`` is the prompt)."""
+        self.ctx.clear()
+        ids = g.history
+        if self._prefill == "whole":
+            self.ctx.eval_prompt(ids, 0, keep_last=True)
+            g.prefilled = True
+        else:
+            self.ctx.eval_prompt(ids[:-1], 0)
 
     def set_context_settings(self, **values: Any) -> ContextSettings:
         """Create the target's context anew with other settings (``flash_attn``, ``cache_type_k``,
@@ -449,6 +496,14 @@ class Session:
             req, cfg = self._check_start(prompt, max_tokens, strategy, self.ctx.capacity.n_ctx, request, knobs)
             sampling, stops, ids, chat = req.sampling, req.stop, req.ids, req.messages
             drafter = self.build_drafter(strategy, cfg, sampling)  # may fail: nothing has changed yet
+            if self._prefill == "whole" and drafter.reads_target:
+                drafter.close()
+                raise StrategyError(
+                    f"strategy {strategy!r} reads the target's activations of every verify batch, and a "
+                    "whole-prompt prefill (prefill='whole') gives its first round none; start it on a session "
+                    "with prefill='all-but-last', or start with 'none' and configure it after the first round",
+                    knob="strategy",
+                )
             if self.drafter is not None:
                 self.drafter.close()
             self.drafter = drafter
@@ -466,8 +521,7 @@ class Session:
             self.rng.bit_generator.state = np.random.default_rng(g.seed).bit_generator.state
             self._cancel.clear()
             t0 = time.perf_counter()
-            self.ctx.clear()
-            self.ctx.eval_prompt(ids[:-1], 0)
+            self._evaluate_prompt(g)
             g.telemetry.prompt_seconds = time.perf_counter() - t0
             g.telemetry.prompt_tokens = len(ids)
             # the state after the prompt, where memory that cannot drop a tail rewinds from at the latest
@@ -497,6 +551,7 @@ class Session:
                 stop=stops,
                 messages=tuple(chat),
                 chat_template=(chat_template or "model") if chat else None,
+                prefill=self._prefill,
             )
             self._emit(ev)
             g.capture(drafter, self.rng)
@@ -581,7 +636,13 @@ class Session:
                 return self._finish("context", out)
             assert self.drafter is not None
             g = self.generation
-            if self.drafter.drafts and g.knobs.get("draft_policy") == "cost" and self.cost_model is None:
+            prefilled, g.prefilled = g.prefilled, False
+            if (
+                self.drafter.drafts
+                and g.knobs.get("draft_policy") == "cost"
+                and self.cost_model is None
+                and not prefilled  # the measurement's batches would replace the prompt's last row
+            ):
                 self.cost_model = measure_verify_cost(self.ctx, g.history, g.knobs)  # once, outside rounds
                 g.policy.use_cost(self.cost_model)
             cap = self.ctx.capacity
@@ -592,7 +653,9 @@ class Session:
                 n_ubatch=cap.n_ubatch,
                 memory=self.ctx.memory.draft_limit(self.committed, DRAFT_MAX_LIMIT),
             )
-            budget = plan(g.knobs, g.policy, caps, drafts=self.drafter.drafts)
+            budget = plan(g.knobs, g.policy, caps, drafts=self.drafter.drafts and not prefilled)
+            if prefilled:
+                budget = Budget(budget.requested, 0, "prompt", None)
             g.round_index += 1
             res = run_round(
                 g.round_index,
@@ -607,6 +670,7 @@ class Session:
                 scratch=self._scratch,
                 record_margins=self.record_margins,
                 stop=self._stop_fn(),
+                prefilled=prefilled,
             )
             g.last_result = res
             self.machine.sample()
@@ -634,7 +698,8 @@ class Session:
 
     def _learn(self, res: RoundResult) -> None:
         """Feed one round to the drafting policy and the telemetry counters."""
-        self.policy.observe_verify(res.batch_size, res.verify_seconds)
+        if not res.prefilled:  # a prefilled round's row came with the prompt: its seconds are no verify's
+            self.policy.observe_verify(res.batch_size, res.verify_seconds)
         # the drafter's upkeep (feeding its own model) is learnt apart from its draft steps
         upkeep = self.drafter.take_upkeep() if self.drafter is not None else None
         draft_seconds = res.draft_seconds
@@ -740,6 +805,9 @@ class Session:
         :class:`~specviz.errors.SnapshotError` (or the draft model's error) and leaves the session as it was."""
         with self._lock:
             restore_snapshot(self, blob)
+            g = self.generation
+            if self._prefill == "whole" and len(g.history) == g.n_prompt and g.finished is None:
+                self._evaluate_prompt(g)  # at the start: the first round reads the prompt's last row
 
     # -- rewind and branch -----------------------------------------------------------------------------
     def rewind(self, round: int | None = None, *, position: int | None = None) -> Rewound:
@@ -752,6 +820,10 @@ class Session:
         """
         with self._lock:
             ev = rewind_generation(self, round=round, position=position)
+            g = self.generation
+            if self._prefill == "whole" and len(g.history) == g.n_prompt:
+                self._evaluate_prompt(g)  # back to the start: the first round reads the prompt's last row again
+                g.telemetry.record_memory(self.ctx.memory.remember(), None, [])
             self._cancel.clear()
             self._emit(ev)
             return ev
@@ -767,7 +839,7 @@ class Session:
             if not self.started or self.drafter is None:
                 raise SessionStateError("nothing to fork: call start() first")
             blob = self.snapshot()
-            other = type(self)(self.model, **self.context_args)
+            other = type(self)(self.model, **self.context_args, prefill=self._prefill)
             try:
                 other.draft_models.close()
                 other.draft_models = self.draft_models.share()
@@ -787,8 +859,18 @@ class Session:
             if self.cost_model is not None:
                 return self.cost_model
             longest = max((len(e.tokens) for e in self.events if isinstance(e, DraftProposed)), default=0)
+            knobs = {**self.knobs, "draft_max": max(longest, 1)}
+            g = self.generation
             try:
-                return measure_verify_cost(self.ctx, self.history, {**self.knobs, "draft_max": max(longest, 1)})
+                if not g.prefilled:
+                    return measure_verify_cost(self.ctx, self.history, knobs, repeats=ADVISOR_REPEATS)
+                # the cache holds the pending token too: measure after it, then evaluate the prompt again
+                # (the measurement's batches replaced the row the first round reads)
+                try:
+                    after = [*self.history, self.history[-1]]
+                    return measure_verify_cost(self.ctx, after, knobs, repeats=ADVISOR_REPEATS)
+                finally:
+                    self._evaluate_prompt(g)
             except Exception:  # a full context
                 return None
 

@@ -128,6 +128,8 @@ class SnapshotHeader:
     drafter_state: dict[str, Any] | None
     policy_state: dict[str, Any]
     cost_model: dict[str, Any] | None
+    #: the target's cache holds the pending token too (a whole-prompt prefill's start, see ``Session``)
+    prefilled: bool = False
 
 
 def _need(cond: bool, what: str) -> None:
@@ -173,6 +175,7 @@ def read_header(h: dict[str, Any]) -> SnapshotHeader:
     _need(isinstance(h.get("policy_state", {}), dict), "'policy_state' is not an object")
     fp = h.get("model_fingerprint")
     _need(fp is None or isinstance(fp, str), "'model_fingerprint' is not a string")
+    _need(isinstance(h.get("prefilled", False), bool), "'prefilled' is not true or false")
     return SnapshotHeader(
         model=h["model"],
         model_size=h["model_size"],
@@ -194,6 +197,7 @@ def read_header(h: dict[str, Any]) -> SnapshotHeader:
         drafter_state=h.get("drafter_state"),
         policy_state=h.get("policy_state") or {},
         cost_model=h.get("cost_model"),
+        prefilled=h.get("prefilled", False),
     )
 
 
@@ -228,6 +232,7 @@ def take_snapshot(s: SessionParts) -> bytes:
         "policy_state": g.policy.state(),
         "cost_model": s.cost_model.to_dict() if s.cost_model is not None else None,
         "workbench": extras_state(g),
+        "prefilled": g.prefilled,
     }
     return pack(header, [("target", s.ctx.state()), ("drafter", s.drafter.context_state())])
 
@@ -321,7 +326,11 @@ def _build(
         telemetry=telemetry,
     )
     # the cache holds every committed position and no other: a state with a cell beyond them is refused
-    s.ctx.load_state(blobs.get("target", b""), max_pos=g.committed)
+    # (a whole-prompt prefill's start holds the pending token too: it is dropped, the session that
+    # restores decides how its first round reads it, see Session.restore_into)
+    s.ctx.load_state(blobs.get("target", b""), max_pos=g.committed + int(h.prefilled))
+    if h.prefilled:
+        s.ctx.memory.cut(g.committed, g.history)
     s.rng.bit_generator.state = np.random.default_rng(h.seed).bit_generator.state
     if h.rng:
         try:

@@ -151,6 +151,10 @@ class Drafter:
     #: (``needs_model``) An empty ``draft_model`` is allowed: the drafter then drafts with the target model
     #: itself (``mtp``: the target's own NextN layers), which :class:`DraftResources` carries as ``model``.
     draft_model_optional: ClassVar[bool] = False
+    #: The drafter reads the target's own activations of each verify batch (layer inputs, hidden states),
+    #: so it needs the target to evaluate every committed token in a round: a whole-prompt prefill, whose
+    #: first round evaluates nothing, is refused for it (see :class:`~specviz.Session`).
+    reads_target: ClassVar[bool] = False
 
     def __init__(self, **knobs: Any) -> None:
         self.config: dict[str, Any] = {k.name: knobs.get(k.name, k.default) for k in self.knobs}

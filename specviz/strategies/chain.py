@@ -230,6 +230,7 @@ def chain_class(
         "state_format": "chain-1:" + ",".join(members),
         "needs_model": bool(model),
         "has_context": any(c.has_context for c in classes),
+        "reads_target": any(c.reads_target for c in classes),
         "draft_model_optional": bool(model) and all(c.draft_model_optional for c in model),
         "__doc__": f"The chain {', '.join(members)}: the first that drafts wins (see :mod:`specviz.strategies.chain`).",
     }

@@ -98,6 +98,7 @@ class DFlashDrafter(Drafter):
     state_format = "dflash-1"
     needs_model = True
     has_context = True
+    reads_target = True
     #: llama.cpp's type: DSpark drafts need the Markov head, DFlash drafts must not have it.
     DSPARK: ClassVar[bool] = False
 

@@ -96,6 +96,7 @@ class HiddenStateDrafter(Drafter):
 
     needs_model = True
     has_context = True
+    reads_target = True
     #: Drafter position of the pair of target position p is p + PAIR_OFFSET.
     PAIR_OFFSET: ClassVar[int] = 0
     #: (``PAIR_OFFSET`` 1) Position 0 holds the first token paired with a zero state, as llama.cpp's MTP

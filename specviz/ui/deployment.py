@@ -100,8 +100,21 @@ def read_deployment(session: Any, context: Mapping[str, Any] | None, server_args
         sampling=sampling,
         chat_template=cfg.chat_template,
         n_predict=cfg.n_predict,
-        warnings=[f"llama-server option {w}" for w in cfg.warnings],
+        warnings=[f"llama-server option {w}" for w in cfg.warnings] + layout_warnings(session),
     )
+
+
+def layout_warnings(session: Session) -> list[str]:
+    """What a page's own session keeps of itself under a llama-server line: its prompt layout (the page's
+    session was made before the line came) and its sliding-window cache, which can make its greedy text
+    part from the server's at a near-tie (see :class:`~specviz.Session`'s ``prefill``)."""
+    if session.prefill == "whole":
+        return []
+    return [
+        "the page's session evaluates prompts as speculative-simple does (the last prompt token in the first "
+        "round's batch), llama-server the whole prompt: on a quantized model the texts can part at a near-tie; "
+        'specviz run --server-args "..." reproduces the server\'s layout'
+    ]
 
 
 def start_with(session: Session, context: Mapping[str, Any], start: Mapping[str, Any]) -> None:
