@@ -146,7 +146,7 @@ def run_round(
         ctx.memory.cut(n_past, history)
         raise
     # 3. accept
-    verdict = accept(tokens, ctx.row, params, rng, dists, scratch=scratch)
+    verdict = accept(tokens, ctx.row, params, rng, dists, scratch=scratch, native=ctx.native_rows())
     verify_seconds = time.perf_counter() - t1
     margins = [top_two(ctx.row(i)) for i in range(len(verdict.tokens))] if record_margins else []
 
