@@ -15,6 +15,7 @@ from typing import Any
 _init_lock = threading.Lock()
 _initialised = False
 _log_cb = None  # keeps the ctypes callback alive
+_addresses: dict[str, int | None] = {}
 
 
 def llama_lib() -> Any:
@@ -22,6 +23,18 @@ def llama_lib() -> Any:
     import llama_cpp.llama_cpp as lc
 
     return lc
+
+
+def c_function_address(name: str) -> int | None:
+    """The address of llama.cpp's C function ``name`` as the binding loaded it, for compiled code that
+    calls it directly; None when the binding's attribute is not a ctypes function (a profiler's wrapper,
+    say). Resolved once per name (a wrapper installed later does not change it)."""
+    if name not in _addresses:
+        try:
+            _addresses[name] = ctypes.cast(getattr(llama_lib(), name), ctypes.c_void_p).value
+        except (AttributeError, TypeError, ctypes.ArgumentError):
+            _addresses[name] = None
+    return _addresses[name]
 
 
 def ensure_backend() -> None:

@@ -19,7 +19,7 @@ from typing import Any, Sequence, cast
 import numpy as np
 
 from ..errors import ContextError, ModelFormatError
-from .binding import ensure_backend, llama_lib
+from .binding import c_function_address, ensure_backend, llama_lib
 from .context_base import ContextBase
 from .context_settings import FLASH_ATTN_TYPE, GGML_TYPE, ContextSettings, head_sizes
 from .gguf_check import check_gguf
@@ -345,6 +345,7 @@ class LlamaContext(ContextBase):
             b.seq_id[i][0] = 0
         self._n_vocab = model.n_vocab
         self._row_type = ctypes.c_float * model.n_vocab  # one logits row, for zero-copy views
+        self._logits_fn = c_function_address("llama_get_logits_ith")  # for native_rows()
         self._out_rows: list[int] = []
         self.decode_seconds = 0.0  # cumulative time inside llama_decode (for overhead measurements)
         self.last_batch = (0, 0)  # (first position, tokens) of the last decode
@@ -473,6 +474,16 @@ class LlamaContext(ContextBase):
         # at three times the cost (every row a round reads)
         row = self._row_type.from_address(ctypes.addressof(ptr.contents))
         return np.frombuffer(cast(Any, row), dtype=np.float32)  # a ctypes array is a buffer (numpy's stubs omit it)
+
+    def native_rows(self) -> tuple[int, int, int] | None:
+        """Where compiled code reads the rows :meth:`row` gives: the address of ``llama_get_logits_ith``,
+        this context's address and the row width; None once closed or when the function's address
+        cannot be had (the acceptor then reads the rows through :meth:`row`)."""
+        fn = self._logits_fn
+        ctx = self._ctx
+        if fn is None or ctx is None:
+            return None
+        return fn, int(ctx), self._n_vocab
 
     def _free_batch(self) -> None:
         llama_lib().llama_batch_free(self._batch)

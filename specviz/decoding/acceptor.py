@@ -35,12 +35,14 @@ leaves the committed tokens distributed exactly as the target samples them.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Callable, Sequence, Union
 
 import numpy as np
 
 from .rowscan import ScoredRow
+from .rowscan_kernel import verify_greedy
 from .sampling import (
     SamplingParams,
     TokenDist,
@@ -56,6 +58,9 @@ __all__ = ["PositionVerdict", "Verdict", "accept", "N_ALTERNATIVES"]
 N_ALTERNATIVES = 5
 
 RowSource = Union[Callable[[int], np.ndarray], Sequence[np.ndarray]]
+#: Where a compiled reader finds the same rows: ``(address of llama_get_logits_ith, the llama_context's
+#: address, the row width)`` (:meth:`specviz.backends.llama.LlamaContext.native_rows`).
+NativeRows = tuple[int, int, int]
 DraftDists = Union[Callable[[int], TokenDist], Sequence[TokenDist], None]
 
 
@@ -116,13 +121,19 @@ def accept(
     *,
     top_n: int = N_ALTERNATIVES,
     scratch: np.ndarray | None = None,
+    native: NativeRows | None = None,
 ) -> Verdict:
     """Decide what one round commits (see the module docstring for the terms and the two rules).
 
     ``scratch`` is an optional ``float32`` buffer of the vocabulary size reused by the greedy row scan.
+    ``native`` says where the row scan's kernel reads the same rows as ``rows`` itself (llama.cpp's
+    logits): a greedy round is then one call of the kernel (:func:`_accept_greedy_native`), with the
+    same verdict; the ordinary path stays for every round the kernel hands back.
     """
     row = rows if callable(rows) else rows.__getitem__
     if params.greedy:
+        if native is not None and (v := _accept_greedy_native(draft, native, top_n)) is not None:
+            return v
         return _accept_greedy(draft, row, top_n, scratch)
     qdist = None if draft_dists is None else (draft_dists if callable(draft_dists) else draft_dists.__getitem__)
     return _accept_sampled(draft, row, params, rng, qdist, top_n)
@@ -155,6 +166,43 @@ def _accept_greedy(
                 margin=_margin(sr.row, alts),
             )
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _accept_greedy_native(draft: Sequence[int], native: NativeRows, top_n: int) -> Verdict | None:
+    """:func:`_accept_greedy` on llama.cpp's rows in one call of the kernel
+    (:func:`~specviz.decoding.rowscan_kernel.verify_greedy`), or None when the round needs the ordinary
+    path (no kernel, a NaN, a non-finite maximum ...). The same rules and the same arithmetic: the
+    kernel's scan gives each row's choice, maximum and normaliser as :class:`ScoredRow` has them, and
+    every probability is ``exp(value − max) / Σ`` computed here as :meth:`ScoredRow.prob` computes it.
+
+    Why: after a decode, the caches hold the model's weights, not specviz's objects; a row's numpy view,
+    its :class:`ScoredRow`, the scan's wrapper and its result were each a trip to memory (about 0.1 ms
+    of a plain round). A round is now one call and a few lists of numbers."""
+    got = verify_greedy(native[0], native[1], native[2], draft, top_n)
+    if got is None:
+        return None
+    r, ints, fl = got
+    exp = math.exp
+    tokens = tuple(ints[:r])
+    probs = tuple(exp(fl[3 * j + 2] - fl[3 * j]) / fl[3 * j + 1] for j in range(r))
+    k = len(draft)
+    if r == k + 1:
+        return Verdict(k, tokens, probs, True, rows_read=r)
+    i = r - 1
+    m, z = fl[3 * i], fl[3 * i + 1]
+    base = 3 * (k + 1)
+    alts = tuple((ints[k + 1 + j], exp(fl[base + 1 + j] - m) / z) for j in range(top_n))
+    return Verdict(
+        i,
+        tokens,
+        probs,
+        False,
+        rejected_prob=exp(fl[base] - m) / z,
+        alternatives=alts,
+        rows_read=r,
+        rejected_rank=ints[k + 1 + top_n],
+        margin=fl[base + 1] - fl[base + 2] if top_n >= 2 else None,
+    )
 
 
 def _rank(sr: ScoredRow, token: int, alts: Sequence[tuple[int, float]]) -> int:

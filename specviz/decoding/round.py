@@ -160,7 +160,10 @@ def run_round(
             ctx.memory.cut(n_past, history)
             raise
     # 3. accept
-    verdict = accept(tokens, row, params, rng, dists, scratch=scratch)
+    # after a whole-prompt prefill the one row read is the prompt batch's last, which the one-call kernel
+    # (reading rows by their batch index) would not find: the ordinary path reads it
+    native = None if prefilled else ctx.native_rows()
+    verdict = accept(tokens, row, params, rng, dists, scratch=scratch, native=native)
     verify_seconds = time.perf_counter() - t1
     margins = [top_two(row(i)) for i in range(len(verdict.tokens))] if record_margins else []
 

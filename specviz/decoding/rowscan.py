@@ -4,7 +4,9 @@ As the runner PR's ``LogitRowScan``: the first maximum wins, and NaN counts as n
 read in place (a zero-copy view of llama.cpp's logits). The acceptor's rows are read once: the C kernel
 of :mod:`specviz.decoding.rowscan_kernel` finds the choice, the maximum and the softmax normaliser in one
 pass, and a rejection row's alternatives and rank in one pass each; without the kernel numpy does the same
-(an argmax pass, an exponential pass and a sum pass, masks for the alternatives). Plain
+(an argmax pass, an exponential pass and a sum pass, masks for the alternatives). A greedy round on
+llama.cpp's rows skips this class altogether: the kernel's ``specviz_verify_greedy`` scans them in one call
+with the same rules (:func:`specviz.decoding.acceptor.accept`'s ``native``). Plain
 decoding (strategy ``none``) goes through exactly the same scan as speculative verification, so any
 difference between plain and speculative greedy output comes from the logits, never from the scan.
 """

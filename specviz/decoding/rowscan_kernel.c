@@ -17,6 +17,7 @@
  *
  * Written for specviz (MIT).
  */
+#include <stddef.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -416,4 +417,77 @@ int64_t specviz_rank(const float * x, int64_t n, int64_t t) {
     }
 #endif
     return specviz_rank_generic(x, n, t);
+}
+
+/*
+ * specviz_verify_greedy: a whole greedy verification in one call, for the acceptor's rows as llama.cpp
+ * hands them out (row(ctx, i) is llama_get_logits_ith, whose address Python passes in; the shim links
+ * against nothing). Row i is read only when rows 0 ... i-1 all agreed with the draft, exactly as the
+ * acceptor reads them, and each row is scanned by specviz_scan as above; at the first row whose choice
+ * differs from the draft token, that row's top_n tokens (specviz_topk) and the draft token's rank
+ * (read off the top tokens when it is among them, else specviz_rank) are taken too.
+ *
+ * Why C: a round's rows were each a Python call chain (a numpy view of the row, the scan's wrapper, a
+ * result tuple, the probability); right after a decode every one of those objects and code paths is
+ * out of the caches, which cost more than the Python itself. Here a round is one call, and the Python
+ * side builds the verdict from plain numbers with the same arithmetic as before.
+ *
+ * Outputs (the caller sizes them for k + 1 rows and top_n tokens):
+ *   ibuf[j]              the first maximum of row j, for the rows read (j < return value)
+ *   ibuf[k+1 ... +top_n] the rejection row's top tokens, best first; ibuf[k+1+top_n] the draft token's rank
+ *   dbuf[3j ... 3j+2]    row j's maximum, its sum(exp(x - max)) and x[best] as double
+ *   dbuf[3(k+1)]         the rejection row's value at the draft token; then the top tokens' values
+ * Returns the rows read (k + 1 when every draft token was the target's choice, else the rejection row
+ * plus one), or a negative code for a round the caller must redo on its own path, which then reproduces
+ * whatever the old path did: -1 a row llama.cpp has no logits for, -2 a row holding a NaN, -3 a row
+ * whose maximum is not finite, -4 a draft token outside the vocabulary, -5 top_n outside 1 ... min(n, 64).
+ */
+typedef const float * (*specviz_row_fn)(void * ctx, int32_t i);
+
+int64_t specviz_verify_greedy(specviz_row_fn row, void * ctx, int64_t n, const int64_t * draft, int64_t k,
+                              int64_t top_n, int64_t * ibuf, double * dbuf) {
+    if (top_n < 1 || top_n > SPECVIZ_TOPK_MAX || top_n > n) {
+        return -5;
+    }
+    for (int64_t i = 0; i < k; ++i) {
+        if (draft[i] < 0 || draft[i] >= n) {
+            return -4;
+        }
+    }
+    for (int64_t i = 0; i <= k; ++i) {
+        const float * x = row(ctx, (int32_t) i);
+        if (x == NULL) {
+            return -1;
+        }
+        int64_t best = 0;
+        double out[2];
+        if (specviz_scan(x, n, &best, out)) {
+            return -2;
+        }
+        if (!(out[0] > -__builtin_inf() && out[0] < __builtin_inf())) {
+            return -3;
+        }
+        ibuf[i] = best;
+        dbuf[3 * i] = out[0];
+        dbuf[3 * i + 1] = out[1];
+        dbuf[3 * i + 2] = (double) x[best];
+        if (i == k || best != draft[i]) {
+            if (i < k) {
+                const int64_t d = draft[i];
+                int64_t * alts = ibuf + k + 1;
+                specviz_topk(x, n, top_n, alts);
+                int64_t rk = 0;
+                for (int64_t j = 0; j < top_n && rk == 0; ++j) {
+                    rk = alts[j] == d ? j + 1 : 0;
+                }
+                ibuf[k + 1 + top_n] = rk != 0 ? rk : specviz_rank(x, n, d);
+                dbuf[3 * (k + 1)] = (double) x[d];
+                for (int64_t j = 0; j < top_n; ++j) {
+                    dbuf[3 * (k + 1) + 1 + j] = (double) x[alts[j]];
+                }
+            }
+            return i + 1;
+        }
+    }
+    return k + 1; /* not reached: row k always returns above */
 }

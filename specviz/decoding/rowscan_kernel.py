@@ -19,7 +19,7 @@ import os
 import threading
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Sequence
 
 import numpy as np
 
@@ -40,6 +40,19 @@ _SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
     "specviz_topk": (ctypes.c_int64, [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p]),
     "specviz_rank": (ctypes.c_int64, [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64]),
     "specviz_scan_threads": (ctypes.c_int, []),
+    "specviz_verify_greedy": (
+        ctypes.c_int64,
+        [
+            ctypes.c_void_p,
+            ctypes.c_void_p,
+            ctypes.c_int64,
+            ctypes.c_void_p,
+            ctypes.c_int64,
+            ctypes.c_int64,
+            ctypes.c_void_p,
+            ctypes.c_void_p,
+        ],
+    ),
 }
 
 #: The most tokens :func:`topk` returns (the kernel keeps them in a fixed array).
@@ -148,6 +161,63 @@ def rank(row: np.ndarray, token: int) -> int | None:
     if fns is None or not _plain(row):
         return None
     return int(fns.rank(row.ctypes.data, row.shape[0], token))
+
+
+class GreedyBuffers:
+    """One thread's buffers for :func:`verify_greedy` (the draft, the integer and the float outputs),
+    kept and grown, never allocated per round; the addresses are taken once per size."""
+
+    __slots__ = ("size", "draft", "ints", "floats", "addresses")
+
+    def __init__(self, k: int, top_n: int) -> None:
+        self.size = (k, top_n)
+        self.draft = np.zeros(max(k, 1), dtype=np.int64)
+        self.ints = np.zeros(k + 2 + top_n, dtype=np.int64)
+        self.floats = np.zeros(3 * (k + 1) + 1 + top_n, dtype=np.float64)
+        self.addresses = (self.draft.ctypes.data, self.ints.ctypes.data, self.floats.ctypes.data)
+
+    def fits(self, k: int, top_n: int) -> bool:
+        """Whether these buffers hold a round of ``k`` draft tokens and ``top_n`` alternatives."""
+        return k <= self.size[0] and top_n == self.size[1]
+
+
+class GreedyScan(NamedTuple):
+    """What :func:`verify_greedy` read (see ``specviz_verify_greedy`` in the C file for the layout).
+
+    ``rows`` rows were read; ``ints[j]`` is row ``j``'s first maximum and ``floats[3j : 3j + 3]`` its
+    maximum, ``Σ exp(row − max)`` and the value at the maximum. When ``rows`` is at most the draft length
+    ``k``, row ``rows − 1`` refused its draft token: ``ints[k + 1 : k + 1 + top_n]`` are its top tokens,
+    ``ints[k + 1 + top_n]`` the draft token's rank, ``floats[3(k + 1)]`` its value at the draft token and
+    the top tokens' values follow."""
+
+    rows: int
+    ints: list[int]
+    floats: list[float]
+
+
+def verify_greedy(row_fn: int, ctx: int, n_vocab: int, draft: Sequence[int], top_n: int) -> GreedyScan | None:
+    """A greedy verification's row scans in one call of the kernel: rows ``0 … len(draft)`` of a
+    llama.cpp context (``row_fn`` is the address of ``llama_get_logits_ith``, ``ctx`` the context's),
+    each read only while the draft agrees, the refusing row's ``top_n`` tokens and the draft token's
+    rank. ``None`` without the kernel, or when the round needs the acceptor's ordinary path (a row
+    without logits, a NaN, a non-finite maximum, a draft token outside the vocabulary, ``top_n``
+    outside 1 … min(``n_vocab``, :data:`TOPK_MAX`)): that path then gives exactly what it always did."""
+    fns = load()
+    if fns is None:
+        return None
+    k = len(draft)
+    bufs = getattr(_local, "greedy", None)
+    if bufs is None or not bufs.fits(k, top_n):
+        bufs = _local.greedy = GreedyBuffers(max(k, 16), top_n)
+    if k:
+        bufs.draft[:k] = draft
+    d_addr, i_addr, f_addr = bufs.addresses
+    got = int(fns.verify_greedy(row_fn, ctx, n_vocab, d_addr, k, top_n, i_addr, f_addr))
+    if got <= 0:
+        return None
+    if got == k + 1:  # every draft token was the target's choice: only the rows' figures are needed
+        return GreedyScan(got, bufs.ints[:got].tolist(), bufs.floats[: 3 * got].tolist())
+    return GreedyScan(got, bufs.ints.tolist(), bufs.floats.tolist())
 
 
 def scan_threads() -> int:
