@@ -100,7 +100,8 @@ def read_deployment(session: Any, context: Mapping[str, Any] | None, server_args
         sampling=sampling,
         chat_template=cfg.chat_template,
         n_predict=cfg.n_predict,
-        warnings=[f"llama-server option {w}" for w in cfg.warnings] + layout_warnings(session),
+        # the layout's note first: a page shows the newest notice on top, where the line's own flags belong
+        warnings=layout_warnings(session) + [f"llama-server option {w}" for w in cfg.warnings],
     )
 
 
