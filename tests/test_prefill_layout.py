@@ -197,3 +197,27 @@ def test_the_servers_layout_gives_the_servers_text_on_gemma(embedded_model):
     assert parted == 2, "the last prompt token's own batch no longer parts from the server here: pick other prompts"
     like.close()
     default.close()
+
+
+def test_a_refused_first_round_keeps_the_prompts_row_for_the_next(fixture_path, monkeypatch):
+    import specviz.decoding.session as session_module
+
+    ref = session(fixture_path, "whole")
+    ref.start(PROMPT, 20, "none")
+    ref.run()
+    s = session(fixture_path, "whole")
+    s.start(PROMPT, 20, "none")
+    real = session_module.plan
+
+    def refuse(*a, **k):
+        raise RuntimeError("the budget refused")
+
+    monkeypatch.setattr(session_module, "plan", refuse)
+    with pytest.raises(RuntimeError):
+        s.step()
+    monkeypatch.setattr(session_module, "plan", real)
+    assert s.prefilled  # the round never ran: the next one still reads the prompt's row
+    s.run()
+    assert s.tokens == ref.tokens
+    ref.close()
+    s.close()

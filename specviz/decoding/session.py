@@ -636,7 +636,7 @@ class Session:
                 return self._finish("context", out)
             assert self.drafter is not None
             g = self.generation
-            prefilled, g.prefilled = g.prefilled, False
+            prefilled = g.prefilled  # cleared once the round has read the prompt's row (a refusal keeps it)
             if (
                 self.drafter.drafts
                 and g.knobs.get("draft_policy") == "cost"
@@ -672,6 +672,7 @@ class Session:
                 stop=self._stop_fn(),
                 prefilled=prefilled,
             )
+            g.prefilled = False
             g.last_result = res
             self.machine.sample()
             self._learn(res)
