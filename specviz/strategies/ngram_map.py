@@ -56,6 +56,7 @@ from typing import Any, ClassVar, Iterable, Sequence
 import numpy as np
 
 from ..errors import SnapshotError
+from . import ngram_kernel
 from .base import Draft, Drafter
 from .knobs import ngram_size_knobs
 
@@ -89,9 +90,18 @@ def _hashes(arr: np.ndarray, starts: np.ndarray, n: int) -> np.ndarray:
 
 
 def _last_match(arr: np.ndarray, pattern: np.ndarray, hi: int, lo: int) -> int:
-    """The largest ``j`` with ``lo < j <= hi`` where ``arr[j:j+n] == pattern``; 0 if none."""
+    """The largest ``j`` with ``lo < j <= hi`` where ``arr[j:j+n] == pattern``; 0 if none (one call of the
+    C kernel where it can be had, else numpy)."""
     if hi <= lo:
         return 0
+    got = ngram_kernel.last_match(arr, pattern, hi, lo)
+    if got is not None:
+        return got
+    return _last_match_numpy(arr, pattern, hi, lo)
+
+
+def _last_match_numpy(arr: np.ndarray, pattern: np.ndarray, hi: int, lo: int) -> int:
+    """:func:`_last_match` with numpy only (the kernel's reference, and its fallback)."""
     n = pattern.shape[0]
     cand = np.flatnonzero(arr[lo + 1 : hi + 1] == pattern[0]) + lo + 1
     for k in range(1, n):
