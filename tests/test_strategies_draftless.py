@@ -956,3 +956,34 @@ def test_map_states_taken_every_round_match_the_index_and_stay_as_taken(cls):
     r = fresh(cls, history[: last["n_history"]], size_n=2, size_m=6, min_hits=1)
     r.load_state(last)
     assert r.state() == last
+
+
+@pytest.mark.parametrize("cls", [MapK, MapK4V])
+def test_map_index_is_the_same_one_position_at_a_time_and_vectorised(cls, monkeypatch):
+    """A round's few new positions are indexed in plain Python, a long range with NumPy: both must fill
+    the same slots with the same positions (collisions included: the newest position of a range wins)."""
+    import specviz.strategies.ngram_map as nm
+
+    rng = np.random.default_rng(11)
+    motif = rng.integers(3, 30, size=25).tolist()
+    start = (motif * 4)[:90]
+
+    def states(small_range, prompt=start):
+        monkeypatch.setattr(nm, "SMALL_RANGE", small_range)
+        d = fresh(cls, prompt, size_n=2, size_m=5, min_hits=1)
+        h, out = list(prompt), []
+        for step in range(40):
+            draft = d.draft(h, 5)
+            grow = [motif[(len(h) + step + i) % 25] for i in range(1 + step % 5)]  # 1-5 new positions a round
+            h = h + [*draft.tokens[:1], *grow]
+            if draft.tokens:
+                d.accept(min(1, len(draft.tokens)), h)
+            out.append(json.dumps(d.state(), sort_keys=True))
+        return out
+
+    small_range = nm.SMALL_RANGE
+    assert small_range >= 2
+    assert states(small_range) == states(0)
+    # a short prompt and a tiny index: the rounds fill the slots, and positions of one range collide
+    monkeypatch.setattr(nm, "INDEX_SIZE", 13)
+    assert states(small_range, motif[:14]) == states(0, motif[:14])

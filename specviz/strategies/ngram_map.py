@@ -71,6 +71,10 @@ INDEX_SIZE = 262144
 #: Multiplier of upstream's 32-bit LCG hash of a key.
 LCG_FACTOR = 2654435761
 _MASK32 = (1 << 32) - 1
+#: Ranges of at most this many new positions (a round's one or two) are indexed one position at a time
+#: in plain Python: the vectorised hash is a dozen NumPy calls per n-gram token, which for one position
+#: cost ten times the loop.
+SMALL_RANGE = 8
 
 
 def key_hash(tokens: Iterable[int]) -> int:
@@ -223,6 +227,15 @@ class _NgramMapBase(Drafter):
         """Index the new positions, newest first in each range; a slot keeps its first position."""
         for hi, lo in self._ranges(cur_len, n, m):
             if hi <= lo:
+                continue
+            if hi - lo <= SMALL_RANGE:
+                new = []
+                for j in range(hi, lo, -1):  # newest first: a slot keeps the first position written
+                    slot = key_hash(inp[j : j + n].tolist()) % INDEX_SIZE
+                    if self._index[slot] == 0:
+                        self._index[slot] = j
+                        new.append([slot, j])
+                self._add_pairs(new)
                 continue
             starts = np.arange(hi, lo, -1, dtype=np.int64)  # descending, as upstream writes them
             slots = (_hashes(inp, starts, n) % np.uint64(INDEX_SIZE)).astype(np.int64)
