@@ -161,3 +161,25 @@ def test_info_says_how_each_memory_rolls_back_and_when_it_cannot(mamba_path, mon
         assert re.search(rf"^  {name}\s+no: the target's memory \(recurrent\) cannot drop a rejected draft", out, re.M)
     info = mi.model_info(mamba_path)
     assert {f.strategy for f in info.strategies if f.ok} == {"none"}
+
+
+def test_resident_memory_is_read_at_most_once_a_window_and_afresh_after_a_fork(monkeypatch):
+    """The round's resident figure is the last read, at most ``every`` seconds old: reading /proc after
+    every decode cost a third of a greedy round's bookkeeping (docs/performance.md)."""
+    from specviz.decoding import machine
+
+    st = machine._Statm()
+    reads = []
+    monkeypatch.setattr(st, "_read", lambda: reads.append(1) or 4096 * len(reads))
+    clock = [100.0]
+    monkeypatch.setattr(machine.time, "monotonic", lambda: clock[0])
+    assert st.resident() == 4096 and st.resident() == 4096 and len(reads) == 1
+    clock[0] += st.every * 0.9
+    assert st.resident() == 4096 and len(reads) == 1
+    clock[0] += st.every * 0.2
+    assert st.resident() == 8192 and len(reads) == 2
+    st.forget()  # what a forked child does first
+    assert st.resident() == 3 * 4096 and len(reads) == 3
+    with open("/proc/self/statm") as f:
+        rss_now = int(f.read().split()[1]) * machine.os.sysconf("SC_PAGE_SIZE")
+    assert abs(machine._Statm()._read() - rss_now) < 64 << 20  # the read is this process's resident size

@@ -301,3 +301,30 @@ def test_snapshot_carries_events_and_checkpoints(tiny_session, tiny_model):
         assert [round_view(x) for x in r.run()] == [round_view(x) for x in s.run()]
     finally:
         r.close()
+
+
+@pytest.mark.parametrize(
+    ("strategy", "temperature", "shared"),
+    [("prompt-lookup", 0.0, True), ("prompt-lookup", 0.8, False), ("draft", 0.0, False)],
+)
+def test_checkpoints_read_the_generator_unless_nothing_could_draw_from_it(
+    tiny_model, draft_path, strategy, temperature, shared
+):
+    """A greedy round of a drafter without a model draws nothing from the session's generator, so its
+    checkpoint shares the last one's state; a sampled round, or a drafter with a model of its own (which
+    samples with the session's generator), reads it afresh. Either way every checkpoint holds the state
+    the generator had after its round, which a rewind puts back."""
+    s = Session(tiny_model, n_ctx=512, n_batch=64, n_ubatch=64, n_threads=1)
+    try:
+        s.start(PROMPT, 24, strategy, temperature=temperature, seed=3, **knobs_for(strategy, draft_path))
+        states = []
+        for _ in range(6):
+            s.step()
+            states.append(s.rng.bit_generator.state)
+            assert s.generation.checkpoints[-1].rng == states[-1]
+        cks = s.generation.checkpoints[-6:]
+        assert all((a.rng is b.rng) == shared for a, b in zip(cks, cks[1:]))
+        s.rewind(3)
+        assert s.rng.bit_generator.state == states[2]
+    finally:
+        s.close()

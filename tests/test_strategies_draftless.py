@@ -921,3 +921,69 @@ def test_strategies_without_a_side_effect_free_look_ahead_say_so():
         d = fresh(cls, h, **knobs)
         assert d.draft(h, 4).tokens  # it would draft here, but cannot tell without side effects
         assert d.peek(h) is None
+
+
+@pytest.mark.parametrize("cls", [MapK, MapK4V])
+def test_map_states_taken_every_round_match_the_index_and_stay_as_taken(cls):
+    """state() is kept up to date as slots fill and shares what has not changed between rounds: each
+    round's state must list exactly the index's filled slots, in slot order, and the keys as they are;
+    and a state taken earlier must not change when later rounds fill slots or count keys."""
+    rng = np.random.default_rng(5)
+    motif = rng.integers(3, 40, size=30).tolist()
+    history = (motif * 3)[:70]
+    d = fresh(cls, history, size_n=2, size_m=6, min_hits=1)
+    taken = []
+    for step in range(60):
+        draft = d.draft(history, 6)
+        if step % 2:
+            d.state()  # between a draft and its accept too (a snapshot may be taken there)
+        n_acc = len(draft.tokens) // 2 if draft.tokens else 0
+        nxt = [*draft.tokens[:n_acc], int(rng.integers(3, 40)) if step % 3 == 0 else motif[len(history) % 30]]
+        history = history + nxt
+        if draft.tokens:
+            d.accept(n_acc, history)
+        st = d.state()
+        used = np.flatnonzero(d._index)
+        assert st["index"] == [[int(s), int(d._index[s])] for s in used]
+        assert [k["tokens"] for k in st["keys"]] == [list(k) for k in d._keys]
+        assert [k["values"] for k in st["keys"]] == [r.values for r in d._keys.values()]
+        assert [k["key_num"] for k in st["keys"]] == [r.key_num for r in d._keys.values()]
+        taken.append((st, json.loads(json.dumps(st))))
+    assert any(st["keys"] for st, _ in taken) and len(taken[-1][0]["index"]) > len(taken[0][0]["index"])
+    for st, copy in taken:
+        assert json.loads(json.dumps(st)) == copy  # later rounds changed no earlier state
+    last = taken[-1][0]
+    r = fresh(cls, history[: last["n_history"]], size_n=2, size_m=6, min_hits=1)
+    r.load_state(last)
+    assert r.state() == last
+
+
+@pytest.mark.parametrize("cls", [MapK, MapK4V])
+def test_map_index_is_the_same_one_position_at_a_time_and_vectorised(cls, monkeypatch):
+    """A round's few new positions are indexed in plain Python, a long range with NumPy: both must fill
+    the same slots with the same positions (collisions included: the newest position of a range wins)."""
+    import specviz.strategies.ngram_map as nm
+
+    rng = np.random.default_rng(11)
+    motif = rng.integers(3, 30, size=25).tolist()
+    start = (motif * 4)[:90]
+
+    def states(small_range, prompt=start):
+        monkeypatch.setattr(nm, "SMALL_RANGE", small_range)
+        d = fresh(cls, prompt, size_n=2, size_m=5, min_hits=1)
+        h, out = list(prompt), []
+        for step in range(40):
+            draft = d.draft(h, 5)
+            grow = [motif[(len(h) + step + i) % 25] for i in range(1 + step % 5)]  # 1-5 new positions a round
+            h = h + [*draft.tokens[:1], *grow]
+            if draft.tokens:
+                d.accept(min(1, len(draft.tokens)), h)
+            out.append(json.dumps(d.state(), sort_keys=True))
+        return out
+
+    small_range = nm.SMALL_RANGE
+    assert small_range >= 2
+    assert states(small_range) == states(0)
+    # a short prompt and a tiny index: the rounds fill the slots, and positions of one range collide
+    monkeypatch.setattr(nm, "INDEX_SIZE", 13)
+    assert states(small_range, motif[:14]) == states(0, motif[:14])

@@ -1,7 +1,8 @@
 """Compiling specviz's small C helpers once per machine, into a cache, with the system C compiler.
 
-Two helpers exist: the layer-capture eval callback (:mod:`specviz.backends.capture`) and the row scan's
-softmax normaliser (:mod:`specviz.decoding.rowscan_kernel`). Each is one C file with no dependencies,
+Three helpers exist: the layer-capture eval callback (:mod:`specviz.backends.capture`), the row scan's
+softmax normaliser (:mod:`specviz.decoding.rowscan_kernel`) and the n-gram search
+(:mod:`specviz.strategies.ngram_kernel`). Each is one C file with no dependencies,
 compiled to a shared library named after a hash of its source, its flags and the platform (so a changed
 source or another machine never loads a stale build), kept in ``$SPECVIZ_NATIVE_CACHE`` or
 ``~/.cache/specviz/native``. Without a C compiler a helper is unavailable and its caller says why (or

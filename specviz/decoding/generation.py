@@ -115,11 +115,23 @@ class Generation:
         """Positions committed to the target's cache: every token but the pending newest one."""
         return max(len(self.history) - 1, 0)
 
-    def capture(self, drafter: Drafter, rng: np.random.Generator, telemetry: dict[str, Any] | None = None) -> None:
+    def capture(
+        self,
+        drafter: Drafter,
+        rng: np.random.Generator,
+        telemetry: dict[str, Any] | None = None,
+        *,
+        rng_moved: bool = True,
+    ) -> None:
         """Record the checkpoint of the current round (replacing one of the same round, which a finish
         without a round leaves behind). The session calls it after ``start`` and after every step;
         ``telemetry`` is a copy of the counters taken this round (:meth:`Telemetry.state`), shared with the
-        round's telemetry event, else one is taken (nobody changes either: a rewind copies it)."""
+        round's telemetry event, else one is taken (nobody changes either: a rewind copies it).
+
+        ``rng_moved=False`` says that nothing drew from ``rng`` since the last checkpoint (a greedy round
+        of a drafter without a model of its own): that checkpoint's generator state is shared instead of
+        read again (numpy builds the state's dictionary afresh on every read, and right after a decode
+        that cost a tenth of a greedy round's bookkeeping)."""
         ck = Checkpoint(
             round=self.round_index,
             n_history=len(self.history),
@@ -129,7 +141,7 @@ class Generation:
             finished=self.finished if self.finished != "cancelled" else None,
             telemetry=telemetry if telemetry is not None else self.telemetry.state(),
             policy=self.policy.state(),
-            rng=dict(rng.bit_generator.state),  # numpy builds a new dictionary on every read: no deep copy
+            rng=self.checkpoints[-1].rng if not rng_moved and self.checkpoints else dict(rng.bit_generator.state),
             drafter_state=drafter.state() if drafter.state_format else None,
             drafter_stats=drafter.stats.to_dict(),
         )

@@ -164,17 +164,22 @@ def rank(row: np.ndarray, token: int) -> int | None:
 
 
 class GreedyBuffers:
-    """One thread's buffers for :func:`verify_greedy` (the draft, the integer and the float outputs),
-    kept and grown, never allocated per round; the addresses are taken once per size."""
+    """One thread's buffers for :func:`verify_greedy` (the draft, the integer and the float outputs) and
+    the kernel's function, kept and grown, never allocated per round.
 
-    __slots__ = ("size", "draft", "ints", "floats", "addresses")
+    ctypes arrays, not numpy: a slice of one is a list in one C call, where a numpy array's ``tolist``
+    and the slicing around it run code that a decode has just pushed out of the caches (measured: the
+    greedy round's Python was mostly such cold code, see docs/performance.md)."""
 
-    def __init__(self, k: int, top_n: int) -> None:
+    __slots__ = ("size", "fn", "draft", "ints", "floats", "addresses")
+
+    def __init__(self, fn: Any, k: int, top_n: int) -> None:
         self.size = (k, top_n)
-        self.draft = np.zeros(max(k, 1), dtype=np.int64)
-        self.ints = np.zeros(k + 2 + top_n, dtype=np.int64)
-        self.floats = np.zeros(3 * (k + 1) + 1 + top_n, dtype=np.float64)
-        self.addresses = (self.draft.ctypes.data, self.ints.ctypes.data, self.floats.ctypes.data)
+        self.fn = fn
+        self.draft = (ctypes.c_int64 * max(k, 1))()
+        self.ints = (ctypes.c_int64 * (k + 2 + top_n))()
+        self.floats = (ctypes.c_double * (3 * (k + 1) + 1 + top_n))()
+        self.addresses = tuple(ctypes.addressof(a) for a in (self.draft, self.ints, self.floats))
 
     def fits(self, k: int, top_n: int) -> bool:
         """Whether these buffers hold a round of ``k`` draft tokens and ``top_n`` alternatives."""
@@ -201,23 +206,27 @@ def verify_greedy(row_fn: int, ctx: int, n_vocab: int, draft: Sequence[int], top
     each read only while the draft agrees, the refusing row's ``top_n`` tokens and the draft token's
     rank. ``None`` without the kernel, or when the round needs the acceptor's ordinary path (a row
     without logits, a NaN, a non-finite maximum, a draft token outside the vocabulary, ``top_n``
-    outside 1 … min(``n_vocab``, :data:`TOPK_MAX`)): that path then gives exactly what it always did."""
-    fns = load()
-    if fns is None:
-        return None
+    outside 1 … min(``n_vocab``, :data:`TOPK_MAX`)): that path then gives exactly what it always did.
+
+    The kernel is looked up (and ``SPECVIZ_ROWSCAN_KERNEL`` read) when a thread first verifies and when
+    its buffers grow, not every round: reading the environment right after a decode cost as much as the
+    rest of the round's bookkeeping (its code is out of the caches by then)."""
     k = len(draft)
     bufs = getattr(_local, "greedy", None)
     if bufs is None or not bufs.fits(k, top_n):
-        bufs = _local.greedy = GreedyBuffers(max(k, 16), top_n)
+        fns = load()
+        if fns is None:
+            return None
+        bufs = _local.greedy = GreedyBuffers(fns.verify_greedy, max(k, 16), top_n)
     if k:
         bufs.draft[:k] = draft
     d_addr, i_addr, f_addr = bufs.addresses
-    got = int(fns.verify_greedy(row_fn, ctx, n_vocab, d_addr, k, top_n, i_addr, f_addr))
+    got = int(bufs.fn(row_fn, ctx, n_vocab, d_addr, k, top_n, i_addr, f_addr))
     if got <= 0:
         return None
     if got == k + 1:  # every draft token was the target's choice: only the rows' figures are needed
-        return GreedyScan(got, bufs.ints[:got].tolist(), bufs.floats[: 3 * got].tolist())
-    return GreedyScan(got, bufs.ints.tolist(), bufs.floats.tolist())
+        return GreedyScan(got, bufs.ints[:got], bufs.floats[: 3 * got])
+    return GreedyScan(got, bufs.ints[:], bufs.floats[:])
 
 
 def scan_threads() -> int:

@@ -681,11 +681,14 @@ class Session:
             counters = self.telemetry.state()  # one copy a round: the event's and the checkpoint's
             self._emit(TelemetryEvent.deferred(res.index, self.telemetry_view(counters)), out)
             finish = res.finish or ("max_tokens" if len(self.tokens) >= self.max_tokens else None)
+            # only the sampled acceptor and drafters with a model of their own draw from the generator
+            moved = not self.sampling.greedy or self.drafter.has_context
             if finish is not None:
                 rnd = self._finish(finish, out, res.committed)
-                g.capture(self.drafter, self.rng, counters)  # a rewind to this round finds it finished
+                g.capture(self.drafter, self.rng, counters, rng_moved=moved)  # a rewind here finds it finished
                 return rnd
-            g.capture(self.drafter, self.rng, counters)  # before a cancellation: a rewind here may continue
+            # before a cancellation: a rewind here may continue
+            g.capture(self.drafter, self.rng, counters, rng_moved=moved)
             if self._cancel.is_set():
                 return self._finish("cancelled", out, res.committed)
             return Round(res.index, tuple(out), tuple(res.committed), None)

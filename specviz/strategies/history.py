@@ -6,6 +6,8 @@ from typing import Sequence
 
 import numpy as np
 
+from . import ngram_kernel
+
 
 class TokenMirror:
     """Keeps a numpy copy of the token history, appending only the new tail on :meth:`sync`."""
@@ -43,8 +45,17 @@ class TokenMirror:
 def find_ngram(arr: np.ndarray, pattern: np.ndarray, end: int, *, last: bool) -> int:
     """Index of an occurrence of ``pattern`` in ``arr`` starting before ``end``; -1 if none.
 
-    ``last=True`` returns the occurrence with the largest start, ``last=False`` the smallest.
+    ``last=True`` returns the occurrence with the largest start, ``last=False`` the smallest. One call of
+    the C kernel (:mod:`specviz.strategies.ngram_kernel`) where it can be had, else numpy.
     """
+    got = ngram_kernel.find_ngram(arr, pattern, end, last)
+    if got is not None:
+        return got
+    return find_ngram_numpy(arr, pattern, end, last=last)
+
+
+def find_ngram_numpy(arr: np.ndarray, pattern: np.ndarray, end: int, *, last: bool) -> int:
+    """:func:`find_ngram` with numpy only (the kernel's reference, and its fallback)."""
     n = pattern.shape[0]
     if n == 0 or end <= 0:
         return -1

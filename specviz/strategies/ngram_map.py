@@ -50,11 +50,13 @@ the history alone; they are saved by :meth:`~Drafter.state` and brought back by 
 
 from __future__ import annotations
 
+import bisect
 from typing import Any, ClassVar, Iterable, Sequence
 
 import numpy as np
 
 from ..errors import SnapshotError
+from . import ngram_kernel
 from .base import Draft, Drafter
 from .knobs import ngram_size_knobs
 
@@ -69,6 +71,10 @@ INDEX_SIZE = 262144
 #: Multiplier of upstream's 32-bit LCG hash of a key.
 LCG_FACTOR = 2654435761
 _MASK32 = (1 << 32) - 1
+#: Ranges of at most this many new positions (a round's one or two) are indexed one position at a time
+#: in plain Python: the vectorised hash is a dozen NumPy calls per n-gram token, which for one position
+#: cost ten times the loop.
+SMALL_RANGE = 8
 
 
 def key_hash(tokens: Iterable[int]) -> int:
@@ -88,9 +94,18 @@ def _hashes(arr: np.ndarray, starts: np.ndarray, n: int) -> np.ndarray:
 
 
 def _last_match(arr: np.ndarray, pattern: np.ndarray, hi: int, lo: int) -> int:
-    """The largest ``j`` with ``lo < j <= hi`` where ``arr[j:j+n] == pattern``; 0 if none."""
+    """The largest ``j`` with ``lo < j <= hi`` where ``arr[j:j+n] == pattern``; 0 if none (one call of the
+    C kernel where it can be had, else numpy)."""
     if hi <= lo:
         return 0
+    got = ngram_kernel.last_match(arr, pattern, hi, lo)
+    if got is not None:
+        return got
+    return _last_match_numpy(arr, pattern, hi, lo)
+
+
+def _last_match_numpy(arr: np.ndarray, pattern: np.ndarray, hi: int, lo: int) -> int:
+    """:func:`_last_match` with numpy only (the kernel's reference, and its fallback)."""
     n = pattern.shape[0]
     cand = np.flatnonzero(arr[lo + 1 : hi + 1] == pattern[0]) + lo + 1
     for k in range(1, n):
@@ -128,9 +143,14 @@ class _NgramMapBase(Drafter):
     def _reset(self, size_begin: int) -> None:
         self._keys: dict[tuple[int, ...], _Key] = {}
         self._index.fill(0)
-        # the filled slots of _index, in chunks as they were filled: state() is taken after every round (a
-        # rewind checkpoint), and scanning all INDEX_SIZE slots each time cost more than the round's drafting
-        self._filled: list[np.ndarray] = []
+        # the filled slots of _index as [slot, position] pairs sorted by slot, kept up to date as slots are
+        # filled: state() is taken after every round (a rewind checkpoint), and building the list from the
+        # index each time cost more than the round's drafting (its copy is a list copy; a pair, once
+        # filled, never changes, so states taken in different rounds share them)
+        self._pairs: list[list[int]] = []
+        # each key's exported record, rebuilt only for the keys changed since the last state()
+        self._key_states: dict[tuple[int, ...], dict[str, Any]] = {}
+        self._changed: set[tuple[int, ...]] = set()
         self._index_last = 0  # positions up to this one have been indexed (upstream's key_map_last_idx)
         self._size_begin = size_begin  # the history length begin() received (upstream's size_last_begin)
         self._idx_last_check = 0  # history length at the last look-up (for check_rate)
@@ -163,6 +183,7 @@ class _NgramMapBase(Drafter):
         if rec is None:
             rec = self._keys[key] = _Key(pos, m)
         rec.key_num = min(rec.key_num + 1, COUNT_CAP)
+        self._changed.add(key)  # its count moved (and its values may below)
         if rec.key_num < self.config["min_hits"]:  # ngram-map-k too: see the module docstring
             return Draft(reason="min-hits")
 
@@ -207,13 +228,32 @@ class _NgramMapBase(Drafter):
         for hi, lo in self._ranges(cur_len, n, m):
             if hi <= lo:
                 continue
+            if hi - lo <= SMALL_RANGE:
+                new = []
+                for j in range(hi, lo, -1):  # newest first: a slot keeps the first position written
+                    slot = key_hash(inp[j : j + n].tolist()) % INDEX_SIZE
+                    if self._index[slot] == 0:
+                        self._index[slot] = j
+                        new.append([slot, j])
+                self._add_pairs(new)
+                continue
             starts = np.arange(hi, lo, -1, dtype=np.int64)  # descending, as upstream writes them
             slots = (_hashes(inp, starts, n) % np.uint64(INDEX_SIZE)).astype(np.int64)
             uniq, first = np.unique(slots, return_index=True)
             free = self._index[uniq] == 0
-            self._index[uniq[free]] = starts[first[free]]
-            self._filled.append(uniq[free])
+            new_slots, new_pos = uniq[free], starts[first[free]]
+            self._index[new_slots] = new_pos
+            self._add_pairs(np.column_stack((new_slots, new_pos)).tolist())
         self._index_last = max(cur_len - n - m - 1, self._index_last)
+
+    def _add_pairs(self, new: list[list[int]]) -> None:
+        """Merge newly filled [slot, position] pairs (in slot order) into the sorted list."""
+        if len(new) <= 32:  # a round's few: each put in its place
+            for p in new:
+                bisect.insort(self._pairs, p)
+        else:  # begin's whole prompt: one sort over two sorted runs
+            self._pairs.extend(new)
+            self._pairs.sort()
 
     @staticmethod
     def _count_values(inp: np.ndarray, key_arr: np.ndarray, rec: _Key, pos: int, m: int) -> None:
@@ -241,12 +281,22 @@ class _NgramMapBase(Drafter):
             return
         key, slot = self._last
         self._keys[key].values[slot][2] = int(n_accepted)
+        self._changed.add(key)
         self._last = None
 
     # -- state ----------------------------------------------------------------------------------
     def _export_state(self) -> dict[str, Any]:
-        used = np.sort(np.concatenate(self._filled)) if self._filled else np.zeros(0, dtype=np.int64)
-        self._filled = [used]  # one chunk again: the next state() sorts only what was filled since
+        ks = self._key_states
+        for k in self._changed:
+            r = self._keys[k]
+            ks[k] = {
+                "tokens": list(k),
+                "key_idx": r.key_idx,
+                "stat_idx": r.stat_idx,
+                "key_num": r.key_num,
+                "values": [list(v) for v in r.values],
+            }
+        self._changed.clear()
         return {
             "kind": self.name,
             "size_n": self.config["size_n"],
@@ -254,17 +304,8 @@ class _NgramMapBase(Drafter):
             "idx_last_check": self._idx_last_check,
             "size_begin": self._size_begin,
             "index_last": self._index_last,
-            "index": np.column_stack((used, self._index[used].astype(np.int64))).tolist(),
-            "keys": [
-                {
-                    "tokens": list(k),
-                    "key_idx": r.key_idx,
-                    "stat_idx": r.stat_idx,
-                    "key_num": r.key_num,
-                    "values": [list(v) for v in r.values],
-                }
-                for k, r in self._keys.items()
-            ],
+            "index": list(self._pairs),
+            "keys": [ks[k] for k in self._keys],
             "last": None if self._last is None else {"tokens": list(self._last[0]), "slot": self._last[1]},
         }
 
@@ -292,7 +333,10 @@ class _NgramMapBase(Drafter):
         last = d["last"]
         self._keys = keys
         self._index = index
-        self._filled = [np.flatnonzero(index)]
+        used = np.flatnonzero(index)
+        self._pairs = np.column_stack((used, index[used].astype(np.int64))).tolist()
+        self._key_states = {}
+        self._changed = set(keys)
         self._index_last = int(d["index_last"])
         self._size_begin = int(d["size_begin"])
         self._idx_last_check = int(d["idx_last_check"])

@@ -1,0 +1,28 @@
+"""The overhead benchmark (benchmarks/bench_overhead.py) runs from a fresh clone on its tiny-model
+reference and prints what the docs quote: specviz's time per round, the row scans' share of it, and
+llama.cpp's time, per strategy and draft length."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_overhead.py"
+
+
+def test_the_overhead_benchmark_times_specviz_apart_from_llama_cpp_and_the_row_scans(capsys):
+    spec = importlib.util.spec_from_file_location("bench_overhead", BENCH)
+    assert spec is not None and spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    args = ["--tiny-model", "--threads", "1", "--repeats", "1", "--max-tokens", "24"]
+    assert bench.main([*args, "--draft-max", "1,3", "--strategies", "none,ngram-simple", "--json"]) == 0
+    out = capsys.readouterr().out
+    assert "| of which row scans |" in out and "tiny-llama.gguf" in out
+    rows = json.loads(out[out.index("\n[") + 1 :])
+    assert [(r["strategy"], r["draft_max"]) for r in rows] == [("none", None), ("ngram-simple", 1), ("ngram-simple", 3)]
+    for r in rows:
+        assert r["tokens"] == 24 and r["rounds"] >= 1 and r["llama_calls"] >= 1
+        assert 0 < r["scan_ms"] < r["specviz_wall_ms"]  # the scans are specviz's work, timed inside it
+        assert r["llama_ms"] > 0 and r["specviz_cpu_ms"] > 0
