@@ -107,8 +107,8 @@ class LlamaCallTimer:
 
 
 class KernelTimer(LlamaCallTimer):
-    """Wraps the row-scan kernel's functions (install it before the first round: a thread binds the
-    greedy verifier's function when it first verifies)."""
+    """Wraps the row-scan kernel's functions (a thread binds the greedy verifier's function when it
+    first verifies: installing and uninstalling drop this thread's buffers, so that it binds again)."""
 
     def install(self) -> KernelTimer:
         """Replace the loaded kernel's functions with timed ones (nothing without the kernel)."""
@@ -117,6 +117,7 @@ class KernelTimer(LlamaCallTimer):
             for name in list(vars(fns)):
                 self._saved[name] = getattr(fns, name)
                 setattr(fns, name, self._wrap(self._saved[name]))
+        rowscan_kernel.forget_buffers()
         return self
 
     def uninstall(self) -> None:
@@ -125,6 +126,7 @@ class KernelTimer(LlamaCallTimer):
         for name, obj in self._saved.items():
             setattr(fns, name, obj)
         self._saved.clear()
+        rowscan_kernel.forget_buffers()
 
 
 def one_run(

@@ -229,6 +229,12 @@ def verify_greedy(row_fn: int, ctx: int, n_vocab: int, draft: Sequence[int], top
     return GreedyScan(got, bufs.ints[:], bufs.floats[:])
 
 
+def forget_buffers() -> None:
+    """Drop this thread's greedy buffers: its next :func:`verify_greedy` looks the kernel up and binds
+    its function again (what a tool that wraps the kernel's functions needs, e.g. to time them)."""
+    _local.__dict__.pop("greedy", None)
+
+
 def scan_threads() -> int:
     """How many threads :func:`scan` cuts a long row into (1 without OpenMP or without the kernel)."""
     fns = load()
