@@ -56,3 +56,21 @@ def test_other_arrays_take_numpy():
     strided = np.array([1, 0, 2, 0, 1, 0, 2], dtype=np.int32)[::2]
     assert ngram_kernel.find_ngram(strided, np.array([1, 2], dtype=np.int32), 4, False) is None
     assert find_ngram(strided, np.array([1, 2], dtype=np.int32), 4, last=False) == 0
+
+
+def test_the_switch_turns_the_kernel_off_and_numpy_answers():
+    """``SPECVIZ_NGRAM_KERNEL=0`` (read when the kernel is first used) leaves the search to NumPy."""
+    import subprocess
+    import sys
+
+    code = (
+        "import numpy as np\n"
+        "from specviz.strategies import ngram_kernel\n"
+        "from specviz.strategies.history import find_ngram\n"
+        "a = np.array([1, 2, 3, 1, 2, 3], dtype=np.int32)\n"
+        "print(ngram_kernel.unavailable_reason(), ngram_kernel.find_ngram(a, a[:2], 6, True),"
+        " find_ngram(a, a[:2], 6, last=True))\n"
+    )
+    env = {**__import__("os").environ, "SPECVIZ_NGRAM_KERNEL": "Off"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["SPECVIZ_NGRAM_KERNEL", "switches", "it", "off", "None", "3"]

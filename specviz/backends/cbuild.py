@@ -11,17 +11,41 @@ falls back to numpy).
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import os
 import shutil
 import subprocess
 import sysconfig
 from pathlib import Path
-from typing import Sequence
+from types import SimpleNamespace
+from typing import Any, Sequence
 
 
 class BuildError(RuntimeError):
     """A helper could not be compiled; the message says why and what to do."""
+
+
+#: What an environment switch says to turn a helper off.
+OFF_WORDS = ("0", "off", "no", "false")
+
+
+def switched_off(variable: str) -> bool:
+    """True when the environment variable ``variable`` switches a helper off (``0``, ``off``, ``no``,
+    ``false``, any case)."""
+    return os.environ.get(variable, "").lower() in OFF_WORDS
+
+
+def bind(path: Path, signatures: dict[str, tuple[Any, list[Any]]]) -> SimpleNamespace:
+    """Load the compiled library at ``path`` and give its functions, typed by ``signatures`` (name ->
+    (result type, argument types)), as attributes named without the ``specviz_`` prefix."""
+    lib = ctypes.CDLL(str(path))
+    fns = SimpleNamespace()
+    for name, (res, args) in signatures.items():
+        fn = getattr(lib, name)
+        fn.restype, fn.argtypes = res, args
+        setattr(fns, name.removeprefix("specviz_"), fn)
+    return fns
 
 
 def cache_dir() -> Path:

@@ -19,6 +19,7 @@ from typing import Any, Sequence, cast
 import numpy as np
 
 from ..errors import ContextError, ModelFormatError
+from . import cbuild
 from .binding import c_function_address, ensure_backend, llama_lib
 from .context_base import ContextBase
 from .context_settings import FLASH_ATTN_TYPE, GGML_TYPE, ContextSettings, head_sizes
@@ -298,7 +299,7 @@ class LlamaContext(ContextBase):
         self.tap = None
         self.before_eval = None  # called before every decode (the shim resets its row counters)
         self.eval_count = 0
-        if capture is None and os.environ.get("SPECVIZ_CAPTURE_SHIM", "").lower() in ("0", "off", "no", "false"):
+        if capture is None and cbuild.switched_off("SPECVIZ_CAPTURE_SHIM"):
             capture = False  # the user switched the shim off: gemma3 targets then refuse eagle3, saying why
         self.eval_callback = eval_callback  # llama.cpp keeps only the pointer: the callback must outlive the context
         if eval_callback is not None:

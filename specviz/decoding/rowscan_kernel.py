@@ -15,10 +15,8 @@ no result (the kernel never reads floating-point exception flags).
 from __future__ import annotations
 
 import ctypes
-import os
 import threading
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any, NamedTuple, Sequence
 
 import numpy as np
@@ -61,7 +59,7 @@ TOPK_MAX = 64
 
 def disabled() -> bool:
     """True when ``SPECVIZ_ROWSCAN_KERNEL`` switches the kernel off (``0``, ``off``, ``no``, ``false``)."""
-    return os.environ.get("SPECVIZ_ROWSCAN_KERNEL", "").lower() in ("0", "off", "no", "false")
+    return cbuild.switched_off("SPECVIZ_ROWSCAN_KERNEL")
 
 
 def build(force: bool = False) -> Path:
@@ -86,13 +84,7 @@ def load() -> Any:
     with _lock:
         if _fns is None and _why is None:
             try:
-                lib = ctypes.CDLL(str(build()))
-                fns = SimpleNamespace()
-                for name, (res, args) in _SIGNATURES.items():
-                    fn = getattr(lib, name)
-                    fn.restype, fn.argtypes = res, args
-                    setattr(fns, name.removeprefix("specviz_"), fn)
-                _fns = fns
+                _fns = cbuild.bind(build(), _SIGNATURES)
             except (cbuild.BuildError, OSError, AttributeError) as e:
                 _why = str(e)
         return _fns

@@ -11,7 +11,6 @@ with numpy, with the same answers (the tests check both on the same histories).
 from __future__ import annotations
 
 import ctypes
-import os
 import threading
 from pathlib import Path
 from typing import Any
@@ -24,7 +23,13 @@ SOURCE = Path(__file__).with_name("ngram_kernel.c")
 FLAGS = ("-O2",)
 
 _lock = threading.Lock()
-_fns: Any = None  # (find_ngram, last_match) once loaded
+_fns: Any = None  # the loaded functions (a SimpleNamespace), or None
+_I64, _PTR = ctypes.c_int64, ctypes.c_void_p
+#: The kernel's functions: name -> (result type, argument types).
+_SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
+    "specviz_find_ngram": (_I64, [_PTR, _I64, _PTR, _I64, _I64, ctypes.c_int32]),
+    "specviz_last_match": (_I64, [_PTR, _I64, _PTR, _I64, _I64, _I64]),
+}
 _why: str | None = None
 
 
@@ -34,7 +39,7 @@ def build(force: bool = False) -> Path:
 
 
 def load() -> Any:
-    """``(find_ngram, last_match)`` as ctypes functions, or ``None`` when unavailable
+    """The kernel's functions (``find_ngram``, ``last_match``), or ``None`` when unavailable
     (:func:`unavailable_reason`). The switch and the build are looked at once, on first use: a
     drafter's look-up runs right after a decode, where reading the environment each time cost more
     than the search."""
@@ -43,16 +48,11 @@ def load() -> Any:
         return _fns
     with _lock:
         if _fns is None and _why is None:
-            if os.environ.get("SPECVIZ_NGRAM_KERNEL", "").lower() in ("0", "off", "no", "false"):
+            if cbuild.switched_off("SPECVIZ_NGRAM_KERNEL"):
                 _why = "SPECVIZ_NGRAM_KERNEL switches it off"
                 return None
             try:
-                lib = ctypes.CDLL(str(build()))
-                i64, ptr = ctypes.c_int64, ctypes.c_void_p
-                find, last = lib.specviz_find_ngram, lib.specviz_last_match
-                find.restype, find.argtypes = i64, [ptr, i64, ptr, i64, i64, ctypes.c_int32]
-                last.restype, last.argtypes = i64, [ptr, i64, ptr, i64, i64, i64]
-                _fns = (find, last)
+                _fns = cbuild.bind(build(), _SIGNATURES)
             except (cbuild.BuildError, OSError, AttributeError) as e:
                 _why = str(e)
         return _fns
@@ -73,7 +73,8 @@ def find_ngram(arr: np.ndarray, pattern: np.ndarray, end: int, last: bool) -> in
     fns = _fns if _fns is not None else load()
     if fns is None or not (_plain(arr) and _plain(pattern)):
         return None
-    return int(fns[0](arr.ctypes.data, arr.shape[0], pattern.ctypes.data, pattern.shape[0], end, 1 if last else 0))
+    n = pattern.shape[0]
+    return int(fns.find_ngram(arr.ctypes.data, arr.shape[0], pattern.ctypes.data, n, end, 1 if last else 0))
 
 
 def last_match(arr: np.ndarray, pattern: np.ndarray, hi: int, lo: int) -> int | None:
@@ -81,4 +82,4 @@ def last_match(arr: np.ndarray, pattern: np.ndarray, hi: int, lo: int) -> int | 
     fns = _fns if _fns is not None else load()
     if fns is None or not (_plain(arr) and _plain(pattern)):
         return None
-    return int(fns[1](arr.ctypes.data, arr.shape[0], pattern.ctypes.data, pattern.shape[0], hi, lo))
+    return int(fns.last_match(arr.ctypes.data, arr.shape[0], pattern.ctypes.data, pattern.shape[0], hi, lo))
