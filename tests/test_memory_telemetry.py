@@ -183,3 +183,18 @@ def test_resident_memory_is_read_at_most_once_a_window_and_afresh_after_a_fork(m
     with open("/proc/self/statm") as f:
         rss_now = int(f.read().split()[1]) * machine.os.sysconf("SC_PAGE_SIZE")
     assert abs(machine._Statm()._read() - rss_now) < 64 << 20  # the read is this process's resident size
+
+
+def test_a_forked_child_reads_its_own_resident_memory():
+    """The figure read in the parent is the parent's: a forked child must read afresh (register_at_fork)."""
+    import os
+
+    from specviz.decoding import machine
+
+    machine.process_memory()
+    assert machine._statm.at >= 0  # the parent holds a recent figure
+    pid = os.fork()
+    if pid == 0:  # the child: exit 0 only if its first read will be fresh
+        os._exit(0 if machine._statm.at < 0 else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
