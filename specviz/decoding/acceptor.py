@@ -30,7 +30,10 @@ without ``q``); at the first rejection draw the correction from the residual ``m
 normalised (``p_i`` without ``d_i`` under the point-mass rule); after a full match draw the bonus from
 ``p_k``. Random numbers are drawn in a fixed order — one uniform per examined draft position, then one
 for the correction or bonus — so the same seed, settings and rows give the same tokens. Either rule
-leaves the committed tokens distributed exactly as the target samples them.
+leaves the committed tokens distributed exactly as the target samples them. A target row sampled at a
+temperature alone (no top-k, no top-p) is read in place (:class:`~specviz.decoding.tempered.TemperedRow`:
+the kernel's sums and a draw in one block, the same tokens as the whole float64 distribution); top-k and
+top-p rows build :class:`~specviz.decoding.sampling.TokenDist`.
 """
 
 from __future__ import annotations
@@ -43,14 +46,8 @@ import numpy as np
 
 from .rowscan import ScoredRow
 from .rowscan_kernel import verify_greedy
-from .sampling import (
-    SamplingParams,
-    TokenDist,
-    acceptance_probability,
-    probs_from_logits,
-    residual_distribution,
-    sample,
-)
+from .sampling import SamplingParams, TokenDist, acceptance_probability, residual_distribution
+from .tempered import TemperedRow, tempered_or_dist
 
 __all__ = ["PositionVerdict", "Verdict", "accept", "N_ALTERNATIVES"]
 
@@ -91,7 +88,8 @@ class Verdict:
     target's own choice; ties go to the lower id, as the greedy scan), ``margin`` the target's top-two
     logit margin there and ``alternatives`` the target's top choices, best first; all are empty/None
     otherwise. Under sampling the probabilities and the rank are those of the sampling distribution
-    (after temperature, top-k and top-p); the margin is always in raw logits. ``positions`` (sampled
+    (after temperature, top-k and top-p; where probabilities tie at 0 in a distribution without top-k or
+    top-p, the logits order the tokens); the margin is always in raw logits. ``positions`` (sampled
     decoding only) details each examined draft position. ``rows_read`` is ``n_accepted + 1``.
     """
 
@@ -214,18 +212,6 @@ def _rank(sr: ScoredRow, token: int, alts: Sequence[tuple[int, float]]) -> int:
     return sr.rank(token)
 
 
-def _dist_rank(p: TokenDist, token: int, alts: Sequence[tuple[int, float]]) -> int:
-    """Rank of ``token`` in a sampling distribution (tokens outside its support rank after all of it)."""
-    for j, (t, _) in enumerate(alts):
-        if t == token:
-            return j + 1
-    pt = p.prob(token)
-    if pt <= 0.0:
-        return int(np.count_nonzero(p.probs > 0)) + 1
-    ids = p.ids if p.ids is not None else np.arange(p.probs.shape[0])
-    return int(np.count_nonzero(p.probs > pt)) + int(np.count_nonzero((p.probs == pt) & (ids < token))) + 1
-
-
 def _margin(row: np.ndarray, alts: Sequence[tuple[int, float]]) -> float | None:
     """The top-two logit margin of ``row`` given its two best tokens (two reads of the row)."""
     if len(alts) < 2:
@@ -248,8 +234,9 @@ def _accept_sampled(
     for i in range(k):
         d = int(draft[i])
         logits = row(i)
-        p = probs_from_logits(logits, params)
         q = None if qdist is None else qdist(i)
+        # a deterministic draft's correction is drawn from p without d: the row is read with d left out
+        p = tempered_or_dist(logits, params, d if q is None else -1)
         a = acceptance_probability(p, q, d)
         u = float(rng.random())
         ok = u < a
@@ -258,7 +245,7 @@ def _accept_sampled(
             tokens.append(d)
             probs.append(p.prob(d))
             continue
-        tok = sample(residual_distribution(p, q, d), rng)
+        tok = _correction(p, q, d, float(rng.random()))
         tokens.append(tok)
         probs.append(p.prob(tok))
         alts = p.top(top_n)
@@ -271,11 +258,22 @@ def _accept_sampled(
             alternatives=tuple(alts),
             positions=tuple(positions),
             rows_read=i + 1,
-            rejected_rank=_dist_rank(p, d, alts),
+            rejected_rank=next((j + 1 for j, (t, _) in enumerate(alts) if t == d), None) or p.rank(d),
             margin=_margin(logits, alts),
         )
-    p = probs_from_logits(row(k), params)
-    tok = sample(p, rng)
+    p = tempered_or_dist(row(k), params)
+    tok = p.draw(float(rng.random()))
     tokens.append(tok)
     probs.append(p.prob(tok))
     return Verdict(k, tuple(tokens), tuple(probs), True, positions=tuple(positions), rows_read=k + 1)
+
+
+def _correction(p: TemperedRow | TokenDist, q: TokenDist | None, d: int, u: float) -> int:
+    """The token that replaces the rejected draft token ``d``, drawn with ``u`` from the residual: ``p``
+    without ``d`` (a deterministic draft; a :class:`TemperedRow` read with ``d`` left out draws it in
+    place), or ``max(0, p − q)`` normalised (a draft distribution)."""
+    if isinstance(p, TemperedRow):
+        if q is None:
+            return p.draw(u)
+        p = p.dist()
+    return residual_distribution(p, q, d).draw(u)

@@ -89,36 +89,47 @@ class ScoredRow:
 
     def top(self, k: int = 5) -> list[tuple[int, float]]:
         """The ``k`` most likely tokens with their probabilities, best first (ties: lowest id)."""
-        r = self.row
-        n = r.shape[0]
-        k = min(k, n)
-        best = topk(r, k)  # the kernel: one read of the row
-        if best is not None:
-            return [(int(i), self.prob(int(i))) for i in best]
-        cand = None
-        if np.isfinite(self.max):
-            # the k best are among the logits close to the maximum: look there first (a short list)
-            gap = 4.0
-            while cand is None and gap <= 64.0:
-                near = np.flatnonzero(r >= np.float32(self.max - gap))
-                cand = near if near.shape[0] >= k else None
-                gap *= 2
-        if cand is None:
-            cand = np.arange(n)
-        # the k-th best value, then every logit at or above it, so ties resolve to the lowest ids
-        kth = r[cand].min() if cand.shape[0] == k else np.partition(r[cand], cand.shape[0] - k)[cand.shape[0] - k]
-        idx = cand[r[cand] >= kth]
-        idx = idx[np.lexsort((idx, -r[idx]))][:k]
-        return [(int(i), self.prob(int(i))) for i in idx]
+        return [(i, self.prob(i)) for i in top_ids(self.row, k, self.max)]
 
     def rank(self, token: int) -> int:
         """``token``'s rank in the row (1 = the first maximum; ties go to the lower id)."""
-        r = self.row
-        got = rank(r, token)
-        if got is not None:
-            return got
-        v = r[token]
-        return int(np.count_nonzero(r > v)) + int(np.count_nonzero(r[:token] == v)) + 1
+        return row_rank(self.row, token)
+
+
+def top_ids(row: np.ndarray, k: int, row_max: float | None = None) -> list[int]:
+    """The ids of a NaN-free row's ``k`` largest values, largest first, ties to the lowest id: the kernel's
+    one pass, else numpy (``row_max``, the row's maximum when known, narrows numpy's search)."""
+    n = row.shape[0]
+    k = min(k, n)
+    best = topk(row, k)  # the kernel: one read of the row
+    if best is not None:
+        return [int(i) for i in best]
+    m = float(np.max(row)) if row_max is None else row_max
+    cand = None
+    if np.isfinite(m):
+        # the k best are among the logits close to the maximum: look there first (a short list)
+        gap = 4.0
+        while cand is None and gap <= 64.0:
+            near = np.flatnonzero(row >= np.float32(m - gap))
+            cand = near if near.shape[0] >= k else None
+            gap *= 2
+    if cand is None:
+        cand = np.arange(n)
+    # the k-th best value, then every logit at or above it, so ties resolve to the lowest ids
+    kth = row[cand].min() if cand.shape[0] == k else np.partition(row[cand], cand.shape[0] - k)[cand.shape[0] - k]
+    idx = cand[row[cand] >= kth]
+    idx = idx[np.lexsort((idx, -row[idx]))][:k]
+    return [int(i) for i in idx]
+
+
+def row_rank(row: np.ndarray, token: int) -> int:
+    """``token``'s rank in a NaN-free row (1 = the first maximum; ties go to the lower id): the kernel's one
+    pass, else numpy."""
+    got = rank(row, token)
+    if got is not None:
+        return got
+    v = row[token]
+    return int(np.count_nonzero(row > v)) + int(np.count_nonzero(row[:token] == v)) + 1
 
 
 def top_two(row: np.ndarray) -> tuple[float, int, int]:

@@ -92,25 +92,44 @@ double specviz_expsum(const float * x, int64_t n, float m) {
  * so that the tests check it on machines that have AVX-512 too.
  */
 
-/* exp(x) for x <= 0 in double: n = round(x / ln2), exp(r) by Taylor to degree 12 (|r| <= ln2 / 2, error
-   below 1e-15), 2^n from the exponent bits; below -708 the result is 0. */
-static double specviz_exp_nonpositive_d(double x) {
-    if (!(x > -708.0)) {
-        return 0.0;
-    }
-    const double n = (double) (int64_t) (x * 1.4426950408889634 - 0.5); /* floor(x/ln2 + 0.5) for x <= 0 */
-    const double r = x - n * 0.6931471805599453;
-    double p = 1.0 / 479001600.0;
-    static const double inv_fact[12] = {1.0 / 39916800.0, 1.0 / 3628800.0, 1.0 / 362880.0, 1.0 / 40320.0,
-                                        1.0 / 5040.0, 1.0 / 720.0, 1.0 / 120.0, 1.0 / 24.0, 1.0 / 6.0, 0.5,
-                                        1.0, 1.0};
-    for (int k = 0; k < 12; ++k) {
-        p = p * r + inv_fact[k];
-    }
-    const int64_t bits = ((int64_t) n + 1023) << 52;
+/* exp(x) for x <= 0 in double (the scan's rescaling, and every term of the tempered scan below):
+   n = round(x / ln2) (adding 1.5 * 2^52 rounds to nearest and leaves n in the low bits), r = x - n ln2 with ln2 in two parts
+   (Cody and Waite), exp(r) by its Taylor polynomial to degree 12 (|r| <= ln2 / 2: error below 2e-16),
+   2^n from the exponent bits. At or below -708 (and for -inf) the result is 0: e^-708 < 4e-308 is the
+   edge of the normal doubles, and a row's probabilities never need the subnormal ones. No branch on
+   x, so GCC vectorises loops of it. */
+#define SPECVIZ_EXP_FLOOR (-708.0)
+#define SPECVIZ_LN2_HI 0.693147180369123816490
+#define SPECVIZ_LN2_LO 1.90821492927058770002e-10
+#define SPECVIZ_LOG2E 1.4426950408889634074
+#define SPECVIZ_ROUND_SHIFT 6755399441055744.0 /* 1.5 * 2^52 */
+#define SPECVIZ_ROUND_SHIFT_BITS 0x4338000000000000LL /* its bits */
+
+static inline double specviz_exp_nonpositive_d(double x) {
+    const double xc = x > SPECVIZ_EXP_FLOOR ? x : SPECVIZ_EXP_FLOOR; /* -inf and NaN: the floor */
+    const double shifted = xc * SPECVIZ_LOG2E + SPECVIZ_ROUND_SHIFT; /* n in the low bits */
+    const double n = shifted - SPECVIZ_ROUND_SHIFT;
+    double r = xc - n * SPECVIZ_LN2_HI;
+    r = r - n * SPECVIZ_LN2_LO;
+    double p = 1.0 / 479001600.0; /* 1/12! */
+    p = p * r + 1.0 / 39916800.0;
+    p = p * r + 1.0 / 3628800.0;
+    p = p * r + 1.0 / 362880.0;
+    p = p * r + 1.0 / 40320.0;
+    p = p * r + 1.0 / 5040.0;
+    p = p * r + 1.0 / 720.0;
+    p = p * r + 1.0 / 120.0;
+    p = p * r + 1.0 / 24.0;
+    p = p * r + 1.0 / 6.0;
+    p = p * r + 0.5;
+    p = p * r + 1.0;
+    p = p * r + 1.0;
+    int64_t bits;
+    memcpy(&bits, &shifted, sizeof bits);
+    bits = (bits - SPECVIZ_ROUND_SHIFT_BITS + 1023) << 52; /* 2^n, n in [-1022, 0]; no float-to-int conversion */
     double scale;
     memcpy(&scale, &bits, sizeof scale);
-    return p * scale;
+    return x > SPECVIZ_EXP_FLOOR ? p * scale : 0.0;
 }
 
 int specviz_scan_generic(const float * x, int64_t n, int64_t * best, double * out) {
@@ -490,4 +509,248 @@ int64_t specviz_verify_greedy(specviz_row_fn row, void * ctx, int64_t n, const i
         }
     }
     return k + 1; /* not reached: row k always returns above */
+}
+
+/*
+ * Sampled decoding: the tempered softmax of a row, p_i = exp((x_i - m) / T) / Z, read in place. The
+ * acceptor needs of a row only p at a few tokens (the draft token's, the committed token's), one draw
+ * from p (the bonus) or from p without the draft token (the correction under the point-mass rule), and
+ * at a rejection the top tokens and a rank (specviz_topk and specviz_rank above: the tempered softmax
+ * orders tokens as the logits do). numpy built the whole distribution in float64 (a copy, a subtraction,
+ * a division, the exponentials, a sum, a normalisation), and a draw added a cumulative sum over it:
+ * about 3 ms a row for the embedded model's 262 144 tokens. Here a row costs one pass for its maximum
+ * and one for the sums, and a draw costs one block.
+ *
+ * specviz_tempered(x, n, inv_t, skip, out, blocks): the maximum m (NaN skipped), then every term
+ * e_i = exp((x_i - m) * inv_t) in double, summed per block of SPECVIZ_BLOCK tokens into blocks[b] with the
+ * token `skip` left out (-1: none). out[0] = m, out[1] = Z (every term), out[2] = the sum without `skip`,
+ * added from the blocks in order, so that the residual's mass is a sum of its own terms and not Z less
+ * a term near Z. Returns 1 when the row holds a NaN (the caller takes its NaN-aware path), else 0; with a
+ * non-finite maximum out[1] and out[2] are 0 and the blocks are not written.
+ *
+ * specviz_tempered_pick(x, n, m, inv_t, skip, target, blocks): the inverse of the cumulative sum, as
+ * numpy's searchsorted(cumsum, target, side="right") reads it: the first token i (not `skip`) whose
+ * running sum of terms exceeds `target` (the caller passes u times out[2]). Whole blocks are skipped by
+ * their sums, in the order specviz_tempered added them; the block that crosses is walked term by term.
+ * When rounding leaves the target unreached, the last token with a non-zero term (numpy's clamp to the
+ * last entry with mass). -1 when no token but `skip` has mass.
+ */
+/* The maximum of x[0 .. n) with NaN skipped (-inf when there is none); *nan set when a NaN was seen. */
+SPECVIZ_CLONES
+static float specviz_max_generic(const float * x, int64_t n, int * nan) {
+    float m = -__builtin_inff();
+    int seen = 0;
+    for (int64_t i = 0; i < n; ++i) {
+        seen |= x[i] != x[i];
+        m = x[i] > m ? x[i] : m;
+    }
+    *nan |= seen;
+    return m;
+}
+
+/* blocks[b] for the blocks b_lo .. b_hi - 1: each block's terms exp((x_i - m) * inv_t), `skip` left out.
+   Eight running sums a block, so that the loop vectorises without reordering any sum. */
+SPECVIZ_CLONES
+static void specviz_block_sums_generic(const float * x, int64_t n, double m, double inv_t, int64_t skip,
+                                       int64_t b_lo, int64_t b_hi, double * blocks) {
+    for (int64_t b = b_lo; b < b_hi; ++b) {
+        const int64_t lo = b * SPECVIZ_BLOCK;
+        const int64_t hi = lo + SPECVIZ_BLOCK < n ? lo + SPECVIZ_BLOCK : n;
+        double acc[8] = {0};
+        int64_t i = lo;
+        for (; i + 8 <= hi; i += 8) {
+            for (int l = 0; l < 8; ++l) {
+                const double e = specviz_exp_nonpositive_d(((double) x[i + l] - m) * inv_t);
+                acc[l] += i + l == skip ? 0.0 : e;
+            }
+        }
+        for (; i < hi; ++i) {
+            const double e = specviz_exp_nonpositive_d(((double) x[i] - m) * inv_t);
+            acc[(i - lo) & 7] += i == skip ? 0.0 : e;
+        }
+        blocks[b] = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+    }
+}
+
+#if defined(__GNUC__) && defined(__x86_64__)
+__attribute__((target("avx512f"))) static inline __m512d specviz_exp_nonpositive8(__m512d x) {
+    const __m512d floor = _mm512_set1_pd(SPECVIZ_EXP_FLOOR);
+    const __m512d xc = _mm512_max_pd(x, floor); /* NaN: the second operand, the floor */
+    const __m512d n = _mm512_roundscale_pd(_mm512_mul_pd(xc, _mm512_set1_pd(SPECVIZ_LOG2E)),
+                                           _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512d r = _mm512_fnmadd_pd(n, _mm512_set1_pd(SPECVIZ_LN2_HI), xc);
+    r = _mm512_fnmadd_pd(n, _mm512_set1_pd(SPECVIZ_LN2_LO), r);
+    __m512d p = _mm512_set1_pd(1.0 / 479001600.0);
+    p = _mm512_fmadd_pd(p, r, _mm512_set1_pd(1.0 / 39916800.0));
+    p = _mm512_fmadd_pd(p, r, _mm512_set1_pd(1.0 / 3628800.0));
+    p = _mm512_fmadd_pd(p, r, _mm512_set1_pd(1.0 / 362880.0));
+    p = _mm512_fmadd_pd(p, r, _mm512_set1_pd(1.0 / 40320.0));
+    p = _mm512_fmadd_pd(p, r, _mm512_set1_pd(1.0 / 5040.0));
+    p = _mm512_fmadd_pd(p, r, _mm512_set1_pd(1.0 / 720.0));
+    p = _mm512_fmadd_pd(p, r, _mm512_set1_pd(1.0 / 120.0));
+    p = _mm512_fmadd_pd(p, r, _mm512_set1_pd(1.0 / 24.0));
+    p = _mm512_fmadd_pd(p, r, _mm512_set1_pd(1.0 / 6.0));
+    p = _mm512_fmadd_pd(p, r, _mm512_set1_pd(0.5));
+    p = _mm512_fmadd_pd(p, r, _mm512_set1_pd(1.0));
+    p = _mm512_fmadd_pd(p, r, _mm512_set1_pd(1.0));
+    const __mmask8 keep = _mm512_cmp_pd_mask(x, floor, _CMP_GT_OQ); /* -inf and NaN: 0 */
+    return _mm512_maskz_mov_pd(keep, _mm512_scalef_pd(p, n));
+}
+
+__attribute__((target("avx512f"))) static float specviz_max_avx512(const float * x, int64_t n, int * nan) {
+    const __m512 ninf = _mm512_set1_ps(-__builtin_inff());
+    __mmask16 seen = 0;
+    __m512 vmax = ninf;
+    int64_t i = 0;
+    for (; i + SPECVIZ_LANES <= n; i += SPECVIZ_LANES) {
+        const __m512 v = _mm512_loadu_ps(x + i);
+        seen |= _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+        vmax = _mm512_max_ps(v, vmax); /* NaN in v: vmax kept */
+    }
+    if (i < n) {
+        const __mmask16 tail = (__mmask16) ((1u << (n - i)) - 1u);
+        const __m512 v = _mm512_mask_loadu_ps(ninf, tail, x + i);
+        seen |= _mm512_mask_cmp_ps_mask(tail, v, v, _CMP_UNORD_Q);
+        vmax = _mm512_max_ps(v, vmax);
+    }
+    *nan |= seen != 0;
+    return _mm512_reduce_max_ps(vmax);
+}
+
+__attribute__((target("avx512f"))) static void specviz_block_sums_avx512(const float * x, int64_t n, double m,
+                                                                         double inv_t, int64_t skip, int64_t b_lo,
+                                                                         int64_t b_hi, double * blocks) {
+    const __m512 ninf = _mm512_set1_ps(-__builtin_inff());
+    const __m512d vm = _mm512_set1_pd(m);
+    const __m512d vt = _mm512_set1_pd(inv_t);
+    const __m512i lane = _mm512_set_epi64(7, 6, 5, 4, 3, 2, 1, 0);
+    const __m512i vskip = _mm512_set1_epi64(skip);
+    for (int64_t b = b_lo; b < b_hi; ++b) {
+        const int64_t lo = b * SPECVIZ_BLOCK;
+        const int64_t hi = lo + SPECVIZ_BLOCK < n ? lo + SPECVIZ_BLOCK : n;
+        __m512d acc = _mm512_setzero_pd();
+        for (int64_t j = lo; j < hi; j += SPECVIZ_LANES) {
+            /* sixteen floats (a short tail loads -inf: terms of 0), taken as two halves of eight doubles */
+            const __mmask16 in = (__mmask16) (hi - j >= SPECVIZ_LANES ? 0xFFFFu : (1u << (hi - j)) - 1u);
+            const __m512 f = _mm512_mask_loadu_ps(ninf, in, x + j);
+            const __m256 halves[2] = {_mm512_castps512_ps256(f),
+                                      _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(f), 1))};
+            for (int h = 0; h < 2; ++h) {
+                const __m512d d = _mm512_mul_pd(_mm512_sub_pd(_mm512_cvtps_pd(halves[h]), vm), vt);
+                const __mmask8 keep = _mm512_cmpneq_epi64_mask(_mm512_add_epi64(_mm512_set1_epi64(j + 8 * h), lane),
+                                                               vskip);
+                acc = _mm512_mask_add_pd(acc, keep, acc, specviz_exp_nonpositive8(d));
+            }
+        }
+        blocks[b] = _mm512_reduce_add_pd(acc);
+    }
+}
+#endif
+
+static float specviz_max(const float * x, int64_t n, int * nan, int generic) {
+#if defined(__GNUC__) && defined(__x86_64__)
+    if (!generic && __builtin_cpu_supports("avx512f")) {
+        return specviz_max_avx512(x, n, nan);
+    }
+#endif
+    (void) generic;
+    return specviz_max_generic(x, n, nan);
+}
+
+static void specviz_block_sums(const float * x, int64_t n, double m, double inv_t, int64_t skip, int64_t b_lo,
+                               int64_t b_hi, double * blocks, int generic) {
+#if defined(__GNUC__) && defined(__x86_64__)
+    if (!generic && __builtin_cpu_supports("avx512f")) {
+        specviz_block_sums_avx512(x, n, m, inv_t, skip, b_lo, b_hi, blocks);
+        return;
+    }
+#endif
+    (void) generic;
+    specviz_block_sums_generic(x, n, m, inv_t, skip, b_lo, b_hi, blocks);
+}
+
+/* As specviz_scan, a long row is cut into pieces of whole blocks, one per thread; the pieces' maxima are
+   joined, then each piece writes its own blocks' sums, which are added in block order on this thread (the
+   order specviz_tempered_pick walks them). `generic`: plain C on one thread (what a CPU without AVX-512
+   runs; exported as specviz_tempered_generic so that the tests check it on machines that have it). */
+static int specviz_tempered_in(const float * x, int64_t n, double inv_t, int64_t skip, double * out,
+                               double * blocks, int generic) {
+    const int t = n >= SPECVIZ_SCAN_SPLIT && !generic ? specviz_scan_threads() : 1;
+    const int64_t nb = (n + SPECVIZ_BLOCK - 1) / SPECVIZ_BLOCK;
+    const int64_t per = (nb + t - 1) / t; /* blocks a piece */
+    int nans[SPECVIZ_SCAN_THREADS] = {0};
+    float maxima[SPECVIZ_SCAN_THREADS];
+#ifdef _OPENMP
+#pragma omp parallel for num_threads(t) schedule(static, 1) if (t > 1)
+#endif
+    for (int c = 0; c < t; ++c) {
+        const int64_t lo = c * per * SPECVIZ_BLOCK < n ? c * per * SPECVIZ_BLOCK : n;
+        const int64_t hi = lo + per * SPECVIZ_BLOCK < n ? lo + per * SPECVIZ_BLOCK : n;
+        maxima[c] = specviz_max(x + lo, hi - lo, &nans[c], generic);
+    }
+    int nan = 0;
+    float m = -__builtin_inff();
+    for (int c = 0; c < t; ++c) {
+        nan |= nans[c];
+        m = maxima[c] > m ? maxima[c] : m;
+    }
+    out[0] = m;
+    out[1] = out[2] = 0.0;
+    if (!(m > -__builtin_inff() && m < __builtin_inff())) {
+        return nan;
+    }
+#ifdef _OPENMP
+#pragma omp parallel for num_threads(t) schedule(static, 1) if (t > 1)
+#endif
+    for (int c = 0; c < t; ++c) {
+        const int64_t b_lo = c * per < nb ? c * per : nb;
+        const int64_t b_hi = b_lo + per < nb ? b_lo + per : nb;
+        specviz_block_sums(x, n, (double) m, inv_t, skip, b_lo, b_hi, blocks, generic);
+    }
+    double total = 0.0;
+    for (int64_t b = 0; b < nb; ++b) {
+        total += blocks[b];
+    }
+    out[2] = total;
+    out[1] = skip >= 0 && skip < n ? total + specviz_exp_nonpositive_d(((double) x[skip] - (double) m) * inv_t)
+                                   : total;
+    return nan;
+}
+
+int specviz_tempered(const float * x, int64_t n, double inv_t, int64_t skip, double * out, double * blocks) {
+    return specviz_tempered_in(x, n, inv_t, skip, out, blocks, 0);
+}
+
+int specviz_tempered_generic(const float * x, int64_t n, double inv_t, int64_t skip, double * out,
+                             double * blocks) {
+    return specviz_tempered_in(x, n, inv_t, skip, out, blocks, 1);
+}
+
+int64_t specviz_tempered_pick(const float * x, int64_t n, double m, double inv_t, int64_t skip, double target,
+                              const double * blocks) {
+    double acc = 0.0;
+    for (int64_t b = 0; b * SPECVIZ_BLOCK < n; ++b) {
+        if (!(acc + blocks[b] > target)) {
+            acc += blocks[b];
+            continue;
+        }
+        const int64_t lo = b * SPECVIZ_BLOCK;
+        const int64_t hi = lo + SPECVIZ_BLOCK < n ? lo + SPECVIZ_BLOCK : n;
+        for (int64_t i = lo; i < hi; ++i) {
+            if (i == skip) {
+                continue;
+            }
+            acc += specviz_exp_nonpositive_d(((double) x[i] - m) * inv_t);
+            if (acc > target) {
+                return i;
+            }
+        }
+        /* the block's terms, added one by one, fell just short of its sum: go on from here */
+    }
+    for (int64_t i = n - 1; i >= 0; --i) {
+        if (i != skip && specviz_exp_nonpositive_d(((double) x[i] - m) * inv_t) > 0.0) {
+            return i;
+        }
+    }
+    return -1;
 }

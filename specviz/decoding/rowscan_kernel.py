@@ -1,6 +1,8 @@
 """The row scan's C kernel: the greedy scan of a logits row (first maximum, its value and the softmax
-normaliser ``Σ exp(logit − max)``) in one read of it, the normaliser alone, and a rejection row's top
-tokens and a token's rank, each in one pass.
+normaliser ``Σ exp(logit − max)``) in one read of it, the normaliser alone, a rejection row's top
+tokens and a token's rank, each in one pass, and for sampled decoding the tempered softmax's sums and a
+draw from it (:func:`tempered`, :func:`tempered_pick`; :class:`~specviz.decoding.tempered.TemperedRow`
+uses them).
 
 ``rowscan_kernel.c`` is compiled once per machine (:mod:`specviz.backends.cbuild`; ``make install``
 builds it, else the first use does) and loaded here. :func:`scan`, :func:`expsum`, :func:`topk` and
@@ -38,6 +40,26 @@ _SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
     "specviz_topk": (ctypes.c_int64, [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p]),
     "specviz_rank": (ctypes.c_int64, [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64]),
     "specviz_scan_threads": (ctypes.c_int, []),
+    "specviz_tempered": (
+        ctypes.c_int,
+        [ctypes.c_void_p, ctypes.c_int64, ctypes.c_double, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p],
+    ),
+    "specviz_tempered_generic": (
+        ctypes.c_int,
+        [ctypes.c_void_p, ctypes.c_int64, ctypes.c_double, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p],
+    ),
+    "specviz_tempered_pick": (
+        ctypes.c_int64,
+        [
+            ctypes.c_void_p,
+            ctypes.c_int64,
+            ctypes.c_double,
+            ctypes.c_double,
+            ctypes.c_int64,
+            ctypes.c_double,
+            ctypes.c_void_p,
+        ],
+    ),
     "specviz_verify_greedy": (
         ctypes.c_int64,
         [
@@ -219,6 +241,79 @@ def verify_greedy(row_fn: int, ctx: int, n_vocab: int, draft: Sequence[int], top
     if got == k + 1:  # every draft token was the target's choice: only the rows' figures are needed
         return GreedyScan(got, bufs.ints[:got], bufs.floats[: 3 * got])
     return GreedyScan(got, bufs.ints[:], bufs.floats[:])
+
+
+class Tempered(NamedTuple):
+    """One row's tempered sums (``specviz_tempered``): the maximum (NaN skipped), ``Z = Σ exp((x − max) / T)``
+    over every token, the same sum without the left-out token, and whether the row holds a NaN (then the
+    sums are not meaningful, nor are they with a non-finite maximum)."""
+
+    max: float
+    z: float
+    z_without: float
+    has_nan: bool
+
+
+class TemperedBuffers:
+    """One thread's buffers for :func:`tempered` and :func:`tempered_pick`: the three sums and the per-block
+    sums that a draw walks, kept and grown, never allocated per row. ``stamp`` counts the rows scanned
+    into them, so that a reader can tell whether the block sums are still its row's."""
+
+    __slots__ = ("out", "blocks", "n_blocks", "stamp")
+
+    def __init__(self, n_blocks: int) -> None:
+        self.out = (ctypes.c_double * 3)()
+        self.blocks = (ctypes.c_double * max(n_blocks, 1))()
+        self.n_blocks = n_blocks
+        self.stamp = 0
+
+
+#: The tokens a block sum covers (``SPECVIZ_BLOCK`` in the C file).
+BLOCK = 256
+
+
+def _tempered_buffers(n: int) -> TemperedBuffers:
+    need = (n + BLOCK - 1) // BLOCK
+    bufs = getattr(_local, "tempered", None)
+    if bufs is None or bufs.n_blocks < need:
+        stamp = bufs.stamp if bufs is not None else 0
+        bufs = _local.tempered = TemperedBuffers(need)
+        bufs.stamp = stamp
+    return bufs
+
+
+def tempered(
+    row: np.ndarray, inv_t: float, leave_out: int = -1, *, generic: bool = False
+) -> tuple[Tempered, int] | None:
+    """The sums of ``exp((row − max) · inv_t)`` over a contiguous float32 row, with ``leave_out`` (-1: none)
+    left out of the second sum and of the per-block sums kept for :func:`tempered_pick`; with the buffers'
+    stamp, which :func:`tempered_pick` checks. ``generic`` runs the plain-C path on one thread (the tests
+    check it against numpy). ``None`` without the kernel."""
+    fns = load()
+    if fns is None or not _plain(row):
+        return None
+    n = row.shape[0]
+    bufs = _tempered_buffers(n)
+    fn = fns.tempered_generic if generic else fns.tempered
+    has_nan = fn(row.ctypes.data, n, inv_t, leave_out, ctypes.addressof(bufs.out), ctypes.addressof(bufs.blocks))
+    bufs.stamp += 1
+    out = bufs.out
+    return Tempered(out[0], out[1], out[2], bool(has_nan)), bufs.stamp
+
+
+def tempered_pick(row: np.ndarray, m: float, inv_t: float, leave_out: int, target: float, stamp: int) -> int | None:
+    """The first token (not ``leave_out``) whose running sum of ``exp((row − m) · inv_t)`` exceeds ``target``,
+    walking the block sums of the :func:`tempered` call that returned ``stamp`` on this thread (the last
+    token with mass when rounding leaves the target unreached; -1 when no token but ``leave_out`` has
+    any). ``None`` without the kernel, or when this thread has scanned another row since (the caller scans
+    again)."""
+    fns = load()
+    bufs = getattr(_local, "tempered", None)
+    if fns is None or bufs is None or bufs.stamp != stamp or not _plain(row):
+        return None
+    return int(
+        fns.tempered_pick(row.ctypes.data, row.shape[0], m, inv_t, leave_out, target, ctypes.addressof(bufs.blocks))
+    )
 
 
 def forget_buffers() -> None:

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 
@@ -173,6 +174,27 @@ class TokenDist:
         order = np.lexsort((ids, -self.probs[idx]))
         return [(int(ids[j]), float(self.probs[idx][j])) for j in order]
 
+    def rank(self, token: int) -> int:
+        """``token``'s rank (1 = the most probable; ties go to the lower id); a token outside the support
+        ranks after all of it."""
+        pt = self.prob(token)
+        if pt <= 0.0:
+            return int(np.count_nonzero(self.probs > 0)) + 1
+        ids = self.token_ids()
+        return int(np.count_nonzero(self.probs > pt)) + int(np.count_nonzero((self.probs == pt) & (ids < token))) + 1
+
+    def draw(self, u: float) -> int:
+        """The token at ``u`` (in [0, 1)) of the inverse cumulative distribution: the first whose cumulative
+        probability exceeds ``u`` times the total (never a zero-probability entry)."""
+        cdf = np.cumsum(self.probs)
+        total = float(cdf[-1])
+        i = int(np.searchsorted(cdf, u * total, side="right"))
+        i = min(i, cdf.shape[0] - 1)
+        # never return a zero-probability entry (possible only through rounding at the very end)
+        while self.probs[i] <= 0 and i > 0:
+            i -= 1
+        return int(self.token_ids()[i])
+
     @classmethod
     def point_mass(cls, token: int, n_vocab: int) -> "TokenDist":
         """All the mass on ``token``."""
@@ -289,20 +311,8 @@ def probs_from_logits(logits_row: np.ndarray, params: SamplingParams) -> TokenDi
 
 
 def sample(dist: TokenDist, rng: np.random.Generator) -> int:
-    """Draw one token from ``dist`` using exactly one ``rng.random()`` call (inverse CDF)."""
-    u = float(rng.random())
-    return _sample_with_u(dist, u)
-
-
-def _sample_with_u(dist: TokenDist, u: float) -> int:
-    cdf = np.cumsum(dist.probs)
-    total = float(cdf[-1])
-    i = int(np.searchsorted(cdf, u * total, side="right"))
-    i = min(i, cdf.shape[0] - 1)
-    # never return a zero-probability entry (possible only through rounding at the very end)
-    while dist.probs[i] <= 0 and i > 0:
-        i -= 1
-    return int(dist.token_ids()[i])
+    """Draw one token from ``dist`` using exactly one ``rng.random()`` call (inverse CDF, :meth:`TokenDist.draw`)."""
+    return dist.draw(float(rng.random()))
 
 
 def sample_token(logits_row: np.ndarray, params: SamplingParams, rng: np.random.Generator) -> tuple[int, float]:
@@ -318,7 +328,15 @@ def sample_token(logits_row: np.ndarray, params: SamplingParams, rng: np.random.
     return tok, dist.prob(tok)
 
 
-def acceptance_probability(p: TokenDist, q: TokenDist | None, token: int) -> float:
+class HasProb(Protocol):
+    """Anything that gives a token's probability (:class:`TokenDist`, a row read in place)."""
+
+    def prob(self, token: int) -> float:
+        """The probability of ``token``."""
+        ...
+
+
+def acceptance_probability(p: HasProb, q: TokenDist | None, token: int) -> float:
     """Probability of accepting draft ``token`` given target ``p`` and draft distribution ``q``.
 
     ``q is None`` (a deterministic draft) or ``q(token) == 0`` (the draft's distribution does not
