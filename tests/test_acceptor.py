@@ -14,9 +14,10 @@ from stat_helpers import _rows, chi2_critical, chi2_stat
 
 from specviz.decoding.acceptor import accept
 from specviz.decoding.sampling import SamplingParams, probs_from_logits, sample
+from specviz.decoding.tempered import TemperedRow
 
 
-@pytest.mark.parametrize("use_q", [True, False])
+@pytest.mark.parametrize("use_q", ["built", "in place", False])
 def test_sampled_speculation_matches_target_distribution(use_q):
     n = 6
     params = SamplingParams(1.0)
@@ -28,7 +29,10 @@ def test_sampled_speculation_matches_target_distribution(use_q):
     bonus = (rng_rows.standard_normal(n)).astype(np.float32)
     q0 = (rng_rows.standard_normal(n) * 1.5).astype(np.float32)
     q1 = (rng_rows.standard_normal(n) * 1.5).astype(np.float32)
-    qd0, qd1 = probs_from_logits(q0, params), probs_from_logits(q1, params)
+    if use_q == "in place":  # the draft's rows read in place, as a draft model hands them over
+        qd0, qd1 = TemperedRow(q0, params), TemperedRow(q1, params)
+    else:
+        qd0, qd1 = probs_from_logits(q0, params), probs_from_logits(q1, params)
     rng = np.random.default_rng(2024)
     first = np.zeros(n, dtype=np.int64)
     second_given = np.zeros((n, n), dtype=np.int64)

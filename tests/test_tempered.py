@@ -11,7 +11,7 @@ import pytest
 from specviz.decoding import rowscan_kernel
 from specviz.decoding.acceptor import accept
 from specviz.decoding.sampling import SamplingParams, probs_from_logits, residual_distribution
-from specviz.decoding.tempered import TemperedRow, tempered_or_dist
+from specviz.decoding.tempered import TemperedRow, residual_draw, tempered_or_dist
 from specviz.errors import ContextError
 
 needs_kernel = pytest.mark.skipif(
@@ -262,3 +262,84 @@ def test_a_sampled_round_is_the_same_with_and_without_the_kernel(monkeypatch):
         for pa, pb in zip(a.positions, b.positions):
             assert (pa.index, pa.token, pa.u, pa.accepted) == (pb.index, pb.token, pb.u, pb.accepted)
             assert pa.p == pytest.approx(pb.p, rel=1e-12, abs=1e-300)
+
+
+@needs_kernel
+@pytest.mark.parametrize("which", PATHS)
+@pytest.mark.parametrize("n", [1, 7, 256, 257, 5000, 262144])
+def test_a_draft_models_residual_is_numpys(which, n):
+    """max(0, p − q) normalised: its mass and its draws against residual_distribution and TokenDist.draw."""
+    rng = np.random.default_rng(n + 3)
+    xp, xq = rows(n, n + 4, scale=1.5), rows(n, n + 5, scale=1.5)
+    for t in (0.6, 1.0):
+        params = SamplingParams(t)
+        p, q = TemperedRow(xp, params), TemperedRow(xq, params)
+        ps, qs = rowscan_kernel.RowSums(p.max, p.z), rowscan_kernel.RowSums(q.max, q.z)
+        got = rowscan_kernel.residual(xp, xq, ps, qs, 1.0 / t, generic=which == "generic")
+        assert got is not None
+        total, stamp = got
+        pd, qd = probs_from_logits(xp, params), probs_from_logits(xq, params)
+        r = np.maximum(pd.probs - qd.probs, 0.0)
+        assert total == pytest.approx(r.sum(), rel=1e-12, abs=1e-15)
+        want = residual_distribution(pd, qd, int(np.argmax(xq)))
+        for u in [0.0, 1.0 - 2**-53, *rng.random(30)]:
+            if total > 0:
+                assert rowscan_kernel.residual_pick(xp, xq, ps, qs, 1.0 / t, u * total, stamp) == want.draw(u)
+
+
+def test_residual_draws_in_place_match_the_built_distributions():
+    rng = np.random.default_rng(12)
+    params = SamplingParams(0.9)
+    for n in (300, 262144):
+        xp, xq = rows(n, n, scale=2.0), rows(n, n + 1, scale=2.0)
+        p, q = TemperedRow(xp, params), TemperedRow(xq, params)
+        want = residual_distribution(p.dist(), q.dist(), 0)
+        for u in rng.random(20):
+            got = residual_draw(p, q, float(u))
+            if rowscan_kernel.unavailable_reason() is None:
+                assert got == want.draw(float(u))
+    # p and q the same row: no residual mass, so the draw is p's own, as numpy's residual is p itself
+    x = rows(1000, 3)
+    p, q = TemperedRow(x, params), TemperedRow(x.copy(), params)
+    if rowscan_kernel.unavailable_reason() is None:
+        assert float(np.maximum(p.dist().probs - q.dist().probs, 0).sum()) == 0.0
+        assert [residual_draw(p, q, u) for u in (0.1, 0.6)] == [p.draw(0.1), p.draw(0.6)]
+    # what the kernel does not take: a row on numpy's path, another temperature, another length
+    nan_row = x.copy()
+    nan_row[4] = np.nan
+    assert residual_draw(TemperedRow(nan_row, params), q, 0.5) is None
+    assert residual_draw(p, TemperedRow(x, SamplingParams(0.5)), 0.5) is None
+    assert residual_draw(p, TemperedRow(x[:999].copy(), params), 0.5) is None
+    assert residual_draw(TemperedRow(x, params, 3), q, 0.5) is None
+
+
+def test_a_sampled_draft_distribution_read_in_place_gives_the_same_rounds(monkeypatch):
+    """A draft model's q as a TemperedRow (what draft_model and draft_choice hand the acceptor now) and as
+    numpy's TokenDist give the same verdicts from the same seed, rejections (the residual) included."""
+    n = 262144
+    params = SamplingParams(1.1)
+    rng_rows = np.random.default_rng(21)
+    target = rng_rows.standard_normal((4, n)).astype(np.float32)
+    draft_rows = (target + rng_rows.standard_normal((3, n)).astype(np.float32)[[0, 1, 2, 2]] * 0.8).astype(np.float32)
+    for i in range(4):  # a peak the draft shares, less sharply
+        target[i, 1000 + i] = 14.0
+        draft_rows[i, 1000 + i] = 13.0
+
+    def rounds(kind: str) -> list:
+        rng = np.random.default_rng(3)
+        out = []
+        for _ in range(30):
+            qs = [
+                TemperedRow(draft_rows[i], params) if kind == "in place" else probs_from_logits(draft_rows[i], params)
+                for i in range(3)
+            ]
+            draft = [qs[i].draw(float(rng.random())) for i in range(3)]
+            out.append(accept(draft, lambda i: target[i], params, rng, qs))
+        return out
+
+    a, b = rounds("in place"), rounds("built")
+    assert any(not v.bonus for v in a) and any(v.n_accepted > 0 for v in a)
+    for x, y in zip(a, b):
+        assert (x.tokens, x.n_accepted, x.bonus) == (y.tokens, y.n_accepted, y.bonus)
+        assert [pv.u for pv in x.positions] == [pv.u for pv in y.positions]
+        assert np.allclose(x.probs, y.probs, rtol=1e-12, atol=0)

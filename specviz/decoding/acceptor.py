@@ -18,7 +18,8 @@ Terms (for one sequence; ``k`` is the draft length, ``V`` the vocabulary size):
 ``rng``
     The generation's seeded ``numpy.random.Generator`` (never touched when greedy).
 ``draft_dists``
-    ``q_i`` for each draft position (a sequence or a callable of :class:`~specviz.decoding.sampling.TokenDist`),
+    ``q_i`` for each draft position (a sequence or a callable of :class:`~specviz.decoding.sampling.TokenDist`
+    or :class:`~specviz.decoding.tempered.TemperedRow`),
     built with the same ``params`` as the target, when the draft tokens were sampled from them.
 
 Greedy (temperature 0): accept ``d_i`` while it is the first maximum of row ``i`` (NaN counts as −∞),
@@ -47,7 +48,7 @@ import numpy as np
 from .rowscan import ScoredRow
 from .rowscan_kernel import verify_greedy
 from .sampling import SamplingParams, TokenDist, acceptance_probability, residual_distribution
-from .tempered import TemperedRow, tempered_or_dist
+from .tempered import TemperedRow, residual_draw, tempered_or_dist
 
 __all__ = ["PositionVerdict", "Verdict", "accept", "N_ALTERNATIVES"]
 
@@ -58,7 +59,9 @@ RowSource = Union[Callable[[int], np.ndarray], Sequence[np.ndarray]]
 #: Where a compiled reader finds the same rows: ``(address of llama_get_logits_ith, the llama_context's
 #: address, the row width)`` (:meth:`specviz.backends.llama.LlamaContext.native_rows`).
 NativeRows = tuple[int, int, int]
-DraftDists = Union[Callable[[int], TokenDist], Sequence[TokenDist], None]
+#: A draft position's distribution: built (:class:`TokenDist`) or a row read in place (:class:`TemperedRow`).
+DraftDist = Union[TokenDist, TemperedRow]
+DraftDists = Union[Callable[[int], DraftDist], Sequence[DraftDist], None]
 
 
 @dataclass(frozen=True)
@@ -224,7 +227,7 @@ def _accept_sampled(
     row: Callable[[int], np.ndarray],
     params: SamplingParams,
     rng: np.random.Generator,
-    qdist: Callable[[int], TokenDist] | None,
+    qdist: Callable[[int], DraftDist] | None,
     top_n: int,
 ) -> Verdict:
     tokens: list[int] = []
@@ -268,12 +271,17 @@ def _accept_sampled(
     return Verdict(k, tuple(tokens), tuple(probs), True, positions=tuple(positions), rows_read=k + 1)
 
 
-def _correction(p: TemperedRow | TokenDist, q: TokenDist | None, d: int, u: float) -> int:
+def _correction(p: TemperedRow | TokenDist, q: TemperedRow | TokenDist | None, d: int, u: float) -> int:
     """The token that replaces the rejected draft token ``d``, drawn with ``u`` from the residual: ``p``
-    without ``d`` (a deterministic draft; a :class:`TemperedRow` read with ``d`` left out draws it in
-    place), or ``max(0, p − q)`` normalised (a draft distribution)."""
+    without ``d`` (a deterministic draft, or a draft distribution that gave ``d`` no mass), or
+    ``max(0, p − q)`` normalised. Rows read in place draw in place (a :class:`TemperedRow` read with ``d``
+    left out; :func:`residual_draw` for two of them); otherwise the distributions are built."""
     if isinstance(p, TemperedRow):
         if q is None:
             return p.draw(u)
+        if isinstance(q, TemperedRow) and q.prob(d) > 0.0 and (tok := residual_draw(p, q, u)) is not None:
+            return tok
         p = p.dist()
+    if isinstance(q, TemperedRow):
+        q = q.dist()
     return residual_distribution(p, q, d).draw(u)

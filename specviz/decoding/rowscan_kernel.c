@@ -754,3 +754,112 @@ int64_t specviz_tempered_pick(const float * x, int64_t n, double m, double inv_t
     }
     return -1;
 }
+
+/*
+ * A draft model's residual: when a sampled draft token is rejected, the correction is drawn from
+ * max(0, p_i - q_i) normalised, where p is the target's tempered row (maximum mp, sum zp) and q the draft's
+ * (mq, zq), both p_i = exp((x_i - m) * inv_t) / z as above, in double. specviz_residual writes the per-block
+ * sums of the residual's terms into blocks and returns their sum (added in block order);
+ * specviz_residual_pick walks them as specviz_tempered_pick walks a row's: the first token whose running
+ * sum of terms exceeds target, else the last token with a non-zero term, else -1 (no mass: the caller
+ * draws from p, as numpy's residual does).
+ */
+static inline double specviz_residual_term(float xp, float xq, double mp, double zp, double mq, double zq,
+                                           double inv_t) {
+    const double p = specviz_exp_nonpositive_d(((double) xp - mp) * inv_t) / zp;
+    const double q = specviz_exp_nonpositive_d(((double) xq - mq) * inv_t) / zq;
+    return p > q ? p - q : 0.0;
+}
+
+SPECVIZ_CLONES
+static void specviz_residual_sums_generic(const float * xp, const float * xq, int64_t n, double mp, double zp,
+                                          double mq, double zq, double inv_t, double * blocks) {
+    for (int64_t b = 0; b * SPECVIZ_BLOCK < n; ++b) {
+        const int64_t lo = b * SPECVIZ_BLOCK;
+        const int64_t hi = lo + SPECVIZ_BLOCK < n ? lo + SPECVIZ_BLOCK : n;
+        double acc[8] = {0};
+        for (int64_t i = lo; i < hi; ++i) {
+            acc[(i - lo) & 7] += specviz_residual_term(xp[i], xq[i], mp, zp, mq, zq, inv_t);
+        }
+        blocks[b] = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+    }
+}
+
+#if defined(__GNUC__) && defined(__x86_64__)
+__attribute__((target("avx512f"))) static void specviz_residual_sums_avx512(const float * xp, const float * xq,
+                                                                            int64_t n, double mp, double zp,
+                                                                            double mq, double zq, double inv_t,
+                                                                            double * blocks) {
+    const __m512 ninf = _mm512_set1_ps(-__builtin_inff());
+    const __m512d vt = _mm512_set1_pd(inv_t);
+    const __m512d vmp = _mm512_set1_pd(mp), vzp = _mm512_set1_pd(zp);
+    const __m512d vmq = _mm512_set1_pd(mq), vzq = _mm512_set1_pd(zq);
+    for (int64_t b = 0; b * SPECVIZ_BLOCK < n; ++b) {
+        const int64_t lo = b * SPECVIZ_BLOCK;
+        const int64_t hi = lo + SPECVIZ_BLOCK < n ? lo + SPECVIZ_BLOCK : n;
+        __m512d acc = _mm512_setzero_pd();
+        for (int64_t j = lo; j < hi; j += SPECVIZ_LANES) {
+            const __mmask16 in = (__mmask16) (hi - j >= SPECVIZ_LANES ? 0xFFFFu : (1u << (hi - j)) - 1u);
+            const __m512 fp = _mm512_mask_loadu_ps(ninf, in, xp + j); /* a short tail: -inf, terms of 0 */
+            const __m512 fq = _mm512_mask_loadu_ps(ninf, in, xq + j);
+            const __m256 hp[2] = {_mm512_castps512_ps256(fp),
+                                  _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(fp), 1))};
+            const __m256 hq[2] = {_mm512_castps512_ps256(fq),
+                                  _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(fq), 1))};
+            for (int h = 0; h < 2; ++h) {
+                const __m512d p = _mm512_div_pd(
+                    specviz_exp_nonpositive8(_mm512_mul_pd(_mm512_sub_pd(_mm512_cvtps_pd(hp[h]), vmp), vt)), vzp);
+                const __m512d q = _mm512_div_pd(
+                    specviz_exp_nonpositive8(_mm512_mul_pd(_mm512_sub_pd(_mm512_cvtps_pd(hq[h]), vmq), vt)), vzq);
+                const __mmask8 more = _mm512_cmp_pd_mask(p, q, _CMP_GT_OQ);
+                acc = _mm512_mask_add_pd(acc, more, acc, _mm512_sub_pd(p, q));
+            }
+        }
+        blocks[b] = _mm512_reduce_add_pd(acc);
+    }
+}
+#endif
+
+double specviz_residual(const float * xp, const float * xq, int64_t n, double mp, double zp, double mq, double zq,
+                        double inv_t, double * blocks, int generic) {
+#if defined(__GNUC__) && defined(__x86_64__)
+    if (!generic && __builtin_cpu_supports("avx512f")) {
+        specviz_residual_sums_avx512(xp, xq, n, mp, zp, mq, zq, inv_t, blocks);
+    } else {
+        specviz_residual_sums_generic(xp, xq, n, mp, zp, mq, zq, inv_t, blocks);
+    }
+#else
+    (void) generic;
+    specviz_residual_sums_generic(xp, xq, n, mp, zp, mq, zq, inv_t, blocks);
+#endif
+    double total = 0.0;
+    for (int64_t b = 0; b * SPECVIZ_BLOCK < n; ++b) {
+        total += blocks[b];
+    }
+    return total;
+}
+
+int64_t specviz_residual_pick(const float * xp, const float * xq, int64_t n, double mp, double zp, double mq,
+                              double zq, double inv_t, double target, const double * blocks) {
+    double acc = 0.0;
+    for (int64_t b = 0; b * SPECVIZ_BLOCK < n; ++b) {
+        if (!(acc + blocks[b] > target)) {
+            acc += blocks[b];
+            continue;
+        }
+        const int64_t lo = b * SPECVIZ_BLOCK;
+        const int64_t hi = lo + SPECVIZ_BLOCK < n ? lo + SPECVIZ_BLOCK : n;
+        for (int64_t i = lo; i < hi; ++i) {
+            acc += specviz_residual_term(xp[i], xq[i], mp, zp, mq, zq, inv_t);
+            if (acc > target) {
+                return i;
+            }
+        }
+    }
+    for (int64_t i = n - 1; i >= 0; --i) {
+        if (specviz_residual_term(xp[i], xq[i], mp, zp, mq, zq, inv_t) > 0.0) {
+            return i;
+        }
+    }
+    return -1;
+}

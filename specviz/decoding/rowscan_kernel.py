@@ -48,6 +48,14 @@ _SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
         ctypes.c_int,
         [ctypes.c_void_p, ctypes.c_int64, ctypes.c_double, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p],
     ),
+    "specviz_residual": (
+        ctypes.c_double,
+        [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, *[ctypes.c_double] * 5, ctypes.c_void_p, ctypes.c_int],
+    ),
+    "specviz_residual_pick": (
+        ctypes.c_int64,
+        [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, *[ctypes.c_double] * 6, ctypes.c_void_p],
+    ),
     "specviz_tempered_pick": (
         ctypes.c_int64,
         [
@@ -313,6 +321,59 @@ def tempered_pick(row: np.ndarray, m: float, inv_t: float, leave_out: int, targe
         return None
     return int(
         fns.tempered_pick(row.ctypes.data, row.shape[0], m, inv_t, leave_out, target, ctypes.addressof(bufs.blocks))
+    )
+
+
+class RowSums(NamedTuple):
+    """A tempered row's maximum and ``Z`` (see :class:`Tempered`): what a residual needs of each row."""
+
+    max: float
+    z: float
+
+
+def residual(
+    p: np.ndarray, q: np.ndarray, ps: RowSums, qs: RowSums, inv_t: float, *, generic: bool = False
+) -> tuple[float, int] | None:
+    """The mass of a draft model's residual ``max(0, p − q)``, where ``p`` and ``q`` are the tempered
+    softmaxes of two contiguous float32 rows of one length (``ps``, ``qs``: their maxima and sums), with
+    the buffers' stamp for :func:`residual_pick`; ``generic``: the plain-C path. ``None`` without the
+    kernel or for rows it does not take."""
+    fns = load()
+    if fns is None or not _plain(p) or not _plain(q) or p.shape != q.shape:
+        return None
+    bufs = _tempered_buffers(p.shape[0])
+    total = fns.residual(
+        p.ctypes.data, q.ctypes.data, p.shape[0], ps.max, ps.z, qs.max, qs.z, inv_t,
+        ctypes.addressof(bufs.blocks), int(generic),
+    )  # fmt: skip
+    bufs.stamp += 1
+    return float(total), bufs.stamp
+
+
+def residual_pick(
+    p: np.ndarray, q: np.ndarray, ps: RowSums, qs: RowSums, inv_t: float, target: float, stamp: int
+) -> int | None:
+    """The first token whose running sum of the residual's terms exceeds ``target`` (the last with mass
+    when rounding leaves it unreached, -1 when there is none), walking the block sums of the
+    :func:`residual` call that returned ``stamp`` on this thread; ``None`` without the kernel or when this
+    thread has scanned another row since."""
+    fns = load()
+    bufs = getattr(_local, "tempered", None)
+    if fns is None or bufs is None or bufs.stamp != stamp or not _plain(p) or not _plain(q) or p.shape != q.shape:
+        return None
+    return int(
+        fns.residual_pick(
+            p.ctypes.data,
+            q.ctypes.data,
+            p.shape[0],
+            ps.max,
+            ps.z,
+            qs.max,
+            qs.z,
+            inv_t,
+            target,
+            ctypes.addressof(bufs.blocks),
+        )  # fmt: skip
     )
 
 

@@ -174,6 +174,10 @@ class TokenDist:
         order = np.lexsort((ids, -self.probs[idx]))
         return [(int(ids[j]), float(self.probs[idx][j])) for j in order]
 
+    def max_prob(self) -> float:
+        """The largest probability."""
+        return float(self.probs.max())
+
     def rank(self, token: int) -> int:
         """``token``'s rank (1 = the most probable; ties go to the lower id); a token outside the support
         ranks after all of it."""
@@ -310,7 +314,7 @@ def probs_from_logits(logits_row: np.ndarray, params: SamplingParams) -> TokenDi
 # sampling
 
 
-def sample(dist: TokenDist, rng: np.random.Generator) -> int:
+def sample(dist: Drawable, rng: np.random.Generator) -> int:
     """Draw one token from ``dist`` using exactly one ``rng.random()`` call (inverse CDF, :meth:`TokenDist.draw`)."""
     return dist.draw(float(rng.random()))
 
@@ -336,7 +340,15 @@ class HasProb(Protocol):
         ...
 
 
-def acceptance_probability(p: HasProb, q: TokenDist | None, token: int) -> float:
+class Drawable(Protocol):
+    """Anything a token can be drawn from with one uniform (:class:`TokenDist`, a row read in place)."""
+
+    def draw(self, u: float) -> int:
+        """The token at ``u`` in [0, 1) of the inverse cumulative distribution."""
+        ...
+
+
+def acceptance_probability(p: HasProb, q: HasProb | None, token: int) -> float:
     """Probability of accepting draft ``token`` given target ``p`` and draft distribution ``q``.
 
     ``q is None`` (a deterministic draft) or ``q(token) == 0`` (the draft's distribution does not

@@ -29,7 +29,7 @@ from . import rowscan_kernel
 from .rowscan import row_rank, top_ids
 from .sampling import SamplingParams, TokenDist, probs_from_logits, residual_distribution
 
-__all__ = ["TemperedRow", "tempered_or_dist", "EXP_FLOOR"]
+__all__ = ["TemperedRow", "tempered_or_dist", "residual_draw", "EXP_FLOOR"]
 
 #: Exponents at or below this give a term of 0 (``SPECVIZ_EXP_FLOOR`` in ``rowscan_kernel.c``).
 EXP_FLOOR = -708.0
@@ -77,6 +77,12 @@ class TemperedRow:
         self.max = float(np.max(clean))
         self.z = self.z_without = float("nan")
 
+    @property
+    def on_numpy(self) -> bool:
+        """True when numpy's distribution stands in for the kernel's sums (no kernel, a NaN, a non-finite
+        maximum)."""
+        return self._dist is not None
+
     def prob(self, token: int) -> float:
         """``p(token)`` (0 outside the vocabulary)."""
         token = int(token)
@@ -86,6 +92,10 @@ class TemperedRow:
             return 0.0
         x = (float(self.row[token]) - self.max) * self.inv_t
         return math.exp(x) / self.z if x > EXP_FLOOR else 0.0
+
+    def max_prob(self) -> float:
+        """The largest probability: ``1 / Z`` (the maximum's term is exactly 1)."""
+        return self._dist.max_prob() if self._dist is not None else 1.0 / self.z
 
     def draw(self, u: float) -> int:
         """The token at ``u`` (in [0, 1)) of the inverse cumulative distribution of ``p`` with
@@ -128,6 +138,24 @@ class TemperedRow:
         if self._full is None:
             self._full = probs_from_logits(self.row, self.params)
         return self._full
+
+
+def residual_draw(p: TemperedRow, q: TemperedRow, u: float) -> int | None:
+    """The token at ``u`` of a draft model's residual ``max(0, p − q)`` normalised (``p`` itself when the
+    residual has no mass), as :func:`~specviz.decoding.sampling.residual_distribution` and
+    :meth:`TokenDist.draw <specviz.decoding.sampling.TokenDist.draw>` give it, read in place from both
+    rows by the kernel. ``None`` when the kernel does not take them (either row on numpy's path, rows of
+    other lengths or temperatures, ``p`` read with a token left out): the caller builds the distributions."""
+    if p.on_numpy or q.on_numpy or p.leave_out != -1 or p.inv_t != q.inv_t or p.row.shape != q.row.shape:
+        return None
+    ps, qs = rowscan_kernel.RowSums(p.max, p.z), rowscan_kernel.RowSums(q.max, q.z)
+    got = rowscan_kernel.residual(p.row, q.row, ps, qs, p.inv_t)
+    if got is None:
+        return None
+    total, stamp = got
+    if not total > 0.0:  # p and q agree to rounding: numpy's residual is p itself
+        return p.draw(u)
+    return rowscan_kernel.residual_pick(p.row, q.row, ps, qs, p.inv_t, u * total, stamp)
 
 
 def tempered_or_dist(row: np.ndarray, params: SamplingParams, leave_out: int = -1) -> TemperedRow | TokenDist:

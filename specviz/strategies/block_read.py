@@ -31,6 +31,7 @@ from typing import Callable
 import numpy as np
 
 from ..decoding.sampling import SamplingParams, TokenDist, probs_from_logits, sample
+from ..decoding.tempered import TemperedRow
 from .draft_choice import choose_token
 
 
@@ -41,7 +42,7 @@ class BlockRead:
 
     tokens: list[int] = field(default_factory=list)
     probs: list[float | None] = field(default_factory=list)
-    dists: list[TokenDist] = field(default_factory=list)
+    dists: list[TokenDist | TemperedRow] = field(default_factory=list)
     reason: str | None = None
 
 

@@ -13,12 +13,13 @@ from __future__ import annotations
 import numpy as np
 
 from ..decoding.sampling import SamplingParams, TokenDist, probs_from_logits, sample
+from ..decoding.tempered import TemperedRow, is_dense
 from ..errors import ContextError
 
 
 def choose_token(
     row: np.ndarray, params: SamplingParams, rng: np.random.Generator, vocab_ids: np.ndarray | None, n_vocab: int
-) -> tuple[int, float, float, TokenDist | None]:
+) -> tuple[int, float, float, TokenDist | TemperedRow | None]:
     """``(token, its probability, the top probability, q or None)`` from one logits ``row``."""
     sub = row[vocab_ids] if vocab_ids is not None else row
     if params.greedy:
@@ -30,10 +31,16 @@ def choose_token(
         p = 1.0 / float(np.exp(x - m).sum())
         tok = int(vocab_ids[j]) if vocab_ids is not None else j
         return tok, p, p, None
+    if vocab_ids is None and is_dense(params, n_vocab):
+        # the whole vocabulary at a temperature: read in place (from a copy: the drafter's next step
+        # overwrites its context's logits)
+        t = TemperedRow(np.array(sub, dtype=np.float32), params)
+        tok = sample(t, rng)
+        return tok, t.prob(tok), t.max_prob(), t
     q = probs_from_logits(sub, params)
     if vocab_ids is not None:
         qids = vocab_ids if q.ids is None else vocab_ids[q.ids]
         q = TokenDist(q.probs, np.asarray(qids, dtype=np.int64), n_vocab)
-    top = float(q.probs.max())
+    top = q.max_prob()
     tok = sample(q, rng)
     return tok, q.prob(tok), top, q

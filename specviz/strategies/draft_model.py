@@ -28,7 +28,8 @@ from typing import Any, Sequence
 from ..backends.llama import LlamaContext
 from ..backends.memory import Cut, Mark
 from ..decoding.rowscan import ScoredRow
-from ..decoding.sampling import TokenDist, probs_from_logits, sample
+from ..decoding.sampling import TokenDist, sample
+from ..decoding.tempered import TemperedRow, tempered_or_dist
 from ..errors import KnobError, SnapshotError, StrategyUnavailableError
 from .base import Draft, Drafter, DraftResources
 from .knobs import DRAFT_MODEL_KNOB, DRAFT_P_MIN_KNOB
@@ -143,7 +144,7 @@ class DraftModelDrafter(Drafter):
             self._memory_log.append(self.ctx.memory.checkpoint("drafting on a draft model that cannot drop a tail"))
         toks: list[int] = []
         probs: list[float | None] = []
-        dists: list[TokenDist] = []
+        dists: list[TokenDist | TemperedRow] = []
         reason = None
         for i in range(n_max):
             if params.greedy:
@@ -151,8 +152,9 @@ class DraftModelDrafter(Drafter):
                 t, top = sr.best, sr.prob(sr.best)
                 p = top
             else:
-                q = probs_from_logits(row, params)
-                top = q.top(1)[0][1]
+                # read in place from a copy: the next draft step's decode overwrites llama.cpp's logits
+                q = tempered_or_dist(row.copy(), params)
+                top = q.max_prob()
             if top < p_min:
                 reason = "p-min"
                 break

@@ -78,6 +78,7 @@ from typing import Any, ClassVar, Sequence
 import numpy as np
 
 from ..decoding.sampling import TokenDist
+from ..decoding.tempered import TemperedRow
 from ..errors import ContextError, SnapshotError
 from .base import Draft, Drafter, DraftResources, Upkeep
 from .draft_choice import choose_token
@@ -306,7 +307,7 @@ class HiddenStateDrafter(Drafter):
         self._set_pending(L - 1, self._pending[1:])
         toks: list[int] = []
         probs: list[float | None] = []
-        dists: list[TokenDist] = []
+        dists: list[TokenDist | TemperedRow] = []
         reason = None
         for i in range(n_max):
             tok, p, top, q = choose_token(
