@@ -726,8 +726,30 @@ int specviz_tempered_generic(const float * x, int64_t n, double inv_t, int64_t s
     return specviz_tempered_in(x, n, inv_t, skip, out, blocks, 1);
 }
 
-int64_t specviz_tempered_pick(const float * x, int64_t n, double m, double inv_t, int64_t skip, double target,
-                              const double * blocks) {
+/* What a draw walks: the terms of a tempered row (`xq` NULL: exp((x_i - m) * inv_t), 0 for `skip`) or of a
+   draft model's residual (below: max(0, p_i - q_i), p from x, q from xq). One walk for both. */
+typedef struct {
+    const float * x;
+    const float * xq;
+    double m, z, mq, zq, inv_t;
+    int64_t skip;
+} specviz_terms;
+
+static inline double specviz_residual_term(float xp, float xq, double mp, double zp, double mq, double zq,
+                                           double inv_t);
+
+static inline double specviz_term(const specviz_terms * t, int64_t i) {
+    if (t->xq != NULL) {
+        return specviz_residual_term(t->x[i], t->xq[i], t->m, t->z, t->mq, t->zq, t->inv_t);
+    }
+    return i == t->skip ? 0.0 : specviz_exp_nonpositive_d(((double) t->x[i] - t->m) * t->inv_t);
+}
+
+/* The inverse of the running sum of the terms, as numpy's searchsorted(cumsum, target, side="right") reads
+   it: whole blocks are skipped by their sums (added in the order they were summed), the block that
+   crosses is walked term by term; when rounding leaves the target unreached, the last token with a
+   non-zero term; -1 when no term is. */
+static int64_t specviz_walk(const specviz_terms * t, int64_t n, double target, const double * blocks) {
     double acc = 0.0;
     for (int64_t b = 0; b * SPECVIZ_BLOCK < n; ++b) {
         if (!(acc + blocks[b] > target)) {
@@ -737,10 +759,7 @@ int64_t specviz_tempered_pick(const float * x, int64_t n, double m, double inv_t
         const int64_t lo = b * SPECVIZ_BLOCK;
         const int64_t hi = lo + SPECVIZ_BLOCK < n ? lo + SPECVIZ_BLOCK : n;
         for (int64_t i = lo; i < hi; ++i) {
-            if (i == skip) {
-                continue;
-            }
-            acc += specviz_exp_nonpositive_d(((double) x[i] - m) * inv_t);
+            acc += specviz_term(t, i);
             if (acc > target) {
                 return i;
             }
@@ -748,11 +767,17 @@ int64_t specviz_tempered_pick(const float * x, int64_t n, double m, double inv_t
         /* the block's terms, added one by one, fell just short of its sum: go on from here */
     }
     for (int64_t i = n - 1; i >= 0; --i) {
-        if (i != skip && specviz_exp_nonpositive_d(((double) x[i] - m) * inv_t) > 0.0) {
+        if (specviz_term(t, i) > 0.0) {
             return i;
         }
     }
     return -1;
+}
+
+int64_t specviz_tempered_pick(const float * x, int64_t n, double m, double inv_t, int64_t skip, double target,
+                              const double * blocks) {
+    const specviz_terms t = {x, NULL, m, 1.0, 0.0, 1.0, inv_t, skip};
+    return specviz_walk(&t, n, target, blocks);
 }
 
 /*
@@ -841,25 +866,6 @@ double specviz_residual(const float * xp, const float * xq, int64_t n, double mp
 
 int64_t specviz_residual_pick(const float * xp, const float * xq, int64_t n, double mp, double zp, double mq,
                               double zq, double inv_t, double target, const double * blocks) {
-    double acc = 0.0;
-    for (int64_t b = 0; b * SPECVIZ_BLOCK < n; ++b) {
-        if (!(acc + blocks[b] > target)) {
-            acc += blocks[b];
-            continue;
-        }
-        const int64_t lo = b * SPECVIZ_BLOCK;
-        const int64_t hi = lo + SPECVIZ_BLOCK < n ? lo + SPECVIZ_BLOCK : n;
-        for (int64_t i = lo; i < hi; ++i) {
-            acc += specviz_residual_term(xp[i], xq[i], mp, zp, mq, zq, inv_t);
-            if (acc > target) {
-                return i;
-            }
-        }
-    }
-    for (int64_t i = n - 1; i >= 0; --i) {
-        if (specviz_residual_term(xp[i], xq[i], mp, zp, mq, zq, inv_t) > 0.0) {
-            return i;
-        }
-    }
-    return -1;
+    const specviz_terms t = {xp, xq, mp, zp, mq, zq, inv_t, -1};
+    return specviz_walk(&t, n, target, blocks);
 }
