@@ -47,8 +47,8 @@ import numpy as np
 
 from .rowscan import ScoredRow
 from .rowscan_kernel import verify_greedy
-from .sampling import SamplingParams, TokenDist, acceptance_probability, residual_distribution
-from .tempered import TemperedRow, residual_draw, tempered_or_dist
+from .sampling import SamplingParams, acceptance_probability, residual_distribution
+from .tempered import Dist, TemperedRow, residual_draw, tempered_or_dist
 
 __all__ = ["PositionVerdict", "Verdict", "accept", "N_ALTERNATIVES"]
 
@@ -59,9 +59,7 @@ RowSource = Union[Callable[[int], np.ndarray], Sequence[np.ndarray]]
 #: Where a compiled reader finds the same rows: ``(address of llama_get_logits_ith, the llama_context's
 #: address, the row width)`` (:meth:`specviz.backends.llama.LlamaContext.native_rows`).
 NativeRows = tuple[int, int, int]
-#: A draft position's distribution: built (:class:`TokenDist`) or a row read in place (:class:`TemperedRow`).
-DraftDist = Union[TokenDist, TemperedRow]
-DraftDists = Union[Callable[[int], DraftDist], Sequence[DraftDist], None]
+DraftDists = Union[Callable[[int], Dist], Sequence[Dist], None]
 
 
 @dataclass(frozen=True)
@@ -227,7 +225,7 @@ def _accept_sampled(
     row: Callable[[int], np.ndarray],
     params: SamplingParams,
     rng: np.random.Generator,
-    qdist: Callable[[int], DraftDist] | None,
+    qdist: Callable[[int], Dist] | None,
     top_n: int,
 ) -> Verdict:
     tokens: list[int] = []
@@ -271,7 +269,7 @@ def _accept_sampled(
     return Verdict(k, tuple(tokens), tuple(probs), True, positions=tuple(positions), rows_read=k + 1)
 
 
-def _correction(p: TemperedRow | TokenDist, q: TemperedRow | TokenDist | None, d: int, u: float) -> int:
+def _correction(p: Dist, q: Dist | None, d: int, u: float) -> int:
     """The token that replaces the rejected draft token ``d``, drawn with ``u`` from the residual: ``p``
     without ``d`` (a deterministic draft, or a draft distribution that gave ``d`` no mass), or
     ``max(0, p − q)`` normalised. Rows read in place draw in place (a :class:`TemperedRow` read with ``d``

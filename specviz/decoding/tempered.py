@@ -22,6 +22,7 @@ A term below ``exp(-708)`` counts as 0 (:data:`EXP_FLOOR`, the kernel's floor).
 from __future__ import annotations
 
 import math
+from typing import Union
 
 import numpy as np
 
@@ -29,7 +30,7 @@ from . import rowscan_kernel
 from .rowscan import row_rank, top_ids
 from .sampling import SamplingParams, TokenDist, probs_from_logits, residual_distribution
 
-__all__ = ["TemperedRow", "tempered_or_dist", "residual_draw", "EXP_FLOOR"]
+__all__ = ["TemperedRow", "Dist", "tempered_or_dist", "residual_draw", "EXP_FLOOR"]
 
 #: Exponents at or below this give a term of 0 (``SPECVIZ_EXP_FLOOR`` in ``rowscan_kernel.c``).
 EXP_FLOOR = -708.0
@@ -140,6 +141,11 @@ class TemperedRow:
         return self._full
 
 
+#: A distribution a round samples from: built (:class:`~specviz.decoding.sampling.TokenDist`) or a row read in
+#: place (:class:`TemperedRow`); both give ``prob``, ``draw``, ``top``, ``rank`` and ``max_prob``.
+Dist = Union[TokenDist, TemperedRow]
+
+
 def residual_draw(p: TemperedRow, q: TemperedRow, u: float) -> int | None:
     """The token at ``u`` of a draft model's residual ``max(0, p − q)`` normalised (``p`` itself when the
     residual has no mass), as :func:`~specviz.decoding.sampling.residual_distribution` and
@@ -158,7 +164,7 @@ def residual_draw(p: TemperedRow, q: TemperedRow, u: float) -> int | None:
     return rowscan_kernel.residual_pick(p.row, q.row, ps, qs, p.inv_t, u * total, stamp)
 
 
-def tempered_or_dist(row: np.ndarray, params: SamplingParams, leave_out: int = -1) -> TemperedRow | TokenDist:
+def tempered_or_dist(row: np.ndarray, params: SamplingParams, leave_out: int = -1) -> Dist:
     """The target's distribution for one row: a :class:`TemperedRow` when ``params`` are dense, else
     :func:`~specviz.decoding.sampling.probs_from_logits`'s sparse :class:`TokenDist` (top-k, top-p)."""
     if is_dense(params, row.shape[0]):

@@ -47,8 +47,8 @@ from .history import TokenMirror
 if TYPE_CHECKING:
     from ..backends.llama import LlamaContext, LlamaModel
     from ..backends.memory import Cut, Mark
-    from ..decoding.sampling import SamplingParams, TokenDist
-    from ..decoding.tempered import TemperedRow
+    from ..decoding.sampling import SamplingParams
+    from ..decoding.tempered import Dist
 
 
 @dataclass
@@ -68,7 +68,7 @@ class Draft:
     tokens: list[int] = field(default_factory=list)
     probs: list[float | None] | None = None
     reason: str | None = None
-    dists: list[TokenDist | TemperedRow] | None = None
+    dists: list[Dist] | None = None
     block: dict[str, Any] | None = None
     drafter: str | None = None
 

@@ -31,7 +31,7 @@ from typing import Callable
 import numpy as np
 
 from ..decoding.sampling import SamplingParams, TokenDist, probs_from_logits, sample
-from ..decoding.tempered import TemperedRow
+from ..decoding.tempered import Dist
 from .draft_choice import choose_token
 
 
@@ -42,7 +42,7 @@ class BlockRead:
 
     tokens: list[int] = field(default_factory=list)
     probs: list[float | None] = field(default_factory=list)
-    dists: list[TokenDist | TemperedRow] = field(default_factory=list)
+    dists: list[Dist] = field(default_factory=list)
     reason: str | None = None
 
 

@@ -13,13 +13,13 @@ from __future__ import annotations
 import numpy as np
 
 from ..decoding.sampling import SamplingParams, TokenDist, probs_from_logits, sample
-from ..decoding.tempered import TemperedRow, is_dense
+from ..decoding.tempered import Dist, TemperedRow, is_dense
 from ..errors import ContextError
 
 
 def choose_token(
     row: np.ndarray, params: SamplingParams, rng: np.random.Generator, vocab_ids: np.ndarray | None, n_vocab: int
-) -> tuple[int, float, float, TokenDist | TemperedRow | None]:
+) -> tuple[int, float, float, Dist | None]:
     """``(token, its probability, the top probability, q or None)`` from one logits ``row``."""
     sub = row[vocab_ids] if vocab_ids is not None else row
     if params.greedy:

@@ -28,8 +28,8 @@ from typing import Any, Sequence
 from ..backends.llama import LlamaContext
 from ..backends.memory import Cut, Mark
 from ..decoding.rowscan import ScoredRow
-from ..decoding.sampling import TokenDist, sample
-from ..decoding.tempered import TemperedRow, tempered_or_dist
+from ..decoding.sampling import sample
+from ..decoding.tempered import Dist, tempered_or_dist
 from ..errors import KnobError, SnapshotError, StrategyUnavailableError
 from .base import Draft, Drafter, DraftResources
 from .knobs import DRAFT_MODEL_KNOB, DRAFT_P_MIN_KNOB
@@ -144,7 +144,7 @@ class DraftModelDrafter(Drafter):
             self._memory_log.append(self.ctx.memory.checkpoint("drafting on a draft model that cannot drop a tail"))
         toks: list[int] = []
         probs: list[float | None] = []
-        dists: list[TokenDist | TemperedRow] = []
+        dists: list[Dist] = []
         reason = None
         for i in range(n_max):
             if params.greedy:

@@ -77,8 +77,7 @@ from typing import Any, ClassVar, Sequence
 
 import numpy as np
 
-from ..decoding.sampling import TokenDist
-from ..decoding.tempered import TemperedRow
+from ..decoding.tempered import Dist
 from ..errors import ContextError, SnapshotError
 from .base import Draft, Drafter, DraftResources, Upkeep
 from .draft_choice import choose_token
@@ -307,7 +306,7 @@ class HiddenStateDrafter(Drafter):
         self._set_pending(L - 1, self._pending[1:])
         toks: list[int] = []
         probs: list[float | None] = []
-        dists: list[TokenDist | TemperedRow] = []
+        dists: list[Dist] = []
         reason = None
         for i in range(n_max):
             tok, p, top, q = choose_token(
