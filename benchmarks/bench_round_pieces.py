@@ -4,7 +4,8 @@
 greedy round one by one, each repeated on the same data (warm caches), in CPU time of the calling thread:
 the logits row view; the row scan as argmax alone, as argmax then the softmax normaliser, and as the
 acceptor's one pass (the C kernel; numpy without it); a rejection row's alternatives and rank; the rewind
-checkpoint; the telemetry event as a round makes it and as a reader builds it; the round's events. Each
+checkpoint; the telemetry event as a round makes it and as a reader builds it; the round's events; and the
+floor of any greedy round (the kernel's one call that reads the row, and the commit of its choice). Each
 is timed twice: warm (repeated on the same data) and right after a one-token decode, as a round runs it
 (median of ``--cold-repeats``): the decode streams the model's weights through the caches, so the same
 Python and the same row read cost several times more there. The warm sum is a floor for a ``none``
@@ -29,7 +30,7 @@ from specviz.backends import LlamaModel
 from specviz.decoding.events import TelemetryEvent
 from specviz.decoding.round_events import round_events
 from specviz.decoding.rowscan import ScoredRow
-from specviz.decoding.rowscan_kernel import unavailable_reason
+from specviz.decoding.rowscan_kernel import unavailable_reason, verify_greedy
 from specviz.models.embedded import default_model_path
 
 
@@ -82,6 +83,16 @@ def main(argv: list[str] | None = None) -> int:
         # what a round does for its telemetry event: one copy of the counters, the rest when it is read
         return TelemetryEvent.deferred(1, session.telemetry_view())
 
+    native = ctx.native_rows()
+    assert native is not None
+    committed: list[int] = []
+
+    def floor() -> None:
+        # the least a greedy round without a draft can do after its decode: read the row in the kernel's
+        # one call and commit its choice (no draft, no verdict, no events, no telemetry, no checkpoint)
+        got = verify_greedy(native[0], native[1], native[2], (), 5)
+        committed.append(got.ints[0] if got is not None else 0)
+
     scanned = ScoredRow(row, normaliser=True)
     other = (scanned.best + 1) % model.n_vocab  # a token the row did not choose: a rejected draft's
     pieces: list[tuple[str, Callable[[], Any]]] = [
@@ -96,6 +107,7 @@ def main(argv: list[str] | None = None) -> int:
         ("telemetry event, as a round makes it (built on first read)", lambda: session_view()),
         ("telemetry dictionary, built", session.telemetry_dict),
         ("round events", lambda: round_events(last, model.pieces, policy="fixed")),
+        ("the floor: the greedy kernel's one call and the commit (no draft, no bookkeeping)", floor),
     ]
     kernel = unavailable_reason()
     print(

@@ -1,0 +1,26 @@
+"""The round-pieces benchmark (benchmarks/bench_round_pieces.py) runs from a fresh clone on a tiny model and
+prints every piece the docs quote, the floor of a greedy round included, warm and right after a decode."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_round_pieces.py"
+
+
+def test_the_round_pieces_benchmark_times_every_piece_and_the_floor(capsys, tiny_model_path):
+    spec = importlib.util.spec_from_file_location("bench_round_pieces", BENCH)
+    assert spec is not None and spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    args = ["--model", str(tiny_model_path), "--threads", "1", "--repeats", "3", "--cold-repeats", "3"]
+    assert bench.main(args) == 0
+    out = capsys.readouterr().out
+    rows = [line for line in out.splitlines() if line.startswith("| ") and not line.startswith("| piece")]
+    names = [r.split(" | ")[0].lstrip("| ") for r in rows]
+    assert "round events" in names and "checkpoint (Generation.capture)" in names
+    assert any(n.startswith("the floor:") for n in names)
+    for r in rows:
+        warm, cold = (float(x) for x in r.rstrip(" |").split(" | ")[-2:])
+        assert warm >= 0 and cold >= 0
