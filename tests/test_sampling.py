@@ -332,3 +332,18 @@ def test_token_dist_helpers():
     assert d.argmax() == 7
     assert d.to_dense().sum() == pytest.approx(1.0)
     assert sample(TokenDist.point_mass(5, 10), np.random.default_rng(0)) == 5
+
+
+def test_top_k_is_the_same_set_with_and_without_the_kernel(monkeypatch):
+    """The kernel's one-pass top-k (k up to 64) and numpy's partition keep the same tokens, ties at the
+    boundary included (a row of few distinct values puts many ties there)."""
+    rng = np.random.default_rng(5)
+    rows = [rng.integers(-3, 4, 262144).astype(np.float32), (rng.standard_normal(50000) * 3).astype(np.float32)]
+    params = [SamplingParams(0.9, top_k=k) for k in (1, 40, 64, 65, 300)]
+    with_kernel = [probs_from_logits(r, p) for r in rows for p in params]
+    monkeypatch.setenv("SPECVIZ_ROWSCAN_KERNEL", "0")
+    numpy_only = [probs_from_logits(r, p) for r in rows for p in params]
+    for a, b in zip(with_kernel, numpy_only):
+        assert list(a.token_ids()) == list(b.token_ids())
+        np.testing.assert_array_equal(a.probs, b.probs)
+    assert list(with_kernel[1].token_ids()) == list(np.flatnonzero(rows[0] == 3)[:40])  # ties: the lowest ids

@@ -1,4 +1,4 @@
-"""Sampling distributions and lossless speculative acceptance, in plain numpy.
+"""Sampling distributions and lossless speculative acceptance, in numpy (top-k's search in the row-scan kernel).
 
 Nothing here touches a model: every function takes logit rows (``float32`` arrays of the vocabulary
 size) or the distributions built from them, plus a seeded :class:`numpy.random.Generator`.
@@ -32,6 +32,8 @@ from typing import Protocol
 import numpy as np
 
 from specviz.errors import ContextError, KnobError
+
+from .rowscan_kernel import topk
 
 __all__ = [
     "SamplingParams",
@@ -226,8 +228,12 @@ def _first_argmax(row: np.ndarray) -> int:
 
 
 def _top_k_ids(row: np.ndarray, k: int) -> np.ndarray:
-    """Ascending ids of the ``k`` largest entries (``0 < k < len(row)``); ties at the boundary keep the
-    lowest ids."""
+    """Ascending ids of the ``k`` largest entries (``0 < k < len(row)``, NaN-free); ties at the boundary keep
+    the lowest ids. The row-scan kernel's one pass where it takes the row (float32, ``k`` up to
+    :data:`~specviz.decoding.rowscan_kernel.TOPK_MAX`), with the same rule; numpy's partition otherwise."""
+    fast = topk(row, k)
+    if fast is not None:
+        return np.sort(fast)
     n = row.shape[0]
     part = np.argpartition(row, n - k)  # last k positions hold the k largest (ties arbitrary)
     kth = row[part[n - k]]
