@@ -26,7 +26,7 @@ length) and, with ``--temperature``, sampled decoding (reported, no target). Eac
 
 Usage: python benchmarks/bench_overhead.py [--model GGUF | --tiny-model] [--n-gpu-layers N] [--threads N]
            [--max-tokens 96] [--repeats 3] [--draft-max 1,2,4,8,16] [--strategies none,ngram-simple,...]
-           [--temperature 0.8] [--kind quote] [--prompt 0] [--json]
+           [--temperature 0.8 [--top-k 40] [--top-p 0.95]] [--kind quote] [--prompt 0] [--json]
 """
 
 from __future__ import annotations
@@ -133,7 +133,8 @@ def one_run(
     session: Session, timer: LlamaCallTimer, kernel: KernelTimer, prompt: str, strategy: str, knobs: dict, args
 ) -> dict:
     """One generation; specviz's and llama.cpp's time per round, and the row scans' share of specviz's."""
-    session.start(prompt, args.max_tokens, strategy, temperature=args.temperature, seed=1, **knobs)
+    sampling = {"temperature": args.temperature, "top_k": args.top_k, "top_p": args.top_p}
+    session.start(prompt, args.max_tokens, strategy, seed=1, **sampling, **knobs)
     timer.reset()
     kernel.reset()
     w0, c0 = time.perf_counter(), time.thread_time()
@@ -162,6 +163,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--draft-max", default="1,2,4,8,16", help="draft lengths (draft_max) to run each strategy at")
     ap.add_argument("--strategies", default="", help="default: none and every draftless strategy")
     ap.add_argument("--temperature", type=float, default=0.0, help="> 0: sampled decoding (reported, no target)")
+    ap.add_argument("--top-k", type=int, default=0, help="sampled decoding's top-k (0: off)")
+    ap.add_argument("--top-p", type=float, default=1.0, help="sampled decoding's top-p (1: off)")
     ap.add_argument("--kind", default="quote", choices=sorted(WORKLOADS))
     ap.add_argument("--prompt", type=int, default=0)
     ap.add_argument("--target-ms", type=float, default=0.25, help="the per-round target, marked in the table")
@@ -201,7 +204,8 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         timer.uninstall()
         kernel.uninstall()
-    mode = "greedy" if args.temperature == 0 else f"sampled (temperature {args.temperature})"
+    mode = "greedy" if args.temperature == 0 else f"sampled (temperature {args.temperature}"
+    mode += "" if args.temperature == 0 else f", top-k {args.top_k}, top-p {args.top_p})"
     print(
         f"\nspecviz's own time per round, {mode}: {model_path.name}, n_gpu_layers={args.n_gpu_layers}, "
         f"{args.threads} threads, {args.kind} prompt #{args.prompt}, {args.max_tokens} tokens, median (best) "
