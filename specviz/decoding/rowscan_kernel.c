@@ -672,7 +672,7 @@ static void specviz_block_sums(const float * x, int64_t n, double m, double inv_
 /* As specviz_scan, a long row is cut into pieces of whole blocks, one per thread; the pieces' maxima are
    joined, then each piece writes its own blocks' sums, which are added in block order on this thread (the
    order specviz_tempered_pick walks them). `generic`: plain C on one thread (what a CPU without AVX-512
-   runs; exported as specviz_tempered_generic so that the tests check it on machines that have it). */
+   runs; a flag, as specviz_residual's, so that the tests check it on machines that have AVX-512). */
 static int specviz_tempered_in(const float * x, int64_t n, double inv_t, int64_t skip, double * out,
                                double * blocks, int generic) {
     const int t = n >= SPECVIZ_SCAN_SPLIT && !generic ? specviz_scan_threads() : 1;
@@ -717,13 +717,9 @@ static int specviz_tempered_in(const float * x, int64_t n, double inv_t, int64_t
     return nan;
 }
 
-int specviz_tempered(const float * x, int64_t n, double inv_t, int64_t skip, double * out, double * blocks) {
-    return specviz_tempered_in(x, n, inv_t, skip, out, blocks, 0);
-}
-
-int specviz_tempered_generic(const float * x, int64_t n, double inv_t, int64_t skip, double * out,
-                             double * blocks) {
-    return specviz_tempered_in(x, n, inv_t, skip, out, blocks, 1);
+int specviz_tempered(const float * x, int64_t n, double inv_t, int64_t skip, double * out, double * blocks,
+                     int generic) {
+    return specviz_tempered_in(x, n, inv_t, skip, out, blocks, generic);
 }
 
 /* What a draw walks: the terms of a tempered row (`xq` NULL: exp((x_i - m) * inv_t), 0 for `skip`) or of a

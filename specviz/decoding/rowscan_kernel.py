@@ -42,11 +42,15 @@ _SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
     "specviz_scan_threads": (ctypes.c_int, []),
     "specviz_tempered": (
         ctypes.c_int,
-        [ctypes.c_void_p, ctypes.c_int64, ctypes.c_double, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p],
-    ),
-    "specviz_tempered_generic": (
-        ctypes.c_int,
-        [ctypes.c_void_p, ctypes.c_int64, ctypes.c_double, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p],
+        [
+            ctypes.c_void_p,
+            ctypes.c_int64,
+            ctypes.c_double,
+            ctypes.c_int64,
+            ctypes.c_void_p,
+            ctypes.c_void_p,
+            ctypes.c_int,
+        ],
     ),
     "specviz_residual": (
         ctypes.c_double,
@@ -302,8 +306,8 @@ def tempered(
         return None
     n = row.shape[0]
     bufs = _tempered_buffers(n)
-    fn = fns.tempered_generic if generic else fns.tempered
-    has_nan = fn(row.ctypes.data, n, inv_t, leave_out, ctypes.addressof(bufs.out), ctypes.addressof(bufs.blocks))
+    out_addr, blocks_addr = ctypes.addressof(bufs.out), ctypes.addressof(bufs.blocks)
+    has_nan = fns.tempered(row.ctypes.data, n, inv_t, leave_out, out_addr, blocks_addr, int(generic))
     bufs.stamp += 1
     out = bufs.out
     return Tempered(out[0], out[1], out[2], bool(has_nan)), bufs.stamp
