@@ -865,3 +865,85 @@ int64_t specviz_residual_pick(const float * xp, const float * xq, int64_t n, dou
     const specviz_terms t = {xp, xq, mp, zp, mq, zq, inv_t, -1};
     return specviz_walk(&t, n, target, blocks);
 }
+
+/*
+ * Top-p (the nucleus) of a tempered row, without building the distribution: the nucleus is the smallest
+ * set of most probable tokens whose mass reaches top_p, so it is the tokens at or above some logit, and
+ * only where that logit lies is needed. specviz_nucleus_mass files every token by its distance below the
+ * maximum, d_i = (m - x_i) * inv_t (its term is exp(-d_i)), into buckets of `width`:
+ * mass[b] += exp(-d_i) for floor(d_i / width) = b < nb (tokens further down, -inf and NaN are left out)
+ * and returns how many tokens it filed. The caller reads the buckets' running mass to the bucket that
+ * reaches top_p times Z, and sorts only that bucket's tokens (sampling.py; it checks their exact mass, so
+ * that a bucket's rounding can only cost a fallback, never a wrong nucleus).
+ *
+ * Most of a row is far below its maximum: the AVX-512 path compares sixteen tokens at a time in float (with
+ * a bucket's slack), computes the terms of a group where any passes eight at a time, and adds those that
+ * pass the test in double one by one. `mass` is zeroed here.
+ */
+static int64_t specviz_nucleus_mass_generic(const float * x, int64_t n, double m, double inv_t, double inv_w,
+                                            int64_t nb, double * mass) {
+    int64_t filed = 0;
+    for (int64_t i = 0; i < n; ++i) {
+        const double d = (m - (double) x[i]) * inv_t;
+        const double u = d * inv_w;
+        if (u < (double) nb) { /* not NaN, +inf (an -inf logit) or the far tail */
+            mass[(int64_t) u] += specviz_exp_nonpositive_d(-d);
+            ++filed;
+        }
+    }
+    return filed;
+}
+
+#if defined(__GNUC__) && defined(__x86_64__)
+__attribute__((target("avx512f"))) static int64_t specviz_nucleus_mass_avx512(const float * x, int64_t n, double m,
+                                                                              double inv_t, double inv_w,
+                                                                              int64_t nb, double * mass) {
+    const __m512 ninf = _mm512_set1_ps(-__builtin_inff());
+    /* a group is looked at when some (m - x) * inv_t * inv_w < nb + 1 in float: every token the double test
+       files, with a bucket to spare for the float's rounding */
+    const __m512 fm = _mm512_set1_ps((float) m);
+    const __m512 fs = _mm512_set1_ps((float) (inv_t * inv_w));
+    const __m512 lim = _mm512_set1_ps((float) nb + 1.0f);
+    const __m512d vm = _mm512_set1_pd(m), vt = _mm512_set1_pd(inv_t), vw = _mm512_set1_pd(inv_w);
+    const __m512d vnb = _mm512_set1_pd((double) nb);
+    double terms[SPECVIZ_LANES], us[SPECVIZ_LANES];
+    int64_t filed = 0;
+    for (int64_t j = 0; j < n; j += SPECVIZ_LANES) {
+        const __mmask16 in = (__mmask16) (n - j >= SPECVIZ_LANES ? 0xFFFFu : (1u << (n - j)) - 1u);
+        const __m512 v = _mm512_mask_loadu_ps(ninf, in, x + j);
+        if (_mm512_cmp_ps_mask(_mm512_mul_ps(_mm512_sub_ps(fm, v), fs), lim, _CMP_LT_OQ) == 0) {
+            continue; /* NaN, +inf: no */
+        }
+        unsigned pass = 0;
+        const __m256 halves[2] = {_mm512_castps512_ps256(v),
+                                  _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1))};
+        for (int h = 0; h < 2; ++h) {
+            const __m512d d = _mm512_mul_pd(_mm512_sub_pd(vm, _mm512_cvtps_pd(halves[h])), vt);
+            const __m512d u = _mm512_mul_pd(d, vw);
+            pass |= (unsigned) _mm512_cmp_pd_mask(u, vnb, _CMP_LT_OQ) << (8 * h);
+            _mm512_storeu_pd(us + 8 * h, u);
+            _mm512_storeu_pd(terms + 8 * h, specviz_exp_nonpositive8(_mm512_sub_pd(_mm512_setzero_pd(), d)));
+        }
+        while (pass != 0) {
+            const int l = __builtin_ctz(pass);
+            pass &= pass - 1;
+            mass[(int64_t) us[l]] += terms[l];
+            ++filed;
+        }
+    }
+    return filed;
+}
+#endif
+
+int64_t specviz_nucleus_mass(const float * x, int64_t n, double m, double inv_t, double width, int64_t nb,
+                             double * mass, int generic) {
+    memset(mass, 0, (size_t) nb * sizeof *mass);
+    const double inv_w = 1.0 / width;
+#if defined(__GNUC__) && defined(__x86_64__)
+    if (!generic && __builtin_cpu_supports("avx512f")) {
+        return specviz_nucleus_mass_avx512(x, n, m, inv_t, inv_w, nb, mass);
+    }
+#endif
+    (void) generic;
+    return specviz_nucleus_mass_generic(x, n, m, inv_t, inv_w, nb, mass);
+}

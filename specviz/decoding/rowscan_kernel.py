@@ -2,7 +2,8 @@
 normaliser ``Σ exp(logit − max)``) in one read of it, the normaliser alone, a rejection row's top
 tokens and a token's rank, each in one pass, and for sampled decoding the tempered softmax's sums and a
 draw from it (:func:`tempered`, :func:`tempered_pick`; :class:`~specviz.decoding.tempered.TemperedRow`
-uses them).
+uses them), a draft model's residual (:func:`residual`, :func:`residual_pick`) and the mass by distance
+below the maximum that top-p's nucleus is found from (:func:`nucleus_mass`).
 
 ``rowscan_kernel.c`` is compiled once per machine (:mod:`specviz.backends.cbuild`; ``make install``
 builds it, else the first use does) and loaded here. :func:`scan`, :func:`expsum`, :func:`topk` and
@@ -71,6 +72,10 @@ _SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
             ctypes.c_double,
             ctypes.c_void_p,
         ],
+    ),
+    "specviz_nucleus_mass": (
+        ctypes.c_int64,
+        [ctypes.c_void_p, ctypes.c_int64, *[ctypes.c_double] * 3, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int],
     ),
     "specviz_verify_greedy": (
         ctypes.c_int64,
@@ -379,6 +384,22 @@ def residual_pick(
             ctypes.addressof(bufs.blocks),
         )  # fmt: skip
     )
+
+
+def nucleus_mass(
+    row: np.ndarray, m: float, inv_t: float, width: float, n_buckets: int, *, generic: bool = False
+) -> tuple[np.ndarray, int] | None:
+    """The mass of a contiguous float32 row's tempered terms ``exp((row − m) · inv_t)`` by distance below
+    ``m``: bucket ``b`` holds the tokens whose ``(m − x) · inv_t`` lies in ``[b · width, (b + 1) · width)``,
+    for the first ``n_buckets`` buckets (the tail beyond, ``-inf`` and NaN are left out); with how many tokens
+    were filed. What top-p needs to find where its nucleus ends without sorting the row
+    (``specviz_nucleus_mass`` in the C file; ``generic``: its plain-C path). ``None`` without the kernel."""
+    fns = load()
+    if fns is None or not _plain(row) or n_buckets < 1 or not width > 0.0:
+        return None
+    mass = np.empty(n_buckets, dtype=np.float64)
+    filed = fns.nucleus_mass(row.ctypes.data, row.shape[0], m, inv_t, width, n_buckets, mass.ctypes.data, int(generic))
+    return mass, int(filed)
 
 
 def forget_buffers() -> None:

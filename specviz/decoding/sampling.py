@@ -1,4 +1,5 @@
-"""Sampling distributions and lossless speculative acceptance, in numpy (top-k's search in the row-scan kernel).
+"""Sampling distributions and lossless speculative acceptance, in numpy (top-k's and top-p's searches in the
+row-scan kernel).
 
 Nothing here touches a model: every function takes logit rows (``float32`` arrays of the vocabulary
 size) or the distributions built from them, plus a seeded :class:`numpy.random.Generator`.
@@ -14,7 +15,10 @@ Building a distribution (:func:`probs_from_logits`)
     5. Softmax over the kept tokens (in float64).
     6. Top-p (``top_p < 1``): keep the smallest set of most probable tokens whose mass reaches
        ``top_p`` (at least one token; ties broken by lower id first), then renormalise. Only the
-       candidates are sorted: the search widens a partitioned prefix until it holds enough mass.
+       candidates are sorted: the search widens a partitioned prefix until it holds enough mass. Without
+       top-k, the row-scan kernel finds the candidates instead (:func:`_nucleus_in_place`): the row's sums and
+       its mass by distance below the maximum, then only the tokens above the nucleus's last bucket are
+       read, and the whole distribution is never built.
 
     This is the Hugging Face order (temperature before top-p). llama.cpp's default sampler chain
     applies top-p before temperature, so the two can keep slightly different nucleus sets.
@@ -33,7 +37,7 @@ import numpy as np
 
 from specviz.errors import ContextError, KnobError
 
-from .rowscan_kernel import topk
+from .rowscan_kernel import nucleus_mass, tempered, topk
 
 __all__ = [
     "SamplingParams",
@@ -211,13 +215,13 @@ class TokenDist:
 # building distributions
 
 
-def _clean_row(logits_row: np.ndarray) -> np.ndarray:
+def _clean_row(logits_row: np.ndarray, nan_check: bool = True) -> np.ndarray:
     row = np.asarray(logits_row)
     if row.ndim != 1:
         raise ValueError(f"a logit row must be one-dimensional, got shape {row.shape}")
     if row.shape[0] == 0:
         raise ValueError("a logit row must not be empty")
-    if np.isnan(row).any():
+    if nan_check and np.isnan(row).any():
         row = np.where(np.isnan(row), -np.inf, row)
     return row
 
@@ -274,6 +278,62 @@ def _nucleus(probs: np.ndarray, ids: np.ndarray, top_p: float) -> tuple[np.ndarr
     return kept / kept.sum(), ids[keep]
 
 
+#: Buckets the kernel files a row's tokens into by distance below the maximum, for top-p's candidates.
+NUCLEUS_BUCKETS = 1024
+
+
+def _nucleus_in_place(row: np.ndarray, params: SamplingParams) -> TokenDist | None:
+    """Top-p over a whole row (no top-k) read in place by the row-scan kernel; ``None`` when the kernel does
+    not take the row (none, a NaN, a non-finite maximum, a temperature too small for its float test) or when
+    rounding at a bucket's edge defeats the checks below: numpy's path then decides.
+
+    The tokens whose term lies below ``exp(-depth)`` hold at most ``n · exp(-depth)`` of the mass (the
+    maximum's term is 1), less than ``1 − top_p`` for the depth below: the buckets over ``[0, depth)`` hold
+    the nucleus. The bucket whose running mass reaches ``top_p · Z`` ends it. The tokens above that bucket
+    are a prefix of the sorted row whose mass falls short of ``top_p`` (checked exactly): all of them are in
+    the nucleus, and only the boundary bucket's tokens are sorted, to find where the running mass reaches
+    ``top_p``. Probabilities are ``exp((x − max) / T) / Z``, as :class:`~specviz.decoding.tempered.TemperedRow`
+    reads them (numpy's dense path agrees to about 1e-15)."""
+    n = row.shape[0]
+    temp = params.temperature
+    inv_t = 1.0 / temp
+    depth = min(math.log(n / (1.0 - params.top_p)) + 1.0, 700.0)
+    width = depth / NUCLEUS_BUCKETS
+    if not inv_t / width < 1e30:  # the kernel's float test would overflow: numpy's path
+        return None
+    got = tempered(row, inv_t)
+    if got is None or got[0].has_nan or not math.isfinite(got[0].max):
+        return None
+    m, z = got[0].max, got[0].z
+    filed = nucleus_mass(row, m, inv_t, width, NUCLEUS_BUCKETS)
+    if filed is None:
+        return None
+    # the boundary buckets: where the running mass reaches top_p·Z, give or take a relative 1e-9 (the
+    # buckets' sums, Z and numpy's exponentials round apart)
+    running = np.cumsum(filed[0])
+    target = params.top_p * z
+    lo = int(np.searchsorted(running, target * (1.0 - 1e-9)))
+    hi = int(np.searchsorted(running, target * (1.0 + 1e-9)))
+    if hi >= NUCLEUS_BUCKETS:
+        return None
+    ids = np.flatnonzero(row >= m - (hi + 1) * width * temp)  # the boundary buckets and everything above
+    x = row[ids]
+    probs = np.exp((x.astype(np.float64) - m) * inv_t) / z
+    inside = x > m - lo * width * temp  # above the boundary: in the nucleus if their mass falls short
+    mass_inside = float(probs[inside].sum())
+    if not mass_inside < params.top_p:
+        return None
+    edge = np.flatnonzero(~inside)
+    order = edge[np.lexsort((ids[edge], -probs[edge]))]
+    reach = np.flatnonzero(mass_inside + np.cumsum(probs[order]) >= params.top_p)
+    if reach.shape[0] == 0:
+        return None
+    keep = np.concatenate([np.flatnonzero(inside), order[: int(reach[0]) + 1]])
+    keep.sort()  # positions in ids, which ascend
+    kept = probs[keep]
+    return TokenDist(kept / kept.sum(), ids[keep].astype(np.int64), n)
+
+
 def probs_from_logits(logits_row: np.ndarray, params: SamplingParams) -> TokenDist:
     """Turn one logit row into the distribution that ``params`` samples from.
 
@@ -282,8 +342,13 @@ def probs_from_logits(logits_row: np.ndarray, params: SamplingParams) -> TokenDi
     top-p or greedy cut the support, dense otherwise. Raises :class:`specviz.errors.ContextError`
     when every logit is NaN or ``-inf`` (the model produced no usable row).
     """
-    row = _clean_row(logits_row)
+    row = _clean_row(logits_row, nan_check=False)
     n = row.shape[0]
+    if not params.greedy and params.top_p < 1.0 and not 0 < params.top_k < n:
+        nucleus = _nucleus_in_place(row, params)  # before numpy's passes over the row: the kernel checks for NaN
+        if nucleus is not None:
+            return nucleus
+    row = _clean_row(row)
     best = _first_argmax(row)
     top = row[best]
     if top == -np.inf:
