@@ -113,3 +113,19 @@ def test_mtp_sampled_runs_are_seeded(session):
         session.generate([1, 70], 30, "mtp", temperature=1.0, seed=seed, draft_p_min=0.0)
         outs.append(list(session.tokens))
     assert outs[0] == outs[1] and session.telemetry_dict()["drafted"] > 0
+
+
+def test_a_switch_to_mtp_does_not_carry_another_strategys_draft_model(session, tmp_path):
+    """configure("mtp") after a strategy that drafts with a GGUF of its own: that file is no MTP model, so MTP
+    drafts with the target's own NextN layers (it was refused, naming the other file); output stays greedy."""
+    other = write_tiny_nextn(tmp_path / "trunk.gguf", seed=1, nextn=False)  # the same vocabulary, no NextN
+    prompt = [1, 50, 60]
+    ref = plain_reference(session.model, prompt, 40)
+    session.start(prompt, 40, "draft", draft_model=str(other), draft_max=3, draft_p_min=0.0)
+    session.run(max_rounds=4)
+    with pytest.raises(StrategyUnavailableError, match="trunk.gguf"):  # named, the file is checked as before
+        session.configure("mtp", draft_model=str(other))
+    assert session.configure("mtp", draft_p_min=0.0, draft_max=3)["draft_model"] == ""
+    session.run()
+    assert session.strategy == "mtp" and session.tokens == ref
+    assert session.telemetry_dict()["drafted"] > 0

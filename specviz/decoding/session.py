@@ -29,7 +29,14 @@ import numpy as np
 from ..backends.context_settings import ContextSettings
 from ..backends.llama import LlamaContext, LlamaModel
 from ..backends.memory import rollback_refusal
-from ..errors import ContextSettingsError, RollbackUnavailableError, SessionStateError, StrategyError
+from ..errors import (
+    ContextSettingsError,
+    KnobError,
+    ModelError,
+    RollbackUnavailableError,
+    SessionStateError,
+    StrategyError,
+)
 from ..models.draft_cache import DraftModelCache
 from ..models.embedded import resolve_model
 from ..strategies import make_drafter, resolve_strategy, strategy_class, strategy_names, strategy_schema
@@ -393,7 +400,17 @@ class Session:
             g = self.generation
             cur_strategy, cur_knobs = g.pending if g.pending else (g.strategy, g.knobs)
             target = resolve_strategy(strategy) if strategy else cur_strategy
-            cfg = self.validate_config(target, knobs, cur_knobs)
+            try:
+                cfg = self.validate_config(target, knobs, cur_knobs)
+            except (KnobError, ModelError):
+                # a draft GGUF is the file of the strategy that loaded it (a draft model, an EAGLE-3 or DFlash
+                # head, an MTP model): a switch carries it only where the new strategy takes it; otherwise the
+                # new strategy is checked as if it had not been given one (MTP then drafts with the target's
+                # own layers), and a refusal names what the new strategy lacks, not the old file
+                if target == cur_strategy or "draft_model" in knobs or not cur_knobs.get("draft_model"):
+                    raise
+                base = {k: v for k, v in cur_knobs.items() if k != "draft_model"}
+                cfg = self.validate_config(target, knobs, base)
             g.pending = (target, cfg)
             return dict(cfg)
 
