@@ -415,14 +415,24 @@ class HiddenStateDrafter(Drafter):
         new = np.asarray(history[since:], dtype=np.int64)
         if new.size:
             self.coverage["committed"] += int(new.size)
-            self.coverage["expressible"] += int(np.isin(new, self.vocab_ids).sum())
+            self.coverage["expressible"] += self._n_expressible(new)
+
+    def _n_expressible(self, tokens: np.ndarray) -> int:
+        """How many of ``tokens`` the drafter's vocabulary holds: a binary search each in :attr:`vocab_ids`
+        (ascending). numpy's ``isin`` sorted both arrays every round: about 1 ms a round with an 8k-token
+        draft vocabulary, paid even by rounds that feed nothing (a paused EAGLE-3 head)."""
+        ids = self.vocab_ids
+        if ids is None or ids.shape[0] == 0:
+            return 0
+        at = np.minimum(np.searchsorted(ids, tokens), ids.shape[0] - 1)
+        return int(np.count_nonzero(ids[at] == tokens))
 
     def _accept(self, n_accepted: int, history: Sequence[int]) -> None:
         # a rejection: could the drafter have expressed the token the target chose instead?
         d, at = self._last_draft, self._round_start + n_accepted
         if self.vocab_ids is not None and n_accepted < len(d) and at < len(history):
             self.coverage["rejections"] += 1
-            self.coverage["rejections_expressible"] += int(np.isin(int(history[at]), self.vocab_ids))
+            self.coverage["rejections_expressible"] += self._n_expressible(np.array([int(history[at])]))
         self._last_draft = []
 
     def kv_length(self) -> int:
