@@ -60,6 +60,15 @@ def test_cost_model_interpolates_and_extrapolates():
     assert c(6) == pytest.approx(6.0)
 
 
+def test_the_cost_curve_is_the_cost_of_every_batch_size():
+    c = VerifyCostModel([1, 2, 5, 12], [0.011, 0.019, 0.030, 0.071])
+    for n in (1, 3, 12, 13, 40):
+        assert c.curve(n) == [c(b) for b in range(1, n + 1)]  # the same numbers, not merely close
+    assert c.curve(14)[-2:] == pytest.approx([0.071 + 0.041 / 7, 0.071 + 2 * 0.041 / 7])  # the last slope, extended
+    c.update(7, 0.05)
+    assert c.curve(8)[6] == 0.05
+
+
 def test_cost_model_learns_from_real_verify_times():
     c = VerifyCostModel([1, 2, 4], [1.0, 2.0, 4.0])
     for _ in range(50):

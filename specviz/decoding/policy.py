@@ -179,10 +179,20 @@ class VerifyCostModel:
         """Estimated verify seconds for a batch of ``b`` tokens."""
         if b <= self.sizes[-1]:
             return float(np.interp(b, self.sizes, self.seconds))
+        return self._extend(b)
+
+    def _extend(self, b: int) -> float:
         # beyond the last measurement: extend the last segment's slope
         s0, s1 = self.sizes[-2], self.sizes[-1]
         t0, t1 = self.seconds[-2], self.seconds[-1]
         return float(t1 + (b - s1) * (t1 - t0) / max(s1 - s0, 1))
+
+    def curve(self, n: int) -> list[float]:
+        """Estimated verify seconds for batches of 1 … ``n`` tokens (item ``b − 1``), each as :meth:`__call__`
+        gives it: one interpolation for all of a round's draft lengths instead of one each."""
+        m = min(n, int(self.sizes[-1]))  # the sizes are whole batches
+        out: list[float] = np.interp(np.arange(1, m + 1), self.sizes, self.seconds).tolist() if m > 0 else []
+        return out + [self._extend(b) for b in range(max(m, 0) + 1, n + 1)]
 
     def to_dict(self) -> dict:
         """Plain form (for telemetry and snapshots)."""
@@ -340,14 +350,15 @@ class CostPolicy(QuietPolicy):
         if self.cost is None:
             return draft_max, None
         curve = self._expected_curve(draft_max)
-        plain_rate = curve[0] / (self.cost(1) + self.plain_upkeep_seconds)
+        verify = self.cost.curve(draft_max + 1)
+        plain_rate = curve[0] / (verify[0] + self.plain_upkeep_seconds)
         p = max(self.proposal_rate, self.MIN_PROPOSAL)
         declined = (1.0 - p) / p * self.decline_seconds  # the rounds that ask and get nothing, per draft
         best_k, best_rate = 0, plain_rate * self.MARGIN
         for k in range(max(draft_min, 1), draft_max + 1):
             if tile_aligned(k, tile) != k:
                 continue  # the session would round it down anyway
-            t = self.cost(k + 1) + self.draft_tok_seconds * k + self.upkeep_tok_seconds * curve[k] + declined
+            t = verify[k] + self.draft_tok_seconds * k + self.upkeep_tok_seconds * curve[k] + declined
             rate = curve[k] / t
             if rate > best_rate:
                 best_k, best_rate = k, rate
