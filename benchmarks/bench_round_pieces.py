@@ -4,8 +4,9 @@
 greedy round one by one, each repeated on the same data (warm caches), in CPU time of the calling thread:
 the logits row view; the row scan as argmax alone, as argmax then the softmax normaliser, and as the
 acceptor's one pass (the C kernel; numpy without it); a rejection row's alternatives and rank; the rewind
-checkpoint; the telemetry event as a round makes it and as a reader builds it; the round's events; and the
-floor of any greedy round (the kernel's one call that reads the row, and the commit of its choice). Each
+checkpoint; the telemetry event as a round makes it and as a reader builds it; the round's events; the
+floor of any greedy round (the kernel's one call that reads the row, and the commit of its choice); and for
+a sampled row, top-p's nucleus read in place next to the whole distribution numpy builds. Each
 is timed twice: warm (repeated on the same data) and right after a one-token decode, as a round runs it
 (median of ``--cold-repeats``): the decode streams the model's weights through the caches, so the same
 Python and the same row read cost several times more there. The warm sum is a floor for a ``none``
@@ -31,6 +32,7 @@ from specviz.decoding.events import TelemetryEvent
 from specviz.decoding.round_events import round_events
 from specviz.decoding.rowscan import ScoredRow
 from specviz.decoding.rowscan_kernel import unavailable_reason, verify_greedy
+from specviz.decoding.sampling import SamplingParams, probs_from_logits
 from specviz.models.embedded import default_model_path
 
 
@@ -93,6 +95,7 @@ def main(argv: list[str] | None = None) -> int:
         got = verify_greedy(native[0], native[1], native[2], (), 5)
         committed.append(got.ints[0] if got is not None else 0)
 
+    t08, top_p = SamplingParams(0.8), SamplingParams(0.8, top_p=0.95)
     scanned = ScoredRow(row, normaliser=True)
     other = (scanned.best + 1) % model.n_vocab  # a token the row did not choose: a rejected draft's
     pieces: list[tuple[str, Callable[[], Any]]] = [
@@ -108,6 +111,8 @@ def main(argv: list[str] | None = None) -> int:
         ("telemetry dictionary, built", session.telemetry_dict),
         ("round events", lambda: round_events(last, model.pieces, policy="fixed")),
         ("the floor: the greedy kernel's one call and the commit (no draft, no bookkeeping)", floor),
+        ("sampled row, T 0.8: the whole distribution, built by numpy", lambda: probs_from_logits(row, t08)),
+        ("sampled row, T 0.8, top-p 0.95: the nucleus, read in place", lambda: probs_from_logits(row, top_p)),
     ]
     kernel = unavailable_reason()
     print(

@@ -21,6 +21,7 @@ def test_the_round_pieces_benchmark_times_every_piece_and_the_floor(capsys, tiny
     names = [r.split(" | ")[0].lstrip("| ") for r in rows]
     assert "round events" in names and "checkpoint (Generation.capture)" in names
     assert any(n.startswith("the floor:") for n in names)
+    assert any("top-p 0.95: the nucleus" in n for n in names)
     for r in rows:
         warm, cold = (float(x) for x in r.rstrip(" |").split(" | ")[-2:])
         assert warm >= 0 and cold >= 0
