@@ -125,6 +125,9 @@ def test_a_switch_to_mtp_does_not_carry_another_strategys_draft_model(session, t
     session.run(max_rounds=4)
     with pytest.raises(StrategyUnavailableError, match="trunk.gguf"):  # named, the file is checked as before
         session.configure("mtp", draft_model=str(other))
+    with pytest.raises(KnobError, match="needs an EAGLE-3 head") as refused:  # what eagle3 lacks, not the old file
+        session.configure("eagle3")
+    assert refused.value.__context__ is None
     assert session.configure("mtp", draft_p_min=0.0, draft_max=3)["draft_model"] == ""
     session.run()
     assert session.strategy == "mtp" and session.tokens == ref

@@ -401,7 +401,7 @@ class Session:
             cur_strategy, cur_knobs = g.pending if g.pending else (g.strategy, g.knobs)
             target = resolve_strategy(strategy) if strategy else cur_strategy
             try:
-                cfg = self.validate_config(target, knobs, cur_knobs)
+                cfg: dict[str, Any] | None = self.validate_config(target, knobs, cur_knobs)
             except (KnobError, ModelError):
                 # a draft GGUF is the file of the strategy that loaded it (a draft model, an EAGLE-3 or DFlash
                 # head, an MTP model): a switch carries it only where the new strategy takes it; otherwise the
@@ -409,6 +409,8 @@ class Session:
                 # own layers), and a refusal names what the new strategy lacks, not the old file
                 if target == cur_strategy or "draft_model" in knobs or not cur_knobs.get("draft_model"):
                     raise
+                cfg = None
+            if cfg is None:  # outside the handler: a refusal here is the new strategy's own, unchained
                 base = {k: v for k, v in cur_knobs.items() if k != "draft_model"}
                 cfg = self.validate_config(target, knobs, base)
             g.pending = (target, cfg)
