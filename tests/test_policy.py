@@ -318,10 +318,32 @@ def test_rounds_the_cost_policy_keeps_plain_still_teach_it(tiny_session, tiny_mo
     assert (s.policy.shadow_tries, s.policy.shadow_hits) == (tries, hits)
 
 
+@pytest.mark.parametrize(
+    ("strategy", "knobs"),
+    [
+        ("ngram-map-k", {"size_n": 2, "size_m": 4}),
+        ("ngram-map-k4v", {"size_n": 2, "size_m": 4}),
+        ("ngram-mod", {"n_match": 2, "n_min": 1, "n_max": 8}),
+    ],
+)
+def test_the_stateful_ngram_drafters_teach_plain_rounds_too(tiny_session, tiny_model, strategy, knobs):
+    """Their peeks (tested against a copy's draft in test_strategies_draftless) reach the policy: plain
+    rounds are tried and hit, and the output is plain greedy's."""
+    s = tiny_session
+    prompt = "the a of the a of the a of the a of"
+    ref = plain_reference(tiny_model, tiny_model.tokenize(prompt, add_special=True), 40)
+    s.cost_model = VerifyCostModel([1, 2, 16], [0.001, 1.0, 10.0])  # drafting never pays: plain rounds
+    s.start(prompt, 40, strategy, draft_policy="cost", draft_max=8, **knobs)
+    s.run()
+    assert s.tokens == ref
+    assert s.policy.shadow_tries > 0 and s.policy.shadow_hits > 0
+
+
 def test_a_strategy_without_peek_breaks_the_run_in_plain_rounds(tiny_session):
     s = tiny_session
     s.cost_model = VerifyCostModel([1, 2, 16], [0.001, 1.0, 10.0])
-    s.start("the a of the a of the a of", 20, "ngram-mod", draft_policy="cost", n_match=2, n_min=1, draft_max=8)
+    s.start("the a of the a of the a of", 20, "ngram-cache", draft_policy="cost", draft_max=8)
+    assert not s.drafter.can_peek
     s.policy.run = 5
     s.step()
     assert s.policy.shadow_tries == 0 and s.policy.run == 0

@@ -13,7 +13,9 @@ keeps drafting from the occurrence it was first found at, and a key whose slot a
 found once indexed. The positions from ``size_n + size_m`` tokens before the end of ``begin``'s history up
 to its end are never searched after the first look-up (upstream's ranges leave them out). Upstream looks
 up in every round; a round the ``cost`` policy keeps plain makes no look-up here, so the index then grows
-in larger steps.
+in larger steps. Such a round asks :meth:`peek` instead (the first token a draft would propose, which
+the policy checks against the target's token): the same look-up, with the key's record counted on a copy,
+so nothing is recorded and the drafts that follow are those of a drafter that never peeked.
 
 ``ngram-map-k`` (key only)
     Drafts the ``size_m`` tokens (the *m-gram*) that follow the occurrence found. The record counts
@@ -128,11 +130,19 @@ class _Key:
         # value_idx 0 means an unused slot (a value can never start at index 0)
         self.values = [[0, 0, m] for _ in range(MAX_VALUES)]
 
+    def copy(self) -> _Key:
+        """An independent copy (a peek decides on one)."""
+        other = _Key(self.key_idx, 0)
+        other.stat_idx, other.key_num = self.stat_idx, self.key_num
+        other.values = [list(v) for v in self.values]
+        return other
+
 
 class _NgramMapBase(Drafter):
     """Shared look-up, bookkeeping and state handling of the two n-gram map drafters."""
 
     key_only: ClassVar[bool] = True
+    can_peek = True
     state_format = "ngram-map/2"
 
     def __init__(self, **knobs: Any) -> None:
@@ -160,15 +170,40 @@ class _NgramMapBase(Drafter):
         self._reset(max(len(history) - 1, 0))  # upstream's begin gets the prompt without its pending token
 
     # -- drafting -------------------------------------------------------------------------------
+    def _skip(self, cur_len: int) -> str | None:
+        """Why no look-up is made at this history length (None: one is)."""
+        n, m = self.config["size_n"], self.config["size_m"]
+        if cur_len < 2 * n + m:
+            return "short-history"
+        if self._idx_last_check + self.config["check_rate"] > cur_len > self._idx_last_check:
+            return "check-rate"
+        return None
+
+    def _decide(self, inp: np.ndarray, key_arr: np.ndarray, rec: _Key, pos: int) -> tuple[str | None, int, int]:
+        """A look-up of the key ``rec`` records, found at ``pos``: counts it in ``rec`` (and the values, for
+        ``ngram-map-k4v``) and returns ``(reason, value slot, tokens to draft)``, reason None for a draft."""
+        m = self.config["size_m"]
+        rec.key_num = min(rec.key_num + 1, COUNT_CAP)
+        if rec.key_num < self.config["min_hits"]:  # ngram-map-k too: see the module docstring
+            return "min-hits", 0, 0
+        slot = 0
+        if not self.key_only:
+            self._count_values(inp, key_arr, rec, pos, m)
+            counts = [v[1] for v in rec.values]
+            slot = max(range(MAX_VALUES), key=lambda v: (counts[v], -v))  # first slot with the top count
+            others = sum(counts) - counts[slot]
+            if others > 0 and counts[slot] < DOMINANCE * others:
+                return "ambiguous", slot, 0
+        return None, slot, min(m, rec.values[slot][2])
+
     def _draft(self, history: Sequence[int], n_max: int) -> Draft:
         self._last = None
         arr = self.tokens
         n, m = self.config["size_n"], self.config["size_m"]
         cur_len = arr.shape[0] - 1  # upstream's inp excludes the newest (sampled) token
-        if cur_len < 2 * n + m:
-            return Draft(reason="short-history")
-        if self._idx_last_check + self.config["check_rate"] > cur_len > self._idx_last_check:
-            return Draft(reason="check-rate")
+        skip = self._skip(cur_len)
+        if skip is not None:
+            return Draft(reason=skip)
         self._idx_last_check = cur_len
 
         key_arr = arr[arr.shape[0] - n :]
@@ -182,25 +217,33 @@ class _NgramMapBase(Drafter):
         rec = self._keys.get(key)
         if rec is None:
             rec = self._keys[key] = _Key(pos, m)
-        rec.key_num = min(rec.key_num + 1, COUNT_CAP)
         self._changed.add(key)  # its count moved (and its values may below)
-        if rec.key_num < self.config["min_hits"]:  # ngram-map-k too: see the module docstring
-            return Draft(reason="min-hits")
-
-        slot = 0
-        if not self.key_only:
-            self._count_values(inp, key_arr, rec, pos, m)
-            counts = [v[1] for v in rec.values]
-            slot = max(range(MAX_VALUES), key=lambda v: (counts[v], -v))  # first slot with the top count
-            others = sum(counts) - counts[slot]
-            if others > 0 and counts[slot] < DOMINANCE * others:
-                return Draft(reason="ambiguous")
-
-        n_draft = min(m, rec.values[slot][2])
+        reason, slot, n_draft = self._decide(inp, key_arr, rec, pos)
+        if reason is not None:
+            return Draft(reason=reason)
         self._last = (key, slot)
         tokens = inp[pos + n : pos + n + n_draft].tolist()
         capped = n_draft < min(m, n_max)
         return Draft(tokens=tokens, reason="accept-cap" if capped else None)
+
+    def peek(self, history: Sequence[int]) -> int | None:
+        """The first token a draft would propose now, with no look-up recorded: the same look-up on the
+        key index as it stands (a draft indexes the new positions only after looking up), the decision
+        made on a copy of the key's record."""
+        self.mirror.sync(history)
+        arr = self.tokens
+        n, m = self.config["size_n"], self.config["size_m"]
+        cur_len = arr.shape[0] - 1
+        if self._skip(cur_len) is not None:
+            return None
+        key_arr = arr[arr.shape[0] - n :]
+        inp = arr[:cur_len]
+        pos = self._look_up(inp, key_arr, cur_len, n, m)
+        if pos == 0:
+            return None
+        rec = self._keys.get(tuple(int(t) for t in key_arr))
+        reason, _, n_draft = self._decide(inp, key_arr, rec.copy() if rec is not None else _Key(pos, m), pos)
+        return int(inp[pos + n]) if reason is None and n_draft > 0 else None
 
     def _ranges(self, cur_len: int, n: int, m: int) -> list[tuple[int, int]]:
         """The not yet indexed positions, as ``(hi, lo)`` meaning ``lo < j <= hi``: those of begin's

@@ -33,6 +33,10 @@ Different from upstream (on purpose):
   before it cuts the draft. specviz has a ``draft_max`` below ``n_min`` by default (16 against 48), and
   the ``cost`` policy asks for short drafts: upstream's rule would leave them empty.
 
+In a round the ``cost`` policy keeps plain, :meth:`peek` gives the first token a draft would propose
+without adding anything: where a draft would first add the n-grams since the last add, the last of them
+in the window's slot stands in for the pool's entry.
+
 Restoring: the pool is always "the n-grams at history positions ``[lo, i_last)`` added in order", so it
 is saved as those two numbers (with the acceptance streak and the last draft length) by
 :meth:`~Drafter.state` and rebuilt from the history by :meth:`~Drafter.load_state`; the state's size does
@@ -75,6 +79,7 @@ class NgramModDrafter(Drafter):
 
     name = "ngram-mod"
     state_format = "ngram-mod/1"
+    can_peek = True
     knobs = (
         Knob(
             "n_match",
@@ -153,24 +158,31 @@ class NgramModDrafter(Drafter):
         """Pool slot of an n-gram."""
         return ngram_hash(tokens) % self._pool.shape[0]
 
-    def _add_range(self, arr: np.ndarray, start: int, stop: int) -> None:
-        """Add the n-grams starting at ``start … stop-1`` (each mapped to the token after it), in order."""
+    def _slots(self, arr: np.ndarray, start: int, stop: int) -> tuple[np.ndarray, np.ndarray]:
+        """The pool slots of the n-grams starting at ``start … stop-1`` and the token after each."""
         n = self.config["n_match"]
-        if stop <= start:
-            return
         starts = np.arange(start, stop, dtype=np.int64)
         h = np.zeros(starts.shape[0], dtype=np.uint64)
         mult = np.uint64(LCG_MULT)
         for j in range(n):
             h = h * mult + arr[starts + j].astype(np.uint64)  # wraps modulo 2^64, as size_t does
-        slots = (h % np.uint64(self._pool.shape[0])).astype(np.int64)
-        nxt = arr[starts + n]
+        return (h % np.uint64(self._pool.shape[0])).astype(np.int64), arr[starts + n]
+
+    def _add_range(self, arr: np.ndarray, start: int, stop: int) -> None:
+        """Add the n-grams starting at ``start … stop-1`` (each mapped to the token after it), in order."""
+        if stop <= start:
+            return
+        slots, nxt = self._slots(arr, start, stop)
         # sequential semantics: the last add to a slot wins
         rev = slots[::-1]
         uniq, first_in_rev = np.unique(rev, return_index=True)
         was_empty = int(np.count_nonzero(self._pool[uniq] == EMPTY))
         self._used += was_empty  # slots newly occupied (upstream counts adds onto an empty slot)
         self._pool[uniq] = nxt[::-1][first_in_rev]
+
+    def _due(self, cur_len: int) -> bool:
+        """Whether a draft at this history length first adds the n-grams since the last add."""
+        return self._i_last + ADD_CHUNK < cur_len
 
     # -- drafter --------------------------------------------------------------------------------
     def _begin(self, history: Sequence[int]) -> None:
@@ -193,7 +205,7 @@ class NgramModDrafter(Drafter):
         cur_len = L - 1  # upstream's prompt excludes the newest (sampled) token
         if cur_len < n:
             return Draft(reason="short-history")
-        if self._i_last + ADD_CHUNK < cur_len:
+        if self._due(cur_len):
             self._add_range(arr, self._i_last, cur_len - n)
             self._i_last = cur_len - n
 
@@ -218,6 +230,26 @@ class NgramModDrafter(Drafter):
         self._n_draft_last = len(proposed)
         short = len(proposed) < n_max and len(out) < self.config["n_max"]
         return Draft(tokens=proposed, reason="no-match" if short else None)
+
+    def peek(self, history: Sequence[int]) -> int | None:
+        """The first token a draft would propose now (a one-token draft), with the pool as it is: where
+        the draft would first add the n-grams since the last add, the last of them that lands in the
+        window's slot stands in for the pool's entry (the last add to a slot wins), and nothing is added."""
+        self.mirror.sync(history)
+        arr = self.tokens
+        n = self.config["n_match"]
+        L = arr.shape[0]
+        cur_len = L - 1
+        if cur_len < n:
+            return None
+        slot = ngram_hash(arr[L - n :].tolist()) % self._pool.shape[0]
+        tok = int(self._pool[slot])
+        if self._due(cur_len) and cur_len - n > self._i_last:
+            slots, nxt = self._slots(arr, self._i_last, cur_len - n)
+            hits = np.flatnonzero(slots == slot)
+            if hits.size:
+                tok = int(nxt[hits[-1]])
+        return None if tok == EMPTY else tok
 
     def _accept(self, n_accepted: int, history: Sequence[int]) -> None:
         if self._n_draft_last <= 0:
