@@ -28,6 +28,8 @@ Different from upstream (on purpose):
   follows ``std::unordered_map`` iteration order, which is unspecified).
 * The draft length is the ``n_draft`` knob (upstream hard-codes 8), capped by the session.
 
+In a round the ``cost`` policy keeps plain, :meth:`peek` gives the first token a draft would propose.
+
 Restoring: ``begin`` rebuilds the context statistics from the history; the dynamic statistics are saved
 by :meth:`~Drafter.state` and brought back by :meth:`~Drafter.load_state`.
 """
@@ -99,6 +101,7 @@ class NgramCacheDrafter(Drafter):
 
     name = "ngram-cache"
     state_format = "ngram-cache/1"
+    can_peek = True
     knobs = (Knob("n_draft", int, 8, "most tokens drafted per round (upstream uses 8)", lo=1, hi=1024),)
 
     def __init__(self, **knobs: Any) -> None:
@@ -137,15 +140,31 @@ class NgramCacheDrafter(Drafter):
         limit = min(self.config["n_draft"], n_max)
         out: list[int] = []
         while len(out) < limit:
-            tail = seq[-NGRAM_MAX:]
-            tok = _pick(self._context, tail, LAX_MIN_SAMPLES, LAX_MIN_PERCENT)
-            if tok is None:
-                tok = _pick(self._dynamic, tail, STRICT_MIN_SAMPLES, STRICT_MIN_PERCENT)
+            tok = self._next(seq[-NGRAM_MAX:])
             if tok is None:
                 break
             out.append(tok)
             seq.append(tok)
         return Draft(tokens=out, reason="no-match" if len(out) < limit else None)
+
+    def _next(self, tail: list[int]) -> int | None:
+        """The token drafted after ``tail``: the context's confident follower, else the dynamic one's."""
+        tok = _pick(self._context, tail, LAX_MIN_SAMPLES, LAX_MIN_PERCENT)
+        if tok is None:
+            tok = _pick(self._dynamic, tail, STRICT_MIN_SAMPLES, STRICT_MIN_PERCENT)
+        return tok
+
+    def peek(self, history: Sequence[int]) -> int | None:
+        """The first token a draft would propose now. The context statistics are brought up to the
+        history first, as a draft does (they are a function of the history: counting the new tokens now or
+        at the next draft gives the same statistics); nothing else is touched (a draft also remembers the
+        history it saw, to tell a new request at ``begin``)."""
+        self.mirror.sync(history)
+        arr = self.tokens
+        if arr.shape[0] < 2:
+            return None
+        self._sync_context(arr)
+        return self._next(arr[max(0, arr.shape[0] - NGRAM_MAX) :].tolist())
 
     def _accept(self, n_accepted: int, history: Sequence[int]) -> None:
         self._prev = self.tokens.copy()
