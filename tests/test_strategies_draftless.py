@@ -937,6 +937,28 @@ def test_peek_is_the_first_draft_token_and_changes_nothing(h, check_rate, drafts
                     x.accept(len(d.tokens) // 2, h[:i])
 
 
+def test_an_ngram_mod_peek_after_a_new_history_of_the_same_length_reads_that_history():
+    """A peek extends the previous peek's hashes of the pending n-grams only where they came from the same
+    tokens: after ``begin`` on the same prompt (the same pending start) another continuation's n-grams
+    count, as a fresh drafter's one-token draft shows. The other continuation is peeked only beyond where
+    the first one's peeks ended, where the earlier hashes would otherwise be extended."""
+    rng = np.random.default_rng(3)
+    base = [int(t) for t in rng.integers(0, 4, size=20)]
+    a = base + [int(t) for t in rng.integers(0, 4, size=40)]
+    b = base + [int(t) for t in rng.integers(0, 4, size=60)]
+    d = fresh(Mod, base, n_match=2, n_min=1, n_max=4, pool_size=1024)
+    for i in range(len(base) + 1, len(a) + 1):
+        d.peek(a[:i])  # a plain stretch: the pending range grows by a token a peek
+    d.begin(base)
+    found = 0
+    for i in range(len(a) + 1, len(b) + 1):
+        got = d.peek(b[:i])
+        one = fresh(Mod, base, n_match=2, n_min=1, n_max=4, pool_size=1024).draft(b[:i], 1).tokens
+        assert got == (one[0] if one else None), i
+        found += got is not None
+    assert found, "nothing was ever proposed: the case proves nothing"
+
+
 def test_an_ngram_mod_peek_sees_the_ngrams_a_draft_would_add_first():
     """Hand-worked: begin adds "1 2" -> 3. Plain rounds then bring "1 2" -> 7 and later "1 2" -> 8, more
     than ADD_CHUNK tokens past the last add, so a draft now would first add both (the later one wins the
