@@ -263,21 +263,18 @@ class NgramModDrafter(Drafter):
         is derived from the history alone (checked against it), so it is no part of the drafter's state."""
         n = self.config["n_match"]
         memo = self._peek_memo
-        if memo is not None:
-            m_start, m_tokens, m_slots, m_nxt = memo
-            k = m_slots.shape[0]
-            if m_start == start and start + k <= stop and np.array_equal(arr[start : start + k + n], m_tokens):
-                if stop - (start + k) <= SMALL_RANGE:  # a round's token or two: hashed in plain Python
-                    more_slots = np.array(
-                        [self.slot(arr[p : p + n].tolist()) for p in range(start + k, stop)], dtype=np.int64
-                    )
-                    more_nxt = arr[start + k + n : stop + n]
-                else:
-                    more_slots, more_nxt = self._slots(arr, start + k, stop)
-                slots, nxt = np.concatenate((m_slots, more_slots)), np.concatenate((m_nxt, more_nxt))
-                self._peek_memo = (start, arr[start : stop + n].copy(), slots, nxt)
-                return slots, nxt
-        slots, nxt = self._slots(arr, start, stop)
+        k = memo[2].shape[0] if memo is not None else 0
+        if memo is None or not (
+            memo[0] == start and start + k <= stop and np.array_equal(arr[start : start + k + n], memo[1])
+        ):
+            slots, nxt = self._slots(arr, start, stop)
+        else:
+            if stop - (start + k) <= SMALL_RANGE:  # a round's token or two: hashed in plain Python
+                more = np.array([self.slot(arr[p : p + n].tolist()) for p in range(start + k, stop)], dtype=np.int64)
+                more_nxt = arr[start + k + n : stop + n]
+            else:
+                more, more_nxt = self._slots(arr, start + k, stop)
+            slots, nxt = np.concatenate((memo[2], more)), np.concatenate((memo[3], more_nxt))
         self._peek_memo = (start, arr[start : stop + n].copy(), slots, nxt)
         return slots, nxt
 
