@@ -63,40 +63,62 @@ def test_other_arrays_and_a_switched_off_kernel_get_numpy(monkeypatch):
     assert numpy_only[2] == pytest.approx(1 / z, rel=1e-6)
 
 
-def _scans() -> list:
-    """Both builds of the one-pass scan: the dispatching entry point and the plain-C one."""
+def _lib():
     import ctypes
 
     lib = ctypes.CDLL(str(rowscan_kernel.build()))
-    generic = lib.specviz_scan_generic
-    generic.restype = ctypes.c_int
-    generic.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p]
+    lib.specviz_vector_paths.restype = ctypes.c_int
+    return lib
 
-    def plain(row: np.ndarray) -> rowscan_kernel.Scan:
+
+#: Every build of the one-pass scan and of the rejection row's two passes: the dispatching entry point,
+#: the plain-C one and the AVX2 one (which a CPU with AVX-512 never dispatches to, so it is called here).
+PATHS = ["dispatched", "plain-c", "avx2"]
+
+
+def _path(which: str) -> str:
+    """The C function suffix for a path (skipping the test where this CPU cannot run it)."""
+    if which == "avx2" and not _lib().specviz_vector_paths() & 1:
+        pytest.skip("this CPU has no AVX2 with FMA: the AVX2 path cannot run here")
+    return {"plain-c": "_generic", "avx2": "_avx2"}.get(which, "")
+
+
+def _scan(which: str):
+    """One build of the one-pass scan, as :func:`rowscan_kernel.scan` returns it."""
+    import ctypes
+
+    suffix = _path(which)
+    if not suffix:
+        return rowscan_kernel.scan
+    fn = getattr(_lib(), "specviz_scan" + suffix)
+    fn.restype = ctypes.c_int
+    fn.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p]
+
+    def scan(row: np.ndarray) -> rowscan_kernel.Scan:
         best, out = ctypes.c_int64(), (ctypes.c_double * 2)()
-        nan = generic(row.ctypes.data, row.shape[0], ctypes.addressof(best), ctypes.addressof(out))
+        nan = fn(row.ctypes.data, row.shape[0], ctypes.addressof(best), ctypes.addressof(out))
         return rowscan_kernel.Scan(best.value, out[0], out[1], bool(nan))
 
-    return [rowscan_kernel.scan, plain]
+    return scan
 
 
 @needs_kernel
-@pytest.mark.parametrize("which", [0, 1], ids=["dispatched", "plain-c"])
+@pytest.mark.parametrize("which", PATHS)
 @pytest.mark.parametrize("n", [1, 7, 16, 255, 256, 257, 4096 + 13, 262144])
 @pytest.mark.parametrize("scale", [0.5, 4.0, 40.0])
 def test_the_one_pass_scan_matches_argmax_and_float64(which, n, scale):
     rng = np.random.default_rng(n + int(scale))
     row = (rng.standard_normal(n) * scale).astype(np.float32)
-    got = _scans()[which](row)
+    got = _scan(which)(row)
     m, z = reference(row)
     assert got.best == int(np.argmax(row)) and got.max == m and not got.has_nan
     assert abs(got.z - z) <= 2e-7 * z
 
 
 @needs_kernel
-@pytest.mark.parametrize("which", [0, 1], ids=["dispatched", "plain-c"])
+@pytest.mark.parametrize("which", PATHS)
 def test_the_one_pass_scan_keeps_the_first_maximum_across_and_within_blocks(which):
-    scan = _scans()[which]
+    scan = _scan(which)
     row = np.zeros(3000, dtype=np.float32)
     row[[700, 2900, 5]] = [3.0, 3.0, 1.0]  # blocks 2 and 11 tie: block 2's wins
     assert scan(row).best == 700
@@ -107,9 +129,9 @@ def test_the_one_pass_scan_keeps_the_first_maximum_across_and_within_blocks(whic
 
 
 @needs_kernel
-@pytest.mark.parametrize("which", [0, 1], ids=["dispatched", "plain-c"])
+@pytest.mark.parametrize("which", PATHS)
 def test_the_one_pass_scan_flags_nan_and_reads_it_as_minus_infinity(which):
-    scan = _scans()[which]
+    scan = _scan(which)
     row = np.array([np.nan, 1.0, 5.0, np.nan] * 100, dtype=np.float32)
     got = scan(row)
     assert got.has_nan and got.best == 2 and got.max == 5.0
@@ -117,6 +139,25 @@ def test_the_one_pass_scan_flags_nan_and_reads_it_as_minus_infinity(which):
     assert scan(np.full(300, -np.inf, dtype=np.float32))[:2] == (0, -np.inf)
     inf = np.array([1.0, np.inf, 2.0, np.inf], dtype=np.float32)
     assert scan(inf)[:2] == (1, np.inf)
+
+
+@needs_kernel
+@pytest.mark.parametrize("which", PATHS)
+def test_a_single_nan_is_found_wherever_it_lies(which):
+    """One NaN in any lane of a vector step (a block's first or second vector, a block's short tail, the
+    row's last values) is reported, and the row reads as if it were -inf there."""
+    scan = _scan(which)
+    rng = np.random.default_rng(5)
+    base = (rng.standard_normal(300) * 2).astype(np.float32)  # a whole block and a tail of 44
+    for at in [*range(32), 255, 256, 263, 264, 290, 299]:
+        row = base.copy()
+        row[at] = np.nan
+        got = scan(row)
+        clean = np.where(np.isnan(row), -np.inf, row)
+        assert got.has_nan, at
+        assert got.best == int(np.argmax(clean)) and got.max == float(clean.max())
+        m, z = reference(row)
+        assert abs(got.z - z) <= 2e-7 * z
 
 
 @needs_kernel
@@ -142,12 +183,15 @@ def test_the_acceptors_one_pass_rows_agree_with_the_two_pass_scan():
     assert ScoredRow(nan_row, normaliser=True).prob(1) == pytest.approx(ScoredRow(nan_row).prob(1))
 
 
-def _row_questions() -> list:
-    """Both builds of specviz_topk and specviz_rank: (topk, rank) dispatched, then plain C."""
+def _row_questions(which: str) -> tuple:
+    """One build of specviz_topk and specviz_rank: (topk, rank)."""
     import ctypes
 
-    lib = ctypes.CDLL(str(rowscan_kernel.build()))
-    topk_c, rank_c = lib.specviz_topk_generic, lib.specviz_rank_generic
+    suffix = _path(which)
+    if not suffix:
+        return rowscan_kernel.topk, rowscan_kernel.rank
+    lib = _lib()
+    topk_c, rank_c = getattr(lib, "specviz_topk" + suffix), getattr(lib, "specviz_rank" + suffix)
     topk_c.restype = rank_c.restype = ctypes.c_int64
     topk_c.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p]
     rank_c.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64]
@@ -160,7 +204,7 @@ def _row_questions() -> list:
     def plain_rank(row, t):
         return int(rank_c(row.ctypes.data, row.shape[0], t))
 
-    return [(rowscan_kernel.topk, rowscan_kernel.rank), (plain_topk, plain_rank)]
+    return plain_topk, plain_rank
 
 
 def reference_rank(row: np.ndarray, t: int) -> int:
@@ -174,10 +218,10 @@ def reference_topk(row: np.ndarray, k: int) -> list[int]:
 
 
 @needs_kernel
-@pytest.mark.parametrize("which", [0, 1], ids=["dispatched", "plain-c"])
+@pytest.mark.parametrize("which", PATHS)
 @pytest.mark.parametrize("n", [1, 5, 15, 16, 17, 300, 4099, 262144])
 def test_topk_and_rank_match_a_stable_sort(which, n):
-    topk, rank = _row_questions()[which]
+    topk, rank = _row_questions(which)
     rng = np.random.default_rng(n)
     row = np.round(rng.standard_normal(n) * 3, 1).astype(np.float32)  # rounded: many ties
     for k in {1, min(5, n), min(64, n)}:
@@ -192,9 +236,9 @@ def _numpy_rank(row: np.ndarray, t: int) -> int:
 
 
 @needs_kernel
-@pytest.mark.parametrize("which", [0, 1], ids=["dispatched", "plain-c"])
+@pytest.mark.parametrize("which", PATHS)
 def test_topk_keeps_ties_in_index_order_and_handles_infinities(which):
-    topk, _ = _row_questions()[which]
+    topk, _ = _row_questions(which)
     row = np.zeros(100, dtype=np.float32)
     row[[90, 10, 50]] = 2.0  # a three-way tie, found out of order in no particular lane
     row[70] = 3.0
