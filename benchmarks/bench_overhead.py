@@ -209,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"\nspecviz's own time per round, {mode}: {model_path.name}, n_gpu_layers={args.n_gpu_layers}, "
         f"{args.threads} threads, {args.kind} prompt #{args.prompt}, {args.max_tokens} tokens, median (best) "
-        f"of {args.repeats}; load average {os.getloadavg()[0]:.1f}"
+        f"of {args.repeats}; row scans: {rowscan_kernel.scan_path()}; load average {os.getloadavg()[0]:.1f}"
     )
     print(
         "| strategy | draft_max | rounds | tokens/round | specviz ms/round (wall) | specviz ms/round (CPU) "

@@ -66,9 +66,7 @@ def test_other_arrays_and_a_switched_off_kernel_get_numpy(monkeypatch):
 def _lib():
     import ctypes
 
-    lib = ctypes.CDLL(str(rowscan_kernel.build()))
-    lib.specviz_vector_paths.restype = ctypes.c_int
-    return lib
+    return ctypes.CDLL(str(rowscan_kernel.build()))
 
 
 #: Every build of the one-pass scan and of the rejection row's two passes: the dispatching entry point,
@@ -78,7 +76,7 @@ PATHS = ["dispatched", "plain-c", "avx2"]
 
 def _path(which: str) -> str:
     """The C function suffix for a path (skipping the test where this CPU cannot run it)."""
-    if which == "avx2" and not _lib().specviz_vector_paths() & 1:
+    if which == "avx2" and "avx2" not in rowscan_kernel.vector_paths():
         pytest.skip("this CPU has no AVX2 with FMA: the AVX2 path cannot run here")
     return {"plain-c": "_generic", "avx2": "_avx2"}.get(which, "")
 
@@ -297,3 +295,19 @@ def test_a_row_cut_into_pieces_keeps_the_first_maximum_and_the_sum():
     got = rowscan_kernel.scan(row)
     assert got.best == int(np.argmax(row)) and abs(got.z - z) <= 2e-7 * z
     assert 1 <= rowscan_kernel.scan_threads() <= 4
+
+
+@needs_kernel
+def test_the_vector_paths_are_the_cpus_own():
+    """The paths the kernel reports (and the benchmark prints) are those the CPU lists in /proc/cpuinfo."""
+    import platform
+    from pathlib import Path
+
+    cpuinfo = Path("/proc/cpuinfo")
+    if platform.machine() != "x86_64" or not cpuinfo.exists():
+        pytest.skip("the vector paths are x86-64 ones, read against Linux's /proc/cpuinfo")
+    flags = set(next(line for line in cpuinfo.read_text().splitlines() if line.startswith("flags")).split())
+    want = {"avx2"} if {"avx2", "fma"} <= flags else set()
+    want |= {"avx512"} if "avx512f" in flags else set()
+    assert rowscan_kernel.vector_paths() == want
+    assert rowscan_kernel.scan_path() == ("avx512" if "avx512" in want else "avx2" if want else "plain C")

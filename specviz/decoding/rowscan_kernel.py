@@ -41,6 +41,7 @@ _SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
     "specviz_topk": (ctypes.c_int64, [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p]),
     "specviz_rank": (ctypes.c_int64, [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64]),
     "specviz_scan_threads": (ctypes.c_int, []),
+    "specviz_vector_paths": (ctypes.c_int, []),
     "specviz_tempered": (
         ctypes.c_int,
         [
@@ -412,3 +413,20 @@ def scan_threads() -> int:
     """How many threads :func:`scan` cuts a long row into (1 without OpenMP or without the kernel)."""
     fns = load()
     return int(fns.scan_threads()) if fns is not None else 1
+
+
+def vector_paths() -> set[str]:
+    """The kernel's vector paths this CPU runs: ``"avx2"`` (AVX2 with FMA), ``"avx512"``; empty without
+    them (plain C) or without the kernel."""
+    fns = load()
+    bits = int(fns.vector_paths()) if fns is not None else 0
+    return {name for bit, name in ((1, "avx2"), (2, "avx512")) if bits & bit}
+
+
+def scan_path() -> str:
+    """The path a greedy row scan takes here: ``"avx512"``, ``"avx2"``, ``"plain C"`` or ``"numpy"`` (no
+    kernel)."""
+    if load() is None:
+        return "numpy"
+    paths = vector_paths()
+    return "avx512" if "avx512" in paths else "avx2" if "avx2" in paths else "plain C"
