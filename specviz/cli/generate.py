@@ -31,7 +31,12 @@ def add_commands(sub: Any) -> None:
     r.set_defaults(func=cmd_run)
     v = sub.add_parser("verify", help="compare plain greedy and speculative greedy output")
     add_generation_options(v, strategy_default=None)
-    v.add_argument("--threshold", default="0.5", help="margin below which a divergence counts as numerics")
+    v.add_argument(
+        "--threshold",
+        default=None,
+        help="also require both top-two margins below this (logits) for numerics; by default a replay of the "
+        "speculative run's verify batches decides",
+    )
     v.set_defaults(func=cmd_verify, greedy_only="specviz verify")
 
 
@@ -151,12 +156,14 @@ def cmd_verify(args: argparse.Namespace) -> int:
     cfg = generation_config(args, warn=warn)
     if cfg["request"]:
         raise UsageError("specviz verify compares plain text prompts: --chat and --stop are for specviz run")
-    try:
-        threshold = float(args.threshold)
-        if not threshold > 0:
-            raise ValueError
-    except ValueError:
-        raise UsageError(f"option --threshold: {args.threshold!r} is not allowed; expected a number > 0") from None
+    threshold = None
+    if args.threshold is not None:
+        try:
+            threshold = float(args.threshold)
+            if not threshold > 0:
+                raise ValueError
+        except ValueError:
+            raise UsageError(f"option --threshold: {args.threshold!r} is not allowed; expected a number > 0") from None
     from ..analysis.equivalence import check_equivalence
     from ..decoding.session import Session
 
@@ -169,13 +176,28 @@ def cmd_verify(args: argparse.Namespace) -> int:
         if res["verdict"] == "identical":
             print(f"identical: {res['plain_tokens']} tokens, plain and {res['strategy']} agree")
         else:
-            d = res["divergence"]
+            d, replay = res["divergence"], res["replay"]
+            bound = f", threshold {threshold}" if threshold is not None else ""
             print(
                 f"{res['verdict']}: first divergence at generated token {d['index']}: plain "
                 f"{d['plain_piece']!r} vs speculative {d['speculative_piece']!r}; top-two margin "
-                f"{d['plain_margin']} (plain) / {d['speculative_margin']} (speculative), threshold {threshold}"
+                f"{d['plain_margin']} (plain) / {d['speculative_margin']} (speculative){bound}; "
+                + _replay_words(replay)
             )
     return 0 if res["verdict"] != "mismatch" else 1
+
+
+def _replay_words(replay: dict[str, Any] | None) -> str:
+    """What the replay of the speculative run found, in words."""
+    if replay is None:
+        return "the two runs did not choose between the same two tokens (no replay)"
+    if replay["reproduced"]:
+        return f"a replay of its verify batches gives the same {replay['tokens']} tokens"
+    expected = "nothing more" if replay["expected"] is None else f"token {replay['expected']}"
+    return (
+        f"a replay of its verify batches parts at generated token {replay['tokens']} (round {replay['round']}, "
+        f"row {replay['row']}: the greedy rule gives {expected}, the run committed {replay['committed']})"
+    )
 
 
 def _requests_of(args: argparse.Namespace) -> list | None:
