@@ -160,11 +160,14 @@ def test_a_drafter_that_reads_the_target_is_refused_at_a_whole_start(fixture_pat
 
 @pytest.mark.embedded
 def test_the_servers_layout_gives_the_servers_text_on_gemma(embedded_model):
-    """Two summarise prompts whose greedy text parts from llama-server's (``--swa-full``, as specviz's
-    cache) within 64 tokens when the last prompt token is evaluated on its own (at tokens 61 and 5,
-    measured); with the server's layout (``session_from_server_args``: ``prefill="whole"``) both give the
-    server's tokens exactly. (Against the server's default ring-sized cache, specviz's ring still parts on
-    these prompts — at tokens 61 and 5 with either of specviz's caches — a difference not explained yet.)"""
+    """The summarise prompts, whose greedy text can part from llama-server's (``--swa-full``, as specviz's
+    cache) within 64 tokens when the last prompt token is evaluated on its own: with the server's layout
+    (``session_from_server_args``: ``prefill="whole"``) every one gives the server's tokens exactly. Which
+    prompts part with the last prompt token apart depends on the CPU's kernels (on an AVX-512 host #0 and
+    #3, at tokens 61 and 5; on an AVX2-only EPYC one of those two), so the test asks that at least one
+    does, which is what makes the equality above say something. (Against the server's default ring-sized
+    cache, specviz's ring still parts on #0 and #3 — at tokens 61 and 5 with either of specviz's caches — a
+    difference not explained yet.)"""
     from native_util import native_tool
 
     from specviz.analysis.check_server import context_args
@@ -178,7 +181,7 @@ def test_the_servers_layout_gives_the_servers_text_on_gemma(embedded_model):
     assert "--swa-full" in args
     cfg = parse_server_args(args)
     assert cfg.session_kwargs()["prefill"] == "whole" and cfg.swa_full
-    prompts = [WORKLOADS["summarise"][0], WORKLOADS["summarise"][3]]
+    prompts = list(WORKLOADS["summarise"])
     n = 64
     server_tokens = []
     with LlamaServer(embedded_model.path, args, binary=native_tool("llama-server")) as srv:
@@ -186,15 +189,16 @@ def test_the_servers_layout_gives_the_servers_text_on_gemma(embedded_model):
             server_tokens.append(srv.complete(p, n, cache_prompt=False).tokens)
     like = Session(embedded_model, **cfg.session_kwargs())
     default = Session(embedded_model, **cfg.settings.to_dict())  # swa_full, the last prompt token apart
-    parted = 0
-    for p, want in zip(prompts, server_tokens):
+    parted = []
+    for i, (p, want) in enumerate(zip(prompts, server_tokens)):
         like.start(p, n, "none")
         like.run()
-        assert like.tokens == want
+        assert like.tokens == want, f"summarise #{i}"
         default.start(p, n, "none")
         default.run()
-        parted += default.tokens != want
-    assert parted == 2, "the last prompt token's own batch no longer parts from the server here: pick other prompts"
+        if default.tokens != want:
+            parted.append(i)
+    assert parted, "the last prompt token's own batch parts from the server on no prompt here: pick other prompts"
     like.close()
     default.close()
 
