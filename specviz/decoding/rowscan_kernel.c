@@ -30,19 +30,32 @@
 #define SPECVIZ_LANES 16
 #define SPECVIZ_BLOCK 256
 
+/* The float exponential's constants and its polynomial, once for the plain-C, AVX2 and AVX-512 versions:
+   x clamped at the floor, n = round(x / ln2), r = x - n ln2 with ln2 in two parts (the high part exact in
+   float), e^r by Horner's rule on 1/k! for k = 7 ... 0 with the version's own multiply-add. */
+#define SPECVIZ_EXPF_FLOOR (-87.0f)
+#define SPECVIZ_EXPF_LOG2E 1.44269504088896341f
+#define SPECVIZ_EXPF_SHIFT 12582912.0f /* 1.5 * 2^23: adding it rounds to an integer in the low bits */
+#define SPECVIZ_EXPF_SHIFT_BITS 0x4B400000 /* its bits */
+#define SPECVIZ_EXPF_LN2_HI 0.693145751953125f
+#define SPECVIZ_EXPF_LN2_LO 1.428606765330187045e-06f
+#define SPECVIZ_EXPF_POLY(FMA, SET, r)                                                                          \
+    FMA(FMA(FMA(FMA(FMA(FMA(FMA(SET(1.98412698412698413e-04f), r, SET(1.38888888888888889e-03f)), r,              \
+                            SET(8.33333333333333333e-03f)),                                                      \
+                        r, SET(4.16666666666666667e-02f)),                                                       \
+                    r, SET(1.66666666666666667e-01f)),                                                           \
+                r, SET(0.5f)),                                                                                   \
+            r, SET(1.0f)),                                                                                       \
+        r, SET(1.0f))
+#define SPECVIZ_MULADD(a, b, c) ((a) * (b) + (c))
+#define SPECVIZ_SCALAR(c) (c)
+
 static inline float specviz_exp_nonpositive(float x) {
-    const float xc = x > -87.0f ? x : -87.0f; /* NaN compares false: clamped too */
-    const float n = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f; /* round(x / ln2) */
-    float r = xc - n * 0.693145751953125f;  /* ln2, high part (exact in float) */
-    r = r - n * 1.428606765330187045e-06f;  /* ln2, low part */
-    float p = 1.98412698412698413e-04f;     /* 1/7! */
-    p = p * r + 1.38888888888888889e-03f;   /* 1/6! */
-    p = p * r + 8.33333333333333333e-03f;   /* 1/5! */
-    p = p * r + 4.16666666666666667e-02f;   /* 1/4! */
-    p = p * r + 1.66666666666666667e-01f;   /* 1/3! */
-    p = p * r + 0.5f;
-    p = p * r + 1.0f;
-    p = p * r + 1.0f;
+    const float xc = x > SPECVIZ_EXPF_FLOOR ? x : SPECVIZ_EXPF_FLOOR; /* NaN compares false: clamped too */
+    const float n = (xc * SPECVIZ_EXPF_LOG2E + SPECVIZ_EXPF_SHIFT) - SPECVIZ_EXPF_SHIFT; /* round(x / ln2) */
+    float r = xc - n * SPECVIZ_EXPF_LN2_HI;
+    r = r - n * SPECVIZ_EXPF_LN2_LO;
+    const float p = SPECVIZ_EXPF_POLY(SPECVIZ_MULADD, SPECVIZ_SCALAR, r);
     const int32_t bits = ((int32_t) n + 127) << 23; /* 2^n, n in [-126, 0] */
     float scale;
     memcpy(&scale, &bits, sizeof scale);
@@ -154,19 +167,12 @@ int specviz_scan_generic(const float * x, int64_t n, int64_t * best, double * ou
 #include <immintrin.h>
 
 __attribute__((target("avx512f"))) static inline __m512 specviz_exp_nonpositive16(__m512 x) {
-    const __m512 xc = _mm512_max_ps(x, _mm512_set1_ps(-87.0f)); /* NaN: the second operand, clamped */
-    const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(xc, _mm512_set1_ps(1.44269504088896341f)),
+    const __m512 xc = _mm512_max_ps(x, _mm512_set1_ps(SPECVIZ_EXPF_FLOOR)); /* NaN: the second operand */
+    const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(xc, _mm512_set1_ps(SPECVIZ_EXPF_LOG2E)),
                                           _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145751953125f), xc);
-    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.428606765330187045e-06f), r);
-    __m512 p = _mm512_set1_ps(1.98412698412698413e-04f);
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.38888888888888889e-03f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.33333333333333333e-03f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.16666666666666667e-02f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.66666666666666667e-01f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(SPECVIZ_EXPF_LN2_HI), xc);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(SPECVIZ_EXPF_LN2_LO), r);
+    const __m512 p = SPECVIZ_EXPF_POLY(_mm512_fmadd_ps, _mm512_set1_ps, r);
     return _mm512_scalef_ps(p, n); /* p * 2^n */
 }
 
@@ -239,22 +245,16 @@ __attribute__((target("avx512f"))) static int specviz_scan_avx512(const float * 
 #define SPECVIZ_AVX2 __attribute__((target("avx2,fma")))
 
 SPECVIZ_AVX2 static inline __m256 specviz_exp_nonpositive8f(__m256 x) {
-    const __m256 xc = _mm256_max_ps(x, _mm256_set1_ps(-87.0f)); /* NaN: the second operand, clamped */
-    /* round(x / ln2) as the plain-C exponential takes it: adding 1.5 * 2^23 leaves n in the low bits */
-    const __m256 shifted = _mm256_fmadd_ps(xc, _mm256_set1_ps(1.44269504088896341f), _mm256_set1_ps(12582912.0f));
-    const __m256 n = _mm256_sub_ps(shifted, _mm256_set1_ps(12582912.0f));
-    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693145751953125f), xc);
-    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(1.428606765330187045e-06f), r);
-    __m256 p = _mm256_set1_ps(1.98412698412698413e-04f);
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.38888888888888889e-03f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.33333333333333333e-03f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.16666666666666667e-02f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.66666666666666667e-01f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    const __m256 xc = _mm256_max_ps(x, _mm256_set1_ps(SPECVIZ_EXPF_FLOOR)); /* NaN: the second operand */
+    /* round(x / ln2) as the plain-C exponential takes it (no round instruction needed) */
+    const __m256 shifted = _mm256_fmadd_ps(xc, _mm256_set1_ps(SPECVIZ_EXPF_LOG2E), _mm256_set1_ps(SPECVIZ_EXPF_SHIFT));
+    const __m256 n = _mm256_sub_ps(shifted, _mm256_set1_ps(SPECVIZ_EXPF_SHIFT));
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(SPECVIZ_EXPF_LN2_HI), xc);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(SPECVIZ_EXPF_LN2_LO), r);
+    const __m256 p = SPECVIZ_EXPF_POLY(_mm256_fmadd_ps, _mm256_set1_ps, r);
     const __m256i bits = /* 2^n from the low bits of the shifted value: n + 127 in the exponent field */
-        _mm256_slli_epi32(_mm256_sub_epi32(_mm256_castps_si256(shifted), _mm256_set1_epi32(0x4B400000 - 127)), 23);
+        _mm256_slli_epi32(_mm256_sub_epi32(_mm256_castps_si256(shifted), _mm256_set1_epi32(SPECVIZ_EXPF_SHIFT_BITS - 127)),
+                          23);
     return _mm256_mul_ps(p, _mm256_castsi256_ps(bits)); /* p * 2^n, n in [-126, 0] */
 }
 
