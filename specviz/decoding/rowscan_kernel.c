@@ -163,6 +163,34 @@ int specviz_scan_generic(const float * x, int64_t n, int64_t * best, double * ou
     return nan;
 }
 
+/* The vector scans' two steps around a block (one rule for both widths): a block maximum `bm` above the
+   running one moves the maximum's block to `i` and rescales the sum so far (in double: a row can set a new
+   maximum in many blocks); the return value says whether the maximum is finite, so that the block's terms
+   are summed. At the end, the first value equal to the maximum in its block is the first maximum of the
+   row (only a strictly greater block maximum moves the block), 0 for a row of -inf and NaN only. */
+static inline int specviz_scan_block_max(float bm, int64_t i, float * m, double * s, int64_t * block) {
+    if (bm > *m) {
+        *s *= specviz_exp_nonpositive_d((double) *m - (double) bm); /* 0 while m was -inf */
+        *m = bm;
+        *block = i;
+    }
+    return *m > -__builtin_inff() && *m < __builtin_inff();
+}
+
+static inline void specviz_scan_finish(const float * x, float m, double s, int64_t block, int64_t * best,
+                                       double * out) {
+    int64_t at = 0;
+    if (block >= 0) {
+        at = block;
+        while (!(x[at] == m)) {
+            ++at;
+        }
+    }
+    *best = at;
+    out[0] = m;
+    out[1] = s;
+}
+
 #if defined(__GNUC__) && defined(__x86_64__)
 #include <immintrin.h>
 
@@ -199,12 +227,7 @@ __attribute__((target("avx512f"))) static int specviz_scan_avx512(const float * 
             vmax = _mm512_max_ps(v, vmax);
         }
         const float bm = _mm512_reduce_max_ps(vmax);
-        if (bm > m) {
-            s *= specviz_exp_nonpositive_d((double) m - (double) bm); /* 0 while m was -inf */
-            m = bm;
-            block = i;
-        }
-        if (!(m > -__builtin_inff() && m < __builtin_inff())) {
+        if (!specviz_scan_block_max(bm, i, &m, &s, &block)) {
             continue; /* nothing finite yet, or +inf: the caller's non-finite path */
         }
         const __m512 vm = _mm512_set1_ps(m);
@@ -218,16 +241,7 @@ __attribute__((target("avx512f"))) static int specviz_scan_avx512(const float * 
         }
         s += (double) _mm512_reduce_add_ps(acc);
     }
-    int64_t at = 0;
-    if (block >= 0) {
-        at = block;
-        while (!(x[at] == m)) { /* the first value equal to the maximum in its block */
-            ++at;
-        }
-    }
-    *best = at;
-    out[0] = m;
-    out[1] = s;
+    specviz_scan_finish(x, m, s, block, best, out);
     return nan != 0;
 }
 #endif
@@ -301,12 +315,7 @@ SPECVIZ_AVX2 int specviz_scan_avx2(const float * x, int64_t n, int64_t * best, d
             nan |= b[q] != b[q];
             bm = b[q] > bm ? b[q] : bm;
         }
-        if (bm > m) {
-            s *= specviz_exp_nonpositive_d((double) m - (double) bm); /* 0 while m was -inf */
-            m = bm;
-            block = i;
-        }
-        if (!(m > -__builtin_inff() && m < __builtin_inff())) {
+        if (!specviz_scan_block_max(bm, i, &m, &s, &block)) {
             continue; /* nothing finite yet, or +inf: the caller's non-finite path */
         }
         const __m256 vm = _mm256_set1_ps(m);
@@ -324,16 +333,7 @@ SPECVIZ_AVX2 int specviz_scan_avx2(const float * x, int64_t n, int64_t * best, d
         }
         s += (double) t;
     }
-    int64_t at = 0;
-    if (block >= 0) {
-        at = block;
-        while (!(x[at] == m)) { /* the first value equal to the maximum in its block */
-            ++at;
-        }
-    }
-    *best = at;
-    out[0] = m;
-    out[1] = s;
+    specviz_scan_finish(x, m, s, block, best, out);
     return nan;
 }
 #endif
