@@ -262,6 +262,49 @@ def test_greedy_speculation_equals_plain_greedy(paths, name, kw, strategy):
     s.close()
 
 
+@pytest.mark.parametrize(
+    "name,kw",
+    [("mamba", {}), ("lfm2", {}), ("gemma3", {"swa_full": False, "n_ubatch": 16, "n_batch": 16})],
+    ids=["recurrent", "hybrid", "ring"],
+)
+def test_a_speculative_run_replays_through_every_memory_kind(paths, name, kw):
+    """The equivalence check's replay (specviz/analysis/replay.py) goes through the context's memory as a
+    round does: checkpoints, restores with the accepted tokens applied again, ring cuts; a correct run
+    replays token for token, and a committed token changed in one round is found there."""
+    import dataclasses
+
+    from specviz.analysis.replay import replay_greedy
+
+    s = _session(paths[name], **kw)
+    calls: list[tuple] = []  # every evaluation of the target, and the states saved when it ran
+    real_eval = s.ctx.eval
+
+    def logged(tokens, start, rows="all"):
+        calls.append((tuple(int(t) for t in tokens), start, rows, tuple(m.n for m in s.ctx.memory.marks)))
+        return real_eval(tokens, start, rows)
+
+    s.ctx.eval = logged
+    s.start(PROMPT, max_tokens=N_GEN, strategy="prompt-lookup", draft_max=6)
+    rounds = []
+    while s.finished is None:
+        s.step()
+        rounds.append(s.last_result)
+    assert any(r.rollback is not None for r in rounds), "nothing was rolled back: the replay's cuts were not tested"
+    ran, calls[:] = list(calls), []
+    prompt = list(s.prompt_tokens)
+    got = replay_greedy(s.ctx, prompt, rounds, prefill=s.prefill, upto=10**6)
+    assert got.reproduced and got.tokens == len(s.tokens)
+    assert calls == ran  # the same batches at the same positions from the same saved states, restores included
+    s.ctx.eval = real_eval
+    k = max(i for i, r in enumerate(rounds) if r.rollback is not None)  # late: after cuts and restores
+    r = rounds[k]
+    wrong = (r.committed[0] + 1) % s.model.n_vocab
+    rounds[k] = dataclasses.replace(r, committed=[wrong, *r.committed[1:]])
+    got = replay_greedy(s.ctx, prompt, rounds, prefill=s.prefill, upto=10**6)
+    assert (got.reproduced, got.round, got.row, got.expected) == (False, r.index, 0, r.committed[0])
+    s.close()
+
+
 def test_recurrent_rollbacks_go_through_checkpoints_and_reapply_the_accepted_tokens(paths):
     s = _session(paths["mamba"])
     ref = _plain(s)
