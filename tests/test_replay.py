@@ -188,3 +188,27 @@ def test_verify_says_what_the_replay_found():
     assert _replay_words(parted).endswith("(round 3, row 1: the greedy rule gives token 40, the run committed 41)")
     parted.update(expected=None)
     assert "the greedy rule gives nothing more" in _replay_words(parted)
+
+
+@pytest.mark.parametrize("prefill", ["all-but-last", "whole"])
+def test_the_replay_evaluates_the_runs_own_batches(tiny_model, prefill):
+    """Batch for batch: the prompt as the session evaluates it (llama-server's whole-prompt layout, whose
+    first round reads the prompt batch's last row, included), then every round's verify batch."""
+    from specviz import Session
+
+    s = Session(tiny_model, n_ctx=512, n_batch=64, n_ubatch=64, prefill=prefill)
+    calls: list[tuple] = []
+    real_eval = s.ctx.eval
+
+    def logged(tokens, start, rows="all"):
+        calls.append((tuple(int(t) for t in tokens), start, rows))
+        return real_eval(tokens, start, rows)
+
+    s.ctx.eval = logged
+    prompt, rounds = _run(s)
+    assert rounds[0].prefilled == (prefill == "whole")
+    ran, calls[:] = list(calls), []
+    got = replay_greedy(s.ctx, prompt, rounds, prefill=s.prefill, upto=10**6)
+    assert got.reproduced and calls == ran
+    s.ctx.eval = real_eval
+    s.close()
