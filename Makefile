@@ -98,7 +98,7 @@ test: install llama-tools
 # device, which ggml's Vulkan backend skips unless it is named: GGML_VK_VISIBLE_DEVICES=0.
 test-vulkan:
 	$(MAKE) install LLAMA_BACKEND=vulkan
-	GGML_VK_VISIBLE_DEVICES=$${GGML_VK_VISIBLE_DEVICES:-0} SPECVIZ_REQUIRE_VULKAN=1 \
+	GGML_VK_VISIBLE_DEVICES=$${GGML_VK_VISIBLE_DEVICES:-0} SPECVIZ_REQUIRE_DEVICE=1 \
 	  .venv-vulkan/bin/python -m pytest -ra -p no:cacheprovider tests/test_vulkan.py
 
 bench: install

@@ -12,10 +12,13 @@ reads and the saved states all live in (or come back from) device memory:
 
 These tests need llama-cpp-python built with ``-DGGML_VULKAN=ON``: ``make test-vulkan`` builds it into
 ``.venv-vulkan`` (the wheel is cached) and runs this file there. In any other build they are skipped,
-saying so; with ``SPECVIZ_REQUIRE_VULKAN=1`` (``make test-vulkan``, ``.ci/run``) a missing build or
-device fails them instead. lavapipe reports itself as a CPU-type device, which ggml's Vulkan backend
-skips unless it is named in ``GGML_VK_VISIBLE_DEVICES``; this module names device 0 unless the variable
-is set already (it must be set before llama.cpp's backend registry is first used in the process).
+saying so; with ``SPECVIZ_REQUIRE_DEVICE=1`` (``make test-vulkan``, ``.ci/run``) a missing build or
+device fails them instead. ``SPECVIZ_DEVICE_BACKEND`` names another backend to run them on (``CUDA``:
+the GPU check, ``tools/gpu_check/run.sh``, runs this file on its CUDA build; ``CPU``: that script's
+rehearsal on a machine without a GPU, where nothing is offloaded). lavapipe reports itself as a
+CPU-type device, which ggml's Vulkan backend skips unless it is named in ``GGML_VK_VISIBLE_DEVICES``;
+this module names device 0 unless the variable is set already (it must be set before llama.cpp's backend
+registry is first used in the process).
 """
 
 from __future__ import annotations
@@ -45,25 +48,28 @@ from specviz.testing.tiny_models import (  # noqa: E402
     write_tiny_nextn,
 )
 
-REQUIRED = os.environ.get("SPECVIZ_REQUIRE_VULKAN", "") == "1"
+REQUIRED = os.environ.get("SPECVIZ_REQUIRE_DEVICE", "") == "1"
+#: The ggml backend whose first device the tests run on, and that device's name.
+BACKEND = os.environ.get("SPECVIZ_DEVICE_BACKEND", "Vulkan")
+DEVICE = f"{BACKEND}0"
 ALL_LAYERS = 99  # more than any fixture has: every block and the output layer go to the device
 
 
-def _vulkan_problem() -> str | None:
-    """Why the Vulkan tests cannot run here, or None."""
+def _device_problem() -> str | None:
+    """Why the device tests cannot run here, or None."""
     found = devices()
-    if not any(d.backend == "Vulkan" for d in found) and not any(d.name.startswith("Vulkan") for d in found):
+    if not any(d.backend == BACKEND for d in found):
         return (
-            "this llama-cpp-python build has no Vulkan device (backends: "
+            f"this llama-cpp-python build has no {BACKEND} device (backends: "
             + ", ".join(sorted({d.backend for d in found}))
             + "); build one with `make install LLAMA_BACKEND=vulkan` and run `make test-vulkan`"
         )
     return None
 
 
-_PROBLEM = _vulkan_problem()
+_PROBLEM = _device_problem()
 if _PROBLEM is not None and REQUIRED:
-    pytest.fail(f"SPECVIZ_REQUIRE_VULKAN=1 but {_PROBLEM}", pytrace=False)
+    pytest.fail(f"SPECVIZ_REQUIRE_DEVICE=1 but {_PROBLEM}", pytrace=False)
 pytestmark = pytest.mark.skipif(_PROBLEM is not None, reason=_PROBLEM or "")
 
 
@@ -95,7 +101,7 @@ def llama_log():
 
 
 def on_device(path) -> LlamaModel:
-    """``path`` loaded with every layer on the Vulkan device."""
+    """``path`` loaded with every layer on the device (:data:`BACKEND`'s first)."""
     return LlamaModel(path, n_gpu_layers=ALL_LAYERS)
 
 
@@ -134,8 +140,10 @@ def tiny_gpu(models):
 
 
 def test_the_model_is_offloaded_to_the_vulkan_device(models):
-    vk = [d for d in devices() if d.backend == "Vulkan"]
-    assert vk and vk[0].name == "Vulkan0", devices()
+    if BACKEND == "CPU":
+        pytest.skip("the CPU backend has no device to offload layers to (the GPU check's rehearsal)")
+    vk = [d for d in devices() if d.backend == BACKEND]
+    assert vk and vk[0].name == DEVICE, devices()
     on_device(models["tiny"]).close()  # initialises llama.cpp's backend (and specviz's quiet log) first
     with llama_log() as lines:
         m = on_device(models["tiny"])
@@ -144,8 +152,8 @@ def test_the_model_is_offloaded_to_the_vulkan_device(models):
     try:
         # every repeating layer and the output layer on the device, weights and KV cache in its memory
         assert "offloaded 3/3 layers to GPU" in text, text
-        assert "Vulkan0 model buffer size" in text, text
-        assert "Vulkan0 KV buffer size" in text, text
+        assert f"{DEVICE} model buffer size" in text, text
+        assert f"{DEVICE} KV buffer size" in text, text
     finally:
         ctx.close()
         m.close()
