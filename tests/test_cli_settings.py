@@ -94,3 +94,24 @@ def test_server_args_values_are_checked(wide):
     assert p.returncode == 2 and "--server-args -m" in p.stderr
     p = run_cli("run", "--prompt", "x", "--model", str(wide), "--server-args", "-m /other.gguf")
     assert p.returncode == 2 and "conflicts with the model of --server-args" in p.stderr
+
+
+def test_gpu_layers_reach_the_session_and_a_cpu_build_says_nothing_is_offloaded(wide):
+    from specviz.backends.devices import gpu_devices
+
+    p = run_cli("run", "--model", str(wide), "--prompt", PROMPT, "--max-tokens", "6", "--json", "-ngl", "99")
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout)["n_gpu_layers"] == 99
+    if not gpu_devices():  # this build (the CPU one of `make test`): llama.cpp runs the layers on the CPU
+        assert "option -ngl 99 is accepted but puts nothing on a GPU" in p.stderr, p.stderr
+    p = run_cli("run", "--model", str(wide), "--prompt", PROMPT, "--max-tokens", "6", "--json")
+    assert p.returncode == 0 and json.loads(p.stdout)["n_gpu_layers"] == 0
+    assert "-ngl" not in p.stderr
+
+
+@pytest.mark.parametrize("command", ["run", "verify", "serve"])
+@pytest.mark.parametrize("value", ["-1", "many"])
+def test_a_bad_gpu_layer_count_is_refused_before_a_model_loads(wide, command, value):
+    extra = ["--prompt", "x"] if command != "serve" else ["--port", "5999"]  # refused before it serves
+    p = run_cli(command, "--model", str(wide), *extra, "--n-gpu-layers", value)
+    assert p.returncode == 2 and "option -ngl" in p.stderr and repr(value) in p.stderr, p.stderr

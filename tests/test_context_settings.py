@@ -129,3 +129,31 @@ def test_a_start_can_be_checked_against_a_context_about_to_be_made(wide_heads):
         s.check_start(prompt, 4, "ngram-simple", n_ctx=512, size_n=0)
     assert s.strategy == "none" and s.n_prompt < 100 and s.settings.n_ctx == 256  # nothing started
     s.close()
+
+
+def test_gpu_layers_place_the_model_the_session_loads_and_its_drafts(tmp_path):
+    target = write_tiny_llama(tmp_path / "target.gguf", **TINY)
+    w = tiny_weights(seed=TINY["seed"], block_scale=TINY["block_scale"])
+    draft = write_tiny_llama(tmp_path / "draft.gguf", n_layer=1, layers_from=w)
+    s = Session(target, n_ctx=256, n_gpu_layers=3)
+    try:
+        assert s.model.n_gpu_layers == 3
+        s.start("the cat of the dog and the a", 12, "draft", draft_model=str(draft), draft_p_min=0.0)
+        s.run()
+        assert len(s.tokens) == 12
+        assert s.draft_models.get(str(draft)).n_gpu_layers == 3  # placed as its target
+        # a loaded model keeps its own placement, and another value beside it is refused
+        other = Session(s.model, n_ctx=64)
+        assert other.model.n_gpu_layers == 3
+        other.close()
+        with pytest.raises(ContextSettingsError, match=r"n_gpu_layers \(-ngl\) 0 differs from the 3"):
+            Session(s.model, n_ctx=64, n_gpu_layers=0)
+    finally:
+        s.close()
+
+
+@pytest.mark.parametrize("value", [-1, 2.5, "99", True])
+def test_a_bad_gpu_layer_count_is_refused_before_the_model_loads(tmp_path, value):
+    with pytest.raises(ContextSettingsError, match=r"n_gpu_layers \(-ngl\): .* expected an integer >= 0") as e:
+        Session(tmp_path / "absent.gguf", n_gpu_layers=value)
+    assert e.value.knob == "n_gpu_layers"

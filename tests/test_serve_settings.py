@@ -47,3 +47,19 @@ def test_every_page_session_has_the_servers_settings_parked_or_not(wide_heads):
     finally:
         if app.pool is not None:
             app.pool.close_all()
+
+
+def test_every_page_session_has_the_servers_gpu_layers(wide_heads):
+    from specviz.server.app import build_app
+
+    app = build_app(0, wide_heads, prompt="1, 2, 3, 1, 2, 3,", max_tokens=8, n_gpu_layers=5)
+    try:
+        assert app.pool is not None
+        ms = app.pool.open()
+        assert ms is not None
+        ms.start("1, 2, 3, 1, 2, 3,", max_tokens=8, strategy="ngram-simple")
+        ms.step()
+        assert ms.model.n_gpu_layers == 5
+    finally:
+        if app.pool is not None:
+            app.pool.close_all()

@@ -93,7 +93,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if requests is not None:
         return _run_requests(args, cfg, requests)
 
-    s = Session(cfg["model"], **session_kwargs(cfg["settings"]), **cfg["memory"])
+    s = Session(cfg["model"], **session_kwargs(cfg["settings"]), **cfg["memory"], n_gpu_layers=cfg["n_gpu_layers"])
     recorder = Recorder(args.record) if args.record else None
     if recorder is not None:
         s.subscribe(recorder)
@@ -113,6 +113,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         recorder.close()
     res = _result(s, cfg)
     res["settings"] = s.settings.to_dict()
+    res["n_gpu_layers"] = s.model.n_gpu_layers
     if server_run is not None:
         res["server_counts"] = {
             k: getattr(server_run, k) for k in ("draft_n", "draft_n_accepted", "verify_steps", "accepted_per_pos")
@@ -167,7 +168,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
     from ..analysis.equivalence import check_equivalence
     from ..decoding.session import Session
 
-    s = Session(cfg["model"], **session_kwargs(cfg["settings"]), **cfg["memory"])
+    s = Session(cfg["model"], **session_kwargs(cfg["settings"]), **cfg["memory"], n_gpu_layers=cfg["n_gpu_layers"])
     res = check_equivalence(s, cfg["prompt"], cfg["max_tokens"], cfg["strategy"], cfg["knobs"], threshold)
     s.close()
     if args.json:
@@ -223,7 +224,7 @@ def _run_requests(args: argparse.Namespace, cfg: dict[str, Any], requests: list)
     from ..decoding.recorder import Recorder
     from ..decoding.session import Session
 
-    s = Session(cfg["model"], **session_kwargs(cfg["settings"]), **cfg["memory"])
+    s = Session(cfg["model"], **session_kwargs(cfg["settings"]), **cfg["memory"], n_gpu_layers=cfg["n_gpu_layers"])
     recorder = Recorder(args.record) if args.record else None
     if recorder is not None:
         s.subscribe(recorder)

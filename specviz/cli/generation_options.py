@@ -37,6 +37,7 @@ from .settings_options import (
     add_settings_options,
     check_settings_for,
     given_settings,
+    gpu_layers_of,
     server_config,
     settings_of,
 )
@@ -161,7 +162,7 @@ def add_generation_options(p: argparse.ArgumentParser, *, strategy_default: str 
         help="do not shorten proposals to fit one micro-batch (--align false)",
     )
     _add_request_options(p)
-    add_settings_options(p)
+    add_settings_options(p, gpu_layers=True)
 
 
 def add_memory_options(p: argparse.ArgumentParser) -> None:
@@ -256,6 +257,7 @@ def generation_config(args: argparse.Namespace, *, warn: Callable[[str], None]) 
         flag = "--model" if args.model is not None else "--server-args -m"
         raise UsageError(f"option {flag}: {model!r} does not exist; pass the path of a .gguf file")
     check_settings_for(settings, model)
+    n_gpu_layers = gpu_layers_of(args, warn=warn)
     if seed is not None and sampling["temperature"] == 0:
         warn("option --seed is accepted but not applied: greedy decoding draws no random numbers")
     return {
@@ -267,6 +269,7 @@ def generation_config(args: argparse.Namespace, *, warn: Callable[[str], None]) 
         "n_ctx": settings.n_ctx,
         "settings": settings,
         "model": model,
+        "n_gpu_layers": n_gpu_layers,
         "memory": memory,
         "sampling": sampling,
         "request": request,

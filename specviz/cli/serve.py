@@ -11,7 +11,7 @@ from typing import Any
 
 from ..strategies import strategy_class, strategy_names
 from .options import UsageError, int_option, warn
-from .settings_options import add_settings_options, check_settings_for, server_config, settings_of
+from .settings_options import add_settings_options, check_settings_for, gpu_layers_of, server_config, settings_of
 
 
 def add_commands(sub: Any) -> None:
@@ -50,7 +50,8 @@ def add_commands(sub: Any) -> None:
     sv.add_argument(
         "--n-ctx", "-c", "--ctx-size", default=None, help="context length of every page's session (default 4096)"
     )
-    add_settings_options(sv)  # the server's settings for every page's session (a page cannot change them)
+    # the server's settings for every page's session (a page cannot change them)
+    add_settings_options(sv, gpu_layers=True)
     sv.set_defaults(func=cmd_serve)
     rp = sub.add_parser("replay", help="show a recorded .jsonl session, without a model")
     rp.add_argument("file", metavar="FILE")
@@ -87,6 +88,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     n_ctx = int_option("--n-ctx", args.n_ctx if args.n_ctx is not None else "4096", 16, 1 << 20)
     settings = settings_of(args, n_ctx=n_ctx)
     check_settings_for(settings, args.model)
+    n_gpu_layers = gpu_layers_of(args, warn=warn)
     from ..server.app import serve
 
     kwargs = {"prompt": args.prompt} if args.prompt else {}
@@ -98,6 +100,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         strategy=strategy,
         draft_models=args.draft_model or (),
         settings=settings,
+        n_gpu_layers=n_gpu_layers,
         **demo,
         **kwargs,
     )

@@ -1,6 +1,8 @@
 """The deployment's context settings on the command line, in llama.cpp's spellings: ``-fa on|off|auto``,
-``-ctk`` / ``-ctv`` TYPE, ``-c`` (``--n-ctx``), ``-b``, ``-ub``, ``-t``; and ``--server-args "LINE"``, a
-whole llama-server command line that sets the model, the strategy, its knobs and these settings at once.
+``-ctk`` / ``-ctv`` TYPE, ``-c`` (``--n-ctx``), ``-b``, ``-ub``, ``-t``; where the model's layers go,
+``-ngl N`` (a GPU build's devices, :class:`~specviz.Session`'s ``n_gpu_layers``); and ``--server-args
+"LINE"``, a whole llama-server command line that sets the model, the strategy, its knobs and these settings
+at once.
 
 Every value is checked before any model loads (:class:`~specviz.backends.context_settings.ContextSettings`);
 a refused one exits with status 2 naming the flag.
@@ -13,7 +15,7 @@ from typing import Any, Callable
 
 from ..backends.context_settings import CACHE_TYPES, ContextSettings
 from ..errors import KnobError, StrategyError
-from .options import UsageError
+from .options import UsageError, int_option
 
 #: setting -> the flags that spell it here
 SETTING_FLAGS = {
@@ -26,10 +28,23 @@ SETTING_FLAGS = {
 }
 
 
-def add_settings_options(p: argparse.ArgumentParser, *, threads: bool = True) -> None:
-    """``-fa``, ``-ctk``, ``-ctv``, ``-b``, ``-ub`` and (with ``threads``) ``-t`` for a command that creates a
-    context (``-c`` is the command's ``--n-ctx``)."""
+#: the flags of the model's placement, as llama.cpp's tools spell it
+GPU_LAYERS_FLAGS = ("-ngl", "--n-gpu-layers", "--gpu-layers")
+
+
+def add_settings_options(p: argparse.ArgumentParser, *, threads: bool = True, gpu_layers: bool = False) -> None:
+    """``-fa``, ``-ctk``, ``-ctv``, ``-b``, ``-ub``, (with ``threads``) ``-t`` and (with ``gpu_layers``) ``-ngl``
+    for a command that creates a context (``-c`` is the command's ``--n-ctx``)."""
     g = p.add_argument_group("deployment settings (llama.cpp's spellings)")
+    if gpu_layers:
+        g.add_argument(
+            *GPU_LAYERS_FLAGS,
+            dest="n_gpu_layers",
+            default=None,
+            metavar="N",
+            help="layers of the model on the GPU of a GPU build (make install LLAMA_BACKEND=cuda|vulkan|metal); "
+            "more than the model has puts every layer and the output layer there (default 0)",
+        )
     g.add_argument(
         *SETTING_FLAGS["flash_attn"],
         dest="set_flash_attn",
@@ -119,6 +134,25 @@ def check_settings_for(settings: ContextSettings, model: str | None, *, flag: st
         flags = SETTING_FLAGS.get(e.knob or "", ())
         short = ContextSettings.FLAGS.get(e.knob or "", "")
         raise UsageError(str(e).replace(f"setting {e.knob!r} ({short})", f"option {'/'.join(flags)}", 1)) from None
+
+
+def gpu_layers_of(args: argparse.Namespace, *, warn: Callable[[str], None]) -> int:
+    """``-ngl``'s value (0 without it), checked; a warning where this llama.cpp build has no GPU device to
+    put the layers on (llama.cpp then runs them on the CPU, as its own tools do)."""
+    given = getattr(args, "n_gpu_layers", None)
+    if given is None:
+        return 0
+    n = int_option(GPU_LAYERS_FLAGS[0], given, 0, 1 << 16)
+    if n > 0:
+        from ..backends.devices import devices, gpu_devices
+
+        if not gpu_devices():
+            backends = ", ".join(sorted({d.backend for d in devices()})) or "none"
+            warn(
+                f"option -ngl {n} is accepted but puts nothing on a GPU: this llama.cpp build has no GPU device "
+                f"(backends: {backends}); build one with `make install LLAMA_BACKEND=cuda` (or vulkan, metal)"
+            )
+    return n
 
 
 def session_kwargs(settings: ContextSettings) -> dict[str, Any]:

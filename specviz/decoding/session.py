@@ -65,6 +65,30 @@ PREFILL_LAYOUTS = ("all-but-last", "whole")
 ADVISOR_REPEATS = 5
 
 
+def gpu_layers(n_gpu_layers: Any, model: object) -> int:
+    """``n_gpu_layers`` checked (an integer >= 0; None: 0, or a loaded model's own), before any model loads;
+    :class:`~specviz.errors.ContextSettingsError` naming it otherwise, or where it differs from the
+    placement of the already loaded ``model``."""
+    loaded = model.n_gpu_layers if isinstance(model, LlamaModel) else None
+    if n_gpu_layers is None:
+        return loaded if loaded is not None else 0
+    if isinstance(n_gpu_layers, bool) or not isinstance(n_gpu_layers, int) or n_gpu_layers < 0:
+        raise ContextSettingsError(
+            f"n_gpu_layers (-ngl): {n_gpu_layers!r} is not allowed; expected an integer >= 0 (the layers to put "
+            "on the GPU; more than the model has puts all of them and the output layer there)",
+            knob="n_gpu_layers",
+            value=n_gpu_layers,
+        )
+    if loaded is not None and loaded != n_gpu_layers:
+        raise ContextSettingsError(
+            f"n_gpu_layers (-ngl) {n_gpu_layers} differs from the {loaded} the model was loaded with; load it "
+            f"with LlamaModel(path, n_gpu_layers={n_gpu_layers}) or pass the path and let the session load it",
+            knob="n_gpu_layers",
+            value=n_gpu_layers,
+        )
+    return n_gpu_layers
+
+
 class Session:
     """Runs a target model (and optionally a draft model) one speculative round at a time.
 
@@ -93,6 +117,11 @@ class Session:
     ``cache_type_k`` / ``cache_type_v`` (``-ctk`` / ``-ctv``: ``f16``, ``q8_0`` ...). Every one is checked
     before the model loads (:class:`~specviz.errors.ContextSettingsError`; a quantized V cache needs flash
     attention, a quantized type's blocks must divide the model's head sizes); :attr:`settings` holds them.
+
+    ``n_gpu_layers`` (``-ngl``) is how many of the model's layers a GPU build of llama.cpp puts on its GPU
+    devices when the session loads ``model`` from a path (default 0: none; more than the model has offloads
+    the output layer too); draft models the session loads follow the target. With a loaded
+    :class:`~specviz.backends.LlamaModel` the model's own placement holds, and another value is refused.
     """
 
     def __init__(
@@ -109,6 +138,7 @@ class Session:
         cache_type_k: str = "f16",
         cache_type_v: str = "f16",
         prefill: str = "all-but-last",
+        n_gpu_layers: int | None = None,
     ) -> None:
         if prefill not in PREFILL_LAYOUTS:
             raise ContextSettingsError(
@@ -128,7 +158,8 @@ class Session:
             cache_type_k=cache_type_k,
             cache_type_v=cache_type_v,
         )
-        self.model = model if isinstance(model, LlamaModel) else LlamaModel(resolve_model(model))
+        ngl = gpu_layers(n_gpu_layers, model)
+        self.model = model if isinstance(model, LlamaModel) else LlamaModel(resolve_model(model), n_gpu_layers=ngl)
         ctx_args: dict[str, Any] = dict(
             n_ctx=n_ctx,
             n_batch=n_batch,

@@ -139,6 +139,7 @@ def build_app(
     max_viewers: int = 100,
     presets: list[dict[str, Any]] | None = None,
     settings: Any = None,
+    n_gpu_layers: int = 0,
     **knobs: Any,
 ) -> ServedApp:
     """Load the model and build the pages :func:`serve` serves (see there for the arguments); serves nothing.
@@ -158,7 +159,7 @@ def build_app(
 
     policy = access_policy(address, token, shared=shared, presenter_token=presenter_token)
     target = resolve_model(model)
-    loaded = LlamaModel(target)
+    loaded = LlamaModel(target, n_gpu_layers=n_gpu_layers)
     catalog = DraftCatalog(
         draft_candidates(target, list(draft_models) + ([knobs["draft_model"]] if knobs.get("draft_model") else []))
     )
@@ -242,7 +243,8 @@ def serve(
     """Serve the inspector on ``model`` (default: the embedded Gemma 3 270M) at ``http://address:port/``.
 
     ``options``: ``prompt``, ``max_tokens``, ``strategy``, ``n_ctx`` (or ``settings``: every context setting, a
-    :class:`~specviz.backends.context_settings.ContextSettings`), ``draft_models``, ``presets`` (one-click
+    :class:`~specviz.backends.context_settings.ContextSettings`), ``n_gpu_layers`` (the model's layers on a GPU
+    build's devices, as :class:`~specviz.Session` takes it), ``draft_models``, ``presets`` (one-click
     starting points of the workbench), ``shared``, ``token``,
     ``presenter_token``, ``max_sessions``, ``idle_timeout``, ``max_viewers`` and knobs.
 
