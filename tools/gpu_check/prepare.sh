@@ -5,8 +5,8 @@
 #                         CPU) build of its libraries and llama-speculative-simple needs, plus the
 #                         llama_cpp Python package (ctypes binding) of the same sdist
 #   wheels/               specviz's pure-Python run-time dependencies for CPython 3.12 on manylinux x86_64
-#                         (llama-cpp-python's own, and gguf for writing the test model); numpy is not
-#                         carried (the machine has it)
+#                         (llama-cpp-python's own, gguf for writing the test model, pytest and hypothesis
+#                         for the device tests); numpy is not carried (the machine has it)
 #   MANIFEST              sizes and SHA-256 of every file, checked by run.sh
 # and the whole folder stays under the 64 MiB a copy of the working tree may carry.
 #
@@ -57,12 +57,15 @@ echo "$version" >"$out.tmp/VERSION"
 
 step "wheels for CPython 3.12 (manylinux x86_64)"
 # --no-deps with the closed list: numpy is on the machine; gguf's requests and tqdm are imported only by
-# parts specviz does not use (download helpers, progress bars)
+# parts specviz does not use (download helpers, progress bars); pytest and hypothesis (with their own
+# dependencies) run the device tests, tests/test_vulkan.py, on the GPU
 "$py" -m pip download --quiet --no-deps --only-binary=:all: --implementation cp --python-version 3.12 \
   --abi cp312 --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 --platform any \
   -d "$out.tmp/wheels" \
   "diskcache>=5.6.1" "jinja2>=2.11.3" "MarkupSafe>=2.0" "typing-extensions>=4.5" "gguf==0.19.0" \
   "PyYAML>=5.1" "tqdm>=4.27" \
+  "pytest>=8" "pluggy>=1.5" "iniconfig>=1" "packaging>=20" "pygments>=2.7" "hypothesis>=6.100" \
+  "sortedcontainers>=2.1" \
   || die "pip download of the wheels failed"
 
 (cd "$out.tmp" && find . -type f ! -name MANIFEST -print0 | sort -z | xargs -0 sha256sum >MANIFEST)
