@@ -20,7 +20,7 @@ It reuses the session's target context and leaves its cache holding the replayed
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
@@ -47,14 +47,7 @@ class Replay:
 
     def to_dict(self) -> dict:
         """Plain form (for the equivalence report)."""
-        return {
-            "reproduced": self.reproduced,
-            "tokens": self.tokens,
-            "round": self.round,
-            "row": self.row,
-            "expected": self.expected,
-            "committed": self.committed,
-        }
+        return asdict(self)
 
 
 def first_max(row: np.ndarray) -> int:
