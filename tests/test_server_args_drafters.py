@@ -43,6 +43,19 @@ def plain(models):
     return run_json("--model", str(models["target"]), "--strategy", "none")[0]["tokens"]
 
 
+def test_a_line_without_a_spec_type_runs_plain_decoding(models, plain):
+    """The plainest server line (no --spec-type) once failed: the loop gave strategy none a draft_max knob."""
+    s, cfg = session_from_server_args(f"llama-server -m {models['target']} {SETTINGS}")
+    try:
+        assert cfg.strategy == "none" and cfg.knobs == {}
+        run = run_like_the_server(s, PROMPT, 30, cfg.strategy, cfg.knobs)
+        assert run.tokens == plain and run.draft_n == run.verify_steps == 0
+    finally:
+        s.close()
+    out, _ = run_json("--server-args", f"-m {models['target']} {SETTINGS}")
+    assert out["tokens"] == plain and out["strategy"] == "none"
+
+
 @pytest.mark.parametrize("kind", ["dflash", "dspark"])
 def test_a_block_drafter_line_runs_through_the_servers_loop(models, plain, kind):
     line = f"llama-server -m {models['target']} --spec-type draft-{kind} -md {models[kind]} --spec-draft-n-max 2 "

@@ -98,8 +98,8 @@ def run_like_the_server(
     what the server's plain first token changes). ``start`` goes to :meth:`~specviz.Session.start`
     (``messages``, ``stop``, sampling)."""
     k = dict(knobs)
-    top = int(k.setdefault("draft_max", 16))
     drafts = strategy != "none"
+    top = int(k.setdefault("draft_max", 16)) if drafts else 0  # a line with no --spec-type: plain decoding
     if plain_first and drafts:
         session.start(prompt, n_predict, "none", **start)
     else:
