@@ -115,3 +115,20 @@ def test_a_bad_gpu_layer_count_is_refused_before_a_model_loads(wide, command, va
     extra = ["--prompt", "x"] if command != "serve" else ["--port", "5999"]  # refused before it serves
     p = run_cli(command, "--model", str(wide), *extra, "--n-gpu-layers", value)
     assert p.returncode == 2 and "option -ngl" in p.stderr and repr(value) in p.stderr, p.stderr
+
+
+def test_the_server_lines_gpu_layers_reach_the_session_unless_the_option_gives_another(wide):
+    from specviz.backends.devices import auto_gpu_layers
+
+    def placed(line: str, *extra: str) -> tuple[int, str]:
+        p = run_cli("run", "--prompt", PROMPT, "--max-tokens", "4", "--json", "--server-args", line, *extra)
+        assert p.returncode == 0, p.stderr
+        return json.loads(p.stdout)["n_gpu_layers"], p.stderr
+
+    n, err = placed(f"-m {wide} -ngl 7")
+    assert n == 7 and "serving only" not in err
+    assert placed(f"-m {wide} -ngl 7", "-ngl", "7")[0] == 7  # the same placement twice is one
+    assert placed(f"-m {wide}")[0] == auto_gpu_layers()  # llama-server's default, auto
+    assert placed(f"-m {wide}", "-ngl", "all")[0] == 999
+    p = run_cli("run", "--prompt", "x", "--server-args", f"-m {wide} -ngl 7", "-ngl", "3")
+    assert p.returncode == 2 and "option -ngl 3 conflicts with the --server-args line's -ngl 7" in p.stderr, p.stderr

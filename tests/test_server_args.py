@@ -308,3 +308,50 @@ def test_a_recording_of_the_other_prompt_layout_is_noted_in_the_server_check():
     assert prefill_notes("whole") == [] and prefill_notes(None) == []
     (note,) = prefill_notes("all-but-last")
     assert "near-tie" in note and "--server-args" in note
+
+
+@pytest.mark.parametrize(
+    ("line", "want", "text"),
+    [
+        ("-ngl 12", 12, "12"),
+        ("--n-gpu-layers=0", 0, "0"),
+        ("--gpu-layers all", 999, "all"),
+        ("-ngl auto", None, "auto"),
+        ("", None, None),
+    ],
+)
+def test_the_lines_gpu_layers_are_the_sessions_placement(line, want, text):
+    """-ngl places the model as llama.cpp does (no serving option: a GPU's kernels change the numerics).
+    Without it, or with auto, llama-server's default: every layer on a GPU build, none on this CPU build."""
+    from specviz.backends.devices import auto_gpu_layers
+
+    c = parse_server_args(f"llama-server -m m.gguf {line}")
+    assert (c.n_gpu_layers, c.gpu_layers_text) == (want, text)
+    assert c.session_kwargs()["n_gpu_layers"] == (auto_gpu_layers() if want is None else want)
+    assert not any(w.startswith("-ngl") or "gpu-layers" in w for w in c.warnings if "auto" not in line)
+    assert c.to_dict()["n_gpu_layers"] == want
+
+
+def test_auto_gpu_layers_is_every_layer_on_a_gpu_build_and_none_on_a_cpu_build():
+    from specviz.backends.devices import ALL_GPU_LAYERS, auto_gpu_layers, gpu_devices
+
+    assert auto_gpu_layers() == (ALL_GPU_LAYERS if gpu_devices() else 0)
+    c = parse_server_args("llama-server -ngl auto")
+    assert any(w.startswith("-ngl auto: specviz puts every layer") for w in c.warnings), c.warnings
+
+
+@pytest.mark.parametrize("value", ["-1", "many", "1.5", str((1 << 16) + 1)])
+def test_a_bad_gpu_layer_count_in_the_line_is_refused_naming_the_flag(value):
+    with pytest.raises(KnobError, match=rf"llama-server option -ngl: '{value}' is not allowed") as e:
+        parse_server_args(f"llama-server -ngl {value}")
+    assert e.value.knob == "n_gpu_layers"
+    with pytest.raises(KnobError, match=rf"llama-server option -ngld: '{value}' is not allowed"):
+        parse_server_args(f"llama-server -ngl 4 -ngld {value}")
+
+
+def test_a_draft_placement_other_than_the_targets_is_named():
+    """specviz puts a draft model where the target is: a different -ngld is named, the same one is not."""
+    c = parse_server_args("llama-server -m t.gguf -md d.gguf -ngl 99 -ngld 0")
+    assert any(w.startswith("-ngld 0: specviz puts a draft model where the target is (-ngl 99)") for w in c.warnings)
+    c = parse_server_args("llama-server -m t.gguf -md d.gguf -ngl all --spec-draft-ngl all")
+    assert not any("ngl" in w for w in c.warnings), c.warnings

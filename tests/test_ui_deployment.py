@@ -135,6 +135,23 @@ def test_a_reset_with_a_server_command_line_runs_its_configuration(live, wide_he
         refused(core, sink, {"type": "cmd", "cmd": "reset", "server_args": line}, text)
 
 
+def test_a_lines_other_gpu_placement_is_said_and_the_pages_model_stays(live):
+    """A page never reloads its model: a line's -ngl other than the page's placement is named in a warning
+    (with the inspector's own -ngl that would match), the same one is not."""
+    core, sink = live
+    assert core.session.model.n_gpu_layers == 0
+    n = len(sink.msgs)
+    core.handle({"type": "cmd", "cmd": "reset", "server_args": "-ngl 5 -c 1024", "max_tokens": 6})
+    warned = [m["text"] for m in sink.msgs[n:] if m["type"] == "notice" and m["level"] == "warning"]
+    assert any("-ngl 5 puts 5 layers on the GPU" in w and "open the inspector with -ngl 5" in w for w in warned)
+    assert not error_shown(sink.msgs[n:]) and core.session.model.n_gpu_layers == 0
+    n = len(sink.msgs)
+    core.handle({"type": "cmd", "cmd": "reset", "server_args": "-ngl 0 -c 1024", "max_tokens": 6})
+    warned = [m["text"] for m in sink.msgs[n:] if m["type"] == "notice" and m["level"] == "warning"]
+    assert not any("-ngl" in w for w in warned), warned
+    refused(core, sink, {"type": "cmd", "cmd": "reset", "server_args": "-ngl lots"}, "-ngl: 'lots' is not allowed")
+
+
 def test_a_served_page_gets_no_settings_and_may_not_change_them(tiny_model):
     ms = ManagedSession(lambda: Session(tiny_model, n_ctx=512, n_batch=64, n_ubatch=64, n_threads=1))
     sink = Sink()

@@ -32,6 +32,9 @@ How specviz runs a llama-server configuration (each a deliberate difference name
   only) and applies ``--spec-draft-n-min`` to whichever member drafts: both named in a warning;
 * DFlash / DSpark decode the whole trained block and keep the first ``--spec-draft-n-max`` tokens
   (llama.cpp decodes that many masks): named in a warning;
+* ``-ngl`` places the model as llama.cpp does (N, ``all``); ``auto``, llama-server's default when the line gives
+  no ``-ngl``, puts every layer on a GPU build's GPU (llama.cpp also fits them into free memory) and none on a
+  CPU build; a draft model goes where the target is (``-ngld`` is named in a warning where it differs);
 * the server samples the first token after the prompt without drafting; :mod:`specviz.analysis.server_repro`
   reproduces that loop.
 """
@@ -44,6 +47,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from ..backends.context_settings import ContextSettings
+from ..backends.devices import auto_gpu_layers, gpu_layers_value
 from ..errors import KnobError, StrategyError
 from ..strategies import (
     SPEC_TYPES,
@@ -89,6 +93,9 @@ SETTING_FLAGS = {
 }
 SAMPLING_FLAGS = {"--temp": "temperature", "--temperature": "temperature", "--top-k": "top_k", "--top-p": "top_p"}
 MODEL_FLAGS = ("-m", "--model")
+#: the model's placement, and the draft model's (specviz puts a draft model where the target is)
+GPU_LAYERS_FLAGS = ("-ngl", "--gpu-layers", "--n-gpu-layers")
+DRAFT_GPU_LAYERS_FLAGS = ("-ngld", "--spec-draft-ngl", "--gpu-layers-draft", "--n-gpu-layers-draft")
 DRAFT_MODEL_FLAGS = ("-md", "--model-draft", "--spec-draft-model")
 
 #: options that change neither the tokens nor the drafts of one request at a time (value-taking ones True)
@@ -97,7 +104,6 @@ SERVING_ONLY: dict[str, bool] = {
     **dict.fromkeys(("--timeout", "-to", "--threads-http", "--log-file", "-lv", "--verbosity"), True),
     **dict.fromkeys(("-np", "--parallel", "--cache-reuse", "-cram", "--cache-ram"), True),
     **dict.fromkeys(("-ctxcp", "--ctx-checkpoints", "--swa-checkpoints", "--sleep-idle-seconds"), True),
-    **dict.fromkeys(("-ngl", "--gpu-layers", "--n-gpu-layers", "-ngld", "--spec-draft-ngl"), True),
     **dict.fromkeys(("--reasoning-format", "--reasoning-budget", "-fit", "--fit", "--numa", "--prio"), True),
     **dict.fromkeys(("--metrics", "--slots", "--no-slots", "--props", "--no-webui", "--no-ui", "--webui"), False),
     **dict.fromkeys(("-cb", "--cont-batching", "-nocb", "--no-cont-batching"), False),
@@ -159,6 +165,10 @@ class ServerConfig:
     #: ``--swa-full``: full-size caches for sliding-window layers; without it llama-server keeps llama.cpp's
     #: ring (``swa_full`` false), which changes the attention's numerics, so the tokens can part at a near-tie
     swa_full: bool = False
+    #: ``-ngl``: the layers on a GPU build's GPU; None is llama.cpp's ``auto``, llama-server's default
+    #: (:func:`~specviz.backends.devices.auto_gpu_layers`)
+    n_gpu_layers: int | None = None
+    gpu_layers_text: str | None = None  #: ``-ngl``'s value as the line gives it (None: the line gives none)
     warnings: list[str] = field(default_factory=list)  #: flags specviz cannot honour, each named with why
     argv: list[str] = field(default_factory=list)
 
@@ -169,6 +179,7 @@ class ServerConfig:
         s = self.settings
         return {
             **self.memory_kwargs(),
+            "n_gpu_layers": self.gpu_layers(),
             "n_ctx": s.n_ctx,
             "n_batch": s.n_batch,
             "n_ubatch": s.n_ubatch,
@@ -177,6 +188,16 @@ class ServerConfig:
             "cache_type_k": s.cache_type_k,
             "cache_type_v": s.cache_type_v,
         }
+
+    @property
+    def gpu_layers_given(self) -> bool:
+        """Whether the line gives ``-ngl``."""
+        return self.gpu_layers_text is not None
+
+    def gpu_layers(self) -> int:
+        """The layers specviz puts on the GPU for this line: ``-ngl``'s number, or ``auto`` (given or the
+        default) as :func:`~specviz.backends.devices.auto_gpu_layers` reads it on this build."""
+        return auto_gpu_layers() if self.n_gpu_layers is None else self.n_gpu_layers
 
     def memory_kwargs(self) -> dict[str, Any]:
         """The :class:`~specviz.Session` arguments beyond the context settings that make its numerics the
@@ -203,6 +224,7 @@ class ServerConfig:
             "n_predict": self.n_predict,
             "chat_template": self.chat_template,
             "swa_full": self.swa_full,
+            "n_gpu_layers": self.n_gpu_layers,
             "warnings": list(self.warnings),
         }
 
@@ -277,6 +299,8 @@ def parse_server_args(argv: str | Sequence[str]) -> ServerConfig:
     n_predict = None
     chat_template = None
     swa_full = False
+    gpu_layers: str | None = None
+    draft_gpu_layers: tuple[str, str] | None = None
     i = 0
 
     def value(flag: str) -> str:
@@ -318,6 +342,10 @@ def parse_server_args(argv: str | Sequence[str]) -> ServerConfig:
             chat_template = value(tok)
         elif tok == "--swa-full":
             swa_full = True
+        elif tok in GPU_LAYERS_FLAGS:
+            gpu_layers = value(tok)
+        elif tok in DRAFT_GPU_LAYERS_FLAGS:
+            draft_gpu_layers = (tok, value(tok))
         elif tok in SERVING_ONLY:
             v = f" {value(tok)}" if SERVING_ONLY[tok] else ""
             warnings.append(
@@ -434,6 +462,19 @@ def parse_server_args(argv: str | Sequence[str]) -> ServerConfig:
             "specviz; not applied"
         )
     given = {name: getattr(ctx, name) for name in settings}
+    n_gpu_layers = None if gpu_layers is None else gpu_layers_value(gpu_layers, label="llama-server option -ngl")
+    if gpu_layers is not None and n_gpu_layers is None:
+        warnings.append(
+            "-ngl auto: specviz puts every layer on a GPU build's GPU; llama-server fits them into its free memory"
+        )
+    if draft_gpu_layers is not None:
+        flag, v = draft_gpu_layers
+        d = gpu_layers_value(v, label=f"llama-server option {flag}")
+        if d != n_gpu_layers:
+            warnings.append(
+                f"{flag} {v}: specviz puts a draft model where the target is (-ngl {gpu_layers or 'auto'}); not "
+                "applied (the draft's numerics, and so its drafts, may differ on a GPU build)"
+            )
 
     # sampling
     samp: dict[str, Any] = {}
@@ -460,6 +501,8 @@ def parse_server_args(argv: str | Sequence[str]) -> ServerConfig:
         n_predict=n_pred if n_pred is None or n_pred >= 0 else None,
         chat_template=chat_template,
         swa_full=swa_full,
+        n_gpu_layers=n_gpu_layers,
+        gpu_layers_text=gpu_layers,
         warnings=warnings,
         argv=args,
     )

@@ -19,6 +19,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..errors import ContextSettingsError
+
+#: ``-ngl all``: more layers than any model has, which llama.cpp reads as every layer and the output layer
+ALL_GPU_LAYERS = 999
+#: the most ``-ngl`` takes as a number
+MAX_GPU_LAYERS = 1 << 16
+
 #: ``enum ggml_backend_dev_type`` of the vendored ggml (ggml/include/ggml-backend.h), in order.
 DEVICE_KINDS = ("cpu", "gpu", "igpu", "accel", "meta")
 
@@ -128,3 +135,36 @@ def backend_names() -> list[str]:
         if d.backend and d.backend not in seen:
             seen.append(d.backend)
     return seen
+
+
+def gpu_layers_value(text: object, *, label: str = "-ngl") -> int | None:
+    """A model placement in llama.cpp's spellings of ``-ngl`` (``common/arg.cpp``): a number of layers
+    (0 to :data:`MAX_GPU_LAYERS`), ``all`` (:data:`ALL_GPU_LAYERS`) or ``auto`` (None; see
+    :func:`auto_gpu_layers`). :class:`~specviz.errors.ContextSettingsError` naming ``label`` otherwise."""
+    word = str(text).strip().lower()
+    if word == "auto":
+        return None
+    if word == "all":
+        return ALL_GPU_LAYERS
+    try:
+        n = int(word)
+    except ValueError:
+        n = -1
+    if not 0 <= n <= MAX_GPU_LAYERS:
+        raise ContextSettingsError(
+            f"{label}: {text!r} is not allowed; expected a number of layers from 0 to {MAX_GPU_LAYERS}, 'all' or "
+            "'auto' (more layers than the model has puts all of them and the output layer on the GPU)",
+            knob="n_gpu_layers",
+            value=text,
+        )
+    return n
+
+
+def auto_gpu_layers() -> int:
+    """What specviz puts on a GPU for llama.cpp's ``-ngl auto`` (llama-server's default): every layer
+    (:data:`ALL_GPU_LAYERS`) on a build with a GPU device, none on a CPU build.
+
+    Departure: llama.cpp's ``auto`` fits the layers into the device's free memory (``--fit``, on by default) and
+    keeps the rest on the CPU; specviz does not fit, so a model larger than the GPU's memory fails to load
+    instead (give ``-ngl N``)."""
+    return ALL_GPU_LAYERS if gpu_devices() else 0

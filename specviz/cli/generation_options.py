@@ -257,7 +257,7 @@ def generation_config(args: argparse.Namespace, *, warn: Callable[[str], None]) 
         flag = "--model" if args.model is not None else "--server-args -m"
         raise UsageError(f"option {flag}: {model!r} does not exist; pass the path of a .gguf file")
     check_settings_for(settings, model)
-    n_gpu_layers = gpu_layers_of(args, warn=warn)
+    n_gpu_layers = gpu_layers_of(args, warn=warn, server=server)
     if seed is not None and sampling["temperature"] == 0:
         warn("option --seed is accepted but not applied: greedy decoding draws no random numbers")
     return {

@@ -15,7 +15,7 @@ from typing import Any, Callable
 
 from ..backends.context_settings import CACHE_TYPES, ContextSettings
 from ..errors import KnobError, StrategyError
-from .options import UsageError, int_option
+from .options import UsageError
 
 #: setting -> the flags that spell it here
 SETTING_FLAGS = {
@@ -41,9 +41,10 @@ def add_settings_options(p: argparse.ArgumentParser, *, threads: bool = True, gp
             *GPU_LAYERS_FLAGS,
             dest="n_gpu_layers",
             default=None,
-            metavar="N",
+            metavar="N|all|auto",
             help="layers of the model on the GPU of a GPU build (make install LLAMA_BACKEND=cuda|vulkan|metal); "
-            "more than the model has puts every layer and the output layer there (default 0)",
+            "all (or more than the model has) puts every layer and the output layer there, auto all of them on a "
+            "GPU build (llama.cpp's auto also fits them into free memory); default 0, unlike llama.cpp's auto",
         )
     g.add_argument(
         *SETTING_FLAGS["flash_attn"],
@@ -136,22 +137,38 @@ def check_settings_for(settings: ContextSettings, model: str | None, *, flag: st
         raise UsageError(str(e).replace(f"setting {e.knob!r} ({short})", f"option {'/'.join(flags)}", 1)) from None
 
 
-def gpu_layers_of(args: argparse.Namespace, *, warn: Callable[[str], None]) -> int:
-    """``-ngl``'s value (0 without it), checked; a warning where this llama.cpp build has no GPU device to
-    put the layers on (llama.cpp then runs them on the CPU, as its own tools do)."""
-    given = getattr(args, "n_gpu_layers", None)
-    if given is None:
-        return 0
-    n = int_option(GPU_LAYERS_FLAGS[0], given, 0, 1 << 16)
-    if n > 0:
-        from ..backends.devices import devices, gpu_devices
+def gpu_layers_of(args: argparse.Namespace, *, warn: Callable[[str], None], server: Any = None) -> int:
+    """The model's placement: ``-ngl``'s value (llama.cpp's spellings: N, ``all``, ``auto``), else the
+    ``--server-args`` line's (``server``, a :class:`~specviz.analysis.server_args.ServerConfig`; without
+    ``-ngl`` there, llama-server's default ``auto``), else 0; ``auto`` read by
+    :func:`~specviz.backends.devices.auto_gpu_layers`. Refused: a ``-ngl`` beside a line that gives another.
+    A warning where layers are asked for and this llama.cpp build has no GPU device to put them on
+    (llama.cpp then runs them on the CPU, as its own tools do)."""
+    from ..backends.devices import auto_gpu_layers, devices, gpu_devices, gpu_layers_value
 
-        if not gpu_devices():
-            backends = ", ".join(sorted({d.backend for d in devices()})) or "none"
-            warn(
-                f"option -ngl {n} is accepted but puts nothing on a GPU: this llama.cpp build has no GPU device "
-                f"(backends: {backends}); build one with `make install LLAMA_BACKEND=cuda` (or vulkan, metal)"
+    given = getattr(args, "n_gpu_layers", None)
+    n: int | None = 0
+    if given is not None:
+        try:
+            n = gpu_layers_value(given, label=f"option {GPU_LAYERS_FLAGS[0]}")
+        except KnobError as e:
+            raise UsageError(str(e)) from None
+        if server is not None and server.gpu_layers_given and n != server.n_gpu_layers:
+            raise UsageError(
+                f"option -ngl {given} conflicts with the --server-args line's -ngl {server.gpu_layers_text}; give "
+                "the placement once"
             )
+    elif server is not None:
+        n = server.n_gpu_layers
+    if n is None:
+        return auto_gpu_layers()
+    if n > 0 and not gpu_devices():
+        backends = ", ".join(sorted({d.backend for d in devices()})) or "none"
+        warn(
+            f"option -ngl {given if given is not None else server.gpu_layers_text} is accepted but puts nothing on "
+            f"a GPU: this llama.cpp build has no GPU device (backends: {backends}); build one with "
+            "`make install LLAMA_BACKEND=cuda` (or vulkan, metal)"
+        )
     return n
 
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, TypeGuard
 
-from ..analysis.server_args import parse_server_args
+from ..analysis.server_args import ServerConfig, parse_server_args
 from ..backends.context_settings import FLASH_ATTN, ContextSettings, cache_types_for, head_sizes
 from ..decoding.session import Session
 from ..errors import KnobError, SessionStateError
@@ -101,8 +101,23 @@ def read_deployment(session: Any, context: Mapping[str, Any] | None, server_args
         chat_template=cfg.chat_template,
         n_predict=cfg.n_predict,
         # the layout's note first: a page shows the newest notice on top, where the line's own flags belong
-        warnings=layout_warnings(session) + [f"llama-server option {w}" for w in cfg.warnings],
+        warnings=layout_warnings(session)
+        + placement_warnings(session, cfg)
+        + [f"llama-server option {w}" for w in cfg.warnings],
     )
+
+
+def placement_warnings(session: Session, cfg: ServerConfig) -> list[str]:
+    """Where a line's ``-ngl`` (or llama-server's default, ``auto``) asks for another placement than the page's
+    model was loaded with: the model stays where it is (a page never reloads its model)."""
+    want, have = cfg.gpu_layers(), session.model.n_gpu_layers
+    if want == have:
+        return []
+    asked = f"-ngl {cfg.gpu_layers_text}" if cfg.gpu_layers_given else "llama-server's default -ngl auto"
+    return [
+        f"the line's {asked} puts {want} layers on the GPU, the page's model was loaded with -ngl {have} and stays "
+        f"so; open the inspector with -ngl {want} to match the server"
+    ]
 
 
 def layout_warnings(session: Session) -> list[str]:
