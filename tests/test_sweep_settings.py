@@ -82,3 +82,40 @@ def test_sweep_settings_on_the_command_line(wide, questions, tmp_path, tiny_mode
         "sweep", str(questions), "-o", str(tmp_path / "a.parquet"), "--model", str(tiny_model_path), "-ctk", "q4_0"
     )
     assert p.returncode == 2 and "head size 16" in p.stderr
+
+
+def test_a_sweep_places_the_model_in_every_worker_and_rows_record_it(wide, questions, tmp_path):
+    """-ngl reaches every worker's model (a worker that loaded it elsewhere could not make the session) and the
+    context column, so a file of CPU rows is not resumed with the model on a GPU; a CPU build says it."""
+    from specviz.backends.devices import gpu_devices
+
+    out = tmp_path / "g.parquet"
+    p = run_cli(
+        "sweep",
+        str(questions),
+        "-o",
+        str(out),
+        "--model",
+        str(wide),
+        "--strategy",
+        "ngram-simple",
+        "--max-tokens",
+        "16",
+        "--threads",
+        "1",
+        "--workers",
+        "1",
+        "--no-progress",
+        "-ngl",
+        "3",
+    )
+    assert p.returncode == 0, p.stderr
+    df = read_results(out)
+    assert len(df) == 4 and set(df["context"]) == {"-fa auto -ctk f16 -ctv f16 -b 512 -ub 512 -ngl 3"}
+    if not gpu_devices():
+        assert "option -ngl 3 is accepted but puts nothing on a GPU" in p.stderr
+    with pytest.raises(ResumeError, match="context"):
+        sweep(load_dataset(str(questions)), grid(), out, wide)
+    assert sweep(load_dataset(str(questions)), grid(), out, wide, context={"n_gpu_layers": 3}).new_rows == 0
+    p = run_cli("sweep", str(questions), "-o", str(tmp_path / "b.parquet"), "-ngl", "some")
+    assert p.returncode == 2 and "option -ngl: 'some' is not allowed" in p.stderr

@@ -17,7 +17,7 @@ from ..sweep.chat import PROMPT_FORMATS
 from ..sweep.dataset import DatasetError, check_dataset_spec, load_dataset
 from ..sweep.grid import GridError, GridSpec, build_grid, parse_knob_flag, read_grid_file
 from .options import UsageError, int_option, warn
-from .settings_options import add_settings_options, check_settings_for, settings_of
+from .settings_options import add_settings_options, check_settings_for, gpu_layers_of, settings_of
 
 
 def add_commands(sub: Any) -> None:
@@ -83,7 +83,7 @@ def add_commands(sub: Any) -> None:
         help="run the dataset's well-formed lines and report the malformed ones (default: refuse)",
     )
     sw.add_argument("--no-progress", action="store_true", help="no progress bar")
-    add_settings_options(sw, threads=False)  # threads: --threads, per task
+    add_settings_options(sw, threads=False, gpu_layers=True)  # threads: --threads, per task
     sw.set_defaults(func=cmd_sweep)
 
     rp = sub.add_parser("report", help="tables and an offline HTML page from a sweep's results")
@@ -160,6 +160,9 @@ def _validate_sweep(args: argparse.Namespace) -> dict[str, Any]:
     settings = settings_of(args, n_ctx=n_ctx)
     check_settings_for(settings, args.model)
     context = {k: getattr(settings, k) for k in ("flash_attn", "cache_type_k", "cache_type_v", "n_batch", "n_ubatch")}
+    n_gpu_layers = gpu_layers_of(args, warn=warn)
+    if n_gpu_layers:  # recorded only where set: the context column of CPU sweeps stays as it was
+        context["n_gpu_layers"] = n_gpu_layers
     try:
         dataset = load_dataset(args.dataset, skip_bad_lines=args.skip_bad_lines)
     except DatasetError as e:

@@ -217,8 +217,9 @@ def run_sweep(
     """Run (or resume) a sweep of ``dataset`` over ``grid`` into the Parquet file ``output``.
 
     ``context``: the deployment's context settings for every task (``flash_attn``, ``cache_type_k`` /
-    ``cache_type_v``, ``n_batch``, ``n_ubatch``; :class:`~specviz.backends.context_settings.ContextSettings`);
-    rows record them (the ``context`` column) and a file made with others is not resumed.
+    ``cache_type_v``, ``n_batch``, ``n_ubatch``; :class:`~specviz.backends.context_settings.ContextSettings`)
+    and the model's placement (``n_gpu_layers``: each worker loads the model with that many layers on a GPU
+    build's GPU); rows record them (the ``context`` column) and a file made with others is not resumed.
 
     ``model`` defaults to the embedded model; ``executor`` to a :class:`LocalExecutor` with one worker
     per core. Rows already in ``output`` are skipped. ``on_result`` is called with each finished task's

@@ -24,7 +24,7 @@ from .dataset import Prompt
 from .grid import Setting
 
 _lock = threading.Lock()
-_models: dict[str, Any] = {}
+_models: dict[tuple[str, int], Any] = {}
 _local = threading.local()
 _loads = 0  # target models loaded by this process (a task must never add one)
 
@@ -39,8 +39,14 @@ class RunConfig:
     n_ctx: int = 4096
     n_threads: int | None = None  # llama.cpp threads per task; None: this host's cores / concurrent tasks
     grid_seed: int = 0
-    #: the deployment's other context settings (flash_attn, cache_type_k/v, n_batch, n_ubatch) as pairs
+    #: the deployment's other context settings (flash_attn, cache_type_k/v, n_batch, n_ubatch) as pairs, and
+    #: the model's placement (n_gpu_layers, where above 0: every worker loads the model with it)
     context: tuple[tuple[str, Any], ...] = ()
+
+    @property
+    def n_gpu_layers(self) -> int:
+        """The model's layers on a GPU build's GPU in every worker (``-ngl``; 0: on the CPU)."""
+        return int(dict(self.context).get("n_gpu_layers", 0))
 
     @property
     def context_label(self) -> str:
@@ -53,10 +59,14 @@ DEFAULT_CONTEXT = "-fa auto -ctk f16 -ctv f16 -b 512 -ub 512"
 
 
 def context_label(values: dict[str, Any]) -> str:
-    """``-fa auto -ctk f16 -ctv f16 -b 512 -ub 512`` for the given settings (defaults filled in)."""
+    """``-fa auto -ctk f16 -ctv f16 -b 512 -ub 512`` for the given settings (defaults filled in), and
+    ``-ngl N`` after them where the model was placed on a GPU (a GPU's kernels change the numerics, and the
+    timings: a file of CPU rows is not resumed on a GPU)."""
     v = {"flash_attn": "auto", "cache_type_k": "f16", "cache_type_v": "f16", "n_batch": 512, "n_ubatch": 512, **values}
     flags: list[tuple[str, str]] = [("-fa", "flash_attn"), ("-ctk", "cache_type_k"), ("-ctv", "cache_type_v")]
     flags += [("-b", "n_batch"), ("-ub", "n_ubatch")]
+    if int(values.get("n_gpu_layers", 0)) > 0:
+        flags.append(("-ngl", "n_gpu_layers"))
     return " ".join(f"{flag} {v[name]}" for flag, name in flags)
 
 
@@ -100,16 +110,17 @@ def worker_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
-def worker_model(path: str):
-    """The target model at ``path``, loaded once per process and shared by its threads."""
+def worker_model(path: str, n_gpu_layers: int = 0):
+    """The target model at ``path`` (with ``n_gpu_layers`` on a GPU build's GPU), loaded once per process and
+    shared by its threads."""
     global _loads
     from ..backends import LlamaModel
 
     with _lock:
-        m = _models.get(path)
+        m = _models.get((path, n_gpu_layers))
         if m is None:
-            m = LlamaModel(path)
-            _models[path] = m
+            m = LlamaModel(path, n_gpu_layers=n_gpu_layers)
+            _models[(path, n_gpu_layers)] = m
             _loads += 1
         return m
 
@@ -143,7 +154,7 @@ def worker_session(config: RunConfig):
     s = sessions.get(key)
     if s is None:
         s = Session(
-            worker_model(config.model),
+            worker_model(config.model, config.n_gpu_layers),
             n_ctx=config.n_ctx,
             n_threads=config.n_threads or _default_threads(),
             **dict(config.context),
@@ -154,7 +165,7 @@ def worker_session(config: RunConfig):
 
 def warm_up(config: RunConfig) -> None:
     """Load the model in this process ahead of its first task (pool initializer, Dask worker plugin)."""
-    worker_model(config.model)
+    worker_model(config.model, config.n_gpu_layers)
 
 
 def local_initializer(config: RunConfig) -> None:
