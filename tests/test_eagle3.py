@@ -134,6 +134,27 @@ def test_capture_through_llama_cpp_taps_equals_the_callback_shim(target_path):
         m.close()
 
 
+def test_a_layer_named_twice_is_read_at_both_places_by_either_capture(target_path):
+    """A head may name a layer twice (the tiny fixture's head reads layers 2, 2, 1). The shim fills the first
+    tap of a tensor's name only, so it had given the second place no rows ("the capture shim saw 0 rows")."""
+    m = LlamaModel(target_path)
+    api_ctx = LlamaContext(m, n_ctx=256, n_batch=64, n_ubatch=64, n_threads=1)
+    cb_ctx = LlamaContext(m, n_ctx=256, n_batch=64, n_ubatch=64, n_threads=1, capture=True)
+    try:
+        api = LayerCapture(api_ctx, [2, 2, 1])
+        cb = LayerCapture(cb_ctx, [2, 2, 1], method="callback")
+        toks = list(range(5, 25))
+        for ctx in (api_ctx, cb_ctx):
+            ctx.eval(toks, 0, rows="last")
+        fa, fc = api.features(20), cb.features(20)
+        assert fa.shape == (20, 192) and np.array_equal(fa[:, :64], fa[:, 64:128])
+        assert np.array_equal(fa, fc)
+    finally:
+        api_ctx.close()
+        cb_ctx.close()
+        m.close()
+
+
 def test_capture_refuses_before_llama_cpp_could_abort(target_path):
     m = LlamaModel(target_path)
     ctx = LlamaContext(m, n_ctx=128, n_batch=32, n_ubatch=32, n_threads=1)

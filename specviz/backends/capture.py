@@ -25,6 +25,14 @@ them) for every token the target evaluates. Two ways exist, chosen per architect
     where both paths exist.
 
 Both capture every row of a batch (not only rows whose logits are requested), in batch order.
+
+Once a context whose model has layers on a Vulkan device has evaluated a batch, llama.cpp's taps are
+never switched again (:func:`taps_fixed`): switching one rebuilds the context's scheduler, and on that
+backend the next multi-token batch then corrupts the heap. A capture closed there leaves its taps on (a
+later capture of the same layers reuses them); one that would switch a tap on is refused, saying why,
+and the session gives such drafters a context of their own making instead
+(:meth:`~specviz.Session.start`). Deliberate departure from upstream, which switches the taps whenever a
+drafter starts or stops.
 """
 
 from __future__ import annotations
@@ -265,12 +273,40 @@ class CallbackTap:
 
 
 _API_USERS: weakref.WeakKeyDictionary[Any, dict[int, int]] = weakref.WeakKeyDictionary()
+_API_ON: weakref.WeakKeyDictionary[Any, set[int]] = weakref.WeakKeyDictionary()
 
 
 def _api_users(ctx: Any) -> dict[int, int]:
     """How many live captures read each layer of ``ctx`` through llama.cpp's taps (a drafter may be closed
     after its successor switched the same taps on)."""
     return _API_USERS.setdefault(ctx, {})
+
+
+def _api_on(ctx: Any) -> set[int]:
+    """The layers of ``ctx`` whose llama.cpp tap is switched on (with or without a capture reading it)."""
+    return _API_ON.setdefault(ctx, set())
+
+
+#: ggml backends on which llama.cpp's layer taps must not be switched once a context has computed a graph.
+#: Switching a tap marks the context's scheduler for a rebuild (``llama_context::sched_reserve``), and on
+#: the Vulkan backend the next multi-token batch after that rebuild corrupts the heap: a segfault or glibc's
+#: "double free or corruption", reproduced with llama.cpp's C API alone on Mesa's lavapipe (issue 26).
+#: CUDA is not listed: llama-server rebuilds its scheduler the same way whenever its LoRA adapters change,
+#: and the GPU check runs ``tests/test_vulkan.py``'s switching tests on a CUDA build, which would show it.
+TAPS_FIXED_BACKENDS = frozenset({"Vulkan"})
+
+
+def fixed_tap_backend_present() -> bool:
+    """Whether this llama.cpp build offloads layers to a device of :data:`TAPS_FIXED_BACKENDS`."""
+    from .devices import gpu_devices
+
+    return any(d.backend in TAPS_FIXED_BACKENDS for d in gpu_devices())
+
+
+def taps_fixed(ctx: Any) -> bool:
+    """Whether llama.cpp's layer taps of ``ctx`` can no longer be switched on or off: the context has
+    evaluated a batch and its model has layers on a device of :data:`TAPS_FIXED_BACKENDS`."""
+    return ctx.eval_count > 0 and ctx.model.n_gpu_layers > 0 and fixed_tap_backend_present()
 
 
 @dataclass(frozen=True)
@@ -327,18 +363,37 @@ class LayerCapture:
         self.method = method
         self._n_cap = ctx.capacity.n_batch
         self._armed = False
+        self._tap_of: list[int] = []  # the callback path: each layer's tap (one a distinct layer)
         self._seen_eval = ctx.eval_count
         if method == "api":
             from . import llama_ext
 
+            on = _api_on(ctx)
+            off = [lid for lid in self.layers if lid not in on]
+            if off and taps_fixed(ctx):
+                raise CaptureUnavailableError(
+                    f"cannot switch on llama.cpp's layer taps of the target ({arch}, layers "
+                    f"{', '.join(map(str, sorted(set(off))))}) after it has evaluated a batch on a "
+                    f"{'/'.join(sorted(TAPS_FIXED_BACKENDS))} device: that backend corrupts memory when the taps "
+                    "change after the first batch; create the capture on a context that has evaluated nothing "
+                    "yet (a Session does: it creates its context anew for such a strategy), or put the model on "
+                    "the CPU (n_gpu_layers=0)",
+                    knob="strategy",
+                    value="eagle3",
+                )
             self._ext = llama_ext.ext()
             users = _api_users(ctx)
             for lid in self.layers:
-                if users.get(lid, 0) == 0:
+                if lid not in on:
                     self._ext.set_embeddings_layer_inp(ctx.ptr, lid, True)
+                    on.add(lid)
                 users[lid] = users.get(lid, 0) + 1
         else:
-            names = [layer_input_tensor_name(arch, lid) for lid in self.layers]
+            # one tap a distinct layer: the shim fills the first tap of a tensor's name, and a head may name a
+            # layer twice (llama.cpp's own taps give such a layer's input at each place it is named)
+            distinct = list(dict.fromkeys(self.layers))
+            self._tap_of = [distinct.index(lid) for lid in self.layers]
+            names = [layer_input_tensor_name(arch, lid) for lid in distinct]
             self._buffers = ctx.tap.arm(names, self.n_embd, self._n_cap, owner=self)
             ctx.before_eval = ctx.tap.reset_rows
         self._armed = True
@@ -373,13 +428,13 @@ class LayerCapture:
                     f"the capture shim reported error {tap.state.error} "
                     "(a tensor larger than the batch or of an unexpected width)"
                 )
-            for k in range(len(self.layers)):
-                if tap.rows(k) < n_tokens:
+            for k, i in enumerate(self._tap_of):
+                if tap.rows(i) < n_tokens:
                     name = layer_input_tensor_name(self.ctx.model.info.architecture, self.layers[k])
                     raise CaptureUnavailableError(
-                        f"the capture shim saw {tap.rows(k)} rows of {name!r}, {n_tokens} expected"
+                        f"the capture shim saw {tap.rows(i)} rows of {name!r}, {n_tokens} expected"
                     )
-                out[:, k * e : (k + 1) * e] = self._buffers[k][:n_tokens]
+                out[:, k * e : (k + 1) * e] = self._buffers[i][:n_tokens]
         return out
 
     def close(self) -> None:
@@ -390,11 +445,13 @@ class LayerCapture:
         if getattr(self.ctx, "_ctx", None) is None:
             return
         if self.method == "api":
-            users = _api_users(self.ctx)
+            users, on = _api_users(self.ctx), _api_on(self.ctx)
+            fixed = taps_fixed(self.ctx)  # then the taps stay on: a copy of each layer's input per batch
             for lid in self.layers:
                 users[lid] = users.get(lid, 1) - 1
-                if users[lid] <= 0:  # the last capture reading this layer switches its tap off
+                if users[lid] <= 0 and not fixed:  # the last capture reading this layer switches its tap off
                     self._ext.set_embeddings_layer_inp(self.ctx.ptr, lid, False)
+                    on.discard(lid)
         else:
             if self.ctx.tap.owner is self:
                 self.ctx.before_eval = None
