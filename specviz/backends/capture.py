@@ -376,8 +376,9 @@ class LayerCapture:
                     f"{', '.join(map(str, sorted(set(off))))}) after it has evaluated a batch on a "
                     f"{'/'.join(sorted(TAPS_FIXED_BACKENDS))} device: that backend corrupts memory when the taps "
                     "change after the first batch; create the capture on a context that has evaluated nothing "
-                    "yet (a Session does: it creates its context anew for such a strategy), or put the model on "
-                    "the CPU (n_gpu_layers=0)",
+                    "yet (a Session does when it starts a generation with such a strategy, switches to one or "
+                    "restores a snapshot of one; a rewind to a round of it does not), or put the model on the "
+                    "CPU (n_gpu_layers=0)",
                     knob="strategy",
                     value="eagle3",
                 )
