@@ -220,3 +220,37 @@ def test_a_snapshot_with_eagle3_restores_into_a_session_that_has_computed(placed
     finally:
         a.close()
         b.close()
+
+
+def test_a_rewind_to_a_round_of_eagle3_gets_a_fresh_context(placed, target_path, head_path, fixed, monkeypatch):
+    """none, then EAGLE-3 (layers 2, 2, 1), then DFlash (layers 1, 3), each on a new context, then back to
+    a round of EAGLE-3: that context's tap 2 is off, so the rewind evaluates the kept positions into a new
+    one (a ``reprefill`` in the event) rather than switching it on."""
+    from specviz.testing.tiny_dflash import write_tiny_dflash
+
+    dflash = write_tiny_dflash(target_path.with_name("dflash.gguf"), seed=3, target_layers=(1, 3), block_size=6)
+    spy = TapSpy(monkeypatch)
+    ref = plain_reference(placed, PROMPT, 40)
+    s = _session(placed)
+    try:
+        _watch(spy, s)
+        s.start(PROMPT, 40, "none")
+        for _ in range(3):
+            s.step()
+        s.configure("eagle3", draft_model=str(head_path), draft_p_min=0.0)
+        for _ in range(3):
+            s.step()
+        eagle3_round = s.round_index
+        s.configure("dflash", draft_model=str(dflash), draft_p_min=0.0, draft_max=5)
+        for _ in range(3):
+            s.step()
+        before = s.ctx
+        ev = s.rewind(eagle3_round)
+        assert s.strategy == "eagle3" and s.ctx is not before and before.closed
+        assert [r["path"] for r in ev.kv_rollbacks if r["context"] == "target"] == ["reprefill"]
+        assert s.kv_length == s.committed
+        s.run()
+        assert s.tokens == ref
+        assert spy.after_a_batch() == []
+    finally:
+        s.close()

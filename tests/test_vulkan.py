@@ -326,6 +326,9 @@ for _ in range(5):
 s.configure("none")
 s.run()
 out["switched off"] = s.tokens
+s.rewind(3)  # back to a round of the strategy
+s.run()
+out["rewound"] = s.tokens
 other = Session(m, n_ctx=512, n_batch=64, n_ubatch=64, n_threads=1)
 other.start(prompt, 10, "none")
 other.run()
@@ -339,9 +342,9 @@ print(json.dumps(out))
 def test_switching_to_and_from_a_strategy_that_reads_the_layers_keeps_the_heap_intact(models, strategy):
     """On the Vulkan backend, switching llama.cpp's layer taps after a context has computed, and making an
     EAGLE-3 head next to such a context, corrupts the heap at a later verify batch. The session gives such a
-    strategy a context that has computed nothing (mid-generation, a new generation, a restored snapshot) and
-    a closed capture leaves its taps on (tests/test_fixed_taps.py checks the rules on the CPU); here each
-    path runs on the device, with the output of plain greedy."""
+    strategy a context that has computed nothing (mid-generation, a new generation, a rewind, a restored
+    snapshot) and a closed capture leaves its taps on (tests/test_fixed_taps.py checks the rules on the
+    CPU); here each path runs on the device, with the output of plain greedy."""
     import json
 
     key, prompt, knobs = _case(strategy, models)
@@ -358,4 +361,4 @@ def test_switching_to_and_from_a_strategy_that_reads_the_layers_keeps_the_heap_i
     )
     assert r.returncode == 0, (r.returncode, r.stderr[-3000:])
     got = json.loads(r.stdout.strip().splitlines()[-1])
-    assert got == {"switched on": ref, "switched off": ref, "restored": ref}
+    assert got == {"switched on": ref, "switched off": ref, "rewound": ref, "restored": ref}

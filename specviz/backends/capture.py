@@ -30,8 +30,8 @@ Once a context whose model has layers on a Vulkan device has evaluated a batch, 
 never switched again (:func:`taps_fixed`): switching one rebuilds the context's scheduler, and on that
 backend the next multi-token batch then corrupts the heap. A capture closed there leaves its taps on (a
 later capture of the same layers reuses them); one that would switch a tap on is refused, saying why,
-and the session gives such drafters a context of their own making instead
-(:meth:`~specviz.Session.start`). Deliberate departure from upstream, which switches the taps whenever a
+and the session gives such drafters a new context instead
+(:mod:`specviz.decoding.target_context`). Deliberate departure from upstream, which switches the taps whenever a
 drafter starts or stops.
 """
 
@@ -376,9 +376,8 @@ class LayerCapture:
                     f"{', '.join(map(str, sorted(set(off))))}) after it has evaluated a batch on a "
                     f"{'/'.join(sorted(TAPS_FIXED_BACKENDS))} device: that backend corrupts memory when the taps "
                     "change after the first batch; create the capture on a context that has evaluated nothing "
-                    "yet (a Session does when it starts a generation with such a strategy, switches to one or "
-                    "restores a snapshot of one; a rewind to a round of it does not), or put the model on the "
-                    "CPU (n_gpu_layers=0)",
+                    "yet (a Session does whenever it builds such a strategy: specviz.decoding.target_context), or "
+                    "put the model on the CPU (n_gpu_layers=0)",
                     knob="strategy",
                     value="eagle3",
                 )

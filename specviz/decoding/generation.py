@@ -164,10 +164,8 @@ class SessionParts(Protocol):
         """The target model."""
         ...
 
-    @property
-    def ctx(self) -> LlamaContext:
-        """The target's context."""
-        ...
+    #: The target's context (replaced where a strategy needs a new one, see :mod:`specviz.decoding.target_context`).
+    ctx: LlamaContext
 
     @property
     def rng(self) -> np.random.Generator:

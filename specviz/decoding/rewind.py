@@ -50,6 +50,7 @@ from ..errors import RewindError, RingCoverageError, SessionStateError
 from .events import Event, Rewound
 from .generation import Checkpoint, Generation, SessionParts
 from .policy import make_policy
+from .target_context import put_back, refill, replace_for
 from .telemetry import Telemetry
 
 __all__ = ["rewind", "effective_events"]
@@ -112,9 +113,25 @@ def rewind(s: SessionParts, round: int | None = None, position: int | None = Non
     drafter = s.drafter
     assert drafter is not None
     own = {k.name for k in type(drafter).knobs}
+    old_ctx, fresh = s.ctx, None
     if ck.strategy != g.strategy or any(g.knobs.get(k) != ck.knobs.get(k) for k in own):
-        drafter = s.build_drafter(ck.strategy, ck.knobs, g.sampling)
-    cut = s.ctx.memory.cut(max(keep - 1, 0), g.history)
+        # a strategy that reads the target's layers may need a context that has computed nothing
+        fresh = replace_for(s, ck.strategy)
+        try:
+            drafter = s.build_drafter(ck.strategy, ck.knobs, g.sampling)
+        except BaseException:
+            put_back(s, old_ctx, fresh)
+            raise
+    try:
+        if fresh is not None:  # the kept positions evaluated again into the new context
+            cut = refill(fresh, old_ctx, history[: max(keep - 1, 0)])
+        else:
+            cut = s.ctx.memory.cut(max(keep - 1, 0), g.history)
+    except BaseException:
+        if drafter is not s.drafter:
+            drafter.close()
+        put_back(s, old_ctx, fresh)
+        raise
     g.history = history
     drafter.begin(history)
     if ck.drafter_state is not None and drafter.state_format:
@@ -126,6 +143,8 @@ def rewind(s: SessionParts, round: int | None = None, position: int | None = Non
         if s.drafter is not None:
             s.drafter.close()
         s.drafter = drafter
+    if fresh is not None:
+        old_ctx.close()
     g.strategy, g.knobs = ck.strategy, dict(ck.knobs)
     g.telemetry = Telemetry.from_state(copy.deepcopy(ck.telemetry))
     g.policy = make_policy(ck.knobs.get("draft_policy", "fixed"), s.cost_model)

@@ -26,7 +26,6 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..backends.capture import taps_fixed
 from ..backends.context_settings import ContextSettings
 from ..backends.llama import LlamaContext, LlamaModel
 from ..backends.memory import rollback_refusal
@@ -55,6 +54,7 @@ from .round_events import round_events
 from .sampling import SamplingParams
 from .snapshot import read_header, restore_snapshot, take_snapshot, unpack
 from .stops import StopScanner, cut_text
+from .target_context import put_back, refill, replace_for
 from .telemetry import Telemetry, figures
 
 #: How :meth:`Session.start` evaluates a prompt (see :class:`Session`): as speculative-simple, as llama-server.
@@ -303,20 +303,6 @@ class Session:
         else:
             self.ctx.eval_prompt(ids[:-1], 0)
 
-    def _fresh_target_for(self, strategy: str) -> LlamaContext | None:
-        """A new target context for ``strategy``, made the session's, where the strategy reads the target's
-        layers and the current context has fixed llama.cpp's layer taps
-        (:func:`~specviz.backends.capture.taps_fixed`: a model on a Vulkan device, after its first batch);
-        None where the current one serves. On that backend, switching the taps, and also making an EAGLE-3
-        head next to a context that has computed, corrupts the heap at a later verify batch; a context that
-        has evaluated nothing takes both as on the CPU. The caller fills it (:meth:`_refill`) or a prompt
-        does, closes the old one once the old drafter is closed, or puts it back (:meth:`_keep_target`)."""
-        if not strategy_class(strategy).reads_target or not taps_fixed(self.ctx):
-            return None
-        fresh = LlamaContext(self.model, **self._ctx_args)  # may refuse: nothing has changed yet
-        self.ctx = fresh
-        return fresh
-
     @staticmethod
     def _snapshot_strategy(blob: Any) -> str:
         """The strategy a snapshot restores, or ``none`` where it cannot be read (restoring then says why)."""
@@ -326,21 +312,6 @@ class Session:
         except Exception:
             return "none"
         return name
-
-    def _keep_target(self, old: LlamaContext, fresh: LlamaContext | None) -> None:
-        """Undo :meth:`_fresh_target_for` after a refusal: ``old`` is the target's context again."""
-        if fresh is not None:
-            self.ctx = old
-            fresh.close()
-
-    def _refill(self, g: Generation) -> None:
-        """Evaluate into the (new, empty) target context what the round invariant says it holds for ``g``:
-        every history token but the pending one, or after a whole-prompt prefill the whole prompt with its
-        last row (see :mod:`specviz.decoding.round`)."""
-        if g.prefilled:
-            self.ctx.eval_prompt(g.history, 0, keep_last=True)
-        elif len(g.history) > 1:
-            self.ctx.eval_prompt(g.history[:-1], 0)
 
     def set_context_settings(self, **values: Any) -> ContextSettings:
         """Create the target's context anew with other settings (``flash_attn``, ``cache_type_k``,
@@ -526,19 +497,18 @@ class Session:
         own = {k.name for k in strategy_class(strategy).knobs}
         if strategy != g.strategy or any(g.knobs.get(k) != cfg.get(k) for k in own):
             # a drafter's knobs can change the meaning of its state: rebuild it from the history
-            old_ctx, fresh = self.ctx, self._fresh_target_for(strategy)
+            old_ctx, fresh = self.ctx, replace_for(self, strategy)
             try:
                 drafter = self.build_drafter(strategy, cfg, g.sampling)
                 try:
                     if fresh is not None:  # the new context holds what the old one held, then the drafter starts
-                        fresh.memory.adopt(old_ctx.memory)
-                        self._refill(g)
+                        refill(fresh, old_ctx, g.history if g.prefilled else g.history[:-1], keep_last=g.prefilled)
                     drafter.begin(g.history)
                 except BaseException:
                     drafter.close()
                     raise
             except BaseException:
-                self._keep_target(old_ctx, fresh)
+                put_back(self, old_ctx, fresh)
                 raise
             if self.drafter is not None:
                 self.drafter.close()
@@ -599,15 +569,15 @@ class Session:
             strategy = resolve_strategy(strategy)  # llama.cpp's spellings and chains have one canonical name
             req, cfg = self._check_start(prompt, max_tokens, strategy, self.ctx.capacity.n_ctx, request, knobs)
             sampling, stops, ids, chat = req.sampling, req.stop, req.ids, req.messages
-            old_ctx, fresh = self.ctx, self._fresh_target_for(strategy)
+            old_ctx, fresh = self.ctx, replace_for(self, strategy)
             try:
                 drafter = self.build_drafter(strategy, cfg, sampling)  # may fail: nothing has changed yet
             except BaseException:
-                self._keep_target(old_ctx, fresh)
+                put_back(self, old_ctx, fresh)
                 raise
             if self._prefill == "whole" and drafter.reads_target:
                 drafter.close()
-                self._keep_target(old_ctx, fresh)
+                put_back(self, old_ctx, fresh)
                 raise StrategyError(
                     f"strategy {strategy!r} reads the target's activations of every verify batch, and a "
                     "whole-prompt prefill (prefill='whole') gives its first round none; start it on a session "
@@ -920,11 +890,11 @@ class Session:
         generation. Everything is checked before anything changes; a refused snapshot raises
         :class:`~specviz.errors.SnapshotError` (or the draft model's error) and leaves the session as it was."""
         with self._lock:
-            old_ctx, fresh = self.ctx, self._fresh_target_for(self._snapshot_strategy(blob))
+            old_ctx, fresh = self.ctx, replace_for(self, self._snapshot_strategy(blob))
             try:
                 restore_snapshot(self, blob)
             except BaseException:
-                self._keep_target(old_ctx, fresh)  # the old context, untouched
+                put_back(self, old_ctx, fresh)  # the old context, untouched
                 raise
             if fresh is not None:
                 old_ctx.close()
