@@ -30,9 +30,8 @@ Once a context whose model has layers on a Vulkan device has evaluated a batch, 
 never switched again (:func:`taps_fixed`): switching one rebuilds the context's scheduler, and on that
 backend the next multi-token batch then corrupts the heap. A capture closed there leaves its taps on (a
 later capture of the same layers reuses them); one that would switch a tap on is refused, saying why,
-and the session gives such drafters a new context instead
-(:mod:`specviz.decoding.target_context`). Deliberate departure from upstream, which switches the taps whenever a
-drafter starts or stops.
+and the session gives such drafters a new context instead (:mod:`specviz.decoding.target_context`).
+Deliberate departure from upstream, which switches the taps whenever a drafter starts or stops.
 """
 
 from __future__ import annotations
