@@ -18,6 +18,24 @@ from .binding import llama_lib
 from .saved_state import StateLimits, check_saved_state
 
 
+def keeps_an_output_row(model: Any) -> bool:
+    """Whether every batch that a context of ``model`` decodes asks for at least one row's logits: where the
+    model has layers on a GPU device (``n_gpu_layers > 0`` in a build with one).
+
+    On llama.cpp's Vulkan backend (seen on lavapipe, flash attention on) a context that has decoded a batch
+    with no output rows later segfaults inside the device's queue at a multi-token batch, or glibc aborts
+    ("double free or corruption"): 9 tokens without outputs and then 16 with all of them crash about one
+    run in ten; with one row kept in the first batch, or flash attention off, none did. llama.cpp's own
+    tools never decode such a batch (``llama_batch_get_one`` keeps the last token's row). So on a GPU
+    placement a batch that asks for no rows computes its last one, reported to nobody; that is one row of
+    the output layer, nothing on a GPU. On the CPU backend such a batch stays as it is (the row costs
+    milliseconds there). Deliberate departure from upstream's Python binding, which asks for none.
+    """
+    from .devices import gpu_devices
+
+    return int(getattr(model, "n_gpu_layers", 0)) > 0 and bool(gpu_devices())
+
+
 class ContextBase:
     """A llama.cpp context (sequence 0) and its batch: subclasses call :meth:`_adopt` once the context
     exists and say how their batch is freed (:meth:`_free_batch`).

@@ -21,7 +21,7 @@ import numpy as np
 from ..errors import ContextError, ModelFormatError
 from . import cbuild
 from .binding import c_function_address, ensure_backend, llama_lib
-from .context_base import ContextBase
+from .context_base import ContextBase, keeps_an_output_row
 from .context_settings import FLASH_ATTN_TYPE, GGML_TYPE, ContextSettings, head_sizes
 from .gguf_check import check_gguf
 from .memory import DEFAULT_N_RS_SEQ, ContextMemory, probe_memory
@@ -299,6 +299,7 @@ class LlamaContext(ContextBase):
         self.tap = None
         self.before_eval = None  # called before every decode (the shim resets its row counters)
         self.eval_count = 0
+        self._keeps_a_row = keeps_an_output_row(model)
         if capture is None and cbuild.switched_off("SPECVIZ_CAPTURE_SHIM"):
             capture = False  # the user switched the shim off: gemma3 targets then refuse eagle3, saying why
         self.eval_callback = eval_callback  # llama.cpp keeps only the pointer: the callback must outlive the context
@@ -383,6 +384,7 @@ class LlamaContext(ContextBase):
                 n_ubatch=self.capacity.n_ubatch,
                 swa_full=swa_full,
                 scratch_ptr=scratch,
+                keep_row=self._keeps_a_row,
             )
         finally:
             if scratch is not None:
@@ -438,6 +440,8 @@ class LlamaContext(ContextBase):
             idx = [int(i) for i in rows]
             flags[idx] = 1
             self._out_rows = idx
+        if not self._out_rows and self._keeps_a_row:
+            flags[n - 1] = 1  # computed for llama.cpp's sake, reported to nobody (context_base.keeps_an_output_row)
         self._batch.n_tokens = n
         if self.before_eval is not None:
             self.before_eval()

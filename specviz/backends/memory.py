@@ -229,7 +229,14 @@ def rollback_refusal(info: MemoryInfo, what: str = "the target") -> str | None:
 
 
 def probe_memory(
-    model: MemoryModel, ctx_ptr: Any, *, n_ctx: int, n_ubatch: int, swa_full: bool, scratch_ptr: Any = None
+    model: MemoryModel,
+    ctx_ptr: Any,
+    *,
+    n_ctx: int,
+    n_ubatch: int,
+    swa_full: bool,
+    scratch_ptr: Any = None,
+    keep_row: bool = False,
 ) -> MemoryInfo:
     """The memory facts of a freshly created context (its cache is left empty).
 
@@ -247,6 +254,10 @@ def probe_memory(
     the heap at its next multi-token batch; ``llama_set_embeddings_layer_inp`` (the EAGLE-3 layer taps)
     forces such a reserve, and a probe in the context itself made every tap switched on after creation
     one.
+
+    ``keep_row``: the one-token evaluations keep their row's logits
+    (:func:`~specviz.backends.context_base.keeps_an_output_row`; a sequence's saved state holds no logits,
+    so the sizes are the same).
     """
     lc = llama_lib()
     mptr = model.ptr
@@ -277,7 +288,7 @@ def probe_memory(
         batch.token[0] = 0
         batch.n_seq_id[0] = 1
         batch.seq_id[0][0] = 0
-        batch.logits[0] = 0
+        batch.logits[0] = int(keep_row)
         lc.llama_memory_clear(mem, True)
         ok = True
         got: list[tuple[int, int]] = []

@@ -18,7 +18,7 @@ import numpy as np
 
 from ..errors import ContextError
 from .binding import llama_lib
-from .context_base import ContextBase
+from .context_base import ContextBase, keeps_an_output_row
 from .llama import LlamaContext, LlamaModel
 
 
@@ -52,6 +52,7 @@ class TiedContext(ContextBase):
         self.n_ctx = int(lc.llama_n_ctx(ctx))
         self.n_batch = int(lc.llama_n_batch(ctx))
         self.n_ubatch = int(lc.llama_n_ubatch(ctx))
+        self._keeps_a_row = keeps_an_output_row(model)
         self._ext.set_embeddings_nextn(ctx, True, True)
         self._batch = lc.llama_batch_ext_init(ctx)
         if not self._batch:
@@ -105,7 +106,7 @@ class TiedContext(ContextBase):
                 self._batch, idx, lc.llama_embd(rows[i].ctypes.data_as(fptr), 1, self.n_embd)
             ):
                 raise ContextError(f"the {self.what} batch refused a {row_name} row")
-            if i in want:
+            if i in want or (i == n - 1 and not want and self._keeps_a_row):  # context_base.keeps_an_output_row
                 lc.llama_batch_ext_set_output_logits(self._batch, idx, True)
         t0 = time.perf_counter()
         rc = lc.llama_process(self._ctx, lc.LLAMA_PROCESS_TYPE_DECODE, self._batch)

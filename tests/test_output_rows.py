@@ -1,0 +1,155 @@
+"""A batch that keeps no logits, on a model placed on a GPU, still computes its last row (issue 26).
+
+On llama.cpp's Vulkan backend a context that has decoded a batch with no output rows crashes at a later
+multi-token batch (``tests/test_vulkan.py`` reproduces it on lavapipe); llama.cpp's own tools never decode
+such a batch. So wherever a model has layers on a GPU device
+(:func:`specviz.backends.context_base.keeps_an_output_row`), a target or draft context's batch without rows
+(``rows="none"``), a tied head's feed without outputs and the memory probe's evaluations each keep their
+last row, which nothing reports. On the CPU nothing changes.
+
+Here, on the CPU build, a GPU is stood in for: ``gpu_devices`` lists one and the models are loaded with
+``n_gpu_layers`` above 0 (the CPU build keeps every layer on the CPU). Whether llama.cpp computed a row is
+read from llama.cpp itself (``llama_get_logits_ith`` is NULL for a row it did not compute).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from test_session import plain_reference
+
+from specviz import Session
+from specviz.backends import LlamaContext, LlamaModel, devices
+from specviz.backends.binding import llama_lib
+from specviz.backends.context_base import keeps_an_output_row
+from specviz.backends.eagle3 import Eagle3Context
+from specviz.backends.memory import probe_memory
+from specviz.errors import ContextError
+from specviz.testing.tiny_models import write_tiny_eagle3, write_tiny_llama
+
+GPU = devices.Device("Vulkan0", "a stand-in GPU", "Vulkan", "gpu", 1 << 30, 1 << 30)
+
+
+@pytest.fixture(scope="module")
+def target_path(tmp_path_factory):
+    return write_tiny_llama(tmp_path_factory.mktemp("rows") / "target.gguf", seed=2, n_layer=4, block_scale=0.1)
+
+
+@pytest.fixture(scope="module")
+def head_path(target_path):
+    return write_tiny_eagle3(target_path.with_name("head.gguf"), target_path, seed=1)
+
+
+@pytest.fixture()
+def a_gpu(monkeypatch):
+    """This build "has a GPU device"."""
+    monkeypatch.setattr(devices, "gpu_devices", lambda: [GPU])
+
+
+def _computed(ctx, i: int) -> bool:
+    """Whether llama.cpp computed logits for row ``i`` of the context's last batch."""
+    return bool(llama_lib().llama_get_logits_ith(ctx.ptr, i))
+
+
+def _context(path, ngl: int):
+    m = LlamaModel(path, n_gpu_layers=ngl)
+    return m, LlamaContext(m, n_ctx=256, n_batch=32, n_ubatch=32, n_threads=1)
+
+
+@pytest.mark.parametrize("rows", ["none", []])
+def test_a_batch_without_rows_computes_its_last_one_on_a_gpu_placement(a_gpu, target_path, rows):
+    m, ctx = _context(target_path, 99)
+    try:
+        assert keeps_an_output_row(m)
+        ctx.eval(list(range(1, 10)), 0, rows=rows)
+        assert _computed(ctx, 8) and not _computed(ctx, 7)
+        with pytest.raises(ContextError, match="kept no logits"):
+            ctx.last_row()  # computed for llama.cpp's sake, reported to nobody
+        ctx.eval(list(range(50, 66)), 9, rows="all")  # the next batch reads as before
+        got = np.stack([ctx.row(i).copy() for i in range(16)])
+    finally:
+        ctx.close()
+        m.close()
+    m, ref = _context(target_path, 0)
+    try:
+        ref.eval(list(range(1, 10)), 0, rows="none")
+        assert not _computed(ref, 8)  # on the CPU placement such a batch stays as it is
+        ref.eval(list(range(50, 66)), 9, rows="all")
+        np.testing.assert_array_equal(got, np.stack([ref.row(i) for i in range(16)]))
+    finally:
+        ref.close()
+        m.close()
+
+
+def test_without_a_gpu_device_a_batch_without_rows_computes_none(target_path):
+    m, ctx = _context(target_path, 99)  # layers asked for a GPU that this CPU build does not have
+    try:
+        assert not keeps_an_output_row(m)
+        ctx.eval(list(range(1, 10)), 0, rows="none")
+        assert not _computed(ctx, 8)
+    finally:
+        ctx.close()
+        m.close()
+
+
+def test_a_heads_feed_without_outputs_computes_its_last_row_on_a_gpu_placement(a_gpu, target_path, head_path):
+    m, ctx = _context(target_path, 99)
+    head = LlamaModel(head_path, n_gpu_layers=99)
+    dctx = Eagle3Context(head, ctx, n_threads=1)
+    try:
+        g = np.zeros((4, dctx.n_embd), dtype=np.float32)
+        dctx.decode([1, 40, 41, 42], g, 0)
+        assert _computed(dctx, 3) and not _computed(dctx, 2)
+        dctx.decode([43], g[:1], 4, outputs=[0])  # a draft step reads its one row as before
+        assert _computed(dctx, 0) and dctx.logits(0).shape == (m.n_vocab,)
+    finally:
+        dctx.close()
+        head.close()
+        ctx.close()
+        m.close()
+
+
+def test_the_memory_probe_keeps_its_row_when_asked_and_measures_the_same(target_path):
+    m, ctx = _context(target_path, 0)
+    try:
+        facts = []
+        for keep in (False, True):
+            facts.append(probe_memory(m, ctx.ptr, n_ctx=256, n_ubatch=32, swa_full=True, keep_row=keep))
+            assert _computed(ctx, 0) is keep  # the probe's last one-token batch
+            assert ctx.kv_len() == 0  # the probe leaves the cache empty either way
+        assert facts[0] == facts[1] and facts[0].removal != "no"
+    finally:
+        ctx.close()
+        m.close()
+
+
+def test_a_context_on_a_gpu_placement_probes_with_its_row_kept(a_gpu, target_path, monkeypatch):
+    from specviz.backends import llama
+
+    asked: list[bool] = []
+
+    def spy(*args, **kwargs):
+        asked.append(kwargs["keep_row"])
+        return probe_memory(*args, **kwargs)
+
+    monkeypatch.setattr(llama, "probe_memory", spy)
+    for ngl in (99, 0):
+        m, ctx = _context(target_path, ngl)
+        ctx.close()
+        m.close()
+    assert asked == [True, False]
+
+
+@pytest.mark.parametrize("strategy", ["prompt-lookup", "eagle3"])
+def test_greedy_output_on_a_gpu_placement_equals_plain_greedy(a_gpu, target_path, head_path, strategy):
+    m = LlamaModel(target_path, n_gpu_layers=99)
+    try:
+        ref = plain_reference(m, [1, 40, 41, 42, 43, 40, 41, 42], 30)
+        knobs = {"draft_model": str(head_path), "draft_p_min": 0.0} if strategy == "eagle3" else {}
+        s = Session(m, n_ctx=256, n_batch=32, n_ubatch=32, n_threads=1)
+        s.start([1, 40, 41, 42, 43, 40, 41, 42], 30, strategy, **knobs)
+        s.run()
+        assert s.tokens == ref
+        s.close()
+    finally:
+        m.close()
