@@ -2,7 +2,9 @@
 
 On llama.cpp's Vulkan backend a context that has computed a graph must not have its layer taps switched
 (:func:`~specviz.backends.capture.taps_fixed`), and making an EAGLE-3 head next to such a context corrupts
-the heap at a later verify batch too (with either capture path); a context that has evaluated nothing takes
+the heap at a later verify batch too (with either capture path; that second crash may well have been the
+one of a batch that asks for no logits, :func:`~specviz.backends.context_base.keeps_an_output_row`, found
+later and not told apart since); a context that has evaluated nothing takes
 both as the CPU backend does. So wherever a session builds a drafter that reads the target's layers
 (``reads_target``: EAGLE-3, DFlash, a chain with one of them) on a context that has computed, it first
 gives itself a new target context of the same settings: a new generation (``Session.start``), a switch
