@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from specviz.testing.tiny_models import write_tiny_llama
+from specviz.testing.tiny_models import write_tiny_eagle3, write_tiny_llama
 
 #: The parameters of the shared tiny fixture model.
 TINY = {"seed": 1, "block_scale": 0.1}
@@ -20,6 +20,18 @@ def tiny_model_path(tmp_path_factory):
     strategy then drafts, and gets tokens both accepted and rejected.
     """
     return write_tiny_llama(tmp_path_factory.mktemp("models") / "tiny.gguf", **TINY)
+
+
+@pytest.fixture(scope="session")
+def e3_target_path(tmp_path_factory):
+    """The EAGLE-3 pair's target: a tiny llama GGUF with 4 layers (a head reads three of them), seed 2."""
+    return write_tiny_llama(tmp_path_factory.mktemp("e3-pair") / "target.gguf", seed=2, n_layer=4, block_scale=0.1)
+
+
+@pytest.fixture(scope="session")
+def e3_head_path(e3_target_path):
+    """A random EAGLE-3 head (seed 1) for :func:`e3_target_path`'s target."""
+    return write_tiny_eagle3(e3_target_path.with_name("head.gguf"), e3_target_path, seed=1)
 
 
 @pytest.fixture(scope="session")

@@ -35,17 +35,6 @@ A, B = 300, 301
 
 
 @pytest.fixture(scope="module")
-def target_path(tmp_path_factory):
-    """A tiny llama target with 4 layers (so a head can read three different layers)."""
-    return write_tiny_llama(tmp_path_factory.mktemp("e3") / "target.gguf", seed=2, n_layer=4, block_scale=0.1)
-
-
-@pytest.fixture(scope="module")
-def head_path(target_path):
-    return write_tiny_eagle3(target_path.with_name("head.gguf"), target_path, seed=1)
-
-
-@pytest.fixture(scope="module")
 def binary_pair(tmp_path_factory):
     """(target, head): both can only output A or B; the target alternates, the head guesses."""
     d = tmp_path_factory.mktemp("binary")
@@ -78,8 +67,8 @@ def binary_pair(tmp_path_factory):
 
 
 @pytest.fixture()
-def session(target_path):
-    s = Session(target_path, n_ctx=512, n_batch=64, n_ubatch=64, n_threads=1)
+def session(e3_target_path):
+    s = Session(e3_target_path, n_ctx=512, n_batch=64, n_ubatch=64, n_threads=1)
     yield s
     s.close()
 
@@ -91,9 +80,9 @@ def knobs(head, **extra):
 # -- fixtures and the backend -------------------------------------------------------------------------------
 
 
-def test_tiny_head_is_written_quickly_and_llama_cpp_loads_it(target_path, tmp_path):
+def test_tiny_head_is_written_quickly_and_llama_cpp_loads_it(e3_target_path, tmp_path):
     t0 = time.perf_counter()
-    p = write_tiny_eagle3(tmp_path / "h.gguf", target_path, n_draft_vocab=100)
+    p = write_tiny_eagle3(tmp_path / "h.gguf", e3_target_path, n_draft_vocab=100)
     assert time.perf_counter() - t0 < 1.0
     info = check_gguf(p)
     assert info.architecture == "eagle3" and info.tensors["d2t"].ggml_type == 27  # int64, as llama.cpp asserts
@@ -106,8 +95,8 @@ def test_tiny_head_is_written_quickly_and_llama_cpp_loads_it(target_path, tmp_pa
     assert eagle3_problems(p, target_arch="llama", target_n_layer=4, target_n_embd=64, target_n_vocab=320) == []
 
 
-def test_capture_through_llama_cpp_taps_equals_the_callback_shim(target_path):
-    m = LlamaModel(target_path)
+def test_capture_through_llama_cpp_taps_equals_the_callback_shim(e3_target_path):
+    m = LlamaModel(e3_target_path)
     api_ctx = LlamaContext(m, n_ctx=256, n_batch=64, n_ubatch=64, n_threads=1)
     cb_ctx = LlamaContext(m, n_ctx=256, n_batch=64, n_ubatch=16, n_threads=1, capture=True)  # 3 micro-batches
     try:
@@ -134,10 +123,10 @@ def test_capture_through_llama_cpp_taps_equals_the_callback_shim(target_path):
         m.close()
 
 
-def test_a_layer_named_twice_is_read_at_both_places_by_either_capture(target_path):
+def test_a_layer_named_twice_is_read_at_both_places_by_either_capture(e3_target_path):
     """A head may name a layer twice (the tiny fixture's head reads layers 2, 2, 1). The shim fills the first
     tap of a tensor's name only, so it had given the second place no rows ("the capture shim saw 0 rows")."""
-    m = LlamaModel(target_path)
+    m = LlamaModel(e3_target_path)
     api_ctx = LlamaContext(m, n_ctx=256, n_batch=64, n_ubatch=64, n_threads=1)
     cb_ctx = LlamaContext(m, n_ctx=256, n_batch=64, n_ubatch=64, n_threads=1, capture=True)
     try:
@@ -155,8 +144,8 @@ def test_a_layer_named_twice_is_read_at_both_places_by_either_capture(target_pat
         m.close()
 
 
-def test_capture_refuses_before_llama_cpp_could_abort(target_path):
-    m = LlamaModel(target_path)
+def test_capture_refuses_before_llama_cpp_could_abort(e3_target_path):
+    m = LlamaModel(e3_target_path)
     ctx = LlamaContext(m, n_ctx=128, n_batch=32, n_ubatch=32, n_threads=1)
     try:
         with pytest.raises(CaptureUnavailableError, match="layer 4 is not a layer"):
@@ -172,8 +161,8 @@ def test_capture_refuses_before_llama_cpp_could_abort(target_path):
         m.close()
 
 
-def test_head_context_encodes_and_decodes_pairs(target_path, head_path):
-    m, h = LlamaModel(target_path), LlamaModel(head_path)
+def test_head_context_encodes_and_decodes_pairs(e3_target_path, e3_head_path):
+    m, h = LlamaModel(e3_target_path), LlamaModel(e3_head_path)
     tc = LlamaContext(m, n_ctx=256, n_batch=64, n_ubatch=8, n_threads=1)
     e = Eagle3Context(h, tc, n_threads=1)
     try:
@@ -198,8 +187,8 @@ def test_head_context_encodes_and_decodes_pairs(target_path, head_path):
         m.close()
 
 
-def test_the_head_context_is_freed_by_the_same_rule_as_the_target_context(target_path, head_path):
-    m, h = LlamaModel(target_path), LlamaModel(head_path)
+def test_the_head_context_is_freed_by_the_same_rule_as_the_target_context(e3_target_path, e3_head_path):
+    m, h = LlamaModel(e3_target_path), LlamaModel(e3_head_path)
     try:
         with LlamaContext(m, n_ctx=64, n_batch=16, n_ubatch=16, n_threads=1) as tc:
             with Eagle3Context(h, tc, n_threads=1) as e:
@@ -245,10 +234,10 @@ def test_greedy_with_eagle3_equals_plain_greedy_and_keeps_both_caches_right(bina
     s.close()
 
 
-def test_random_head_greedy_equals_plain_and_counts_coverage(session, target_path, head_path):
+def test_random_head_greedy_equals_plain_and_counts_coverage(session, e3_target_path, e3_head_path):
     prompt = [1, 40, 41, 42, 43]
     ref = plain_reference(session.model, prompt, 60)
-    session.start(prompt, 60, "eagle3", **knobs(head_path))
+    session.start(prompt, 60, "eagle3", **knobs(e3_head_path))
     session.run()
     assert session.tokens == ref
     t = session.telemetry_dict()
@@ -259,12 +248,12 @@ def test_random_head_greedy_equals_plain_and_counts_coverage(session, target_pat
     assert cov["rejections"] > 0 and cov["rejections_expressible"] <= cov["rejections"]
 
 
-def test_switching_to_eagle3_mid_generation_catches_up(session, head_path):
+def test_switching_to_eagle3_mid_generation_catches_up(session, e3_head_path):
     prompt = [1, 60, 61, 62]
     ref = plain_reference(session.model, prompt, 50)
     session.start(prompt, 50, "none")
     session.run(max_rounds=12)
-    session.configure("eagle3", **knobs(head_path))
+    session.configure("eagle3", **knobs(e3_head_path))
     session.run()
     assert session.tokens == ref
     t = session.telemetry_dict()
@@ -315,10 +304,12 @@ def test_a_truncated_drafter_state_is_refused(binary_pair):
     s.close()
 
 
-def test_sampled_eagle3_same_seed_same_output(session, head_path):
+def test_sampled_eagle3_same_seed_same_output(session, e3_head_path):
     outs = []
     for seed in (11, 11, 12):
-        session.start([1, 70, 71], 40, "eagle3", temperature=1.0, top_k=40, top_p=0.95, seed=seed, **knobs(head_path))
+        session.start(
+            [1, 70, 71], 40, "eagle3", temperature=1.0, top_k=40, top_p=0.95, seed=seed, **knobs(e3_head_path)
+        )
         session.run()
         outs.append(list(session.tokens))
     assert outs[0] == outs[1] != outs[2]
@@ -355,7 +346,7 @@ def test_first_token_distribution_with_eagle3_matches_the_target(binary_pair):
 # -- refusals -----------------------------------------------------------------------------------------------
 
 
-def _head(tmp_path, target_path, name, **cfg_overrides):
+def _head(tmp_path, e3_target_path, name, **cfg_overrides):
     cfg = dict(
         n_embd=64,
         n_head=4,
@@ -369,17 +360,17 @@ def _head(tmp_path, target_path, name, **cfg_overrides):
     )
     cfg.update(cfg_overrides)
     c = Eagle3HeadConfig(**cfg)
-    return write_eagle3_head(tmp_path / name, target_path, c, random_eagle3_weights(c))
+    return write_eagle3_head(tmp_path / name, e3_target_path, c, random_eagle3_weights(c))
 
 
-def test_unusable_heads_are_refused_with_the_reason_and_nothing_changes(session, target_path, tmp_path):
+def test_unusable_heads_are_refused_with_the_reason_and_nothing_changes(session, e3_target_path, tmp_path):
     session.start([1, 50, 60], 20, "none")
     session.run(max_rounds=2)
     before = list(session.history)
     cases = [
-        (_head(tmp_path, target_path, "deep.gguf", target_layers=(1, 2, 4)), "target layer 4"),
+        (_head(tmp_path, e3_target_path, "deep.gguf", target_layers=(1, 2, 4)), "target layer 4"),
         (
-            _head(tmp_path, target_path, "other.gguf", n_embd=48, target_hidden=48, own_embeddings=True),
+            _head(tmp_path, e3_target_path, "other.gguf", n_embd=48, target_hidden=48, own_embeddings=True),
             "target of width 48",
         ),
         (write_tiny_llama(tmp_path / "not_a_head.gguf", seed=2, n_layer=4), "not an EAGLE-3 head"),
@@ -398,8 +389,8 @@ def test_unusable_heads_are_refused_with_the_reason_and_nothing_changes(session,
         session.start([1], 5, "eagle3", draft_model=str(tmp_path / "missing.gguf"))
 
 
-def test_a_narrower_head_with_its_own_embeddings_drafts(session, target_path, tmp_path):
-    head = _head(tmp_path, target_path, "narrow.gguf", n_embd=32, n_head=2, n_head_kv=1, own_embeddings=True)
+def test_a_narrower_head_with_its_own_embeddings_drafts(session, e3_target_path, tmp_path):
+    head = _head(tmp_path, e3_target_path, "narrow.gguf", n_embd=32, n_head=2, n_head_kv=1, own_embeddings=True)
     prompt = [1, 80, 81]
     ref = plain_reference(session.model, prompt, 30)
     session.start(prompt, 30, "eagle3", **knobs(head))
@@ -407,12 +398,12 @@ def test_a_narrower_head_with_its_own_embeddings_drafts(session, target_path, tm
     assert session.tokens == ref and session.telemetry_dict()["drafted"] > 0
 
 
-def test_a_head_with_a_bad_d2t_is_refused_not_aborted(target_path, tmp_path):
+def test_a_head_with_a_bad_d2t_is_refused_not_aborted(e3_target_path, tmp_path):
     """llama.cpp asserts d2t is int64 and matches the output head when it builds the graph (an abort at the
     first draft step); specviz refuses such a head up front."""
     import gguf
 
-    good = _head(tmp_path, target_path, "good.gguf")
+    good = _head(tmp_path, e3_target_path, "good.gguf")
     r = gguf.GGUFReader(str(good))
     w = gguf.GGUFWriter(str(tmp_path / "bad.gguf"), "eagle3")
     for k, f in r.fields.items():
@@ -436,7 +427,7 @@ def test_a_head_with_a_bad_d2t_is_refused_not_aborted(target_path, tmp_path):
         tmp_path / "bad.gguf", target_arch="llama", target_n_layer=4, target_n_embd=64, target_n_vocab=320
     )
     assert any("int64" in x for x in why)
-    s = Session(target_path, n_ctx=128, n_batch=32, n_ubatch=32, n_threads=1)
+    s = Session(e3_target_path, n_ctx=128, n_batch=32, n_ubatch=32, n_threads=1)
     with pytest.raises(StrategyUnavailableError, match="int64"):
         s.start([1, 2], 5, "eagle3", draft_model=str(tmp_path / "bad.gguf"))
     s.close()

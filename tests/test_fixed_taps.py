@@ -23,25 +23,14 @@ from specviz import Session
 from specviz.backends import LlamaContext, LlamaModel, capture, llama_ext
 from specviz.backends.capture import LayerCapture, taps_fixed
 from specviz.errors import CaptureUnavailableError
-from specviz.testing.tiny_models import write_tiny_eagle3, write_tiny_llama
 
 PROMPT = [1, 40, 41, 42, 43]
 
 
-@pytest.fixture(scope="module")
-def target_path(tmp_path_factory):
-    return write_tiny_llama(tmp_path_factory.mktemp("taps") / "target.gguf", seed=2, n_layer=4, block_scale=0.1)
-
-
-@pytest.fixture(scope="module")
-def head_path(target_path):
-    return write_tiny_eagle3(target_path.with_name("head.gguf"), target_path, seed=1)
-
-
 @pytest.fixture()
-def placed(target_path):
+def placed(e3_target_path):
     """The target "on a GPU": n_gpu_layers=99 on the CPU build."""
-    m = LlamaModel(target_path, n_gpu_layers=99)
+    m = LlamaModel(e3_target_path, n_gpu_layers=99)
     yield m
     m.close()
 
@@ -78,9 +67,9 @@ def _watch(spy: TapSpy, s: Session) -> None:
     spy.sessions.append(s)
 
 
-def test_taps_are_fixed_only_after_a_batch_on_a_placed_model(target_path, placed, fixed):
+def test_taps_are_fixed_only_after_a_batch_on_a_placed_model(e3_target_path, placed, fixed):
     ctx = LlamaContext(placed, n_ctx=128, n_batch=32, n_ubatch=32, n_threads=1)
-    on_cpu = LlamaModel(target_path)
+    on_cpu = LlamaModel(e3_target_path)
     cpu_ctx = LlamaContext(on_cpu, n_ctx=128, n_batch=32, n_ubatch=32, n_threads=1)
     try:
         assert not taps_fixed(ctx)
@@ -116,10 +105,10 @@ def test_a_capture_on_a_fixed_context_leaves_its_taps_on_and_refuses_new_ones(pl
         ctx.close()
 
 
-def test_on_the_cpu_a_closed_capture_switches_its_taps_off(target_path, monkeypatch):
+def test_on_the_cpu_a_closed_capture_switches_its_taps_off(e3_target_path, monkeypatch):
     """The rule applies to placed models only: on the CPU the taps follow the captures, as upstream."""
     spy = TapSpy(monkeypatch)
-    m = LlamaModel(target_path)
+    m = LlamaModel(e3_target_path)
     ctx = LlamaContext(m, n_ctx=128, n_batch=32, n_ubatch=32, n_threads=1)
     spy.contexts.append(ctx)
     try:
@@ -136,7 +125,7 @@ def _session(model) -> Session:
     return Session(model, n_ctx=512, n_batch=64, n_ubatch=64, n_threads=1)
 
 
-def test_switching_to_eagle3_mid_generation_gets_a_fresh_context(placed, head_path, fixed, monkeypatch):
+def test_switching_to_eagle3_mid_generation_gets_a_fresh_context(placed, e3_head_path, fixed, monkeypatch):
     spy = TapSpy(monkeypatch)
     ref = plain_reference(placed, PROMPT, 30)
     s = _session(placed)
@@ -146,7 +135,7 @@ def test_switching_to_eagle3_mid_generation_gets_a_fresh_context(placed, head_pa
         for _ in range(5):
             s.step()
         old = s.ctx
-        s.configure("eagle3", draft_model=str(head_path), draft_p_min=0.0)
+        s.configure("eagle3", draft_model=str(e3_head_path), draft_p_min=0.0)
         s.step()  # the switch happens at this round boundary
         assert s.ctx is not old and old.closed  # the old context was freed
         assert s.kv_length == s.committed
@@ -161,7 +150,7 @@ def test_switching_to_eagle3_mid_generation_gets_a_fresh_context(placed, head_pa
         s.close()
 
 
-def test_a_second_generation_with_eagle3_gets_a_fresh_context(placed, head_path, fixed, monkeypatch):
+def test_a_second_generation_with_eagle3_gets_a_fresh_context(placed, e3_head_path, fixed, monkeypatch):
     spy = TapSpy(monkeypatch)
     ref = plain_reference(placed, PROMPT, 20)
     s = _session(placed)
@@ -170,7 +159,7 @@ def test_a_second_generation_with_eagle3_gets_a_fresh_context(placed, head_path,
         s.start([1, 50, 51], 10, "none")
         s.run()
         old = s.ctx
-        s.start(PROMPT, 20, "eagle3", draft_model=str(head_path), draft_p_min=0.0)
+        s.start(PROMPT, 20, "eagle3", draft_model=str(e3_head_path), draft_p_min=0.0)
         assert s.ctx is not old
         s.run()
         assert s.tokens == ref
@@ -179,7 +168,7 @@ def test_a_second_generation_with_eagle3_gets_a_fresh_context(placed, head_path,
         s.close()
 
 
-def test_a_refused_strategy_keeps_the_context(placed, head_path, fixed, tmp_path):
+def test_a_refused_strategy_keeps_the_context(placed, e3_head_path, fixed, tmp_path):
     s = _session(placed)
     try:
         s.start(PROMPT, 10, "none")
@@ -194,14 +183,14 @@ def test_a_refused_strategy_keeps_the_context(placed, head_path, fixed, tmp_path
         s.close()
 
 
-def test_a_snapshot_with_eagle3_restores_into_a_session_that_has_computed(placed, head_path, fixed, monkeypatch):
+def test_a_snapshot_with_eagle3_restores_into_a_session_that_has_computed(placed, e3_head_path, fixed, monkeypatch):
     spy = TapSpy(monkeypatch)
     ref = plain_reference(placed, PROMPT, 24)
     a = _session(placed)
     b = _session(placed)
     try:
         _watch(spy, a)
-        a.start(PROMPT, 24, "eagle3", draft_model=str(head_path), draft_p_min=0.0)
+        a.start(PROMPT, 24, "eagle3", draft_model=str(e3_head_path), draft_p_min=0.0)
         for _ in range(4):
             a.step()
         blob = a.snapshot()
@@ -222,13 +211,13 @@ def test_a_snapshot_with_eagle3_restores_into_a_session_that_has_computed(placed
         b.close()
 
 
-def test_a_rewind_to_a_round_of_eagle3_gets_a_fresh_context(placed, target_path, head_path, fixed, monkeypatch):
+def test_a_rewind_to_a_round_of_eagle3_gets_a_fresh_context(placed, e3_target_path, e3_head_path, fixed, monkeypatch):
     """none, then EAGLE-3 (layers 2, 2, 1), then DFlash (layers 1, 3), each on a new context, then back to
     a round of EAGLE-3: that context's tap 2 is off, so the rewind evaluates the kept positions into a new
     one (a ``reprefill`` in the event) rather than switching it on."""
     from specviz.testing.tiny_dflash import write_tiny_dflash
 
-    dflash = write_tiny_dflash(target_path.with_name("dflash.gguf"), seed=3, target_layers=(1, 3), block_size=6)
+    dflash = write_tiny_dflash(e3_target_path.with_name("dflash.gguf"), seed=3, target_layers=(1, 3), block_size=6)
     spy = TapSpy(monkeypatch)
     ref = plain_reference(placed, PROMPT, 40)
     s = _session(placed)
@@ -237,7 +226,7 @@ def test_a_rewind_to_a_round_of_eagle3_gets_a_fresh_context(placed, target_path,
         s.start(PROMPT, 40, "none")
         for _ in range(3):
             s.step()
-        s.configure("eagle3", draft_model=str(head_path), draft_p_min=0.0)
+        s.configure("eagle3", draft_model=str(e3_head_path), draft_p_min=0.0)
         for _ in range(3):
             s.step()
         eagle3_round = s.round_index

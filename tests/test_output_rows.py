@@ -25,19 +25,8 @@ from specviz.backends.context_base import keeps_an_output_row
 from specviz.backends.eagle3 import Eagle3Context
 from specviz.backends.memory import probe_memory
 from specviz.errors import ContextError
-from specviz.testing.tiny_models import write_tiny_eagle3, write_tiny_llama
 
 GPU = devices.Device("Vulkan0", "a stand-in GPU", "Vulkan", "gpu", 1 << 30, 1 << 30)
-
-
-@pytest.fixture(scope="module")
-def target_path(tmp_path_factory):
-    return write_tiny_llama(tmp_path_factory.mktemp("rows") / "target.gguf", seed=2, n_layer=4, block_scale=0.1)
-
-
-@pytest.fixture(scope="module")
-def head_path(target_path):
-    return write_tiny_eagle3(target_path.with_name("head.gguf"), target_path, seed=1)
 
 
 @pytest.fixture()
@@ -57,8 +46,8 @@ def _context(path, ngl: int):
 
 
 @pytest.mark.parametrize("rows", ["none", []])
-def test_a_batch_without_rows_computes_its_last_one_on_a_gpu_placement(a_gpu, target_path, rows):
-    m, ctx = _context(target_path, 99)
+def test_a_batch_without_rows_computes_its_last_one_on_a_gpu_placement(a_gpu, e3_target_path, rows):
+    m, ctx = _context(e3_target_path, 99)
     try:
         assert keeps_an_output_row(m)
         ctx.eval(list(range(1, 10)), 0, rows=rows)
@@ -70,7 +59,7 @@ def test_a_batch_without_rows_computes_its_last_one_on_a_gpu_placement(a_gpu, ta
     finally:
         ctx.close()
         m.close()
-    m, ref = _context(target_path, 0)
+    m, ref = _context(e3_target_path, 0)
     try:
         ref.eval(list(range(1, 10)), 0, rows="none")
         assert not _computed(ref, 8)  # on the CPU placement such a batch stays as it is
@@ -81,8 +70,8 @@ def test_a_batch_without_rows_computes_its_last_one_on_a_gpu_placement(a_gpu, ta
         m.close()
 
 
-def test_without_a_gpu_device_a_batch_without_rows_computes_none(target_path):
-    m, ctx = _context(target_path, 99)  # layers asked for a GPU that this CPU build does not have
+def test_without_a_gpu_device_a_batch_without_rows_computes_none(e3_target_path):
+    m, ctx = _context(e3_target_path, 99)  # layers asked for a GPU that this CPU build does not have
     try:
         assert not keeps_an_output_row(m)
         ctx.eval(list(range(1, 10)), 0, rows="none")
@@ -92,9 +81,9 @@ def test_without_a_gpu_device_a_batch_without_rows_computes_none(target_path):
         m.close()
 
 
-def test_a_heads_feed_without_outputs_computes_its_last_row_on_a_gpu_placement(a_gpu, target_path, head_path):
-    m, ctx = _context(target_path, 99)
-    head = LlamaModel(head_path, n_gpu_layers=99)
+def test_a_heads_feed_without_outputs_computes_its_last_row_on_a_gpu_placement(a_gpu, e3_target_path, e3_head_path):
+    m, ctx = _context(e3_target_path, 99)
+    head = LlamaModel(e3_head_path, n_gpu_layers=99)
     dctx = Eagle3Context(head, ctx, n_threads=1)
     try:
         g = np.zeros((4, dctx.n_embd), dtype=np.float32)
@@ -109,8 +98,8 @@ def test_a_heads_feed_without_outputs_computes_its_last_row_on_a_gpu_placement(a
         m.close()
 
 
-def test_the_memory_probe_keeps_its_row_when_asked_and_measures_the_same(target_path):
-    m, ctx = _context(target_path, 0)
+def test_the_memory_probe_keeps_its_row_when_asked_and_measures_the_same(e3_target_path):
+    m, ctx = _context(e3_target_path, 0)
     try:
         facts = []
         for keep in (False, True):
@@ -123,7 +112,7 @@ def test_the_memory_probe_keeps_its_row_when_asked_and_measures_the_same(target_
         m.close()
 
 
-def test_a_context_on_a_gpu_placement_probes_with_its_row_kept(a_gpu, target_path, monkeypatch):
+def test_a_context_on_a_gpu_placement_probes_with_its_row_kept(a_gpu, e3_target_path, monkeypatch):
     from specviz.backends import llama
 
     asked: list[bool] = []
@@ -134,18 +123,18 @@ def test_a_context_on_a_gpu_placement_probes_with_its_row_kept(a_gpu, target_pat
 
     monkeypatch.setattr(llama, "probe_memory", spy)
     for ngl in (99, 0):
-        m, ctx = _context(target_path, ngl)
+        m, ctx = _context(e3_target_path, ngl)
         ctx.close()
         m.close()
     assert asked == [True, False]
 
 
 @pytest.mark.parametrize("strategy", ["prompt-lookup", "eagle3"])
-def test_greedy_output_on_a_gpu_placement_equals_plain_greedy(a_gpu, target_path, head_path, strategy):
-    m = LlamaModel(target_path, n_gpu_layers=99)
+def test_greedy_output_on_a_gpu_placement_equals_plain_greedy(a_gpu, e3_target_path, e3_head_path, strategy):
+    m = LlamaModel(e3_target_path, n_gpu_layers=99)
     try:
         ref = plain_reference(m, [1, 40, 41, 42, 43, 40, 41, 42], 30)
-        knobs = {"draft_model": str(head_path), "draft_p_min": 0.0} if strategy == "eagle3" else {}
+        knobs = {"draft_model": str(e3_head_path), "draft_p_min": 0.0} if strategy == "eagle3" else {}
         s = Session(m, n_ctx=256, n_batch=32, n_ubatch=32, n_threads=1)
         s.start([1, 40, 41, 42, 43, 40, 41, 42], 30, strategy, **knobs)
         s.run()
