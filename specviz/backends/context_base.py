@@ -24,8 +24,9 @@ def keeps_an_output_row(model: Any) -> bool:
 
     On llama.cpp's Vulkan backend (seen on lavapipe, flash attention on) a context that has decoded a batch
     with no output rows later segfaults inside the device's queue at a multi-token batch, or glibc aborts
-    ("double free or corruption"): 9 tokens without outputs and then 16 with all of them crash about one
-    run in ten; with one row kept in the first batch, or flash attention off, none did. llama.cpp's own
+    ("double free or corruption"): a new context (after the memory probe's batches without rows) given 9
+    tokens without outputs and then 16 with all of them crashed within 3 to 15 such contexts in 6 runs of
+    7; with a row kept in either batch without rows, or flash attention off, none did. llama.cpp's own
     tools never decode such a batch (``llama_batch_get_one`` keeps the last token's row). So on a GPU
     placement a batch that asks for no rows computes its last one, reported to nobody; that is one row of
     the output layer, nothing on a GPU. On the CPU backend such a batch stays as it is (the row costs
