@@ -1,4 +1,5 @@
-"""What every llama.cpp context of specviz shares: its cache operations, its state, and one rule for freeing it.
+"""What every llama.cpp context of specviz shares: its cache operations, its state, one rule for freeing it,
+and one for the rows a batch computes (:func:`keeps_an_output_row`).
 
 :class:`~specviz.backends.llama.LlamaContext` (the target's and a draft model's) and
 :class:`~specviz.backends.tied_context.TiedContext` (the EAGLE-3 head's and the MTP layers') hold a
