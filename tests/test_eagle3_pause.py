@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from test_eagle3 import binary_pair, head_path, knobs, target_path  # noqa: F401 - fixtures
+from test_eagle3 import binary_pair, knobs  # noqa: F401 - fixtures
 from test_session import plain_reference
 
 from specviz import Session
@@ -193,13 +193,13 @@ def test_the_upkeep_is_reported_apart_from_drafting(binary_pair):  # noqa: F811
     s.close()
 
 
-def test_cost_policy_with_eagle3_pauses_and_stays_lossless(target_path, head_path):  # noqa: F811
-    s = _session(target_path)
+def test_cost_policy_with_eagle3_pauses_and_stays_lossless(e3_target_path, e3_head_path):  # noqa: F811
+    s = _session(e3_target_path)
     # a verify cost curve on which a second row costs as much as the first (a tiny model's measured one
     # is noise): with a head that is never right the policy keeps rounds plain, whatever the timings
     s.cost_model = VerifyCostModel([1, 2, 9], [0.010, 0.020, 0.090])
     ref = plain_reference(s.model, PROMPT, 80)
-    s.start(PROMPT, 80, "eagle3", **knobs(head_path, draft_policy="cost", draft_max=8))
+    s.start(PROMPT, 80, "eagle3", **knobs(e3_head_path, draft_policy="cost", draft_max=8))
     s.run()
     assert s.tokens == ref
     t = s.telemetry_dict()
