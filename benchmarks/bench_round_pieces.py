@@ -12,18 +12,27 @@ is timed twice: warm (repeated on the same data) and right after a one-token dec
 Python and the same row read cost several times more there. The warm sum is a floor for a ``none``
 round; the after-a-decode column is what a round pays, and a busy machine stretches both.
 
+A second table says what makes the caches cold: the same bookkeeping (the telemetry event, the round's
+events and the checkpoint, together) timed after a decode and after things that each do one part of what a
+decode does: waiting as long as a decode takes, streaming 2 MiB (the size of one core's second-level cache),
+streaming 256 MiB (about the embedded model's weights), and touching one value per 4 KiB page of 256 MiB (the
+address translations a decode uses up, with a sixteenth of its data).
+
 Usage: python benchmarks/bench_round_pieces.py [--model GGUF] [--threads N] [--repeats 300]
 """
 
 from __future__ import annotations
 
 import argparse
+import mmap
 import os
 import statistics
 import sys
 import time
 from pathlib import Path
 from typing import Any, Callable
+
+import numpy as np
 
 from specviz import Session
 from specviz.analysis.workloads import WORKLOADS
@@ -45,11 +54,12 @@ def cpu_us(fn: Callable[[], Any], repeats: int) -> float:
     return (time.thread_time() - t) / repeats * 1e6
 
 
-def cold_us(fn: Callable[[], Any], decode: Callable[[], None], repeats: int) -> float:
-    """Median CPU microseconds of ``fn()`` called right after a one-token decode, as in a real round."""
+def cold_us(fn: Callable[[], Any], before: Callable[[], Any], repeats: int) -> float:
+    """Median CPU microseconds of ``fn()`` called right after ``before()`` (a one-token decode, as in a real
+    round, or something that does part of what a decode does to the caches)."""
     times = []
     for _ in range(repeats):
-        decode()
+        before()
         t = time.thread_time()
         fn()
         times.append(time.thread_time() - t)
@@ -124,6 +134,36 @@ def main(argv: list[str] | None = None) -> int:
     print("|---|---:|---:|")
     for name, fn in pieces:
         print(f"| {name} | {cpu_us(fn, args.repeats):.1f} | {cold_us(fn, decode, args.cold_repeats):.1f} |")
+
+    def bookkeeping() -> None:
+        session_view()
+        round_events(last, model.pieces, policy="fixed")
+        g.capture(drafter, session.rng)
+
+    big = np.frombuffer(mmap.mmap(-1, 256 << 20), dtype=np.float64)
+    big[:] = 1.0
+    small = np.ones((2 << 20) // 8)
+    pages = big[:: 4096 // 8]
+    t0 = time.perf_counter()
+    for _ in range(5):
+        decode()
+    decode_s = (time.perf_counter() - t0) / 5
+    before: list[tuple[str, Callable[[], Any]]] = [
+        ("nothing (warm)", lambda: None),
+        ("a one-token decode", decode),
+        (f"waiting as long as a decode ({decode_s * 1e3:.1f} ms)", lambda: time.sleep(decode_s)),
+        ("streaming 2 MiB (one core's second-level cache)", small.sum),
+        ("streaming 256 MiB (the weights' size)", big.sum),
+        ("one value per 4 KiB page of 256 MiB (address translations)", pages.sum),
+    ]
+    print(
+        "\nthe round's bookkeeping (telemetry event, round events, checkpoint), CPU time, "
+        f"median of {args.cold_repeats}"
+    )
+    print("| right after | µs |")
+    print("|---|---:|")
+    for name, fn in before:
+        print(f"| {name} | {cold_us(bookkeeping, fn, args.cold_repeats):.1f} |")
     session.close()
     model.close()
     return 0
