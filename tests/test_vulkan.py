@@ -122,6 +122,8 @@ def models(tmp_path_factory):
     # the DFlash and DSpark drafts of tests/test_rewind.py, for the EAGLE-3 pair's 4-layer target
     dflash = write_tiny_dflash(d / "dflash.gguf", seed=3, target_layers=(1, 3), block_size=6)
     dspark = write_tiny_dflash(d / "dspark.gguf", seed=4, target_layers=(0, 2), block_size=5, dspark=True)
+    # a DFlash-2 draft (its selector's lattice covers every block row, which asks for no outputs of its own)
+    dflash2 = write_tiny_dflash(d / "dflash2.gguf", seed=5, target_layers=(1, 2), block_size=6, selector_top_k=4)
     return {
         "tiny": tiny,
         "draft": draft,
@@ -130,7 +132,31 @@ def models(tmp_path_factory):
         "nextn": nextn,
         "dflash": dflash,
         "dspark": dspark,
+        "dflash2": dflash2,
     }
+
+
+def test_a_dflash2_draft_greedy_equals_plain_greedy_on_the_device(models):
+    """DFlash-2 (its selector's lattice read from the device) drafts losslessly, five sessions in one
+    process. Its block and injections asked for no rows before they kept one on a GPU placement
+    (context_base.keeps_an_output_row, checked on the CPU by tests/test_output_rows.py); on lavapipe this
+    passed without that rule too (3 of 3 runs), so it is not the crash's test
+    (test_a_batch_without_rows_before_a_long_one_keeps_the_heap_intact is)."""
+    m = on_device(models["e3_target"])
+    try:
+        prompt = [1, 40, 41, 42, 43]
+        ref = plain_reference(m, prompt, 40)
+        for _ in range(5):
+            s = Session(m, n_ctx=512, n_batch=64, n_ubatch=64, n_threads=1)
+            try:
+                s.start(prompt, 40, "dflash", draft_model=str(models["dflash2"]), draft_p_min=0.0, draft_max=5)
+                s.run()
+                assert s.tokens == ref
+                assert s.telemetry_dict()["drafted"] > 0
+            finally:
+                s.close()
+    finally:
+        m.close()
 
 
 @pytest.fixture(scope="module")

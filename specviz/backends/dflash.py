@@ -292,6 +292,8 @@ class DFlashContext(TiedContext):
                 p = start + i + j
                 self._pos4[0], self._pos4[1], self._pos4[2], self._pos4[3] = p, p, p, 0
                 lc.llama_batch_ext_set_pos(self._batch, idx, self._pos4)
+                if j == m - 1 and self._keeps_a_row:  # context_base.keeps_an_output_row: one row, read by nobody
+                    lc.llama_batch_ext_set_output_logits(self._batch, idx, True)
             rc = lc.llama_process(self._ctx, lc.LLAMA_PROCESS_TYPE_DECODE, self._batch)
             if rc != 0:
                 raise ContextError(f"the DFlash injection failed with code {rc} for {m} rows at position {start + i}")
@@ -316,7 +318,7 @@ class DFlashContext(TiedContext):
                 raise ContextError(f"the DFlash block batch refused row {i} (code {idx})")
             self._pos[0] = start + i
             lc.llama_batch_ext_set_pos(self._batch, idx, self._pos)
-            if outputs:
+            if outputs or (i == n_tokens - 1 and self._keeps_a_row):  # context_base.keeps_an_output_row
                 lc.llama_batch_ext_set_output_logits(self._batch, idx, True)
         t0 = time.perf_counter()
         rc = lc.llama_process(self._ctx, lc.LLAMA_PROCESS_TYPE_DECODE, self._batch)
