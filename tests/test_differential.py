@@ -427,6 +427,20 @@ def test_bench_native_runs_and_prints_both_tables(tiny_model_path, capsys):
     assert "| quote | ngram-simple |" in out and "| quote | ngram-cache |" in out
     assert "| free | none |" in out and "| free | ngram-cache |" in out
     assert "| free | ngram-simple | " in out.split("cost policy vs none")[1]
+    import json
+
+    raw = json.loads(out[out.index("\n{") :])
+    cell = raw["runs"]["quote"]["0"]
+    for strat in ("ngram-simple", "ngram-cache"):
+        n_tool = cell[f"{strat}/native"][0]["tokens"]
+        assert n_tool >= 8
+        # what the first table compares with the tool decodes as many tokens as the tool did
+        for side in ("same", "tile", "cost"):
+            assert cell[f"{strat}/{side}@tool"][0]["tokens"] == n_tool, (strat, side)
+            assert cell[f"{strat}/{side}"][0]["tokens"] == 8  # the second table's runs keep --max-tokens
+    assert [r["tokens"] for r in raw["table"]] == [
+        cell[f"{s}/native"][0]["tokens"] for s in ("ngram-simple", "ngram-cache")
+    ]
 
 
 def test_the_tool_gets_the_prompt_byte_for_byte(tiny_model_path, tiny_model):
