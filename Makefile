@@ -68,7 +68,7 @@ $(STAMP): pyproject.toml Makefile tools/llama_cmake_args.py $(wildcard tools/vul
 	$(PY) -m pip install --quiet $(TORCH_CPU)
 	PYTHONWARNINGS="ignore:Editable installation:UserWarning" $(PY) -m pip install --quiet $(LLAMA_WHEEL) -e '.[all]'
 	$(PY) -m pip install --quiet --force-reinstall --no-deps $(LLAMA_WHEEL)
-	$(PY) -c "import sys; from specviz.backends.capture import main; sys.exit(main(['--build']))"
+	$(PY) -m specviz.backends.build_capture
 	$(PY) -c "from specviz.decoding import rowscan_kernel as k; print(k.unavailable_reason() or k.build())"
 	$(PY) -c "from specviz.strategies import ngram_kernel as k; print(k.unavailable_reason() or k.build())"
 	$(PY) -c "import specviz.models as m; print('embedded model:', m.default_model_path())"

@@ -153,3 +153,23 @@ def test_an_eval_callback_sees_the_graph_and_refuses_to_share_with_the_capture_s
     ctx.close()
     with pytest.raises(ContextError, match="either the layer-capture shim or an eval_callback"):
         LlamaContext(tiny_model, n_ctx=64, n_batch=16, n_ubatch=16, capture=True, eval_callback=count)
+
+
+def test_the_shim_builds_from_its_own_command_without_a_runpy_warning():
+    """``python -m specviz.backends.build_capture`` (what ``make install`` and the GPU check run) prints the
+    built shim's path; with warnings as errors it still runs: it is not a module the package imports first,
+    which ``-m`` would run as a second copy (runpy's RuntimeWarning, as ``-m specviz.backends.capture`` did)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    r = subprocess.run(
+        [sys.executable, "-W", "error", "-m", "specviz.backends.build_capture"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "Warning" not in r.stderr, r.stderr[-2000:]
+    lines = r.stdout.strip().splitlines()
+    assert lines and Path(lines[-1]).is_file(), r.stdout

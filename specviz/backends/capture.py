@@ -166,7 +166,7 @@ def build_shim(force: bool = False) -> Path:
         return cbuild.build_library(_SHIM_SOURCE, "specviz_capture", force=force)
     except cbuild.BuildError as e:
         hint = (
-            "; then run `python -m specviz.backends.capture --build` (or `make install`)"
+            "; then run `python -m specviz.backends.build_capture` (or `make install`)"
             if "C compiler" in str(e)
             else ""
         )
@@ -455,24 +455,3 @@ class LayerCapture:
             if self.ctx.tap.owner is self:
                 self.ctx.before_eval = None
             self.ctx.tap.disarm(owner=self)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m specviz.backends.capture --build``: compile the shim into the cache (run by ``make install``)."""
-    import argparse
-
-    p = argparse.ArgumentParser(prog="python -m specviz.backends.capture")
-    p.add_argument("--build", action="store_true", help="compile the capture shim (again with --force)")
-    p.add_argument("--force", action="store_true")
-    a = p.parse_args(argv)
-    if a.build or a.force:
-        try:
-            print(build_shim(force=a.force))
-        except CaptureUnavailableError as e:
-            print(f"specviz: warning: {e}")
-            return 0  # an install without a compiler still works; gemma3 + eagle3 is then refused with why
-    return 0
-
-
-if __name__ == "__main__":  # pragma: no cover
-    raise SystemExit(main())

@@ -154,7 +154,7 @@ export SPECVIZ_NATIVE_CACHE=$work/native
 
 # -- 5 -----------------------------------------------------------------------------------------------------
 step "llama.cpp's devices, the capture shim, the device tests and specviz verify on the test model"
-"$py" -m specviz.backends.capture --build || die "the layer-capture shim did not build"
+"$py" -m specviz.backends.build_capture || die "the layer-capture shim did not build"
 "$py" - "$backend" <<'PY' || die "llama.cpp does not see the expected device"
 import sys
 from specviz.backends.devices import devices
