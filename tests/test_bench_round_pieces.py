@@ -1,5 +1,6 @@
 """The round-pieces benchmark (benchmarks/bench_round_pieces.py) runs from a fresh clone on a tiny model and
-prints every piece the docs quote, the floor of a greedy round included, warm and right after a decode."""
+prints every piece the docs quote, the floor of a greedy round included, warm and right after a decode, and
+the bookkeeping's cost after each thing that does part of what a decode does to the caches."""
 
 from __future__ import annotations
 
@@ -17,7 +18,8 @@ def test_the_round_pieces_benchmark_times_every_piece_and_the_floor(capsys, tiny
     args = ["--model", str(tiny_model_path), "--threads", "1", "--repeats", "3", "--cold-repeats", "3"]
     assert bench.main(args) == 0
     out = capsys.readouterr().out
-    rows = [line for line in out.splitlines() if line.startswith("| ") and not line.startswith("| piece")]
+    pieces, causes = out.split("\nthe round's bookkeeping")
+    rows = [line for line in pieces.splitlines() if line.startswith("| ") and not line.startswith("| piece")]
     names = [r.split(" | ")[0].lstrip("| ") for r in rows]
     assert "round events" in names and "checkpoint (Generation.capture)" in names
     assert any(n.startswith("the floor:") for n in names)
@@ -25,3 +27,9 @@ def test_the_round_pieces_benchmark_times_every_piece_and_the_floor(capsys, tiny
     for r in rows:
         warm, cold = (float(x) for x in r.rstrip(" |").split(" | ")[-2:])
         assert warm >= 0 and cold >= 0
+    after = [line for line in causes.splitlines() if line.startswith("| ") and not line.startswith("| right after")]
+    names = [r.split(" | ")[0].lstrip("| ") for r in after]
+    assert names[:2] == ["nothing (warm)", "a one-token decode"] and len(names) == 6
+    assert any(n.startswith("streaming 256 MiB") for n in names) and any(n.startswith("waiting as long") for n in names)
+    for r in after:
+        assert float(r.rstrip(" |").split(" | ")[-1]) >= 0
