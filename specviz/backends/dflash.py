@@ -271,7 +271,7 @@ class DFlashContext(TiedContext):
 
     def inject(self, features: np.ndarray, start: int) -> None:
         """Write the fused target features ``[n, layers x width]`` at positions ``start …`` (chunked to n_ubatch,
-        as llama.cpp does)."""
+        as llama.cpp does; on a GPU placement each chunk keeps its last row, read by nobody)."""
         lc = llama_lib()
         feats = np.ascontiguousarray(features, dtype=np.float32)
         n, width = feats.shape
@@ -301,7 +301,8 @@ class DFlashContext(TiedContext):
 
     def decode_block(self, anchor: int, n_tokens: int, start: int) -> None:
         """Decode the block ``[anchor, <mask> x (n_tokens - 1)]`` at positions ``start …`` in one pass, every row
-        an output (DFlash-2: none, its lattice covers every row)."""
+        an output (DFlash-2: none of its own, its lattice covers every row; on a GPU placement its last row is
+        kept, :func:`~specviz.backends.context_base.keeps_an_output_row`)."""
         lc = llama_lib()
         mask = self.head.mask_token
         if mask is None:
