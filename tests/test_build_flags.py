@@ -80,15 +80,33 @@ def test_every_backend_and_extra_argument_gets_its_own_cache_key():
 
 
 def test_the_command_line_parses_backend_tag_and_extra_arguments():
-    assert tool.parse(["--backend", "vulkan", "--tag"]) == ("vulkan", True, [])
-    assert tool.parse(["--backend=cuda", "--", "-DCMAKE_CUDA_ARCHITECTURES=90"]) == (
+    assert tool.parse(["--backend", "vulkan", "--tag"]) == ("vulkan", True, [], False)
+    assert tool.parse(["--backend=cuda", "--portable", "--", "-DCMAKE_CUDA_ARCHITECTURES=90"]) == (
         "cuda",
         False,
         ["-DCMAKE_CUDA_ARCHITECTURES=90"],
+        True,
     )
-    assert tool.parse(["--"]) == ("cpu", False, [])
+    assert tool.parse(["--"]) == ("cpu", False, [], False)
     with pytest.raises(ValueError, match="unknown llama.cpp backend"):
         tool.parse(["--backend", "opencl"])
     with pytest.raises(ValueError, match="unknown argument"):
         tool.parse(["--fast"])
     assert tool.main(["--backend", "nope"]) == 2
+
+
+def test_portable_builds_take_x86_64_v3_whatever_this_machine_has(capsys):
+    # a build carried to another machine (the GPU check's, made here) must not use this CPU's AVX-512
+    assert tool.main(["--portable", "--backend", "cuda", "--", "-DCMAKE_CUDA_ARCHITECTURES=90"]) == 0
+    opts = _options(capsys.readouterr().out.split())
+    for on in ("GGML_SSE42", "GGML_AVX", "GGML_F16C", "GGML_FMA", "GGML_BMI2", "GGML_AVX2", "GGML_CUDA"):
+        assert opts[on] == "ON", on
+    for off in ("GGML_AVX512", "GGML_AVX512_VNNI", "GGML_AVX_VNNI", "GGML_AMX_TILE", "GGML_NATIVE"):
+        assert opts[off] == "OFF", off
+    assert opts["CMAKE_CUDA_ARCHITECTURES"] == "90"
+    assert tool.cmake_args(set(tool.PORTABLE_FLAGS), "x86_64") == tool.cmake_args(
+        {"sse4_2", "avx", "f16c", "fma", "bmi2", "avx2"}, "x86_64"
+    )
+    # a cache key of its own: never mistaken for a build for an AVX-512 machine
+    portable = tool.cmake_args(set(tool.PORTABLE_FLAGS), "x86_64")
+    assert tool.tag(portable) != tool.tag(tool.cmake_args(AVX512_HOST, "x86_64"))

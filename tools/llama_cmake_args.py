@@ -20,6 +20,10 @@ whatever a GPU backend does not run):
 
 Extra arguments after the options (``-- -DNAME=VALUE ...``) are appended as they are.
 
+``--portable`` takes the CPU features of x86-64-v3 (AVX2, FMA, F16C, BMI2: every x86 server of the last
+ten years) instead of this machine's, for a build that is carried to and run on another machine (the GPU
+check's build made here, ``tools/gpu_check/prebuild.sh``); everything else is as without it.
+
 ``--tag`` prints a short name for the argument set instead (the Makefile keys its wheel cache by it,
 so a wheel is never reused on a CPU or with a backend it was not built for). The tag names the
 backend and hashes the arguments; a path inside this repository (the Vulkan compatibility folder)
@@ -51,6 +55,10 @@ FEATURES = [
     ("GGML_AVX512_VNNI", ("avx512f", "avx512_vnni")),
     ("GGML_AVX512_BF16", ("avx512f", "avx512_bf16")),
 ]
+
+
+#: the /proc/cpuinfo flags of x86-64-v3 that ggml has an option for (``--portable``)
+PORTABLE_FLAGS = frozenset(("sse4_2", "avx", "f16c", "fma", "bmi2", "avx2"))
 
 
 def cpu_flags(path: str = "/proc/cpuinfo") -> set[str]:
@@ -104,9 +112,9 @@ def tag(args: list[str], backend: str = "cpu") -> str:
     return f"{backend}-" + hashlib.sha256(" ".join(keyed).encode()).hexdigest()[:10]
 
 
-def parse(argv: list[str]) -> tuple[str, bool, list[str]]:
-    """``(backend, want_tag, extra_args)`` from the command line."""
-    backend, want_tag, extra = "cpu", False, []
+def parse(argv: list[str]) -> tuple[str, bool, list[str], bool]:
+    """``(backend, want_tag, extra_args, portable)`` from the command line."""
+    backend, want_tag, extra, portable = "cpu", False, [], False
     rest = list(argv)
     if "--" in rest:
         i = rest.index("--")
@@ -115,25 +123,31 @@ def parse(argv: list[str]) -> tuple[str, bool, list[str]]:
     for a in it:
         if a == "--tag":
             want_tag = True
+        elif a == "--portable":
+            portable = True
         elif a == "--backend":
             backend = next(it, "")
         elif a.startswith("--backend="):
             backend = a.split("=", 1)[1]
         else:
-            raise ValueError(f"unknown argument {a!r} (usage: llama_cmake_args.py [--backend NAME] [--tag] [-- ARGS])")
+            raise ValueError(
+                f"unknown argument {a!r} (usage: llama_cmake_args.py [--backend NAME] [--portable] [--tag] [-- ARGS])"
+            )
     if backend not in BACKENDS:
         raise ValueError(f"unknown llama.cpp backend {backend!r}: choose one of {', '.join(BACKENDS)}")
-    return backend, want_tag, extra
+    return backend, want_tag, extra, portable
 
 
 def main(argv: list[str]) -> int:
     """Print the arguments (or their tag with ``--tag``)."""
     try:
-        backend, want_tag, extra = parse(argv)
+        backend, want_tag, extra, portable = parse(argv)
     except ValueError as exc:
         print(exc, file=sys.stderr)
         return 2
-    args = cmake_args(cpu_flags(), platform.machine()) + backend_args(backend) + extra
+    flags = set(PORTABLE_FLAGS) if portable else cpu_flags()
+    machine = "x86_64" if portable else platform.machine()
+    args = cmake_args(flags, machine) + backend_args(backend) + extra
     print(tag(args, backend) if want_tag else " ".join(args))
     return 0
 
