@@ -8,7 +8,8 @@
 #                         (llama-cpp-python's own, gguf for writing the test model, pytest and hypothesis
 #                         for the device tests); numpy is not carried (the machine has it)
 #   MANIFEST              sizes and SHA-256 of every file, checked by run.sh
-# and the whole folder stays under the 64 MiB a copy of the working tree may carry.
+# and the whole folder stays under the 64 MiB a copy of the working tree may carry. Then
+# tools/gpu_check/prebuild.sh adds a build of that source made here (the GPU machine's minutes are few).
 #
 # usage: tools/gpu_check/prepare.sh [PYTHON] [VERSION]     (defaults: .venv/bin/python, 0.3.36)
 set -euo pipefail
@@ -52,7 +53,10 @@ mkdir -p "$work/trim/$l/ggml/src"
 (cd "$work/$l/ggml/src" && find . -maxdepth 1 -type f -print0 | tar --null -cf - -T - ggml-cpu ggml-cuda) \
   | tar -xf - -C "$work/trim/$l/ggml/src" || die "copying ggml's sources failed"
 rm -rf "$work/trim/llama_cpp_python-$version/llama_cpp/lib" "$work/trim/llama_cpp_python-$version/llama_cpp/server"
-tar -czf "$out.tmp/llama.cpp-src.tar.gz" -C "$work/trim" "llama_cpp_python-$version" || die "tar failed"
+# the same bytes from the same sdist (names sorted, no times or owners, gzip without a time stamp):
+# tools/gpu_check/prebuild.sh keys its cached build by this file's SHA-256, and run.sh checks it
+tar --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner -cf - -C "$work/trim" "llama_cpp_python-$version" \
+  | gzip -n -6 >"$out.tmp/llama.cpp-src.tar.gz" || die "tar failed"
 echo "$version" >"$out.tmp/VERSION"
 
 step "wheels for CPython 3.12 (manylinux x86_64)"

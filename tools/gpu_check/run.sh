@@ -6,7 +6,8 @@
 #   2. installs specviz's pure-Python dependencies from the carried wheels (no pip index);
 #   3. writes a random llama-architecture test model of about 1.1B parameters in f16 (in the background);
 #   4. builds the carried llama.cpp for that chip only (-DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90):
-#      its shared libraries for llama-cpp-python's binding and llama-speculative-simple;
+#      its shared libraries for llama-cpp-python's binding and llama-speculative-simple; or, where
+#      prebuild.sh carried a build of the same source for the same chip made beforehand, unpacks that;
 #   5. checks llama.cpp sees the GPU, runs the device tests (tests/test_vulkan.py on this backend: every
 #      strategy against plain greedy, layer capture of device tensors, snapshots and rewinds, on the tiny
 #      fixtures) and `specviz verify` on the test model, every layer on the GPU;
@@ -21,7 +22,9 @@
 #                      the script on a machine without a GPU
 #   GPU_CHECK_ARCH     CUDA architecture (default 90: H100/H200)
 #   GPU_CHECK_JOBS     build jobs (default: the number of cores)
-#   GPU_CHECK_PYTHON   the Python 3.12 to use (default: python3.12, else python3 if it is 3.12)
+#   GPU_CHECK_PYTHON   the Python 3.12 to use (default: the first of python3.12, python3 that is 3.12
+#                      and has numpy)
+#   GPU_CHECK_PREBUILT 1 (default): use the carried build of prebuild.sh when it matches; 0: build here
 #   GPU_CHECK_MODEL    shape of the test model as sized_models options (default: its 1.1B defaults)
 #   GPU_CHECK_BENCH    "overhead,native" (default) or a subset; GPU_CHECK_REPEATS (default 1),
 #                      GPU_CHECK_KINDS (default quote,code-rewrite,free), GPU_CHECK_MAX_TOKENS (default 128)
@@ -61,9 +64,15 @@ step "the machine and the carried files (backend $backend)"
 case "$backend" in cuda|cpu) ;; *) die "GPU_CHECK_BACKEND=$backend: choose cuda or cpu" ;; esac
 py=${GPU_CHECK_PYTHON:-}
 if [ -z "$py" ]; then
-  if command -v python3.12 >/dev/null 2>&1; then py=$(command -v python3.12)
-  elif python3 -c 'import sys; sys.exit(sys.version_info[:2] != (3, 12))' 2>/dev/null; then py=$(command -v python3)
-  else die "no Python 3.12 found (python3.12, or python3 being 3.12); set GPU_CHECK_PYTHON"; fi
+  # the first Python 3.12 that has numpy: a machine's python3.12 can be the system's, without numpy, while
+  # its python3 (a venv's, as on the lent H200s) has it
+  for cand in python3.12 python3; do
+    command -v "$cand" >/dev/null 2>&1 || continue
+    if "$cand" -c 'import sys, numpy; sys.exit(sys.version_info[:2] != (3, 12))' 2>/dev/null; then
+      py=$(command -v "$cand"); break
+    fi
+  done
+  [ -n "$py" ] || die "no Python 3.12 with numpy found (python3.12 or python3); set GPU_CHECK_PYTHON"
 fi
 "$py" -c 'import sys; assert sys.version_info[:2] == (3, 12), sys.version' || die "$py is not Python 3.12"
 "$py" -c 'import numpy; print("numpy", numpy.__version__)' || die "numpy is not importable by $py"
@@ -111,7 +120,8 @@ fi
 model_pid=$!
 
 # -- 4 -----------------------------------------------------------------------------------------------------
-if [ "$backend" = cuda ]; then step "building llama.cpp for CUDA sm_$arch ($jobs jobs)"; else step "building llama.cpp for the CPU ($jobs jobs)"; fi
+if [ "$backend" = cuda ]; then step "llama.cpp for CUDA sm_$arch (built with $jobs jobs, or the build made beforehand)"
+else step "llama.cpp for the CPU (built with $jobs jobs, or the build made beforehand)"; fi
 sdist=$work/src/llama_cpp_python-$version
 # the CPU flags of tools/llama_cmake_args.py (this machine's x86 features, never AMX or -march=native), as
 # for the wheel, plus the backend's
@@ -120,14 +130,37 @@ if [ "$backend" = cuda ]; then
 else
   cmake_args=$("$py" "$repo/tools/llama_cmake_args.py" --backend cpu)
 fi || die "tools/llama_cmake_args.py failed"
-echo "cmake arguments: $cmake_args"
 # a machine kept warm between two runs keeps $work: the build of the same source with the same arguments
 # is reused (the stamp is written only after a build succeeded)
-stamp_want="$(sha256sum "$carried/llama.cpp-src.tar.gz" | cut -d' ' -f1) $backend $cmake_args"
+src_sha=$(sha256sum "$carried/llama.cpp-src.tar.gz" | cut -d' ' -f1)
+stamp_want="$src_sha $backend $cmake_args"
 stamp=$work/build/.specviz-gpu-check-stamp
-if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$stamp_want" ]; then
+# a build made beforehand (tools/gpu_check/prebuild.sh, on a machine without the GPU) of this very source,
+# for this backend and chip, is unpacked instead of building (GPU_CHECK_PREBUILT=0: build all the same)
+prebuilt=$carried/prebuilt-$backend.tar.xz
+prebuilt_info=$carried/prebuilt-$backend.info
+use_prebuilt=0
+if [ "${GPU_CHECK_PREBUILT:-1}" = 1 ] && [ -f "$prebuilt" ] && [ -f "$prebuilt_info" ]; then
+  if ! grep -qx "source_sha256 $src_sha" "$prebuilt_info"; then
+    echo "the carried build was made from another source: building from source"
+  elif [ "$backend" = cuda ] && ! grep -qx "arch $arch" "$prebuilt_info"; then
+    echo "the carried build is for another chip ($(grep '^arch ' "$prebuilt_info")), not sm_$arch: building from source"
+  else
+    use_prebuilt=1
+  fi
+fi
+if [ "$use_prebuilt" = 1 ]; then
+  rm -rf "$work/src" "$work/build" && mkdir -p "$work/src" "$work/build"
+  # the binding's Python package comes from the carried source either way
+  tar -xzf "$carried/llama.cpp-src.tar.gz" -C "$work/src" "llama_cpp_python-$version/llama_cpp" \
+    || die "unpacking the llama_cpp package failed"
+  tar -xJf "$prebuilt" -C "$work/build" || die "unpacking the carried build failed"
+  echo "the build made beforehand (no build here):"
+  sed 's/^/  /' "$prebuilt_info"
+elif [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$stamp_want" ]; then
   echo "reusing the build of an earlier run on this machine ($work/build)"
 else
+  echo "cmake arguments: $cmake_args"
   rm -rf "$work/src" "$work/build" && mkdir -p "$work/src"
   tar -xzf "$carried/llama.cpp-src.tar.gz" -C "$work/src" || die "unpacking the llama.cpp source failed"
   t_build=$(date +%s)
@@ -144,11 +177,30 @@ else
 fi
 tool=$(find "$work/build" -type f -name llama-speculative-simple -perm -u+x | head -1)
 [ -n "$tool" ] || die "llama-speculative-simple was not produced"
-# llama-cpp-python's binding loads lib{llama,ggml,ggml-base,ggml-cpu,ggml-cuda}.so from llama_cpp/lib
+# llama-cpp-python's binding loads lib{llama,ggml,ggml-base,ggml-cpu,ggml-cuda}.so from llama_cpp/lib (the tool
+# also loads libllama-common: LD_LIBRARY_PATH finds it there too)
 rm -rf "$site/llama_cpp" && cp -r "$sdist/llama_cpp" "$site/llama_cpp" && mkdir -p "$site/llama_cpp/lib"
-find "$work/build" \( -name "libllama.so*" -o -name "libggml*.so*" \) -exec cp -a {} "$site/llama_cpp/lib/" \;
+find "$work/build" -name "lib*.so*" -exec cp -a {} "$site/llama_cpp/lib/" \;
 ls "$site/llama_cpp/lib"
 export LD_LIBRARY_PATH=$site/llama_cpp/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+# the libraries the build loads from the machine (CUDA's runtime and cuBLAS, the driver's libcuda): where the
+# dynamic loader does not find one (a build made elsewhere, a toolkit outside the loader's paths), look in
+# the CUDA toolkit, the driver's folder and the Python's NVIDIA wheels (PyTorch's cuBLAS, say)
+missing_libs() { for f in "$site"/llama_cpp/lib/lib*.so "$tool"; do ldd "$f" 2>/dev/null; done | awk '/not found/ {print $1}' | sort -u; }
+missing=$(missing_libs)
+if [ -n "$missing" ]; then
+  purelib=$("$py" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+  for lib in $missing; do
+    found=$(find "$purelib/nvidia" /usr/local/cuda /usr/local/cuda-* /usr/local/nvidia /usr/lib/x86_64-linux-gnu \
+      /usr/lib64 /opt -maxdepth 6 -name "$lib" 2>/dev/null | head -1)
+    if [ -n "$found" ]; then
+      echo "  $lib: $found"
+      export LD_LIBRARY_PATH=$LD_LIBRARY_PATH:$(dirname "$found")
+    fi
+  done
+  missing=$(missing_libs)
+  [ -z "$missing" ] || die "libraries the build needs are nowhere on this machine: $(echo $missing)"
+fi
 mkdir -p "$work/tools" && cp "$tool" "$work/tools/" && export SPECVIZ_LLAMA_TOOLS=$work/tools
 export SPECVIZ_NATIVE_CACHE=$work/native
 
