@@ -11,8 +11,9 @@
 #   5. checks llama.cpp sees the GPU, runs the device tests (tests/test_vulkan.py on this backend: every
 #      strategy against plain greedy, layer capture of device tensors, snapshots and rewinds, on the tiny
 #      fixtures) and `specviz verify` on the test model, every layer on the GPU;
-#   6. runs the overhead benchmark and the native comparison (bench_native.py) on the test model, every
-#      layer on the GPU.
+#   6. runs the overhead benchmark and the native comparison (bench_native.py) on the test model, and the
+#      overhead benchmark on a random model of the embedded Gemma 3 270M's shape (its 262k vocabulary),
+#      every layer on the GPU.
 # Every step says what it does and fails loudly (exit status = the step's number). Figures and logs go
 # to $OUT when it is set (the GPU tool sends that folder back), else to $GPU_CHECK_WORK/out.
 #
@@ -26,7 +27,9 @@
 #                      and has numpy)
 #   GPU_CHECK_PREBUILT 1 (default): use the carried build of prebuild.sh when it matches; 0: build here
 #   GPU_CHECK_MODEL    shape of the test model as sized_models options (default: its 1.1B defaults)
-#   GPU_CHECK_BENCH    "overhead,native" (default) or a subset; GPU_CHECK_REPEATS (default 1),
+#   GPU_CHECK_BENCH    "overhead,wide,native" (default) or a subset ("wide": the overhead benchmark again on
+#                      a model of the embedded Gemma 3 270M's shape, its 262k vocabulary included);
+#                      GPU_CHECK_REPEATS (default 1),
 #                      GPU_CHECK_KINDS (default quote,code-rewrite,free), GPU_CHECK_MAX_TOKENS (default 128)
 #   GPU_CHECK_TESTS    1 (default): run the device tests; 0: leave them out. GPU_CHECK_TESTS_TIMEOUT: their
 #                      limit in seconds (default 150)
@@ -46,11 +49,17 @@ deadline=${GPU_CHECK_DEADLINE:-570}
 repeats=${GPU_CHECK_REPEATS:-1}
 kinds=${GPU_CHECK_KINDS:-quote,code-rewrite,free}
 max_tokens=${GPU_CHECK_MAX_TOKENS:-128}
-benches=${GPU_CHECK_BENCH:-overhead,native}
+benches=${GPU_CHECK_BENCH:-overhead,wide,native}
 run_tests=${GPU_CHECK_TESTS:-1}
 tests_timeout=${GPU_CHECK_TESTS_TIMEOUT:-150}
 failed=""  # a check that failed but let the benchmarks run: the script still fails, at its end
-mkdir -p "$out" "$work"
+# $out gets two files: the log (everything printed, the figures' tables included, written as it goes) and,
+# at the end however it ends, details.tar.gz (each step's own output); the GPU tool sends back at most 8
+# files from that folder, and a run cut off by its limit still leaves the log
+det=$work/details
+rm -rf "$det"
+mkdir -p "$out" "$work" "$det"
+trap 'tar -czf "$out/details.tar.gz" -C "$det" . 2>/dev/null || true' EXIT
 log=$out/gpu_check.log
 exec > >(tee -a "$log") 2>&1
 
@@ -116,8 +125,20 @@ else
   model_args=${GPU_CHECK_MODEL:-}
 fi
 # shellcheck disable=SC2086  # the model options are a word list
-"$py" -m specviz.testing.sized_models "$model" $model_args >"$out/model.log" 2>&1 &
+"$py" -m specviz.testing.sized_models "$model" $model_args >"$det/model.log" 2>&1 &
 model_pid=$!
+# Issue 26's target is set on the embedded Gemma 3 270M, which is too large to carry: a random llama of its
+# shape stands in for it (width 640, 18 blocks, 4 heads and 1 key/value head, feed-forward 2048, and the
+# 262,144-token vocabulary that makes every row read a megabyte; f16, about 0.4B parameters with its
+# untied output layer). The CPU rehearsal writes a cut-down one (2 blocks) to keep its decode short.
+wide_model=$work/random-262k.gguf
+wide_pid=""
+if [[ ",$benches," == *",wide,"* ]]; then
+  wide_layers=18; [ "$backend" = cpu ] && wide_layers=2
+  "$py" -m specviz.testing.sized_models "$wide_model" --width 640 --layers "$wide_layers" --heads 4 --kv-heads 1 \
+    --ff 2048 --vocab 262144 >"$det/model-262k.log" 2>&1 &
+  wide_pid=$!
+fi
 
 # -- 4 -----------------------------------------------------------------------------------------------------
 if [ "$backend" = cuda ]; then step "llama.cpp for CUDA sm_$arch (built with $jobs jobs, or the build made beforehand)"
@@ -168,10 +189,10 @@ else
   cmake -S "$sdist/vendor/llama.cpp" -B "$work/build" -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=ON \
     -DLLAMA_BUILD_COMMON=ON -DLLAMA_BUILD_EXAMPLES=ON -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_TESTS=OFF \
     -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_UI=OFF -DLLAMA_CURL=OFF \
-    -DGGML_CCACHE=OFF $cmake_args >"$out/configure.log" 2>&1 \
-    || { tail -n 40 "$out/configure.log"; die "cmake configure failed (log: configure.log)"; }
+    -DGGML_CCACHE=OFF $cmake_args >"$det/configure.log" 2>&1 \
+    || { tail -n 40 "$det/configure.log"; die "cmake configure failed (details: configure.log)"; }
   cmake --build "$work/build" --config Release -j "$jobs" --target llama llama-speculative-simple \
-    >"$out/build.log" 2>&1 || { grep -m 20 -B 2 -A 8 -E "error|Error" "$out/build.log" | head -80; die "the build failed (log: build.log)"; }
+    >"$det/build.log" 2>&1 || { grep -m 20 -B 2 -A 8 -E "error|Error" "$det/build.log" | head -80; die "the build failed (details: build.log)"; }
   echo "built in $(( $(date +%s) - t_build )) s"
   echo "$stamp_want" >"$stamp"
 fi
@@ -221,26 +242,26 @@ if [ "$run_tests" = 1 ]; then
   # (the CPU rehearsal runs them on the CPU backend: nothing is offloaded there)
   dev_backend=CUDA; [ "$backend" = cpu ] && dev_backend=CPU
   (cd "$repo" && SPECVIZ_DEVICE_BACKEND=$dev_backend SPECVIZ_REQUIRE_DEVICE=1 timeout "$tests_timeout" \
-    "$py" -m pytest -q -ra -p no:cacheprovider tests/test_vulkan.py) >"$out/device_tests.txt" 2>&1
+    "$py" -m pytest -q -ra -p no:cacheprovider tests/test_vulkan.py) >"$det/device_tests.txt" 2>&1
   rc=$?
-  tail -n 25 "$out/device_tests.txt"
+  tail -n 25 "$det/device_tests.txt"
   if [ "$rc" -ne 0 ]; then
     [ "$rc" -eq 124 ] && echo "(cut short at $tests_timeout s)"
-    echo "DEVICE TESTS FAILED (status $rc; log: device_tests.txt); the benchmarks run all the same"
+    echo "DEVICE TESTS FAILED (status $rc; details: device_tests.txt); the benchmarks run all the same"
     failed="the device tests (status $rc, device_tests.txt)"
   fi
 fi
-wait "$model_pid" || { cat "$out/model.log"; die "writing the test model failed (log: model.log)"; }
-cat "$out/model.log"
+wait "$model_pid" || { cat "$det/model.log"; die "writing the test model failed (details: model.log)"; }
+cat "$det/model.log"
 ngl=99
 # plain greedy against speculative greedy on the test model, every layer on the device: identical, or a
 # near-tie that a replay of the speculative run's own batches explains (numerics); mismatch fails
 for strat in prompt-lookup ngram-mod; do
   "$py" -m specviz.cli verify --model "$model" -ngl "$ngl" --strategy "$strat" --draft-max 8 --max-tokens 48 \
     --prompt "The quick brown fox jumps over the lazy dog. The quick brown fox" -c 512 -b 64 -ub 64 \
-    >"$out/verify-$strat.txt" 2>&1
+    >"$det/verify-$strat.txt" 2>&1
   rc=$?
-  echo "  $strat: $(tail -n 1 "$out/verify-$strat.txt")"
+  echo "  $strat: $(tail -n 1 "$det/verify-$strat.txt")"
   if [ "$rc" -ne 0 ]; then
     failed="${failed:+$failed; }specviz verify --strategy $strat (status $rc, verify-$strat.txt)"
   fi
@@ -250,13 +271,26 @@ done
 threads=$(nproc)
 if [[ ",$benches," == *",overhead,"* ]]; then
   step "the overhead benchmark (greedy), every layer on the device"
-  budget=$(( $(left) / 2 ))
+  budget=$(( $(left) / 3 ))
   [ "$budget" -gt 30 ] || die "no time left for the benchmarks (GPU_CHECK_DEADLINE=$deadline)"
   timeout "$budget" "$py" "$repo/benchmarks/bench_overhead.py" --model "$model" --n-gpu-layers "$ngl" \
-    --threads "$threads" --repeats "$repeats" --draft-max 1,4,16 --json >"$out/overhead.txt" 2>"$out/overhead.err"
+    --threads "$threads" --repeats "$repeats" --draft-max 1,4,16 --json >"$det/overhead.txt" 2>"$det/overhead.err"
   rc=$?
-  sed -n '/^specviz/,/^\[/p' "$out/overhead.txt" | sed '$d'
-  [ "$rc" -eq 0 ] || { tail -n 20 "$out/overhead.err"; [ "$rc" -eq 124 ] && echo "(cut short at $budget s)"; die "the overhead benchmark failed (status $rc)"; }
+  sed -n '/^specviz/,/^\[/p' "$det/overhead.txt" | sed '$d'
+  [ "$rc" -eq 0 ] || { tail -n 20 "$det/overhead.err"; [ "$rc" -eq 124 ] && echo "(cut short at $budget s)"; die "the overhead benchmark failed (status $rc)"; }
+fi
+if [[ ",$benches," == *",wide,"* ]]; then
+  step "the overhead benchmark on the embedded model's shape (a 262k vocabulary), every layer on the device"
+  wait "$wide_pid" || { cat "$det/model-262k.log"; die "writing the 262k-vocabulary model failed (details: model-262k.log)"; }
+  cat "$det/model-262k.log"
+  budget=$(( $(left) / 2 ))
+  [ "$budget" -gt 30 ] || die "no time left for the benchmarks (GPU_CHECK_DEADLINE=$deadline)"
+  timeout "$budget" "$py" "$repo/benchmarks/bench_overhead.py" --model "$wide_model" --n-gpu-layers "$ngl" \
+    --threads "$threads" --repeats "$repeats" --draft-max 1,16 --strategies none,prompt-lookup,ngram-simple,ngram-mod \
+    --json >"$det/overhead-262k.txt" 2>"$det/overhead-262k.err"
+  rc=$?
+  sed -n '/^specviz/,/^\[/p' "$det/overhead-262k.txt" | sed '$d'
+  [ "$rc" -eq 0 ] || { tail -n 20 "$det/overhead-262k.err"; [ "$rc" -eq 124 ] && echo "(cut short at $budget s)"; die "the overhead benchmark on the 262k-vocabulary model failed (status $rc)"; }
 fi
 if [[ ",$benches," == *",native,"* ]]; then
   step "specviz against llama-speculative-simple, every layer on the device"
@@ -264,10 +298,10 @@ if [[ ",$benches," == *",native,"* ]]; then
   [ "$budget" -gt 30 ] || die "no time left for the native comparison (GPU_CHECK_DEADLINE=$deadline)"
   timeout "$budget" "$py" "$repo/benchmarks/bench_native.py" --model "$model" --n-gpu-layers "$ngl" \
     --threads "$threads" --repeats "$repeats" --kinds "$kinds" --max-tokens "$max_tokens" --prompts 0 --json \
-    >"$out/native.txt" 2>"$out/native.err"
+    >"$det/native.txt" 2>"$det/native.err"
   rc=$?
-  sed -n '/^specviz vs/,/^{/p' "$out/native.txt" | sed '$d'
-  [ "$rc" -eq 0 ] || { tail -n 20 "$out/native.err"; [ "$rc" -eq 124 ] && echo "(cut short at $budget s)"; die "the native comparison failed (status $rc)"; }
+  sed -n '/^specviz vs/,/^{/p' "$det/native.txt" | sed '$d'
+  [ "$rc" -eq 0 ] || { tail -n 20 "$det/native.err"; [ "$rc" -eq 124 ] && echo "(cut short at $budget s)"; die "the native comparison failed (status $rc)"; }
 fi
 echo
 if [ -n "$failed" ]; then
