@@ -30,7 +30,8 @@
 #   GPU_CHECK_BENCH    "overhead,wide,native" (default) or a subset ("wide": the overhead benchmark again on
 #                      a model of the embedded Gemma 3 270M's shape, its 262k vocabulary included);
 #                      GPU_CHECK_REPEATS (default 1),
-#                      GPU_CHECK_KINDS (default quote,code-rewrite,free), GPU_CHECK_MAX_TOKENS (default 128)
+#                      GPU_CHECK_KINDS (default quote,code-rewrite,free), GPU_CHECK_MAX_TOKENS (default 128),
+#                      GPU_CHECK_STRATEGIES (the native comparison's; default: the benchmark's own five)
 #   GPU_CHECK_TESTS    1 (default): run the device tests; 0: leave them out. GPU_CHECK_TESTS_TIMEOUT: their
 #                      limit in seconds (default 150)
 #   GPU_CHECK_DEADLINE seconds from the start after which the benchmarks are cut short (default 570)
@@ -48,6 +49,7 @@ out=${OUT:-$work/out}
 deadline=${GPU_CHECK_DEADLINE:-570}
 repeats=${GPU_CHECK_REPEATS:-1}
 kinds=${GPU_CHECK_KINDS:-quote,code-rewrite,free}
+native_strategies=${GPU_CHECK_STRATEGIES:-}
 max_tokens=${GPU_CHECK_MAX_TOKENS:-128}
 benches=${GPU_CHECK_BENCH:-overhead,wide,native}
 run_tests=${GPU_CHECK_TESTS:-1}
@@ -90,8 +92,14 @@ cmake --version | head -1
 command -v c++ >/dev/null || command -v g++ >/dev/null || die "no C++ compiler (c++ or g++) on PATH"
 command -v cc >/dev/null || command -v gcc >/dev/null || die "no C compiler (cc or gcc) on PATH"
 if [ "$backend" = cuda ]; then
-  command -v nvcc >/dev/null || die "nvcc is not on PATH (add the CUDA toolkit's bin/, e.g. /usr/local/cuda/bin)"
-  nvcc --version | tail -2
+  command -v nvcc >/dev/null || [ ! -x /usr/local/cuda/bin/nvcc ] || export PATH=/usr/local/cuda/bin:$PATH
+  if command -v nvcc >/dev/null; then
+    nvcc --version | tail -2
+  elif [ -f "$carried/prebuilt-cuda.tar.xz" ]; then
+    echo "nvcc is not on PATH: only the carried build can be used"
+  else
+    die "nvcc is not on PATH (add the CUDA toolkit's bin/, e.g. /usr/local/cuda/bin)"
+  fi
   command -v nvidia-smi >/dev/null || die "nvidia-smi is not on PATH: no NVIDIA driver?"
   nvidia-smi --query-gpu=name,memory.total,driver_version,compute_cap --format=csv || die "nvidia-smi failed"
 fi
@@ -181,6 +189,7 @@ if [ "$use_prebuilt" = 1 ]; then
 elif [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$stamp_want" ]; then
   echo "reusing the build of an earlier run on this machine ($work/build)"
 else
+  [ "$backend" = cpu ] || command -v nvcc >/dev/null || die "nvcc is not on PATH: no CUDA build is possible here"
   echo "cmake arguments: $cmake_args"
   rm -rf "$work/src" "$work/build" && mkdir -p "$work/src"
   tar -xzf "$carried/llama.cpp-src.tar.gz" -C "$work/src" || die "unpacking the llama.cpp source failed"
@@ -297,7 +306,8 @@ if [[ ",$benches," == *",native,"* ]]; then
   budget=$(( $(left) - 10 ))
   [ "$budget" -gt 30 ] || die "no time left for the native comparison (GPU_CHECK_DEADLINE=$deadline)"
   timeout "$budget" "$py" "$repo/benchmarks/bench_native.py" --model "$model" --n-gpu-layers "$ngl" \
-    --threads "$threads" --repeats "$repeats" --kinds "$kinds" --max-tokens "$max_tokens" --prompts 0 --json \
+    --threads "$threads" --repeats "$repeats" --kinds "$kinds" --max-tokens "$max_tokens" --prompts 0 \
+    ${native_strategies:+--strategies "$native_strategies"} --json \
     >"$det/native.txt" 2>"$det/native.err"
   rc=$?
   sed -n '/^specviz vs/,/^{/p' "$det/native.txt" | sed '$d'
