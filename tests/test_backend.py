@@ -173,3 +173,70 @@ def test_the_shim_builds_from_its_own_command_without_a_runpy_warning():
     assert "Warning" not in r.stderr, r.stderr[-2000:]
     lines = r.stdout.strip().splitlines()
     assert lines and Path(lines[-1]).is_file(), r.stdout
+
+
+class DeviceWait:
+    """A stand-in for ``llama_synchronize`` that takes ``seconds`` (as a GPU finishing a queued graph
+    would) and records which context it waited for and what had been called before it."""
+
+    def __init__(self, monkeypatch, seconds: float) -> None:
+        import llama_cpp.llama_cpp as lc
+
+        self.calls: list[tuple[int, list[str]]] = []
+        self.seen: list[str] = []
+        real_sync = lc.llama_synchronize
+        for name in ("llama_decode", "llama_process"):
+            real = getattr(lc, name)
+
+            def queued(*args, _real=real, _name=name):
+                self.seen.append(_name)
+                return _real(*args)
+
+            monkeypatch.setattr(lc, name, queued)
+
+        def wait(ctx):
+            import time
+
+            time.sleep(seconds)
+            self.calls.append((int(ctx or 0), list(self.seen)))
+            return real_sync(ctx)
+
+        monkeypatch.setattr(lc, "llama_synchronize", wait)
+
+
+def test_a_decode_waits_for_the_device_inside_the_time_it_reports(tiny_model, monkeypatch):
+    # On a GPU backend llama_decode returns once the graph is queued: without the wait, decode_seconds (and
+    # the cost policy's verify timings) counted the queueing alone (seen on an H200: 0.17 ms of a 1.2 ms
+    # decode), and the device's compute landed on the first logits read
+    ctx = LlamaContext(tiny_model, n_ctx=128, n_batch=32, n_ubatch=32, n_threads=1)
+    try:
+        wait = DeviceWait(monkeypatch, 0.05)
+        before = ctx.decode_seconds
+        ctx.eval(tiny_model.tokenize("the a of"), 0, rows="last")
+        assert [c for c, _ in wait.calls] == [int(ctx.ptr)]
+        assert wait.calls[0][1] == ["llama_decode"]  # after the decode, once
+        assert ctx.decode_seconds - before >= 0.05
+        assert ctx.last_row().shape == (tiny_model.n_vocab,)
+    finally:
+        ctx.close()
+
+
+def test_a_tied_heads_decode_waits_for_the_device_too(e3_target_path, e3_head_path, monkeypatch):
+    from specviz.backends.eagle3 import Eagle3Context
+
+    m = LlamaModel(e3_target_path)
+    head = LlamaModel(e3_head_path)
+    ctx = LlamaContext(m, n_ctx=128, n_batch=32, n_ubatch=32, n_threads=1)
+    dctx = Eagle3Context(head, ctx, n_threads=1)
+    try:
+        wait = DeviceWait(monkeypatch, 0.05)
+        before = dctx.decode_seconds
+        dctx.decode([1, 40, 41], np.zeros((3, dctx.n_embd), dtype=np.float32), 0, outputs=[2])
+        assert [c for c, _ in wait.calls] == [int(dctx.ptr)]
+        assert wait.calls[0][1] == ["llama_process"]
+        assert dctx.decode_seconds - before >= 0.05
+    finally:
+        dctx.close()
+        head.close()
+        ctx.close()
+        m.close()

@@ -145,6 +145,30 @@ def test_tiny_drafts_are_written_quickly_and_llama_cpp_loads_them(target_path, h
         tm.close()
 
 
+def test_a_block_decode_waits_for_the_device_inside_the_time_it_reports(target_path, heads, monkeypatch):
+    from test_backend import DeviceWait
+
+    tm, dm = LlamaModel(target_path), LlamaModel(heads["dflash"])
+    tc = LlamaContext(tm, n_ctx=256, n_batch=64, n_ubatch=8, n_threads=1)
+    head = read_dflash_head(heads["dflash"])
+    dc = DFlashContext(dm, tc, head, n_threads=1)
+    try:
+        cap = LayerCapture(tc, head.target_layers)
+        tc.eval(list(range(10, 18)), 0, rows="none")
+        dc.inject(cap.features(8), 0)
+        wait = DeviceWait(monkeypatch, 0.05)
+        before = dc.decode_seconds
+        dc.decode_block(30, 4, 8)
+        assert [c for c, _ in wait.calls] == [int(dc.ptr)]
+        assert wait.calls[0][1] == ["llama_process"]
+        assert dc.decode_seconds - before >= 0.05
+    finally:
+        dc.close()
+        tc.close()
+        dm.close()
+        tm.close()
+
+
 def test_the_draft_context_injects_features_and_decodes_a_block_in_one_pass(target_path, heads):
     tm, dm = LlamaModel(target_path), LlamaModel(heads["dflash"])
     tc = LlamaContext(tm, n_ctx=256, n_batch=64, n_ubatch=8, n_threads=1)

@@ -49,6 +49,19 @@ class ContextBase:
     _ctx: Any = None  # the llama_context *, None until adopted and after close
     _batch: Any = None
 
+    def _wait_for_device(self) -> None:
+        """Wait until the decode just queued has finished on its device; every decode of a subclass calls
+        it inside the time it measures.
+
+        On a GPU backend ``llama_decode`` (and ``llama_process``) returns once the graph is queued, and the
+        first read of a logits row waits for the device. Timed without this wait, a decode is its queueing
+        alone: ``decode_seconds`` and the cost policy's verify costs (every batch size as cheap as the
+        next) were wrong on CUDA, and the overhead benchmark put the device's compute in specviz's row
+        reads (1.0-1.2 ms a round on an H200, the whole decode). llama.cpp counts the wait in the decode
+        too (``llama_synchronize`` closes its decode timings). On the CPU backend the decode has finished
+        when it returns, and the call returns at once."""
+        llama_lib().llama_synchronize(self._ctx)
+
     def _adopt(self, ctx: Any) -> None:
         """Take ownership of the llama.cpp context ``ctx`` (freed by :meth:`close`)."""
         self._ctx = ctx

@@ -449,6 +449,8 @@ class LlamaContext(ContextBase):
         self.last_batch = (start, n)
         t0 = time.perf_counter()
         rc = llama_lib().llama_decode(self._ctx, self._batch)
+        if rc == 0:
+            self._wait_for_device()
         self.decode_seconds += time.perf_counter() - t0
         if rc != 0:
             raise ContextError(

@@ -110,6 +110,8 @@ class TiedContext(ContextBase):
                 lc.llama_batch_ext_set_output_logits(self._batch, idx, True)
         t0 = time.perf_counter()
         rc = lc.llama_process(self._ctx, lc.LLAMA_PROCESS_TYPE_DECODE, self._batch)
+        if rc == 0:
+            self._wait_for_device()
         self.decode_seconds += time.perf_counter() - t0
         if rc != 0:
             raise ContextError(
