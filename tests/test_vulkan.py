@@ -4,7 +4,9 @@ Everything runs with the tiny fixtures offloaded to the Vulkan device (``n_gpu_l
 count: every block and the output layer), so the KV cache, the logits, the layer inputs an EAGLE-3 head
 reads and the saved states all live in (or come back from) device memory:
 
-* every strategy's greedy output equals plain greedy on the device (one token per decode);
+* every strategy's greedy output equals plain greedy on the device (one token per decode); on a backend
+  whose batch and one-token logits differ (CUDA, :data:`BATCH_INVARIANT`), it may part from it only where
+  ``specviz verify`` calls it numerics: between the same two tokens, as a replay of its batches reproduces;
 * layer capture reads device tensors correctly: through llama.cpp's taps and through the eval-callback
   shim (which copies with ``ggml_backend_tensor_get``, never through ``tensor->data``) alike, layer 0's
   input is exactly the embedding rows, and the deeper layers agree with a CPU context;
@@ -38,6 +40,7 @@ import pytest  # noqa: E402
 from test_session import DRAFTLESS, eager, plain_reference  # noqa: E402
 
 from specviz import Session, strategy_names  # noqa: E402
+from specviz.analysis.equivalence import check_equivalence  # noqa: E402
 from specviz.backends import LlamaContext, LlamaModel  # noqa: E402
 from specviz.backends.capture import LayerCapture  # noqa: E402
 from specviz.backends.devices import devices  # noqa: E402
@@ -53,6 +56,16 @@ REQUIRED = os.environ.get("SPECVIZ_REQUIRE_DEVICE", "") == "1"
 #: The ggml backend whose first device the tests run on, and that device's name.
 BACKEND = os.environ.get("SPECVIZ_DEVICE_BACKEND", "Vulkan")
 DEVICE = f"{BACKEND}0"
+#: Backends whose kernels give the tiny fixtures the same logits in a one-token decode and in a batch, so
+#: that speculative greedy must equal plain greedy token for token: the CPU and lavapipe (every strategy
+#: identical on both). llama.cpp's CUDA backend is not one: a one-token decode runs its mat-vec kernels and
+#: a batch runs cuBLAS, and on an H200 (the GPU check, 2026-12-04) the same positions of the tiny fixture
+#: differed by up to 0.0104 between a batch and one token at a time (logits up to 17); ngram-map-k and
+#: ngram-mod then parted from plain greedy at token 53, where the top two (90 and 193) were 0.0044 apart in
+#: the one-token decode and 0.0005 and 0.002 in the verify batches. There the test asks what ``specviz
+#: verify`` asks (:func:`specviz.analysis.equivalence.check_equivalence`): a divergence between the same
+#: two tokens that a replay of the run's own verify batches reproduces, token for token.
+BATCH_INVARIANT = BACKEND in ("Vulkan", "CPU")
 ALL_LAYERS = 99  # more than any fixture has: every block and the output layer go to the device
 
 
@@ -213,7 +226,15 @@ def test_every_strategy_greedy_equals_plain_greedy_on_the_device(models, strateg
         while s.finished is None:
             s.step()
             assert s.kv_length == s.committed  # the device cache holds every committed token but the pending one
-        assert s.tokens == ref
+        if s.tokens != ref and not BATCH_INVARIANT:
+            again = Session(m, n_ctx=512, n_batch=64, n_ubatch=64, n_threads=1)
+            try:
+                eq = check_equivalence(again, ids, 60, strategy, knobs)
+            finally:
+                again.close()
+            assert eq["verdict"] == "numerics", eq
+        else:
+            assert s.tokens == ref
         if strategy != "none":
             t = s.telemetry_dict()
             # the EAGLE-3 fixture's head has random weights: it drafts every round and the target accepts
