@@ -182,6 +182,7 @@ class DeviceWait:
     def __init__(self, monkeypatch, seconds: float) -> None:
         import llama_cpp.llama_cpp as lc
 
+        self.seconds = seconds
         self.calls: list[tuple[int, list[str]]] = []
         self.seen: list[str] = []
         real_sync = lc.llama_synchronize
@@ -203,6 +204,15 @@ class DeviceWait:
 
         monkeypatch.setattr(lc, "llama_synchronize", wait)
 
+    def check(self, context, decode, call: str) -> None:
+        """``decode()`` on ``context`` waited for the device once, after its ``call``, inside the time the
+        context reports (``decode_seconds``)."""
+        before = context.decode_seconds
+        decode()
+        assert [c for c, _ in self.calls] == [int(context.ptr)]
+        assert self.calls[0][1] == [call]  # after the decode (or process) call, once
+        assert context.decode_seconds - before >= self.seconds
+
 
 def test_a_decode_waits_for_the_device_inside_the_time_it_reports(tiny_model, monkeypatch):
     # On a GPU backend llama_decode returns once the graph is queued: without the wait, decode_seconds (and
@@ -210,12 +220,9 @@ def test_a_decode_waits_for_the_device_inside_the_time_it_reports(tiny_model, mo
     # decode), and the device's compute landed on the first logits read
     ctx = LlamaContext(tiny_model, n_ctx=128, n_batch=32, n_ubatch=32, n_threads=1)
     try:
-        wait = DeviceWait(monkeypatch, 0.05)
-        before = ctx.decode_seconds
-        ctx.eval(tiny_model.tokenize("the a of"), 0, rows="last")
-        assert [c for c, _ in wait.calls] == [int(ctx.ptr)]
-        assert wait.calls[0][1] == ["llama_decode"]  # after the decode, once
-        assert ctx.decode_seconds - before >= 0.05
+        DeviceWait(monkeypatch, 0.05).check(
+            ctx, lambda: ctx.eval(tiny_model.tokenize("the a of"), 0, rows="last"), "llama_decode"
+        )
         assert ctx.last_row().shape == (tiny_model.n_vocab,)
     finally:
         ctx.close()
@@ -229,12 +236,8 @@ def test_a_tied_heads_decode_waits_for_the_device_too(e3_target_path, e3_head_pa
     ctx = LlamaContext(m, n_ctx=128, n_batch=32, n_ubatch=32, n_threads=1)
     dctx = Eagle3Context(head, ctx, n_threads=1)
     try:
-        wait = DeviceWait(monkeypatch, 0.05)
-        before = dctx.decode_seconds
-        dctx.decode([1, 40, 41], np.zeros((3, dctx.n_embd), dtype=np.float32), 0, outputs=[2])
-        assert [c for c, _ in wait.calls] == [int(dctx.ptr)]
-        assert wait.calls[0][1] == ["llama_process"]
-        assert dctx.decode_seconds - before >= 0.05
+        g = np.zeros((3, dctx.n_embd), dtype=np.float32)
+        DeviceWait(monkeypatch, 0.05).check(dctx, lambda: dctx.decode([1, 40, 41], g, 0, outputs=[2]), "llama_process")
     finally:
         dctx.close()
         head.close()

@@ -145,56 +145,47 @@ def test_tiny_drafts_are_written_quickly_and_llama_cpp_loads_them(target_path, h
         tm.close()
 
 
-def test_a_block_decode_waits_for_the_device_inside_the_time_it_reports(target_path, heads, monkeypatch):
+@pytest.fixture()
+def dflash_pair(target_path, heads):
+    """The target's context (8-token micro-batches), the DFlash draft's context tied to it and its head."""
+    tm, dm = LlamaModel(target_path), LlamaModel(heads["dflash"])
+    tc = LlamaContext(tm, n_ctx=256, n_batch=64, n_ubatch=8, n_threads=1)
+    head = read_dflash_head(heads["dflash"])
+    dc = DFlashContext(dm, tc, head, n_threads=1)
+    yield tc, dc, head
+    dc.close()
+    tc.close()
+    dm.close()
+    tm.close()
+
+
+def test_a_block_decode_waits_for_the_device_inside_the_time_it_reports(dflash_pair, monkeypatch):
     from test_backend import DeviceWait
 
-    tm, dm = LlamaModel(target_path), LlamaModel(heads["dflash"])
-    tc = LlamaContext(tm, n_ctx=256, n_batch=64, n_ubatch=8, n_threads=1)
-    head = read_dflash_head(heads["dflash"])
-    dc = DFlashContext(dm, tc, head, n_threads=1)
-    try:
-        cap = LayerCapture(tc, head.target_layers)
-        tc.eval(list(range(10, 18)), 0, rows="none")
-        dc.inject(cap.features(8), 0)
-        wait = DeviceWait(monkeypatch, 0.05)
-        before = dc.decode_seconds
-        dc.decode_block(30, 4, 8)
-        assert [c for c, _ in wait.calls] == [int(dc.ptr)]
-        assert wait.calls[0][1] == ["llama_process"]
-        assert dc.decode_seconds - before >= 0.05
-    finally:
-        dc.close()
-        tc.close()
-        dm.close()
-        tm.close()
+    tc, dc, head = dflash_pair
+    cap = LayerCapture(tc, head.target_layers)
+    tc.eval(list(range(10, 18)), 0, rows="none")
+    dc.inject(cap.features(8), 0)
+    DeviceWait(monkeypatch, 0.05).check(dc, lambda: dc.decode_block(30, 4, 8), "llama_process")
 
 
-def test_the_draft_context_injects_features_and_decodes_a_block_in_one_pass(target_path, heads):
-    tm, dm = LlamaModel(target_path), LlamaModel(heads["dflash"])
-    tc = LlamaContext(tm, n_ctx=256, n_batch=64, n_ubatch=8, n_threads=1)
-    head = read_dflash_head(heads["dflash"])
-    dc = DFlashContext(dm, tc, head, n_threads=1)
-    try:
-        cap = LayerCapture(tc, head.target_layers)
-        toks = list(range(10, 30))
-        tc.eval(toks, 0, rows="none")
-        dc.inject(cap.features(20), 0)  # 20 rows through an 8-row micro-batch: chunked, as llama.cpp does
-        assert dc.kv_len() == 20
-        dc.decode_block(30, 8, 20)
-        assert dc.kv_len() == 28
-        rows = [dc.logits(i).copy() for i in range(8)]
-        assert all(np.isfinite(r).all() for r in rows)
-        # non-causal: the anchor's output depends on the masks after it (a 4-token block reads otherwise)
-        dc.truncate(20)
-        dc.decode_block(30, 4, 20)
-        assert not np.allclose(dc.logits(0), rows[0])
-        dc.truncate(20)
-        assert dc.kv_len() == 20
-    finally:
-        dc.close()
-        tc.close()
-        dm.close()
-        tm.close()
+def test_the_draft_context_injects_features_and_decodes_a_block_in_one_pass(dflash_pair):
+    tc, dc, head = dflash_pair
+    cap = LayerCapture(tc, head.target_layers)
+    toks = list(range(10, 30))
+    tc.eval(toks, 0, rows="none")
+    dc.inject(cap.features(20), 0)  # 20 rows through an 8-row micro-batch: chunked, as llama.cpp does
+    assert dc.kv_len() == 20
+    dc.decode_block(30, 8, 20)
+    assert dc.kv_len() == 28
+    rows = [dc.logits(i).copy() for i in range(8)]
+    assert all(np.isfinite(r).all() for r in rows)
+    # non-causal: the anchor's output depends on the masks after it (a 4-token block reads otherwise)
+    dc.truncate(20)
+    dc.decode_block(30, 4, 20)
+    assert not np.allclose(dc.logits(0), rows[0])
+    dc.truncate(20)
+    assert dc.kv_len() == 20
 
 
 # -- the strategies -----------------------------------------------------------------------------------------
