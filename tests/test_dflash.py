@@ -169,6 +169,20 @@ def test_a_block_decode_waits_for_the_device_inside_the_time_it_reports(dflash_p
     DeviceWait(monkeypatch, 0.05).check(dc, lambda: dc.decode_block(30, 4, 8), "llama_process")
 
 
+def test_a_feature_injection_waits_for_the_device_inside_the_time_it_reports(dflash_pair, monkeypatch):
+    from test_backend import DeviceWait
+
+    tc, dc, head = dflash_pair
+    cap = LayerCapture(tc, head.target_layers)
+    tc.eval(list(range(10, 30)), 0, rows="none")
+    wait = DeviceWait(monkeypatch, 0.05)
+    before = dc.inject_seconds
+    dc.inject(cap.features(20), 0)  # three micro-batches of 8 rows, queued, then one wait
+    assert [c for c, _ in wait.calls] == [int(dc.ptr)]
+    assert wait.calls[0][1] == ["llama_process"] * 3
+    assert dc.inject_seconds - before >= 0.05
+
+
 def test_the_draft_context_injects_features_and_decodes_a_block_in_one_pass(dflash_pair):
     tc, dc, head = dflash_pair
     cap = LayerCapture(tc, head.target_layers)

@@ -11,8 +11,9 @@ leaving a ``with`` block and when the object is collected.
 from __future__ import annotations
 
 import ctypes
+import time
 from dataclasses import replace
-from typing import Any
+from typing import Any, Callable
 
 from ..errors import ContextError
 from .binding import llama_lib
@@ -48,18 +49,30 @@ class ContextBase:
     what = ""
     _ctx: Any = None  # the llama_context *, None until adopted and after close
     _batch: Any = None
+    decode_seconds: float = 0.0  # cumulative time of the decodes, the device's compute included (_decode)
 
-    def _wait_for_device(self) -> None:
-        """Wait until the decode just queued has finished on its device; every decode of a subclass calls
-        it inside the time it measures.
+    def _decode(self, queue: Callable[..., int], *args: Any) -> int:
+        """Call ``queue(*args)`` (``llama_decode`` or ``llama_process`` on this context), wait until the
+        device has finished it, add the time to ``decode_seconds`` and return llama.cpp's code. Every decode
+        of a subclass goes through here.
 
         On a GPU backend ``llama_decode`` (and ``llama_process``) returns once the graph is queued, and the
-        first read of a logits row waits for the device. Timed without this wait, a decode is its queueing
+        first read of a logits row waits for the device. Timed without the wait, a decode was its queueing
         alone: ``decode_seconds`` and the cost policy's verify costs (every batch size as cheap as the
         next) were wrong on CUDA, and the overhead benchmark put the device's compute in specviz's row
         reads (1.0-1.2 ms a round on an H200, the whole decode). llama.cpp counts the wait in the decode
         too (``llama_synchronize`` closes its decode timings). On the CPU backend the decode has finished
-        when it returns, and the call returns at once."""
+        when it returns, and the wait returns at once."""
+        t0 = time.perf_counter()
+        rc = queue(*args)
+        if rc == 0:
+            self._wait_for_device()
+        self.decode_seconds += time.perf_counter() - t0
+        return rc
+
+    def _wait_for_device(self) -> None:
+        """Wait until every batch queued on this context has finished on its device (:meth:`_decode` says
+        why); for work timed apart from ``decode_seconds`` (a DFlash draft's feature injection)."""
         llama_lib().llama_synchronize(self._ctx)
 
     def _adopt(self, ctx: Any) -> None:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import ctypes
 import os
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence, cast
@@ -447,11 +446,7 @@ class LlamaContext(ContextBase):
             self.before_eval()
         self.eval_count += 1
         self.last_batch = (start, n)
-        t0 = time.perf_counter()
-        rc = llama_lib().llama_decode(self._ctx, self._batch)
-        if rc == 0:
-            self._wait_for_device()
-        self.decode_seconds += time.perf_counter() - t0
+        rc = self._decode(llama_lib().llama_decode, self._ctx, self._batch)
         if rc != 0:
             raise ContextError(
                 f"llama_decode failed with code {rc} for {n} tokens at position {start}"

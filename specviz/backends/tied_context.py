@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import ctypes
 import os
-import time
 from typing import Sequence
 
 import numpy as np
@@ -108,11 +107,7 @@ class TiedContext(ContextBase):
                 raise ContextError(f"the {self.what} batch refused a {row_name} row")
             if i in want or (i == n - 1 and not want and self._keeps_a_row):  # context_base.keeps_an_output_row
                 lc.llama_batch_ext_set_output_logits(self._batch, idx, True)
-        t0 = time.perf_counter()
-        rc = lc.llama_process(self._ctx, lc.LLAMA_PROCESS_TYPE_DECODE, self._batch)
-        if rc == 0:
-            self._wait_for_device()
-        self.decode_seconds += time.perf_counter() - t0
+        rc = self._decode(lc.llama_process, self._ctx, lc.LLAMA_PROCESS_TYPE_DECODE, self._batch)
         if rc != 0:
             raise ContextError(
                 f"the {self.what} decoder failed with code {rc} for {n} pairs at position {start}"
