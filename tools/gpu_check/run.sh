@@ -278,40 +278,36 @@ done
 
 # -- 6 -----------------------------------------------------------------------------------------------------
 threads=$(nproc)
+# bench NAME BUDGET FIRST LAST COMMAND...: COMMAND cut short after BUDGET seconds, its output and errors kept
+# as NAME.txt and NAME.err, its table printed (from the line that starts with FIRST to the one before the
+# line that starts with LAST: the JSON after it stays in the details); a failure ends the check
+bench() {
+  local name=$1 budget=$2 first=$3 last=$4 rc
+  shift 4
+  [ "$budget" -gt 30 ] || die "no time left for $name (GPU_CHECK_DEADLINE=$deadline)"
+  timeout "$budget" "$@" >"$det/$name.txt" 2>"$det/$name.err"
+  rc=$?
+  sed -n "/^$first/,/^$last/p" "$det/$name.txt" | sed '$d'
+  [ "$rc" -eq 0 ] || { tail -n 20 "$det/$name.err"; [ "$rc" -eq 124 ] && echo "(cut short at $budget s)"; die "$name failed (status $rc)"; }
+}
+on_device=(--n-gpu-layers "$ngl" --threads "$threads" --repeats "$repeats")
 if [[ ",$benches," == *",overhead,"* ]]; then
   step "the overhead benchmark (greedy), every layer on the device"
-  budget=$(( $(left) / 3 ))
-  [ "$budget" -gt 30 ] || die "no time left for the benchmarks (GPU_CHECK_DEADLINE=$deadline)"
-  timeout "$budget" "$py" "$repo/benchmarks/bench_overhead.py" --model "$model" --n-gpu-layers "$ngl" \
-    --threads "$threads" --repeats "$repeats" --draft-max 1,4,16 --json >"$det/overhead.txt" 2>"$det/overhead.err"
-  rc=$?
-  sed -n '/^specviz/,/^\[/p' "$det/overhead.txt" | sed '$d'
-  [ "$rc" -eq 0 ] || { tail -n 20 "$det/overhead.err"; [ "$rc" -eq 124 ] && echo "(cut short at $budget s)"; die "the overhead benchmark failed (status $rc)"; }
+  bench overhead $(( $(left) / 3 )) specviz '\[' "$py" "$repo/benchmarks/bench_overhead.py" --model "$model" \
+    "${on_device[@]}" --draft-max 1,4,16 --json
 fi
 if [[ ",$benches," == *",wide,"* ]]; then
   step "the overhead benchmark on the embedded model's shape (a 262k vocabulary), every layer on the device"
   wait "$wide_pid" || { cat "$det/model-262k.log"; die "writing the 262k-vocabulary model failed (details: model-262k.log)"; }
   cat "$det/model-262k.log"
-  budget=$(( $(left) / 2 ))
-  [ "$budget" -gt 30 ] || die "no time left for the benchmarks (GPU_CHECK_DEADLINE=$deadline)"
-  timeout "$budget" "$py" "$repo/benchmarks/bench_overhead.py" --model "$wide_model" --n-gpu-layers "$ngl" \
-    --threads "$threads" --repeats "$repeats" --draft-max 1,16 --strategies none,prompt-lookup,ngram-simple,ngram-mod \
-    --json >"$det/overhead-262k.txt" 2>"$det/overhead-262k.err"
-  rc=$?
-  sed -n '/^specviz/,/^\[/p' "$det/overhead-262k.txt" | sed '$d'
-  [ "$rc" -eq 0 ] || { tail -n 20 "$det/overhead-262k.err"; [ "$rc" -eq 124 ] && echo "(cut short at $budget s)"; die "the overhead benchmark on the 262k-vocabulary model failed (status $rc)"; }
+  bench overhead-262k $(( $(left) / 2 )) specviz '\[' "$py" "$repo/benchmarks/bench_overhead.py" --model "$wide_model" \
+    "${on_device[@]}" --draft-max 1,16 --strategies none,prompt-lookup,ngram-simple,ngram-mod --json
 fi
 if [[ ",$benches," == *",native,"* ]]; then
   step "specviz against llama-speculative-simple, every layer on the device"
-  budget=$(( $(left) - 10 ))
-  [ "$budget" -gt 30 ] || die "no time left for the native comparison (GPU_CHECK_DEADLINE=$deadline)"
-  timeout "$budget" "$py" "$repo/benchmarks/bench_native.py" --model "$model" --n-gpu-layers "$ngl" \
-    --threads "$threads" --repeats "$repeats" --kinds "$kinds" --max-tokens "$max_tokens" --prompts 0 \
-    ${native_strategies:+--strategies "$native_strategies"} --json \
-    >"$det/native.txt" 2>"$det/native.err"
-  rc=$?
-  sed -n '/^specviz vs/,/^{/p' "$det/native.txt" | sed '$d'
-  [ "$rc" -eq 0 ] || { tail -n 20 "$det/native.err"; [ "$rc" -eq 124 ] && echo "(cut short at $budget s)"; die "the native comparison failed (status $rc)"; }
+  bench native $(( $(left) - 10 )) 'specviz vs' '{' "$py" "$repo/benchmarks/bench_native.py" --model "$model" \
+    "${on_device[@]}" --kinds "$kinds" --max-tokens "$max_tokens" --prompts 0 \
+    ${native_strategies:+--strategies "$native_strategies"} --json
 fi
 echo
 if [ -n "$failed" ]; then
