@@ -72,22 +72,24 @@ if [ "$backend" = cuda ]; then
       "$py" -m pip download --quiet --no-deps --only-binary=:all: -d "$cublas/wheel" "$pkg==$release.*" \
         || die "pip could not download $pkg==$release.*"
       "$py" - "$cublas" <<'PY' || die "unpacking cuBLAS failed"
-import pathlib, sys, zipfile
+import pathlib, shutil, sys, zipfile
 root = pathlib.Path(sys.argv[1])
+for sub in ("include", "lib"):
+    (root / sub).mkdir(exist_ok=True)
 for whl in (root / "wheel").glob("*.whl"):
     with zipfile.ZipFile(whl) as z:
         for name in z.namelist():
             base = name.rsplit("/", 1)[-1]
             if "/include/" in name and base.endswith(".h"):
-                z.extract(name, root / "x")
-                (root / "include").mkdir(exist_ok=True)
-                (root / "include" / base).write_bytes((root / "x" / name).read_bytes())
+                sub = "include"
             elif "/lib/" in name and base.startswith(("libcublas.so", "libcublasLt.so")):
-                z.extract(name, root / "x")
-                (root / "lib").mkdir(exist_ok=True)
-                (root / "x" / name).rename(root / "lib" / base)
+                sub = "lib"
+            else:
+                continue
+            with z.open(name) as src, open(root / sub / base, "wb") as dst:
+                shutil.copyfileobj(src, dst)
 PY
-      rm -rf "$cublas/x" "$cublas/wheel"
+      rm -rf "$cublas/wheel"
       for so in "$cublas"/lib/libcublas*.so.*; do ln -sf "$(basename "$so")" "${so%%.so.*}.so"; done
       touch "$cublas/.done"
     fi
@@ -145,7 +147,6 @@ else
     [ -n "$cuda_lib" ] || die "the build produced no libggml-cuda.so"
     # shellcheck disable=SC2046  # one word per function name
     stub_of $(nm -D --undefined-only "$cuda_lib" | awk '$2 ~ /^cu[A-Z]/ {print $2}')
-    touch "$stub/libcuda.so"
   fi
   build
   if [ -n "${stub:-}" ]; then
