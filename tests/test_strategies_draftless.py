@@ -1011,7 +1011,8 @@ def test_map_states_taken_every_round_match_the_index_and_stay_as_taken(cls):
 @pytest.mark.parametrize("cls", [MapK, MapK4V])
 def test_map_index_is_the_same_one_position_at_a_time_and_vectorised(cls, monkeypatch):
     """A round's few new positions are indexed in plain Python, a long range with NumPy: both must fill
-    the same slots with the same positions (collisions included: the newest position of a range wins)."""
+    the same slots with the same positions (collisions included: the newest position of a range wins).
+    ngram-map-k4v's value counts over a short range are plain Python too: the same counts as NumPy's."""
     import specviz.strategies.ngram_map as nm
 
     rng = np.random.default_rng(11)

@@ -75,7 +75,7 @@ LCG_FACTOR = 2654435761
 _MASK32 = (1 << 32) - 1
 #: Ranges of at most this many new positions (a round's one or two) are indexed one position at a time
 #: in plain Python: the vectorised hash is a dozen NumPy calls per n-gram token, which for one position
-#: cost ten times the loop.
+#: cost ten times the loop. ``ngram-map-k4v`` counts values over ranges this short in plain Python too.
 SMALL_RANGE = 8
 
 
@@ -207,13 +207,14 @@ class _NgramMapBase(Drafter):
         self._idx_last_check = cur_len
 
         key_arr = arr[arr.shape[0] - n :]
+        key_list = key_arr.tolist()
         inp = arr[:cur_len]
-        pos = self._look_up(inp, key_arr, cur_len, n, m)
+        pos = self._look_up(inp, key_arr, key_list, cur_len, n, m)
         self._extend_index(inp, cur_len, n, m)
         if pos == 0:
             return Draft(reason="no-match")
 
-        key = tuple(int(t) for t in key_arr)
+        key = tuple(key_list)
         rec = self._keys.get(key)
         if rec is None:
             rec = self._keys[key] = _Key(pos, m)
@@ -237,11 +238,12 @@ class _NgramMapBase(Drafter):
         if self._skip(cur_len) is not None:
             return None
         key_arr = arr[arr.shape[0] - n :]
+        key_list = key_arr.tolist()
         inp = arr[:cur_len]
-        pos = self._look_up(inp, key_arr, cur_len, n, m)
+        pos = self._look_up(inp, key_arr, key_list, cur_len, n, m)
         if pos == 0:
             return None
-        rec = self._keys.get(tuple(int(t) for t in key_arr))
+        rec = self._keys.get(tuple(key_list))
         reason, _, n_draft = self._decide(inp, key_arr, rec.copy() if rec is not None else _Key(pos, m), pos)
         return int(inp[pos + n]) if reason is None and n_draft > 0 else None
 
@@ -254,11 +256,13 @@ class _NgramMapBase(Drafter):
         out.append((cur_len - n - m - 1, max(self._size_begin, self._index_last)))
         return out
 
-    def _look_up(self, inp: np.ndarray, key_arr: np.ndarray, cur_len: int, n: int, m: int) -> int:
+    def _look_up(self, inp: np.ndarray, key_arr: np.ndarray, key_list: list[int], cur_len: int, n: int, m: int) -> int:
         """The key's position: the indexed one if its slot holds this key, else the most recent in the
-        not yet indexed ranges (begin's history first); 0 when there is none."""
-        j = int(self._index[key_hash(key_arr) % INDEX_SIZE])
-        if j != 0 and j < cur_len - n - m - 1 and np.array_equal(inp[j : j + n], key_arr):
+        not yet indexed ranges (begin's history first); 0 when there is none. ``key_list`` is ``key_arr``
+        as Python ints: the hash and the slot's check read it as a list (numpy's per-element reads and
+        ``array_equal`` on a dozen tokens cost several times a list's)."""
+        j = int(self._index[key_hash(key_list) % INDEX_SIZE])
+        if j != 0 and j < cur_len - n - m - 1 and inp[j : j + n].tolist() == key_list:
             return j
         for hi, lo in self._ranges(cur_len, n, m):
             j = _last_match(inp, key_arr, hi, lo)
@@ -300,19 +304,30 @@ class _NgramMapBase(Drafter):
 
     @staticmethod
     def _count_values(inp: np.ndarray, key_arr: np.ndarray, rec: _Key, pos: int, m: int) -> None:
-        """Count the m-grams after the key's occurrences from ``rec.stat_idx`` to ``pos`` inclusive."""
+        """Count the m-grams after the key's occurrences from ``rec.stat_idx`` to ``pos`` inclusive.
+
+        Once a key is indexed, every look-up after its first counts one position (the occurrence found,
+        where the previous count stopped): a range of at most ``SMALL_RANGE`` positions is searched and
+        compared as Python lists, a longer one with numpy (the same counts: a test compares the two)."""
         n = key_arr.shape[0]
         lo = rec.stat_idx
         if pos >= lo:
-            cand = np.flatnonzero(inp[lo : pos + 1] == key_arr[0]) + lo
-            for k in range(1, n):
-                cand = cand[inp[cand + k] == key_arr[k]]
-            for i in cand.tolist():
+            if pos - lo < SMALL_RANGE:
+                key = key_arr.tolist()
+                seg = inp[lo : pos + n].tolist()
+                cand = [lo + i for i in range(pos - lo + 1) if seg[i : i + n] == key]
+            else:
+                found = np.flatnonzero(inp[lo : pos + 1] == key_arr[0]) + lo
+                for k in range(1, n):
+                    found = found[inp[found + k] == key_arr[k]]
+                cand = found.tolist()
+            for i in cand:
                 vi = i + n
+                value = inp[vi : vi + m].tolist()
                 for v in rec.values:
                     if v[0] == 0:  # free slot: a new value
                         v[0], v[1], v[2] = vi, 0, m
-                    elif not np.array_equal(inp[vi : vi + m], inp[v[0] : v[0] + m]):
+                    elif inp[v[0] : v[0] + m].tolist() != value:
                         continue
                     v[1] = min(v[1] + 1, COUNT_CAP)
                     break
