@@ -8,6 +8,8 @@ import importlib.util
 import json
 from pathlib import Path
 
+import pytest
+
 BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_overhead.py"
 
 
@@ -30,3 +32,31 @@ def test_the_overhead_benchmark_times_specviz_apart_from_llama_cpp_and_the_row_s
         assert r["tokens"] == 24 and r["rounds"] >= 1 and r["llama_calls"] >= 1
         assert 0 < r["scan_ms"] < r["specviz_wall_ms"]  # the scans are specviz's work, timed inside it
         assert r["llama_ms"] > 0 and r["specviz_cpu_ms"] > 0
+
+
+def _bench():
+    spec = importlib.util.spec_from_file_location("bench_overhead", BENCH)
+    assert spec is not None and spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    return bench
+
+
+def test_the_wide_tiny_model_has_the_embedded_models_vocabulary(capsys):
+    """``--tiny-wide-model``: the GPU host's regime here, rows of the embedded model's 262,144 values."""
+    bench = _bench()
+    args = ["--tiny-wide-model", "--threads", "1", "--repeats", "1", "--max-tokens", "6", "--strategies", "none"]
+    assert bench.main([*args, "--json"]) == 0
+    out = capsys.readouterr().out
+    assert "tiny-wide-262k.gguf" in out
+    (row,) = json.loads(out[out.index("\n[") + 1 :])
+    assert row["tokens"] == 6 and 0 < row["scan_ms"] < row["specviz_wall_ms"]
+    assert bench.WIDE_TINY_SHAPE.vocab_size == 262144
+
+
+def test_the_benchmark_takes_one_model(capsys):
+    bench = _bench()
+    with pytest.raises(SystemExit) as e:
+        bench.main(["--tiny-model", "--tiny-wide-model"])
+    assert e.value.code == 2
+    assert "give one" in capsys.readouterr().err
