@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -295,6 +299,81 @@ def test_a_row_cut_into_pieces_keeps_the_first_maximum_and_the_sum():
     got = rowscan_kernel.scan(row)
     assert got.best == int(np.argmax(row)) and abs(got.z - z) <= 2e-7 * z
     assert 1 <= rowscan_kernel.scan_threads() <= 4
+
+
+def _pieces_script(body: str) -> str:
+    return "import numpy as np, warnings\nfrom specviz.decoding import rowscan_kernel as rk\n" + body
+
+
+def _run_child(body: str, **env: str) -> subprocess.CompletedProcess:
+    full_env = {**os.environ, **env}
+    return subprocess.run(
+        [sys.executable, "-c", _pieces_script(body)], env=full_env, capture_output=True, text=True, timeout=120
+    )
+
+
+@needs_kernel
+def test_the_scan_thread_cap_changes_the_pieces_not_the_answers():
+    """``set_scan_threads``: one piece or as many as OpenMP has, the same first maximum, and the sum within
+    the kernel's tolerance of float64; a refused cap changes nothing."""
+    rng = np.random.default_rng(5)
+    row = (rng.standard_normal(262144) * 6).astype(np.float32)
+    row[[3, 250000]] = row.max() + 1.0  # a tie across the first and last pieces: the first wins
+    m, z = reference(row)
+    before = rowscan_kernel.scan_threads()
+    try:
+        assert rowscan_kernel.set_scan_threads(1) == 1
+        one = rowscan_kernel.scan(row)
+        got = rowscan_kernel.set_scan_threads(rowscan_kernel.SCAN_THREADS_MAX)
+        assert 1 <= got <= rowscan_kernel.SCAN_THREADS_MAX
+        many = rowscan_kernel.scan(row)
+        for r in (one, many):
+            assert (r.best, r.max) == (3, m) and abs(r.z - z) <= 2e-7 * z
+        for bad in (0, rowscan_kernel.SCAN_THREADS_MAX + 1, True, 2.0):
+            with pytest.raises(ValueError, match="scan threads"):
+                rowscan_kernel.set_scan_threads(bad)
+        assert rowscan_kernel.scan_threads() == got
+    finally:
+        rowscan_kernel.set_scan_threads(4)
+    assert rowscan_kernel.scan_threads() == before
+
+
+@needs_kernel
+def test_sixteen_pieces_from_the_environment_join_as_one_pass():
+    """``SPECVIZ_SCAN_THREADS=16`` with 16 OpenMP threads (more than this machine's cores: the pieces
+    still join as one pass would): the cap is applied when the kernel loads, every piece is read."""
+    body = """
+assert rk.scan_threads() == 16, rk.scan_threads()
+n = 262144
+row = np.zeros(n, dtype=np.float32)
+row[n - 5] = 3.0                      # the maximum in the sixteenth piece
+row[7 * n // 16 + 1] = np.nan          # a NaN in the eighth
+got = rk.scan(row)
+assert got.has_nan and got.best == n - 5 and got.max == 3.0
+row[7 * n // 16 + 1] = 0.0
+got = rk.scan(row)
+expect = 1.0 + (n - 1) * np.exp(-3.0)
+assert not got.has_nan and abs(got.z - expect) <= 2e-7 * expect, (got.z, expect)
+print("ok")
+"""
+    done = _run_child(body, OMP_NUM_THREADS="16", SPECVIZ_SCAN_THREADS="16")
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
+
+
+@needs_kernel
+def test_a_scan_thread_cap_out_of_range_in_the_environment_is_refused_with_a_warning():
+    body = """
+with warnings.catch_warnings(record=True) as seen:
+    warnings.simplefilter("always")
+    threads = rk.scan_threads()
+print(threads, "|", " ".join(str(w.message) for w in seen))
+"""
+    for raw in ("0", "17", "many"):
+        done = _run_child(body, OMP_NUM_THREADS="16", SPECVIZ_SCAN_THREADS=raw)
+        assert done.returncode == 0, done.stderr[-2000:]
+        threads, message = done.stdout.split("|", 1)
+        assert int(threads) == 4  # the default cap
+        assert f"SPECVIZ_SCAN_THREADS={raw!r}" in message and "from 1 to 16" in message
 
 
 @needs_kernel

@@ -369,18 +369,30 @@ static int specviz_scan_one(const float * x, int64_t n, int64_t * best, double *
  * runs between llama.cpp's decodes, when its worker threads have nothing to do (they are still waiting
  * for the next graph), so the other cores are free. Rows shorter than SPECVIZ_SCAN_SPLIT are scanned
  * on the calling thread: below it starting the team costs more than it saves.
+ *
+ * The cap on the pieces is SPECVIZ_SCAN_THREADS unless specviz_set_scan_threads changes it (up to
+ * SPECVIZ_SCAN_THREADS_MAX, the size of the join's arrays): on a GPU host the rows arrive from the device
+ * in host memory and many cores may read one faster, which only such a host can measure.
  */
 #define SPECVIZ_SCAN_THREADS 4
+#define SPECVIZ_SCAN_THREADS_MAX 16
 #define SPECVIZ_SCAN_SPLIT 65536
 
 #ifdef _OPENMP
 #include <omp.h>
 #endif
 
+static int specviz_scan_cap = SPECVIZ_SCAN_THREADS;
+
+int specviz_set_scan_threads(int cap) {
+    specviz_scan_cap = cap < 1 ? 1 : (cap > SPECVIZ_SCAN_THREADS_MAX ? SPECVIZ_SCAN_THREADS_MAX : cap);
+    return specviz_scan_cap;
+}
+
 int specviz_scan_threads(void) {
 #ifdef _OPENMP
     const int t = omp_get_max_threads();
-    return t < SPECVIZ_SCAN_THREADS ? t : SPECVIZ_SCAN_THREADS;
+    return t < specviz_scan_cap ? t : specviz_scan_cap;
 #else
     return 1;
 #endif
@@ -391,9 +403,9 @@ int specviz_scan(const float * x, int64_t n, int64_t * best, double * out) {
     if (t <= 1) {
         return specviz_scan_one(x, n, best, out);
     }
-    int64_t bests[SPECVIZ_SCAN_THREADS];
-    double outs[SPECVIZ_SCAN_THREADS][2];
-    int nans[SPECVIZ_SCAN_THREADS];
+    int64_t bests[SPECVIZ_SCAN_THREADS_MAX];
+    double outs[SPECVIZ_SCAN_THREADS_MAX][2];
+    int nans[SPECVIZ_SCAN_THREADS_MAX];
     /* pieces of whole blocks, so that every piece but the last sums full blocks as one pass would */
     const int64_t blocks = (n + SPECVIZ_BLOCK - 1) / SPECVIZ_BLOCK;
     const int64_t per = (blocks + t - 1) / t * SPECVIZ_BLOCK;
@@ -859,8 +871,8 @@ static int specviz_tempered_in(const float * x, int64_t n, double inv_t, int64_t
     const int t = n >= SPECVIZ_SCAN_SPLIT && !generic ? specviz_scan_threads() : 1;
     const int64_t nb = (n + SPECVIZ_BLOCK - 1) / SPECVIZ_BLOCK;
     const int64_t per = (nb + t - 1) / t; /* blocks a piece */
-    int nans[SPECVIZ_SCAN_THREADS] = {0};
-    float maxima[SPECVIZ_SCAN_THREADS];
+    int nans[SPECVIZ_SCAN_THREADS_MAX] = {0};
+    float maxima[SPECVIZ_SCAN_THREADS_MAX];
 #ifdef _OPENMP
 #pragma omp parallel for num_threads(t) schedule(static, 1) if (t > 1)
 #endif

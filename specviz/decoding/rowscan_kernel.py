@@ -18,7 +18,9 @@ no result (the kernel never reads floating-point exception flags).
 from __future__ import annotations
 
 import ctypes
+import os
 import threading
+import warnings
 from pathlib import Path
 from typing import Any, NamedTuple, Sequence
 
@@ -41,6 +43,7 @@ _SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
     "specviz_topk": (ctypes.c_int64, [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p]),
     "specviz_rank": (ctypes.c_int64, [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64]),
     "specviz_scan_threads": (ctypes.c_int, []),
+    "specviz_set_scan_threads": (ctypes.c_int, [ctypes.c_int]),
     "specviz_vector_paths": (ctypes.c_int, []),
     "specviz_tempered": (
         ctypes.c_int,
@@ -95,6 +98,10 @@ _SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
 
 #: The most tokens :func:`topk` returns (the kernel keeps them in a fixed array).
 TOPK_MAX = 64
+#: The most pieces :func:`set_scan_threads` lets a long row be cut into (``SPECVIZ_SCAN_THREADS_MAX``).
+SCAN_THREADS_MAX = 16
+#: The environment variable read when the kernel loads: the cap :func:`set_scan_threads` sets.
+SCAN_THREADS_ENV = "SPECVIZ_SCAN_THREADS"
 
 
 def disabled() -> bool:
@@ -124,10 +131,35 @@ def load() -> Any:
     with _lock:
         if _fns is None and _why is None:
             try:
-                _fns = cbuild.bind(build(), _SIGNATURES)
+                fns = cbuild.bind(build(), _SIGNATURES)
             except (cbuild.BuildError, OSError, AttributeError) as e:
                 _why = str(e)
+            else:
+                _cap_from_environment(fns)
+                _fns = fns
         return _fns
+
+
+def _cap_from_environment(fns: Any) -> None:
+    """Apply ``SPECVIZ_SCAN_THREADS`` when the kernel loads. A value that is not a whole number from 1 to
+    ``SCAN_THREADS_MAX`` is not applied and a warning says so: the kernel is loaded on a round's path, and a
+    tuning variable must not fail the round."""
+    raw = os.environ.get(SCAN_THREADS_ENV, "").strip()
+    if not raw:
+        return
+    try:
+        cap = int(raw)
+    except ValueError:
+        cap = 0
+    if not 1 <= cap <= SCAN_THREADS_MAX:
+        warnings.warn(
+            f"{SCAN_THREADS_ENV}={raw!r} is not a whole number from 1 to {SCAN_THREADS_MAX}; "
+            f"a long row is cut into at most {int(fns.scan_threads())} pieces, as without it",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+        return
+    fns.set_scan_threads(cap)
 
 
 def unavailable_reason() -> str | None:
@@ -410,9 +442,25 @@ def forget_buffers() -> None:
 
 
 def scan_threads() -> int:
-    """How many threads :func:`scan` cuts a long row into (1 without OpenMP or without the kernel)."""
+    """How many threads :func:`scan` cuts a long row into (1 without OpenMP or without the kernel): the
+    cap (4 unless :func:`set_scan_threads` or ``SPECVIZ_SCAN_THREADS`` changed it) or OpenMP's thread
+    count, whichever is lower."""
     fns = load()
     return int(fns.scan_threads()) if fns is not None else 1
+
+
+def set_scan_threads(cap: int) -> int:
+    """Cut a long row into at most ``cap`` pieces, one per thread (1 to ``SCAN_THREADS_MAX``; the default
+    is 4), for every thread of the process, and return :func:`scan_threads` after it. The results do not
+    depend on it (the pieces are joined as one pass would find them); only the time does. Raises
+    ``ValueError`` for a cap out of range, and ``RuntimeError`` without the kernel."""
+    if isinstance(cap, bool) or not isinstance(cap, int) or not 1 <= cap <= SCAN_THREADS_MAX:
+        raise ValueError(f"scan threads: {cap!r} is not a whole number from 1 to {SCAN_THREADS_MAX}")
+    fns = load()
+    if fns is None:
+        raise RuntimeError(f"the row-scan kernel is not loaded ({unavailable_reason()}): rows are read by numpy")
+    fns.set_scan_threads(cap)
+    return int(fns.scan_threads())
 
 
 def vector_paths() -> set[str]:

@@ -13,7 +13,8 @@
 #      fixtures) and `specviz verify` on the test model, every layer on the GPU;
 #   6. runs the overhead benchmark and the native comparison (bench_native.py) on the test model, and the
 #      overhead benchmark on a random model of the embedded Gemma 3 270M's shape (its 262k vocabulary),
-#      every layer on the GPU.
+#      once more there with a row read by as many threads as there are cores (up to 16), every layer on
+#      the GPU.
 # Every step says what it does and fails loudly (exit status = the step's number). Figures and logs go
 # to $OUT when it is set (the GPU tool sends that folder back), else to $GPU_CHECK_WORK/out.
 #
@@ -302,6 +303,13 @@ if [[ ",$benches," == *",wide,"* ]]; then
   cat "$det/model-262k.log"
   bench overhead-262k $(( $(left) / 2 )) specviz '\[' "$py" "$repo/benchmarks/bench_overhead.py" --model "$wide_model" \
     "${on_device[@]}" --draft-max 1,16 --strategies none,prompt-lookup,ngram-simple,ngram-mod --json
+  # the rows arrive from the device in host memory: the same rounds with a row cut into as many pieces as
+  # there are cores (up to 16) instead of the kernel's 4, to see whether more threads read one faster
+  rows_cap=$(( threads < 16 ? threads : 16 ))
+  step "the same on the 262k vocabulary, a row read by $rows_cap threads (SPECVIZ_SCAN_THREADS)"
+  SPECVIZ_SCAN_THREADS=$rows_cap bench overhead-262k-rows $(( $(left) / 3 )) specviz '\[' "$py" \
+    "$repo/benchmarks/bench_overhead.py" --model "$wide_model" "${on_device[@]}" --draft-max 16 \
+    --strategies none,prompt-lookup --json
 fi
 if [[ ",$benches," == *",native,"* ]]; then
   step "specviz against llama-speculative-simple, every layer on the device"
