@@ -148,18 +148,23 @@ def _cap_from_environment(fns: Any) -> None:
     if not raw:
         return
     try:
-        cap = int(raw)
-    except ValueError:
-        cap = 0
-    if not 1 <= cap <= SCAN_THREADS_MAX:
+        cap = _checked_cap(int(raw) if raw.lstrip("-").isdigit() else raw)
+    except ValueError as e:
         warnings.warn(
-            f"{SCAN_THREADS_ENV}={raw!r} is not a whole number from 1 to {SCAN_THREADS_MAX}; "
-            f"a long row is cut into at most {int(fns.scan_threads())} pieces, as without it",
+            f"{SCAN_THREADS_ENV}={raw!r}: {e}; a long row is cut into at most {int(fns.scan_threads())} pieces, "
+            "as without it",
             RuntimeWarning,
             stacklevel=3,
         )
         return
     fns.set_scan_threads(cap)
+
+
+def _checked_cap(cap: object) -> int:
+    """``cap`` when it is a whole number from 1 to ``SCAN_THREADS_MAX``, else ``ValueError`` saying so."""
+    if isinstance(cap, bool) or not isinstance(cap, int) or not 1 <= cap <= SCAN_THREADS_MAX:
+        raise ValueError(f"scan threads: {cap!r} is not a whole number from 1 to {SCAN_THREADS_MAX}")
+    return cap
 
 
 def unavailable_reason() -> str | None:
@@ -454,8 +459,7 @@ def set_scan_threads(cap: int) -> int:
     is 4), for every thread of the process, and return :func:`scan_threads` after it. The results do not
     depend on it (the pieces are joined as one pass would find them); only the time does. Raises
     ``ValueError`` for a cap out of range, and ``RuntimeError`` without the kernel."""
-    if isinstance(cap, bool) or not isinstance(cap, int) or not 1 <= cap <= SCAN_THREADS_MAX:
-        raise ValueError(f"scan threads: {cap!r} is not a whole number from 1 to {SCAN_THREADS_MAX}")
+    _checked_cap(cap)
     fns = load()
     if fns is None:
         raise RuntimeError(f"the row-scan kernel is not loaded ({unavailable_reason()}): rows are read by numpy")

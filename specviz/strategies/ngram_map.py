@@ -179,7 +179,9 @@ class _NgramMapBase(Drafter):
             return "check-rate"
         return None
 
-    def _decide(self, inp: np.ndarray, key_arr: np.ndarray, rec: _Key, pos: int) -> tuple[str | None, int, int]:
+    def _decide(
+        self, inp: np.ndarray, key_arr: np.ndarray, key_list: list[int], rec: _Key, pos: int
+    ) -> tuple[str | None, int, int]:
         """A look-up of the key ``rec`` records, found at ``pos``: counts it in ``rec`` (and the values, for
         ``ngram-map-k4v``) and returns ``(reason, value slot, tokens to draft)``, reason None for a draft."""
         m = self.config["size_m"]
@@ -188,7 +190,7 @@ class _NgramMapBase(Drafter):
             return "min-hits", 0, 0
         slot = 0
         if not self.key_only:
-            self._count_values(inp, key_arr, rec, pos, m)
+            self._count_values(inp, key_arr, key_list, rec, pos, m)
             counts = [v[1] for v in rec.values]
             slot = max(range(MAX_VALUES), key=lambda v: (counts[v], -v))  # first slot with the top count
             others = sum(counts) - counts[slot]
@@ -219,7 +221,7 @@ class _NgramMapBase(Drafter):
         if rec is None:
             rec = self._keys[key] = _Key(pos, m)
         self._changed.add(key)  # its count moved (and its values may below)
-        reason, slot, n_draft = self._decide(inp, key_arr, rec, pos)
+        reason, slot, n_draft = self._decide(inp, key_arr, key_list, rec, pos)
         if reason is not None:
             return Draft(reason=reason)
         self._last = (key, slot)
@@ -244,7 +246,8 @@ class _NgramMapBase(Drafter):
         if pos == 0:
             return None
         rec = self._keys.get(tuple(key_list))
-        reason, _, n_draft = self._decide(inp, key_arr, rec.copy() if rec is not None else _Key(pos, m), pos)
+        rec = rec.copy() if rec is not None else _Key(pos, m)
+        reason, _, n_draft = self._decide(inp, key_arr, key_list, rec, pos)
         return int(inp[pos + n]) if reason is None and n_draft > 0 else None
 
     def _ranges(self, cur_len: int, n: int, m: int) -> list[tuple[int, int]]:
@@ -303,7 +306,7 @@ class _NgramMapBase(Drafter):
             self._pairs.sort()
 
     @staticmethod
-    def _count_values(inp: np.ndarray, key_arr: np.ndarray, rec: _Key, pos: int, m: int) -> None:
+    def _count_values(inp: np.ndarray, key_arr: np.ndarray, key_list: list[int], rec: _Key, pos: int, m: int) -> None:
         """Count the m-grams after the key's occurrences from ``rec.stat_idx`` to ``pos`` inclusive.
 
         Once a key is indexed, every look-up after its first counts one position (the occurrence found,
@@ -313,9 +316,8 @@ class _NgramMapBase(Drafter):
         lo = rec.stat_idx
         if pos >= lo:
             if pos - lo < SMALL_RANGE:
-                key = key_arr.tolist()
                 seg = inp[lo : pos + n].tolist()
-                cand = [lo + i for i in range(pos - lo + 1) if seg[i : i + n] == key]
+                cand = [lo + i for i in range(pos - lo + 1) if seg[i : i + n] == key_list]
             else:
                 found = np.flatnonzero(inp[lo : pos + 1] == key_arr[0]) + lo
                 for k in range(1, n):
