@@ -30,7 +30,7 @@ from native_util import Replay, UpstreamNgramCache, libstdcxx_order, native_tool
 
 import specviz.strategies as strategies
 from specviz import Session
-from specviz.analysis.native import run_tool, tool_args, tool_draft_cap
+from specviz.analysis.native import parse_report, run_tool, tool_args, tool_command, tool_draft_cap
 from specviz.backends import LlamaModel
 from specviz.strategies import make_drafter, strategy_class, strategy_schema
 from specviz.testing.tiny_models import write_tiny_llama
@@ -441,6 +441,48 @@ def test_bench_native_runs_and_prints_both_tables(tiny_model_path, capsys):
     assert [r["tokens"] for r in raw["table"]] == [
         cell[f"{s}/native"][0]["tokens"] for s in ("ngram-simple", "ngram-cache")
     ]
+
+
+def _one_cpu_run_to_completion():
+    """In the child, before exec: one CPU and the real-time FIFO policy. Threads of one FIFO priority are
+    never preempted by each other, so the tool's main thread runs to its end unless it blocks, and its
+    logging thread writes only what it gets to before the process exits."""
+    import os
+
+    os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
+    os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(1))
+
+
+def test_the_tool_prints_its_counters_before_it_exits(tiny_model_path, tmp_path):
+    """The tool's log queue is written out before the process ends (tools/native/flush-log-at-exit.cpp).
+
+    Upstream never stops its logging thread, and a run on a tiny model is over in milliseconds, so the
+    counters were lost now and then (10 runs in a row once in CI). On one CPU under the FIFO policy the
+    logging thread runs only when the main thread waits for it: the unpatched tool lost its counters in
+    20 runs of 20 so, the patched one in none.
+    """
+    import subprocess
+
+    try:
+        subprocess.run(["true"], check=True, preexec_fn=_one_cpu_run_to_completion)
+    except (subprocess.SubprocessError, OSError) as e:
+        pytest.skip(f"this machine refuses the real-time FIFO policy to a child process (CAP_SYS_NICE): {e}")
+    cmd = tool_command(
+        native_tool("llama-speculative-simple"),
+        tiny_model_path,
+        "a b a b a b",
+        "ngram-simple",
+        {"size_n": 2, "size_m": 4},
+        n_predict=4,
+        threads=1,
+        n_ctx=256,
+    )
+    out, err = tmp_path / "stdout", tmp_path / "stderr"
+    for _ in range(3):
+        with out.open("wb") as o, err.open("wb") as e:
+            subprocess.run(cmd, stdout=o, stderr=e, check=True, timeout=120, preexec_fn=_one_cpu_run_to_completion)
+        report = parse_report(out.read_bytes(), err.read_text("utf-8", "replace"))
+        assert report.n_predict >= 4
 
 
 def test_the_tool_gets_the_prompt_byte_for_byte(tiny_model_path, tiny_model):

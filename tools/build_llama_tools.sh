@@ -5,6 +5,8 @@
 # against llama and ggml, and install them into DEST (the cache directory beside the wheel). The
 # differential tests (tests/test_differential.py, tests/test_server_differential.py),
 # benchmarks/bench_native.py, benchmarks/bench_server_advice.py and `specviz advise --check-server` run them.
+# One addition to upstream: llama-speculative-simple is linked with tools/native/flush-log-at-exit.cpp,
+# which writes llama.cpp's log queue out at exit (upstream can lose the counters specviz reads).
 #
 # usage: tools/build_llama_tools.sh PYTHON VERSION DEST "CMAKE_ARGS" [TARGET ...]
 #   PYTHON      a Python with pip (the sdist is fetched with `pip download`, pip's cache is reused)

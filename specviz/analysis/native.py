@@ -146,7 +146,7 @@ def parse_report(stdout: bytes, stderr: str) -> ToolReport:
     )
 
 
-def run_tool(
+def tool_command(
     binary: str | Path,
     model: str | Path,
     prompt: str,
@@ -159,18 +159,12 @@ def run_tool(
     n_batch: int = 512,
     n_ubatch: int = 512,
     extra: Sequence[str] = (),
-    timeout: float = 600.0,
-    attempts: int = 10,
-) -> ToolReport:
-    """Run ``llama-speculative-simple`` greedily on ``prompt``, byte for byte: passed with ``-p`` (``-f`` drops a
-    trailing newline) and ``--no-escape`` (the tool would otherwise turn a backslash and ``n`` into a newline).
-
-    The context keeps a full sliding-window cache (``--swa-full``), as specviz's does. The tool logs
-    through a queue that a background thread writes out, and its logger is deliberately never shut down
-    (llama.cpp issue 22142), so on a busy machine the last lines — the counters — are sometimes lost when
-    the process exits. A run whose report is incomplete is repeated, up to ``attempts`` times.
-    """
-    cmd = [
+) -> list[str]:
+    """The command line that runs ``llama-speculative-simple`` greedily on ``prompt``, byte for byte: passed
+    with ``-p`` (``-f`` drops a trailing newline) and ``--no-escape`` (the tool would otherwise turn a
+    backslash and ``n`` into a newline). The context keeps a full sliding-window cache (``--swa-full``), as
+    specviz's does."""
+    return [
         str(binary),
         "-m",
         str(model),
@@ -195,6 +189,45 @@ def run_tool(
         *tool_args(strategy, knobs),
         *extra,
     ]
+
+
+def run_tool(
+    binary: str | Path,
+    model: str | Path,
+    prompt: str,
+    strategy: str,
+    knobs: dict[str, Any],
+    *,
+    n_predict: int,
+    threads: int,
+    n_ctx: int,
+    n_batch: int = 512,
+    n_ubatch: int = 512,
+    extra: Sequence[str] = (),
+    timeout: float = 600.0,
+    attempts: int = 10,
+) -> ToolReport:
+    """Run ``llama-speculative-simple`` as :func:`tool_command` says and read its report.
+
+    The tool logs through a queue that a background thread writes out, and upstream never shuts that
+    logger down (llama.cpp issue 22142), so the last lines — the counters — can be lost when the process
+    exits. specviz's build of the tool (``tools/build_llama_tools.sh``) flushes the queue at exit
+    (``tools/native/flush-log-at-exit.cpp``); a tool built elsewhere (``SPECVIZ_LLAMA_TOOLS``) may still
+    lose them, so a run whose report is incomplete is repeated, up to ``attempts`` times.
+    """
+    cmd = tool_command(
+        binary,
+        model,
+        prompt,
+        strategy,
+        knobs,
+        n_predict=n_predict,
+        threads=threads,
+        n_ctx=n_ctx,
+        n_batch=n_batch,
+        n_ubatch=n_ubatch,
+        extra=extra,
+    )
     for attempt in range(attempts):
         res = subprocess.run(cmd, capture_output=True, timeout=timeout)
         stderr = res.stderr.decode("utf-8", "replace")
