@@ -104,15 +104,45 @@ def test_state_is_a_copy_the_live_counters_do_not_share():
         draft_probs=[0.5, 0.5],
     )
     s = t.state()
-    # editing the saved state leaves the session's counters alone ...
-    s["position_tries"].append(7)
-    s["bucket_hits"][5] = 99
+    # the list counters are saved as tuples, which nothing can edit; editing a saved dictionary leaves the
+    # session's counters alone ...
+    assert isinstance(s["position_tries"], tuple) and isinstance(s["bucket_hits"], tuple)
     s["last_round"]["committed"] = 99
-    assert t.position_tries == [1, 1] and t.bucket_hits[5] == 1 and t.last_round["committed"] == 2
+    s["rollback_paths"]["checkpoint"] = 5
+    assert t.last_round["committed"] == 2 and t.rollback_paths == {}
     # ... and more rounds leave the saved state alone
     s = t.state()
     t.record_round(n_drafted=3, n_accepted=3, n_committed=4, draft_seconds=0.0, verify_seconds=0.0, round_seconds=0.0)
-    assert s["position_tries"] == [1, 1] and s["length_hist"] == [0, 1] and s["last_round"]["committed"] == 2
+    assert s["position_tries"] == (1, 1) and s["length_hist"] == (0, 1) and s["last_round"]["committed"] == 2
+    # ... and a counter rebuilt from the state is a list of its own again
+    u = Telemetry.from_state(s)
+    u.record_round(n_drafted=3, n_accepted=3, n_committed=4, draft_seconds=0.0, verify_seconds=0.0, round_seconds=0.0)
+    assert u.position_tries == [2, 2, 1] and s["position_tries"] == (1, 1)
+
+
+def test_state_keeps_no_list_the_garbage_collector_must_walk():
+    """Each round's state lives as long as the session keeps the round: its list counters are tuples of
+    numbers, which CPython's collector stops tracking once it has seen them (lists it would walk on every
+    full collection), the drafters' included."""
+    import gc
+
+    t = Telemetry()
+    t.record_round(
+        n_drafted=2,
+        n_accepted=1,
+        n_committed=2,
+        draft_seconds=0.0,
+        verify_seconds=0.0,
+        round_seconds=0.0,
+        draft_probs=[0.5, 0.5],
+        drafter="ngram-mod",
+    )
+    s = t.state()
+    gc.collect()
+    counters = [v for v in s.values() if isinstance(v, (list, tuple))]
+    counters += [v for c in s["by_drafter"].values() for v in c.values() if isinstance(v, (list, tuple))]
+    assert len(counters) == 7
+    assert not [v for v in counters if gc.is_tracked(v)]
 
 
 def test_from_state_checks_each_counters_type():
@@ -136,7 +166,7 @@ def test_state_is_a_deep_copy_that_later_rounds_leave_alone():
     kw = dict(n_committed=3, draft_seconds=0.1, verify_seconds=0.1, round_seconds=0.2, draft_probs=[0.9, 0.4, 0.1])
     t.record_round(n_drafted=3, n_accepted=2, drafter="ngram-simple", **kw)
     s = t.state()
-    assert s == copy.deepcopy(t.__dict__)
+    assert s.keys() == t.__dict__.keys() and Telemetry.from_state(s).__dict__ == t.__dict__
     frozen = copy.deepcopy(s)
     t.record_round(n_drafted=3, n_accepted=3, drafter="ngram-simple", **kw)
     t.record_memory(None, None)

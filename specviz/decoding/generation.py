@@ -24,7 +24,7 @@ from .events import Event
 from .policy import DraftingPolicy, VerifyCostModel, make_policy
 from .round import RoundResult
 from .sampling import SamplingParams
-from .telemetry import Telemetry
+from .telemetry import Telemetry, state_from_json
 
 if TYPE_CHECKING:
     from ..backends.llama import LlamaContext, LlamaModel
@@ -64,7 +64,7 @@ class Checkpoint:
                 strategy=str(d["strategy"]),
                 knobs=dict(d["knobs"]),
                 finished=d.get("finished"),
-                telemetry=dict(d["telemetry"]),
+                telemetry=state_from_json(dict(d["telemetry"])),
                 policy=dict(d["policy"]),
                 rng=dict(d["rng"]),
                 drafter_state=None if d.get("drafter_state") is None else dict(d["drafter_state"]),

@@ -19,13 +19,22 @@ import glob
 import os
 import resource
 import time
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from ..backends.llama import LlamaContext
     from ..backends.memory import MemoryInfo
 
-__all__ = ["NOT_AVAILABLE", "process_memory", "context_memory", "memory_figures", "memory_view", "MachineSampler"]
+__all__ = [
+    "NOT_AVAILABLE",
+    "process_memory",
+    "context_memory",
+    "memory_figures",
+    "memory_view",
+    "MemoryView",
+    "MachineSampler",
+    "MachineView",
+]
 
 #: What a figure the machine does not expose says instead of a number.
 NOT_AVAILABLE = "not available"
@@ -135,23 +144,36 @@ def memory_figures(target: LlamaContext, draft: LlamaContext | None = None) -> d
     return memory_view(target, draft)()
 
 
-def memory_view(target: LlamaContext, draft: LlamaContext | None = None) -> Callable[[], dict[str, Any]]:
-    """:func:`memory_figures` as of now, built when called: what changes (the saved states held, the
-    process's memory) is read now, the rest (each context's :class:`~specviz.backends.memory.MemoryInfo`,
-    fixed when the context was made) when the figures are built."""
-    held = [
-        (c.memory.info, len(c.memory.marks), c.memory.marks_bytes) if c is not None else None for c in (target, draft)
-    ]
-    proc = process_memory()
+def memory_view(target: LlamaContext, draft: LlamaContext | None = None) -> MemoryView:
+    """:func:`memory_figures` as of now, built when called (see :class:`MemoryView`)."""
+    return MemoryView(target, draft)
 
-    def build() -> dict[str, Any]:
+
+class MemoryView:
+    """:func:`memory_figures` as of when it was made, built when called: what changes (the saved states
+    held, the process's memory) is read when it is made, the rest (each context's
+    :class:`~specviz.backends.memory.MemoryInfo`, fixed when the context was made) when it is called.
+
+    One object with slots rather than a closure: every round's telemetry event holds one for as long as
+    the session keeps its events, and a closure is a function, its cells and their tuple, each of which
+    the garbage collector walks on every full collection (see :class:`~specviz.decoding.telemetry.TelemetryView`).
+    """
+
+    __slots__ = ("held", "proc")
+
+    def __init__(self, target: LlamaContext, draft: LlamaContext | None = None) -> None:
+        self.held = tuple(
+            (c.memory.info, len(c.memory.marks), c.memory.marks_bytes) if c is not None else None
+            for c in (target, draft)
+        )
+        self.proc = process_memory()
+
+    def __call__(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
-        for name, h in zip(("target", "draft"), held):
+        for name, h in zip(("target", "draft"), self.held):
             out[name] = _context_figures(*h) if h is not None else None
-        out.update(proc)
+        out.update(self.proc)
         return out
-
-    return build
 
 
 def _read_numbers(paths: list[str]) -> list[float]:
@@ -203,14 +225,12 @@ class MachineSampler:
         """Minimum, mean and maximum of each figure over the samples, or ``"not available"`` and why."""
         return self.view()()
 
-    def view(self) -> Callable[[], dict[str, Any]]:
-        """:meth:`figures` over the samples taken so far, built when called (the sample lists only grow
-        until :meth:`reset` replaces them, so their first entries are kept, not copied)."""
-        temps, clocks = self.temps, self.clocks
-        n_temps, n_clocks = len(temps), len(clocks)
-        return lambda: self._figures(temps[:n_temps], clocks[:n_clocks])
+    def view(self) -> MachineView:
+        """:meth:`figures` over the samples taken so far, built when called (see :class:`MachineView`)."""
+        return MachineView(self)
 
-    def _figures(self, temps: list[float], clocks: list[float]) -> dict[str, Any]:
+    def figures_of(self, temps: list[float], clocks: list[float]) -> dict[str, Any]:
+        """:meth:`figures` over the samples given (those of a :class:`MachineView`)."""
 
         def summary(xs: list[float], what: str, where: str) -> dict[str, Any]:
             if not xs:
@@ -227,3 +247,19 @@ class MachineSampler:
             "thermal_c": summary(temps, "thermal zones", self.thermal_glob),
             "cpu_mhz": summary(clocks, "CPU clock readings", self.freq_glob),
         }
+
+
+class MachineView:
+    """A :class:`MachineSampler`'s figures over the samples taken when it was made, built when called. The
+    sample lists only grow until :meth:`MachineSampler.reset` replaces them, so the view keeps the lists
+    and their lengths, not copies; one object with slots for the reason :class:`MemoryView` gives."""
+
+    __slots__ = ("sampler", "temps", "clocks", "n_temps", "n_clocks")
+
+    def __init__(self, sampler: MachineSampler) -> None:
+        self.sampler = sampler
+        self.temps, self.clocks = sampler.temps, sampler.clocks
+        self.n_temps, self.n_clocks = len(self.temps), len(self.clocks)
+
+    def __call__(self) -> dict[str, Any]:
+        return self.sampler.figures_of(self.temps[: self.n_temps], self.clocks[: self.n_clocks])

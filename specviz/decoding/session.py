@@ -55,7 +55,7 @@ from .sampling import SamplingParams
 from .snapshot import read_header, restore_snapshot, take_snapshot, unpack
 from .stops import StopScanner, cut_text
 from .target_context import put_back, refill, replace_for
-from .telemetry import Telemetry, figures
+from .telemetry import Telemetry, TelemetryView
 
 #: How :meth:`Session.start` evaluates a prompt (see :class:`Session`): as speculative-simple, as llama-server.
 PREFILL_LAYOUTS = ("all-but-last", "whole")
@@ -832,30 +832,21 @@ class Session:
         figures, the cache length and what the drafting policy works from (``policy``)."""
         return self.telemetry_view()()
 
-    def telemetry_view(self, counters: dict[str, Any] | None = None) -> Callable[[], dict[str, Any]]:
+    def telemetry_view(self, counters: dict[str, Any] | None = None) -> TelemetryView:
         """:meth:`telemetry_dict` as of now, built when called (what a round's telemetry event holds):
         the counters are copied now (or ``counters``, a copy :meth:`Telemetry.state` took), the small
         figures that change are taken now, the derived figures are computed when it is called."""
-        counters = counters if counters is not None else self.telemetry.state()
-        strategy, kv, policy = self.strategy, self.committed, self.policy.describe()
         d = self.drafter
-        stats = d.stats.to_dict() if d is not None else {}
-        extra = d.extra_telemetry() if d is not None else {}
-        memory = memory_view(self.ctx, d.memory_context() if d is not None else None)
-        machine = self.machine.view()
-
-        def build() -> dict[str, Any]:
-            out = figures(Telemetry.from_state(counters))
-            out["strategy"] = strategy
-            out["strategy_stats"] = stats
-            out.update(extra)
-            out["kv"] = kv
-            out["policy"] = policy
-            out["memory"] = memory()
-            out["machine"] = machine()
-            return out
-
-        return build
+        return TelemetryView(
+            counters if counters is not None else self.telemetry.state(),
+            self.strategy,
+            d.stats.to_dict() if d is not None else {},
+            d.extra_telemetry() if d is not None else {},
+            self.committed,
+            self.policy.describe(),
+            memory_view(self.ctx, d.memory_context() if d is not None else None),
+            self.machine.view(),
+        )
 
     # -- snapshots (specviz.decoding.snapshot) -------------------------------------------------------------------
     def snapshot(self) -> bytes:

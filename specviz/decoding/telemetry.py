@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from ..backends.memory import Cut
 
@@ -166,37 +166,76 @@ class Telemetry:
         return figures(self)
 
     def state(self) -> dict[str, Any]:
-        """The raw counters, for snapshots and checkpoints (a copy: the counters go on changing). What
-        ``copy.deepcopy`` gives, at a fraction of its cost (it is taken every round): every container
-        counter is a flat list or dictionary of numbers except ``by_drafter``, one level deeper."""
+        """The raw counters, for snapshots and checkpoints: a copy (the counters go on changing), taken
+        every round, so cheaper than ``copy.deepcopy``: every container counter is a flat list or
+        dictionary of numbers except ``by_drafter``, one level deeper.
+
+        The lists come back as tuples. The session keeps a round's copy for as long as it keeps the round
+        (its checkpoint and its telemetry event), and CPython's garbage collector walks every list that
+        lives that long on each full collection, while it stops tracking a tuple of numbers the first
+        time it sees one. :meth:`from_state` turns them back into lists.
+        """
         d = self.__dict__.copy()
-        for k in _FLAT_CONTAINERS:
+        for k in _FLAT_LISTS:
+            d[k] = tuple(d[k])
+        for k in _FLAT_DICTS:
             d[k] = d[k].copy()
         d["by_drafter"] = {
-            name: {k: v.copy() if isinstance(v, list) else v for k, v in c.items()}
+            name: {k: tuple(v) if isinstance(v, list) else v for k, v in c.items()}
             for name, c in self.by_drafter.items()
         }
         return d
 
     @classmethod
     def from_state(cls, d: dict[str, Any]) -> Telemetry:
-        """Rebuild from :meth:`state` (unknown keys are ignored; a wrong type raises TypeError)."""
+        """Rebuild from :meth:`state` (unknown keys are ignored; a wrong type raises TypeError). The list
+        counters may come as tuples (:meth:`state`) or lists (a snapshot's JSON); they become new lists."""
         t = cls()
         for k, v in d.items():
             if hasattr(t, k):
                 want = type(getattr(t, k))
+                if want is list and isinstance(v, tuple):
+                    v = list(v)
+                elif k == "by_drafter" and isinstance(v, dict):
+                    v = {
+                        name: {ck: list(cv) if isinstance(cv, tuple) else cv for ck, cv in c.items()}
+                        if isinstance(c, dict)
+                        else c
+                        for name, c in v.items()
+                    }
                 if not isinstance(v, want) and not (isinstance(v, int) and want is float):
                     raise TypeError(f"telemetry counter {k!r} has type {type(v).__name__}")
                 setattr(t, k, v)
         return t
 
 
-#: The counters that are flat lists or dictionaries (see :meth:`Telemetry.state`).
-_FLAT_CONTAINERS = tuple(
-    f.name
+#: The counters that are flat lists, and those that are flat dictionaries (see :meth:`Telemetry.state`):
+#: every container counter but ``by_drafter``, told apart by the type its factory makes.
+_CONTAINERS = [
+    (f.name, f.default_factory())
     for f in dataclasses.fields(Telemetry)
     if f.default_factory is not dataclasses.MISSING and f.name != "by_drafter"
-)
+]
+_FLAT_LISTS = tuple(name for name, empty in _CONTAINERS if isinstance(empty, list))
+_FLAT_DICTS = tuple(name for name, empty in _CONTAINERS if isinstance(empty, dict))
+assert len(_FLAT_LISTS) + len(_FLAT_DICTS) == len(_CONTAINERS), "a container counter that is no list or dict"
+
+
+def state_from_json(d: dict[str, Any]) -> dict[str, Any]:
+    """A :meth:`Telemetry.state` dictionary read back from JSON (a snapshot's checkpoints), in the form
+    ``state()`` gives it: the list counters as tuples, the drafters' too. Nothing is checked here
+    (:meth:`Telemetry.from_state` checks); a value of another type is left as it is."""
+    out = dict(d)
+    for k in _FLAT_LISTS:
+        if isinstance(out.get(k), list):
+            out[k] = tuple(out[k])
+    by_drafter = out.get("by_drafter")
+    if isinstance(by_drafter, dict):
+        out["by_drafter"] = {
+            name: {k: tuple(v) if isinstance(v, list) else v for k, v in c.items()} if isinstance(c, dict) else c
+            for name, c in by_drafter.items()
+        }
+    return out
 
 
 def _grow(xs: list[int], n: int) -> None:
@@ -294,3 +333,53 @@ def figures(t: Telemetry) -> dict[str, Any]:
         "draft_rollback_paths": dict(t.draft_rollback_paths),
         "draft_restore_seconds": t.draft_restore_seconds,
     }
+
+
+class TelemetryView:
+    """``Session.telemetry_dict()`` of one moment, built when called: what a round's telemetry event
+    holds until something reads it.
+
+    ``counters`` is a :meth:`Telemetry.state` copy taken then; ``strategy_stats``, ``extra`` (the
+    drafter's own figures), ``kv`` and ``policy`` were taken then too; ``memory`` and ``machine`` are views
+    (:class:`~specviz.decoding.machine.MemoryView`, :class:`~specviz.decoding.machine.MachineView`) read
+    then and built with the rest. The derived figures are computed only when it is called.
+
+    One object with slots, not a closure: the session keeps every round's event, so whatever a round's
+    view holds lives in the garbage collector's oldest generation, and CPython walks all of it on every
+    full collection (the next one comes once a quarter as much again has survived). A closure over these
+    eight values was a function, eight cells and their tuple, and the memory and machine views two more
+    of each: 21 objects a round where this is 3.
+    """
+
+    __slots__ = ("counters", "strategy", "strategy_stats", "extra", "kv", "policy", "memory", "machine")
+
+    def __init__(
+        self,
+        counters: dict[str, Any],
+        strategy: str,
+        strategy_stats: dict[str, Any],
+        extra: dict[str, Any],
+        kv: int,
+        policy: dict[str, Any],
+        memory: Callable[[], dict[str, Any]],
+        machine: Callable[[], dict[str, Any]],
+    ) -> None:
+        self.counters = counters
+        self.strategy = strategy
+        self.strategy_stats = strategy_stats
+        self.extra = extra
+        self.kv = kv
+        self.policy = policy
+        self.memory = memory
+        self.machine = machine
+
+    def __call__(self) -> dict[str, Any]:
+        out = figures(Telemetry.from_state(self.counters))
+        out["strategy"] = self.strategy
+        out["strategy_stats"] = self.strategy_stats
+        out.update(self.extra)
+        out["kv"] = self.kv
+        out["policy"] = self.policy
+        out["memory"] = self.memory()
+        out["machine"] = self.machine()
+        return out
