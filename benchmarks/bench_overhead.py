@@ -25,6 +25,12 @@ decode streams 250 MB of weights through the caches every round, and the Python 
 rows of a megabyte, as on a GPU host running the embedded model, where issue 26's target was missed
 (docs/performance.md, "On an NVIDIA H200"). It puts that regime on a machine without a GPU.
 
+The garbage collector's time is counted apart too (``of which GC`` column, through ``gc.callbacks``), and
+as a mean over every run of a setting rather than a median: CPython's full collections walk every object
+the process keeps (some 40,000 here, about 12 ms) and come every few hundred rounds, so most runs have
+none and a median of three hides the one that has. The mean spreads them over the rounds, as a long
+generation pays them.
+
 Runs: greedy (the targets: 0.25 ms a round for ``none`` and every draftless strategy at every draft
 length) and, with ``--temperature``, sampled decoding (reported, no target). Each setting runs
 ``--repeats`` times; the table gives the median and the best.
@@ -38,6 +44,7 @@ Usage: python benchmarks/bench_overhead.py [--model GGUF | --tiny-model | --tiny
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import statistics
@@ -139,14 +146,53 @@ class KernelTimer(LlamaCallTimer):
         rowscan_kernel.forget_buffers()
 
 
+class GcTimer:
+    """Times CPython's garbage collections (``gc.callbacks``), wall clock, while installed."""
+
+    def __init__(self) -> None:
+        self.wall = 0.0
+        self.collections = 0
+        self._start = 0.0
+
+    def _callback(self, phase: str, info: dict) -> None:
+        if phase == "start":
+            self._start = time.perf_counter()
+        else:
+            self.wall += time.perf_counter() - self._start
+            self.collections += 1
+
+    def install(self) -> GcTimer:
+        """Start timing collections."""
+        gc.callbacks.append(self._callback)
+        return self
+
+    def uninstall(self) -> None:
+        """Stop timing collections."""
+        gc.callbacks.remove(self._callback)
+
+    def reset(self) -> None:
+        """Zero the counters."""
+        self.wall = 0.0
+        self.collections = 0
+
+
 def one_run(
-    session: Session, timer: LlamaCallTimer, kernel: KernelTimer, prompt: str, strategy: str, knobs: dict, args
+    session: Session,
+    timer: LlamaCallTimer,
+    kernel: KernelTimer,
+    prompt: str,
+    strategy: str,
+    knobs: dict,
+    args,
+    collector: GcTimer,
 ) -> dict:
-    """One generation; specviz's and llama.cpp's time per round, and the row scans' share of specviz's."""
+    """One generation; specviz's and llama.cpp's time per round, and the row scans' and the garbage
+    collector's shares of specviz's (``gc_seconds``: the collections' total, for a mean over runs)."""
     sampling = {"temperature": args.temperature, "top_k": args.top_k, "top_p": args.top_p}
     session.start(prompt, args.max_tokens, strategy, seed=1, **sampling, **knobs)
     timer.reset()
     kernel.reset()
+    collector.reset()
     w0, c0 = time.perf_counter(), time.thread_time()
     session.run()
     wall, cpu = time.perf_counter() - w0, time.thread_time() - c0
@@ -159,6 +205,7 @@ def one_run(
         "llama_ms": timer.wall / rounds * 1e3,
         "scan_ms": kernel.wall / rounds * 1e3,
         "llama_calls": timer.calls / rounds,
+        "gc_seconds": collector.wall,
     }
 
 
@@ -205,22 +252,27 @@ def main(argv: list[str] | None = None) -> int:
     prompt = WORKLOADS[args.kind][args.prompt]
     kernel = KernelTimer().install()
     timer = LlamaCallTimer().install()
+    collector = GcTimer().install()
     try:
-        one_run(session, timer, kernel, prompt, "none", {}, args)  # warm-up: page the model in
+        one_run(session, timer, kernel, prompt, "none", {}, args, collector)  # warm-up: page the model in
         rows: list[dict[str, Any]] = []
         for strat in strategies:
             for k in [1] if strat == "none" else lengths:
                 knobs = {} if strat == "none" else dict(KNOBS.get(strat, {}), draft_max=k)
-                runs = [one_run(session, timer, kernel, prompt, strat, knobs, args) for _ in range(args.repeats)]
+                runs = [
+                    one_run(session, timer, kernel, prompt, strat, knobs, args, collector) for _ in range(args.repeats)
+                ]
                 row = {"strategy": strat, "draft_max": None if strat == "none" else k}
                 for key in ("rounds", "tokens", "llama_ms", "llama_calls", "scan_ms"):
                     row[key] = statistics.median(r[key] for r in runs)
                 for key in ("specviz_wall_ms", "specviz_cpu_ms"):
                     row[key] = statistics.median(r[key] for r in runs)
                     row[key + "_best"] = min(r[key] for r in runs)
+                row["gc_ms"] = sum(r["gc_seconds"] for r in runs) / sum(r["rounds"] for r in runs) * 1e3  # a mean
                 rows.append(row)
                 print(f"{strat} draft_max={k}: {row['specviz_wall_ms']:.3f} ms", file=sys.stderr, flush=True)
     finally:
+        collector.uninstall()
         timer.uninstall()
         kernel.uninstall()
     mode = "greedy" if args.temperature == 0 else f"sampled (temperature {args.temperature}"
@@ -232,15 +284,16 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(
         "| strategy | draft_max | rounds | tokens/round | specviz ms/round (wall) | specviz ms/round (CPU) "
-        "| of which row scans | llama.cpp ms/round | llama.cpp calls/round |"
+        "| of which row scans | of which GC (mean) | llama.cpp ms/round | llama.cpp calls/round |"
     )
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         over = " ⚠" if r["specviz_wall_ms_best"] > args.target_ms and args.temperature == 0 else ""
         print(
             f"| {r['strategy']} | {r['draft_max'] if r['draft_max'] is not None else '–'} | {r['rounds']:.0f} "
             f"| {r['tokens'] / r['rounds']:.2f} | {r['specviz_wall_ms']:.3f} ({r['specviz_wall_ms_best']:.3f}){over} "
-            f"| {r['specviz_cpu_ms']:.3f} ({r['specviz_cpu_ms_best']:.3f}) | {r['scan_ms']:.3f} | {r['llama_ms']:.2f} "
+            f"| {r['specviz_cpu_ms']:.3f} ({r['specviz_cpu_ms_best']:.3f}) | {r['scan_ms']:.3f} | {r['gc_ms']:.3f} "
+            f"| {r['llama_ms']:.2f} "
             f"| {r['llama_calls']:.1f} |"
         )
     if args.json:

@@ -25,12 +25,13 @@ def test_the_overhead_benchmark_times_specviz_apart_from_llama_cpp_and_the_row_s
     args = ["--tiny-model", "--threads", "1", "--repeats", "1", "--max-tokens", "24"]
     assert bench.main([*args, "--draft-max", "1,3", "--strategies", "none,ngram-simple", "--json"]) == 0
     out = capsys.readouterr().out
-    assert "| of which row scans |" in out and "tiny-llama.gguf" in out
+    assert "| of which row scans | of which GC (mean) |" in out and "tiny-llama.gguf" in out
     rows = json.loads(out[out.index("\n[") + 1 :])
     assert [(r["strategy"], r["draft_max"]) for r in rows] == [("none", None), ("ngram-simple", 1), ("ngram-simple", 3)]
     for r in rows:
         assert r["tokens"] == 24 and r["rounds"] >= 1 and r["llama_calls"] >= 1
         assert 0 < r["scan_ms"] < r["specviz_wall_ms"]  # the scans are specviz's work, timed inside it
+        assert r["gc_ms"] >= 0  # the collections' mean (most short runs have none)
         assert r["llama_ms"] > 0 and r["specviz_cpu_ms"] > 0
 
 
@@ -60,3 +61,19 @@ def test_the_benchmark_takes_one_model(capsys):
         bench.main(["--tiny-model", "--tiny-wide-model"])
     assert e.value.code == 2
     assert "give one" in capsys.readouterr().err
+
+
+def test_the_collectors_time_is_counted_while_installed_only():
+    import gc
+
+    timer = _bench().GcTimer().install()
+    try:
+        gc.collect()
+        gc.collect(0)
+    finally:
+        timer.uninstall()
+    assert timer.collections == 2 and timer.wall > 0
+    gc.collect()
+    assert timer.collections == 2
+    timer.reset()
+    assert (timer.collections, timer.wall) == (0, 0.0)
