@@ -92,7 +92,8 @@ def test_from_state_refuses_counters_of_the_wrong_type():
         Telemetry.from_state({"rounds": "many"})
 
 
-def test_state_is_a_copy_the_live_counters_do_not_share():
+def _one_round(drafter: str | None = None) -> Telemetry:
+    """Counters after one round that drafted two tokens (probabilities 0.5) and accepted one."""
     t = Telemetry()
     t.record_round(
         n_drafted=2,
@@ -102,7 +103,13 @@ def test_state_is_a_copy_the_live_counters_do_not_share():
         verify_seconds=0.0,
         round_seconds=0.0,
         draft_probs=[0.5, 0.5],
+        drafter=drafter,
     )
+    return t
+
+
+def test_state_is_a_copy_the_live_counters_do_not_share():
+    t = _one_round()
     s = t.state()
     # the list counters are saved as tuples, which nothing can edit; editing a saved dictionary leaves the
     # session's counters alone ...
@@ -126,18 +133,7 @@ def test_state_keeps_no_list_the_garbage_collector_must_walk():
     full collection), the drafters' included."""
     import gc
 
-    t = Telemetry()
-    t.record_round(
-        n_drafted=2,
-        n_accepted=1,
-        n_committed=2,
-        draft_seconds=0.0,
-        verify_seconds=0.0,
-        round_seconds=0.0,
-        draft_probs=[0.5, 0.5],
-        drafter="ngram-mod",
-    )
-    s = t.state()
+    s = _one_round("ngram-mod").state()
     gc.collect()
     counters = [v for v in s.values() if isinstance(v, (list, tuple))]
     counters += [v for c in s["by_drafter"].values() for v in c.values() if isinstance(v, (list, tuple))]

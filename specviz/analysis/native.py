@@ -198,16 +198,12 @@ def run_tool(
     strategy: str,
     knobs: dict[str, Any],
     *,
-    n_predict: int,
-    threads: int,
-    n_ctx: int,
-    n_batch: int = 512,
-    n_ubatch: int = 512,
-    extra: Sequence[str] = (),
     timeout: float = 600.0,
     attempts: int = 10,
+    **options: Any,
 ) -> ToolReport:
-    """Run ``llama-speculative-simple`` as :func:`tool_command` says and read its report.
+    """Run ``llama-speculative-simple`` as :func:`tool_command` says (``options``: its keyword arguments,
+    ``n_predict``, ``threads`` and ``n_ctx`` among them) and read its report.
 
     The tool logs through a queue that a background thread writes out, and upstream never shuts that
     logger down (llama.cpp issue 22142), so the last lines — the counters — can be lost when the process
@@ -215,19 +211,7 @@ def run_tool(
     (``tools/native/flush-log-at-exit.cpp``); a tool built elsewhere (``SPECVIZ_LLAMA_TOOLS``) may still
     lose them, so a run whose report is incomplete is repeated, up to ``attempts`` times.
     """
-    cmd = tool_command(
-        binary,
-        model,
-        prompt,
-        strategy,
-        knobs,
-        n_predict=n_predict,
-        threads=threads,
-        n_ctx=n_ctx,
-        n_batch=n_batch,
-        n_ubatch=n_ubatch,
-        extra=extra,
-    )
+    cmd = tool_command(binary, model, prompt, strategy, knobs, **options)
     for attempt in range(attempts):
         res = subprocess.run(cmd, capture_output=True, timeout=timeout)
         stderr = res.stderr.decode("utf-8", "replace")
