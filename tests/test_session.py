@@ -417,7 +417,9 @@ def test_a_round_leaves_few_objects_for_the_garbage_collector(tiny_model, strate
     CPython's oldest generation, which a full collection walks whole, and the next full collection comes
     once a quarter as much again has survived: each object a round keeps costs time in every later round.
     The telemetry view as closures and the counters' copies as lists kept 39 objects a round; now it is
-    one per event, the checkpoint, the three views and the counters' dictionaries."""
+    one per event, the checkpoint, the three views and the counters' dictionaries: 11.0 a round for
+    ``none`` and 12.3 for prompt-lookup here. One more closure a round (a function, a cell, their tuple)
+    takes either above the bound."""
     import gc
 
     s = Session(tiny_model, n_ctx=256, n_batch=32, n_ubatch=32, n_threads=1)
@@ -432,4 +434,4 @@ def test_a_round_leaves_few_objects_for_the_garbage_collector(tiny_model, strate
     gc.collect()
     per_round = (len(gc.get_objects()) - before) / rounds
     assert rounds >= 8
-    assert per_round <= 16, f"{per_round:.1f} objects tracked by the garbage collector kept a round"
+    assert per_round <= 13, f"{per_round:.1f} objects tracked by the garbage collector kept a round"

@@ -175,15 +175,9 @@ class Telemetry:
         lives that long on each full collection, while it stops tracking a tuple of numbers the first
         time it sees one. :meth:`from_state` turns them back into lists.
         """
-        d = self.__dict__.copy()
-        for k in _FLAT_LISTS:
-            d[k] = tuple(d[k])
+        d = _recast(self.__dict__, tuple)
         for k in _FLAT_DICTS:
             d[k] = d[k].copy()
-        d["by_drafter"] = {
-            name: {k: tuple(v) if isinstance(v, list) else v for k, v in c.items()}
-            for name, c in self.by_drafter.items()
-        }
         return d
 
     @classmethod
@@ -191,18 +185,9 @@ class Telemetry:
         """Rebuild from :meth:`state` (unknown keys are ignored; a wrong type raises TypeError). The list
         counters may come as tuples (:meth:`state`) or lists (a snapshot's JSON); they become new lists."""
         t = cls()
-        for k, v in d.items():
+        for k, v in _recast(d, list).items():
             if hasattr(t, k):
                 want = type(getattr(t, k))
-                if want is list and isinstance(v, tuple):
-                    v = list(v)
-                elif k == "by_drafter" and isinstance(v, dict):
-                    v = {
-                        name: {ck: list(cv) if isinstance(cv, tuple) else cv for ck, cv in c.items()}
-                        if isinstance(c, dict)
-                        else c
-                        for name, c in v.items()
-                    }
                 if not isinstance(v, want) and not (isinstance(v, int) and want is float):
                     raise TypeError(f"telemetry counter {k!r} has type {type(v).__name__}")
                 setattr(t, k, v)
@@ -224,15 +209,22 @@ assert len(_FLAT_LISTS) + len(_FLAT_DICTS) == len(_CONTAINERS), "a container cou
 def state_from_json(d: dict[str, Any]) -> dict[str, Any]:
     """A :meth:`Telemetry.state` dictionary read back from JSON (a snapshot's checkpoints), in the form
     ``state()`` gives it: the list counters as tuples, the drafters' too. Nothing is checked here
-    (:meth:`Telemetry.from_state` checks); a value of another type is left as it is."""
+    (:meth:`Telemetry.from_state` checks)."""
+    return _recast(d, tuple)
+
+
+def _recast(d: dict[str, Any], seq: type[tuple] | type[list]) -> dict[str, Any]:
+    """A copy of the counters ``d`` whose list counters, the flat ones and each drafter's, are new
+    ``seq`` (tuples in a saved state, lists in live counters); every other value is left as it is, to be
+    checked by whoever reads it."""
     out = dict(d)
     for k in _FLAT_LISTS:
-        if isinstance(out.get(k), list):
-            out[k] = tuple(out[k])
+        if isinstance(out.get(k), (list, tuple)):
+            out[k] = seq(out[k])
     by_drafter = out.get("by_drafter")
     if isinstance(by_drafter, dict):
         out["by_drafter"] = {
-            name: {k: tuple(v) if isinstance(v, list) else v for k, v in c.items()} if isinstance(c, dict) else c
+            name: {k: seq(v) if isinstance(v, (list, tuple)) else v for k, v in c.items()} if isinstance(c, dict) else c
             for name, c in by_drafter.items()
         }
     return out
