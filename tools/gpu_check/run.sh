@@ -29,10 +29,16 @@
 #   GPU_CHECK_PREBUILT 1 (default): use the carried build of prebuild.sh when it matches; 0: build here
 #   GPU_CHECK_MODEL    shape of the test model as sized_models options (default: its 1.1B defaults)
 #   GPU_CHECK_BENCH    "overhead,wide,native" (default) or a subset ("wide": the overhead benchmark again on
-#                      a model of the embedded Gemma 3 270M's shape, its 262k vocabulary included);
-#                      GPU_CHECK_REPEATS (default 1),
+#                      a model of the embedded Gemma 3 270M's shape, its 262k vocabulary included; "sampled",
+#                      not in the default: the same on that model with sampled decoding, after "wide");
+#                      GPU_CHECK_REPEATS (default 1; GPU_CHECK_NATIVE_REPEATS: the native comparison's, default
+#                      the same),
 #                      GPU_CHECK_KINDS (default quote,code-rewrite,free), GPU_CHECK_MAX_TOKENS (default 128),
-#                      GPU_CHECK_STRATEGIES (the native comparison's; default: the benchmark's own five)
+#                      GPU_CHECK_STRATEGIES (the native comparison's; default: the benchmark's own five),
+#                      GPU_CHECK_WIDE_STRATEGIES and GPU_CHECK_WIDE_DRAFT (the "wide" benchmark's strategies
+#                      and draft lengths; default none,prompt-lookup,ngram-simple,ngram-mod and 1,16; "all":
+#                      every draftless strategy), GPU_CHECK_SCAN_THREADS (comma-separated thread counts a row
+#                      is read by in the "wide" benchmark's second pass; default: the cores, at most 16)
 #   GPU_CHECK_TESTS    1 (default): run the device tests; 0: leave them out. GPU_CHECK_TESTS_TIMEOUT: their
 #                      limit in seconds (default 150)
 #   GPU_CHECK_DEADLINE seconds from the start after which the benchmarks are cut short (default 570)
@@ -49,10 +55,14 @@ work=${GPU_CHECK_WORK:-/tmp/specviz-gpu-check}
 out=${OUT:-$work/out}
 deadline=${GPU_CHECK_DEADLINE:-570}
 repeats=${GPU_CHECK_REPEATS:-1}
+native_repeats=${GPU_CHECK_NATIVE_REPEATS:-$repeats}
 kinds=${GPU_CHECK_KINDS:-quote,code-rewrite,free}
 native_strategies=${GPU_CHECK_STRATEGIES:-}
 max_tokens=${GPU_CHECK_MAX_TOKENS:-128}
 benches=${GPU_CHECK_BENCH:-overhead,wide,native}
+wide_strategies=${GPU_CHECK_WIDE_STRATEGIES:-none,prompt-lookup,ngram-simple,ngram-mod}
+wide_draft=${GPU_CHECK_WIDE_DRAFT:-1,16}
+scan_threads=${GPU_CHECK_SCAN_THREADS:-}
 run_tests=${GPU_CHECK_TESTS:-1}
 tests_timeout=${GPU_CHECK_TESTS_TIMEOUT:-150}
 failed=""  # a check that failed but let the benchmarks run: the script still fails, at its end
@@ -301,20 +311,35 @@ if [[ ",$benches," == *",wide,"* ]]; then
   step "the overhead benchmark on the embedded model's shape (a 262k vocabulary), every layer on the device"
   wait "$wide_pid" || { cat "$det/model-262k.log"; die "writing the 262k-vocabulary model failed (details: model-262k.log)"; }
   cat "$det/model-262k.log"
+  wide_sel=(--draft-max "$wide_draft")
+  [ "$wide_strategies" = all ] || wide_sel+=(--strategies "$wide_strategies")
   bench overhead-262k $(( $(left) / 2 )) specviz '\[' "$py" "$repo/benchmarks/bench_overhead.py" --model "$wide_model" \
-    "${on_device[@]}" --draft-max 1,16 --strategies none,prompt-lookup,ngram-simple,ngram-mod --json
-  # the rows arrive from the device in host memory: the same rounds with a row cut into as many pieces as
-  # there are cores (up to 16) instead of the kernel's 4, to see whether more threads read one faster
-  rows_cap=$(( threads < 16 ? threads : 16 ))
-  step "the same on the 262k vocabulary, a row read by $rows_cap threads (SPECVIZ_SCAN_THREADS)"
-  SPECVIZ_SCAN_THREADS=$rows_cap bench overhead-262k-rows $(( $(left) / 3 )) specviz '\[' "$py" \
-    "$repo/benchmarks/bench_overhead.py" --model "$wide_model" "${on_device[@]}" --draft-max 16 \
-    --strategies none,prompt-lookup --json
+    "${on_device[@]}" "${wide_sel[@]}" --json
+  # the rows arrive from the device in host memory: the same rounds with a row cut into more pieces than the
+  # kernel's default 4 (by default as many as there are cores, up to 16), to see whether more threads read
+  # one faster
+  [ -n "$scan_threads" ] || scan_threads=$(( threads < 16 ? threads : 16 ))
+  IFS=, read -r -a scan_list <<<"$scan_threads"
+  for k in "${scan_list[@]}"; do
+    step "the same on the 262k vocabulary, a row read by $k threads (SPECVIZ_SCAN_THREADS)"
+    SPECVIZ_SCAN_THREADS=$k bench "overhead-262k-rows-$k" $(( $(left) / (${#scan_list[@]} + 1) )) specviz '\[' "$py" \
+      "$repo/benchmarks/bench_overhead.py" --model "$wide_model" "${on_device[@]}" "${wide_sel[@]}" --json
+  done
+fi
+if [[ ",$benches," == *",sampled,"* ]]; then
+  # sampled decoding (issue 26 asks for its figures, with no target): the same selection on the model of
+  # the embedded model's shape, temperature 0.8 with top-k 40
+  step "the overhead benchmark, sampled (temperature 0.8, top-k 40), on the 262k vocabulary"
+  [ -z "$wide_pid" ] || wait "$wide_pid" || die "writing the 262k-vocabulary model failed (details: model-262k.log)"
+  [ -f "$wide_model" ] || die "the sampled benchmark runs on the 262k-vocabulary model: add wide to GPU_CHECK_BENCH"
+  bench overhead-262k-sampled $(( $(left) / 2 )) specviz '\[' "$py" "$repo/benchmarks/bench_overhead.py" \
+    --model "$wide_model" "${on_device[@]}" "${wide_sel[@]}" \
+    --temperature 0.8 --top-k 40 --json
 fi
 if [[ ",$benches," == *",native,"* ]]; then
   step "specviz against llama-speculative-simple, every layer on the device"
   bench native $(( $(left) - 10 )) 'specviz vs' '{' "$py" "$repo/benchmarks/bench_native.py" --model "$model" \
-    "${on_device[@]}" --kinds "$kinds" --max-tokens "$max_tokens" --prompts 0 \
+    --n-gpu-layers "$ngl" --threads "$threads" --repeats "$native_repeats" --kinds "$kinds" --max-tokens "$max_tokens" --prompts 0 \
     ${native_strategies:+--strategies "$native_strategies"} --json
 fi
 echo
