@@ -43,6 +43,7 @@ _SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
     "specviz_topk": (ctypes.c_int64, [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p]),
     "specviz_rank": (ctypes.c_int64, [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64]),
     "specviz_scan_threads": (ctypes.c_int, []),
+    "specviz_default_scan_threads": (ctypes.c_int, []),
     "specviz_set_scan_threads": (ctypes.c_int, [ctypes.c_int]),
     "specviz_vector_paths": (ctypes.c_int, []),
     "specviz_tempered": (
@@ -448,17 +449,24 @@ def forget_buffers() -> None:
 
 def scan_threads() -> int:
     """How many threads :func:`scan` cuts a long row into (1 without OpenMP or without the kernel): the
-    cap (4 unless :func:`set_scan_threads` or ``SPECVIZ_SCAN_THREADS`` changed it) or OpenMP's thread
-    count, whichever is lower."""
+    cap (:func:`default_scan_threads` unless :func:`set_scan_threads` or ``SPECVIZ_SCAN_THREADS`` changed
+    it) or OpenMP's thread count, whichever is lower."""
     fns = load()
     return int(fns.scan_threads()) if fns is not None else 1
 
 
+def default_scan_threads() -> int:
+    """The cap on a long row's pieces when nothing sets one (the C file says why it is what it is); 1
+    without the kernel."""
+    fns = load()
+    return int(fns.default_scan_threads()) if fns is not None else 1
+
+
 def set_scan_threads(cap: int) -> int:
     """Cut a long row into at most ``cap`` pieces, one per thread (1 to ``SCAN_THREADS_MAX``; the default
-    is 4), for every thread of the process, and return :func:`scan_threads` after it. The results do not
-    depend on it (the pieces are joined as one pass would find them); only the time does. Raises
-    ``ValueError`` for a cap out of range, and ``RuntimeError`` without the kernel."""
+    is :func:`default_scan_threads`), for every thread of the process, and return :func:`scan_threads`
+    after it. The results do not depend on it (the pieces are joined as one pass would find them); only
+    the time does. Raises ``ValueError`` for a cap out of range, and ``RuntimeError`` without the kernel."""
     _checked_cap(cap)
     fns = load()
     if fns is None:

@@ -315,9 +315,9 @@ if [[ ",$benches," == *",wide,"* ]]; then
   [ "$wide_strategies" = all ] || wide_sel+=(--strategies "$wide_strategies")
   bench overhead-262k $(( $(left) / 2 )) specviz '\[' "$py" "$repo/benchmarks/bench_overhead.py" --model "$wide_model" \
     "${on_device[@]}" "${wide_sel[@]}" --json
-  # the rows arrive from the device in host memory: the same rounds with a row cut into more pieces than the
-  # kernel's default 4 (by default as many as there are cores, up to 16), to see whether more threads read
-  # one faster
+  # the rows arrive from the device in host memory: the same rounds with a row read by other numbers of
+  # threads than the kernel's default cap (8; by default as many as there are cores, up to 16), to see
+  # whether more or fewer threads read one faster
   [ -n "$scan_threads" ] || scan_threads=$(( threads < 16 ? threads : 16 ))
   IFS=, read -r -a scan_list <<<"$scan_threads"
   for k in "${scan_list[@]}"; do
