@@ -37,7 +37,7 @@ length) and, with ``--temperature``, sampled decoding (reported, no target). Eac
 
 Usage: python benchmarks/bench_overhead.py [--model GGUF | --tiny-model | --tiny-wide-model]
            [--n-gpu-layers N] [--threads N] [--max-tokens 96] [--repeats 3] [--draft-max 1,2,4,8,16]
-           [--strategies none,ngram-simple,...]
+           [--strategies none,ngram-simple,...] [--draft-policy fixed|adaptive|cost]
            [--temperature 0.8 [--top-k 40] [--top-p 0.95]] [--kind quote] [--prompt 0] [--json]
 """
 
@@ -58,6 +58,7 @@ from specviz import Session, strategy_class, strategy_names
 from specviz.analysis.workloads import WORKLOADS
 from specviz.backends import LlamaModel
 from specviz.decoding import rowscan_kernel
+from specviz.decoding.policy import POLICIES
 from specviz.models.embedded import default_model_path
 from specviz.testing.sized_models import LlamaShape, write_random_llama
 from specviz.testing.tiny_models import write_tiny_llama
@@ -228,6 +229,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--top-k", type=int, default=0, help="sampled decoding's top-k (0: off)")
     ap.add_argument("--top-p", type=float, default=1.0, help="sampled decoding's top-p (1: off)")
     ap.add_argument("--kind", default="quote", choices=sorted(WORKLOADS))
+    ap.add_argument(
+        "--draft-policy",
+        default="fixed",
+        choices=POLICIES,
+        help="the drafting strategies' policy (cost: its own work each round is specviz's too)",
+    )
     ap.add_argument("--prompt", type=int, default=0)
     ap.add_argument("--target-ms", type=float, default=0.25, help="the per-round target, marked in the table")
     ap.add_argument("--json", action="store_true")
@@ -258,7 +265,9 @@ def main(argv: list[str] | None = None) -> int:
         rows: list[dict[str, Any]] = []
         for strat in strategies:
             for k in [1] if strat == "none" else lengths:
-                knobs = {} if strat == "none" else dict(KNOBS.get(strat, {}), draft_max=k)
+                knobs = (
+                    {} if strat == "none" else dict(KNOBS.get(strat, {}), draft_max=k, draft_policy=args.draft_policy)
+                )
                 runs = [
                     one_run(session, timer, kernel, prompt, strat, knobs, args, collector) for _ in range(args.repeats)
                 ]
@@ -277,6 +286,7 @@ def main(argv: list[str] | None = None) -> int:
         kernel.uninstall()
     mode = "greedy" if args.temperature == 0 else f"sampled (temperature {args.temperature}"
     mode += "" if args.temperature == 0 else f", top-k {args.top_k}, top-p {args.top_p})"
+    mode += "" if args.draft_policy == "fixed" else f", the {args.draft_policy} policy"
     print(
         f"\nspecviz's own time per round, {mode}: {model_path.name}, n_gpu_layers={args.n_gpu_layers}, "
         f"{args.threads} threads, {args.kind} prompt #{args.prompt}, {args.max_tokens} tokens, median (best) "

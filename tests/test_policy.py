@@ -69,6 +69,85 @@ def test_the_cost_curve_is_the_cost_of_every_batch_size():
     assert c.curve(8)[6] == 0.05
 
 
+def test_the_cost_table_after_updates_is_the_table_of_its_points():
+    """What update() keeps up to date in place (the blended size's stretch of the table, up to the measured
+    sizes on either side) equals the table a fresh model of the same points builds, and both equal numpy's
+    interpolation: sizes with gaps, updates at measured sizes, at new ones between and beyond them."""
+    import numpy as np
+
+    rng = np.random.default_rng(3)
+    for _ in range(200):
+        sizes = sorted({1, *rng.choice(np.arange(2, 40), size=int(rng.integers(1, 8)), replace=False).tolist()})
+        c = VerifyCostModel(sizes, rng.uniform(1e-3, 5e-3, len(sizes)).tolist())
+        for _ in range(12):
+            known = [int(b) for b in c.sizes]
+            b = int(rng.choice(known)) if rng.random() < 0.7 else int(rng.integers(1, 48))
+            c.update(b, float(rng.uniform(1e-3, 6e-3)))
+            n = int(c.sizes[-1]) + 5
+            fresh = VerifyCostModel(c.sizes.tolist(), c.seconds.tolist())
+            assert c.curve(n) == fresh.curve(n)
+            last = int(c.sizes[-1])
+            want = np.interp(np.arange(1, last + 1), c.sizes, c.seconds)
+            assert c.curve(last) == pytest.approx(want.tolist(), rel=1e-12, abs=0)
+
+
+def _brute_force_length(p: CostPolicy, draft_min: int, draft_max: int, tile: int) -> int:
+    """The class docstring's choice written out with no shortcut: every length the tile keeps, its expected
+    tokens over its expected seconds, against plain decoding's rate times the margin."""
+    assert p.cost is not None
+    plain = 1.0 / (p.cost(1) + p.plain_upkeep_seconds)
+    rate_p = max(p.proposal_rate, p.MIN_PROPOSAL)
+    declined = (1.0 - rate_p) / rate_p * p.decline_seconds
+    best_k, best = 0, plain * p.MARGIN
+    for k in range(max(draft_min, 1), draft_max + 1):
+        if tile_aligned(k, tile) != k:
+            continue
+        e = p.expected_tokens(k)
+        rate = e / (p.cost(k + 1) + p.draft_tok_seconds * k + p.upkeep_tok_seconds * e + declined)
+        if rate > best:
+            best_k, best = k, rate
+    return best_k
+
+
+def test_the_cost_policys_choice_is_the_brute_force_choice():
+    """length() skips the lengths when none can beat plain decoding and keeps the tile's lengths between
+    rounds: on random states (acceptance from hopeless to sure, flat GPU-like and steep CPU-like verify
+    costs, noisy ones that are not increasing, tiles, minimum lengths) it picks what trying every length
+    picks."""
+    import numpy as np
+
+    rng = np.random.default_rng(11)
+    chose_plain = chose_draft = 0
+    for _ in range(3000):
+        n = int(rng.integers(2, 26))
+        base = float(rng.uniform(1e-3, 2e-2))
+        slope = base * float(rng.choice([0.0, 0.01, 0.1, 1.0]))
+        secs = [base + slope * b + float(rng.normal(0, base * 0.03)) for b in range(1, n + 1)]
+        p = CostPolicy(VerifyCostModel(list(range(1, n + 1)), [max(t, 1e-5) for t in secs]))
+        # one acceptance for every run position, or each bucket its own (a first token seldom right, the
+        # ones after a run nearly always: only the long drafts pay)
+        levels = [0.0, 0.02, 0.05, 0.3, 0.7, 0.95, 1.0]
+        accept = [float(rng.choice(levels))] * p.BUCKETS if rng.random() < 0.5 else rng.choice(levels, p.BUCKETS)
+        p.tries = [float(rng.integers(0, 30)) for _ in range(p.BUCKETS)]
+        p.hits = [t * min(1.0, max(0.0, float(a) + float(rng.normal(0, 0.05)))) for t, a in zip(p.tries, accept)]
+        p.run = int(rng.integers(0, 40))
+        p.draft_tok_seconds = float(rng.choice([0.0, base * 0.01, base * 0.2]))
+        p.upkeep_tok_seconds = float(rng.choice([0.0, base * 0.05]))
+        p.proposal_rate = float(rng.choice([1.0, 0.5, 0.1]))
+        p.decline_seconds = float(rng.choice([0.0, base * 0.02]))
+        p.probe_every = p.PROBE_MAX  # no probe: the choice alone is compared
+        tile = int(rng.choice([1, 2, 4]))
+        for draft_min, draft_max in ((0, n - 1), (int(rng.integers(0, 4)), int(rng.integers(0, n)))):
+            p.rounds_since_evidence = 0
+            want = _brute_force_length(p, draft_min, draft_max, tile)
+            got, expected = p.length(draft_min, draft_max, tile)
+            assert got == want, (draft_min, draft_max, tile)
+            assert expected == pytest.approx(p.expected_tokens(got))
+            chose_plain += want == 0
+            chose_draft += want > 0
+    assert chose_plain > 500 and chose_draft > 500  # both sides of the shortcut were exercised
+
+
 def test_cost_model_learns_from_real_verify_times():
     c = VerifyCostModel([1, 2, 4], [1.0, 2.0, 4.0])
     for _ in range(50):

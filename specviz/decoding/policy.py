@@ -19,6 +19,8 @@ of a policy that learns nothing from some rounds are :class:`QuietPolicy`'s). Af
 
 from __future__ import annotations
 
+import bisect
+import math
 import time
 from typing import Any, Callable, Protocol, Sequence, runtime_checkable
 
@@ -169,43 +171,87 @@ class AdaptivePolicy(QuietPolicy):
 
 
 class VerifyCostModel:
-    """Measured seconds to verify a batch of b tokens, b = 1…n, interpolated between measured sizes."""
+    """Measured seconds to verify a batch of b tokens, b = 1…n, interpolated between measured sizes.
 
-    def __init__(self, sizes: Sequence[int], seconds: Sequence[float]) -> None:
-        self.sizes = np.asarray(sizes, dtype=float)
-        self.seconds = np.asarray(seconds, dtype=float)
+    The cost policy reads it every round (a curve of up to ``draft_max + 1`` sizes) and blends a real
+    verify time into it every round, so both are plain-Python work on a table of every whole batch size
+    up to the largest measured one (the measured sizes, and the interpolations between them), kept up to
+    date by :meth:`update` (numpy's ``interp`` and ``searchsorted`` cost more per call than the whole
+    lookup). :attr:`sizes` and :attr:`seconds` are the measured points, as arrays.
+    """
+
+    def __init__(self, sizes: Sequence[float], seconds: Sequence[float]) -> None:
+        self._sizes = [float(b) for b in sizes]
+        self._seconds = [float(t) for t in seconds]
+        self._rebuild()
+
+    @property
+    def sizes(self) -> np.ndarray:
+        """The measured batch sizes, ascending (a copy)."""
+        return np.asarray(self._sizes, dtype=float)
+
+    @property
+    def seconds(self) -> np.ndarray:
+        """The seconds of each measured size (a copy)."""
+        return np.asarray(self._seconds, dtype=float)
+
+    def _interp(self, b: float) -> float:
+        """Between measured sizes: the straight line through the two around ``b`` (below the first: the
+        first's seconds, as ``np.interp`` clamps)."""
+        xs, ys = self._sizes, self._seconds
+        if b <= xs[0]:
+            return ys[0]
+        j = bisect.bisect_right(xs, b) - 1
+        if xs[j] == b or j == len(xs) - 1:
+            return ys[j]
+        return ys[j] + (b - xs[j]) * (ys[j + 1] - ys[j]) / (xs[j + 1] - xs[j])
+
+    def _rebuild(self) -> None:
+        # every whole batch size up to the largest measured one: item b - 1
+        self._table = [self._interp(b) for b in range(1, int(self._sizes[-1]) + 1)]
+        self._at = {b: i for i, b in enumerate(self._sizes)}
 
     def __call__(self, b: int) -> float:
         """Estimated verify seconds for a batch of ``b`` tokens."""
-        if b <= self.sizes[-1]:
-            return float(np.interp(b, self.sizes, self.seconds))
+        if isinstance(b, int) and 1 <= b <= len(self._table):
+            return self._table[b - 1]
+        if b <= self._sizes[-1]:
+            return self._interp(b)
         return self._extend(b)
 
     def _extend(self, b: int) -> float:
-        # beyond the last measurement: extend the last segment's slope
-        s0, s1 = self.sizes[-2], self.sizes[-1]
-        t0, t1 = self.seconds[-2], self.seconds[-1]
-        return float(t1 + (b - s1) * (t1 - t0) / max(s1 - s0, 1))
+        # beyond the last measurement: extend the last segment's slope (flat after a single measurement)
+        s1, t1 = self._sizes[-1], self._seconds[-1]
+        if len(self._sizes) < 2:
+            return t1
+        s0, t0 = self._sizes[-2], self._seconds[-2]
+        return t1 + (b - s1) * (t1 - t0) / max(s1 - s0, 1)
 
     def curve(self, n: int) -> list[float]:
         """Estimated verify seconds for batches of 1 … ``n`` tokens (item ``b − 1``), each as :meth:`__call__`
-        gives it: one interpolation for all of a round's draft lengths instead of one each."""
-        m = min(n, int(self.sizes[-1]))  # the sizes are whole batches
-        out: list[float] = np.interp(np.arange(1, m + 1), self.sizes, self.seconds).tolist() if m > 0 else []
-        return out + [self._extend(b) for b in range(max(m, 0) + 1, n + 1)]
+        gives it: one slice of the table for all of a round's draft lengths instead of one look-up each."""
+        out = self._table[: max(n, 0)]
+        return out + [self._extend(b) for b in range(len(out) + 1, n + 1)]
 
     def to_dict(self) -> dict:
         """Plain form (for telemetry and snapshots)."""
-        return {"sizes": self.sizes.astype(int).tolist(), "seconds": self.seconds.tolist()}
+        return {"sizes": [int(b) for b in self._sizes], "seconds": list(self._seconds)}
 
     def update(self, b: int, seconds: float, weight: float = 0.2) -> None:
         """Blend a real verify time for a batch of ``b`` tokens into the model (moving average)."""
-        i = int(np.searchsorted(self.sizes, b))
-        if i < len(self.sizes) and self.sizes[i] == b:
-            self.seconds[i] += weight * (seconds - self.seconds[i])
-        else:
-            self.sizes = np.insert(self.sizes, i, float(b))
-            self.seconds = np.insert(self.seconds, i, seconds)
+        i = self._at.get(b)
+        if i is None:  # a size not measured yet: a new point (rare), the table made again
+            i = bisect.bisect_left(self._sizes, b)
+            self._sizes.insert(i, float(b))
+            self._seconds.insert(i, float(seconds))
+            self._rebuild()
+            return
+        self._seconds[i] += weight * (seconds - self._seconds[i])
+        # the table changes from the measured size before to the one after (just b where every size is measured)
+        lo = int(self._sizes[i - 1]) + 1 if i > 0 else 1
+        hi = int(self._sizes[i + 1]) - 1 if i + 1 < len(self._sizes) else len(self._table)
+        for x in range(lo, min(hi, len(self._table)) + 1):
+            self._table[x - 1] = self._interp(x)
 
     @classmethod
     def measure(
@@ -305,6 +351,7 @@ class CostPolicy(QuietPolicy):
         self.decline_seconds = 0.0  # what asking cost in a round that got no draft (moving average)
         self.resumes = 0
         self.resume_seconds = 0.0  # bringing a paused drafter's model back before a draft (moving average)
+        self._lengths_for: tuple[tuple[int, int, int] | None, tuple[int, ...]] = (None, ())
 
     def use_cost(self, cost: VerifyCostModel) -> None:
         """Adopt the measured verify cost curve."""
@@ -335,9 +382,10 @@ class CostPolicy(QuietPolicy):
     def _expected_curve(self, n: int) -> list[float]:
         """Expected committed tokens for draft lengths ``0…n`` after the current run."""
         est = self.bucket_estimates()
+        last = self.BUCKETS - 1
         curve, e, p = [1.0], 1.0, 1.0
-        for i in range(n):
-            p *= est[self.bucket(self.run + i)]
+        for position in range(self.run, self.run + n):
+            p *= est[min(position.bit_length(), last)]  # bucket(), inlined: this runs every round
             e += p
             curve.append(e)
         return curve
@@ -355,10 +403,14 @@ class CostPolicy(QuietPolicy):
         p = max(self.proposal_rate, self.MIN_PROPOSAL)
         declined = (1.0 - p) / p * self.decline_seconds  # the rounds that ask and get nothing, per draft
         best_k, best_rate = 0, plain_rate * self.MARGIN
-        for k in range(max(draft_min, 1), draft_max + 1):
-            if tile_aligned(k, tile) != k:
-                continue  # the session would round it down anyway
-            t = verify[k] + self.draft_tok_seconds * k + self.upkeep_tok_seconds * curve[k] + declined
+        per_draft, per_token = self.draft_tok_seconds, self.upkeep_tok_seconds
+        lengths = self._lengths(draft_min, draft_max, tile)
+        # no length can beat plain decoding when even the most tokens over the cheapest verify cannot (the
+        # usual round where nothing is being copied): the lengths need not be tried one by one
+        if lengths and curve[lengths[-1]] <= best_rate * min(verify[lengths[0] : lengths[-1] + 1]):
+            lengths = ()
+        for k in lengths:
+            t = verify[k] + per_draft * k + per_token * curve[k] + declined
             rate = curve[k] / t
             if rate > best_rate:
                 best_k, best_rate = k, rate
@@ -371,6 +423,15 @@ class CostPolicy(QuietPolicy):
                 self.probing = True
         self.last_length = best_k
         return best_k, curve[best_k]
+
+    def _lengths(self, draft_min: int, draft_max: int, tile: int) -> tuple[int, ...]:
+        """The draft lengths worth comparing: from ``max(draft_min, 1)`` to ``draft_max``, those the session
+        would not round down to suit the tile (kept for the next round, which nearly always asks the same)."""
+        key = (draft_min, draft_max, tile)
+        if self._lengths_for[0] != key:
+            ks = tuple(k for k in range(max(draft_min, 1), draft_max + 1) if tile_aligned(k, tile) == k)
+            self._lengths_for = (key, ks)
+        return self._lengths_for[1]
 
     def observe_verify(self, batch_size: int, seconds: float) -> None:
         """Refine the measured cost curve with a real verify of ``batch_size`` tokens."""
@@ -432,7 +493,7 @@ class CostPolicy(QuietPolicy):
             return 0
         ask = max(self.decline_seconds, self.draft_tok_seconds + self.upkeep_tok_seconds)
         rounds = (self.resume_seconds + ask) / (self.PROBE_SHARE * self.cost(1))
-        return int(min(np.ceil(rounds), self.PROBE_FLOOR_MAX))
+        return math.ceil(min(rounds, self.PROBE_FLOOR_MAX))
 
     def observe_upkeep(self, seconds: float, tokens: int, resume_seconds: float = 0.0) -> None:
         """Learn the drafter's upkeep of this round, by what :meth:`length` chose for it: a round kept
