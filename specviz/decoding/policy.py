@@ -250,7 +250,7 @@ class VerifyCostModel:
         # the table changes from the measured size before to the one after (just b where every size is measured)
         lo = int(self._sizes[i - 1]) + 1 if i > 0 else 1
         hi = int(self._sizes[i + 1]) - 1 if i + 1 < len(self._sizes) else len(self._table)
-        for x in range(lo, min(hi, len(self._table)) + 1):
+        for x in range(lo, hi + 1):
             self._table[x - 1] = self._interp(x)
 
     @classmethod
@@ -382,10 +382,10 @@ class CostPolicy(QuietPolicy):
     def _expected_curve(self, n: int) -> list[float]:
         """Expected committed tokens for draft lengths ``0…n`` after the current run."""
         est = self.bucket_estimates()
-        last = self.BUCKETS - 1
+        bucket = self.bucket
         curve, e, p = [1.0], 1.0, 1.0
         for position in range(self.run, self.run + n):
-            p *= est[min(position.bit_length(), last)]  # bucket(), inlined: this runs every round
+            p *= est[bucket(position)]
             e += p
             curve.append(e)
         return curve
