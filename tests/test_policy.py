@@ -148,6 +148,39 @@ def test_the_cost_policys_choice_is_the_brute_force_choice():
     assert chose_plain > 500 and chose_draft > 500  # both sides of the shortcut were exercised
 
 
+def test_a_cost_policy_that_keeps_its_curve_between_rounds_chooses_as_a_fresh_copy_of_its_state():
+    """length() keeps the expected-token curve while the run and the counts stand: through random rounds
+    (verified drafts, shadow hits and misses, idle rounds, a state loaded over it, its counts set by hand) a
+    policy that kept it chooses and expects what a fresh policy with the same state does."""
+    import numpy as np
+
+    rng = np.random.default_rng(5)
+    cost = VerifyCostModel(list(range(1, 18)), [0.01 + 0.0004 * b for b in range(1, 18)])
+    kept = CostPolicy(cost)
+    for i in range(600):
+        what = rng.choice(["draft", "hit", "miss", "idle", "load", "set"], p=[0.3, 0.2, 0.2, 0.2, 0.05, 0.05])
+        if what == "draft":
+            n = int(rng.integers(1, 17))
+            kept.observe(n, int(rng.integers(0, n + 1)), 1e-4)
+        elif what in ("hit", "miss"):
+            kept.observe_shadow(what == "hit")
+        elif what == "idle":
+            kept.observe_idle()
+        elif what == "load":
+            other = CostPolicy(cost)
+            other.observe(4, int(rng.integers(0, 5)), 1e-4)
+            kept.load(other.state())
+        else:
+            kept.tries = [float(rng.integers(0, 9)) for _ in range(kept.BUCKETS)]
+            kept.hits = [float(rng.integers(0, int(t) + 1)) for t in kept.tries]
+        fresh = CostPolicy(cost)
+        fresh.load(kept.state())
+        draft_max = int(rng.choice([4, 8, 16]))
+        assert kept.expected_tokens(draft_max) == fresh.expected_tokens(draft_max), i
+        assert kept.length(0, draft_max)[0] == fresh.length(0, draft_max)[0], (i, what)
+        kept.rounds_since_evidence = fresh.rounds_since_evidence = 0
+
+
 def test_cost_model_learns_from_real_verify_times():
     c = VerifyCostModel([1, 2, 4], [1.0, 2.0, 4.0])
     for _ in range(50):

@@ -386,23 +386,37 @@ def _steady(d: dict) -> dict:
     return out
 
 
-def test_telemetry_events_read_later_say_what_held_after_their_round(tiny_session):
+@pytest.mark.parametrize("policy", ["fixed", "adaptive", "cost"])
+def test_telemetry_events_read_later_say_what_held_after_their_round(tiny_session, policy):
     """A round's telemetry event builds its dictionary on first read (issue 26): read rounds later, it
-    still says what telemetry_dict() said when the round ended, not what holds when it is read."""
+    still says what telemetry_dict() said when the round ended, not what holds when it is read. The
+    policy's part too: the cost policy's estimates, counters and verify cost change every round, and the
+    event describes them from the state its checkpoint keeps and the cost's points taken then."""
     at_emit: dict[int, dict] = {}
+    policy_at_emit: dict[int, dict] = {}
 
     def note(ev):
         if isinstance(ev, TelemetryEvent):
             at_emit[ev.round] = _steady(tiny_session.telemetry_dict())
+            policy_at_emit[ev.round] = tiny_session.policy.describe()  # built now, not through the event's view
 
     tiny_session.subscribe(note)
-    tiny_session.start("the quick brown fox jumps over the lazy dog", 24, "prompt-lookup", draft_max=4)
+    tiny_session.start(
+        "the quick brown fox jumps over the lazy dog", 24, "prompt-lookup", draft_max=4, draft_policy=policy
+    )
     tiny_session.run()
     events = [e for e in tiny_session.events if isinstance(e, TelemetryEvent)]
     assert len(events) == tiny_session.round_index >= 4
+    described = [e.data["policy"] for e in events]
+    assert all(d["name"] == policy for d in described)
+    if policy != "fixed":  # what is described changed between rounds, so a stale description would differ
+        assert len({repr(d) for d in described}) > 1
     assert [e.data["rounds"] for e in events] == list(range(1, len(events) + 1))
     for e in events:
         assert _steady(e.data) == at_emit[e.round]
+        assert e.data["policy"] == policy_at_emit[e.round]
+    if policy == "cost":
+        assert all(d["verify_cost"] is not None for d in described[1:])
     last = events[-1]
     assert pickle.loads(pickle.dumps(events[0])).data == events[0].data  # pickling builds it first
     assert copy.deepcopy(last) == last and last.to_dict()["data"]["rounds"] == len(events)

@@ -120,13 +120,16 @@ class Generation:
         drafter: Drafter,
         rng: np.random.Generator,
         telemetry: dict[str, Any] | None = None,
+        policy_state: dict[str, Any] | None = None,
         *,
         rng_moved: bool = True,
     ) -> None:
         """Record the checkpoint of the current round (replacing one of the same round, which a finish
         without a round leaves behind). The session calls it after ``start`` and after every step;
         ``telemetry`` is a copy of the counters taken this round (:meth:`Telemetry.state`), shared with the
-        round's telemetry event, else one is taken (nobody changes either: a rewind copies it).
+        round's telemetry event, else one is taken (nobody changes either: a rewind copies it);
+        ``policy_state`` likewise, the policy's :meth:`~specviz.decoding.policy.DraftingPolicy.state` taken
+        this round and shared with that event's description of it.
 
         ``rng_moved=False`` says that nothing drew from ``rng`` since the last checkpoint (a greedy round
         of a drafter without a model of its own): that checkpoint's generator state is shared instead of
@@ -140,7 +143,7 @@ class Generation:
             knobs=dict(self.knobs),
             finished=self.finished if self.finished != "cancelled" else None,
             telemetry=telemetry if telemetry is not None else self.telemetry.state(),
-            policy=self.policy.state(),
+            policy=policy_state if policy_state is not None else self.policy.state(),
             rng=self.checkpoints[-1].rng if not rng_moved and self.checkpoints else dict(rng.bit_generator.state),
             drafter_state=drafter.state() if drafter.state_format else None,
             drafter_stats=drafter.stats.to_dict(),

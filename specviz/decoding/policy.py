@@ -30,6 +30,9 @@ from .tiling import tile_aligned, verify_tile
 
 POLICIES = ("fixed", "adaptive", "cost")
 
+#: A verify cost's measured batch sizes and their seconds (:meth:`VerifyCostModel.points`).
+CostPoints = tuple[tuple[int, ...], tuple[float, ...]]
+
 
 @runtime_checkable
 class DraftingPolicy(Protocol):
@@ -89,6 +92,17 @@ class DraftingPolicy(Protocol):
         """What the policy is working from, for telemetry (JSON-serialisable)."""
         ...
 
+    def cost_points(self) -> CostPoints | None:
+        """The verify cost's measured points as they are now (:meth:`VerifyCostModel.points`; None
+        without a cost model)."""
+        ...
+
+    @classmethod
+    def describe_state(cls, state: dict, points: CostPoints | None = None) -> dict:
+        """:meth:`describe` of a policy whose :meth:`state` was ``state`` and :meth:`cost_points`
+        ``points``: what a round's telemetry event keeps (both taken that round) and builds when read."""
+        ...
+
 
 class QuietPolicy:
     """The hooks of a policy that learns nothing from a round: every ``observe`` does nothing, no cost
@@ -125,9 +139,18 @@ class QuietPolicy:
     def load(self, d: dict) -> None:
         """Nothing to restore."""
 
-    def describe(self) -> dict:
+    def cost_points(self) -> CostPoints | None:
+        """None: no cost model."""
+        return None
+
+    @classmethod
+    def describe_state(cls, state: dict, points: CostPoints | None = None) -> dict:
         """The policy's name."""
-        return {"name": self.name}
+        return {"name": cls.name}
+
+    def describe(self) -> dict:
+        """What the policy is working from, for telemetry: :meth:`describe_state` of it now."""
+        return self.describe_state(self.state(), self.cost_points())
 
 
 class FixedPolicy(QuietPolicy):
@@ -163,8 +186,10 @@ class AdaptivePolicy(QuietPolicy):
     def state(self) -> dict:
         return {"current": self.current}
 
-    def describe(self) -> dict:
-        return {"name": self.name, "current": self.current}
+    @classmethod
+    def describe_state(cls, state: dict, points: CostPoints | None = None) -> dict:
+        """The name and the current length."""
+        return {"name": cls.name, "current": state["current"]}
 
     def load(self, d: dict) -> None:
         self.current = d.get("current")
@@ -210,6 +235,7 @@ class VerifyCostModel:
         # every whole batch size up to the largest measured one: item b - 1
         self._table = [self._interp(b) for b in range(1, int(self._sizes[-1]) + 1)]
         self._at = {b: i for i, b in enumerate(self._sizes)}
+        self._size_ints = tuple(int(b) for b in self._sizes)
 
     def __call__(self, b: int) -> float:
         """Estimated verify seconds for a batch of ``b`` tokens."""
@@ -235,7 +261,12 @@ class VerifyCostModel:
 
     def to_dict(self) -> dict:
         """Plain form (for telemetry and snapshots)."""
-        return {"sizes": [int(b) for b in self._sizes], "seconds": list(self._seconds)}
+        return {"sizes": list(self._size_ints), "seconds": list(self._seconds)}
+
+    def points(self) -> CostPoints:
+        """The measured sizes and their seconds as they are now, unchanged by later updates: what a
+        round's telemetry keeps (``VerifyCostModel(*points)`` is this model as of then)."""
+        return self._size_ints, tuple(self._seconds)
 
     def update(self, b: int, seconds: float, weight: float = 0.2) -> None:
         """Blend a real verify time for a batch of ``b`` tokens into the model (moving average)."""
@@ -352,6 +383,9 @@ class CostPolicy(QuietPolicy):
         self.resumes = 0
         self.resume_seconds = 0.0  # bringing a paused drafter's model back before a draft (moving average)
         self._lengths_for: tuple[tuple[int, int, int] | None, tuple[int, ...]] = (None, ())
+        # the expected-token curve of the last length(), by what it is made of (the run, n and the counts):
+        # a round where nothing is copied changes none of them, and recomputing it was most of its choice
+        self._curve_for: tuple[tuple | None, list[float]] = (None, [])
 
     def use_cost(self, cost: VerifyCostModel) -> None:
         """Adopt the measured verify cost curve."""
@@ -364,12 +398,16 @@ class CostPolicy(QuietPolicy):
 
     def bucket_estimates(self) -> list[float]:
         """Estimated acceptance per run-position bucket (see the class docstring)."""
-        a, b = self.PRIOR
-        below = (sum(self.hits) + a) / (sum(self.tries) + a + b)
+        return self._estimates(self.tries, self.hits)
+
+    @classmethod
+    def _estimates(cls, tries: Sequence[float], hits: Sequence[float]) -> list[float]:
+        a, b = cls.PRIOR
+        below = (sum(hits) + a) / (sum(tries) + a + b)
         out = []
-        for hits, tries in zip(self.hits, self.tries):
-            if tries > 0:
-                below = (hits + self.SHRINK * below) / (tries + self.SHRINK)
+        for h, t in zip(hits, tries):
+            if t > 0:
+                below = (h + cls.SHRINK * below) / (t + cls.SHRINK)
             out.append(below)
         return out
 
@@ -380,7 +418,11 @@ class CostPolicy(QuietPolicy):
         return self.bucket_estimates()[self.bucket(r + depth)]
 
     def _expected_curve(self, n: int) -> list[float]:
-        """Expected committed tokens for draft lengths ``0…n`` after the current run."""
+        """Expected committed tokens for draft lengths ``0…n`` after the current run (a list the caller
+        must not change: it is kept for the next round)."""
+        key = (self.run, n, tuple(self.tries), tuple(self.hits))
+        if self._curve_for[0] == key:
+            return self._curve_for[1]
         est = self.bucket_estimates()
         bucket = self.bucket
         curve, e, p = [1.0], 1.0, 1.0
@@ -388,6 +430,7 @@ class CostPolicy(QuietPolicy):
             p *= est[bucket(position)]
             e += p
             curve.append(e)
+        self._curve_for = (key, curve)
         return curve
 
     def expected_tokens(self, k: int) -> float:
@@ -417,7 +460,9 @@ class CostPolicy(QuietPolicy):
         self.probing = False
         if best_k == 0:
             self.rounds_since_evidence += 1
-            if self.rounds_since_evidence >= max(self.probe_every, self.probe_floor()):
+            # the floor (a few divisions) only once the interval is due: most plain rounds are not
+            due = self.rounds_since_evidence >= self.probe_every
+            if due and self.rounds_since_evidence >= self.probe_floor():
                 self.rounds_since_evidence = 0
                 best_k = max(draft_min, 1)
                 self.probing = True
@@ -489,11 +534,15 @@ class CostPolicy(QuietPolicy):
     def probe_floor(self) -> int:
         """The fewest plain rounds between probes that keep a probe's cost to the drafter (a resume, and a
         draft step or a declined ask, whichever is dearer) within :attr:`PROBE_SHARE` of their time."""
-        if self.cost is None:
+        return self._floor(self.state(), self.cost)
+
+    @classmethod
+    def _floor(cls, state: dict, cost: VerifyCostModel | None) -> int:
+        if cost is None:
             return 0
-        ask = max(self.decline_seconds, self.draft_tok_seconds + self.upkeep_tok_seconds)
-        rounds = (self.resume_seconds + ask) / (self.PROBE_SHARE * self.cost(1))
-        return math.ceil(min(rounds, self.PROBE_FLOOR_MAX))
+        ask = max(state["decline_seconds"], state["draft_tok_seconds"] + state["upkeep_tok_seconds"])
+        rounds = (state["resume_seconds"] + ask) / (cls.PROBE_SHARE * cost(1))
+        return math.ceil(min(rounds, cls.PROBE_FLOOR_MAX))
 
     def observe_upkeep(self, seconds: float, tokens: int, resume_seconds: float = 0.0) -> None:
         """Learn the drafter's upkeep of this round, by what :meth:`length` chose for it: a round kept
@@ -516,24 +565,30 @@ class CostPolicy(QuietPolicy):
     #: Labels of the run-position buckets, for telemetry.
     BUCKET_LABELS = ("0", "1", "2-3", "4-7", "8-15", "16-31", "32+")
 
-    def describe(self) -> dict:
+    def cost_points(self) -> CostPoints | None:
+        """The verify cost's points now (None before it is measured)."""
+        return self.cost.points() if self.cost is not None else None
+
+    @classmethod
+    def describe_state(cls, state: dict, points: CostPoints | None = None) -> dict:
         """The run so far, acceptance by run position, plain-round predictions and the verify cost."""
+        cost = VerifyCostModel(*points) if points is not None else None
         return {
-            "name": self.name,
-            "run": self.run,
-            "acceptance_by_run_position": dict(zip(self.BUCKET_LABELS, self.bucket_estimates())),
-            "tries_by_run_position": dict(zip(self.BUCKET_LABELS, self.tries)),
-            "shadow_tries": self.shadow_tries,
-            "shadow_hits": self.shadow_hits,
-            "probe_every": self.probe_every,
-            "draft_seconds_per_token": self.draft_tok_seconds,
-            "upkeep_seconds_per_token": self.upkeep_tok_seconds,
-            "plain_round_upkeep_seconds": self.plain_upkeep_seconds,
-            "proposal_rate": self.proposal_rate,
-            "declined_round_seconds": self.decline_seconds,
-            "resume_seconds": self.resume_seconds,
-            "probe_floor": self.probe_floor(),
-            "verify_cost": self.cost.to_dict() if self.cost is not None else None,
+            "name": cls.name,
+            "run": state["run"],
+            "acceptance_by_run_position": dict(zip(cls.BUCKET_LABELS, cls._estimates(state["tries"], state["hits"]))),
+            "tries_by_run_position": dict(zip(cls.BUCKET_LABELS, state["tries"])),
+            "shadow_tries": state["shadow_tries"],
+            "shadow_hits": state["shadow_hits"],
+            "probe_every": state["probe_every"],
+            "draft_seconds_per_token": state["draft_tok_seconds"],
+            "upkeep_seconds_per_token": state["upkeep_tok_seconds"],
+            "plain_round_upkeep_seconds": state["plain_upkeep_seconds"],
+            "proposal_rate": state["proposal_rate"],
+            "declined_round_seconds": state["decline_seconds"],
+            "resume_seconds": state["resume_seconds"],
+            "probe_floor": cls._floor(state, cost),
+            "verify_cost": cost.to_dict() if cost is not None else None,
         }
 
     def state(self) -> dict:

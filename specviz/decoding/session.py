@@ -760,17 +760,18 @@ class Session:
             self._learn(res)
             for ev in round_events(res, self.model.pieces, policy=str(g.knobs.get("draft_policy", "fixed"))):
                 self._emit(ev, out)
-            counters = self.telemetry.state()  # one copy a round: the event's and the checkpoint's
-            self._emit(TelemetryEvent.deferred(res.index, self.telemetry_view(counters)), out)
+            # one copy a round of the counters and of the policy's state: the event's and the checkpoint's
+            counters, policy_state = self.telemetry.state(), g.policy.state()
+            self._emit(TelemetryEvent.deferred(res.index, self.telemetry_view(counters, policy_state)), out)
             finish = res.finish or ("max_tokens" if len(self.tokens) >= self.max_tokens else None)
             # only the sampled acceptor and drafters with a model of their own draw from the generator
             moved = not self.sampling.greedy or self.drafter.has_context
             if finish is not None:
                 rnd = self._finish(finish, out, res.committed)
-                g.capture(self.drafter, self.rng, counters, rng_moved=moved)  # a rewind here finds it finished
+                g.capture(self.drafter, self.rng, counters, policy_state, rng_moved=moved)  # a rewind finds it finished
                 return rnd
             # before a cancellation: a rewind here may continue
-            g.capture(self.drafter, self.rng, counters, rng_moved=moved)
+            g.capture(self.drafter, self.rng, counters, policy_state, rng_moved=moved)
             if self._cancel.is_set():
                 return self._finish("cancelled", out, res.committed)
             return Round(res.index, tuple(out), tuple(res.committed), None)
@@ -832,10 +833,14 @@ class Session:
         figures, the cache length and what the drafting policy works from (``policy``)."""
         return self.telemetry_view()()
 
-    def telemetry_view(self, counters: dict[str, Any] | None = None) -> TelemetryView:
+    def telemetry_view(
+        self, counters: dict[str, Any] | None = None, policy_state: dict[str, Any] | None = None
+    ) -> TelemetryView:
         """:meth:`telemetry_dict` as of now, built when called (what a round's telemetry event holds):
-        the counters are copied now (or ``counters``, a copy :meth:`Telemetry.state` took), the small
-        figures that change are taken now, the derived figures are computed when it is called."""
+        the counters are copied now (or ``counters``, a copy :meth:`Telemetry.state` took), and the
+        policy's state (or ``policy_state``, its :meth:`~specviz.decoding.policy.DraftingPolicy.state`
+        taken now); the small figures that change are taken now, the derived figures and the policy's
+        description are computed when it is called."""
         d = self.drafter
         return TelemetryView(
             counters if counters is not None else self.telemetry.state(),
@@ -843,7 +848,9 @@ class Session:
             d.stats.to_dict() if d is not None else {},
             d.extra_telemetry() if d is not None else {},
             self.committed,
-            self.policy.describe(),
+            type(self.policy),
+            policy_state if policy_state is not None else self.policy.state(),
+            self.policy.cost_points(),
             memory_view(self.ctx, d.memory_context() if d is not None else None),
             self.machine.view(),
         )

@@ -28,6 +28,7 @@ from ..backends.memory import Cut
 
 if TYPE_CHECKING:
     from ..backends.memory import Mark
+    from .policy import CostPoints, DraftingPolicy
 
 #: Upper edges of the draft-probability buckets.
 PROB_BUCKETS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
@@ -332,7 +333,9 @@ class TelemetryView:
     holds until something reads it.
 
     ``counters`` is a :meth:`Telemetry.state` copy taken then; ``strategy_stats``, ``extra`` (the
-    drafter's own figures), ``kv`` and ``policy`` were taken then too; ``memory`` and ``machine`` are views
+    drafter's own figures), ``kv``, the drafting policy's state and its verify cost's points were taken then
+    too, and ``policy`` (the policy's class) describes them when it is called
+    (:meth:`~specviz.decoding.policy.DraftingPolicy.describe_state`); ``memory`` and ``machine`` are views
     (:class:`~specviz.decoding.machine.MemoryView`, :class:`~specviz.decoding.machine.MachineView`) read
     then and built with the rest. The derived figures are computed only when it is called.
 
@@ -343,7 +346,18 @@ class TelemetryView:
     of each: 21 objects a round where this is 3.
     """
 
-    __slots__ = ("counters", "strategy", "strategy_stats", "extra", "kv", "policy", "memory", "machine")
+    __slots__ = (
+        "counters",
+        "strategy",
+        "strategy_stats",
+        "extra",
+        "kv",
+        "policy",
+        "policy_state",
+        "cost_points",
+        "memory",
+        "machine",
+    )
 
     def __init__(
         self,
@@ -352,7 +366,9 @@ class TelemetryView:
         strategy_stats: dict[str, Any],
         extra: dict[str, Any],
         kv: int,
-        policy: dict[str, Any],
+        policy: type[DraftingPolicy],
+        policy_state: dict[str, Any],
+        cost_points: CostPoints | None,
         memory: Callable[[], dict[str, Any]],
         machine: Callable[[], dict[str, Any]],
     ) -> None:
@@ -362,6 +378,8 @@ class TelemetryView:
         self.extra = extra
         self.kv = kv
         self.policy = policy
+        self.policy_state = policy_state
+        self.cost_points = cost_points
         self.memory = memory
         self.machine = machine
 
@@ -371,7 +389,7 @@ class TelemetryView:
         out["strategy_stats"] = self.strategy_stats
         out.update(self.extra)
         out["kv"] = self.kv
-        out["policy"] = self.policy
+        out["policy"] = self.policy.describe_state(self.policy_state, self.cost_points)
         out["memory"] = self.memory()
         out["machine"] = self.machine()
         return out
