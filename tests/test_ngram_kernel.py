@@ -74,3 +74,84 @@ def test_the_switch_turns_the_kernel_off_and_numpy_answers():
     env = {**__import__("os").environ, "SPECVIZ_NGRAM_KERNEL": "Off"}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
     assert out.split() == ["SPECVIZ_NGRAM_KERNEL", "switches", "it", "off", "None", "3"]
+
+
+# -- ngram-mod's pool: the polynomial hash, the last pending n-gram in a slot, a draft's chain -----------------
+tokens = st.lists(st.one_of(st.integers(0, 3), st.integers(0, 2**31 - 1)), min_size=1, max_size=60)
+
+
+@needs_kernel
+@settings(max_examples=300, deadline=None)
+@given(tokens, st.integers(1, 30))
+def test_poly_hash_agrees_with_python(toks, n):
+    from specviz.strategies.ngram_mod import LCG_MULT, ngram_hash
+
+    arr = np.array(toks, dtype=np.int32)
+    for start in range(0, max(arr.shape[0] - n + 1, 0)):
+        assert ngram_kernel.poly_hash(arr, start, n, LCG_MULT) == ngram_hash(toks[start : start + n])
+    assert ngram_kernel.poly_hash(arr, arr.shape[0] - n + 1, n, LCG_MULT) is None  # past the end: refused
+
+
+@needs_kernel
+@settings(max_examples=300, deadline=None)
+@given(histories, st.integers(1, 6), st.integers(1, 40), st.integers(0, 80), st.integers(0, 80), st.integers(0, 40))
+def test_poly_last_slot_agrees_with_hashing_every_position(hist, n, pool_size, start, stop, slot):
+    """The kernel rolls the hash from one position to the next; the reference hashes each n-gram afresh.
+    Small pools: many n-grams share a slot, so the last of them is what is compared."""
+    from specviz.strategies.ngram_mod import LCG_MULT, ngram_hash
+
+    arr = np.array(hist, dtype=np.int32)
+    stop = min(stop, arr.shape[0] - n + 1)
+    slot %= pool_size
+    got = ngram_kernel.poly_last_slot(arr, start, stop, n, LCG_MULT, pool_size, slot)
+    want = max((p for p in range(start, stop) if ngram_hash(hist[p : p + n]) % pool_size == slot), default=-1)
+    assert got == want
+
+
+def _mod_rounds(seed: int, kernel: bool) -> list:
+    """A generation of random rounds of an ngram-mod drafter on a small pool: each round's peek, draft
+    (tokens and reason) and state; with ``kernel`` False the pool's kernel calls are refused (the drafter's
+    own loop and NumPy answer)."""
+    from specviz import strategy_class
+
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 7))
+    knobs = {"n_match": n, "n_min": int(rng.integers(1, 5)), "n_max": int(rng.integers(5, 40)), "pool_size": 1024}
+    alphabet = int(rng.choice([3, 6, 50]))
+    with pytest.MonkeyPatch.context() as mp:
+        if not kernel:
+            for name in ("poly_hash", "poly_last_slot", "poly_chain"):
+                mp.setattr(ngram_kernel, name, lambda *a, **k: None)
+        d = strategy_class("ngram-mod")(**knobs)
+        h = rng.integers(0, alphabet, size=int(rng.integers(n + 1, 60))).tolist()
+        d.begin(h)
+        out = []
+        for _ in range(60):
+            peek = d.peek(h)
+            if rng.random() < 0.6:
+                draft = d.draft(h, int(rng.integers(0, 20)))
+                k = int(rng.integers(0, len(draft.tokens) + 1))
+                h = h + draft.tokens[:k] + rng.integers(0, alphabet, size=1).tolist()
+                if draft.tokens:
+                    d.accept(k, h)
+                out.append((peek, draft.tokens, draft.reason))
+            else:  # a plain round: one new token, no draft (the pending n-grams grow)
+                h = h + rng.integers(0, alphabet, size=int(rng.integers(1, 3))).tolist()
+                out.append((peek,))
+            out.append(d.state())
+    return out
+
+
+@needs_kernel
+def test_an_ngram_mod_drafter_drafts_and_peeks_the_same_with_the_kernel_and_without():
+    """Drafts (the chain) and peeks (the window's slot and the last pending n-gram in it) through the
+    kernel against the drafter's own loop and NumPy, over generations of random rounds: drafts accepted,
+    cut and rejected, stretches of plain rounds, alphabets small enough that chains run into their own
+    tokens and the pending n-grams repeat."""
+    drafted = peeked = 0
+    for seed in range(60):
+        with_kernel = _mod_rounds(seed, kernel=True)
+        assert with_kernel == _mod_rounds(seed, kernel=False), seed
+        drafted += sum(1 for r in with_kernel if isinstance(r, tuple) and len(r) == 3 and r[1])
+        peeked += sum(1 for r in with_kernel if isinstance(r, tuple) and len(r) == 1 and r[0] is not None)
+    assert drafted > 100 and peeked > 100  # both paths were exercised, many times

@@ -1,5 +1,5 @@
-"""The n-gram search's C kernel (``ngram_kernel.c``): where an n-gram occurs in the token history, in
-one call.
+"""The n-gram search's C kernel (``ngram_kernel.c``): where an n-gram occurs in the token history, and
+ngram-mod's hashed pool (a hash, the last pending n-gram in a slot, a draft's chain), each in one call.
 
 Compiled once per machine (:mod:`specviz.backends.cbuild`; ``make install`` builds it, else the first
 use does) and loaded here. :func:`find_ngram` and :func:`last_match` return ``None`` when the kernel
@@ -24,11 +24,14 @@ FLAGS = ("-O2",)
 
 _lock = threading.Lock()
 _fns: Any = None  # the loaded functions (a SimpleNamespace), or None
-_I64, _PTR = ctypes.c_int64, ctypes.c_void_p
+_I64, _U64, _I32, _PTR = ctypes.c_int64, ctypes.c_uint64, ctypes.c_int32, ctypes.c_void_p
 #: The kernel's functions: name -> (result type, argument types).
 _SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
-    "specviz_find_ngram": (_I64, [_PTR, _I64, _PTR, _I64, _I64, ctypes.c_int32]),
+    "specviz_find_ngram": (_I64, [_PTR, _I64, _PTR, _I64, _I64, _I32]),
     "specviz_last_match": (_I64, [_PTR, _I64, _PTR, _I64, _I64, _I64]),
+    "specviz_poly_hash": (_U64, [_PTR, _I64, _U64]),
+    "specviz_poly_last_slot": (_I64, [_PTR, _I64, _I64, _I64, _U64, _U64, _U64]),
+    "specviz_poly_chain": (_I64, [_PTR, _U64, _I32, _PTR, _I64, _U64, _I64, _PTR]),
 }
 _why: str | None = None
 
@@ -83,3 +86,38 @@ def last_match(arr: np.ndarray, pattern: np.ndarray, hi: int, lo: int) -> int | 
     if fns is None or not (_plain(arr) and _plain(pattern)):
         return None
     return int(fns.last_match(arr.ctypes.data, arr.shape[0], pattern.ctypes.data, pattern.shape[0], hi, lo))
+
+
+def _window(arr: np.ndarray, start: int, n: int) -> int:
+    """The address of ``arr[start]`` (``arr`` contiguous int32)."""
+    return int(arr.ctypes.data) + 4 * start
+
+
+def poly_hash(arr: np.ndarray, start: int, n: int, mult: int) -> int | None:
+    """ngram-mod's hash of ``arr[start : start + n]`` (see ``ngram_kernel.c``), or ``None`` without the kernel."""
+    fns = _fns if _fns is not None else load()
+    if fns is None or not _plain(arr) or not 0 <= start <= arr.shape[0] - n:
+        return None
+    return int(fns.poly_hash(_window(arr, start, n), n, mult))
+
+
+def poly_last_slot(arr: np.ndarray, start: int, stop: int, n: int, mult: int, pool_size: int, slot: int) -> int | None:
+    """The last ``p`` in ``[start, stop)`` whose n-gram ``arr[p : p + n]`` lands in ``slot`` of a pool of
+    ``pool_size`` (-1: none does), or ``None`` without the kernel."""
+    fns = _fns if _fns is not None else load()
+    if fns is None or not _plain(arr) or start < 0 or stop + n - 1 > arr.shape[0]:
+        return None
+    return int(fns.poly_last_slot(arr.ctypes.data, start, stop, n, mult, pool_size, slot))
+
+
+def poly_chain(
+    pool: np.ndarray, empty: int, arr: np.ndarray, start: int, n: int, mult: int, n_max: int
+) -> list[int] | None:
+    """The chain of pool tokens that follows the n-gram ``arr[start : start + n]`` (up to ``n_max``, ending
+    at the first slot holding ``empty``), or ``None`` without the kernel."""
+    fns = _fns if _fns is not None else load()
+    if fns is None or not (_plain(arr) and _plain(pool)) or not 0 <= start <= arr.shape[0] - n or n_max < 0:
+        return None
+    out = (ctypes.c_int32 * max(n_max, 1))()
+    k = fns.poly_chain(pool.ctypes.data, pool.shape[0], empty, _window(arr, start, n), n, mult, n_max, out)
+    return out[:k]

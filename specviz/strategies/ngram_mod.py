@@ -53,6 +53,7 @@ import numpy as np
 
 from ..decoding.knob_schema import Knob
 from ..errors import KnobError, SnapshotError
+from . import ngram_kernel
 from .base import Draft, Drafter
 
 #: LCG multiplier of upstream's n-gram hash.
@@ -62,9 +63,6 @@ _MASK = (1 << 64) - 1
 EMPTY = -1
 #: New n-grams are added once more than this many tokens accumulated past the last added position.
 ADD_CHUNK = 32
-#: A peek hashes up to this many new positions in plain Python (NumPy's hash is ``n_match`` array
-#: operations, dearer than the loop for a position or two).
-SMALL_RANGE = 8
 #: ``begin`` clears the pool when more than this fraction of its size was added onto occupied slots.
 OCCUPANCY_RESET = 0.25
 
@@ -143,8 +141,6 @@ class NgramModDrafter(Drafter):
     def __init__(self, **knobs: Any) -> None:
         super().__init__(**knobs)
         self._pool = np.full(self.config["pool_size"], EMPTY, dtype=np.int32)
-        #: The last peek's pending slots: (start, the tokens they came from, slots, next tokens).
-        self._peek_memo: tuple[int, np.ndarray, np.ndarray, np.ndarray] | None = None
         self._clear_state()
 
     # -- pool -----------------------------------------------------------------------------------
@@ -214,27 +210,37 @@ class NgramModDrafter(Drafter):
             self._add_range(arr, self._i_last, cur_len - n)
             self._i_last = cur_len - n
 
+        # a round allowed fewer tokens than n_min (draft_max, budget, context) still drafts a full-length chain
+        n_min = min(self.config["n_min"], n_max)
+        out = self._chain(arr, L - n)
+        if len(out) < n_min:  # an empty slot came before n_min tokens (n_min <= n_max: the chain stopped there)
+            return Draft(reason="n-min")
+        proposed = out[:n_max]
+        self._n_draft_last = len(proposed)
+        short = len(proposed) < n_max and len(out) < self.config["n_max"]
+        return Draft(tokens=proposed, reason="no-match" if short else None)
+
+    def _chain(self, arr: np.ndarray, start: int) -> list[int]:
+        """The pool's tokens that follow the n-gram at ``start``, each read for the n-gram slid by the one
+        before, up to ``n_max`` or the first empty slot: one kernel call, else the loop below (its reference)."""
+        n, n_max = self.config["n_match"], self.config["n_max"]
+        got = ngram_kernel.poly_chain(self._pool, EMPTY, arr, start, n, LCG_MULT, n_max)
+        if got is not None:
+            return got
         size = self._pool.shape[0]
-        window = deque(int(t) for t in arr[L - n :])
+        window = deque(int(t) for t in arr[start : start + n])
         h = ngram_hash(window)
         top = pow(LCG_MULT, n - 1, 1 << 64)  # weight of the window's oldest token
         out: list[int] = []
-        # a round allowed fewer tokens than n_min (draft_max, budget, context) still drafts a full-length chain
-        n_min = min(self.config["n_min"], n_max)
-        for i in range(self.config["n_max"]):
+        for _ in range(n_max):
             tok = int(self._pool[h % size])
             if tok == EMPTY:
-                if i < n_min:
-                    return Draft(reason="n-min")
                 break
             out.append(tok)
             old = window.popleft()
             window.append(tok)
             h = ((h - (old & _MASK) * top) * LCG_MULT + tok) & _MASK
-        proposed = out[:n_max]
-        self._n_draft_last = len(proposed)
-        short = len(proposed) < n_max and len(out) < self.config["n_max"]
-        return Draft(tokens=proposed, reason="no-match" if short else None)
+        return out
 
     def peek(self, history: Sequence[int]) -> int | None:
         """The first token a draft would propose now (a one-token draft), with the pool as it is: where
@@ -247,36 +253,27 @@ class NgramModDrafter(Drafter):
         cur_len = L - 1
         if cur_len < n:
             return None
-        slot = self.slot(arr[L - n :].tolist())
+        size = self._pool.shape[0]
+        h = ngram_kernel.poly_hash(arr, L - n, n, LCG_MULT)
+        slot = (h if h is not None else ngram_hash(arr[L - n :].tolist())) % size
         tok = int(self._pool[slot])
         if self._due(cur_len) and cur_len - n > self._i_last:
-            slots, nxt = self._pending_slots(arr, self._i_last, cur_len - n)
-            hits = np.flatnonzero(slots == slot)
-            if hits.size:
-                tok = int(nxt[hits[-1]])
+            last = self._last_pending(arr, self._i_last, cur_len - n, slot)
+            if last >= 0:
+                tok = int(arr[last + n])
         return None if tok == EMPTY else tok
 
-    def _pending_slots(self, arr: np.ndarray, start: int, stop: int) -> tuple[np.ndarray, np.ndarray]:
-        """:meth:`_slots` of ``start … stop-1`` for a peek, extending the previous peek's where it began at
-        the same position over the same tokens: in a stretch of plain rounds the pending range grows by a
-        token a round, and hashing all of it every round cost 0.27 ms a peek at 4,000 positions. The memo
-        is derived from the history alone (checked against it), so it is no part of the drafter's state."""
+    def _last_pending(self, arr: np.ndarray, start: int, stop: int, slot: int) -> int:
+        """The last of the n-grams at ``start … stop-1`` (not added yet) that lands in ``slot``; -1 if none.
+        In a stretch of plain rounds that range grows by a token a round (thousands of positions): the
+        kernel rolls the hash along it, a few operations a position; without it, NumPy hashes them all."""
         n = self.config["n_match"]
-        memo = self._peek_memo
-        k = memo[2].shape[0] if memo is not None else 0
-        if memo is None or not (
-            memo[0] == start and start + k <= stop and np.array_equal(arr[start : start + k + n], memo[1])
-        ):
-            slots, nxt = self._slots(arr, start, stop)
-        else:
-            if stop - (start + k) <= SMALL_RANGE:  # a round's token or two: hashed in plain Python
-                more = np.array([self.slot(arr[p : p + n].tolist()) for p in range(start + k, stop)], dtype=np.int64)
-                more_nxt = arr[start + k + n : stop + n]
-            else:
-                more, more_nxt = self._slots(arr, start + k, stop)
-            slots, nxt = np.concatenate((memo[2], more)), np.concatenate((memo[3], more_nxt))
-        self._peek_memo = (start, arr[start : stop + n].copy(), slots, nxt)
-        return slots, nxt
+        got = ngram_kernel.poly_last_slot(arr, start, stop, n, LCG_MULT, self._pool.shape[0], slot)
+        if got is not None:
+            return got
+        slots, _ = self._slots(arr, start, stop)
+        hits = np.flatnonzero(slots == slot)
+        return int(hits[-1]) + start if hits.size else -1
 
     def _accept(self, n_accepted: int, history: Sequence[int]) -> None:
         if self._n_draft_last <= 0:
