@@ -156,6 +156,9 @@ def test_round_events_are_ordered_and_consistent(tiny_session):
             assert rej[0].target_token == a.bonus_token and a.bonus_kind == "correction"
             assert rej[0].target_token != rej[0].tokens[0]
             assert rej[0].alternatives[0]["token"] == rej[0].target_token
+            alts = rej[0].alternatives  # each with its own token's text, best first
+            assert [x["piece"] for x in alts] == tiny_session.model.pieces([x["token"] for x in alts])
+            assert [x["prob"] for x in alts] == sorted((x["prob"] for x in alts), reverse=True)
         for e in rnd.events:
             back = event_from_dict(json.loads(json.dumps(e.to_dict())))
             assert back.to_dict() == e.to_dict()

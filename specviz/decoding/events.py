@@ -54,7 +54,13 @@ class Alternative:
 
     def to_dict(self) -> dict[str, Any]:
         """Plain dictionary form."""
-        return {"token": self.token, "piece": self.piece, "prob": self.prob}
+        return self.as_dict(self.token, self.piece, self.prob)
+
+    @staticmethod
+    def as_dict(token: int, piece: str, prob: float) -> dict[str, Any]:
+        """:meth:`to_dict` of the alternative these make, without making it (a rejection's five, every
+        rejected round)."""
+        return {"token": token, "piece": piece, "prob": prob}
 
 
 @dataclass(frozen=True)

@@ -102,7 +102,8 @@ def round_events(r: RoundResult, pieces: Callable[[Sequence[int]], list[str]], *
     )
     if v.n_accepted < len(r.draft):
         rejected = r.draft[v.n_accepted :]
-        alternatives = tuple(Alternative(int(t), pieces([int(t)])[0], float(p)).to_dict() for t, p in v.alternatives)
+        texts = pieces([int(t) for t, _ in v.alternatives])  # one call for the five
+        alternatives = tuple(Alternative.as_dict(int(t), s, float(p)) for (t, p), s in zip(v.alternatives, texts))
         out.append(
             Rejected(
                 i,
