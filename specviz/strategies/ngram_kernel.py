@@ -88,7 +88,7 @@ def last_match(arr: np.ndarray, pattern: np.ndarray, hi: int, lo: int) -> int | 
     return int(fns.last_match(arr.ctypes.data, arr.shape[0], pattern.ctypes.data, pattern.shape[0], hi, lo))
 
 
-def _window(arr: np.ndarray, start: int, n: int) -> int:
+def _address(arr: np.ndarray, start: int) -> int:
     """The address of ``arr[start]`` (``arr`` contiguous int32)."""
     return int(arr.ctypes.data) + 4 * start
 
@@ -98,7 +98,7 @@ def poly_hash(arr: np.ndarray, start: int, n: int, mult: int) -> int | None:
     fns = _fns if _fns is not None else load()
     if fns is None or not _plain(arr) or not 0 <= start <= arr.shape[0] - n:
         return None
-    return int(fns.poly_hash(_window(arr, start, n), n, mult))
+    return int(fns.poly_hash(_address(arr, start), n, mult))
 
 
 def poly_last_slot(arr: np.ndarray, start: int, stop: int, n: int, mult: int, pool_size: int, slot: int) -> int | None:
@@ -119,5 +119,5 @@ def poly_chain(
     if fns is None or not (_plain(arr) and _plain(pool)) or not 0 <= start <= arr.shape[0] - n or n_max < 0:
         return None
     out = (ctypes.c_int32 * max(n_max, 1))()
-    k = fns.poly_chain(pool.ctypes.data, pool.shape[0], empty, _window(arr, start, n), n, mult, n_max, out)
+    k = fns.poly_chain(pool.ctypes.data, pool.shape[0], empty, _address(arr, start), n, mult, n_max, out)
     return out[:k]

@@ -253,9 +253,8 @@ class NgramModDrafter(Drafter):
         cur_len = L - 1
         if cur_len < n:
             return None
-        size = self._pool.shape[0]
         h = ngram_kernel.poly_hash(arr, L - n, n, LCG_MULT)
-        slot = (h if h is not None else ngram_hash(arr[L - n :].tolist())) % size
+        slot = h % self._pool.shape[0] if h is not None else self.slot(arr[L - n :].tolist())
         tok = int(self._pool[slot])
         if self._due(cur_len) and cur_len - n > self._i_last:
             last = self._last_pending(arr, self._i_last, cur_len - n, slot)
