@@ -30,6 +30,13 @@ the grounded kinds too (neither the tool nor the fixed-policy runs; the first ta
 ``--clock cpu`` divides specviz's tokens by the process's CPU time instead of the wall time: on a loaded
 machine, with ``--threads 1``, what each run computes, unaffected by waiting for a core.
 
+``--lengths 4,8,12,16`` asks how far any choice of draft length could take specviz against the tool: each
+strategy also runs with the ``fixed`` policy and tile alignment at each of those ``draft_max`` values (for
+as many tokens as the tool decoded, right after it), and a third table gives each length's ratio to the
+tool, the best of them, the cost policy's ratio and its share of that best. A length policy that knows
+in advance how every round ends can still beat the best single length (shorter drafts where the draft
+will be rejected), so the best fixed length is a yardstick, not a bound.
+
 How the runs end: the tool stops once it has generated at least ``-n`` tokens, often a whole accepted
 draft more (145 for ``-n 128`` with 16-token drafts), and its last round's draft is not cut to the budget;
 specviz stops at exactly ``max_tokens``. So each specviz configuration that the first table compares with
@@ -45,7 +52,7 @@ Timings on a shared machine are noisy: publish figures measured on a quiet one.
 Usage: python benchmarks/bench_native.py [--repeats 3] [--max-tokens 128] [--threads 2]
            [--kinds code-rewrite,quote,summarise,free] [--strategies ngram-simple,...] [--prompts 0,1]
            [--model GGUF] [--n-gpu-layers N] [--eagle3-head HEAD.gguf] [--sides native,same,tile,cost]
-           [--clock wall|cpu] [--json]
+           [--clock wall|cpu] [--lengths 4,8,12,16] [--json]
 """
 
 from __future__ import annotations
@@ -112,6 +119,8 @@ def run_specviz(session: Session, prompt: str, strategy: str, knobs: dict[str, A
         "cpu_tps": n / cpu if cpu > 0 else 0.0,
         "drafted": t["drafted"],
         "accepted": t["accepted"],
+        "rounds": t["rounds"],
+        "longest_draft": sum(1 for x in t["per_position_tries"] if x),  # depth i is tried by every longer draft
         "ids": list(session.tokens),
     }
 
@@ -187,6 +196,38 @@ def native_table(args, model, model_path, kinds, strategies, prompts, runs, rati
     return table
 
 
+def length_side(n: int) -> str:
+    """The key of a fixed-policy run with drafts cut to ``n`` tokens, decoding as many tokens as the tool."""
+    return f"fixed-{n}{VS_TOOL}"
+
+
+def lengths_table(kinds, strategies, prompts, lengths, ratio) -> list[dict[str, Any]]:
+    """Print each draft length's ratio to the tool (fixed policy, tile alignment), the best of them and
+    the cost policy against it, on the grounded kinds; returns its rows."""
+    print(
+        "\ndraft length against llama-speculative-simple: specviz's fixed policy with tile alignment, drafts cut "
+        "to each length, the same tokens as the tool; median over repeats per prompt, then over prompts"
+    )
+    heads = " | ".join(f"{n}" for n in lengths)
+    print(f"| workload | strategy | {heads} | best | cost policy | cost / best |")
+    print("|---|---|" + "---:|" * (len(lengths) + 3))
+    rows: list[dict[str, Any]] = []
+    for kind in [k for k in kinds if k in GROUNDED]:
+        ps = prompts[kind]
+        for strat in strategies:
+            tool = (strat, "native")
+            by_length = {n: med([ratio(kind, p, strat, length_side(n), tool) for p in ps]) for n in lengths}
+            best = max(by_length, key=lambda n: by_length[n])
+            cost = med([ratio(kind, p, strat, "cost" + VS_TOOL, tool) for p in ps])
+            ratios = {str(n): r for n, r in by_length.items()}  # as JSON keeps them
+            row = {"kind": kind, "strategy": strat, "ratios": ratios, "best": best, "cost_ratio": cost}
+            rows.append(row)
+            cells = " | ".join(f"{by_length[n]:.2f}×" for n in lengths)
+            share = cost / by_length[best] if by_length[best] > 0 else float("nan")
+            print(f"| {kind} | {strat} | {cells} | {by_length[best]:.2f}× ({best}) | {cost:.2f}× | {share:.2f} |")
+    return rows
+
+
 def med(xs: list[float]) -> float:
     return statistics.median(xs) if xs else float("nan")
 
@@ -217,6 +258,11 @@ def main(argv: list[str] | None = None) -> int:
         default="wall",
         help="tokens/s over wall time, or over the process's CPU time (a loaded machine; not with the tool)",
     )
+    ap.add_argument(
+        "--lengths",
+        default="",
+        help="also run the fixed policy with tile alignment at each of these draft lengths against the tool",
+    )
     ap.add_argument("--json", action="store_true", help="print the raw figures as JSON as well")
     args = ap.parse_args(argv)
     kinds = [k for k in args.kinds.split(",") if k]
@@ -231,6 +277,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.clock == "cpu" and "native" in grounded_sides and strategies:
         ap.error("--clock cpu times specviz's own process: give --sides without native")
     metric = "tps" if args.clock == "wall" else "cpu_tps"
+    try:
+        lengths = [int(x) for x in args.lengths.split(",") if x]
+    except ValueError:
+        ap.error(f"--lengths: {args.lengths!r} is not a comma-separated list of draft lengths, e.g. 4,8,12,16")
+    if any(not 1 <= n <= DRAFT_MAX for n in lengths):
+        ap.error(f"--lengths: each draft length must be from 1 to {DRAFT_MAX} (the drafts' cap), got {args.lengths}")
+    if lengths and not full_table:
+        ap.error("--lengths compares draft lengths with the tool: leave --sides at native,same,tile,cost")
     eagle3 = {"draft_model": args.eagle3_head, **CONFIGS["cost"]} if args.eagle3_head else None
     if not strategies and eagle3 is None:
         ap.error("nothing to run: give --strategies or --eagle3-head")
@@ -293,6 +347,11 @@ def main(argv: list[str] | None = None) -> int:
                             same_n = n_tool == args.max_tokens
                             vs = res if same_n else run_specviz(session, prompt, strat, knobs, n_tool)
                             cell.setdefault((strat, side + VS_TOOL), []).append(vs)
+                    if n_tool is not None:
+                        for n in lengths:
+                            knobs = dict(STRATEGIES[strat], **CONFIGS["tile"], draft_max=n)
+                            res = run_specviz(session, prompt, strat, knobs, n_tool)
+                            cell.setdefault((strat, length_side(n)), []).append(res)
             print(f"repeat {rep + 1}/{args.repeats}: {kind} done", file=sys.stderr, flush=True)
 
     def ratio(kind: str, p: int, strat: str, side: str, base: tuple[str, str]) -> float:
@@ -304,8 +363,11 @@ def main(argv: list[str] | None = None) -> int:
         return med([x[metric] for x in runs[kind][p][key]])
 
     table: list[dict[str, Any]] = []
+    length_rows: list[dict[str, Any]] = []
     if full_table:
         table = native_table(args, model, model_path, kinds, strategies, prompts, runs, ratio, tps)
+        if lengths:
+            length_rows = lengths_table(kinds, strategies, prompts, lengths, ratio)
     else:
         print(f"(--sides {args.sides}: the comparison with llama-speculative-simple is left out)")
 
@@ -346,7 +408,8 @@ def main(argv: list[str] | None = None) -> int:
             }
             for k, kp in runs.items()
         }
-        print(json.dumps({"table": table, "cost_vs_none": per_prompt, "runs": raw}, indent=1))
+        out = {"table": table, "lengths": length_rows, "cost_vs_none": per_prompt, "runs": raw}
+        print(json.dumps(out, indent=1))
     session.close()
     model.close()
     return 0

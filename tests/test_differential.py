@@ -411,7 +411,7 @@ def test_bench_native_runs_and_prints_both_tables(tiny_model_path, capsys):
         "--repeats",
         "1",
         "--max-tokens",
-        "8",
+        "24",  # enough for ngram-cache to draft a full 8 on quote: what --lengths 2 must cut
         "--threads",
         "1",
         "--kinds",
@@ -420,6 +420,8 @@ def test_bench_native_runs_and_prints_both_tables(tiny_model_path, capsys):
         "0",
         "--strategies",
         "ngram-simple,ngram-cache",
+        "--lengths",
+        "2,16",
         "--json",
     ]
     assert bench.main(argv) == 0
@@ -433,14 +435,53 @@ def test_bench_native_runs_and_prints_both_tables(tiny_model_path, capsys):
     cell = raw["runs"]["quote"]["0"]
     for strat in ("ngram-simple", "ngram-cache"):
         n_tool = cell[f"{strat}/native"][0]["tokens"]
-        assert n_tool >= 8
+        assert n_tool >= 24
         # what the first table compares with the tool decodes as many tokens as the tool did
         for side in ("same", "tile", "cost"):
             assert cell[f"{strat}/{side}@tool"][0]["tokens"] == n_tool, (strat, side)
-            assert cell[f"{strat}/{side}"][0]["tokens"] == 8  # the second table's runs keep --max-tokens
+            assert cell[f"{strat}/{side}"][0]["tokens"] == 24  # the second table's runs keep --max-tokens
     assert [r["tokens"] for r in raw["table"]] == [
         cell[f"{s}/native"][0]["tokens"] for s in ("ngram-simple", "ngram-cache")
     ]
+    # --lengths: each strategy with the fixed policy at each length, as many tokens as the tool, drafts cut
+    assert "draft length against llama-speculative-simple" in out
+    for strat in ("ngram-simple", "ngram-cache"):
+        n_tool = cell[f"{strat}/native"][0]["tokens"]
+        for n in (2, 16):
+            run = cell[f"{strat}/fixed-{n}@tool"][0]
+            assert run["tokens"] == n_tool and run["longest_draft"] <= n, (strat, n, run)
+    # ngram-cache drafts more than 2 tokens here when nothing cuts it, so the cut above is --lengths' doing
+    assert cell["ngram-cache/fixed-16@tool"][0]["longest_draft"] > 2
+    assert [(r["kind"], r["strategy"], sorted(map(int, r["ratios"]))) for r in raw["lengths"]] == [
+        ("quote", "ngram-simple", [2, 16]),
+        ("quote", "ngram-cache", [2, 16]),
+    ]
+    for r in raw["lengths"]:
+        assert r["ratios"][str(r["best"])] == max(r["ratios"].values())
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--lengths", "4,x"], "not a comma-separated list"),
+        (["--lengths", "0,4"], "from 1 to 16"),
+        (["--lengths", "17"], "from 1 to 16"),
+        (["--lengths", "4", "--sides", "cost"], "leave --sides"),
+    ],
+)
+def test_bench_native_refuses_bad_lengths_before_loading_anything(extra, message, capsys):
+    """A bad --lengths is refused by name with what to give, before a model is loaded."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "benchmarks" / "bench_native.py"
+    spec = importlib.util.spec_from_file_location("bench_native", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    with pytest.raises(SystemExit) as e:
+        bench.main(["--model", "/nonexistent.gguf", *extra])
+    assert e.value.code == 2
+    assert message in capsys.readouterr().err
 
 
 def _one_cpu_run_to_completion():
