@@ -53,6 +53,17 @@ def test_tile_alignment_is_honoured():
     assert adv.best.draft_max == 7
 
 
+def test_a_replayed_draft_shorter_than_its_limit_is_cut_to_suit_the_tile_as_the_round_cuts_it():
+    knobs = {"align": True, "verify_tile": 4, "draft_max": 8, "draft_min": 0}
+    R = Rounds(list(range(1, 30)), knobs=knobs, strategy="ngram-map-k")
+    for _ in range(10):
+        R.round([60 + j for j in range(6)], 6)  # six tokens proposed under a limit of 7, all accepted
+    adv = advise(R.events, cost=linear(0.010, 0.001))
+    # hand-worked: the round verifies 3 of the 6 (a batch of 4 rows, not 7): 4 tokens in 13 ms
+    assert adv.current["ngram-map-k"].tokens_per_second == pytest.approx(4 / 0.013)
+    assert adv.current["ngram-map-k"].tokens_per_round == pytest.approx(4.0)
+
+
 def test_draft_min_drops_the_short_drafts_that_never_pass():
     R = Rounds(list(range(1, 30)), knobs=NO_TILE, strategy="ngram-map-k")
     for _ in range(10):

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from specviz.decoding.budget import Caps, plan, tile_aligned, verify_tile
+from specviz.decoding.budget import Caps, plan
 from specviz.decoding.policy import FixedPolicy
+from specviz.decoding.tiling import aligned_length, tile_aligned, verify_tile
 
 KNOBS = {"draft_max": 16, "draft_min": 0, "align": True, "verify_tile": 4}
 ROOMY = Caps(remaining=1000, free_ctx=1000, n_batch=512, n_ubatch=512)
@@ -77,6 +78,14 @@ def test_tile_aligned_and_verify_tile():
     assert tile_aligned(16, 1) == 16
     assert verify_tile({"align": False, "verify_tile": 4}) == 1
     assert verify_tile({"align": True, "verify_tile": 8}) == 8
+
+
+def test_aligned_length_keeps_a_draft_that_rounding_would_drop():
+    # hand-worked: 6 tokens are a batch of 7 rows, rounded to 4 rows (3 tokens); 10 -> 8 rows (7 tokens)
+    assert [aligned_length(k, 4) for k in (0, 1, 3, 4, 6, 7, 10, 11)] == [0, 1, 3, 3, 3, 7, 7, 11]
+    # with draft_min 4 a 3-token draft would be dropped, so 6 stays 6; 10 -> 7 is still long enough
+    assert [aligned_length(k, 4, 4) for k in (4, 6, 10)] == [4, 6, 7]
+    assert aligned_length(6, 1) == 6  # no tile, no rounding
 
 
 class Halves:

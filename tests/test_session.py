@@ -209,6 +209,35 @@ def test_draft_length_caps_are_reported(tiny_model):
     s.ctx.close()
 
 
+def _drafts(session, prompt, n, strategy, **knobs):
+    """Every round's verified draft and its reason, and the tokens, of one generation."""
+    session.start(prompt, n, strategy, **knobs)
+    rounds = []
+    while session.finished is None:
+        d = session.step().events[0]
+        rounds.append((list(d.tokens), d.reason))
+    return rounds, list(session.tokens)
+
+
+@pytest.mark.parametrize("strategy", ["prompt-lookup", "ngram-cache"])
+def test_a_draft_shorter_than_its_limit_is_cut_to_suit_the_verify_tile(tiny_session, strategy):
+    """A proposal that stops short of the limit (the copy runs out, the cache's draft is 8) would make a
+    verify batch of leftover rows; with alignment it is cut to its longest prefix that suits the tile."""
+    prompt, n = "a b c d e f a b c d e f a b", 64
+    free, plain = _drafts(tiny_session, prompt, n, strategy, draft_max=16, align=False)
+    # without alignment these drafts do make batches of leftover rows, so there is something to cut
+    assert any(len(t) + 1 > 4 and (len(t) + 1) % 4 for t, _ in free)
+    cut, tokens = _drafts(tiny_session, prompt, n, strategy, draft_max=16, align=True, verify_tile=4)
+    assert all(len(t) + 1 <= 4 or (len(t) + 1) % 4 == 0 for t, _ in cut), cut
+    assert any(r == "tile" and t for t, r in cut)
+    assert tokens == plain  # lossless either way
+    # draft_min: a cut that would leave fewer tokens than draft_min keeps the proposal whole instead
+    kept, tokens = _drafts(tiny_session, prompt, n, strategy, draft_max=16, draft_min=8, verify_tile=4)
+    assert all(not t or len(t) >= 8 for t, _ in kept)
+    assert any(len(t) + 1 > 4 and (len(t) + 1) % 4 for t, _ in kept)  # kept whole, leftover rows and all
+    assert tokens == plain
+
+
 def test_max_tokens_is_exact_and_finish_reasons(tiny_session):
     for n in (1, 2, 7, 33):
         tiny_session.start("the a the a the a", n, "prompt-lookup", **eager("prompt-lookup"))

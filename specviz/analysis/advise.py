@@ -9,7 +9,8 @@ How a setting is scored — a replay of the recorded rounds, no model needed:
 
 * each round that drafted ``L`` tokens, of which the target accepted ``n``, is replayed under the setting:
   the draft is cut at ``draft_max`` (after verify-tile alignment, as the session's budget does) and at
-  the first token whose draft probability is below ``draft_p_min``; a cut draft shorter than
+  the first token whose draft probability is below ``draft_p_min``, then rounded down to suit the verify
+  tile as the round rounds a draft shorter than its limit; a cut draft shorter than
   ``max(draft_min, 1)`` is dropped (a plain round). A drafting round commits ``min(n, k) + 1`` tokens and
   costs the verify of ``k + 1`` tokens plus its drafting; a plain round commits 1 token and costs a
   one-token verify (plus what the drafter spent proposing). Greedy acceptance of a prefix does not depend
@@ -69,7 +70,6 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ..decoding.budget import tile_aligned
 from ..decoding.events import (
     Accepted,
     DraftProposed,
@@ -81,6 +81,7 @@ from ..decoding.events import (
     Verified,
 )
 from ..decoding.policy import VerifyCostModel
+from ..decoding.tiling import aligned_length, tile_aligned
 from ..strategies import resolve_strategy, spec_type, strategy_class
 from .diagnose import diagnose
 from .sources import EventSource, events_of
@@ -493,10 +494,12 @@ def _terms(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Per round of ``r`` replayed under one setting (see the module docstring): the tokens it commits and
     the seconds it costs."""
-    limit = tile_aligned(kmax, tile)
+    limit = aligned_length(kmax, tile, kmin)
     k = np.minimum(r.length, limit)
     if p_min is not None and first_below is not None:
         k = np.minimum(k, first_below)
+    # what the round does to a draft shorter than its limit, by table (k never exceeds the limit)
+    k = np.asarray([aligned_length(j, tile, kmin) for j in range(limit + 1)], dtype=np.int64)[k]
     plain = (k < max(kmin, 1)) | (r.length == 0)
     n_tok = np.where(plain, 1, np.minimum(r.accepted, k) + 1)
     vcost = np.array([cost(int(b)) for b in range(1, int(r.length.max(initial=0)) + 2)])

@@ -11,10 +11,11 @@ In order:
    verify of one micro-batch, :func:`specviz.backends.memory.ring_draft_limit`; the draft is shortened
    rather than checkpointed, since a checkpoint of the ring would copy every ring cell each round);
 3. with ``align``, verify-tile alignment rounds a verify batch longer than ``verify_tile`` rows down to a
-   multiple of it (:func:`~specviz.decoding.tiling.tile_aligned`), as the runner PR's
+   multiple of it (:func:`~specviz.decoding.tiling.aligned_length`), as the runner PR's
    ``oneForwardDraftBudget`` does with the engine's tile width. llama.cpp's CPU kernels for quantised
    weights multiply four batch rows at a time; leftover rows take a one-row path that reads every
-   weight again, so a verify of 17 rows costs more than one of 16.
+   weight again, so a verify of 17 rows costs more than one of 16. A draft that comes back shorter than
+   the limit is rounded down by the same rule in the round (:func:`~specviz.decoding.round.run_round`).
 
 The result names the cap that lowered the limit below the request, so the inspector can say why a draft
 was short.
@@ -29,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from .policy import DraftingPolicy
-from .tiling import tile_aligned, verify_tile
+from .tiling import aligned_length, verify_tile
 
 
 @dataclass(frozen=True)
@@ -83,8 +84,8 @@ def plan(knobs: Mapping[str, Any], policy: DraftingPolicy, caps: Caps, *, drafts
     for name, value in hard:
         if value < limit:
             limit, cap = max(value, 0), name
-    aligned = tile_aligned(limit, tile)
-    if max(draft_min, 1) <= aligned < limit:
+    aligned = aligned_length(limit, tile, draft_min)
+    if aligned < limit:
         limit, cap = aligned, "tile"
     if expected is not None and limit < chosen:
         expected = policy.expected_tokens(limit)

@@ -108,7 +108,8 @@ class DraftProposed(Event):
     sliding-window cache could lose keys a rejection needs if the verify spanned more than one micro-batch,
     so the draft was shortened to one (a checkpoint of the ring instead would copy every ring cell each
     round); ``reason`` says why the draft is shorter than the
-    limit when the drafter itself stopped (``no-match``, ``p-min``, ``check-rate``, ``min-hits`` …).
+    limit when the drafter itself stopped (``no-match``, ``p-min``, ``check-rate``, ``min-hits`` …), or
+    ``tile`` when the drafter stopped early and the round cut its proposal to suit the verify tile.
     ``drafter`` names the strategy that proposed the draft (with a chain of drafters, the member that
     drafted, or the chain when none did; ``""`` in recordings made before it was recorded). ``block`` is
     set for a block draft — its positions drafted in parallel in one pass (``dflash``, ``dspark``), not

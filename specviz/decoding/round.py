@@ -39,6 +39,7 @@ from .acceptor import Verdict, accept
 from .budget import Budget
 from .rowscan import top_two
 from .sampling import SamplingParams
+from .tiling import aligned_length
 
 
 @dataclass
@@ -46,7 +47,8 @@ class RoundResult:
     """Everything one round did, as plain data.
 
     ``position`` is the history length before the round (the index of the first committed token);
-    ``draft`` the tokens verified (empty when the drafter proposed nothing or fewer than ``draft_min``);
+    ``draft`` the tokens verified (empty when the drafter proposed nothing or fewer than ``draft_min``;
+    a proposal shorter than the budget's limit is cut to suit the verify tile, ``draft_reason`` ``tile``);
     ``committed`` what the history gained (the verdict's tokens, cut before an end-of-generation token,
     in which case ``finish`` is ``"eos"``); ``n_accepted`` the accepted draft tokens among them.
     ``kv_before`` / ``kv_peak`` / ``kv_after`` are the target cache's length before the verify batch,
@@ -105,6 +107,7 @@ def run_round(
     rng: np.random.Generator,
     is_eog: Callable[[int], bool],
     draft_min: int = 0,
+    tile: int = 1,
     scratch: np.ndarray | None = None,
     record_margins: bool = False,
     stop: Callable[[list[int]], int | None] | None = None,
@@ -119,6 +122,9 @@ def run_round(
 
     ``prefilled``: the cache already holds the pending token and the last evaluated batch kept its row
     (a whole-prompt prefill): the round drafts nothing and evaluates nothing, it reads that row.
+
+    ``tile`` is the verify tile in force (:func:`~specviz.decoding.tiling.verify_tile`): the budget's limit
+    already suits it, and a draft that comes back shorter is cut to its longest prefix that does too.
 
     A verify batch llama.cpp refuses raises :class:`~specviz.errors.ContextError` with the target's
     cache left as before the round.
@@ -135,6 +141,13 @@ def run_round(
     draft_kv_peak = drafter.kv_length() if drafter.has_context else None
     tokens = [int(t) for t in proposal.tokens]
     reason = proposal.reason if len(tokens) < budget.limit else None
+    # a proposal shorter than the limit (the drafter stopped early) is rounded down as the limit was: its
+    # leftover rows would cost more than the tokens they could add (on the embedded model, a 7-row verify
+    # 56 ms, 8 rows 49). The drafter hears only how many were accepted, as when llama-server truncates a
+    # draft to its n_draft_max after drafting.
+    keep = aligned_length(len(tokens), tile, draft_min)
+    if keep < len(tokens):
+        tokens, reason = tokens[:keep], "tile"
     if tokens and len(tokens) < draft_min:  # llama.cpp drops a draft shorter than --spec-draft-n-min
         tokens, reason = [], "below-min"
     probs: list[float | None] = (

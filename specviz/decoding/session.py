@@ -56,6 +56,7 @@ from .snapshot import read_header, restore_snapshot, take_snapshot, unpack
 from .stops import StopScanner, cut_text
 from .target_context import put_back, refill, replace_for
 from .telemetry import Telemetry, TelemetryView
+from .tiling import verify_tile
 
 #: How :meth:`Session.start` evaluates a prompt (see :class:`Session`): as speculative-simple, as llama-server.
 PREFILL_LAYOUTS = ("all-but-last", "whole")
@@ -749,6 +750,7 @@ class Session:
                 rng=self.rng,
                 is_eog=self.model.is_eog,
                 draft_min=int(g.knobs.get("draft_min", 0)),
+                tile=verify_tile(g.knobs),
                 scratch=self._scratch,
                 record_margins=self.record_margins,
                 stop=self._stop_fn(),

@@ -428,9 +428,10 @@ class HiddenStateDrafter(Drafter):
         return int(np.count_nonzero(ids[at] == tokens))
 
     def _accept(self, n_accepted: int, history: Sequence[int]) -> None:
-        # a rejection: could the drafter have expressed the token the target chose instead?
+        # a rejection: could the drafter have expressed the token the target chose instead? (a draft the
+        # round cut to suit the verify tile can end accepted, the target's next token then its own draft's)
         d, at = self._last_draft, self._round_start + n_accepted
-        if self.vocab_ids is not None and n_accepted < len(d) and at < len(history):
+        if self.vocab_ids is not None and n_accepted < len(d) and at < len(history) and history[at] != d[n_accepted]:
             self.coverage["rejections"] += 1
             self.coverage["rejections_expressible"] += self._n_expressible(np.array([int(history[at])]))
         self._last_draft = []
