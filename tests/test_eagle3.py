@@ -248,6 +248,29 @@ def test_random_head_greedy_equals_plain_and_counts_coverage(session, e3_target_
     assert cov["rejections"] > 0 and cov["rejections_expressible"] <= cov["rejections"]
 
 
+def test_a_draft_cut_to_the_tile_and_accepted_whole_is_no_rejection_for_the_coverage_count():
+    """White box: the round verified a prefix of the head's draft (cut to suit the verify tile). Whether the
+    target's next token counts as a rejection depends on the head's own next token, verified or not."""
+    from specviz.strategies.hidden_state import HiddenStateDrafter
+
+    d = object.__new__(HiddenStateDrafter)  # only what _accept reads: no models needed
+    d.vocab_ids = np.array([10, 11, 12], dtype=np.int64)
+    d.coverage = {"rejections": 0, "rejections_expressible": 0}
+    prefix = [1, 2, 3, 4, 5]
+
+    def accept(draft, n_accepted, committed):
+        d._last_draft, d._round_start = list(draft), len(prefix)
+        d._accept(n_accepted, prefix + committed)
+        return d.coverage["rejections"], d.coverage["rejections_expressible"]
+
+    # 3 of a 4-token draft verified and accepted; the target's next token is the head's fourth
+    assert accept([10, 11, 12, 10], 3, [10, 11, 12, 10]) == (0, 0)
+    # ... or another token, which the head's vocabulary holds: a rejection, an expressible one
+    assert accept([10, 11, 12, 10], 3, [10, 11, 12, 11]) == (1, 1)
+    # an ordinary rejection at depth 1, of a token outside the vocabulary
+    assert accept([10, 11, 12, 10], 1, [10, 13]) == (2, 1)
+
+
 def test_switching_to_eagle3_mid_generation_catches_up(session, e3_head_path):
     prompt = [1, 60, 61, 62]
     ref = plain_reference(session.model, prompt, 50)
