@@ -535,15 +535,17 @@ class CostPolicy(QuietPolicy):
         """The fewest plain rounds between probes that keep a probe's cost to the drafter (a resume, and a
         draft step or a declined ask, whichever is dearer) within :attr:`PROBE_SHARE` of their time."""
         return self._floor(
-            self.decline_seconds, self.draft_tok_seconds + self.upkeep_tok_seconds, self.resume_seconds, self.cost
+            self.decline_seconds, self.draft_tok_seconds, self.upkeep_tok_seconds, self.resume_seconds, self.cost
         )
 
     @classmethod
-    def _floor(cls, decline: float, step: float, resume: float, cost: VerifyCostModel | None) -> int:
-        """:meth:`probe_floor` of a declined ask's, a draft step's (with its feeding) and a resume's seconds."""
+    def _floor(
+        cls, decline: float, draft_tok: float, upkeep_tok: float, resume: float, cost: VerifyCostModel | None
+    ) -> int:
+        """:meth:`probe_floor` of a declined ask's, a draft step's, its feeding's and a resume's seconds."""
         if cost is None:
             return 0
-        rounds = (resume + max(decline, step)) / (cls.PROBE_SHARE * cost(1))
+        rounds = (resume + max(decline, draft_tok + upkeep_tok)) / (cls.PROBE_SHARE * cost(1))
         return math.ceil(min(rounds, cls.PROBE_FLOOR_MAX))
 
     def observe_upkeep(self, seconds: float, tokens: int, resume_seconds: float = 0.0) -> None:
@@ -591,7 +593,8 @@ class CostPolicy(QuietPolicy):
             "resume_seconds": state["resume_seconds"],
             "probe_floor": cls._floor(
                 state["decline_seconds"],
-                state["draft_tok_seconds"] + state["upkeep_tok_seconds"],
+                state["draft_tok_seconds"],
+                state["upkeep_tok_seconds"],
                 state["resume_seconds"],
                 cost,
             ),
