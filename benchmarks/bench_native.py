@@ -37,6 +37,15 @@ tool, the best of them, the cost policy's ratio and its share of that best. A le
 in advance how every round ends can still beat the best single length (shorter drafts where the draft
 will be rejected), so the best fixed length is a yardstick, not a bound.
 
+The second table's ``priced`` column is the lowest prompt's speedup with every verify batch priced by one
+verify-cost curve instead of timed: the curve the cost policy measured in the warm-up (seconds for each
+batch size, the same for every run), each run's batches (counted from its ``Verified`` events) summed
+with it, and the cost run's tokens per priced second set against its ``none`` partner's. It leaves out
+everything but the target's verify batches (drafting, specviz's own time, a noisy neighbour), so it
+shows whether the policy's choice of batches pays on this machine; on a virtual machine whose identical
+runs differ by 5-15% in wall time, that is what can tell a lost prompt from a noisy one. It is 1.00x
+exactly when the cost run verified the batches ``none`` did (the policy drafted nothing).
+
 How the runs end: the tool stops once it has generated at least ``-n`` tokens, often a whole accepted
 draft more (145 for ``-n 128`` with 16-token drafts), and its last round's draft is not cut to the budget;
 specviz stops at exactly ``max_tokens``. So each specviz configuration that the first table compares with
@@ -71,6 +80,7 @@ from specviz import Session
 from specviz.analysis.native import run_tool
 from specviz.analysis.workloads import WORKLOADS
 from specviz.backends import LlamaModel
+from specviz.decoding.policy import VerifyCostModel
 from specviz.models.embedded import default_model_path
 
 #: Each strategy with the same knobs on both sides; every draft is at most 16 tokens (ngram-cache: 8).
@@ -107,9 +117,19 @@ def _tools_dir_module():
 def run_specviz(session: Session, prompt: str, strategy: str, knobs: dict[str, Any], max_tokens: int) -> dict:
     """One specviz generation: decode tokens/s over the wall time of run() (and over its CPU time)."""
     session.start(prompt, max_tokens, strategy, **knobs)
+    batches: dict[str, int] = {}
+
+    def count(ev: Any) -> None:  # the verify batches' sizes, for the priced speedup
+        if ev.kind == "verified":
+            batches[str(ev.batch_size)] = batches.get(str(ev.batch_size), 0) + 1
+
+    unsubscribe = session.subscribe(count)
     t0, c0 = time.perf_counter(), time.process_time()
-    session.run()
-    seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
+    try:
+        session.run()
+    finally:
+        seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
+        unsubscribe()
     t = session.telemetry_dict()
     n = len(session.tokens)
     return {
@@ -121,6 +141,7 @@ def run_specviz(session: Session, prompt: str, strategy: str, knobs: dict[str, A
         "accepted": t["accepted"],
         "rounds": t["rounds"],
         "longest_draft": sum(1 for x in t["per_position_tries"] if x),  # depth i is tried by every longer draft
+        "batches": batches,
         "ids": list(session.tokens),
     }
 
@@ -228,6 +249,22 @@ def lengths_table(kinds, strategies, prompts, lengths, ratio) -> list[dict[str, 
     return rows
 
 
+def priced_seconds(batches: dict[str, int], prices: VerifyCostModel) -> float:
+    """A run's verify batches (size -> count, as :func:`run_specviz` counts them) priced by ``prices``."""
+    return sum(prices(int(b)) * n for b, n in batches.items())
+
+
+def priced_speedup(runs: list[dict], partners: list[dict], prices: VerifyCostModel) -> float:
+    """Median over repeats of each run's tokens per priced second (:func:`priced_seconds`) over its
+    partner's (the same repeat's ``none`` run)."""
+    out = []
+    for x, y in zip(runs, partners):
+        px, py = priced_seconds(x["batches"], prices), priced_seconds(y["batches"], prices)
+        if px > 0 and py > 0:
+            out.append((x["tokens"] / px) / (y["tokens"] / py))
+    return med(out)
+
+
 def med(xs: list[float]) -> float:
     return statistics.median(xs) if xs else float("nan")
 
@@ -316,6 +353,8 @@ def main(argv: list[str] | None = None) -> int:
             run_specviz(session, warm, strategies[0], dict(STRATEGIES[strategies[0]], draft_max=DRAFT_MAX, **cfg), 16)
     if eagle3 is not None:
         run_specviz(session, warm, "eagle3", eagle3, 16)
+    # the curve the warm-up's cost run measured, as it stood then: one price list for every run
+    prices = VerifyCostModel(*session.cost_model.points()) if session.cost_model is not None else None
 
     # runs[kind][prompt][(strategy, side)] -> list of results over repeats; side: native, same, tile, cost
     runs: dict[str, dict[int, dict[tuple[str, str], list[dict]]]] = {k: {p: {} for p in prompts[k]} for k in kinds}
@@ -362,6 +401,10 @@ def main(argv: list[str] | None = None) -> int:
     def tps(kind: str, p: int, key: tuple[str, str]) -> float:
         return med([x[metric] for x in runs[kind][p][key]])
 
+    def priced(kind: str, p: int, strat: str) -> float:
+        assert prices is not None
+        return priced_speedup(runs[kind][p][(strat, "cost")], runs[kind][p][("none", "none")], prices)
+
     table: list[dict[str, Any]] = []
     length_rows: list[dict[str, Any]] = []
     if full_table:
@@ -374,27 +417,33 @@ def main(argv: list[str] | None = None) -> int:
     clock = "" if args.clock == "wall" else " (tokens over the process's CPU time)"
     print(f"\ncost policy vs none, per prompt: paired speedup{clock}, median over {args.repeats} repeats")
     n_cols = max(len(prompts[k]) for k in kinds)
-    print("| workload | strategy | " + " | ".join(f"#{i}" for i in range(n_cols)) + " | lowest | same as none |")
-    print("|---|---|" + "---:|" * (n_cols + 2))
+    print(
+        "| workload | strategy | " + " | ".join(f"#{i}" for i in range(n_cols)) + " | lowest | priced | same as none |"
+    )
+    print("|---|---|" + "---:|" * (n_cols + 3))
     per_prompt: list[dict[str, Any]] = []
     rows = [*strategies, *(["eagle3"] if eagle3 is not None else [])]
     for kind in kinds:
         ps = prompts[kind]
         cells = [f"{tps(kind, p, ('none', 'none')):.1f} t/s" for p in ps]
-        print(f"| {kind} | none | " + " | ".join(cells) + " | | |")
+        print(f"| {kind} | none | " + " | ".join(cells) + " | | | |")
         for strat in rows:
             rs = {p: ratio(kind, p, strat, "cost", ("none", "none")) for p in ps}
             pairs = [
                 (x, y) for p in ps for x, y in zip(runs[kind][p][(strat, "cost")], runs[kind][p][("none", "none")])
             ]
             same = sum(x["ids"] == y["ids"] for x, y in pairs)
-            per_prompt.append({"kind": kind, "strategy": strat, "speedups": rs, "same_as_none": same})
+            by_price = {p: priced(kind, p, strat) for p in ps} if prices is not None else {}
+            per_prompt.append(
+                {"kind": kind, "strategy": strat, "speedups": rs, "priced": by_price, "same_as_none": same}
+            )
             low = min(rs.values())
             flag = " (below 0.95×)" if low < 0.95 else ""
+            low_priced = f"{min(by_price.values()):.2f}×" if by_price else "–"
             print(
                 f"| {kind} | {strat} | "
                 + " | ".join(f"{rs[p]:.2f}×" for p in ps)
-                + f" | {low:.2f}×{flag} | {same}/{len(pairs)} |"
+                + f" | {low:.2f}×{flag} | {low_priced} | {same}/{len(pairs)} |"
             )
 
     if args.json:
@@ -408,7 +457,13 @@ def main(argv: list[str] | None = None) -> int:
             }
             for k, kp in runs.items()
         }
-        out = {"table": table, "lengths": length_rows, "cost_vs_none": per_prompt, "runs": raw}
+        out = {
+            "table": table,
+            "lengths": length_rows,
+            "cost_vs_none": per_prompt,
+            "prices": {"sizes": prices.sizes.tolist(), "seconds": prices.seconds.tolist()} if prices else None,
+            "runs": raw,
+        }
         print(json.dumps(out, indent=1))
     session.close()
     model.close()

@@ -458,6 +458,39 @@ def test_bench_native_runs_and_prints_both_tables(tiny_model_path, capsys):
     ]
     for r in raw["lengths"]:
         assert r["ratios"][str(r["best"])] == max(r["ratios"].values())
+    # the priced speedup: every round's verify batch counted, none's all one row, and the figure worked
+    # again from the JSON with the printed price list
+    from specviz.decoding.policy import VerifyCostModel
+
+    prices = VerifyCostModel(raw["prices"]["sizes"], raw["prices"]["seconds"])
+    for kind, cells in raw["runs"].items():
+        for key, results in cells["0"].items():
+            if key.endswith("/native"):
+                continue
+            for r in results:
+                assert sum(r["batches"].values()) == r["rounds"], (kind, key, r)
+                assert sum(int(b) * n for b, n in r["batches"].items()) == r["rounds"] + r["drafted"], (kind, key)
+        assert set(cells["0"]["none/none"][0]["batches"]) == {"1"}
+
+    def tps(r):
+        return r["tokens"] / sum(prices(int(b)) * n for b, n in r["batches"].items())
+
+    for row in raw["cost_vs_none"]:
+        cell = raw["runs"][row["kind"]]["0"]
+        want = tps(cell[f"{row['strategy']}/cost"][0]) / tps(cell["none/none"][0])
+        assert row["priced"]["0"] == pytest.approx(want, rel=1e-12), row
+        if cell[f"{row['strategy']}/cost"][0]["batches"] == cell["none/none"][0]["batches"]:
+            assert row["priced"]["0"] == 1.0  # the policy drafted nothing: none's batches, none's price
+    # hand-worked: one-row batches at 10 ms, four-row ones at 30 ms. none: 8 tokens in 8 rounds, 80 ms;
+    # a cost run: 8 tokens in 2 one-row rounds and 2 four-row ones (3 + 3 accepted), 80 ms too; another
+    # with one four-row round accepting 1 of 3 (2 tokens, 30 ms) and 6 one-row ones (60 ms): 8 in 90 ms
+    hand = VerifyCostModel([1, 4], [0.010, 0.030])
+    assert bench.priced_seconds({"1": 2, "4": 2}, hand) == pytest.approx(0.080)
+    none_runs = [{"tokens": 8, "batches": {"1": 8}}] * 3
+    even = {"tokens": 8, "batches": {"1": 2, "4": 2}}
+    losing = {"tokens": 8, "batches": {"1": 6, "4": 1}}
+    assert bench.priced_speedup([even, losing, losing], none_runs, hand) == pytest.approx(80 / 90)
+    assert bench.priced_speedup([even, even, losing], none_runs, hand) == pytest.approx(1.0)
 
 
 @pytest.mark.parametrize(
