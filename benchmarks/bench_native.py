@@ -117,19 +117,15 @@ def _tools_dir_module():
 def run_specviz(session: Session, prompt: str, strategy: str, knobs: dict[str, Any], max_tokens: int) -> dict:
     """One specviz generation: decode tokens/s over the wall time of run() (and over its CPU time)."""
     session.start(prompt, max_tokens, strategy, **knobs)
-    batches: dict[str, int] = {}
-
-    def count(ev: Any) -> None:  # the verify batches' sizes, for the priced speedup
-        if ev.kind == "verified":
-            batches[str(ev.batch_size)] = batches.get(str(ev.batch_size), 0) + 1
-
-    unsubscribe = session.subscribe(count)
     t0, c0 = time.perf_counter(), time.process_time()
-    try:
-        session.run()
-    finally:
-        seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
-        unsubscribe()
+    rounds = session.run()
+    seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
+    # the verify batches' sizes, for the priced speedup: read from the rounds run() returns, after the
+    # timing (a listener would run inside it)
+    batches: dict[str, int] = {}
+    for rnd in rounds:
+        for ev in rnd.of_kind("verified"):
+            batches[str(ev.batch_size)] = batches.get(str(ev.batch_size), 0) + 1
     t = session.telemetry_dict()
     n = len(session.tokens)
     return {

@@ -482,8 +482,9 @@ def test_bench_native_runs_and_prints_both_tables(tiny_model_path, capsys):
         if cell[f"{row['strategy']}/cost"][0]["batches"] == cell["none/none"][0]["batches"]:
             assert row["priced"]["0"] == 1.0  # the policy drafted nothing: none's batches, none's price
     # hand-worked: one-row batches at 10 ms, four-row ones at 30 ms. none: 8 tokens in 8 rounds, 80 ms;
-    # a cost run: 8 tokens in 2 one-row rounds and 2 four-row ones (3 + 3 accepted), 80 ms too; another
-    # with one four-row round accepting 1 of 3 (2 tokens, 30 ms) and 6 one-row ones (60 ms): 8 in 90 ms
+    # a cost run: 8 tokens in 2 one-row rounds and 2 four-row ones (each 2 of 3 accepted plus the target's
+    # token), 80 ms too; another with one four-row round accepting 1 of 3 (2 tokens, 30 ms) and 6 one-row
+    # ones (60 ms): 8 in 90 ms
     hand = VerifyCostModel([1, 4], [0.010, 0.030])
     assert bench.priced_seconds({"1": 2, "4": 2}, hand) == pytest.approx(0.080)
     none_runs = [{"tokens": 8, "batches": {"1": 8}}] * 3
