@@ -99,6 +99,9 @@ class Halves:
     def expected_tokens(self, k):
         return None
 
+    def promise_plain(self):
+        return None
+
     def use_cost(self, cost):
         pass
 

@@ -707,6 +707,9 @@ def test_cost_policy_state_and_description_carry_every_counter():
     p.observe_shadow(True)  # decayed by 0.98, then run position 0 tried and hit; the run is 1
     assert p.length(0, 4)[0] == 0  # one plain round without evidence
     p.observe_upkeep(0.002, 1)  # what the drafter spent in that plain round
+    # asked for a promise: the plain rounds before the probe that is due 64 rounds after the evidence (the
+    # floor below), this round being the first
+    assert p.promise_plain() == 62
     s = p.state()
     assert s["tries"] == pytest.approx([1.98, 0.98, 0, 0, 0, 0, 0])
     assert s["hits"] == pytest.approx([1.98, 0, 0, 0, 0, 0, 0])
@@ -730,6 +733,7 @@ def test_cost_policy_state_and_description_carry_every_counter():
         "decline_seconds": 0.0,
         "resumes": 0,
         "resume_seconds": 0.0,
+        "quiet": 62,
     }
     d = p.describe()
     assert d == {
@@ -746,6 +750,7 @@ def test_cost_policy_state_and_description_carry_every_counter():
         "proposal_rate": 1.0,
         "declined_round_seconds": 0.0,
         "resume_seconds": 0.0,
+        "promised_plain_rounds": 62,
         "probe_floor": 64,  # a draft step of 0.25 s against plain rounds of 1 ms
         "verify_cost": {"sizes": [1, 2, 16], "seconds": [0.001, 1.0, 10.0]},
     }

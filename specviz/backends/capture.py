@@ -362,6 +362,7 @@ class LayerCapture:
         self.method = method
         self._n_cap = ctx.capacity.n_batch
         self._armed = False
+        self._held = False
         self._tap_of: list[int] = []  # the callback path: each layer's tap (one a distinct layer)
         self._seen_eval = ctx.eval_count
         if method == "api":
@@ -402,10 +403,38 @@ class LayerCapture:
         """Method, layers and width."""
         return CaptureInfo(self.method, self.layers, self.n_embd)
 
+    @property
+    def can_hold(self) -> bool:
+        """Whether :meth:`hold` can stop the copying: the callback path only. Switching llama.cpp's own taps
+        rebuilds the context's scheduler (and is refused for good on some backends, :func:`taps_fixed`), too
+        dear to do between two rounds, so those stay on."""
+        return self.method == "callback"
+
+    @property
+    def held(self) -> bool:
+        """Whether the capture is held: the batches evaluated meanwhile are not read (see :meth:`hold`)."""
+        return self._held
+
+    def hold(self, held: bool) -> bool:
+        """Hold (``True``) or release the capture: while held, the shim answers "not needed" for every node,
+        so the target's graph runs in one piece and copies nothing, as if no capture were armed, and
+        :meth:`features` of a batch evaluated meanwhile is refused (the shim saw none of its rows). For a
+        drafter that knows it will read no rows for a while (a paused EAGLE-3 head). Returns whether the
+        capture is now held: always ``False`` where it cannot be (:attr:`can_hold`) or once closed."""
+        held = bool(held) and self._armed and self.can_hold
+        if held != self._held and self._armed and self.can_hold:
+            tap = self.ctx.tap
+            if tap.owner is self:
+                tap.state.enabled = 0 if held else 1
+            self._held = held
+        return self._held
+
     def features(self, n_tokens: int) -> np.ndarray:
         """Features of the last batch's ``n_tokens`` rows: ``[n_tokens, len(layers) * n_embd]`` float32 (a copy)."""
         if not self._armed:
             raise CaptureUnavailableError("the layer capture was closed")
+        if self._held:
+            raise CaptureUnavailableError("the layer capture is held (hold(False) before the batch to read)")
         if self.ctx.eval_count == self._seen_eval:
             # llama.cpp's getter asserts (aborts) when no batch was evaluated with the taps on
             raise CaptureUnavailableError("no batch was evaluated since the layer capture was switched on")
@@ -441,6 +470,7 @@ class LayerCapture:
         if not self._armed:
             return
         self._armed = False
+        self._held = False
         if getattr(self.ctx, "_ctx", None) is None:
             return
         if self.method == "api":

@@ -55,18 +55,24 @@ class Budget:
     """The draft length a round may use: ``limit``, the configured ``requested`` length, the ``cap``
     that lowered it (``policy``, ``budget``, ``context``, ``batch``, ``ubatch``, ``ring``, ``tile``; ``prompt``
     for the first round after a whole-prompt prefill, which reads the prompt's row and cannot draft) or None, and
-    the policy's ``expected`` committed tokens for that length (cost policy only)."""
+    the policy's ``expected`` committed tokens for that length (cost policy only). ``quiet``: the plain rounds
+    after this one that the policy has promised (:meth:`~specviz.decoding.policy.DraftingPolicy.promise_plain`,
+    asked only for a drafter that pays to stay ready); None when none was asked or made."""
 
     requested: int
     limit: int
     cap: str | None
     expected: float | None
+    quiet: int | None = None
 
 
-def plan(knobs: Mapping[str, Any], policy: DraftingPolicy, caps: Caps, *, drafts: bool = True) -> Budget:
+def plan(
+    knobs: Mapping[str, Any], policy: DraftingPolicy, caps: Caps, *, drafts: bool = True, promise: bool = False
+) -> Budget:
     """The budget of the next round for a strategy's ``knobs`` (see the module docstring for the order).
 
-    ``drafts`` is False for a strategy that never drafts (``none``): the budget is then 0.
+    ``drafts`` is False for a strategy that never drafts (``none``): the budget is then 0. ``promise``: when
+    the policy chooses plain decoding, ask it how many more rounds it promises to keep plain (``quiet``).
     """
     if not drafts:
         return Budget(0, 0, None, None)
@@ -75,6 +81,7 @@ def plan(knobs: Mapping[str, Any], policy: DraftingPolicy, caps: Caps, *, drafts
     align = bool(knobs.get("align", True))
     tile = verify_tile(knobs)
     chosen, expected = policy.length(draft_min, requested, tile)
+    quiet = policy.promise_plain() if promise and chosen == 0 else None
     limit, cap = chosen, ("policy" if chosen < requested else None)
     hard = [("budget", caps.remaining - 1), ("context", caps.free_ctx), ("batch", caps.n_batch - 1)]
     if align:
@@ -89,4 +96,4 @@ def plan(knobs: Mapping[str, Any], policy: DraftingPolicy, caps: Caps, *, drafts
         limit, cap = aligned, "tile"
     if expected is not None and limit < chosen:
         expected = policy.expected_tokens(limit)
-    return Budget(requested, limit, cap, expected)
+    return Budget(requested, limit, cap, expected, quiet)

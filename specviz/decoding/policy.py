@@ -53,6 +53,12 @@ class DraftingPolicy(Protocol):
         """Expected committed tokens of a round with a k-token draft (None when not modelled)."""
         ...
 
+    def promise_plain(self) -> int | None:
+        """(Asked after :meth:`length` chose 0) How many of the rounds after this one the policy promises to
+        keep plain, a promise it then keeps; None when it makes none. For a drafter that pays to stay
+        ready to draft (:meth:`~specviz.strategies.base.Drafter.expect_plain`)."""
+        ...
+
     def use_cost(self, cost: VerifyCostModel) -> None:
         """Give the policy the measured verify cost curve (only the cost policy uses it)."""
         ...
@@ -112,6 +118,10 @@ class QuietPolicy:
 
     def expected_tokens(self, k: int) -> float | None:
         """None: not modelled."""
+        return None
+
+    def promise_plain(self) -> int | None:
+        """None: no promise (the length may change any round)."""
         return None
 
     def use_cost(self, cost: VerifyCostModel) -> None:
@@ -341,6 +351,11 @@ class CostPolicy(QuietPolicy):
     resume) and a draft step or a declined ask. The interval is at least as many plain rounds as keep
     that cost within :attr:`PROBE_SHARE` (2%) of their time, at most ``PROBE_FLOOR_MAX`` (64) rounds; for
     the n-gram strategies, which pay almost nothing to be asked, that floor stays below ``PROBE_EVERY``.
+
+    Between probes, with no evidence coming in, the choice stays plain (nothing it is made from moves but
+    the verify cost's slow refinement). Asked (:meth:`promise_plain`, for a drafter that pays to stay ready:
+    an EAGLE-3 head's layer capture), the policy promises the rounds up to the next probe and keeps them
+    plain without weighing them again, so the drafter can stop paying until shortly before the probe.
     """
 
     name = "cost"
@@ -376,6 +391,7 @@ class CostPolicy(QuietPolicy):
         self.plain_upkeep_seconds = 0.0  # what the drafter spends in a round kept plain
         self.plain_upkeep_calls = 0
         self.last_length: int | None = None  # the length the last length() chose (None before the first)
+        self.quiet = 0  # plain rounds still promised (promise_plain): length() keeps them plain unweighed
         self.asked = 0  # rounds that asked the drafter for a draft and heard back
         self.proposal_rate = 1.0  # the share of them that got a draft (moving average)
         self.declines = 0
@@ -440,6 +456,12 @@ class CostPolicy(QuietPolicy):
     def length(self, draft_min: int, draft_max: int, tile: int = 1) -> tuple[int, float | None]:
         if self.cost is None:
             return draft_max, None
+        if self.quiet > 0:  # a promised plain round: what the plain branch below records, nothing weighed
+            self.quiet -= 1
+            self.rounds_since_evidence += 1
+            self.probing = False
+            self.last_length = 0
+            return 0, 1.0
         curve = self._expected_curve(draft_max)
         verify = self.cost.curve(draft_max + 1)
         plain_rate = curve[0] / (verify[0] + self.plain_upkeep_seconds)
@@ -468,6 +490,17 @@ class CostPolicy(QuietPolicy):
                 self.probing = True
         self.last_length = best_k
         return best_k, curve[best_k]
+
+    def promise_plain(self) -> int | None:
+        """The plain rounds after this one up to the next probe (see the class docstring), promised: the next
+        that many :meth:`length` calls return 0. None when this round was not plain, was a probe, or there is
+        no cost model yet. Asked again during a promise, it returns what is left of it."""
+        if self.cost is None or self.last_length != 0 or self.probing:
+            return None
+        if self.quiet == 0:
+            due = max(self.probe_every, self.probe_floor())  # the probe comes when rounds_since_evidence reaches it
+            self.quiet = max(0, due - self.rounds_since_evidence - 1)
+        return self.quiet
 
     def _lengths(self, draft_min: int, draft_max: int, tile: int) -> tuple[int, ...]:
         """The draft lengths worth comparing: from ``max(draft_min, 1)`` to ``draft_max``, those the session
@@ -591,6 +624,7 @@ class CostPolicy(QuietPolicy):
             "proposal_rate": state["proposal_rate"],
             "declined_round_seconds": state["decline_seconds"],
             "resume_seconds": state["resume_seconds"],
+            "promised_plain_rounds": state.get("quiet", 0),
             "probe_floor": cls._floor(
                 state["decline_seconds"],
                 state["draft_tok_seconds"],
@@ -624,6 +658,7 @@ class CostPolicy(QuietPolicy):
             "decline_seconds": self.decline_seconds,
             "resumes": self.resumes,
             "resume_seconds": self.resume_seconds,
+            "quiet": self.quiet,
         }
 
     def load(self, d: dict) -> None:
@@ -654,6 +689,7 @@ class CostPolicy(QuietPolicy):
         self.decline_seconds = float(d.get("decline_seconds", 0.0))
         self.resumes = int(d.get("resumes", 0))
         self.resume_seconds = float(d.get("resume_seconds", 0.0))
+        self.quiet = max(0, int(d.get("quiet", 0)))
 
 
 def measure_verify_cost(ctx: Any, history: Sequence[int], knobs: dict, repeats: int = 2) -> VerifyCostModel:

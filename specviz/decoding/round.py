@@ -133,7 +133,10 @@ def run_round(
     n_past = len(history) - 1
     position = len(history)
 
-    # 1. draft (none after a whole-prompt prefill: llama-server samples its first token undrafted)
+    # 1. draft (none after a whole-prompt prefill: llama-server samples its first token undrafted); a drafter
+    # that pauses in plain rounds first hears how many more the policy has promised
+    if drafter.pause_when_plain:
+        drafter.expect_plain(budget.quiet)
     draft_kv_before = drafter.kv_length() if drafter.has_context else None
     t0 = time.perf_counter()
     proposal = Draft([]) if prefilled else drafter.draft(history, budget.limit)

@@ -736,7 +736,13 @@ class Session:
                 n_ubatch=cap.n_ubatch,
                 memory=self.ctx.memory.draft_limit(self.committed, DRAFT_MAX_LIMIT),
             )
-            budget = plan(g.knobs, g.policy, caps, drafts=self.drafter.drafts and not prefilled)
+            budget = plan(
+                g.knobs,
+                g.policy,
+                caps,
+                drafts=self.drafter.drafts and not prefilled,
+                promise=self.drafter.pause_when_plain,
+            )
             if prefilled:
                 budget = Budget(budget.requested, 0, "prompt", None)
             g.round_index += 1

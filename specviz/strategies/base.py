@@ -156,6 +156,10 @@ class Drafter:
     #: so it needs the target to evaluate every committed token in a round: a whole-prompt prefill, whose
     #: first round evaluates nothing, is refused for it (see :class:`~specviz.Session`).
     reads_target: ClassVar[bool] = False
+    #: The drafter stops paying to stay ready (feeding a model of its own, reading the target's layers) in
+    #: rounds a policy keeps plain, and would like to hear how long they will last: the session then asks
+    #: the policy for a promise each plain round and passes it on (:meth:`expect_plain`).
+    pause_when_plain: bool = False
 
     def __init__(self, **knobs: Any) -> None:
         self.config: dict[str, Any] = {k.name: knobs.get(k.name, k.default) for k in self.knobs}
@@ -202,6 +206,11 @@ class Drafter:
         if n_accepted > 0:
             self.stats.drafts_accepted += 1
             self.stats.tokens_accepted += n_accepted
+
+    def expect_plain(self, rounds: int | None) -> None:
+        """(``pause_when_plain`` drafters; before :meth:`draft`) The policy's promise for this round: the next
+        ``rounds`` rounds after it ask for no draft (``None``: no promise, any round may ask). A hint for
+        what to keep ready; a drafter must still draft correctly whenever it is asked. Ignored by default."""
 
     def peek(self, history: Sequence[int]) -> int | None:
         """(``can_peek`` drafters) The first token :meth:`draft` would propose after ``history``, leaving

@@ -131,6 +131,9 @@ class Eagle3Drafter(HiddenStateDrafter):
     def _states(self, n_rows: int) -> np.ndarray:
         return self._encode(self._features(n_rows))
 
+    def _hold_target(self, held: bool) -> bool:
+        return self.capture.hold(held)
+
     def _release_target(self) -> None:
         self.capture.close()
 

@@ -36,21 +36,27 @@ after its first drafting step too: the pairs of its committed tokens would be wr
 next round is plain, and a resume after one round makes the same calls. While paused it writes no pairs
 and encodes nothing; it keeps, from each verify batch, only the raw target rows of the committed
 positions (:meth:`HiddenStateDrafter._features`: EAGLE-3's three layer inputs, a copy), at most
-:attr:`HiddenStateDrafter.resume_window` positions. The target's layer capture stays on: it costs a
-plain decode about 1.4% (``benchmarks/bench_eagle3.py``), while recovering the rows without it would
-take a re-evaluation of the target over the window. The first round that asks
-for a draft again *resumes*: the kept rows are encoded in one call and their pairs written in one batch,
-then drafting proceeds as usual. A pause of at most ``resume_window`` positions leaves the drafter's
-context exactly as feeding every round would have (same pairs at the same positions, from the same
-verify batches' rows; batched instead of round by round, which on the CPU kernels can round differently
-in the last bits). After a longer pause the drafter deliberately *restarts*: its context is cleared and
-holds, from then on, the pairs of the window's positions and those after (at their true positions), not
-the earlier ones, which bounds the resume to one window (llama.cpp appends to a sequence only at its next
-position, so a context cannot keep its old pairs and skip the lost ones). ``restarts`` counts these,
-``skipped_tokens`` the positions whose pairs a restart left out. When the drafter cannot tell a paused
-round's target batch was the verify batch (the cost policy measuring, a switch), it resumes by
-re-evaluating the target over the missing positions (see below), at most a window of them, restarting in
-the same way when more are missing.
+:attr:`HiddenStateDrafter.resume_window` positions. The target's layer capture stays on (recovering the
+rows without it would take a re-evaluation of the target over the window) unless the policy has promised
+more plain rounds than the window (:meth:`~specviz.strategies.base.Drafter.expect_plain`, the ``cost``
+policy between its probes): rows that far from the next draft would leave the window before it, so the
+capture is *held* (:meth:`HiddenStateDrafter._hold_target`; EAGLE-3's capture shim then copies nothing,
+which saves a plain decode about 1.4%, ``benchmarks/bench_eagle3.py``, and the round keeps no rows), and
+it reads again for the last ``resume_window`` promised rounds. A resume after a promise kept is the same
+as after any pause longer than the window (a restart from the window's rows); a round that asks for a
+draft while the rows of the last position are missing (a promise broken by a change of policy or knobs)
+resumes by re-evaluating the target, as below. The first round that asks for a draft again *resumes*: the
+kept rows are encoded in one call and their pairs written in one batch, then drafting proceeds as usual.
+A pause of at most ``resume_window`` positions leaves the drafter's context exactly as feeding every
+round would have (same pairs at the same positions, from the same verify batches' rows; batched instead
+of round by round, which on the CPU kernels can round differently in the last bits). After a longer pause
+the drafter deliberately *restarts*: its context is cleared and holds, from then on, the pairs of the
+window's positions and those after (at their true positions), not the earlier ones, which bounds the
+resume to one window (llama.cpp appends to a sequence only at its next position, so a context cannot keep
+its old pairs and skip the lost ones). ``restarts`` counts these, ``skipped_tokens`` the positions whose
+pairs a restart left out. When the drafter cannot tell a paused round's target batch was the verify batch
+(the cost policy measuring, a switch), it resumes by re-evaluating the target over the missing positions
+(see below), at most a window of them, restarting in the same way when more are missing.
 
 The time spent feeding (``feed_seconds`` / ``feed_tokens``) and resuming or catching up before a draft
 (``resume_seconds``) is reported apart from drafting (:meth:`HiddenStateDrafter.take_upkeep`), so the
@@ -133,6 +139,9 @@ class HiddenStateDrafter(Drafter):
         self._paused = False  # not feeding the model: the rows of positions since are kept in _kept
         self._plain_run = 0  # draft() calls in a row with a limit of 0
         self._declined = False  # the last _draft() proposed nothing: its sync pauses
+        self._quiet: int | None = None  # the plain rounds the policy promised after this one (expect_plain)
+        self._held = False  # this round's target batch is not read (see _hold_target)
+        self.held_rounds = 0  # rounds whose target batch was not read while paused
         #: Whether rounds drafted with a limit of 0 pause the feeding (``PAUSES_WHEN_PLAIN``; False feeds
         #: every round, as before pausing existed).
         self.pause_when_plain = self.PAUSES_WHEN_PLAIN
@@ -166,6 +175,11 @@ class HiddenStateDrafter(Drafter):
     def _encode(self, rows: np.ndarray) -> np.ndarray:
         """States from :meth:`_features` rows (by default the rows themselves)."""
         return rows
+
+    def _hold_target(self, held: bool) -> bool:
+        """Stop (``held``) or resume reading the target's rows from the next batch on; returns whether they
+        are now not read. By default they always are (False)."""
+        return False
 
     # -- helpers -----------------------------------------------------------------------------------
     def _drafter_kv(self) -> int:
@@ -243,12 +257,24 @@ class HiddenStateDrafter(Drafter):
             self._dirty = True
             self._hist_len = len(history)
 
+    def expect_plain(self, rounds: int | None) -> None:
+        """The policy's promise for this round (see :meth:`~specviz.strategies.base.Drafter.expect_plain`):
+        while paused, the target's rows are not read in rounds more than ``resume_window`` before its end."""
+        self._quiet = rounds
+
     def draft(self, history: Sequence[int], n_max: int) -> Draft:
         """Propose up to ``n_max`` tokens; a second limit of 0 in a row pauses the feeding (see
         :attr:`pause_when_plain` and the module docstring)."""
         self._plain_run = self._plain_run + 1 if n_max <= 0 else 0
         if self._plain_run >= 2 and self.pause_when_plain and not self._paused:
             self._pause()
+        # this round's row (it commits one position) is among the window's last rows before the next draft
+        # only when fewer than a window of promised plain rounds follow it
+        quiet, self._quiet = self._quiet, None
+        far = self._paused and n_max <= 0 and quiet is not None and quiet >= self.resume_window
+        self._held = self._hold_target(far) if far or self._held else False
+        if self._held:
+            self.held_rounds += 1
         return super().draft(history, n_max)
 
     def _pause(self) -> None:
@@ -262,8 +288,11 @@ class HiddenStateDrafter(Drafter):
         """Bring a paused drafter's pending states up to date (the pairs are written by :meth:`_complete`)."""
         self._paused = False
         self.resumes += 1
-        if self._dirty:
-            # the rows of the paused rounds are unknown: re-evaluate at most the window's positions
+        missing = not self._kept and self._kept_end > self._pending_start + self._pending.shape[0]
+        if self._dirty or missing:
+            # the rows of the paused rounds are unknown (or, after a held round, not read): re-evaluate at most
+            # the window's positions
+            self._dirty = True
             self._restart_at(max(self._n_pairs, len(history) - 1 - int(self.resume_window)))
             return
         kept_start = self._kept_end - len(self._kept)
@@ -376,10 +405,14 @@ class HiddenStateDrafter(Drafter):
         return out
 
     def _keep_rows(self, L_old: int, L: int) -> None:
-        """(Paused) Keep the verify batch's rows of the committed positions ``L_old - 1 … L - 2``."""
+        """(Paused) Keep the verify batch's rows of the committed positions ``L_old - 1 … L - 2``; a held
+        round read none, and the rows kept before it are too far from the next draft to be of use."""
         if not self._dirty:
             verified = self.target_ctx.eval_count == self._eval_mark + 1
-            if L > L_old >= 1 and verified and self._kept_end == L_old - 1:
+            if L > L_old >= 1 and verified and self._held:
+                self._kept.clear()
+                self._kept_end = L - 1
+            elif L > L_old >= 1 and verified and self._kept_end == L_old - 1:
                 for row in self._features(L - L_old):
                     self._kept.append(row)
                 self._kept_end = L - 1
@@ -459,6 +492,7 @@ class HiddenStateDrafter(Drafter):
                 "resumes": self.resumes,
                 "restarts": self.restarts,
                 "skipped_tokens": self.skipped_tokens,
+                "held_rounds": self.held_rounds,
             },
         }
         if self.vocab_ids is not None:
@@ -483,6 +517,7 @@ class HiddenStateDrafter(Drafter):
             "resumes": self.resumes,
             "restarts": self.restarts,
             "skipped_tokens": self.skipped_tokens,
+            "held_rounds": self.held_rounds,
         }
 
     def _import_state(self, d: dict[str, Any]) -> None:
@@ -493,6 +528,7 @@ class HiddenStateDrafter(Drafter):
         self.resumes = int(d.get("resumes", 0))
         self.restarts = int(d.get("restarts", 0))
         self.skipped_tokens = int(d.get("skipped_tokens", 0))
+        self.held_rounds = int(d.get("held_rounds", 0))
 
     def context_state(self) -> bytes:
         """The drafter's context, its pair count, the states waiting for their pairs and, while paused, the
