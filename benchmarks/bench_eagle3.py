@@ -14,7 +14,18 @@ context carries), ``shim armed`` (three layers copied out, as while ``eagle3`` d
 back), and for reference ``python cb`` (a ctypes Python callback that declines every node). Variants are
 timed round-robin so drift hits them alike; medians are printed.
 
-Usage: python benchmarks/bench_eagle3.py [--repeats 41] [--vocab 8192,16384,32768] [--dtype f32,q8_0] [--json]
+*A generation the head does not draft in* (issue 26): ``eagle3`` with the ``cost`` policy against ``none``
+on the ``free`` prompts (128 tokens, greedy), with a head that drafts nothing worth verifying (a random one
+of the trained head's shape, or ``--generation-head HEAD.gguf``). The policy keeps
+the rounds plain and the head pauses; what is left over ``none`` is what keeping the head ready costs.
+Two ``eagle3`` variants: ``capture held`` (the default: the capture is held while the policy promises more
+plain rounds than the resume window) and ``capture kept`` (``hold_when_promised`` off: every batch read).
+Per round: the whole round, the target's decodes in it, and the rest (the head's resumes and probes,
+specviz's Python); ``vs none`` is the median over prompts of each prompt's median tokens-per-second ratio,
+the three variants run back to back in each repeat. ``--generation-repeats 0`` skips it.
+
+Usage: python benchmarks/bench_eagle3.py [--repeats 41] [--vocab 8192,16384,32768] [--dtype f32,q8_0]
+           [--generation-repeats 3] [--generation-head HEAD.gguf] [--json]
 """
 
 from __future__ import annotations
@@ -30,6 +41,8 @@ from pathlib import Path
 
 import numpy as np
 
+from specviz import Session
+from specviz.analysis.workloads import WORKLOADS
 from specviz.backends.capture import LayerCapture
 from specviz.backends.eagle3 import Eagle3Context
 from specviz.backends.llama import LlamaContext, LlamaModel
@@ -193,6 +206,86 @@ def draft_step_cost(
     return rows
 
 
+def random_trained_shape_head(model: LlamaModel, path: Path) -> Path:
+    """A random head of the trained head's shape (``specviz train-eagle3``'s: feed-forward 1536; the 6,152
+    draft tokens its default run chose here), Q8_0: it drafts nothing the target accepts."""
+    rng = np.random.default_rng(0)
+    d2t = tuple(int(x) for x in np.sort(rng.choice(model.n_vocab, size=6152, replace=False)))
+    cfg = Eagle3HeadConfig(
+        n_embd=model.n_embd,
+        n_head=4,
+        n_head_kv=1,
+        n_ff=1536,
+        target_hidden=model.n_embd,
+        target_layers=default_target_layers(model.n_layer),
+        d2t=d2t,
+        n_vocab=model.n_vocab,
+    )
+    return write_eagle3_head(path, default_model_path(), cfg, random_eagle3_weights(cfg), dtype="q8_0")
+
+
+GENERATION_VARIANTS = ("none", "capture held", "capture kept")
+
+
+def paused_generation(model: LlamaModel, head: Path, repeats: int, n_threads: int, n_tokens: int = 128) -> list[dict]:
+    """``none`` and ``eagle3`` (cost policy, capture held or kept) on each ``free`` prompt, back to back."""
+    s = Session(model, n_ctx=4096, n_batch=2048, n_ubatch=512, n_threads=n_threads)
+    knobs = {"draft_model": str(head), "draft_policy": "cost", "align": True}
+    runs: dict[tuple[int, str], list[dict]] = {}
+    try:
+        s.start(WORKLOADS["free"][0], 16, "eagle3", **knobs)  # warm-up; measures the verify cost once
+        s.run()
+        for _ in range(repeats):
+            for i, prompt in enumerate(WORKLOADS["free"]):
+                for variant in GENERATION_VARIANTS:
+                    if variant == "none":
+                        s.start(prompt, n_tokens, "none")
+                    else:
+                        s.start(prompt, n_tokens, "eagle3", **knobs)
+                        s.drafter.hold_when_promised = variant == "capture held"
+                    d0 = s.ctx.decode_seconds
+                    t0 = time.perf_counter()
+                    rounds = s.run()
+                    wall = time.perf_counter() - t0
+                    t = s.telemetry_dict()
+                    runs.setdefault((i, variant), []).append(
+                        {
+                            "rounds": len(rounds),
+                            "tokens": len(s.tokens),
+                            "seconds": wall,
+                            "decode_seconds": s.ctx.decode_seconds - d0,
+                            "drafted": t["drafted"],
+                            "held_rounds": t.get("upkeep", {}).get("held_rounds", 0),
+                        }
+                    )
+    finally:
+        s.close()
+    out = []
+    prompts = range(len(WORKLOADS["free"]))
+    for variant in GENERATION_VARIANTS:
+        rs = [r for i in prompts for r in runs[(i, variant)]]
+        ratios = [
+            statistics.median(
+                (r["tokens"] / r["seconds"]) / (n["tokens"] / n["seconds"])
+                for r, n in zip(runs[(i, variant)], runs[(i, "none")])
+            )
+            for i in prompts
+        ]
+        out.append(
+            {
+                "variant": variant,
+                "round_ms": statistics.median(1e3 * r["seconds"] / r["rounds"] for r in rs),
+                "decode_ms": statistics.median(1e3 * r["decode_seconds"] / r["rounds"] for r in rs),
+                "rest_ms": statistics.median(1e3 * (r["seconds"] - r["decode_seconds"]) / r["rounds"] for r in rs),
+                "held_share": sum(r["held_rounds"] for r in rs) / sum(r["rounds"] for r in rs),
+                "drafted": sum(r["drafted"] for r in rs),
+                "vs_none": statistics.median(ratios),
+                "vs_none_lowest": min(ratios),
+            }
+        )
+    return out
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=41)
@@ -204,6 +297,8 @@ def main(argv=None) -> int:
         default=os.cpu_count() or 1,
         help="threads per context (1 avoids llama.cpp's thread barriers stalling on a busy machine)",
     )
+    ap.add_argument("--generation-repeats", type=int, default=3, help="0: skip the generation comparison")
+    ap.add_argument("--generation-head", default="", help="a trained head for it (default: a random one)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     vocab_sizes = [int(x) for x in args.vocab.split(",")]
@@ -211,9 +306,24 @@ def main(argv=None) -> int:
     toks = model.tokenize(CONTEXT)
     with tempfile.TemporaryDirectory() as d:
         steps = draft_step_cost(model, toks, vocab_sizes, args.dtype.split(","), args.repeats, args.threads, Path(d))
-    overhead = capture_overhead(model, toks, args.repeats, args.threads)
+        overhead = capture_overhead(model, toks, args.repeats, args.threads)
+        generation: list[dict] = []
+        if args.generation_repeats > 0:
+            head = Path(args.generation_head) if args.generation_head else None
+            head = head or random_trained_shape_head(model, Path(d) / "head-6152-q8_0.gguf")
+            generation = paused_generation(model, head, args.generation_repeats, args.threads)
     if args.json:
-        print(json.dumps({"threads": args.threads, "repeats": args.repeats, "draft": steps, "capture": overhead}))
+        print(
+            json.dumps(
+                {
+                    "threads": args.threads,
+                    "repeats": args.repeats,
+                    "draft": steps,
+                    "capture": overhead,
+                    "generation": generation,
+                }
+            )
+        )
         return 0
     print(f"EAGLE-3 on {default_model_path().name}: {args.threads} threads, median of {args.repeats}")
     print(f"{'':34} {'draft vocab':>11} {'weights':>8} {'ms':>8} {'% of target':>12}")
@@ -225,6 +335,21 @@ def main(argv=None) -> int:
     print(f"{'batch':>5} {'variant':>12} {'ms':>8} {'vs off':>8}")
     for r in overhead:
         print(f"{r['batch']:>5} {r['variant']:>12} {r['ms']:>8.2f} {r['overhead_pct']:>+7.1f}%")
+    if generation:
+        print()
+        print(
+            f"a generation the head does not draft in: eagle3 (cost policy) against none, the free prompts, "
+            f"128 tokens, median of {args.generation_repeats} per prompt"
+        )
+        print(
+            f"{'variant':>13} {'round ms':>9} {'decode ms':>10} {'rest ms':>8} {'held':>6} {'drafted':>8} "
+            f"{'vs none':>8} {'lowest':>7}"
+        )
+        for r in generation:
+            print(
+                f"{r['variant']:>13} {r['round_ms']:>9.2f} {r['decode_ms']:>10.2f} {r['rest_ms']:>8.3f} "
+                f"{100 * r['held_share']:>5.0f}% {r['drafted']:>8} {r['vs_none']:>7.3f}x {r['vs_none_lowest']:>6.3f}x"
+            )
     return 0
 
 

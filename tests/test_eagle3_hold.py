@@ -52,10 +52,11 @@ class Promising(Scripted):
         return n
 
 
-def _run(target, head, policy, n_tokens: int = 70, window: int | None = None):
+def _run(target, head, policy, n_tokens: int = 70, window: int | None = None, hold: bool = True):
     s = Session(target, n_ctx=512, n_batch=64, n_ubatch=64, n_threads=1)
     s.start(PROMPT, n_tokens, "eagle3", **knobs(head))
     s.generation.policy = policy
+    s.drafter.hold_when_promised = hold
     if window is not None:
         s.drafter.resume_window = window
     drafts, held = [], []
@@ -153,8 +154,11 @@ def test_promised_plain_rounds_hold_the_capture_and_the_head_drafts_as_without(t
         assert up[key] == ref_up[key], key
     assert s.telemetry_dict()["catch_up_tokens"] == ref.telemetry_dict()["catch_up_tokens"]
     assert drafts == ref_drafts and any(drafts[42:])
-    s.close()
-    ref.close()
+    # switched off, a promise holds nothing
+    kept, kept_drafts, kept_held = _run(target, head, Promising(plain), hold=False)
+    assert not any(kept_held) and kept_drafts == drafts and kept.tokens == s.tokens
+    for x in (s, ref, kept):
+        x.close()
 
 
 class Revised(Promising):

@@ -141,6 +141,9 @@ class HiddenStateDrafter(Drafter):
         self._declined = False  # the last _draft() proposed nothing: its sync pauses
         self._quiet: int | None = None  # the plain rounds the policy promised after this one (expect_plain)
         self._held = False  # this round's target batch is not read (see _hold_target)
+        #: Whether a paused drafter holds the target's capture in rounds the policy's promise puts more than a
+        #: window before the next draft (False reads every batch, as before holding existed).
+        self.hold_when_promised = True
         self.held_rounds = 0  # rounds whose target batch was not read while paused
         #: Whether rounds drafted with a limit of 0 pause the feeding (``PAUSES_WHEN_PLAIN``; False feeds
         #: every round, as before pausing existed).
@@ -272,6 +275,7 @@ class HiddenStateDrafter(Drafter):
         # only when fewer than a window of promised plain rounds follow it
         quiet, self._quiet = self._quiet, None
         far = self._paused and n_max <= 0 and quiet is not None and quiet >= self.resume_window
+        far = far and self.hold_when_promised
         self._held = self._hold_target(far) if far or self._held else False
         if self._held:
             self.held_rounds += 1
