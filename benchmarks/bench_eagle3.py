@@ -56,6 +56,21 @@ def _median_ms(xs: list[float]) -> float:
     return statistics.median(xs) * 1e3
 
 
+def head_config(model: LlamaModel, rng: np.random.Generator, n_draft_vocab: int, n_ff: int) -> Eagle3HeadConfig:
+    """A head of the target's width (4 heads, 1 KV head) with ``n_draft_vocab`` target ids drawn by ``rng``."""
+    d2t = tuple(int(x) for x in np.sort(rng.choice(model.n_vocab, size=n_draft_vocab, replace=False)))
+    return Eagle3HeadConfig(
+        n_embd=model.n_embd,
+        n_head=4,
+        n_head_kv=1,
+        n_ff=n_ff,
+        target_hidden=model.n_embd,
+        target_layers=default_target_layers(model.n_layer),
+        d2t=d2t,
+        n_vocab=model.n_vocab,
+    )
+
+
 def _python_callback_context(model: LlamaModel, n_threads: int):
     """A target context whose eval callback is a ctypes Python function declining every node."""
     import llama_cpp.llama_cpp as lc
@@ -118,17 +133,7 @@ def draft_step_cost(
     rng = np.random.default_rng(0)
     heads = []
     for nv, dtype in [(nv, dt) for nv in vocab_sizes for dt in dtypes]:
-        d2t = tuple(int(x) for x in np.sort(rng.choice(model.n_vocab, size=nv, replace=False)))
-        cfg = Eagle3HeadConfig(
-            n_embd=model.n_embd,
-            n_head=4,
-            n_head_kv=1,
-            n_ff=2048,
-            target_hidden=model.n_embd,
-            target_layers=default_target_layers(model.n_layer),
-            d2t=d2t,
-            n_vocab=model.n_vocab,
-        )
+        cfg = head_config(model, rng, nv, n_ff=2048)
         path = write_eagle3_head(
             folder / f"head-{nv}-{dtype}.gguf", default_model_path(), cfg, random_eagle3_weights(cfg), dtype=dtype
         )
@@ -142,7 +147,7 @@ def draft_step_cost(
                 "dtype": dtype,
                 "model": head,
                 "ctx": e,
-                "ids": np.asarray(d2t, dtype=np.int64),
+                "ids": np.asarray(cfg.d2t, dtype=np.int64),
                 "g": g,
                 "t": {"step": [], "choose": [], "enc1": [], "enc8": []},
             }
@@ -209,18 +214,7 @@ def draft_step_cost(
 def random_trained_shape_head(model: LlamaModel, path: Path) -> Path:
     """A random head of the trained head's shape (``specviz train-eagle3``'s: feed-forward 1536; the 6,152
     draft tokens its default run chose here), Q8_0: it drafts nothing the target accepts."""
-    rng = np.random.default_rng(0)
-    d2t = tuple(int(x) for x in np.sort(rng.choice(model.n_vocab, size=6152, replace=False)))
-    cfg = Eagle3HeadConfig(
-        n_embd=model.n_embd,
-        n_head=4,
-        n_head_kv=1,
-        n_ff=1536,
-        target_hidden=model.n_embd,
-        target_layers=default_target_layers(model.n_layer),
-        d2t=d2t,
-        n_vocab=model.n_vocab,
-    )
+    cfg = head_config(model, np.random.default_rng(0), 6152, n_ff=1536)
     return write_eagle3_head(path, default_model_path(), cfg, random_eagle3_weights(cfg), dtype="q8_0")
 
 
