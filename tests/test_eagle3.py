@@ -369,7 +369,7 @@ def test_first_token_distribution_with_eagle3_matches_the_target(binary_pair):
 # -- refusals -----------------------------------------------------------------------------------------------
 
 
-def _head(tmp_path, e3_target_path, name, **cfg_overrides):
+def _head(tmp_path, e3_target_path, name, dtype="f32", **cfg_overrides):
     cfg = dict(
         n_embd=64,
         n_head=4,
@@ -383,7 +383,7 @@ def _head(tmp_path, e3_target_path, name, **cfg_overrides):
     )
     cfg.update(cfg_overrides)
     c = Eagle3HeadConfig(**cfg)
-    return write_eagle3_head(tmp_path / name, e3_target_path, c, random_eagle3_weights(c))
+    return write_eagle3_head(tmp_path / name, e3_target_path, c, random_eagle3_weights(c), dtype=dtype)
 
 
 def test_unusable_heads_are_refused_with_the_reason_and_nothing_changes(session, e3_target_path, tmp_path):
@@ -454,3 +454,12 @@ def test_a_head_with_a_bad_d2t_is_refused_not_aborted(e3_target_path, tmp_path):
     with pytest.raises(StrategyUnavailableError, match="int64"):
         s.start([1, 2], 5, "eagle3", draft_model=str(tmp_path / "bad.gguf"))
     s.close()
+
+
+@pytest.mark.parametrize("norm_before_fc", [False, True])
+def test_an_f16_head_keeps_fc_in_f32_when_its_inputs_are_raw_layer_inputs(e3_target_path, tmp_path, norm_before_fc):
+    # llama.cpp's CPU f16 product rounds its input to f16; Gemma 3's layer inputs reach 1e5 (test_eagle3_gemma)
+    path = _head(tmp_path, e3_target_path, "h.gguf", dtype="f16", norm_before_fc=norm_before_fc)
+    types = {k: t.ggml_type for k, t in check_gguf(path).tensors.items()}
+    assert types["fc.weight"] == (1 if norm_before_fc else 0)  # GGML_TYPE_F16 = 1, F32 = 0
+    assert types["output.weight"] == 1  # every other matrix as asked

@@ -17,10 +17,9 @@ from specviz.models.eagle3_gguf import Eagle3HeadConfig, default_target_layers, 
 pytestmark = pytest.mark.embedded
 
 
-@pytest.fixture(scope="module")
-def gemma_head(embedded_model_path, tmp_path_factory):
-    """A small random head of Gemma 3 270M's width (640) that borrows its token embeddings."""
-    cfg = Eagle3HeadConfig(
+def _gemma_head_config() -> Eagle3HeadConfig:
+    """A small head of Gemma 3 270M's width (640) that borrows its token embeddings."""
+    return Eagle3HeadConfig(
         n_embd=640,
         n_head=4,
         n_head_kv=1,
@@ -30,6 +29,12 @@ def gemma_head(embedded_model_path, tmp_path_factory):
         d2t=tuple(range(0, 4096, 4)),
         n_vocab=262144,
     )
+
+
+@pytest.fixture(scope="module")
+def gemma_head(embedded_model_path, tmp_path_factory):
+    """A small random head of Gemma 3 270M's width (640) that borrows its token embeddings."""
+    cfg = _gemma_head_config()
     path = tmp_path_factory.mktemp("gemma-head") / "head.gguf"
     return write_eagle3_head(path, embedded_model_path, cfg, random_eagle3_weights(cfg, seed=0))
 
@@ -54,6 +59,21 @@ def test_eagle3_runs_on_gemma3_through_the_capture_shim(embedded_model, gemma_he
             {"draft_model": str(gemma_head), "draft_p_min": 0.0, "draft_max": 3},
         )
         assert res["verdict"] in ("identical", "numerics"), res
+    finally:
+        s.close()
+
+
+def test_an_f16_head_drafts_on_gemma3_whose_layer_inputs_leave_f16s_range(embedded_model, tmp_path):
+    cfg = _gemma_head_config()
+    head = write_eagle3_head(
+        tmp_path / "head-f16.gguf", embedded_model.path, cfg, random_eagle3_weights(cfg, seed=0), dtype="f16"
+    )
+    s = Session(embedded_model, n_ctx=1024, n_batch=64, n_ubatch=64)
+    try:
+        # before fc was kept f32, the first draft step raised: no finite value in the head's logits row
+        s.start("The capital of France is", 8, "eagle3", draft_model=str(head), draft_p_min=0.0, draft_max=3)
+        s.run()
+        assert s.telemetry_dict()["drafted"] > 0
     finally:
         s.close()
 

@@ -233,6 +233,11 @@ def write_eagle3_head(
     llama.cpp's converters keep them). On a CPU a one-token step reads every weight once, so a smaller
     type makes the head's step proportionally cheaper. The file is written next to ``path`` and
     renamed, so a failure leaves nothing half-written. ``extra_metadata`` adds ``specviz.*`` keys.
+
+    With ``f16`` and no norm before ``fc``, ``fc`` stays f32 (deliberate; llama.cpp's converters would
+    write it f16): llama.cpp's CPU product of an f16 matrix rounds its input to f16 first, and the raw layer
+    inputs of some targets leave f16's range (Gemma 3 270M's reach 1e5, f16 ends at 65504), which turned
+    every logit of such a head into a non-finite value. Q8_0 scales each block of the input, so it is safe.
     """
     from gguf import GGUFValueType
 
@@ -305,7 +310,8 @@ def write_eagle3_head(
                 GGUFValueType(sub) if sub is not None else None,
             )
         for k in shapes:
-            _add_matrix(w, k, np.ascontiguousarray(weights[k], dtype=np.float32), dtype)
+            raw_input = k == "fc.weight" and dtype == "f16" and not cfg.norm_before_fc
+            _add_matrix(w, k, np.ascontiguousarray(weights[k], dtype=np.float32), "f32" if raw_input else dtype)
         w.add_tensor("d2t", np.asarray(cfg.d2t, dtype=np.int64))
         w.write_header_to_file()
         w.write_kv_data_to_file()
