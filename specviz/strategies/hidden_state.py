@@ -274,8 +274,7 @@ class HiddenStateDrafter(Drafter):
         # this round's row (it commits one position) is among the window's last rows before the next draft
         # only when fewer than a window of promised plain rounds follow it
         quiet, self._quiet = self._quiet, None
-        far = self._paused and n_max <= 0 and quiet is not None and quiet >= self.resume_window
-        far = far and self.hold_when_promised
+        far = self.hold_when_promised and self._paused and n_max <= 0 and (quiet or 0) >= self.resume_window
         self._held = self._hold_target(far) if far or self._held else False
         if self._held:
             self.held_rounds += 1
