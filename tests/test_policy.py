@@ -862,8 +862,8 @@ def test_a_declined_round_is_learnt_and_a_declined_probe_backs_the_probes_off():
     p.observe(0, 0, 0.003)  # the probe asked and the drafter proposed nothing
     assert (p.asked, p.proposal_rate, p.declines, p.decline_seconds) == (2, 0.5, 1, 0.003)
     assert p.draft_calls == 1 and p.run == 0 and p.probe_every == 16  # not a draft call; interval doubled
-    assert p.probe_floor() == 15  # 3 ms within 2% of 10 ms rounds: below the interval
-    assert [p.length(0, 4)[0] for _ in range(16)] == [0] * 15 + [1]
+    assert p.probe_floor() == 30  # 3 ms within 1% of 10 ms rounds: above the interval of 16
+    assert [p.length(0, 4)[0] for _ in range(30)] == [0] * 29 + [1]
     q = CostPolicy(VerifyCostModel([1, 2, 16], [0.010, 1.0, 10.0]))
     q.load(json.loads(json.dumps(p.state())))
     assert q.state() == p.state() and q.describe()["proposal_rate"] == 0.5
@@ -874,11 +874,11 @@ def test_probes_wait_longer_when_they_cost_the_drafter_more_than_a_small_share_o
     assert p.probe_floor() == 0  # nothing measured: the probe schedule as it was
     assert [p.length(0, 4)[0] for _ in range(8)] == [0] * 7 + [1]
     p.observe(1, 1, 0.0)  # the probe was accepted (interval back to 8)
-    # a resume of 2 ms and a declined ask of 1 ms: 3 ms within 2% of plain rounds of 10 ms takes 15 rounds
+    # a resume of 2 ms and a declined ask of 1 ms: 3 ms within 1% of plain rounds of 10 ms takes 30 rounds
     p.observe_upkeep(0.0, 0, 0.002)
     p.decline_seconds = 0.001
-    assert p.resume_seconds == 0.002 and p.probe_floor() == 15
-    assert [p.length(0, 4)[0] for _ in range(15)] == [0] * 14 + [1]
+    assert p.resume_seconds == 0.002 and p.probe_floor() == 30
+    assert [p.length(0, 4)[0] for _ in range(30)] == [0] * 29 + [1]
     p.observe(1, 1, 0.0)
     p.observe_upkeep(0.0, 0, 0.100)  # moving average of two resumes: 51 ms; the floor stops at 64 rounds
     assert p.probe_floor() == CostPolicy.PROBE_FLOOR_MAX == 64

@@ -349,7 +349,7 @@ class CostPolicy(QuietPolicy):
     probe brings it back to ``PROBE_EVERY``: where there is nothing to copy, probes cost a round in
     sixteen, not one in eight. A probe also costs the drafter: bringing a paused model back (its measured
     resume) and a draft step or a declined ask. The interval is at least as many plain rounds as keep
-    that cost within :attr:`PROBE_SHARE` (2%) of their time, at most ``PROBE_FLOOR_MAX`` (64) rounds; for
+    that cost within :attr:`PROBE_SHARE` (1%) of their time, at most ``PROBE_FLOOR_MAX`` (64) rounds; for
     the n-gram strategies, which pay almost nothing to be asked, that floor stays below ``PROBE_EVERY``.
 
     Between probes, with no evidence coming in, the choice stays plain (nothing it is made from moves but
@@ -364,7 +364,12 @@ class CostPolicy(QuietPolicy):
     SHRINK = 2.0  # weight (in tries) of the neighbouring estimate in each bucket's estimate
     PROBE_EVERY = 8
     PROBE_MAX = 16
-    PROBE_SHARE = 0.02  # the drafter's cost of a probe, at most this share of the plain rounds between probes
+    # The drafter's cost of a probe, at most this share of the plain rounds between probes. 1%, not more: a
+    # drafter that never pays still costs a few per cent besides its probes (an EAGLE-3 head: the armed
+    # capture before each probe, the first rounds' feeding, its Python), and the policy must stay within 5%
+    # of `none` all told. At 2% the trained head's never-drafting generations were 0.95-0.97x `none`, at 1%
+    # 0.96-1.04x (docs/performance.md); the price is a copyable span found up to 64 rounds late, not 45.
+    PROBE_SHARE = 0.01
     PROBE_FLOOR_MAX = 64
     # A draft must promise this much more than plain decoding (tokens per second): the estimates come from
     # few tries, and on a CPU a two-row verify costs about twice one row (the output layer over the whole
