@@ -26,7 +26,7 @@ from specviz.backends import LlamaContext, LlamaModel
 from specviz.backends import capture as capture_mod
 from specviz.backends.capture import LayerCapture
 from specviz.decoding.policy import CostPolicy, VerifyCostModel
-from specviz.errors import CaptureUnavailableError
+from specviz.errors import CaptureUnavailableError, KnobError
 
 
 @pytest.fixture
@@ -221,3 +221,26 @@ def test_a_snapshot_taken_while_held_restores_and_drafts_the_same(through_the_sh
     assert r.telemetry_dict()["upkeep"]["held_rounds"] == 23 and r.telemetry_dict()["catch_up_tokens"] == 0
     s.close()
     r.close()
+
+
+def test_a_window_below_one_position_is_refused_and_one_position_resumes_losslessly(through_the_shim, binary_pair):  # noqa: F811
+    # a window of 0 kept no row at all: the first draft step after a resume had no state for the last
+    # position (ContextError); 0 is refused, and 1, the least a resume needs, holds and drafts as without
+    target, head = binary_pair
+    s = Session(target, n_ctx=512, n_batch=64, n_ubatch=64, n_threads=1)
+    s.start(PROMPT, 8, "eagle3", **knobs(head))
+    for bad in (0, -3, 1.5, True):
+        with pytest.raises(KnobError, match="resume_window"):
+            s.drafter.resume_window = bad
+    assert s.drafter.resume_window == 16
+    s.run()
+    s.close()
+    plain = set(range(3, 43))
+    one, drafts, held = _run(target, head, Promising(plain), window=1)
+    ref, ref_drafts, _ = _run(target, head, Scripted(plain), window=1)
+    assert one.tokens == ref.tokens == plain_reference(one.model, PROMPT, 70)
+    # held from the pause's first round up to the last promised one, which reads the row the resume needs
+    assert [i + 1 for i, h in enumerate(held) if h] == list(range(4, 42))
+    assert drafts == ref_drafts and any(drafts[42:])
+    one.close()
+    ref.close()

@@ -84,7 +84,7 @@ from typing import Any, ClassVar, Iterable, Sequence
 import numpy as np
 
 from ..decoding.tempered import Dist
-from ..errors import ContextError, SnapshotError
+from ..errors import ContextError, KnobError, SnapshotError
 from .base import Draft, Drafter, DraftResources, Upkeep
 from .draft_choice import choose_token
 from .target_replay import reevaluate
@@ -149,8 +149,7 @@ class HiddenStateDrafter(Drafter):
         #: Whether rounds drafted with a limit of 0 pause the feeding (``PAUSES_WHEN_PLAIN``; False feeds
         #: every round, as before pausing existed).
         self.pause_when_plain = self.PAUSES_WHEN_PLAIN
-        #: Most positions kept while paused (``RESUME_WINDOW`` unless set otherwise before a pause).
-        self.resume_window = self.RESUME_WINDOW
+        self._resume_window = self.RESUME_WINDOW
         self._kept: deque[np.ndarray] = deque(maxlen=self.resume_window)
         self._kept_end = 0  # target position after the newest kept row
         self.feed_seconds = 0.0  # sync's encoding and pair writing, paused rounds' row keeping included
@@ -261,6 +260,22 @@ class HiddenStateDrafter(Drafter):
             self._dirty = True
             self._hist_len = len(history)
 
+    @property
+    def resume_window(self) -> int:
+        """Most positions kept while paused (``RESUME_WINDOW`` unless set otherwise before a pause); at least
+        1, the row of the last position, which the first draft step after a resume needs."""
+        return self._resume_window
+
+    @resume_window.setter
+    def resume_window(self, n: int) -> None:
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise KnobError(
+                f"resume_window must be a whole number of positions, at least 1 (got {n!r})",
+                knob="resume_window",
+                value=n,
+            )
+        self._resume_window = n
+
     def expect_plain(self, rounds: int | None) -> None:
         """The policy's promise for this round (see :meth:`~specviz.strategies.base.Drafter.expect_plain`):
         while paused, the target's rows are not read in rounds more than ``resume_window`` before its end."""
@@ -284,7 +299,7 @@ class HiddenStateDrafter(Drafter):
     def _pause(self) -> None:
         """Stop feeding the model from this round on; the next draft with a limit resumes."""
         self._paused = True
-        self._kept = deque(maxlen=max(1, int(self.resume_window)))
+        self._kept = deque(maxlen=self.resume_window)
         self._kept_end = self._pending_start + self._pending.shape[0]
         self.pauses += 1
 
@@ -297,7 +312,7 @@ class HiddenStateDrafter(Drafter):
             # the rows of the paused rounds are unknown (or, after a held round, not read): re-evaluate at most
             # the window's positions
             self._dirty = True
-            self._restart_at(max(self._n_pairs, len(history) - 1 - int(self.resume_window)))
+            self._restart_at(max(self._n_pairs, len(history) - 1 - self.resume_window))
             return
         kept_start = self._kept_end - len(self._kept)
         if kept_start > self._pending_start + self._pending.shape[0]:  # the window lost the pause's start
@@ -554,7 +569,7 @@ class HiddenStateDrafter(Drafter):
         if self._paused:
             kept = np.stack(list(self._kept)) if self._kept else np.zeros((0, 0), dtype=np.float32)
             head["paused"] = {
-                "window": int(self.resume_window),
+                "window": self.resume_window,
                 "kept_end": self._kept_end,
                 "kept_shape": list(kept.shape),
                 "kept": base64.b64encode(kept.astype("<f4").tobytes()).decode(),
