@@ -255,7 +255,7 @@ def test_a_draft_cut_to_the_tile_and_accepted_whole_is_no_rejection_for_the_cove
 
     d = object.__new__(HiddenStateDrafter)  # only what _accept reads: no models needed
     d.vocab_ids = np.array([10, 11, 12], dtype=np.int64)
-    d._vocab_set = (None, frozenset())  # the set of vocab_ids, made on first use
+    d._vocab_set = None  # the set of vocab_ids, made on first use
     d.coverage = {"rejections": 0, "rejections_expressible": 0}
     prefix = [1, 2, 3, 4, 5]
 

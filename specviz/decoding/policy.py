@@ -368,7 +368,7 @@ class CostPolicy(QuietPolicy):
     # drafter that never pays still costs a few per cent besides its probes (an EAGLE-3 head: the armed
     # capture before each probe, the first rounds' feeding, its Python), and the policy must stay within 5%
     # of `none` all told. At 2% the trained head's never-drafting generations were 0.95-0.97x `none`, at 1%
-    # 0.96-1.04x (docs/performance.md); the price is a copyable span found up to 64 rounds late, not 45.
+    # 0.96-1.04x (docs/performance.md); the price is a copyable span found up to 64 rounds late, not 43.
     PROBE_SHARE = 0.01
     PROBE_FLOOR_MAX = 64
     # A draft must promise this much more than plain decoding (tokens per second): the estimates come from

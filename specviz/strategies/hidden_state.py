@@ -123,7 +123,7 @@ class HiddenStateDrafter(Drafter):
         self.n_vocab = resources.target.n_vocab
         self.dctx: Any = None
         self.vocab_ids: np.ndarray | None = None
-        self._vocab_set: tuple[np.ndarray | None, frozenset[int]] = (None, frozenset())  # of which vocab_ids
+        self._vocab_set: frozenset[int] | None = None  # vocab_ids as a set, made on first use
         self._n_pairs = 0  # pairs written for target positions 0 .. _n_pairs - 1
         self._pending_start = 0  # target position of the first state row waiting for its pair
         self._pending = np.zeros((0, 0), dtype=np.float32)
@@ -471,16 +471,16 @@ class HiddenStateDrafter(Drafter):
 
     def _n_expressible(self, tokens: Iterable[int]) -> int:
         """How many of ``tokens`` the drafter's vocabulary holds: a look-up each in a set of :attr:`vocab_ids`
-        (made once per vocabulary). A round commits a few tokens, and numpy's per-call costs were most of the
+        (made on first use). A round commits a few tokens, and numpy's per-call costs were most of the
         work: its ``isin`` sorted both arrays every round (about 1 ms with an 8k-token draft vocabulary), a
         binary search with ``searchsorted`` still took 80 µs a round right after a decode, paid even by rounds
         that feed nothing (a paused EAGLE-3 head)."""
         ids = self.vocab_ids
         if ids is None:
             return 0
-        if self._vocab_set[0] is not ids:
-            self._vocab_set = (ids, frozenset(ids.tolist()))
-        held = self._vocab_set[1]
+        if self._vocab_set is None:
+            self._vocab_set = frozenset(ids.tolist())
+        held = self._vocab_set
         return sum(1 for t in tokens if int(t) in held)
 
     def _accept(self, n_accepted: int, history: Sequence[int]) -> None:
