@@ -18,6 +18,10 @@ decode does: waiting as long as a decode takes, streaming 2 MiB (the size of one
 streaming 256 MiB (about the embedded model's weights), and touching one value per 4 KiB page of 256 MiB (the
 address translations a decode uses up, with a sixteenth of its data).
 
+A third table reads a verify batch's rows right after its decode (1, 5 and 12 rows, every draft token the
+target's choice): the least read any exact greedy verifier must do (every value of each row), specviz's
+kernel, and llama.cpp's own greedy sampler, in wall milliseconds.
+
 Usage: python benchmarks/bench_round_pieces.py [--model GGUF] [--threads N] [--repeats 300]
 """
 
@@ -164,9 +168,81 @@ def main(argv: list[str] | None = None) -> int:
     print("|---|---:|")
     for name, fn in before:
         print(f"| {name} | {cold_us(bookkeeping, fn, args.cold_repeats):.1f} |")
+    rows_table(session, args.cold_repeats)
     session.close()
     model.close()
     return 0
+
+
+def rows_table(session: Session, repeats: int) -> None:
+    """The third table: reading a verify batch's rows right after its decode, wall milliseconds (the kernel
+    reads a long row on several threads), median of ``repeats``. A greedy verifier that gives llama.cpp's
+    answer must look at every value of every row up to the first refusal (the choice is the row's maximum),
+    so the least read (NumPy's maximum of each row, one pass, nothing kept) is a floor for any
+    implementation; specviz's kernel (the choice and the normaliser, as a round runs it) and llama.cpp's
+    own greedy sampler (``llama_sampler_sample``, what its tools spend on a row: it copies the row into a
+    candidate array of the whole vocabulary first) are set beside it. The batches are a plain round's
+    (1 row) and the greedy continuation of the quote prompt with 4 and 11 draft tokens (5 and 12 rows),
+    every draft token the row's choice, as prompt-lookup's rounds at draft length 4 and 16 are on average
+    (3.7 and 10.7 tokens a round in ``bench_overhead.py``)."""
+    import llama_cpp.llama_cpp as lc
+
+    ctx, g = session.ctx, session.generation
+    native = ctx.native_rows()
+    assert native is not None
+    n_vocab = native[2]
+    n_past = len(g.history) - 1
+    # the greedy continuation: each batch's draft is what the target chooses, so every row is read
+    cont = [g.history[-1]]
+    while len(cont) < 12:
+        ctx.eval(cont, n_past, rows="all")
+        cont.append(int(np.argmax(ctx.row(len(cont) - 1))))
+        ctx.memory.cut(n_past, g.history)
+    sampler = lc.llama_sampler_init_greedy()
+    try:
+        print(
+            f"\na verify batch's rows read right after its decode, wall ms, median of {repeats}; {n_vocab} values a row"
+        )
+        print(
+            "| rows | the least read (NumPy maximum, a row at a time) | specviz's kernel | llama.cpp's greedy "
+            "sampler | rows read by the kernel |"
+        )
+        print("|---:|---:|---:|---:|---:|")
+        read = [0]
+        for n in (1, 5, 12):
+            batch = cont[:n]
+
+            def decode(batch: list[int] = batch) -> None:
+                ctx.eval(batch, n_past, rows="all")
+                ctx.memory.cut(n_past, g.history)
+
+            def least(n: int = n) -> None:
+                for i in range(n):
+                    ctx.row(i).max()
+
+            def kernel(batch: list[int] = batch, read: list[int] = read) -> None:
+                got = verify_greedy(native[0], native[1], n_vocab, batch[1:], 5)
+                read[0] = got.rows if got is not None else 0
+
+            def llama(n: int = n) -> None:
+                for i in range(n):
+                    lc.llama_sampler_sample(sampler, native[1], i)
+
+            figures = [wall_ms_after(fn, decode, repeats) for fn in (least, kernel, llama)]
+            print(f"| {n} | {figures[0]:.3f} | {figures[1]:.3f} | {figures[2]:.3f} | {read[0]} |")
+    finally:
+        lc.llama_sampler_free(sampler)
+
+
+def wall_ms_after(fn: Callable[[], Any], before: Callable[[], Any], repeats: int) -> float:
+    """Median wall milliseconds of ``fn()`` called right after ``before()``."""
+    times = []
+    for _ in range(repeats):
+        before()
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times) * 1e3
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """The round-pieces benchmark (benchmarks/bench_round_pieces.py) runs from a fresh clone on a tiny model and
 prints every piece the docs quote, the floor of a greedy round included, warm and right after a decode, and
-the bookkeeping's cost after each thing that does part of what a decode does to the caches."""
+the bookkeeping's cost after each thing that does part of what a decode does to the caches, and a verify
+batch's rows read three ways right after its decode."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ def test_the_round_pieces_benchmark_times_every_piece_and_the_floor(capsys, tiny
     assert bench.main(args) == 0
     out = capsys.readouterr().out
     pieces, causes = out.split("\nthe round's bookkeeping")
+    causes, batch_rows = causes.split("\na verify batch's rows read right after its decode")
     rows = [line for line in pieces.splitlines() if line.startswith("| ") and not line.startswith("| piece")]
     names = [r.split(" | ")[0].lstrip("| ") for r in rows]
     assert "round events" in names and "checkpoint (Generation.capture)" in names
@@ -33,3 +35,11 @@ def test_the_round_pieces_benchmark_times_every_piece_and_the_floor(capsys, tiny
     assert any(n.startswith("streaming 256 MiB") for n in names) and any(n.startswith("waiting as long") for n in names)
     for r in after:
         assert float(r.rstrip(" |").split(" | ")[-1]) >= 0
+    # the third table: a verify batch of 1, 5 and 12 tokens whose drafts are the target's own choices, so the
+    # kernel reads every row; each way of reading them timed
+    rows = [line for line in batch_rows.splitlines() if line.startswith("| ") and not line.startswith("| rows")]
+    cells = [[c.strip() for c in r.strip("| ").split(" | ")] for r in rows]
+    assert [c[0] for c in cells] == ["1", "5", "12"]
+    for c in cells:
+        assert c[4] == c[0], f"the kernel stopped early on a batch of the target's own choices: {c}"
+        assert all(float(x) > 0 for x in c[1:4])
