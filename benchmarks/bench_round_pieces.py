@@ -58,15 +58,18 @@ def cpu_us(fn: Callable[[], Any], repeats: int) -> float:
     return (time.thread_time() - t) / repeats * 1e6
 
 
-def cold_us(fn: Callable[[], Any], before: Callable[[], Any], repeats: int) -> float:
-    """Median CPU microseconds of ``fn()`` called right after ``before()`` (a one-token decode, as in a real
-    round, or something that does part of what a decode does to the caches)."""
+def cold_us(
+    fn: Callable[[], Any], before: Callable[[], Any], repeats: int, clock: Callable[[], float] = time.thread_time
+) -> float:
+    """Median microseconds of ``fn()`` called right after ``before()`` (a one-token decode, as in a real
+    round, or something that does part of what a decode does to the caches), by ``clock``: the calling
+    thread's CPU time unless told (``time.perf_counter`` for wall time, where ``fn`` uses other threads)."""
     times = []
     for _ in range(repeats):
         before()
-        t = time.thread_time()
+        t = clock()
         fn()
-        times.append(time.thread_time() - t)
+        times.append(clock() - t)
     return statistics.median(times) * 1e6
 
 
@@ -228,21 +231,10 @@ def rows_table(session: Session, repeats: int) -> None:
                 for i in range(n):
                     lc.llama_sampler_sample(sampler, native[1], i)
 
-            figures = [wall_ms_after(fn, decode, repeats) for fn in (least, kernel, llama)]
+            figures = [cold_us(fn, decode, repeats, clock=time.perf_counter) / 1e3 for fn in (least, kernel, llama)]
             print(f"| {n} | {figures[0]:.3f} | {figures[1]:.3f} | {figures[2]:.3f} | {read[0]} |")
     finally:
         lc.llama_sampler_free(sampler)
-
-
-def wall_ms_after(fn: Callable[[], Any], before: Callable[[], Any], repeats: int) -> float:
-    """Median wall milliseconds of ``fn()`` called right after ``before()``."""
-    times = []
-    for _ in range(repeats):
-        before()
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times) * 1e3
 
 
 if __name__ == "__main__":
