@@ -184,10 +184,12 @@ def rows_table(session: Session, repeats: int) -> None:
     so the least read (NumPy's maximum of each row, one pass, nothing kept) is a floor for any
     implementation; specviz's kernel (the choice and the normaliser, as a round runs it) and llama.cpp's
     own greedy sampler (``llama_sampler_sample``, what its tools spend on a row: it copies the row into a
-    candidate array of the whole vocabulary first) are set beside it. The batches are a plain round's
-    (1 row) and the greedy continuation of the quote prompt with 4 and 11 draft tokens (5 and 12 rows),
-    every draft token the row's choice, as prompt-lookup's rounds at draft length 4 and 16 are on average
-    (3.7 and 10.7 tokens a round in ``bench_overhead.py``)."""
+    candidate array of the whole vocabulary first) are set beside it. The greedy sampler sits in a chain, as
+    in the tools: a chain keeps its candidate array between calls, where a bare sampler allocates 3 MB a
+    row and pays its page faults too. The batches are a plain round's (1 row) and the greedy continuation
+    of the quote prompt with 4 and 11 draft tokens (5 and 12 rows), every draft token the row's choice, as
+    prompt-lookup's rounds at draft length 4 and 16 are on average (3.7 and 10.7 tokens a round in
+    ``bench_overhead.py``)."""
     import llama_cpp.llama_cpp as lc
 
     ctx, g = session.ctx, session.generation
@@ -201,7 +203,8 @@ def rows_table(session: Session, repeats: int) -> None:
         ctx.eval(cont, n_past, rows="all")
         cont.append(int(np.argmax(ctx.row(len(cont) - 1))))
         ctx.memory.cut(n_past, g.history)
-    sampler = lc.llama_sampler_init_greedy()
+    sampler = lc.llama_sampler_chain_init(lc.llama_sampler_chain_default_params())
+    lc.llama_sampler_chain_add(sampler, lc.llama_sampler_init_greedy())  # the chain owns and frees it
     try:
         print(
             f"\na verify batch's rows read right after its decode, wall ms, median of {repeats}; {n_vocab} values a row"
