@@ -40,7 +40,7 @@ import numpy as np
 
 from specviz import Session
 from specviz.analysis.workloads import WORKLOADS
-from specviz.backends import LlamaModel
+from specviz.backends import LlamaContext, LlamaModel
 from specviz.decoding.events import TelemetryEvent
 from specviz.decoding.round_events import round_events
 from specviz.decoding.rowscan import ScoredRow
@@ -93,10 +93,8 @@ def main(argv: list[str] | None = None) -> int:
     n_past = len(history) - 1
 
     def decode() -> None:
-        # the round's decode: one token through the model (its weights stream through the caches), then
-        # the position removed again so that every decode is the same
-        ctx.eval([history[-1]], n_past, rows="all")
-        ctx.memory.cut(n_past, history)
+        # the round's decode: one token through the model (its weights stream through the caches)
+        decode_and_remove(ctx, [history[-1]], n_past, history)
 
     def session_view() -> TelemetryEvent:
         # what a round does for its telemetry event: one copy of the counters, the rest when it is read
@@ -177,6 +175,13 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def decode_and_remove(ctx: LlamaContext, tokens: list[int], n_past: int, history: list[int]) -> None:
+    """Decode ``tokens`` at ``n_past`` with every row kept, then remove their positions again, so that every
+    such decode is the same and the rows stay readable until the next one."""
+    ctx.eval(tokens, n_past, rows="all")
+    ctx.memory.cut(n_past, history)
+
+
 def rows_table(session: Session, repeats: int) -> None:
     """The third table: reading a verify batch's rows right after its decode, wall milliseconds (the kernel
     reads a long row on several threads), median of ``repeats``. A greedy verifier that gives llama.cpp's
@@ -200,9 +205,8 @@ def rows_table(session: Session, repeats: int) -> None:
     # the greedy continuation: each batch's draft is what the target chooses, so every row is read
     cont = [g.history[-1]]
     while len(cont) < 12:
-        ctx.eval(cont, n_past, rows="all")
+        decode_and_remove(ctx, cont, n_past, g.history)
         cont.append(int(np.argmax(ctx.row(len(cont) - 1))))
-        ctx.memory.cut(n_past, g.history)
     sampler = lc.llama_sampler_chain_init(lc.llama_sampler_chain_default_params())
     lc.llama_sampler_chain_add(sampler, lc.llama_sampler_init_greedy())  # the chain owns and frees it
     try:
@@ -219,8 +223,7 @@ def rows_table(session: Session, repeats: int) -> None:
             batch = cont[:n]
 
             def decode(batch: list[int] = batch) -> None:
-                ctx.eval(batch, n_past, rows="all")
-                ctx.memory.cut(n_past, g.history)
+                decode_and_remove(ctx, batch, n_past, g.history)
 
             def least(n: int = n) -> None:
                 for i in range(n):
