@@ -23,7 +23,7 @@ decode streams 250 MB of weights through the caches every round, and the Python 
 ``--tiny-wide-model`` writes a random model of one block and width 16 with the embedded model's
 262,144-token vocabulary (16 MB of f16): a decode of about 2 ms that leaves the caches warm, and logits
 rows of a megabyte, as on a GPU host running the embedded model, where issue 26's target was missed
-(docs/performance.md, "On an NVIDIA H200"). It puts that regime on a machine without a GPU.
+(docs/performance.md, "NVIDIA H200"). It puts that regime on a machine without a GPU.
 
 The garbage collector's time is counted apart too (``of which GC`` column, through ``gc.callbacks``), and
 as a mean over every run of a setting rather than a median: CPython's full collections walk every object
