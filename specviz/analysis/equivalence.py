@@ -14,12 +14,13 @@ tokens. :func:`check_equivalence` runs both on one prompt and tells such a flip 
 ``mismatch``
     anything else.
 
-The size of the margin at the divergence no longer decides (it did up to this version, below 0.5 logits:
-on an AVX2-only CPU batch and one-token margins part by up to 1.2 and the check called such flips bugs);
-``threshold`` can still ask for both margins to be below a bound as well.
+The size of the margin at the divergence does not decide: on an AVX2-only CPU batch and one-token
+margins part by up to 1.2 logits, so a margin bound would call such flips bugs; ``threshold`` can still
+ask for both margins to be below a bound as well.
 
-The runner PR documents the same kind of difference (plain greedy and its verify scan treat a NaN row
-differently); here both paths share one row scan, so only the logits can differ.
+The static-shape runner (docs/strategies.md) documents the same kind of difference (plain greedy and its
+verify scan treat a NaN row differently); here both paths share one row scan, so only the logits can
+differ.
 """
 
 from __future__ import annotations

@@ -8,8 +8,8 @@ Four kinds, as speculative decoding behaves very differently on each:
   numbered or reordered);
 * ``free``: free generation (little to copy; speculation can only lose a little).
 
-Quoting and summarising were one kind until the figures showed them to be two: a quote copies whole
-sentences, a restatement only phrases, and a median over a mix of the two measured neither.
+Quoting and summarising are two kinds: a quote copies whole sentences, a restatement only phrases, and a
+median over a mix of the two would measure neither.
 
 The kind of a prompt is what the model does with it, not only what it asks: the embedded model is a
 small base model and follows a request to quote only in some phrasings. Every ``quote`` prompt is one

@@ -57,12 +57,11 @@ class ContextBase:
         of a subclass goes through here.
 
         On a GPU backend ``llama_decode`` (and ``llama_process``) returns once the graph is queued, and the
-        first read of a logits row waits for the device. Timed without the wait, a decode was its queueing
-        alone: ``decode_seconds`` and the cost policy's verify costs (every batch size as cheap as the
-        next) were wrong on CUDA, and the overhead benchmark put the device's compute in specviz's row
-        reads (1.0-1.2 ms a round on an H200, the whole decode). llama.cpp counts the wait in the decode
-        too (``llama_synchronize`` closes its decode timings). On the CPU backend the decode has finished
-        when it returns, and the wait returns at once."""
+        first read of a logits row waits for the device. Timed without the wait, a decode would be its
+        queueing alone: ``decode_seconds`` and the cost policy's verify costs would make every batch size as
+        cheap as the next, and the device's compute would count as specviz's first row read. llama.cpp
+        counts the wait in the decode too (``llama_synchronize`` closes its decode timings). On the CPU
+        backend the decode has finished when it returns, and the wait returns at once."""
         t0 = time.perf_counter()
         rc = queue(*args)
         if rc == 0:

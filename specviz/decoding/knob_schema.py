@@ -23,7 +23,7 @@ class Knob:
 
     ``type`` is ``int``, ``float``, ``bool`` or ``str``; numeric knobs have an inclusive ``[lo, hi]``
     range, string knobs a tuple of ``choices``. ``aliases`` are extra command-line spellings (for
-    example the runner PR's ``--num-draft-tokens``).
+    example the static-shape runner's ``--num-draft-tokens``).
     """
 
     name: str

@@ -1,7 +1,7 @@
 """Drafting policies: how long a draft may be this round, shared by every strategy.
 
 * ``fixed``: the configured ``draft_max``.
-* ``adaptive`` (the runner PR's ``--adaptive-draft-count``): start at ``draft_max``; grow by 2 after a
+* ``adaptive`` (the static-shape runner's ``--adaptive-draft-count``): start at ``draft_max``; grow by 2 after a
   fully accepted draft, shrink by 1 otherwise, within ``[max(draft_min, 1), draft_max]``.
 * ``cost`` (ours): measure the target's verify cost for batch sizes 1…k+1 once per session, keep an
   acceptance estimate per run position (how many tokens in a row were accepted before), and pick each
