@@ -21,7 +21,7 @@ from typing import Any, Callable, Sequence
 import pytest
 from conftest import IN_CI
 
-from specviz.strategies import ngram_cache
+from specviz.strategies import context_hooks, ngram_cache
 
 _TOOLS = Path(__file__).resolve().parent.parent / "tools" / "llama_tools.py"
 _spec = importlib.util.spec_from_file_location("llama_tools", _TOOLS)
@@ -181,7 +181,9 @@ def replay_rounds(
             native.push([history[-1]] + committed[:-1])
             native.last(committed[-1])
             history += committed
-            drafter.sync(list(history))
+            hooks = context_hooks(drafter)
+            if hooks is not None:
+                hooks.sync(list(history))
             if d:
                 drafter.accept(n_acc, list(history))
             r += 1

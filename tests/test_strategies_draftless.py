@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from specviz.errors import KnobError, SnapshotError
-from specviz.strategies import strategy_class, strategy_names, strategy_schema
+from specviz.strategies import check_knob_rules, context_hooks, strategy_class, strategy_names, strategy_schema
 from specviz.strategies.knobs import ngram_size_knobs
 
 MapK = strategy_class("ngram-map-k")
@@ -128,9 +128,9 @@ def test_cli_spellings_follow_llama_cpp():
 def test_ngram_mod_refuses_n_min_above_n_max():
     cfg = strategy_schema("ngram-mod").validate({"n_min": 10, "n_max": 9})
     with pytest.raises(KnobError) as e:
-        Mod.check(cfg)
+        check_knob_rules(Mod, cfg)
     assert e.value.knob == "n_min"
-    Mod.check(strategy_schema("ngram-mod").validate({"n_min": 9, "n_max": 9}))  # equal is fine
+    check_knob_rules(Mod, strategy_schema("ngram-mod").validate({"n_min": 9, "n_max": 9}))  # equal is fine
 
 
 # ------------------------------------------------------------------------------------------------
@@ -845,7 +845,7 @@ def test_draftless_drafters_have_no_context_of_their_own():
     for name in names:
         d = fresh(strategy_class(name), h)
         assert not d.has_context
-        assert d.kv_length() is None and d.sync(h) == [] and d.context_state() == b""
+        assert context_hooks(d) is None  # no kv_length / sync / context_state to ask: nothing to keep in step
 
 
 def test_a_malformed_map_or_mod_state_is_refused_and_changes_nothing():

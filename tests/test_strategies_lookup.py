@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from specviz.errors import KnobError
-from specviz.strategies import strategy_class
+from specviz.strategies import check_knob_rules, strategy_class
 from specviz.strategies.history import find_ngram
 
 Lookup = strategy_class("prompt-lookup")
@@ -75,9 +75,9 @@ def test_lookup_min_ngram_refuses_shorter_matches():
 
 
 def test_lookup_min_ngram_may_equal_max_ngram_but_not_exceed_it():
-    Lookup.check({"min_ngram": 2, "max_ngram": 2})
+    check_knob_rules(Lookup, {"min_ngram": 2, "max_ngram": 2})
     with pytest.raises(KnobError) as e:
-        Lookup.check({"min_ngram": 3, "max_ngram": 2})
+        check_knob_rules(Lookup, {"min_ngram": 3, "max_ngram": 2})
     assert e.value.knob == "min_ngram"  # the CLI and the inspector point at this knob
 
 

@@ -224,7 +224,7 @@ def test_a_recording_is_diagnosed_but_not_rewound(tiny_model):
 
 
 def test_demo_presets_are_valid_settings():
-    from specviz.strategies import strategy_class, strategy_schema
+    from specviz.strategies import check_knob_rules, strategy_class, strategy_schema
     from specviz.ui.presets import demo_presets
 
     ps = demo_presets()
@@ -232,7 +232,7 @@ def test_demo_presets_are_valid_settings():
     assert [p["name"] for p in demo_presets(["good.gguf", "bad.gguf"])][-1] == "bad-draft"
     for p in ps:
         cfg = strategy_schema(p["strategy"]).validate(p["knobs"])
-        strategy_class(p["strategy"]).check(cfg)
+        check_knob_rules(strategy_class(p["strategy"]), cfg)
         assert p["prompt"] and p["max_tokens"] > 0 and p["title"] and p["description"]
     # the demo opens on the paying case, and the cost policy preset differs from the losing one only by it
     assert ps[0]["knobs"]["draft_policy"] == "fixed" and ps[2]["knobs"] == {**ps[1]["knobs"], "draft_policy": "cost"}

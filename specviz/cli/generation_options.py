@@ -22,6 +22,7 @@ from ..decoding.knob_schema import SESSION_KNOBS, Knob, check_cross_knobs
 from ..errors import KnobError, StrategyError
 from ..strategies import (
     SPEC_TYPES,
+    check_knob_rules,
     draft_model_strategy,
     member_knob_names,
     per_type_flags,
@@ -222,7 +223,7 @@ def generation_config(args: argparse.Namespace, *, warn: Callable[[str], None]) 
     else:
         strategy, knobs = server.strategy, dict(server.knobs)
         try:
-            strategy_class(strategy).check(knobs)
+            check_knob_rules(strategy_class(strategy), knobs)
         except KnobError as e:
             raise UsageError(f"option --server-args: {e}") from None
     prompt = _prompt_of(args)
@@ -399,7 +400,7 @@ def _knobs_of(
     by_name = {k.name: k for k in schema.knobs}
     try:
         knobs = schema.validate(knob_values)
-        strategy_class(strategy).check(knobs)
+        check_knob_rules(strategy_class(strategy), knobs)
         check_cross_knobs(knobs)
     except KnobError as e:
         knob = by_name.get(e.knob or "")

@@ -47,6 +47,7 @@ import copy
 from typing import Any, Sequence
 
 from ..errors import RewindError, RingCoverageError, SessionStateError
+from ..strategies.context_drafter import context_hooks
 from .events import Event, Rewound
 from .generation import Checkpoint, Generation, SessionParts
 from .policy import make_policy
@@ -107,7 +108,8 @@ def rewind(s: SessionParts, round: int | None = None, position: int | None = Non
         )
     from_round, from_position = g.round_index, len(g.history)
     kv_before = s.ctx.kv_len()
-    draft_kv_before = s.drafter.kv_length() if s.drafter is not None and s.drafter.has_context else None
+    hooks = context_hooks(s.drafter)
+    draft_kv_before = hooks.kv_length() if hooks is not None else None
     history = g.history[:keep]
     # the drafter first: building one (another strategy) may fail, and then nothing has changed yet
     drafter = s.drafter
@@ -172,8 +174,9 @@ def rewind(s: SessionParts, round: int | None = None, position: int | None = Non
                 "reapplied": cut.reapplied,
             }
         )
-    if draft_kv_before is not None and drafter.has_context:
-        after = drafter.kv_length()
+    hooks = context_hooks(drafter)
+    if draft_kv_before is not None and hooks is not None:
+        after = hooks.kv_length()
         if after is not None and draft_kv_before > after:
             rollbacks.append({"context": "draft", "from_pos": draft_kv_before, "to_pos": after})
     return Rewound(

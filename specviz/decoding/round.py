@@ -34,7 +34,8 @@ import numpy as np
 from ..backends.llama import LlamaContext
 from ..backends.memory import Cut, Mark
 from ..errors import ContextError
-from ..strategies.base import Draft, Drafter
+from ..strategies.base import Draft, Drafter, peeker
+from ..strategies.context_drafter import context_hooks
 from .acceptor import Verdict, accept
 from .budget import Budget
 from .rowscan import top_two
@@ -135,13 +136,14 @@ def run_round(
 
     # 1. draft (none after a whole-prompt prefill: llama-server samples its first token undrafted); a drafter
     # that pauses in plain rounds first hears how many more the policy has promised
-    if drafter.pause_when_plain:
-        drafter.expect_plain(budget.quiet)
-    draft_kv_before = drafter.kv_length() if drafter.has_context else None
+    hooks = context_hooks(drafter)
+    if hooks is not None and drafter.pause_when_plain:
+        hooks.expect_plain(budget.quiet)
+    draft_kv_before = hooks.kv_length() if hooks is not None else None
     t0 = time.perf_counter()
     proposal = Draft([]) if prefilled else drafter.draft(history, budget.limit)
     draft_seconds = time.perf_counter() - t0
-    draft_kv_peak = drafter.kv_length() if drafter.has_context else None
+    draft_kv_peak = hooks.kv_length() if hooks is not None else None
     tokens = [int(t) for t in proposal.tokens]
     reason = proposal.reason if len(tokens) < budget.limit else None
     # a proposal shorter than the limit (the drafter stopped early) is rounded down as the limit was: its
@@ -159,8 +161,9 @@ def run_round(
     dists = proposal.dists if tokens else None
     # a round the policy kept plain: what would the drafter have proposed? (free evidence for the policy)
     shadow = None
-    if budget.limit == 0 and budget.cap == "policy" and drafter.can_peek and not prefilled:
-        shadow = drafter.peek(history)
+    peeking = peeker(drafter)
+    if budget.limit == 0 and budget.cap == "policy" and peeking is not None and not prefilled:
+        shadow = peeking.peek(history)
 
     # 2. verify: one batch of the pending token plus the draft (after a checkpoint where the memory needs one)
     checkpoint = ctx.memory.checkpoint_for(len(tokens))
@@ -201,10 +204,10 @@ def run_round(
     kv_peak = n_past + len(batch)
     kv_after = len(history) - 1
     rollback = ctx.memory.cut(kv_after, history) if kv_peak > kv_after else None
-    draft_rollbacks = drafter.sync(history)
+    draft_rollbacks = hooks.sync(history) if hooks is not None else []
     if tokens:  # only verified drafts are reported back (a dropped draft was never tested)
         drafter.accept(n_accepted, history)
-    draft_memory = drafter.memory_log() if drafter.has_context else []
+    draft_memory = hooks.memory_log() if hooks is not None else []
 
     return RoundResult(
         index=index,

@@ -40,7 +40,9 @@ from ..errors import (
 from ..models.draft_cache import DraftModelCache
 from ..models.embedded import resolve_model
 from ..strategies import make_drafter, resolve_strategy, strategy_class, strategy_names, strategy_schema
-from ..strategies.base import Drafter, DraftResources
+from ..strategies.base import Drafter, DraftResources, check_knob_rules
+from ..strategies.chain import drafter_telemetry
+from ..strategies.context_drafter import context_class, context_hooks
 from .budget import Budget, Caps, plan
 from .events import DraftProposed, Event, Finished, KnobsChanged, Rewound, Round, SessionStarted, TelemetryEvent
 from .generation import Checkpoint, Generation
@@ -421,7 +423,7 @@ class Session:
         carried = {k: v for k, v in base.items() if k in set(schema.names())} if base is not None else None
         cfg = schema.validate(knobs, base=carried)
         cls = strategy_class(strategy)
-        cls.check(cfg)
+        check_knob_rules(cls, cfg)
         check_cross_knobs(cfg)
         why = rollback_refusal(self.ctx.memory.info) if cls.drafts else None
         if why is not None:
@@ -429,7 +431,8 @@ class Session:
         if cls.needs_model:  # load and check now, so nothing fails at the boundary
             path = cfg.get("draft_model") or ""
             model = self.draft_models.get(path) if path or not cls.draft_model_optional else None
-            cls.check_models(cfg, self.ctx, model)
+            if (hooks := context_class(cls)) is not None:
+                hooks.check_models(cfg, self.ctx, model)
         return cfg
 
     def configure(self, strategy: str | None = None, **knobs: Any) -> dict[str, Any]:
@@ -796,7 +799,8 @@ class Session:
         if not res.prefilled:  # a prefilled round's row came with the prompt: its seconds are no verify's
             self.policy.observe_verify(res.batch_size, res.verify_seconds)
         # the drafter's upkeep (feeding its own model) is learnt apart from its draft steps
-        upkeep = self.drafter.take_upkeep() if self.drafter is not None else None
+        hooks = context_hooks(self.drafter)
+        upkeep = hooks.take_upkeep() if hooks is not None else None
         draft_seconds = res.draft_seconds
         if upkeep is not None:
             self.policy.observe_upkeep(upkeep.seconds, upkeep.tokens, upkeep.in_draft)
@@ -850,16 +854,17 @@ class Session:
         taken now); the small figures that change are taken now, the derived figures and the policy's
         description are computed when it is called."""
         d = self.drafter
+        hooks = context_hooks(d)
         return TelemetryView(
             counters if counters is not None else self.telemetry.state(),
             self.strategy,
             d.stats.to_dict() if d is not None else {},
-            d.extra_telemetry() if d is not None else {},
+            drafter_telemetry(d),
             self.committed,
             type(self.policy),
             policy_state if policy_state is not None else self.policy.state(),
             self.policy.cost_points(),
-            memory_view(self.ctx, d.memory_context() if d is not None else None),
+            memory_view(self.ctx, hooks.memory_context() if hooks is not None else None),
             self.machine.view(),
         )
 

@@ -35,6 +35,7 @@ import numpy as np
 
 from ..errors import ContextError, KnobError, ModelError, SnapshotError
 from ..strategies import strategy_class
+from ..strategies.context_drafter import context_hooks
 from .events import event_from_dict
 from .generation import Checkpoint, Generation, SessionParts
 from .policy import VerifyCostModel, make_policy
@@ -234,7 +235,9 @@ def take_snapshot(s: SessionParts) -> bytes:
         "workbench": extras_state(g),
         "prefilled": g.prefilled,
     }
-    return pack(header, [("target", s.ctx.state()), ("drafter", s.drafter.context_state())])
+    hooks = context_hooks(s.drafter)
+    blob = hooks.context_state() if hooks is not None else b""
+    return pack(header, [("target", s.ctx.state()), ("drafter", blob)])
 
 
 def restore_snapshot(s: SessionParts, blob: bytes) -> None:
@@ -348,8 +351,9 @@ def _build(
     drafter = s.build_drafter(h.strategy, cfg, sampling)
     built.append(drafter)
     drafter.begin(g.history)
-    if blobs.get("drafter"):
-        drafter.load_context_state(blobs["drafter"])
+    hooks = context_hooks(drafter)
+    if blobs.get("drafter") and hooks is not None:
+        hooks.load_context_state(blobs["drafter"])
     if h.drafter_state is not None and h.drafter_state.get("format"):
         drafter.load_state(h.drafter_state)
     g.started = True

@@ -19,8 +19,9 @@ from typing import Any
 
 from ..decoding.knob_schema import SESSION_KNOBS, Knob, Schema
 from ..errors import StrategyError
-from .base import Draft, Drafter, DrafterStats, DraftResources
+from .base import Draft, Drafter, DrafterStats, DraftResources, PeekingDrafter, check_knob_rules, peeker
 from .chain import ChainDrafter, chain_class
+from .context_drafter import ContextDrafter, context_hooks
 
 # name -> "module:Class"; modules are imported on first use so a strategy's dependencies load lazily.
 _REGISTRY: dict[str, str] = {
@@ -230,6 +231,11 @@ __all__ = [
     "Drafter",
     "DrafterStats",
     "DraftResources",
+    "ContextDrafter",
+    "PeekingDrafter",
+    "context_hooks",
+    "peeker",
+    "check_knob_rules",
     "strategy_names",
     "strategy_class",
     "strategy_schema",

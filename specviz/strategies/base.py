@@ -1,7 +1,8 @@
 """The drafter interface every strategy implements.
 
 In the spirit of llama.cpp's ``common_speculative`` implementations (``begin`` / ``draft`` / ``accept``)
-and Hugging Face's ``CandidateGenerator`` (a proposer plus a feedback call):
+and Hugging Face's ``CandidateGenerator`` (a proposer plus a feedback call), :class:`Drafter` has six
+public methods:
 
 * :meth:`Drafter.begin` receives the whole token history when a session starts, when the strategy is
   switched in, and on a restore. Request-local state is rebuilt from that history.
@@ -11,6 +12,7 @@ and Hugging Face's ``CandidateGenerator`` (a proposer plus a feedback call):
   already holds the tokens committed in that round. It is called only after a verified draft.
 * :meth:`Drafter.state` / :meth:`Drafter.load_state` save and restore what ``begin`` cannot rebuild from
   the history alone (JSON-serialisable; empty for stateless drafters).
+* :meth:`Drafter.close` releases what the drafter holds (a model-backed drafter's context).
 
 The base class owns the token mirror (:attr:`Drafter.mirror`, a numpy copy of the history that only
 appends what is new) and the llama.cpp-style counters (:attr:`Drafter.stats`). Subclasses override the
@@ -19,14 +21,21 @@ underscore hooks.
 Optional abilities are declared by the class, never probed:
 
 * ``drafts`` — False only for ``none`` (no round ever drafts);
-* ``can_peek`` — :meth:`peek` tells, without side effects, the first token :meth:`draft` would propose
-  (the ``cost`` policy learns from it in rounds it keeps plain);
+* ``can_peek`` — the class is a :class:`PeekingDrafter`: :meth:`PeekingDrafter.peek` tells, without side
+  effects, the first token :meth:`~Drafter.draft` would propose (the ``cost`` policy learns from it in
+  rounds it keeps plain); callers reach it through :func:`peeker`;
 * ``needs_model`` — the drafter is built with a :class:`DraftResources` holding the draft GGUF named by
-  its ``draft_model`` knob, already loaded and checked;
-* ``has_context`` — the drafter owns a llama.cpp context: :meth:`kv_length`, :meth:`sync` (which returns
-  the rollbacks of that context), :meth:`context_state` / :meth:`load_context_state`, and
-  :meth:`take_upkeep` (what keeping that context in step with the committed tokens cost, apart from
-  drafting; the ``cost`` policy weighs it).
+  its ``draft_model`` knob, already loaded and checked (``draft_model_optional``: an empty one drafts with
+  the target itself);
+* ``has_context`` — the class is a :class:`~specviz.strategies.context_drafter.ContextDrafter`: it owns a
+  llama.cpp context, and its hooks (``kv_length``, ``sync``, ``context_state`` / ``load_context_state``,
+  ``memory_context``, ``memory_log``, ``take_upkeep``, ``extra_telemetry``, ``expect_plain`` and the
+  class-level ``check_models``) are reached through
+  :func:`~specviz.strategies.context_drafter.context_hooks`;
+* ``reads_target`` — the drafter reads the target's activations of each verify batch;
+* ``pause_when_plain`` — the drafter stops feeding its model in rounds a policy keeps plain;
+* ``state_format`` — the tag of :meth:`~Drafter.state`;
+* ``knob_rules`` — the rules between the strategy's knobs, run by :func:`check_knob_rules`.
 
 A drafter never imports a UI library and never sees the session.
 """
@@ -36,7 +45,7 @@ from __future__ import annotations
 import copy
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, Sequence
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Sequence
 
 import numpy as np
 
@@ -46,7 +55,6 @@ from .history import TokenMirror
 
 if TYPE_CHECKING:
     from ..backends.llama import LlamaContext, LlamaModel
-    from ..backends.memory import Cut, Mark
     from ..decoding.sampling import SamplingParams
     from ..decoding.tempered import Dist
 
@@ -94,7 +102,7 @@ class DrafterStats:
 @dataclass
 class Upkeep:
     """What keeping a drafter's own model in step with the committed tokens cost since the last
-    :meth:`Drafter.take_upkeep`, apart from drafting.
+    :meth:`~specviz.strategies.context_drafter.ContextDrafter.take_upkeep`, apart from drafting.
 
     ``seconds`` is the time spent feeding the committed positions after the rounds (``sync``), ``tokens``
     the positions so fed; ``in_draft`` the part of ``draft()`` spent bringing the model up to date before
@@ -158,8 +166,13 @@ class Drafter:
     reads_target: ClassVar[bool] = False
     #: The drafter stops paying to stay ready (feeding a model of its own, reading the target's layers) in
     #: rounds a policy keeps plain, and would like to hear how long they will last: the session then asks
-    #: the policy for a promise each plain round and passes it on (:meth:`expect_plain`).
+    #: the policy for a promise each plain round and passes it on
+    #: (:meth:`~specviz.strategies.context_drafter.ContextDrafter.expect_plain`).
     pause_when_plain: bool = False
+    #: Rules between this strategy's knobs that no single knob's range can state, each run on a complete,
+    #: type-checked config and raising :class:`~specviz.errors.KnobError` to refuse it (see
+    #: :func:`check_knob_rules`).
+    knob_rules: ClassVar[tuple[Callable[[dict[str, Any]], None], ...]] = ()
 
     def __init__(self, **knobs: Any) -> None:
         self.config: dict[str, Any] = {k.name: knobs.get(k.name, k.default) for k in self.knobs}
@@ -207,16 +220,6 @@ class Drafter:
             self.stats.drafts_accepted += 1
             self.stats.tokens_accepted += n_accepted
 
-    def expect_plain(self, rounds: int | None) -> None:
-        """(``pause_when_plain`` drafters; before :meth:`draft`) The policy's promise for this round: the next
-        ``rounds`` rounds after it ask for no draft (``None``: no promise, any round may ask). A hint for
-        what to keep ready; a drafter must still draft correctly whenever it is asked. Ignored by default."""
-
-    def peek(self, history: Sequence[int]) -> int | None:
-        """(``can_peek`` drafters) The first token :meth:`draft` would propose after ``history``, leaving
-        every state and counter unchanged; ``None`` when there is none."""
-        return None
-
     def state(self) -> dict[str, Any]:
         """What :meth:`begin` cannot rebuild from the history, as JSON-serialisable data.
 
@@ -255,55 +258,8 @@ class Drafter:
                 f"drafter state for {self.name!r} is malformed ({exc}); restore a snapshot written by this version"
             ) from exc
 
-    def extra_telemetry(self) -> dict[str, Any]:
-        """Strategy-specific figures merged into the session's telemetry (none by default)."""
-        return {}
-
-    # -- has_context drafters ----------------------------------------------------------------------
-    def kv_length(self) -> int | None:
-        """(``has_context``) Positions the drafter's own context holds."""
-        return None
-
-    def sync(self, history: Sequence[int]) -> list[tuple[int, int]]:
-        """(``has_context``) Bring the drafter's context in step with the committed ``history`` after a
-        round; returns the rollbacks of that context since the last call, as ``(from, to)`` positions."""
-        return []
-
-    def context_state(self) -> bytes:
-        """(``has_context``) The drafter's context as bytes, for snapshots."""
-        return b""
-
-    def memory_context(self) -> LlamaContext | None:
-        """(``has_context``) The drafter's own :class:`~specviz.backends.llama.LlamaContext`, whose memory
-        figures the telemetry reports (None: the drafter has none of that type)."""
-        return None
-
-    def memory_log(self) -> list[Mark | Cut]:
-        """(``has_context``) The checkpoints and cuts of the drafter's context since the last call that
-        were more than a tail removal (recurrent and hybrid draft models), oldest first."""
-        return []
-
-    def load_context_state(self, blob: bytes) -> None:
-        """(``has_context``) Restore :meth:`context_state`."""
-
-    def take_upkeep(self) -> Upkeep | None:
-        """(``has_context``) What feeding the drafter's own model cost since the last call (the counters
-        start again); None for a drafter that keeps nothing in step."""
-        return None
-
     def close(self) -> None:
         """Release resources (model-backed drafters free their context)."""
-
-    @staticmethod
-    def check(config: dict[str, Any]) -> None:
-        """Cross-knob rules on a complete, type-checked config; raise KnobError to refuse it."""
-
-    @classmethod
-    def check_models(cls, config: dict[str, Any], target_ctx: LlamaContext, model: LlamaModel | None) -> None:
-        """(``needs_model``) Refuse a model pair this strategy cannot run — the target context and the loaded
-        draft model (None when ``draft_model`` is empty) — with a
-        :class:`~specviz.errors.StrategyUnavailableError` saying why. Called when the strategy is configured
-        (``start``, ``configure``, a restore), before anything changes, so nothing fails mid-run."""
 
     # -- to override -------------------------------------------------------------------------------
     def _begin(self, history: Sequence[int]) -> None:
@@ -320,3 +276,35 @@ class Drafter:
 
     def _import_state(self, d: dict[str, Any]) -> None:
         pass
+
+
+class PeekingDrafter(Drafter):
+    """A drafter that can tell, without side effects, the first token :meth:`draft` would propose (the
+    n-gram drafters): the ``cost`` policy learns from it in rounds it keeps plain. Declares ``can_peek``."""
+
+    can_peek: ClassVar[bool] = True
+
+    def peek(self, history: Sequence[int]) -> int | None:
+        """The first token :meth:`draft` would propose after ``history``, leaving every state and counter
+        unchanged; ``None`` when there is none."""
+        raise NotImplementedError(f"{type(self).__name__} declares can_peek but does not implement peek()")
+
+
+def peeker(drafter: Drafter | None) -> PeekingDrafter | None:
+    """``drafter`` when it can peek (a :class:`PeekingDrafter`), else None. A drafter that declares
+    ``can_peek`` without deriving from :class:`PeekingDrafter` is refused with a :class:`TypeError`."""
+    if isinstance(drafter, PeekingDrafter):
+        return drafter
+    if drafter is not None and drafter.can_peek:
+        raise TypeError(
+            f"drafter {type(drafter).__name__} declares can_peek but is not a PeekingDrafter; derive it "
+            "from specviz.strategies.base.PeekingDrafter"
+        )
+    return None
+
+
+def check_knob_rules(cls: type[Drafter], config: dict[str, Any]) -> None:
+    """Run the cross-knob rules strategy class ``cls`` declares (:attr:`Drafter.knob_rules`) on a complete,
+    type-checked ``config``; the first that refuses it raises :class:`~specviz.errors.KnobError`."""
+    for rule in cls.knob_rules:
+        rule(config)

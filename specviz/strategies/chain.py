@@ -28,11 +28,13 @@ from __future__ import annotations
 
 import copy
 from dataclasses import replace
+from functools import partial
 from typing import Any, Callable, ClassVar, Sequence
 
 from ..decoding.knob_schema import Knob
 from ..errors import SnapshotError
-from .base import Draft, Drafter, DraftResources, Upkeep
+from .base import Draft, Drafter, DraftResources, Upkeep, check_knob_rules
+from .context_drafter import ContextDrafter, context_class, context_hooks
 
 
 def member_slug(member: str) -> str:
@@ -66,7 +68,8 @@ def merge_knobs(members: Sequence[tuple[str, tuple[Knob, ...]]]) -> tuple[tuple[
 
 class ChainDrafter(Drafter):
     """Base of the classes :func:`chain_class` builds: ``members`` are asked in order, the first that drafts
-    wins. Built like any drafter, with :class:`DraftResources` when a member drafts with a model."""
+    wins. Built like any drafter, with :class:`DraftResources` when a member drafts with a model; a chain
+    holding a member with a context is a :class:`ContextChainDrafter`."""
 
     #: The member strategies, in the order they are asked.
     members: ClassVar[tuple[str, ...]] = ()
@@ -89,24 +92,14 @@ class ChainDrafter(Drafter):
             raise
         self._winner: Drafter | None = None
 
-    # -- knob rules --------------------------------------------------------------------------------
     @classmethod
     def member_config(cls, member: str, config: dict[str, Any]) -> dict[str, Any]:
         """A member's own config from the chain's (the member's knob names)."""
-        return {mine: config[chain] for mine, chain in cls.member_knobs[member].items() if chain in config}
+        return member_config(cls.member_knobs[member], config)
 
-    @classmethod
-    def check(cls, config: dict[str, Any]) -> None:
-        """Each member's cross-knob rules on its own part of the config."""
-        for m, mc in zip(cls.members, cls.member_classes):
-            mc.check({**config, **cls.member_config(m, config)})
-
-    @classmethod
-    def check_models(cls, config: dict[str, Any], target_ctx: Any, model: Any) -> None:
-        """The model-backed member's refusal of this model pair."""
-        for m, mc in zip(cls.members, cls.member_classes):
-            if mc.needs_model:
-                mc.check_models({**config, **cls.member_config(m, config)}, target_ctx, model)
+    def member_telemetry(self) -> dict[str, Any]:
+        """The members and each member's counters (the telemetry's ``chain`` figures)."""
+        return {"members": list(self.members), "stats": {d.name: d.stats.to_dict() for d in self.drafters}}
 
     # -- the interface -----------------------------------------------------------------------------
     def _begin(self, history: Sequence[int]) -> None:
@@ -130,42 +123,6 @@ class ChainDrafter(Drafter):
             self._winner.accept(n_accepted, history)
         self._winner = None
 
-    def sync(self, history: Sequence[int]) -> list[tuple[int, int]]:
-        """Every member with a context is brought in step (each sees every target batch, as upstream)."""
-        out: list[tuple[int, int]] = []
-        for d in self.drafters:
-            if d.has_context:
-                out += d.sync(history)
-        return out
-
-    def take_upkeep(self) -> Upkeep | None:
-        """The members' upkeep together (their seconds added; the committed positions are the same for all)."""
-        ups = [u for u in (d.take_upkeep() for d in self.drafters) if u is not None]
-        if not ups:
-            return None
-        return Upkeep(
-            seconds=sum(u.seconds for u in ups),
-            tokens=max(u.tokens for u in ups),
-            in_draft=sum(u.in_draft for u in ups),
-            paused=all(u.paused for u in ups),
-        )
-
-    def kv_length(self) -> int | None:
-        """Positions the model-backed member's context holds."""
-        ctx = self._context_member()
-        return ctx.kv_length() if ctx is not None else None
-
-    def _context_member(self) -> Drafter | None:
-        return next((d for d in self.drafters if d.has_context), None)
-
-    def extra_telemetry(self) -> dict[str, Any]:
-        """The members' own figures, and each member's counters under ``chain``."""
-        out: dict[str, Any] = {}
-        for d in self.drafters:
-            out.update(d.extra_telemetry())
-        out["chain"] = {"members": list(self.members), "stats": {d.name: d.stats.to_dict() for d in self.drafters}}
-        return out
-
     def _export_state(self) -> dict[str, Any]:
         return {"members": [{"state": d.state(), "stats": d.stats.to_dict()} for d in self.drafters]}
 
@@ -184,6 +141,64 @@ class ChainDrafter(Drafter):
             for x, s in zip(self.drafters, saved):
                 x.load_state(s)
             raise ValueError(str(e)) from None
+
+    def close(self) -> None:
+        """Close every member."""
+        for d in self.drafters:
+            d.close()
+
+
+class ContextChainDrafter(ChainDrafter, ContextDrafter):
+    """A chain holding a member with a llama.cpp context: the context hooks forward to the members that
+    have one (at most one draft model, as llama.cpp has one draft context).
+
+    :meth:`expect_plain` is not forwarded: a chain does not declare ``pause_when_plain``, so a member
+    that could pause (``eagle3``) feeds its model every round, as a chain's member does in llama.cpp."""
+
+    @classmethod
+    def check_models(cls, config: dict[str, Any], target_ctx: Any, model: Any) -> None:
+        """The model-backed member's refusal of this model pair."""
+        for m, mc in zip(cls.members, cls.member_classes):
+            hooks = context_class(mc)
+            if mc.needs_model and hooks is not None:
+                hooks.check_models({**config, **cls.member_config(m, config)}, target_ctx, model)
+
+    def _context_members(self) -> list[ContextDrafter]:
+        return [h for h in (context_hooks(d) for d in self.drafters) if h is not None]
+
+    def _context_member(self) -> ContextDrafter | None:
+        return next(iter(self._context_members()), None)
+
+    def sync(self, history: Sequence[int]) -> list[tuple[int, int]]:
+        """Every member with a context is brought in step (each sees every target batch, as upstream)."""
+        out: list[tuple[int, int]] = []
+        for d in self._context_members():
+            out += d.sync(history)
+        return out
+
+    def take_upkeep(self) -> Upkeep | None:
+        """The members' upkeep together (their seconds added; the committed positions are the same for all)."""
+        ups = [u for u in (d.take_upkeep() for d in self._context_members()) if u is not None]
+        if not ups:
+            return None
+        return Upkeep(
+            seconds=sum(u.seconds for u in ups),
+            tokens=max(u.tokens for u in ups),
+            in_draft=sum(u.in_draft for u in ups),
+            paused=all(u.paused for u in ups),
+        )
+
+    def kv_length(self) -> int | None:
+        """Positions the model-backed member's context holds."""
+        ctx = self._context_member()
+        return ctx.kv_length() if ctx is not None else None
+
+    def extra_telemetry(self) -> dict[str, Any]:
+        """The members' own figures (the chain's ``chain`` figures are :meth:`member_telemetry`)."""
+        out: dict[str, Any] = {}
+        for d in self._context_members():
+            out.update(d.extra_telemetry())
+        return out
 
     def context_state(self) -> bytes:
         """The model-backed member's context (for snapshots)."""
@@ -206,10 +221,26 @@ class ChainDrafter(Drafter):
         ctx = self._context_member()
         return ctx.memory_log() if ctx is not None else []
 
-    def close(self) -> None:
-        """Close every member."""
-        for d in self.drafters:
-            d.close()
+
+def member_config(names: dict[str, str], config: dict[str, Any]) -> dict[str, Any]:
+    """A member's own config from the chain's, given the member's knob name -> chain knob name ``names``."""
+    return {mine: config[chain] for mine, chain in names.items() if chain in config}
+
+
+def _member_rules(member_class: type[Drafter], names: dict[str, str], config: dict[str, Any]) -> None:
+    """A member's cross-knob rules on its own part of the chain's config."""
+    check_knob_rules(member_class, {**config, **member_config(names, config)})
+
+
+def drafter_telemetry(drafter: Drafter | None) -> dict[str, Any]:
+    """The strategy-specific figures the telemetry merges in: a context drafter's own
+    (:meth:`~specviz.strategies.context_drafter.ContextDrafter.extra_telemetry`) and, for a chain, each
+    member's counters under ``chain``."""
+    hooks = context_hooks(drafter)
+    out = hooks.extra_telemetry() if hooks is not None else {}
+    if isinstance(drafter, ChainDrafter):
+        out["chain"] = drafter.member_telemetry()
+    return out
 
 
 def chain_class(
@@ -228,10 +259,11 @@ def chain_class(
         "member_knobs": names,
         "make_member": staticmethod(make_member),
         "state_format": "chain-1:" + ",".join(members),
+        "knob_rules": tuple(partial(_member_rules, c, names[m]) for m, c in zip(members, classes) if c.knob_rules),
         "needs_model": bool(model),
-        "has_context": any(c.has_context for c in classes),
         "reads_target": any(c.reads_target for c in classes),
         "draft_model_optional": bool(model) and all(c.draft_model_optional for c in model),
         "__doc__": f"The chain {', '.join(members)}: the first that drafts wins (see :mod:`specviz.strategies.chain`).",
     }
-    return type(f"Chain[{','.join(members)}]", (ChainDrafter,), attrs)
+    base = ContextChainDrafter if any(c.has_context for c in classes) else ChainDrafter
+    return type(f"Chain[{','.join(members)}]", (base,), attrs)

@@ -25,6 +25,7 @@ input. With ``draft_max`` at or above the block's capacity the two decode the sa
 from __future__ import annotations
 
 import json
+from functools import partial
 from pathlib import Path
 from typing import Any, ClassVar, Sequence
 
@@ -41,7 +42,8 @@ from ..backends.dflash import (
 from ..backends.gguf_check import check_gguf, read_small_tensor
 from ..decoding.knob_schema import Knob
 from ..errors import CaptureUnavailableError, KnobError, ModelError, SnapshotError, StrategyUnavailableError
-from .base import Draft, Drafter, DraftResources
+from .base import Draft, DraftResources
+from .context_drafter import ContextDrafter
 from .block_read import BlockRead, read_positions, walk_lattice
 from .knobs import DRAFT_MODEL_KNOB, DRAFT_P_MIN_KNOB
 from .target_replay import reevaluate
@@ -90,40 +92,41 @@ def dflash_unusable_reasons(target: Any, config: dict[str, Any], *, dspark: bool
     return why
 
 
-class DFlashDrafter(Drafter):
+def _check_draft_file(strategy: str, config: dict[str, Any]) -> None:
+    """The draft path of ``strategy`` (``dflash`` or ``dspark``) must name an existing DFlash file llama.cpp
+    can load without aborting."""
+    path = config.get("draft_model") or ""
+    if not path:
+        raise KnobError(
+            f"knob 'draft_model': the {strategy} strategy needs a DFlash draft; pass draft_model=PATH (-md PATH)",
+            knob="draft_model",
+            value=path,
+        )
+    if not Path(path).is_file():
+        raise KnobError(
+            f"knob 'draft_model': {path!r} does not exist; pass the path of a DFlash .gguf file",
+            knob="draft_model",
+            value=path,
+        )
+    info = check_gguf(path)
+    why = dflash_load_problems(info) if info.architecture == "dflash" else []
+    if why:
+        raise StrategyUnavailableError(
+            f"{strategy} cannot load {path}: " + "; ".join(why), knob="draft_model", value=path
+        )
+
+
+class DFlashDrafter(ContextDrafter):
     """Draft one block per round with a DFlash (or DFlash-2) draft over the target's layer inputs."""
 
     name = "dflash"
+    knob_rules = (partial(_check_draft_file, "dflash"),)
     knobs = (DRAFT_MODEL_KNOB, DRAFT_P_MIN_KNOB)
     state_format = "dflash-1"
     needs_model = True
-    has_context = True
     reads_target = True
     #: llama.cpp's type: DSpark drafts need the Markov head, DFlash drafts must not have it.
     DSPARK: ClassVar[bool] = False
-
-    @classmethod
-    def check(cls, config: dict[str, Any]) -> None:
-        """The draft path must name an existing DFlash file llama.cpp can load without aborting."""
-        path = config.get("draft_model") or ""
-        if not path:
-            raise KnobError(
-                f"knob 'draft_model': the {cls.name} strategy needs a DFlash draft; pass draft_model=PATH (-md PATH)",
-                knob="draft_model",
-                value=path,
-            )
-        if not Path(path).is_file():
-            raise KnobError(
-                f"knob 'draft_model': {path!r} does not exist; pass the path of a DFlash .gguf file",
-                knob="draft_model",
-                value=path,
-            )
-        info = check_gguf(path)
-        why = dflash_load_problems(info) if info.architecture == "dflash" else []
-        if why:
-            raise StrategyUnavailableError(
-                f"{cls.name} cannot load {path}: " + "; ".join(why), knob="draft_model", value=path
-            )
 
     @classmethod
     def check_models(cls, config: dict[str, Any], target_ctx: Any, model: Any) -> None:
@@ -383,6 +386,7 @@ class DSparkDrafter(DFlashDrafter):
     """Draft one block per round with a DSpark draft: DFlash plus a Markov head and a confidence head."""
 
     name = "dspark"
+    knob_rules = (partial(_check_draft_file, "dspark"),)
     knobs = (DRAFT_MODEL_KNOB, DSPARK_P_MIN_KNOB)
     state_format = "dspark-1"
     DSPARK = True

@@ -31,35 +31,36 @@ from ..decoding.rowscan import ScoredRow
 from ..decoding.sampling import sample
 from ..decoding.tempered import Dist, tempered_or_dist
 from ..errors import KnobError, SnapshotError, StrategyUnavailableError
-from .base import Draft, Drafter, DraftResources
+from .base import Draft, DraftResources
+from .context_drafter import ContextDrafter
 from .knobs import DRAFT_MODEL_KNOB, DRAFT_P_MIN_KNOB
 
 
-class DraftModelDrafter(Drafter):
+def _check_draft_model(config: dict[str, Any]) -> None:
+    """The draft model path must name an existing file."""
+    path = config.get("draft_model") or ""
+    if not path:
+        raise KnobError(
+            "knob 'draft_model': the draft strategy needs a draft model; pass "
+            "draft_model=PATH (--draft-model PATH)",
+            knob="draft_model",
+            value=path,
+        )
+    if not Path(path).is_file():
+        raise KnobError(
+            f"knob 'draft_model': {path!r} does not exist; pass the path of a .gguf file",
+            knob="draft_model",
+            value=path,
+        )
+
+
+class DraftModelDrafter(ContextDrafter):
     """Draft with a second model that shares the target's vocabulary."""
 
     name = "draft"
+    knob_rules = (_check_draft_model,)
     needs_model = True
-    has_context = True
     knobs = (DRAFT_MODEL_KNOB, DRAFT_P_MIN_KNOB)
-
-    @staticmethod
-    def check(config: dict[str, Any]) -> None:
-        """The draft model path must name an existing file."""
-        path = config.get("draft_model") or ""
-        if not path:
-            raise KnobError(
-                "knob 'draft_model': the draft strategy needs a draft model; pass "
-                "draft_model=PATH (--draft-model PATH)",
-                knob="draft_model",
-                value=path,
-            )
-        if not Path(path).is_file():
-            raise KnobError(
-                f"knob 'draft_model': {path!r} does not exist; pass the path of a .gguf file",
-                knob="draft_model",
-                value=path,
-            )
 
     #: Draft GGUFs that are not whole models: they draft for a target through a strategy of their own.
     HEADS = {

@@ -61,33 +61,34 @@ def eagle3_unusable_reasons(target_ctx: Any, head_path: str | Path) -> list[str]
     return why
 
 
+def _check_head(config: dict[str, Any]) -> None:
+    """The head path must name an existing file."""
+    path = config.get("draft_model") or ""
+    if not path:
+        raise KnobError(
+            "knob 'draft_model': the eagle3 strategy needs an EAGLE-3 head; pass draft_model=PATH "
+            "(--draft-model PATH)",
+            knob="draft_model",
+            value=path,
+        )
+    if not Path(path).is_file():
+        raise KnobError(
+            f"knob 'draft_model': {path!r} does not exist; pass the path of an EAGLE-3 .gguf file",
+            knob="draft_model",
+            value=path,
+        )
+
+
 class Eagle3Drafter(HiddenStateDrafter):
     """Draft with an EAGLE-3 head over the target's hidden states."""
 
     name = "eagle3"
+    knob_rules = (_check_head,)
     knobs = (DRAFT_MODEL_KNOB, DRAFT_P_MIN_KNOB)
     state_format = "eagle3-1"
     PAIR_OFFSET = 0
     # rounds the cost policy keeps plain do not feed the head (see hidden_state's module docstring)
     PAUSES_WHEN_PLAIN = True
-
-    @staticmethod
-    def check(config: dict[str, Any]) -> None:
-        """The head path must name an existing file."""
-        path = config.get("draft_model") or ""
-        if not path:
-            raise KnobError(
-                "knob 'draft_model': the eagle3 strategy needs an EAGLE-3 head; pass draft_model=PATH "
-                "(--draft-model PATH)",
-                knob="draft_model",
-                value=path,
-            )
-        if not Path(path).is_file():
-            raise KnobError(
-                f"knob 'draft_model': {path!r} does not exist; pass the path of an EAGLE-3 .gguf file",
-                knob="draft_model",
-                value=path,
-            )
 
     @classmethod
     def check_models(cls, config: dict[str, Any], target_ctx: Any, model: Any) -> None:

@@ -38,9 +38,10 @@ and encodes nothing; it keeps, from each verify batch, only the raw target rows 
 positions (:meth:`HiddenStateDrafter._features`: EAGLE-3's three layer inputs, a copy), at most
 :attr:`HiddenStateDrafter.resume_window` positions. The target's layer capture stays on (recovering the
 rows without it would take a re-evaluation of the target over the window) unless the policy has promised
-more plain rounds than the window (:meth:`~specviz.strategies.base.Drafter.expect_plain`, the ``cost``
-policy between its probes): rows that far from the next draft would leave the window before it, so the
-capture is *held* (:meth:`HiddenStateDrafter._hold_target`; EAGLE-3's capture shim then copies nothing,
+more plain rounds than the window
+(:meth:`~specviz.strategies.context_drafter.ContextDrafter.expect_plain`, the ``cost`` policy between its
+probes): rows that far from the next draft would leave the window before it, so the capture is *held*
+(:meth:`HiddenStateDrafter._hold_target`; EAGLE-3's capture shim then copies nothing,
 which saves a plain decode about 1.4%, ``benchmarks/bench_eagle3.py``, and the round keeps no rows), and
 it reads again for the last ``resume_window`` promised rounds. A resume after a promise kept is the same
 as after any pause longer than the window (a restart from the window's rows); a round that asks for a
@@ -85,12 +86,13 @@ import numpy as np
 
 from ..decoding.tempered import Dist
 from ..errors import ContextError, KnobError, SnapshotError
-from .base import Draft, Drafter, DraftResources, Upkeep
+from .base import Draft, DraftResources, Upkeep
+from .context_drafter import ContextDrafter
 from .draft_choice import choose_token
 from .target_replay import reevaluate
 
 
-class HiddenStateDrafter(Drafter):
+class HiddenStateDrafter(ContextDrafter):
     """Base of ``eagle3`` and ``mtp``: pair bookkeeping, drafting steps, rollbacks, catch-up, snapshots.
 
     Subclasses set :attr:`dctx` (an object with ``decode``/``logits``/``prenorm``/``truncate``/
@@ -101,7 +103,6 @@ class HiddenStateDrafter(Drafter):
     """
 
     needs_model = True
-    has_context = True
     reads_target = True
     #: Drafter position of the pair of target position p is p + PAIR_OFFSET.
     PAIR_OFFSET: ClassVar[int] = 0
@@ -277,8 +278,9 @@ class HiddenStateDrafter(Drafter):
         self._resume_window = n
 
     def expect_plain(self, rounds: int | None) -> None:
-        """The policy's promise for this round (see :meth:`~specviz.strategies.base.Drafter.expect_plain`):
-        while paused, the target's rows are not read in rounds more than ``resume_window`` before its end."""
+        """The policy's promise for this round (see
+        :meth:`~specviz.strategies.context_drafter.ContextDrafter.expect_plain`): while paused, the target's
+        rows are not read in rounds more than ``resume_window`` before its end."""
         self._quiet = rounds
 
     def draft(self, history: Sequence[int], n_max: int) -> Draft:

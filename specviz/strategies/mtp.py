@@ -37,28 +37,29 @@ MTP_MODEL_KNOB = Knob(
 )
 
 
+def _check_nextn_file(config: dict[str, Any]) -> None:
+    """A given NextN GGUF must exist."""
+    path = config.get("draft_model") or ""
+    if path and not Path(path).is_file():
+        raise KnobError(
+            f"knob 'draft_model': {path!r} does not exist; pass a .gguf file with NextN layers, or "
+            "nothing to use the target's own",
+            knob="draft_model",
+            value=path,
+        )
+
+
 class MtpDrafter(HiddenStateDrafter):
     """Draft with the NextN (multi-token prediction) layers of the target."""
 
     name = "mtp"
+    knob_rules = (_check_nextn_file,)
     knobs = (MTP_MODEL_KNOB, DRAFT_P_MIN_KNOB)
     state_format = "mtp-1"
     PAIR_OFFSET = 1
     LEADING_PAIR = True
     #: The draft model is optional: without one the target's own NextN layers draft.
     draft_model_optional = True
-
-    @staticmethod
-    def check(config: dict[str, Any]) -> None:
-        """A given NextN GGUF must exist."""
-        path = config.get("draft_model") or ""
-        if path and not Path(path).is_file():
-            raise KnobError(
-                f"knob 'draft_model': {path!r} does not exist; pass a .gguf file with NextN layers, or "
-                "nothing to use the target's own",
-                knob="draft_model",
-                value=path,
-            )
 
     @classmethod
     def check_models(cls, config: dict[str, Any], target_ctx: Any, model: Any) -> None:

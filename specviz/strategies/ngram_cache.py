@@ -41,7 +41,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..decoding.knob_schema import Knob
-from .base import Draft, Drafter
+from .base import Draft, PeekingDrafter
 
 NGRAM_MIN = 1
 NGRAM_MAX = 4
@@ -96,12 +96,11 @@ def _pick(stats: _Stats, tail: list[int], min_samples: Sequence[int], min_percen
     return None
 
 
-class NgramCacheDrafter(Drafter):
+class NgramCacheDrafter(PeekingDrafter):
     """Context + dynamic n-gram statistics (n = 1…4), greedy confident drafting; memory only."""
 
     name = "ngram-cache"
     state_format = "ngram-cache/1"
-    can_peek = True
     knobs = (Knob("n_draft", int, 8, "most tokens drafted per round (upstream uses 8)", lo=1, hi=1024),)
 
     def __init__(self, **knobs: Any) -> None:

@@ -59,7 +59,7 @@ import numpy as np
 
 from ..errors import SnapshotError
 from . import ngram_kernel
-from .base import Draft, Drafter
+from .base import Draft, PeekingDrafter
 from .knobs import ngram_size_knobs
 
 #: Values (distinct m-grams) tracked per key, as upstream.
@@ -138,11 +138,10 @@ class _Key:
         return other
 
 
-class _NgramMapBase(Drafter):
+class _NgramMapBase(PeekingDrafter):
     """Shared look-up, bookkeeping and state handling of the two n-gram map drafters."""
 
     key_only: ClassVar[bool] = True
-    can_peek = True
     state_format = "ngram-map/2"
 
     def __init__(self, **knobs: Any) -> None:

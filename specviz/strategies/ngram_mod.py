@@ -54,7 +54,7 @@ import numpy as np
 from ..decoding.knob_schema import Knob
 from ..errors import KnobError, SnapshotError
 from . import ngram_kernel
-from .base import Draft, Drafter
+from .base import Draft, PeekingDrafter
 
 #: LCG multiplier of upstream's n-gram hash.
 LCG_MULT = 6364136223846793005
@@ -75,12 +75,22 @@ def ngram_hash(tokens: Sequence[int]) -> int:
     return h
 
 
-class NgramModDrafter(Drafter):
+def _check_lengths(config: dict[str, Any]) -> None:
+    """Cross-knob rule: ``n_min`` ≤ ``n_max``."""
+    if config["n_min"] > config["n_max"]:
+        raise KnobError(
+            f"knob 'n_min': {config['n_min']} is larger than n_max={config['n_max']}; set n_min <= n_max",
+            knob="n_min",
+            value=config["n_min"],
+        )
+
+
+class NgramModDrafter(PeekingDrafter):
     """Rolling n-gram hash → next token in a fixed-size pool; variable-length chained drafts."""
 
     name = "ngram-mod"
+    knob_rules = (_check_lengths,)
     state_format = "ngram-mod/1"
-    can_peek = True
     knobs = (
         Knob(
             "n_match",
@@ -127,16 +137,6 @@ class NgramModDrafter(Drafter):
         ),
         Knob("low_accept_streak", int, 5, "this many poorly accepted drafts in a row clear the pool", lo=1, hi=1024),
     )
-
-    @staticmethod
-    def check(config: dict[str, Any]) -> None:
-        """Cross-knob rule: ``n_min`` ≤ ``n_max``."""
-        if config["n_min"] > config["n_max"]:
-            raise KnobError(
-                f"knob 'n_min': {config['n_min']} is larger than n_max={config['n_max']}; set n_min <= n_max",
-                knob="n_min",
-                value=config["n_min"],
-            )
 
     def __init__(self, **knobs: Any) -> None:
         super().__init__(**knobs)

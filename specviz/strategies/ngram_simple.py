@@ -15,16 +15,15 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from .base import Draft, Drafter
+from .base import Draft, PeekingDrafter
 from .history import find_ngram
 from .knobs import ngram_size_knobs
 
 
-class NgramSimpleDrafter(Drafter):
+class NgramSimpleDrafter(PeekingDrafter):
     """Most-recent n-gram match, m-gram draft, optional check rate."""
 
     name = "ngram-simple"
-    can_peek = True
     state_format = "ngram-simple/1"
     knobs = ngram_size_knobs("ngram-simple", min_hits=False)
 

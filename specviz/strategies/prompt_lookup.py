@@ -1,8 +1,8 @@
 """``prompt-lookup``: draft the tokens that followed an earlier occurrence of the latest n-gram.
 
-As in the runner PR's ``--prompt-lookup`` (and prompt lookup decoding generally): try n-gram sizes from
-``max_ngram`` down to ``min_ngram``; for the first size whose trailing n-gram occurs earlier in the
-history, draft the tokens that followed its earliest occurrence.
+As in the static-shape runner's ``--prompt-lookup`` (docs/strategies.md), and prompt lookup decoding
+generally: try n-gram sizes from ``max_ngram`` down to ``min_ngram``; for the first size whose trailing
+n-gram occurs earlier in the history, draft the tokens that followed its earliest occurrence.
 """
 
 from __future__ import annotations
@@ -11,15 +11,26 @@ from typing import Any, Sequence
 
 from ..decoding.knob_schema import Knob
 from ..errors import KnobError
-from .base import Draft, Drafter
+from .base import Draft, PeekingDrafter
 from .history import find_ngram
 
 
-class PromptLookupDrafter(Drafter):
+def _check_ngram_sizes(config: dict[str, Any]) -> None:
+    """Cross-knob rule: ``min_ngram`` ≤ ``max_ngram``."""
+    if config["min_ngram"] > config["max_ngram"]:
+        raise KnobError(
+            f"knob 'min_ngram': {config['min_ngram']} is larger than max_ngram={config['max_ngram']}; "
+            "set min_ngram <= max_ngram",
+            knob="min_ngram",
+            value=config["min_ngram"],
+        )
+
+
+class PromptLookupDrafter(PeekingDrafter):
     """Prompt lookup decoding with a min/max n-gram size."""
 
     name = "prompt-lookup"
-    can_peek = True
+    knob_rules = (_check_ngram_sizes,)
     knobs = (
         Knob(
             "max_ngram",
@@ -34,17 +45,6 @@ class PromptLookupDrafter(Drafter):
             "min_ngram", int, 1, "smallest n-gram size to look up", lo=1, hi=64, aliases=("--prompt-lookup-min-ngram",)
         ),
     )
-
-    @staticmethod
-    def check(config: dict[str, Any]) -> None:
-        """Cross-knob rule: ``min_ngram`` ≤ ``max_ngram``."""
-        if config["min_ngram"] > config["max_ngram"]:
-            raise KnobError(
-                f"knob 'min_ngram': {config['min_ngram']} is larger than max_ngram={config['max_ngram']}; "
-                "set min_ngram <= max_ngram",
-                knob="min_ngram",
-                value=config["min_ngram"],
-            )
 
     def _draft(self, history: Sequence[int], n_max: int) -> Draft:
         arr = self.tokens

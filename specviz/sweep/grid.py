@@ -36,7 +36,7 @@ from typing import Any
 
 from ..decoding.knob_schema import Knob, check_cross_knobs, ranged_int
 from ..errors import KnobError, SpecvizError
-from ..strategies import strategy_class, strategy_names, strategy_schema
+from ..strategies import check_knob_rules, strategy_class, strategy_names, strategy_schema
 
 #: Keys a grid file may hold.
 GRID_KEYS = ("strategies", "knobs", "temperatures", "draft_models", "max_tokens", "repeats", "seed")
@@ -356,7 +356,7 @@ def _check_setting(spec: GridSpec, strat: str, converted: dict[str, Any], ext: l
     knob_where = spec.where("knobs")
     full = strategy_schema(strat).validate({**converted, **dict(ext)})
     try:
-        strategy_class(strat).check(full)
+        check_knob_rules(strategy_class(strat), full)
     except KnobError as e:
         raise GridError(
             knob_where if not ext else spec.where("draft_models"),
