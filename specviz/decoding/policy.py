@@ -9,7 +9,7 @@
   A length of 0 (plain decoding) is allowed when speculation does not pay; the drafter's unverified
   prediction in such a round, or a one-token probe every few rounds, keeps the estimate alive. A drafter
   that keeps a model of its own fed (``eagle3``, ``mtp``) reports that upkeep
-  (:meth:`~specviz.strategies.base.Drafter.take_upkeep`); the policy counts it in what drafting costs.
+  (:meth:`~specviz.strategies.context_drafter.ContextDrafter.take_upkeep`); the policy counts it in what drafting costs.
 
 Each is a :class:`DraftingPolicy` (the protocol the budget and the session type against; the no-op hooks
 of a policy that learns nothing from some rounds are :class:`QuietPolicy`'s). After the policy,
@@ -56,7 +56,7 @@ class DraftingPolicy(Protocol):
     def promise_plain(self) -> int | None:
         """(Asked after :meth:`length` chose 0) How many of the rounds after this one the policy promises to
         keep plain, a promise it then keeps; None when it makes none. For a drafter that pays to stay
-        ready to draft (:meth:`~specviz.strategies.base.Drafter.expect_plain`)."""
+        ready to draft (:meth:`~specviz.strategies.context_drafter.ContextDrafter.expect_plain`)."""
         ...
 
     def use_cost(self, cost: VerifyCostModel) -> None:
@@ -341,8 +341,8 @@ class CostPolicy(QuietPolicy):
     chosen only when its expected tokens per second beat plain decoding's by :attr:`MARGIN` (5%).
 
     A round kept plain teaches the policy nothing about acceptance, unless the drafter can say, without side
-    effects, which token it would have proposed (:meth:`Drafter.peek`): the session then reports
-    whether the target produced that token (:meth:`observe_shadow`), a free try at the current run
+    effects, which token it would have proposed (:meth:`~specviz.strategies.base.PeekingDrafter.peek`): the
+    session then reports whether the target produced that token (:meth:`observe_shadow`), a free try at the current run
     position. Without such evidence for ``PROBE_EVERY`` rounds, a one-token probe is drafted; each probe
     the target rejects (or the drafter declines) doubles that interval, up to ``PROBE_MAX`` (16: at 64, a
     span that became copyable was missed for most of a 128-token generation), and an accepted draft or
