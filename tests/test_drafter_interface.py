@@ -102,6 +102,8 @@ def test_the_helpers_answer_none_for_a_drafter_without_the_ability():
     assert drafter_telemetry(none) == {} and drafter_telemetry(None) == {}
     lookup = strategy_class("prompt-lookup")()
     assert peeker(lookup) is lookup and context_hooks(lookup) is None
+    lookup.can_peek = False  # the flag is the declaration: an instance with the ability switched off has none
+    assert peeker(lookup) is None
 
 
 class _ClaimsContext(Drafter):

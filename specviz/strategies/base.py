@@ -291,16 +291,16 @@ class PeekingDrafter(Drafter):
 
 
 def peeker(drafter: Drafter | None) -> PeekingDrafter | None:
-    """``drafter`` when it can peek (a :class:`PeekingDrafter`), else None. A drafter that declares
-    ``can_peek`` without deriving from :class:`PeekingDrafter` is refused with a :class:`TypeError`."""
-    if isinstance(drafter, PeekingDrafter):
-        return drafter
-    if drafter is not None and drafter.can_peek:
+    """``drafter`` when it declares ``can_peek``, else None. A drafter that declares ``can_peek`` without
+    deriving from :class:`PeekingDrafter` is refused with a :class:`TypeError`."""
+    if drafter is None or not drafter.can_peek:
+        return None
+    if not isinstance(drafter, PeekingDrafter):
         raise TypeError(
             f"drafter {type(drafter).__name__} declares can_peek but is not a PeekingDrafter; derive it "
             "from specviz.strategies.base.PeekingDrafter"
         )
-    return None
+    return drafter
 
 
 def check_knob_rules(cls: type[Drafter], config: dict[str, Any]) -> None:

@@ -76,13 +76,14 @@ class ContextDrafter(Drafter):
 
 
 def context_hooks(drafter: Drafter | None) -> ContextDrafter | None:
-    """``drafter``'s context hooks: the drafter itself when it owns a llama.cpp context, else None (no
+    """``drafter``'s context hooks: the drafter itself when it declares ``has_context``, else None (no
     drafter, or one without a context). Refuses, as :func:`context_class` does, a drafter that declares
     ``has_context`` without deriving from :class:`ContextDrafter`."""
-    if drafter is None:
+    if drafter is None or not drafter.has_context:
         return None
-    context_class(type(drafter))
-    return drafter if isinstance(drafter, ContextDrafter) else None
+    if not isinstance(drafter, ContextDrafter):
+        raise TypeError(_not_a_context_drafter(type(drafter)))
+    return drafter
 
 
 def context_class(cls: type[Drafter]) -> type[ContextDrafter] | None:
@@ -90,11 +91,15 @@ def context_class(cls: type[Drafter]) -> type[ContextDrafter] | None:
 
     A class that declares ``has_context`` without deriving from :class:`ContextDrafter` is refused with a
     :class:`TypeError`: its context would never be brought in step, saved or measured."""
-    if issubclass(cls, ContextDrafter):
-        return cls
-    if cls.has_context:
-        raise TypeError(
-            f"drafter {cls.__name__} declares has_context but is not a ContextDrafter; derive it "
-            "from specviz.strategies.context_drafter.ContextDrafter"
-        )
-    return None
+    if not cls.has_context:
+        return None
+    if not issubclass(cls, ContextDrafter):
+        raise TypeError(_not_a_context_drafter(cls))
+    return cls
+
+
+def _not_a_context_drafter(cls: type) -> str:
+    return (
+        f"drafter {cls.__name__} declares has_context but is not a ContextDrafter; derive it from "
+        "specviz.strategies.context_drafter.ContextDrafter"
+    )
