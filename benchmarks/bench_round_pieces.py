@@ -107,8 +107,8 @@ def main(argv: list[str] | None = None) -> int:
     def floor() -> None:
         # the least a greedy round without a draft can do after its decode: read the row in the kernel's
         # one call and commit its choice (no draft, no verdict, no events, no telemetry, no checkpoint)
-        got = verify_greedy(native[0], native[1], native[2], (), 5)
-        committed.append(got.ints[0] if got is not None else 0)
+        got = verify_greedy(native, (), 5)
+        committed.append(got.tokens[0] if got is not None else 0)
 
     t08, top_p = SamplingParams(0.8), SamplingParams(0.8, top_p=0.95)
     scanned = ScoredRow(row, normaliser=True)
@@ -230,8 +230,8 @@ def rows_table(session: Session, repeats: int) -> None:
                     ctx.row(i).max()
 
             def kernel(batch: list[int] = batch, read: list[int] = read) -> None:
-                got = verify_greedy(native[0], native[1], n_vocab, batch[1:], 5)
-                read[0] = got.rows if got is not None else 0
+                got = verify_greedy(native, batch[1:], 5)
+                read[0] = len(got.tokens) if got is not None else 0
 
             def llama(n: int = n) -> None:
                 for i in range(n):

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from specviz.decoding import rowscan_kernel
+from specviz.decoding.rows_reference import RowScan
 from specviz.decoding.rowscan import ScoredRow
 
 needs_kernel = pytest.mark.skipif(
@@ -96,10 +97,10 @@ def _scan(which: str):
     fn.restype = ctypes.c_int
     fn.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p]
 
-    def scan(row: np.ndarray) -> rowscan_kernel.Scan:
+    def scan(row: np.ndarray) -> RowScan:
         best, out = ctypes.c_int64(), (ctypes.c_double * 2)()
         nan = fn(row.ctypes.data, row.shape[0], ctypes.addressof(best), ctypes.addressof(out))
-        return rowscan_kernel.Scan(best.value, out[0], out[1], bool(nan))
+        return RowScan(best.value, out[0], out[1], bool(nan))
 
     return scan
 

@@ -1,8 +1,8 @@
-"""The greedy acceptor's one-call path (``specviz_verify_greedy``, ``accept(..., native=...)``) against its
-ordinary path: the same verdict, field for field, on crafted rows (ties, rejections at every depth, the
-draft token inside and outside the alternatives) and on a real session; the rounds it hands back (a NaN,
-a non-finite maximum, a missing row, a draft token outside the vocabulary, too many alternatives) give
-what the ordinary path gives; and it reads exactly the rows the ordinary path reads."""
+"""The greedy acceptor's one-call path (``specviz_verify_greedy``, a context's rows through
+:class:`~specviz.decoding.rowscan.ContextRows`) against its row-by-row path: the same verdict, field for field, on
+crafted rows (ties, rejections at every depth, the draft token inside and outside the alternatives) and on a real
+session; the rounds it hands back (a NaN, a non-finite maximum, a missing row, a draft token outside the vocabulary,
+too many alternatives) give what the ordinary path gives; and it reads exactly the rows the ordinary path reads."""
 
 from __future__ import annotations
 
@@ -11,8 +11,9 @@ import ctypes
 import numpy as np
 import pytest
 
-from specviz.decoding import acceptor, rowscan_kernel
+from specviz.decoding import rowscan_kernel
 from specviz.decoding.acceptor import accept
+from specviz.decoding.rowscan import ContextRows
 from specviz.decoding.sampling import SamplingParams
 
 needs_kernel = pytest.mark.skipif(
@@ -25,7 +26,7 @@ ROW_FN = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int32)
 
 
 class CountingRows:
-    """Rows handed to the kernel the way llama.cpp hands them out (a C function of ``(ctx, i)``
+    """A context whose rows the kernel reads the way llama.cpp hands them out (a C function of ``(ctx, i)``
     returning the row's address, NULL for a row it has no logits for), counting the rows asked for."""
 
     def __init__(self, rows: list[np.ndarray], missing: tuple[int, ...] = ()) -> None:
@@ -39,12 +40,20 @@ class CountingRows:
         self.asked.append(i)
         return None if i in self.missing else self.rows[i].ctypes.data
 
+    def row(self, i: int) -> np.ndarray:
+        """Row ``i``, as :meth:`LlamaContext.row <specviz.backends.llama.LlamaContext.row>` gives it."""
+        return self.rows[i]
+
+    def native_rows(self) -> tuple[int, int, int]:
+        """Where the kernel reads the rows."""
+        return self.native  # type: ignore[return-value]
+
 
 def both(draft: list[int], rows: list[np.ndarray], top_n: int = 5, **kw) -> tuple:
     """(verdict with the native rows, verdict without, the rows the kernel asked for)."""
     src = CountingRows(rows, **kw)
     rng = np.random.default_rng(0)
-    native = accept(draft, src.rows, GREEDY, rng, top_n=top_n, native=src.native)  # type: ignore[arg-type]
+    native = accept(draft, ContextRows(src), GREEDY, rng, top_n=top_n)
     plain = accept(draft, src.rows, GREEDY, rng, top_n=top_n)
     return native, plain, src.asked
 
@@ -119,7 +128,7 @@ def test_rounds_the_kernel_hands_back_give_what_the_ordinary_path_gives():
     assert native == plain and len(native.alternatives) == 300 and asked == []
     src = CountingRows(rows)
     with pytest.raises(IndexError):  # a token outside the vocabulary: refused as the ordinary path refuses it
-        accept([draft[0], 300], src.rows, GREEDY, np.random.default_rng(0), native=src.native)  # type: ignore[arg-type]
+        accept([draft[0], 300], ContextRows(src), GREEDY, np.random.default_rng(0))
     assert src.asked == []  # the kernel read no row of it
 
 
@@ -128,14 +137,14 @@ def test_a_session_gives_the_same_rounds_with_and_without_the_kernel_call(tiny_s
     from specviz.backends.llama import LlamaContext
 
     calls = []
-    real = acceptor.verify_greedy
+    real = rowscan_kernel.verify_greedy
 
     def counted(*a):
         got = real(*a)
         calls.append(got is not None)
         return got
 
-    monkeypatch.setattr(acceptor, "verify_greedy", counted)
+    monkeypatch.setattr(rowscan_kernel, "verify_greedy", counted)
 
     def run(strategy: str, knobs: dict) -> tuple:
         tiny_session.start("a b c a b c a b", 40, strategy, temperature=0.0, seed=1, **knobs)

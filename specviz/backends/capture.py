@@ -37,7 +37,6 @@ Deliberate departure from upstream, which switches the taps whenever a drafter s
 from __future__ import annotations
 
 import ctypes
-import threading
 import weakref
 from dataclasses import dataclass
 from pathlib import Path
@@ -145,9 +144,13 @@ class _ShimState(ctypes.Structure):
 
 
 _SHIM_SOURCE = Path(__file__).with_name("capture_shim.c")
-_shim_lock = threading.Lock()
-_shim: Any = None
-_shim_error: str | None = None
+#: The shim through the one loader of C helpers; it has no switch (what needs it is refused without it).
+_SHIM = cbuild.NativeLibrary(
+    _SHIM_SOURCE,
+    "specviz_capture",
+    {"specviz_capture_cb": (ctypes.c_bool, [ctypes.c_void_p, ctypes.c_bool, ctypes.c_void_p])},
+    None,
+)
 
 
 def shim_cache_dir() -> Path:
@@ -160,37 +163,27 @@ def shim_path() -> Path:
     return cbuild.library_path(_SHIM_SOURCE, "specviz_capture")
 
 
+def _unavailable(why: str) -> CaptureUnavailableError:
+    """The error that says why the shim cannot be had, with what to run where a C compiler was missing."""
+    hint = "; then run `python -m specviz.backends.build_capture` (or `make install`)" if "C compiler" in why else ""
+    return CaptureUnavailableError(f"layer-capture shim: {why}{hint}")
+
+
 def build_shim(force: bool = False) -> Path:
     """Compile the shim with the system C compiler (``$CC``, else ``cc``/``gcc``) unless already cached."""
     try:
-        return cbuild.build_library(_SHIM_SOURCE, "specviz_capture", force=force)
+        return _SHIM.build(force)
     except cbuild.BuildError as e:
-        hint = (
-            "; then run `python -m specviz.backends.build_capture` (or `make install`)"
-            if "C compiler" in str(e)
-            else ""
-        )
-        raise CaptureUnavailableError(f"layer-capture shim: {e}{hint}") from None
+        raise _unavailable(str(e)) from None
 
 
 def shim_library() -> Any:
-    """The loaded shim (compiled on first use); :class:`CaptureUnavailableError` when it cannot be."""
-    global _shim, _shim_error
-    with _shim_lock:
-        if _shim is not None:
-            return _shim
-        if _shim_error is not None:
-            raise CaptureUnavailableError(_shim_error)
-        try:
-            lib = ctypes.CDLL(str(build_shim()))
-        except CaptureUnavailableError as e:
-            _shim_error = str(e)
-            raise
-        except OSError as e:
-            _shim_error = f"loading the layer-capture shim failed ({e}); remove {shim_cache_dir()} and retry"
-            raise CaptureUnavailableError(_shim_error) from None
-        _shim = lib
-        return lib
+    """The loaded shim's functions (compiled on first use; ``capture_cb``, the eval callback);
+    :class:`CaptureUnavailableError` when it cannot be had."""
+    fns = _SHIM.load()
+    if fns is None:
+        raise _unavailable(_SHIM.unavailable_reason() or "not loaded")
+    return fns
 
 
 def _ggml_functions() -> tuple[int, int, int]:
@@ -220,7 +213,7 @@ class CallbackTap:
         self.state = _ShimState()
         gn, nb, tg = _ggml_functions()
         self.state.get_name, self.state.nbytes, self.state.tensor_get = gn, nb, tg
-        self.callback_address = ctypes.cast(lib.specviz_capture_cb, ctypes.c_void_p).value
+        self.callback_address = ctypes.cast(lib.capture_cb, ctypes.c_void_p).value
         self._buffers: list[np.ndarray] = []
         self.owner: object | None = None  # the LayerCapture the shim currently serves
 
@@ -289,7 +282,7 @@ def _api_on(ctx: Any) -> set[int]:
 #: ggml backends on which llama.cpp's layer taps must not be switched once a context has computed a graph.
 #: Switching a tap marks the context's scheduler for a rebuild (``llama_context::sched_reserve``), and on
 #: the Vulkan backend the next multi-token batch after that rebuild corrupts the heap: a segfault or glibc's
-#: "double free or corruption", reproduced with llama.cpp's C API alone on Mesa's lavapipe (issue 26).
+#: "double free or corruption", reproduced with llama.cpp's C API alone on Mesa's lavapipe.
 #: CUDA is not listed: llama-server rebuilds its scheduler the same way whenever its LoRA adapters change,
 #: and the GPU check runs ``tests/test_vulkan.py``'s switching tests on a CUDA build, which would show it.
 TAPS_FIXED_BACKENDS = frozenset({"Vulkan"})

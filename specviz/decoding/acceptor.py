@@ -12,7 +12,9 @@ Terms (for one sequence; ``k`` is the draft length, ``V`` the vocabulary size):
     The target's logits for the verify batch ``[pending token] + draft``: ``rows(i)`` (or ``rows[i]``) is
     a ``float32`` array of ``V`` entries for ``i`` in ``0 … k``; row ``i`` predicts the token that follows
     the committed text plus ``d_0 … d_{i-1}``. Rows are read lazily — only up to the first rejection, or
-    the bonus row ``k`` — so a callable that hands out llama.cpp's logits in place reads nothing extra.
+    the bonus row ``k`` — so a callable that hands out llama.cpp's logits in place reads nothing extra. A
+    :class:`~specviz.decoding.rowscan.ContextRows` (a context's rows) lets the row reader read a greedy
+    round's rows in one call of its kernel (:func:`~specviz.decoding.rowscan.read_greedy`).
 ``params``
     :class:`~specviz.decoding.sampling.SamplingParams`; temperature 0 is greedy.
 ``rng``
@@ -39,14 +41,12 @@ top-p rows build :class:`~specviz.decoding.sampling.TokenDist`.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Callable, Sequence, Union
 
 import numpy as np
 
-from .rowscan import ScoredRow
-from .rowscan_kernel import verify_greedy
+from .rowscan import RowSource, logit_margin, read_greedy
 from .sampling import SamplingParams, acceptance_probability, residual_distribution
 from .tempered import Dist, TemperedRow, residual_draw, tempered_or_dist
 
@@ -55,10 +55,6 @@ __all__ = ["PositionVerdict", "Verdict", "accept", "N_ALTERNATIVES"]
 #: How many of the target's top choices a rejection reports.
 N_ALTERNATIVES = 5
 
-RowSource = Union[Callable[[int], np.ndarray], Sequence[np.ndarray]]
-#: Where a compiled reader finds the same rows: ``(address of llama_get_logits_ith, the llama_context's
-#: address, the row width)`` (:meth:`specviz.backends.llama.LlamaContext.native_rows`).
-NativeRows = tuple[int, int, int]
 DraftDists = Union[Callable[[int], Dist], Sequence[Dist], None]
 
 
@@ -119,105 +115,34 @@ def accept(
     draft_dists: DraftDists = None,
     *,
     top_n: int = N_ALTERNATIVES,
-    scratch: np.ndarray | None = None,
-    native: NativeRows | None = None,
 ) -> Verdict:
-    """Decide what one round commits (see the module docstring for the terms and the two rules).
-
-    ``scratch`` is an optional ``float32`` buffer of the vocabulary size reused by the greedy row scan.
-    ``native`` says where the row scan's kernel reads the same rows as ``rows`` itself (llama.cpp's
-    logits): a greedy round is then one call of the kernel (:func:`_accept_greedy_native`), with the
-    same verdict; the ordinary path stays for every round the kernel hands back.
-    """
-    row = rows if callable(rows) else rows.__getitem__
+    """Decide what one round commits (see the module docstring for the terms and the two rules)."""
     if params.greedy:
-        if native is not None and (v := _accept_greedy_native(draft, native, top_n)) is not None:
-            return v
-        return _accept_greedy(draft, row, top_n, scratch)
+        return _accept_greedy(draft, rows, top_n)
+    row = rows if callable(rows) else rows.__getitem__
     qdist = None if draft_dists is None else (draft_dists if callable(draft_dists) else draft_dists.__getitem__)
     return _accept_sampled(draft, row, params, rng, qdist, top_n)
 
 
-def _accept_greedy(
-    draft: Sequence[int], row: Callable[[int], np.ndarray], top_n: int, scratch: np.ndarray | None
-) -> Verdict:
-    tokens: list[int] = []
-    probs: list[float] = []
-    k = len(draft)
-    for i in range(k + 1):
-        sr = ScoredRow(row(i), scratch, normaliser=True)
-        tokens.append(sr.best)
-        probs.append(sr.prob(sr.best))
-        if i == k:
-            return Verdict(k, tuple(tokens), tuple(probs), True, rows_read=k + 1)
-        d = int(draft[i])
-        if sr.best != d:
-            alts = sr.top(top_n)
-            return Verdict(
-                i,
-                tuple(tokens),
-                tuple(probs),
-                False,
-                rejected_prob=sr.prob(d),
-                alternatives=tuple(alts),
-                rows_read=i + 1,
-                rejected_rank=_rank(sr, d, alts),
-                margin=_margin(sr.row, alts),
-            )
-    raise AssertionError("unreachable")  # pragma: no cover
-
-
-def _accept_greedy_native(draft: Sequence[int], native: NativeRows, top_n: int) -> Verdict | None:
-    """:func:`_accept_greedy` on llama.cpp's rows in one call of the kernel
-    (:func:`~specviz.decoding.rowscan_kernel.verify_greedy`), or None when the round needs the ordinary
-    path (no kernel, a NaN, a non-finite maximum ...). The same rules and the same arithmetic: the
-    kernel's scan gives each row's choice, maximum and normaliser as :class:`ScoredRow` has them, and
-    every probability is ``exp(value − max) / Σ`` computed here as :meth:`ScoredRow.prob` computes it.
-
-    Why: after a decode, the caches hold the model's weights, not specviz's objects; a row's numpy view,
-    its :class:`ScoredRow`, the scan's wrapper and its result were each a trip to memory (about 0.1 ms
-    of a plain round). A round is now one call and a few lists of numbers."""
-    got = verify_greedy(native[0], native[1], native[2], draft, top_n)
-    if got is None:
-        return None
-    r, ints, fl = got
-    exp = math.exp
-    tokens = tuple(ints[:r])
-    probs = tuple(exp(fl[3 * j + 2] - fl[3 * j]) / fl[3 * j + 1] for j in range(r))
-    k = len(draft)
-    if r == k + 1:
-        return Verdict(k, tokens, probs, True, rows_read=r)
-    i = r - 1
-    m, z = fl[3 * i], fl[3 * i + 1]
-    base = 3 * (k + 1)
-    alts = tuple((ints[k + 1 + j], exp(fl[base + 1 + j] - m) / z) for j in range(top_n))
+def _accept_greedy(draft: Sequence[int], rows: RowSource, top_n: int) -> Verdict:
+    """The greedy rule on the rows the row reader read: every row's choice is committed, the draft tokens
+    it agreed with and the one that ends the run (the correction at a refusal, else the bonus)."""
+    got = read_greedy(draft, rows, top_n)
+    n_rows = len(got.tokens)
+    refused = got.refusal
+    if refused is None:
+        return Verdict(n_rows - 1, got.tokens, got.probs, True, rows_read=n_rows)
     return Verdict(
-        i,
-        tokens,
-        probs,
+        n_rows - 1,
+        got.tokens,
+        got.probs,
         False,
-        rejected_prob=exp(fl[base] - m) / z,
-        alternatives=alts,
-        rows_read=r,
-        rejected_rank=ints[k + 1 + top_n],
-        margin=fl[base + 1] - fl[base + 2] if top_n >= 2 else None,
+        rejected_prob=refused.prob,
+        alternatives=refused.alternatives,
+        rows_read=n_rows,
+        rejected_rank=refused.rank,
+        margin=refused.margin,
     )
-
-
-def _rank(sr: ScoredRow, token: int, alts: Sequence[tuple[int, float]]) -> int:
-    """Rank of ``token`` in a scanned row (1 = first maximum; ties go to the lower id): read from the
-    alternatives when it is among them, else one counting pass over the row (once per rejection)."""
-    for j, (t, _) in enumerate(alts):
-        if t == token:
-            return j + 1
-    return sr.rank(token)
-
-
-def _margin(row: np.ndarray, alts: Sequence[tuple[int, float]]) -> float | None:
-    """The top-two logit margin of ``row`` given its two best tokens (two reads of the row)."""
-    if len(alts) < 2:
-        return None
-    return float(row[alts[0][0]]) - float(row[alts[1][0]])
 
 
 def _accept_sampled(
@@ -260,7 +185,7 @@ def _accept_sampled(
             positions=tuple(positions),
             rows_read=i + 1,
             rejected_rank=next((j + 1 for j, (t, _) in enumerate(alts) if t == d), None) or p.rank(d),
-            margin=_margin(logits, alts),
+            margin=logit_margin(logits, alts),
         )
     p = tempered_or_dist(row(k), params)
     tok = p.draw(float(rng.random()))

@@ -38,7 +38,7 @@ from ..strategies.base import Draft, Drafter, peeker
 from ..strategies.context_drafter import context_hooks
 from .acceptor import Verdict, accept
 from .budget import Budget
-from .rowscan import top_two
+from .rowscan import ContextRows, top_two
 from .sampling import SamplingParams
 from .tiling import aligned_length
 
@@ -178,11 +178,9 @@ def run_round(
         except ContextError:
             ctx.memory.cut(n_past, history)
             raise
-    # 3. accept
-    # after a whole-prompt prefill the one row read is the prompt batch's last, which the one-call kernel
-    # (reading rows by their batch index) would not find: the ordinary path reads it
-    native = None if prefilled else ctx.native_rows()
-    verdict = accept(tokens, row, params, rng, dists, scratch=scratch, native=native)
+    # 3. accept: the context's rows, which the row reader may read in one call; after a whole-prompt prefill
+    # the one row read is the prompt batch's last, which that call (reading rows by batch index) would not find
+    verdict = accept(tokens, row if prefilled else ContextRows(ctx), params, rng, dists)
     verify_seconds = time.perf_counter() - t1
     margins = [top_two(row(i)) for i in range(len(verdict.tokens))] if record_margins else []
 

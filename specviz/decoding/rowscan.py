@@ -1,91 +1,146 @@
-"""The greedy row scan: the target's choice in one logits row, with explicit rules.
+"""The logits-row reader's seam: every core module reads logits rows through here, never through the
+kernel module.
 
-As the runner PR's ``LogitRowScan``: the first maximum wins, and NaN counts as negative infinity. A row is
-read in place (a zero-copy view of llama.cpp's logits). The acceptor's rows are read once: the C kernel
-of :mod:`specviz.decoding.rowscan_kernel` finds the choice, the maximum and the softmax normaliser in one
-pass, and a rejection row's alternatives and rank in one pass each; without the kernel numpy does the same
-(an argmax pass, an exponential pass and a sum pass, masks for the alternatives). A greedy round on
-llama.cpp's rows skips this class altogether: the kernel's ``specviz_verify_greedy`` scans them in one call
-with the same rules (:func:`specviz.decoding.acceptor.accept`'s ``native``). Plain
-decoding (strategy ``none``) goes through exactly the same scan as speculative verification, so any
+Two implementations answer the same questions with the same rules (the first maximum wins, NaN counts as
+negative infinity, ties in an ordering go to the lower id): the numpy reference
+(:mod:`specviz.decoding.rows_reference`) and the C kernel (:mod:`specviz.decoding.rowscan_kernel`), which
+reads a row in one pass. This module picks: the kernel where it reads the row, else the reference. A row is
+read in place (a zero-copy view of llama.cpp's logits).
+
+- :class:`ScoredRow`: one row's greedy choice, maximum and softmax normaliser (one pass of the kernel
+  with ``normaliser``), probabilities, top tokens and a token's rank; :func:`top_ids`, :func:`row_rank`,
+  :func:`expsum`, :func:`top_two` the same questions alone.
+- :func:`read_greedy`: a greedy verification's rows (:class:`GreedyRows`): on a :class:`ContextRows` in one
+  call of the kernel, else row by row.
+- :func:`tempered`, :func:`tempered_pick`, :func:`residual`, :func:`residual_pick`, :func:`nucleus_mass`:
+  sampled rows read in place by the kernel, or ``None``, where the caller builds numpy's distribution
+  (:func:`specviz.decoding.sampling.probs_from_logits`), the reference for those rows.
+
+Plain decoding (strategy ``none``) goes through exactly the same scan as speculative verification, so any
 difference between plain and speculative greedy output comes from the logits, never from the scan.
 """
 
 from __future__ import annotations
 
 import math
+from typing import Callable, Protocol, Sequence, Union
 
 import numpy as np
 
-from .rowscan_kernel import expsum, rank, scan, topk
+from . import rows_reference as reference
+from . import rowscan_kernel as native
+from .rows_reference import EXP_FLOOR, GreedyRows, Refusal, RowScan, RowSums, TemperedSums, logit_margin
+from .rowscan_kernel import NativeRowSource, nucleus_mass, residual, residual_pick, tempered, tempered_pick
 
-# the largest logit range in which the normaliser can skip subtracting the maximum (see ScoredRow.z)
-_DIRECT_LO, _DIRECT_HI = -30.0, 60.0
+__all__ = [
+    "EXP_FLOOR",
+    "ContextRows",
+    "GreedyRows",
+    "Refusal",
+    "RowScan",
+    "RowSource",
+    "RowSums",
+    "ScoredRow",
+    "TemperedSums",
+    "expsum",
+    "logit_margin",
+    "native_unavailable_reason",
+    "nucleus_mass",
+    "read_greedy",
+    "residual",
+    "residual_pick",
+    "row_rank",
+    "tempered",
+    "tempered_pick",
+    "top_ids",
+    "top_two",
+]
 
 
-def _sum(values: np.ndarray) -> float:
-    """Sum of a float32 vector: einsum's vectorised blocked sum — several times faster than
-    ``ndarray.sum`` on a 262 144-entry row, with the same ~1e-7 relative error."""
-    return float(np.einsum("i->", values))
+class RowContext(Protocol):
+    """A context whose last verify batch's rows can be read: row by row, and where compiled code finds them
+    (:class:`specviz.backends.llama.LlamaContext`)."""
+
+    def row(self, i: int) -> np.ndarray:
+        """Batch row ``i``'s logits as a float32 view."""
+        ...
+
+    def native_rows(self) -> NativeRowSource | None:
+        """Where compiled code reads the same rows, or ``None`` when it cannot."""
+        ...
 
 
-class ScoredRow:
-    """One logits row scanned once: the greedy choice, the maximum, and (lazily) the softmax normaliser.
+class ContextRows:
+    """A verify batch's rows on a context: ``rows(i)`` is row ``i`` (zero-copy, valid until the next eval),
+    and :func:`read_greedy` hands the whole batch to the kernel in one call where the context says where
+    its rows are."""
 
-    NaN is detected for free: numpy's argmax returns the first NaN when there is one, so a non-NaN
-    argmax proves the row has none. Only then is a NaN-free copy made. ``buf`` is an optional float32
-    scratch array of the row's size, reused across rows to avoid allocating per row. With ``normaliser``
-    (the acceptor, which needs the chosen token's probability of every row it reads) the C kernel finds
-    the choice and the normaliser in one read of the row (:func:`~specviz.decoding.rowscan_kernel.scan`);
-    a row with a NaN, or without the kernel, takes the path above.
-    """
+    __slots__ = ("context",)
 
-    __slots__ = ("row", "best", "max", "_z", "_buf")
+    def __init__(self, context: RowContext) -> None:
+        self.context = context
 
-    def __init__(self, row: np.ndarray, buf: np.ndarray | None = None, *, normaliser: bool = False) -> None:
-        self._buf = buf
-        self._z: float | None = None
-        if normaliser and (s := scan(row)) is not None and not s.has_nan:
-            # the kernel's one pass: the choice and the normaliser together (the row is read once)
-            self.row = row
-            self.best = s.best
-            self.max = s.max
+    def __call__(self, i: int) -> np.ndarray:
+        return self.context.row(i)
+
+    def native_source(self) -> NativeRowSource | None:
+        """Where the kernel reads these rows (``None``: it reads them row by row, as numpy does)."""
+        return self.context.native_rows()
+
+
+#: Rows as the acceptor takes them: a callable of the row index, a sequence, or a :class:`ContextRows`.
+RowSource = Union[Callable[[int], np.ndarray], Sequence[np.ndarray], ContextRows]
+
+
+def native_unavailable_reason() -> str | None:
+    """Why rows are read by numpy alone here (no kernel), or ``None`` when the kernel reads them."""
+    return native.unavailable_reason()
+
+
+def expsum(row: np.ndarray, m: float) -> float:
+    """``Σ exp(row − m)`` over a NaN-free row whose maximum is ``m`` (NaN when ``m`` is not finite)."""
+    if not math.isfinite(m):
+        return float("nan")
+    got = native.expsum(row, m)
+    return got if got is not None else reference.expsum(row, m)
+
+
+def top_ids(row: np.ndarray, k: int, row_max: float | None = None) -> list[int]:
+    """The ids of a NaN-free row's ``k`` largest values, largest first, ties to the lowest id (``row_max``,
+    the row's maximum when known, narrows numpy's search)."""
+    best = native.topk(row, min(k, row.shape[0]))
+    if best is not None:
+        return [int(i) for i in best]
+    return reference.top_ids(row, k, row_max)
+
+
+def row_rank(row: np.ndarray, token: int) -> int:
+    """``token``'s rank in a NaN-free row (1 = the first maximum; ties go to the lower id)."""
+    got = native.rank(row, token)
+    return got if got is not None else reference.rank(row, token)
+
+
+class ScoredRow(reference.NumpyRow):
+    """One logits row scanned once: the greedy choice, the maximum, and (lazily) the softmax normaliser;
+    probabilities at temperature 1, the top tokens and a token's rank, each from the kernel where it reads
+    the row. With ``normaliser`` (the acceptor, which needs the chosen token's probability of every row it
+    reads) the kernel finds the choice and the normaliser in one read of the row; a row with a NaN, or one
+    the kernel does not read, is scanned by numpy (a NaN-free copy where it holds a NaN)."""
+
+    __slots__ = ()
+
+    def __init__(self, row: np.ndarray, *, normaliser: bool = False) -> None:
+        if normaliser and (s := native.scan(row)) is not None and not s.has_nan:
+            self.row, self.best, self.max = row, s.best, s.max
             self._z = s.z if math.isfinite(s.max) else None
             return
-        i = int(np.argmax(row))
-        if row[i] != row[i]:  # numpy's argmax stops at the first NaN: rescan with NaN as -inf
-            row = np.where(np.isnan(row), -np.inf, row)
-            i = int(np.argmax(row))
-        self.row = row
-        self.best = i
-        self.max = float(row[i])
+        super().__init__(row)
 
     def z(self) -> float:
         """Σ exp(logit − max) over the row (float32 exponentials and sum; ~1e-7 relative error)."""
         if self._z is None:
-            if not np.isfinite(self.max):
-                self._z = float("nan")
-            elif (z := expsum(self.row, self.max)) is not None:
-                self._z = z
-            else:
-                buf = self._buf if self._buf is not None and self._buf.shape == self.row.shape else None
-                if _DIRECT_LO < self.max < _DIRECT_HI:
-                    # Σ exp(l) · exp(−max): one pass fewer, and safe here — no exp(l) overflows float32,
-                    # nor does their sum (262 144 · e^60 < 3.4e38), and exp(max) is far above underflow
-                    tmp = np.exp(self.row, out=buf)
-                    self._z = _sum(tmp) * math.exp(-self.max)
-                else:
-                    tmp = np.subtract(self.row, np.float32(self.max), out=buf)
-                    np.exp(tmp, out=tmp)
-                    self._z = _sum(tmp)
+            self._z = expsum(self.row, self.max)
         return self._z
-
-    def prob(self, token: int) -> float:
-        """Softmax probability of ``token`` (temperature 1)."""
-        v = float(self.row[token])
-        if not math.isfinite(self.max):  # all -inf (or +inf present)
-            return 1.0 if v == self.max and token == self.best else 0.0
-        return math.exp(v - self.max) / self.z()
 
     def top(self, k: int = 5) -> list[tuple[int, float]]:
         """The ``k`` most likely tokens with their probabilities, best first (ties: lowest id)."""
@@ -96,40 +151,22 @@ class ScoredRow:
         return row_rank(self.row, token)
 
 
-def top_ids(row: np.ndarray, k: int, row_max: float | None = None) -> list[int]:
-    """The ids of a NaN-free row's ``k`` largest values, largest first, ties to the lowest id: the kernel's
-    one pass, else numpy (``row_max``, the row's maximum when known, narrows numpy's search)."""
-    n = row.shape[0]
-    k = min(k, n)
-    best = topk(row, k)  # the kernel: one read of the row
-    if best is not None:
-        return [int(i) for i in best]
-    m = float(np.max(row)) if row_max is None else row_max
-    cand = None
-    if np.isfinite(m):
-        # the k best are among the logits close to the maximum: look there first (a short list)
-        gap = 4.0
-        while cand is None and gap <= 64.0:
-            near = np.flatnonzero(row >= np.float32(m - gap))
-            cand = near if near.shape[0] >= k else None
-            gap *= 2
-    if cand is None:
-        cand = np.arange(n)
-    # the k-th best value, then every logit at or above it, so ties resolve to the lowest ids
-    kth = row[cand].min() if cand.shape[0] == k else np.partition(row[cand], cand.shape[0] - k)[cand.shape[0] - k]
-    idx = cand[row[cand] >= kth]
-    idx = idx[np.lexsort((idx, -row[idx]))][:k]
-    return [int(i) for i in idx]
+def _acceptor_row(row: np.ndarray) -> ScoredRow:
+    return ScoredRow(row, normaliser=True)
 
 
-def row_rank(row: np.ndarray, token: int) -> int:
-    """``token``'s rank in a NaN-free row (1 = the first maximum; ties go to the lower id): the kernel's one
-    pass, else numpy."""
-    got = rank(row, token)
-    if got is not None:
-        return got
-    v = row[token]
-    return int(np.count_nonzero(row > v)) + int(np.count_nonzero(row[:token] == v)) + 1
+def read_greedy(draft: Sequence[int], rows: RowSource, top_n: int) -> GreedyRows:
+    """A greedy verification's rows: rows ``0 … len(draft)``, each read only while the draft agrees (its
+    choice and that choice's probability), and the refusing row's ``top_n`` alternatives, the refused token's
+    probability and rank and the top-two margin. On a :class:`ContextRows` the kernel reads the batch in one
+    call; the rounds it hands back (and rows anywhere else) are read row by row, with the same rules and
+    the same arithmetic. A draft token outside the vocabulary raises ``IndexError``."""
+    if isinstance(rows, ContextRows):
+        source = rows.native_source()
+        if source is not None and (got := native.verify_greedy(source, draft, top_n)) is not None:
+            return got
+    row = rows if callable(rows) else rows.__getitem__
+    return reference.verify_greedy(draft, row, top_n, _acceptor_row)
 
 
 def top_two(row: np.ndarray) -> tuple[float, int, int]:

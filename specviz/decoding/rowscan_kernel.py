@@ -1,15 +1,17 @@
-"""The row scan's C kernel: the greedy scan of a logits row (first maximum, its value and the softmax
-normaliser ``Σ exp(logit − max)``) in one read of it, the normaliser alone, a rejection row's top
-tokens and a token's rank, each in one pass, and for sampled decoding the tempered softmax's sums and a
-draw from it (:func:`tempered`, :func:`tempered_pick`; :class:`~specviz.decoding.tempered.TemperedRow`
-uses them), a draft model's residual (:func:`residual`, :func:`residual_pick`) and the mass by distance
-below the maximum that top-p's nucleus is found from (:func:`nucleus_mass`).
+"""The logits-row reader in C (``rowscan_kernel.c``): the native implementation of the questions
+:mod:`specviz.decoding.rows_reference` answers in numpy (same names, same arguments, the same named
+results): the greedy scan of a row (first maximum, its value and the softmax normaliser) in one read of it,
+the normaliser alone, a rejection row's top tokens and a token's rank, a greedy verification's rows in one
+call (:func:`verify_greedy`), and for sampled decoding the tempered softmax's sums and a draw from it, a
+draft model's residual and the mass by distance below the maximum that top-p's nucleus is found from.
+Only the seam, :mod:`specviz.decoding.rowscan`, imports this module in the core.
 
-``rowscan_kernel.c`` is compiled once per machine (:mod:`specviz.backends.cbuild`; ``make install``
-builds it, else the first use does) and loaded here. :func:`scan`, :func:`expsum`, :func:`topk` and
-:func:`rank` return ``None`` when the kernel cannot be had (no C compiler, or
-``SPECVIZ_ROWSCAN_KERNEL=0``); :class:`~specviz.decoding.rowscan.ScoredRow` then computes the same with
-numpy. Both agree to about 1e-7 relative (the tests check it).
+The library is compiled once per machine and loaded through :class:`specviz.backends.cbuild.NativeLibrary`
+(``make install`` builds it, else the first use does). Every function returns ``None`` where the kernel
+does not read the row (no C compiler, ``SPECVIZ_ROWSCAN_KERNEL=0``, a row that is not contiguous float32,
+a question outside what the kernel holds); the seam then asks the reference. Both agree to about 1e-7
+relative (the tests check it). The packed outputs of ``specviz_verify_greedy`` are turned into named
+fields in one place, :func:`_greedy_rows`.
 
 ``-fno-trapping-math`` lets the compiler turn the kernel's comparisons into vector selects; it changes
 no result (the kernel never reads floating-point exception flags).
@@ -18,26 +20,25 @@ no result (the kernel never reads floating-point exception flags).
 from __future__ import annotations
 
 import ctypes
+import math
 import os
 import threading
 import warnings
 from pathlib import Path
-from typing import Any, NamedTuple, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
 from ..backends import cbuild
+from .rows_reference import GreedyRows, Refusal, RowScan, RowSums, TemperedSums
 
 SOURCE = Path(__file__).with_name("rowscan_kernel.c")
 FLAGS = ("-O3", "-fno-trapping-math")
 
-_lock = threading.Lock()
-_fns: Any = None  # the loaded functions (a SimpleNamespace), or None
-_why: str | None = None
 _local = threading.local()  # per-thread output cells (ctypes objects a call writes into)
 
 #: The kernel's functions: name -> (result type, argument types).
-_SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
+_SIGNATURES: cbuild.Signatures = {
     "specviz_expsum": (ctypes.c_double, [ctypes.c_void_p, ctypes.c_int64, ctypes.c_float]),
     "specviz_scan": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p]),
     "specviz_topk": (ctypes.c_int64, [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p]),
@@ -107,7 +108,7 @@ SCAN_THREADS_ENV = "SPECVIZ_SCAN_THREADS"
 
 def disabled() -> bool:
     """True when ``SPECVIZ_ROWSCAN_KERNEL`` switches the kernel off (``0``, ``off``, ``no``, ``false``)."""
-    return cbuild.switched_off("SPECVIZ_ROWSCAN_KERNEL")
+    return LIBRARY.switched_off()
 
 
 def build(force: bool = False) -> Path:
@@ -115,30 +116,13 @@ def build(force: bool = False) -> Path:
 
     With OpenMP where the compiler has it (a long row is scanned in pieces on several threads, see the C
     file), else without (every row on the calling thread)."""
-    try:
-        return cbuild.build_library(SOURCE, "specviz_rowscan", (*FLAGS, "-fopenmp"), force=force)
-    except cbuild.BuildError:
-        return cbuild.build_library(SOURCE, "specviz_rowscan", FLAGS, force=force)
+    return LIBRARY.build(force)
 
 
 def load() -> Any:
     """The kernel's functions (attributes named as in the C file, without ``specviz_``), or ``None``
     when unavailable (:func:`unavailable_reason`)."""
-    global _fns, _why
-    if disabled():
-        return None
-    if _fns is not None or _why is not None:
-        return _fns
-    with _lock:
-        if _fns is None and _why is None:
-            try:
-                fns = cbuild.bind(build(), _SIGNATURES)
-            except (cbuild.BuildError, OSError, AttributeError) as e:
-                _why = str(e)
-            else:
-                _cap_from_environment(fns)
-                _fns = fns
-        return _fns
+    return LIBRARY.load()
 
 
 def _cap_from_environment(fns: Any) -> None:
@@ -168,12 +152,21 @@ def _checked_cap(cap: object) -> int:
     return cap
 
 
+#: The kernel through the one loader of C helpers; the switch is read at every :func:`load`, so that a
+#: test can turn the kernel off and on (a round's greedy path keeps its function, see :func:`verify_greedy`).
+LIBRARY = cbuild.NativeLibrary(
+    SOURCE,
+    "specviz_rowscan",
+    _SIGNATURES,
+    "SPECVIZ_ROWSCAN_KERNEL",
+    ((*FLAGS, "-fopenmp"), FLAGS),
+    on_load=_cap_from_environment,
+)
+
+
 def unavailable_reason() -> str | None:
     """Why the kernel is not used, or ``None`` when it is."""
-    if disabled():
-        return "SPECVIZ_ROWSCAN_KERNEL switches it off"
-    load()
-    return _why
+    return LIBRARY.unavailable_reason()
 
 
 def expsum(row: np.ndarray, m: float) -> float | None:
@@ -185,21 +178,11 @@ def expsum(row: np.ndarray, m: float) -> float | None:
     return float(fns.expsum(row.ctypes.data, row.shape[0], m))
 
 
-class Scan(NamedTuple):
-    """One row read once: the first maximum's index (NaN read as −∞), its value, ``Σ exp(row − max)``
-    (meaningless when the maximum is not finite) and whether the row holds a NaN."""
-
-    best: int
-    max: float
-    z: float
-    has_nan: bool
-
-
 def _plain(row: np.ndarray) -> bool:
     return row.dtype == np.float32 and row.ndim == 1 and row.flags.c_contiguous
 
 
-def scan(row: np.ndarray) -> Scan | None:
+def scan(row: np.ndarray) -> RowScan | None:
     """The greedy scan of a contiguous float32 row in one pass (``specviz_scan``), or ``None`` without
     the kernel."""
     fns = load()
@@ -210,7 +193,7 @@ def scan(row: np.ndarray) -> Scan | None:
         cells = _local.scan = (ctypes.c_int64(), (ctypes.c_double * 2)())
     best, out = cells
     has_nan = fns.scan(row.ctypes.data, row.shape[0], ctypes.addressof(best), ctypes.addressof(out))
-    return Scan(best.value, out[0], out[1], bool(has_nan))
+    return RowScan(best.value, out[0], out[1], bool(has_nan))
 
 
 def topk(row: np.ndarray, k: int) -> np.ndarray | None:
@@ -233,13 +216,29 @@ def rank(row: np.ndarray, token: int) -> int | None:
     return int(fns.rank(row.ctypes.data, row.shape[0], token))
 
 
+#: Where the kernel reads a verify batch's rows: ``(address of llama_get_logits_ith, the llama_context's
+#: address, the row width)`` (:meth:`specviz.backends.llama.LlamaContext.native_rows`).
+NativeRowSource = tuple[int, int, int]
+
+
 class GreedyBuffers:
-    """One thread's buffers for :func:`verify_greedy` (the draft, the integer and the float outputs) and
-    the kernel's function, kept and grown, never allocated per round.
+    """One thread's buffers for :func:`verify_greedy` and the kernel's function, kept and grown, never
+    allocated per round, and the one statement in Python of ``specviz_verify_greedy``'s packed layout
+    (the C file states it for the kernel), for ``k`` draft tokens and ``top_n`` alternatives:
+
+    ``ints``
+        ``[0, rows)``: each row's first maximum; ``[k + 1, k + 1 + top_n)``: the refusing row's top tokens,
+        best first; ``k + 1 + top_n``: the refused draft token's rank.
+    ``floats``
+        :data:`ROW_FLOATS` per row read (its maximum, ``Σ exp(row − max)``, the value at its choice); from
+        ``ROW_FLOATS · (k + 1)``: the value at the refused draft token, then the top tokens' values.
 
     ctypes arrays, not numpy: a slice of one is a list in one C call, where a numpy array's ``tolist``
     and the slicing around it run code that a decode has just pushed out of the caches (measured: the
     greedy round's Python was mostly such cold code, see docs/performance.md)."""
+
+    #: Floats per row read: its maximum, its normaliser, the value at its choice.
+    ROW_FLOATS = 3
 
     __slots__ = ("size", "fn", "draft", "ints", "floats", "addresses")
 
@@ -248,7 +247,7 @@ class GreedyBuffers:
         self.fn = fn
         self.draft = (ctypes.c_int64 * max(k, 1))()
         self.ints = (ctypes.c_int64 * (k + 2 + top_n))()
-        self.floats = (ctypes.c_double * (3 * (k + 1) + 1 + top_n))()
+        self.floats = (ctypes.c_double * (self.ROW_FLOATS * (k + 1) + 1 + top_n))()
         self.addresses = tuple(ctypes.addressof(a) for a in (self.draft, self.ints, self.floats))
 
     def fits(self, k: int, top_n: int) -> bool:
@@ -256,27 +255,33 @@ class GreedyBuffers:
         return k <= self.size[0] and top_n == self.size[1]
 
 
-class GreedyScan(NamedTuple):
-    """What :func:`verify_greedy` read (see ``specviz_verify_greedy`` in the C file for the layout).
+def _greedy_rows(bufs: GreedyBuffers, rows: int, k: int, top_n: int) -> GreedyRows:
+    """The named fields of what ``specviz_verify_greedy`` wrote for ``rows`` rows read of a ``k``-token draft
+    (the layout: :class:`GreedyBuffers`). Every probability is ``exp(value − max) / Σ``, as
+    :class:`~specviz.decoding.rows_reference.NumpyRow` computes it from the same three figures."""
+    exp = math.exp
+    fl = bufs.floats[: GreedyBuffers.ROW_FLOATS * rows]
+    maxima, sums, chosen = fl[0::3], fl[1::3], fl[2::3]
+    tokens = tuple(bufs.ints[:rows])
+    probs = tuple(exp(v - m) / z for v, m, z in zip(chosen, maxima, sums))
+    if rows == k + 1:  # every draft token was the row's choice: the last row is the bonus
+        return GreedyRows(tokens, probs, None)
+    m, z = maxima[-1], sums[-1]
+    top = bufs.ints[k + 1 : k + 2 + top_n]  # the top tokens, then the refused token's rank
+    base = GreedyBuffers.ROW_FLOATS * (k + 1)
+    values = bufs.floats[base : base + 1 + top_n]  # the refused token's value, then the top tokens'
+    alternatives = tuple((t, exp(v - m) / z) for t, v in zip(top[:top_n], values[1:]))
+    margin = values[1] - values[2] if top_n >= 2 else None
+    return GreedyRows(tokens, probs, Refusal(exp(values[0] - m) / z, alternatives, top[top_n], margin))
 
-    ``rows`` rows were read; ``ints[j]`` is row ``j``'s first maximum and ``floats[3j : 3j + 3]`` its
-    maximum, ``Σ exp(row − max)`` and the value at the maximum. When ``rows`` is at most the draft length
-    ``k``, row ``rows − 1`` refused its draft token: ``ints[k + 1 : k + 1 + top_n]`` are its top tokens,
-    ``ints[k + 1 + top_n]`` the draft token's rank, ``floats[3(k + 1)]`` its value at the draft token and
-    the top tokens' values follow."""
 
-    rows: int
-    ints: list[int]
-    floats: list[float]
-
-
-def verify_greedy(row_fn: int, ctx: int, n_vocab: int, draft: Sequence[int], top_n: int) -> GreedyScan | None:
-    """A greedy verification's row scans in one call of the kernel: rows ``0 … len(draft)`` of a
-    llama.cpp context (``row_fn`` is the address of ``llama_get_logits_ith``, ``ctx`` the context's),
-    each read only while the draft agrees, the refusing row's ``top_n`` tokens and the draft token's
-    rank. ``None`` without the kernel, or when the round needs the acceptor's ordinary path (a row
-    without logits, a NaN, a non-finite maximum, a draft token outside the vocabulary, ``top_n``
-    outside 1 … min(``n_vocab``, :data:`TOPK_MAX`)): that path then gives exactly what it always did.
+def verify_greedy(source: NativeRowSource, draft: Sequence[int], top_n: int) -> GreedyRows | None:
+    """:func:`specviz.decoding.rows_reference.verify_greedy` in one call of the kernel, on the rows of a
+    llama.cpp context (``source``): rows ``0 … len(draft)``, each read only while the draft agrees, the
+    refusing row's ``top_n`` tokens and the draft token's rank. ``None`` without the kernel, or when the
+    round needs the row-by-row path (a row without logits, a NaN, a non-finite maximum, a draft token
+    outside the vocabulary, ``top_n`` outside 1 … min(``n_vocab``, :data:`TOPK_MAX`)): that path then gives
+    exactly what it always did.
 
     The kernel is looked up (and ``SPECVIZ_ROWSCAN_KERNEL`` read) when a thread first verifies and when
     its buffers grow, not every round: reading the environment right after a decode cost as much as the
@@ -291,23 +296,10 @@ def verify_greedy(row_fn: int, ctx: int, n_vocab: int, draft: Sequence[int], top
     if k:
         bufs.draft[:k] = draft
     d_addr, i_addr, f_addr = bufs.addresses
-    got = int(bufs.fn(row_fn, ctx, n_vocab, d_addr, k, top_n, i_addr, f_addr))
+    got = int(bufs.fn(source[0], source[1], source[2], d_addr, k, top_n, i_addr, f_addr))
     if got <= 0:
         return None
-    if got == k + 1:  # every draft token was the target's choice: only the rows' figures are needed
-        return GreedyScan(got, bufs.ints[:got], bufs.floats[: 3 * got])
-    return GreedyScan(got, bufs.ints[:], bufs.floats[:])
-
-
-class Tempered(NamedTuple):
-    """One row's tempered sums (``specviz_tempered``): the maximum (NaN skipped), ``Z = Σ exp((x − max) / T)``
-    over every token, the same sum without the left-out token, and whether the row holds a NaN (then the
-    sums are not meaningful, nor are they with a non-finite maximum)."""
-
-    max: float
-    z: float
-    z_without: float
-    has_nan: bool
+    return _greedy_rows(bufs, got, k, top_n)
 
 
 class TemperedBuffers:
@@ -340,7 +332,7 @@ def _tempered_buffers(n: int) -> TemperedBuffers:
 
 def tempered(
     row: np.ndarray, inv_t: float, leave_out: int = -1, *, generic: bool = False
-) -> tuple[Tempered, int] | None:
+) -> tuple[TemperedSums, int] | None:
     """The sums of ``exp((row − max) · inv_t)`` over a contiguous float32 row, with ``leave_out`` (-1: none)
     left out of the second sum and of the per-block sums kept for :func:`tempered_pick`; with the buffers'
     stamp, which :func:`tempered_pick` checks. ``generic`` runs the plain-C path on one thread (the tests
@@ -354,7 +346,7 @@ def tempered(
     has_nan = fns.tempered(row.ctypes.data, n, inv_t, leave_out, out_addr, blocks_addr, int(generic))
     bufs.stamp += 1
     out = bufs.out
-    return Tempered(out[0], out[1], out[2], bool(has_nan)), bufs.stamp
+    return TemperedSums(out[0], out[1], out[2], bool(has_nan)), bufs.stamp
 
 
 def tempered_pick(row: np.ndarray, m: float, inv_t: float, leave_out: int, target: float, stamp: int) -> int | None:
@@ -370,13 +362,6 @@ def tempered_pick(row: np.ndarray, m: float, inv_t: float, leave_out: int, targe
     return int(
         fns.tempered_pick(row.ctypes.data, row.shape[0], m, inv_t, leave_out, target, ctypes.addressof(bufs.blocks))
     )
-
-
-class RowSums(NamedTuple):
-    """A tempered row's maximum and ``Z`` (see :class:`Tempered`): what a residual needs of each row."""
-
-    max: float
-    z: float
 
 
 def residual(

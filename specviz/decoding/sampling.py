@@ -37,7 +37,7 @@ import numpy as np
 
 from specviz.errors import ContextError, KnobError
 
-from .rowscan_kernel import nucleus_mass, tempered, topk
+from .rowscan import nucleus_mass, tempered, top_ids
 
 __all__ = [
     "SamplingParams",
@@ -233,18 +233,8 @@ def _first_argmax(row: np.ndarray) -> int:
 
 def _top_k_ids(row: np.ndarray, k: int) -> np.ndarray:
     """Ascending ids of the ``k`` largest entries (``0 < k < len(row)``, NaN-free); ties at the boundary keep
-    the lowest ids. The row-scan kernel's one pass where it takes the row (float32, ``k`` up to
-    :data:`~specviz.decoding.rowscan_kernel.TOPK_MAX`), with the same rule; numpy's partition otherwise."""
-    fast = topk(row, k)
-    if fast is not None:
-        return np.sort(fast)
-    n = row.shape[0]
-    part = np.argpartition(row, n - k)  # last k positions hold the k largest (ties arbitrary)
-    kth = row[part[n - k]]
-    above = np.flatnonzero(row > kth)
-    need = k - above.shape[0]
-    ties = np.flatnonzero(row == kth)[:need]
-    return np.sort(np.concatenate([above, ties])).astype(np.int64)
+    the lowest ids (the row reader's :func:`~specviz.decoding.rowscan.top_ids`, sorted by id)."""
+    return np.sort(np.asarray(top_ids(row, k), dtype=np.int64))
 
 
 def _nucleus(probs: np.ndarray, ids: np.ndarray, top_p: float) -> tuple[np.ndarray, np.ndarray]:

@@ -5,7 +5,7 @@ committed token's), one draw (the bonus from ``p``, or the correction from ``p``
 draft token, the point-mass rule's residual), and at a rejection the top tokens and a rank. Building the
 whole distribution in float64 with numpy (:func:`~specviz.decoding.sampling.probs_from_logits`) and a
 cumulative sum for the draw cost about 3 ms a row on the embedded model's 262 144 tokens, a seventh of a
-decode. :class:`TemperedRow` asks the row-scan kernel (:func:`~specviz.decoding.rowscan_kernel.tempered`)
+decode. :class:`TemperedRow` asks the row-scan kernel (:func:`~specviz.decoding.rowscan.tempered`)
 for the row's maximum and its sums instead (every term in double, as numpy's), reads single
 probabilities off the row, and draws by walking the kernel's block sums to the one block that holds the
 draw. A row with a NaN or a non-finite maximum, or a machine without the kernel, takes numpy's
@@ -26,14 +26,11 @@ from typing import Union
 
 import numpy as np
 
-from . import rowscan_kernel
-from .rowscan import row_rank, top_ids
+from . import rowscan
+from .rowscan import EXP_FLOOR, row_rank, top_ids
 from .sampling import SamplingParams, TokenDist, probs_from_logits, residual_distribution
 
 __all__ = ["TemperedRow", "Dist", "tempered_or_dist", "residual_draw", "EXP_FLOOR"]
-
-#: Exponents at or below this give a term of 0 (``SPECVIZ_EXP_FLOOR`` in ``rowscan_kernel.c``).
-EXP_FLOOR = -708.0
 
 
 def is_dense(params: SamplingParams, n_vocab: int) -> bool:
@@ -62,7 +59,7 @@ class TemperedRow:
         self._dist: TokenDist | None = None  # numpy's distribution, where the kernel's sums are not used
         self._clean: np.ndarray | None = None
         self._full: TokenDist | None = None
-        got = rowscan_kernel.tempered(row, self.inv_t, self.leave_out)
+        got = rowscan.tempered(row, self.inv_t, self.leave_out)
         if got is not None and not got[0].has_nan and math.isfinite(got[0].max):
             sums, self._stamp = got
             self.max, self.z, self.z_without = sums.max, sums.z, sums.z_without
@@ -107,16 +104,12 @@ class TemperedRow:
             return dist.draw(u)
         if not self.z_without > 0.0:  # the left-out token holds all the mass: the residual is p itself
             return self.leave_out
-        got = rowscan_kernel.tempered_pick(
-            self.row, self.max, self.inv_t, self.leave_out, u * self.z_without, self._stamp
-        )
+        got = rowscan.tempered_pick(self.row, self.max, self.inv_t, self.leave_out, u * self.z_without, self._stamp)
         if got is None:  # this thread scanned another row since: scan this one again, then draw
-            again = rowscan_kernel.tempered(self.row, self.inv_t, self.leave_out)
+            again = rowscan.tempered(self.row, self.inv_t, self.leave_out)
             assert again is not None
             self._stamp = again[1]
-            got = rowscan_kernel.tempered_pick(
-                self.row, self.max, self.inv_t, self.leave_out, u * self.z_without, self._stamp
-            )
+            got = rowscan.tempered_pick(self.row, self.max, self.inv_t, self.leave_out, u * self.z_without, self._stamp)
             assert got is not None
         return got
 
@@ -154,14 +147,14 @@ def residual_draw(p: TemperedRow, q: TemperedRow, u: float) -> int | None:
     other lengths or temperatures, ``p`` read with a token left out): the caller builds the distributions."""
     if p.on_numpy or q.on_numpy or p.leave_out != -1 or p.inv_t != q.inv_t or p.row.shape != q.row.shape:
         return None
-    ps, qs = rowscan_kernel.RowSums(p.max, p.z), rowscan_kernel.RowSums(q.max, q.z)
-    got = rowscan_kernel.residual(p.row, q.row, ps, qs, p.inv_t)
+    ps, qs = rowscan.RowSums(p.max, p.z), rowscan.RowSums(q.max, q.z)
+    got = rowscan.residual(p.row, q.row, ps, qs, p.inv_t)
     if got is None:
         return None
     total, stamp = got
     if not total > 0.0:  # p and q agree to rounding: numpy's residual is p itself
         return p.draw(u)
-    return rowscan_kernel.residual_pick(p.row, q.row, ps, qs, p.inv_t, u * total, stamp)
+    return rowscan.residual_pick(p.row, q.row, ps, qs, p.inv_t, u * total, stamp)
 
 
 def tempered_or_dist(row: np.ndarray, params: SamplingParams, leave_out: int = -1) -> Dist:

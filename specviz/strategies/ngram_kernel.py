@@ -11,7 +11,6 @@ with numpy, with the same answers (the tests check both on the same histories).
 from __future__ import annotations
 
 import ctypes
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -22,49 +21,39 @@ from ..backends import cbuild
 SOURCE = Path(__file__).with_name("ngram_kernel.c")
 FLAGS = ("-O2",)
 
-_lock = threading.Lock()
-_fns: Any = None  # the loaded functions (a SimpleNamespace), or None
 _I64, _U64, _I32, _PTR = ctypes.c_int64, ctypes.c_uint64, ctypes.c_int32, ctypes.c_void_p
 #: The kernel's functions: name -> (result type, argument types).
-_SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
+_SIGNATURES: cbuild.Signatures = {
     "specviz_find_ngram": (_I64, [_PTR, _I64, _PTR, _I64, _I64, _I32]),
     "specviz_last_match": (_I64, [_PTR, _I64, _PTR, _I64, _I64, _I64]),
     "specviz_poly_hash": (_U64, [_PTR, _I64, _U64]),
     "specviz_poly_last_slot": (_I64, [_PTR, _I64, _I64, _I64, _U64, _U64, _U64]),
     "specviz_poly_chain": (_I64, [_PTR, _U64, _I32, _PTR, _I64, _U64, _I64, _PTR]),
 }
-_why: str | None = None
+#: The switch and the build are looked at once, on first use: a drafter's look-up runs right after a
+#: decode, where reading the environment each time cost more than the search.
+LIBRARY = cbuild.NativeLibrary(
+    SOURCE, "specviz_ngram", _SIGNATURES, "SPECVIZ_NGRAM_KERNEL", (FLAGS,), switch_read_once=True
+)
+_fns: Any = None  # the loaded functions once loaded (read first on the look-ups' path)
 
 
 def build(force: bool = False) -> Path:
     """Compile the kernel into the cache (unless cached) and return its path; raises ``cbuild.BuildError``."""
-    return cbuild.build_library(SOURCE, "specviz_ngram", FLAGS, force=force)
+    return LIBRARY.build(force)
 
 
 def load() -> Any:
-    """The kernel's functions (``find_ngram``, ``last_match``), or ``None`` when unavailable
-    (:func:`unavailable_reason`). The switch and the build are looked at once, on first use: a
-    drafter's look-up runs right after a decode, where reading the environment each time cost more
-    than the search."""
-    global _fns, _why
-    if _fns is not None or _why is not None:
-        return _fns
-    with _lock:
-        if _fns is None and _why is None:
-            if cbuild.switched_off("SPECVIZ_NGRAM_KERNEL"):
-                _why = "SPECVIZ_NGRAM_KERNEL switches it off"
-                return None
-            try:
-                _fns = cbuild.bind(build(), _SIGNATURES)
-            except (cbuild.BuildError, OSError, AttributeError) as e:
-                _why = str(e)
-        return _fns
+    """The kernel's functions (``find_ngram``, ``last_match``, ``poly_*``), or ``None`` when unavailable
+    (:func:`unavailable_reason`)."""
+    global _fns
+    _fns = LIBRARY.load()
+    return _fns
 
 
 def unavailable_reason() -> str | None:
     """Why the kernel is not used, or ``None`` when it is."""
-    load()
-    return _why
+    return LIBRARY.unavailable_reason()
 
 
 def _plain(a: np.ndarray) -> bool:
