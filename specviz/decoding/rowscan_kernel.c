@@ -1,19 +1,46 @@
 /*
- * specviz row-scan kernel: the softmax normaliser of one logits row, sum(exp(x[i] - m)), in one
- * vectorised pass (specviz/decoding/rowscan_kernel.py loads it; rowscan.py falls back to numpy).
+ * specviz row-scan kernel: the passes over a logits row that decoding makes after each verify batch, each
+ * one read of a float32 row of the vocabulary's width, without copying it. rowscan_kernel.py loads it
+ * (built by cbuild.py with -O3 -fno-trapping-math, and -fopenmp where the compiler has it); without it
+ * every caller computes the same in numpy.
  *
- * Why C: numpy needs a float32 exponential pass and a sum pass over the row (262 144 values for the
- * embedded model's vocabulary), the largest part of the greedy acceptor's time; one fused pass here
- * costs well under half.
+ * The passes (each described where it is defined):
+ *   specviz_expsum        sum(exp(x[i] - m)) for a row whose maximum is m.
+ *   specviz_scan          the greedy scan: first maximum (NaN read as -inf), its value and
+ *                         sum(exp(x[i] - max)), in one pass; out[2] = {max, sum}, returns 1 for a NaN.
+ *   specviz_topk          the k largest values' indices, largest first, ties to the lower index.
+ *   specviz_rank          a token's rank, ties to the lower index.
+ *   specviz_verify_greedy a greedy verification of k draft tokens over rows fetched by a callback; its
+ *                         packed outputs ibuf / dbuf are laid out where it is defined.
+ *   specviz_tempered, specviz_tempered_pick
+ *                         the tempered softmax's maximum, sums (out[3] = {max, Z, Z without `skip`}) and
+ *                         per-block sums (blocks[n / 256 rounded up]), and a draw that walks those blocks.
+ *   specviz_residual, specviz_residual_pick
+ *                         the same for a draft model's residual max(0, p - q).
+ *   specviz_nucleus_mass  top-p's mass by distance below the maximum, in buckets.
+ *   specviz_scan_threads, specviz_set_scan_threads, specviz_default_scan_threads
+ *                         how many threads a long row is cut into; specviz_vector_paths: which
+ *                         hand-written scans this CPU runs (bit 0 AVX2 with FMA, bit 1 AVX-512F).
  *
- * exp is computed for x - m <= 0 only (m is the row's maximum): x = n ln2 + r with |r| <= ln2 / 2,
- * e^r by its Taylor polynomial to degree 7 (relative error below 1e-7), 2^n by building the float's
- * exponent bits. Values below -87, -inf and NaN are clamped to -87: each adds at most e^-87 < 1.7e-38
- * (a whole row of them less than 5e-33, next to the maximum's 1), so NaN counts as -inf, as in the
- * row scan. Sixteen float lanes each add 16 terms per block of 256 values and every
- * block is added in double: the loop vectorises without -ffast-math and the sum keeps ~1e-8 relative
- * accuracy. GCC builds AVX-512, AVX2 and baseline versions and picks one at load time
- * (target_clones); other compilers build the baseline.
+ * Builds. Every pass is plain C written so that GCC vectorises it without -ffast-math: branch-free
+ * exponentials (below), sums kept in sixteen lanes, and counts (which vectorise) in place of searches
+ * (which do not: a NaN-aware "x > m ? x : m" is no vector maximum for the compiler). GCC builds those for
+ * x86-64-v4 (AVX-512), x86-64-v3 (AVX2 with FMA) and the baseline and picks one at load time
+ * (target_clones); other compilers build the baseline. One pass also has hand-written vector builds: the
+ * greedy scan, in AVX-512 and in AVX2 with FMA, because they measure faster than the compiler's build of
+ * the same pass (benchmarks/bench_row_kernel.py, a 262 144-value row on one core of an AMD EPYC with
+ * AVX-512: 66 us against 98, and 98 against 128 for the plain C built for AVX2). A hand-written build is
+ * kept only where it is more than 10% faster; every other pass's plain C measured within 6% of the
+ * hand-written builds it replaced (or faster), so it has none.
+ *
+ * Threads. With OpenMP a row of at least SPECVIZ_SCAN_SPLIT values is cut into pieces of whole blocks,
+ * one per thread, up to a cap (8 unless set, at most 16), for specviz_scan (so for specviz_verify_greedy)
+ * and specviz_tempered; the pieces are joined so that the results are those of one pass. Every other pass
+ * runs on the calling thread.
+ *
+ * Numbers. NaN counts as -inf everywhere (the scans report that there was one); float sums are added in
+ * double per block of SPECVIZ_BLOCK values; results agree with float64 numpy to about 1e-7 relative (the
+ * float exponential) or 1e-15 (the double one), and the indices exactly.
  *
  * Written for specviz (MIT).
  */
@@ -21,8 +48,10 @@
 #include <stdint.h>
 #include <string.h>
 
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
-#define SPECVIZ_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#ifdef SPECVIZ_CLONES
+/* given on the command line: bench_row_kernel.py builds the plain C for one instruction set so */
+#elif defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+#define SPECVIZ_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #else
 #define SPECVIZ_CLONES
 #endif
@@ -30,9 +59,12 @@
 #define SPECVIZ_LANES 16
 #define SPECVIZ_BLOCK 256
 
-/* The float exponential's constants and its polynomial, once for the plain-C, AVX2 and AVX-512 versions:
-   x clamped at the floor, n = round(x / ln2), r = x - n ln2 with ln2 in two parts (the high part exact in
-   float), e^r by Horner's rule on 1/k! for k = 7 ... 0 with the version's own multiply-add. */
+/* exp(x) in float for x <= 0 (x = value - maximum), once for the plain-C, AVX2 and AVX-512 builds: x
+   clamped at -87, n = round(x / ln2), r = x - n ln2 with ln2 in two parts (the high part exact in float),
+   e^r by Horner's rule on 1/k! for k = 7 ... 0 with the build's own multiply-add (relative error below
+   1e-7), 2^n from the float's exponent bits. Values below -87, -inf and NaN are clamped to -87: each adds
+   at most e^-87 < 1.7e-38 (a whole row of them less than 5e-33, next to the maximum's 1), so NaN counts as
+   -inf. No branch and no libm call, so loops of it vectorise (libm's expf does not without -ffast-math). */
 #define SPECVIZ_EXPF_FLOOR (-87.0f)
 #define SPECVIZ_EXPF_LOG2E 1.44269504088896341f
 #define SPECVIZ_EXPF_SHIFT 12582912.0f /* 1.5 * 2^23: adding it rounds to an integer in the low bits */
@@ -62,25 +94,33 @@ static inline float specviz_exp_nonpositive(float x) {
     return p * scale;
 }
 
+/* sum(exp(b[j] - m)) over one block (len <= SPECVIZ_BLOCK): sixteen float lanes, each adding its values in
+   index order, then the lanes and the values after the last whole group of sixteen. */
+static inline float specviz_block_expsum(const float * b, int64_t len, float m) {
+    float acc[SPECVIZ_LANES] = {0};
+    const int64_t full = len & ~(int64_t) (SPECVIZ_LANES - 1);
+    for (int64_t j = 0; j < full; j += SPECVIZ_LANES) {
+        for (int l = 0; l < SPECVIZ_LANES; ++l) {
+            acc[l] += specviz_exp_nonpositive(b[j + l] - m);
+        }
+    }
+    float t = 0.0f;
+    for (int l = 0; l < SPECVIZ_LANES; ++l) {
+        t += acc[l];
+    }
+    for (int64_t j = full; j < len; ++j) {
+        t += specviz_exp_nonpositive(b[j] - m);
+    }
+    return t;
+}
+
+/* specviz_expsum: sum(exp(x[i] - m)) for a row whose maximum is m, block by block, the blocks added in
+   double (about 1e-8 relative). */
 SPECVIZ_CLONES
 double specviz_expsum(const float * x, int64_t n, float m) {
     double s = 0.0;
-    int64_t i = 0;
-    for (; i + SPECVIZ_BLOCK <= n; i += SPECVIZ_BLOCK) {
-        float acc[SPECVIZ_LANES] = {0};
-        for (int b = 0; b < SPECVIZ_BLOCK; b += SPECVIZ_LANES) {
-            for (int j = 0; j < SPECVIZ_LANES; ++j) {
-                acc[j] += specviz_exp_nonpositive(x[i + b + j] - m);
-            }
-        }
-        float t = 0.0f;
-        for (int j = 0; j < SPECVIZ_LANES; ++j) {
-            t += acc[j];
-        }
-        s += (double) t;
-    }
-    for (; i < n; ++i) {
-        s += (double) specviz_exp_nonpositive(x[i] - m);
+    for (int64_t i = 0; i < n; i += SPECVIZ_BLOCK) {
+        s += (double) specviz_block_expsum(x + i, n - i < SPECVIZ_BLOCK ? n - i : SPECVIZ_BLOCK, m);
     }
     return s;
 }
@@ -89,10 +129,10 @@ double specviz_expsum(const float * x, int64_t n, float m) {
  * specviz_scan: the greedy row scan in one pass over the row, for the acceptor. It finds the first
  * maximum (NaN read as -inf), its value and sum(exp(x[i] - max)) together, so the row is read from
  * memory once instead of twice (an argmax pass, then the normaliser's pass): the row arrives from
- * llama.cpp's output layer out of this core's caches, and that read was half a greedy round's scan.
+ * llama.cpp's output layer out of this core's caches, and reading it is most of the scan's time.
  *
- * The row is taken in blocks of SPECVIZ_BLOCK values. Each block's maximum is found first (vector
- * maxima, NaN skipped); a block whose maximum exceeds the running one becomes the maximum's block and
+ * The row is taken in blocks of SPECVIZ_BLOCK values. Each block's maximum is found first (NaN skipped);
+ * a block whose maximum exceeds the running one becomes the maximum's block and
  * the sum so far is rescaled by exp(old - new) (in double: a row can set a new maximum in many blocks).
  * The block, now in the first-level cache, is then summed against the running maximum as in
  * specviz_expsum. "First maximum wins": only a strictly greater block maximum moves the maximum's block,
@@ -101,8 +141,10 @@ double specviz_expsum(const float * x, int64_t n, float m) {
  * out[0] = the maximum, out[1] = the sum; *best = its index (0 for a row of -inf and NaN only, as numpy's
  * argmax of the row with NaN read as -inf). The return value is 1 when the row holds a NaN (the caller
  * then takes its NaN-aware path), else 0. With a non-finite maximum out[1] is not meaningful.
- * specviz_scan_generic is the same scan in plain C (two loops), for CPUs without AVX-512; it is exported
- * so that the tests check it on machines that have AVX-512 too.
+ *
+ * specviz_scan_generic is the plain-C build (cloned by the compiler), specviz_scan_avx512 and
+ * specviz_scan_avx2 the hand-written ones; specviz_scan takes the widest this CPU runs. The plain-C and
+ * AVX2 builds are exported so that the tests check each on every machine that runs it.
  */
 
 /* exp(x) for x <= 0 in double (the scan's rescaling, and every term of the tempered scan below):
@@ -145,25 +187,16 @@ static inline double specviz_exp_nonpositive_d(double x) {
     return x > SPECVIZ_EXP_FLOOR ? p * scale : 0.0;
 }
 
-int specviz_scan_generic(const float * x, int64_t n, int64_t * best, double * out) {
-    int nan = 0;
-    float m = -__builtin_inff();
-    int64_t at = 0;
-    for (int64_t i = 0; i < n; ++i) {
-        const float v = x[i];
-        nan |= v != v;
-        if (v > m) {
-            m = v;
-            at = i;
-        }
+/* The sum of a block's sixteen double lanes, in lane order. */
+static inline double specviz_lanes_sum(const double * acc) {
+    double t = 0.0;
+    for (int l = 0; l < SPECVIZ_LANES; ++l) {
+        t += acc[l];
     }
-    *best = at;
-    out[0] = m;
-    out[1] = (m > -__builtin_inff() && m < __builtin_inff()) ? specviz_expsum(x, n, m) : 0.0;
-    return nan;
+    return t;
 }
 
-/* The vector scans' two steps around a block (one rule for both widths): a block maximum `bm` above the
+/* Every scan build's two steps around a block (one rule for all): a block maximum `bm` above the
    running one moves the maximum's block to `i` and rescales the sum so far (in double: a row can set a new
    maximum in many blocks); the return value says whether the maximum is finite, so that the block's terms
    are summed. At the end, the first value equal to the maximum in its block is the first maximum of the
@@ -189,6 +222,40 @@ static inline void specviz_scan_finish(const float * x, float m, double s, int64
     *best = at;
     out[0] = m;
     out[1] = s;
+}
+
+/* The larger of m and the maximum of b[0 .. len) (NaN skipped); *nan set when the block holds a NaN. Most
+   blocks of a row hold nothing above the running maximum: two counts over the block, which vectorise, say
+   so, and only a block with a larger value is walked one value at a time. */
+static inline float specviz_max_above(const float * b, int64_t len, float m, int * nan) {
+    int32_t above = 0, nans = 0;
+    for (int64_t j = 0; j < len; ++j) {
+        above += b[j] > m;
+        nans += b[j] != b[j];
+    }
+    *nan |= nans != 0;
+    for (int64_t j = 0; above != 0 && j < len; ++j) {
+        m = b[j] > m ? b[j] : m;
+    }
+    return m;
+}
+
+SPECVIZ_CLONES
+int specviz_scan_generic(const float * x, int64_t n, int64_t * best, double * out) {
+    int nan = 0;
+    float m = -__builtin_inff();
+    double s = 0.0;
+    int64_t block = -1;
+    for (int64_t i = 0; i < n; i += SPECVIZ_BLOCK) {
+        const int64_t len = n - i < SPECVIZ_BLOCK ? n - i : SPECVIZ_BLOCK;
+        const float bm = specviz_max_above(x + i, len, m, &nan);
+        if (!specviz_scan_block_max(bm, i, &m, &s, &block)) {
+            continue; /* nothing finite yet, or +inf: the caller's non-finite path */
+        }
+        s += (double) specviz_block_expsum(x + i, len, m);
+    }
+    specviz_scan_finish(x, m, s, block, best, out);
+    return nan;
 }
 
 #if defined(__GNUC__) && defined(__x86_64__)
@@ -251,9 +318,8 @@ __attribute__((target("avx512f"))) static int specviz_scan_avx512(const float * 
  * float lanes a vector, two vectors a step, so that a block's sum keeps sixteen partial sums as the
  * other paths do. AVX2 has no masked loads of -inf nor scalef: the few values after a block's last whole
  * vector are read one by one (the float exponential above), and 2^n is built from the exponent bits.
- * One unordered comparison of the two vectors of a step finds a NaN in either. Without this path such a
- * CPU ran the plain-C scan:
- * 0.9 ms a 262 144-value row on one core of an EPYC, against about 0.1 ms here.
+ * One unordered comparison of the two vectors of a step finds a NaN in either. The compiler's x86-64-v3
+ * build of the plain-C scan takes 1.3 times as long (see the top of the file).
  */
 #if defined(__GNUC__) && defined(__x86_64__)
 #define SPECVIZ_AVX2 __attribute__((target("avx2,fma")))
@@ -338,8 +404,8 @@ SPECVIZ_AVX2 int specviz_scan_avx2(const float * x, int64_t n, int64_t * best, d
 }
 #endif
 
-/* Which vector paths this CPU runs: bit 0 AVX2 with FMA, bit 1 AVX-512F (the tests check every path the
-   machine has against the plain-C one). */
+/* Which hand-written scans this CPU runs: bit 0 AVX2 with FMA, bit 1 AVX-512F (the tests check every path
+   the machine has against the plain-C one). */
 int specviz_vector_paths(void) {
 #if defined(__GNUC__) && defined(__x86_64__)
     return (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") ? 1 : 0) |
@@ -371,12 +437,10 @@ static int specviz_scan_one(const float * x, int64_t n, int64_t * best, double *
  * on the calling thread: below it starting the team costs more than it saves.
  *
  * The cap on the pieces is SPECVIZ_SCAN_THREADS unless specviz_set_scan_threads changes it (up to
- * SPECVIZ_SCAN_THREADS_MAX, the size of the join's arrays). It was 4 until the GPU check measured it on
- * an H200's 16-core host, where the rows arrive from the device in host memory: a 262k-token row read by
- * 8 threads instead of 4 took 0.034 ms instead of 0.049 in a plain round and 0.133 ms instead of 0.241 in
- * prompt-lookup's rounds at draft length 16 (4.8 rows a round); 16 threads did no better than 8 on one
- * row (0.063) and about as well on several. A host with fewer cores is not changed: OpenMP's thread
- * count caps it too.
+ * SPECVIZ_SCAN_THREADS_MAX, the size of the join's arrays). 8, because on a 16-core GPU host, where the
+ * rows arrive from the device in host memory, 8 threads read a 262k-token row fastest (0.034 ms, against
+ * 0.049 with 4 and 0.063 with 16) and a round's several rows in about half the time 4 take. OpenMP's
+ * thread count caps it too, so a host with fewer cores uses them all.
  */
 #define SPECVIZ_SCAN_THREADS 8
 #define SPECVIZ_SCAN_THREADS_MAX 16
@@ -462,10 +526,14 @@ int specviz_scan(const float * x, int64_t n, int64_t * best, double * out) {
  * specviz_topk: the indices of the k largest values, largest first, ties to the lower index (k <= n,
  * k <= SPECVIZ_TOPK_MAX), written to out. The k best so far are kept sorted; a value enters only when it
  * beats the k-th strictly (the row is read in index order, so an equal later value ranks after), which
- * after the first few thousand values almost never happens: the pass is a comparison per value.
+ * after the first few thousand values almost never happens: the pass counts, group by group of
+ * SPECVIZ_TOPK_GROUP values, those above the k-th (a count vectorises), and walks a group only when one is.
  * specviz_rank: 1 + #{i : x[i] > x[t]} + #{i < t : x[i] == x[t]} (ties go to the lower id).
+ * One build each (plain C, cloned by the compiler); the _generic names are the same passes, kept because
+ * the tests call every build by name.
  */
 #define SPECVIZ_TOPK_MAX 64
+#define SPECVIZ_TOPK_GROUP 64
 
 static inline void specviz_topk_insert(float * val, int64_t * idx, int64_t k, float v, int64_t i) {
     int64_t p = k - 1;
@@ -492,12 +560,25 @@ static int64_t specviz_topk_fill(const float * x, int64_t k, float * val, int64_
     return k;
 }
 
+SPECVIZ_CLONES
 int64_t specviz_topk_generic(const float * x, int64_t n, int64_t k, int64_t * out) {
     float val[SPECVIZ_TOPK_MAX];
     if (k < 1 || k > SPECVIZ_TOPK_MAX || k > n) {
         return -1;
     }
     int64_t i = specviz_topk_fill(x, k, val, out);
+    for (; i + SPECVIZ_TOPK_GROUP <= n; i += SPECVIZ_TOPK_GROUP) {
+        const float kth = val[k - 1];
+        int32_t enter = 0;
+        for (int j = 0; j < SPECVIZ_TOPK_GROUP; ++j) { /* a count, so that it vectorises: does any enter? */
+            enter += x[i + j] > kth;
+        }
+        for (int j = 0; enter != 0 && j < SPECVIZ_TOPK_GROUP; ++j) { /* in index order; the k-th moves up */
+            if (x[i + j] > val[k - 1]) {
+                specviz_topk_insert(val, out, k, x[i + j], i + j);
+            }
+        }
+    }
     for (; i < n; ++i) {
         if (x[i] > val[k - 1]) {
             specviz_topk_insert(val, out, k, x[i], i);
@@ -506,136 +587,27 @@ int64_t specviz_topk_generic(const float * x, int64_t n, int64_t k, int64_t * ou
     return k;
 }
 
+/* x[i] > v, or x[i] == v before t, is x[i] >= v before t (NaN: neither). */
+SPECVIZ_CLONES
 int64_t specviz_rank_generic(const float * x, int64_t n, int64_t t) {
     const float v = x[t];
     int64_t above = 0;
-    for (int64_t i = 0; i < n; ++i) {
-        above += x[i] > v;
-    }
-    for (int64_t i = 0; i < t; ++i) {
-        above += x[i] == v;
+    for (int64_t lo = 0; lo < n; lo += SPECVIZ_BLOCK) { /* 32-bit counts a block: twice the lanes of 64-bit */
+        const int64_t hi = lo + SPECVIZ_BLOCK < n ? lo + SPECVIZ_BLOCK : n;
+        int32_t c = 0;
+        for (int64_t i = lo; i < hi; ++i) {
+            c += i < t ? x[i] >= v : x[i] > v;
+        }
+        above += c;
     }
     return above + 1;
 }
-
-#if defined(__GNUC__) && defined(__x86_64__)
-__attribute__((target("avx512f"))) static int64_t specviz_topk_avx512(const float * x, int64_t n, int64_t k,
-                                                                      int64_t * out) {
-    float val[SPECVIZ_TOPK_MAX];
-    if (k < 1 || k > SPECVIZ_TOPK_MAX || k > n) {
-        return -1;
-    }
-    int64_t i = specviz_topk_fill(x, k, val, out);
-    for (; i + SPECVIZ_LANES <= n; i += SPECVIZ_LANES) {
-        __mmask16 m = _mm512_cmp_ps_mask(_mm512_loadu_ps(x + i), _mm512_set1_ps(val[k - 1]), _CMP_GT_OQ);
-        while (m) { /* lanes in index order; the k-th moves up as values enter */
-            const int64_t at = i + __builtin_ctz((unsigned) m);
-            if (x[at] > val[k - 1]) {
-                specviz_topk_insert(val, out, k, x[at], at);
-            }
-            m &= (__mmask16) (m - 1);
-        }
-    }
-    for (; i < n; ++i) {
-        if (x[i] > val[k - 1]) {
-            specviz_topk_insert(val, out, k, x[i], i);
-        }
-    }
-    return k;
-}
-
-__attribute__((target("avx512f"))) static int64_t specviz_rank_avx512(const float * x, int64_t n, int64_t t) {
-    const float v = x[t];
-    const __m512 vv = _mm512_set1_ps(v);
-    int64_t above = 0;
-    int64_t i = 0;
-    for (; i + SPECVIZ_LANES <= n; i += SPECVIZ_LANES) {
-        const __m512 a = _mm512_loadu_ps(x + i);
-        above += __builtin_popcount((unsigned) _mm512_cmp_ps_mask(a, vv, _CMP_GT_OQ));
-        if (i < t) { /* ties before t: only the lanes below t count */
-            const int64_t before = t - i < SPECVIZ_LANES ? t - i : SPECVIZ_LANES;
-            const __mmask16 lanes = (__mmask16) ((1u << before) - 1u);
-            above += __builtin_popcount((unsigned) _mm512_mask_cmp_ps_mask(lanes, a, vv, _CMP_EQ_OQ));
-        }
-    }
-    for (; i < n; ++i) {
-        above += x[i] > v;
-        above += i < t && x[i] == v;
-    }
-    return above + 1;
-}
-#endif
-
-/* The same two passes with AVX2 (eight lanes a comparison, the lanes' signs read by movemask). */
-#if defined(__GNUC__) && defined(__x86_64__)
-SPECVIZ_AVX2 int64_t specviz_topk_avx2(const float * x, int64_t n, int64_t k, int64_t * out) {
-    float val[SPECVIZ_TOPK_MAX];
-    if (k < 1 || k > SPECVIZ_TOPK_MAX || k > n) {
-        return -1;
-    }
-    int64_t i = specviz_topk_fill(x, k, val, out);
-    for (; i + 8 <= n; i += 8) {
-        unsigned m = (unsigned) _mm256_movemask_ps(
-            _mm256_cmp_ps(_mm256_loadu_ps(x + i), _mm256_set1_ps(val[k - 1]), _CMP_GT_OQ));
-        while (m) { /* lanes in index order; the k-th moves up as values enter */
-            const int64_t at = i + __builtin_ctz(m);
-            if (x[at] > val[k - 1]) {
-                specviz_topk_insert(val, out, k, x[at], at);
-            }
-            m &= m - 1;
-        }
-    }
-    for (; i < n; ++i) {
-        if (x[i] > val[k - 1]) {
-            specviz_topk_insert(val, out, k, x[i], i);
-        }
-    }
-    return k;
-}
-
-SPECVIZ_AVX2 int64_t specviz_rank_avx2(const float * x, int64_t n, int64_t t) {
-    const float v = x[t];
-    const __m256 vv = _mm256_set1_ps(v);
-    int64_t above = 0;
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        const __m256 a = _mm256_loadu_ps(x + i);
-        above += __builtin_popcount((unsigned) _mm256_movemask_ps(_mm256_cmp_ps(a, vv, _CMP_GT_OQ)));
-        if (i < t) { /* ties before t: only the lanes below t count */
-            const int64_t before = t - i < 8 ? t - i : 8;
-            const unsigned lanes = (1u << before) - 1u;
-            above += __builtin_popcount((unsigned) _mm256_movemask_ps(_mm256_cmp_ps(a, vv, _CMP_EQ_OQ)) & lanes);
-        }
-    }
-    for (; i < n; ++i) {
-        above += x[i] > v;
-        above += i < t && x[i] == v;
-    }
-    return above + 1;
-}
-#endif
 
 int64_t specviz_topk(const float * x, int64_t n, int64_t k, int64_t * out) {
-#if defined(__GNUC__) && defined(__x86_64__)
-    if (__builtin_cpu_supports("avx512f")) {
-        return specviz_topk_avx512(x, n, k, out);
-    }
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
-        return specviz_topk_avx2(x, n, k, out);
-    }
-#endif
     return specviz_topk_generic(x, n, k, out);
 }
 
 int64_t specviz_rank(const float * x, int64_t n, int64_t t) {
-#if defined(__GNUC__) && defined(__x86_64__)
-    if (__builtin_cpu_supports("avx512f")) {
-        return specviz_rank_avx512(x, n, t);
-    }
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
-        return specviz_rank_avx2(x, n, t);
-    }
-#endif
     return specviz_rank_generic(x, n, t);
 }
 
@@ -647,10 +619,10 @@ int64_t specviz_rank(const float * x, int64_t n, int64_t t) {
  * differs from the draft token, that row's top_n tokens (specviz_topk) and the draft token's rank
  * (read off the top tokens when it is among them, else specviz_rank) are taken too.
  *
- * Why C: a round's rows were each a Python call chain (a numpy view of the row, the scan's wrapper, a
- * result tuple, the probability); right after a decode every one of those objects and code paths is
- * out of the caches, which cost more than the Python itself. Here a round is one call, and the Python
- * side builds the verdict from plain numbers with the same arithmetic as before.
+ * Why C: read from Python, each row is a call chain (a numpy view of the row, the scan's wrapper, a
+ * result tuple, the probability), and right after a decode every one of those objects and code paths is
+ * out of the caches, which costs more than the Python itself. Here a round is one call, and the Python
+ * side builds the verdict from plain numbers with the numpy reference's arithmetic.
  *
  * Outputs (the caller sizes them for k + 1 rows and top_n tokens):
  *   ibuf[j]              the first maximum of row j, for the rows read (j < return value)
@@ -658,8 +630,8 @@ int64_t specviz_rank(const float * x, int64_t n, int64_t t) {
  *   dbuf[3j ... 3j+2]    row j's maximum, its sum(exp(x - max)) and x[best] as double
  *   dbuf[3(k+1)]         the rejection row's value at the draft token; then the top tokens' values
  * Returns the rows read (k + 1 when every draft token was the target's choice, else the rejection row
- * plus one), or a negative code for a round the caller must redo on its own path, which then reproduces
- * whatever the old path did: -1 a row llama.cpp has no logits for, -2 a row holding a NaN, -3 a row
+ * plus one), or a negative code for a round the caller must redo on its own path, which gives the verdict
+ * this call would have: -1 a row llama.cpp has no logits for, -2 a row holding a NaN, -3 a row
  * whose maximum is not finite, -4 a draft token outside the vocabulary, -5 top_n outside 1 ... min(n, 64).
  */
 typedef const float * (*specviz_row_fn)(void * ctx, int32_t i);
@@ -717,17 +689,17 @@ int64_t specviz_verify_greedy(specviz_row_fn row, void * ctx, int64_t n, const i
  * acceptor needs of a row only p at a few tokens (the draft token's, the committed token's), one draw
  * from p (the bonus) or from p without the draft token (the correction under the point-mass rule), and
  * at a rejection the top tokens and a rank (specviz_topk and specviz_rank above: the tempered softmax
- * orders tokens as the logits do). numpy built the whole distribution in float64 (a copy, a subtraction,
- * a division, the exponentials, a sum, a normalisation), and a draw added a cumulative sum over it:
- * about 3 ms a row for the embedded model's 262 144 tokens. Here a row costs one pass for its maximum
- * and one for the sums, and a draw costs one block.
+ * orders tokens as the logits do). numpy builds the whole distribution in float64 (a copy, a subtraction,
+ * a division, the exponentials, a sum, a normalisation) and a draw a cumulative sum over it: about 3 ms a
+ * row for the embedded model's 262 144 tokens. Here a row costs one pass for its maximum and one for the
+ * sums, and a draw costs one block.
  *
  * specviz_tempered(x, n, inv_t, skip, out, blocks): the maximum m (NaN skipped), then every term
  * e_i = exp((x_i - m) * inv_t) in double, summed per block of SPECVIZ_BLOCK tokens into blocks[b] with the
  * token `skip` left out (-1: none). out[0] = m, out[1] = Z (every term), out[2] = the sum without `skip`,
  * added from the blocks in order, so that the residual's mass is a sum of its own terms and not Z less
  * a term near Z. Returns 1 when the row holds a NaN (the caller takes its NaN-aware path), else 0; with a
- * non-finite maximum out[1] and out[2] are 0 and the blocks are not written.
+ * non-finite maximum out[1] and out[2] are 0 and the blocks are not written. `generic`: one thread.
  *
  * specviz_tempered_pick(x, n, m, inv_t, skip, target, blocks): the inverse of the cumulative sum, as
  * numpy's searchsorted(cumsum, target, side="right") reads it: the first token i (not `skip`) whose
@@ -740,140 +712,40 @@ int64_t specviz_verify_greedy(specviz_row_fn row, void * ctx, int64_t n, const i
 SPECVIZ_CLONES
 static float specviz_max_generic(const float * x, int64_t n, int * nan) {
     float m = -__builtin_inff();
-    int seen = 0;
-    for (int64_t i = 0; i < n; ++i) {
-        seen |= x[i] != x[i];
-        m = x[i] > m ? x[i] : m;
+    for (int64_t i = 0; i < n; i += SPECVIZ_BLOCK) {
+        m = specviz_max_above(x + i, n - i < SPECVIZ_BLOCK ? n - i : SPECVIZ_BLOCK, m, nan);
     }
-    *nan |= seen;
     return m;
 }
 
 /* blocks[b] for the blocks b_lo .. b_hi - 1: each block's terms exp((x_i - m) * inv_t), `skip` left out.
-   Eight running sums a block, so that the loop vectorises without reordering any sum. */
+   Sixteen running sums a block, so that the loop vectorises without reordering any sum. */
 SPECVIZ_CLONES
 static void specviz_block_sums_generic(const float * x, int64_t n, double m, double inv_t, int64_t skip,
                                        int64_t b_lo, int64_t b_hi, double * blocks) {
     for (int64_t b = b_lo; b < b_hi; ++b) {
         const int64_t lo = b * SPECVIZ_BLOCK;
         const int64_t hi = lo + SPECVIZ_BLOCK < n ? lo + SPECVIZ_BLOCK : n;
-        double acc[8] = {0};
+        double acc[SPECVIZ_LANES] = {0};
         int64_t i = lo;
-        for (; i + 8 <= hi; i += 8) {
-            for (int l = 0; l < 8; ++l) {
+        for (; i + SPECVIZ_LANES <= hi; i += SPECVIZ_LANES) {
+            for (int l = 0; l < SPECVIZ_LANES; ++l) {
                 const double e = specviz_exp_nonpositive_d(((double) x[i + l] - m) * inv_t);
                 acc[l] += i + l == skip ? 0.0 : e;
             }
         }
         for (; i < hi; ++i) {
             const double e = specviz_exp_nonpositive_d(((double) x[i] - m) * inv_t);
-            acc[(i - lo) & 7] += i == skip ? 0.0 : e;
+            acc[(i - lo) & (SPECVIZ_LANES - 1)] += i == skip ? 0.0 : e;
         }
-        blocks[b] = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+        blocks[b] = specviz_lanes_sum(acc);
     }
-}
-
-#if defined(__GNUC__) && defined(__x86_64__)
-__attribute__((target("avx512f"))) static inline __m512d specviz_exp_nonpositive8(__m512d x) {
-    const __m512d floor = _mm512_set1_pd(SPECVIZ_EXP_FLOOR);
-    const __m512d xc = _mm512_max_pd(x, floor); /* NaN: the second operand, the floor */
-    const __m512d n = _mm512_roundscale_pd(_mm512_mul_pd(xc, _mm512_set1_pd(SPECVIZ_LOG2E)),
-                                           _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512d r = _mm512_fnmadd_pd(n, _mm512_set1_pd(SPECVIZ_LN2_HI), xc);
-    r = _mm512_fnmadd_pd(n, _mm512_set1_pd(SPECVIZ_LN2_LO), r);
-    __m512d p = _mm512_set1_pd(1.0 / 479001600.0);
-    p = _mm512_fmadd_pd(p, r, _mm512_set1_pd(1.0 / 39916800.0));
-    p = _mm512_fmadd_pd(p, r, _mm512_set1_pd(1.0 / 3628800.0));
-    p = _mm512_fmadd_pd(p, r, _mm512_set1_pd(1.0 / 362880.0));
-    p = _mm512_fmadd_pd(p, r, _mm512_set1_pd(1.0 / 40320.0));
-    p = _mm512_fmadd_pd(p, r, _mm512_set1_pd(1.0 / 5040.0));
-    p = _mm512_fmadd_pd(p, r, _mm512_set1_pd(1.0 / 720.0));
-    p = _mm512_fmadd_pd(p, r, _mm512_set1_pd(1.0 / 120.0));
-    p = _mm512_fmadd_pd(p, r, _mm512_set1_pd(1.0 / 24.0));
-    p = _mm512_fmadd_pd(p, r, _mm512_set1_pd(1.0 / 6.0));
-    p = _mm512_fmadd_pd(p, r, _mm512_set1_pd(0.5));
-    p = _mm512_fmadd_pd(p, r, _mm512_set1_pd(1.0));
-    p = _mm512_fmadd_pd(p, r, _mm512_set1_pd(1.0));
-    const __mmask8 keep = _mm512_cmp_pd_mask(x, floor, _CMP_GT_OQ); /* -inf and NaN: 0 */
-    return _mm512_maskz_mov_pd(keep, _mm512_scalef_pd(p, n));
-}
-
-__attribute__((target("avx512f"))) static float specviz_max_avx512(const float * x, int64_t n, int * nan) {
-    const __m512 ninf = _mm512_set1_ps(-__builtin_inff());
-    __mmask16 seen = 0;
-    __m512 vmax = ninf;
-    int64_t i = 0;
-    for (; i + SPECVIZ_LANES <= n; i += SPECVIZ_LANES) {
-        const __m512 v = _mm512_loadu_ps(x + i);
-        seen |= _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
-        vmax = _mm512_max_ps(v, vmax); /* NaN in v: vmax kept */
-    }
-    if (i < n) {
-        const __mmask16 tail = (__mmask16) ((1u << (n - i)) - 1u);
-        const __m512 v = _mm512_mask_loadu_ps(ninf, tail, x + i);
-        seen |= _mm512_mask_cmp_ps_mask(tail, v, v, _CMP_UNORD_Q);
-        vmax = _mm512_max_ps(v, vmax);
-    }
-    *nan |= seen != 0;
-    return _mm512_reduce_max_ps(vmax);
-}
-
-__attribute__((target("avx512f"))) static void specviz_block_sums_avx512(const float * x, int64_t n, double m,
-                                                                         double inv_t, int64_t skip, int64_t b_lo,
-                                                                         int64_t b_hi, double * blocks) {
-    const __m512 ninf = _mm512_set1_ps(-__builtin_inff());
-    const __m512d vm = _mm512_set1_pd(m);
-    const __m512d vt = _mm512_set1_pd(inv_t);
-    const __m512i lane = _mm512_set_epi64(7, 6, 5, 4, 3, 2, 1, 0);
-    const __m512i vskip = _mm512_set1_epi64(skip);
-    for (int64_t b = b_lo; b < b_hi; ++b) {
-        const int64_t lo = b * SPECVIZ_BLOCK;
-        const int64_t hi = lo + SPECVIZ_BLOCK < n ? lo + SPECVIZ_BLOCK : n;
-        __m512d acc = _mm512_setzero_pd();
-        for (int64_t j = lo; j < hi; j += SPECVIZ_LANES) {
-            /* sixteen floats (a short tail loads -inf: terms of 0), taken as two halves of eight doubles */
-            const __mmask16 in = (__mmask16) (hi - j >= SPECVIZ_LANES ? 0xFFFFu : (1u << (hi - j)) - 1u);
-            const __m512 f = _mm512_mask_loadu_ps(ninf, in, x + j);
-            const __m256 halves[2] = {_mm512_castps512_ps256(f),
-                                      _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(f), 1))};
-            for (int h = 0; h < 2; ++h) {
-                const __m512d d = _mm512_mul_pd(_mm512_sub_pd(_mm512_cvtps_pd(halves[h]), vm), vt);
-                const __mmask8 keep = _mm512_cmpneq_epi64_mask(_mm512_add_epi64(_mm512_set1_epi64(j + 8 * h), lane),
-                                                               vskip);
-                acc = _mm512_mask_add_pd(acc, keep, acc, specviz_exp_nonpositive8(d));
-            }
-        }
-        blocks[b] = _mm512_reduce_add_pd(acc);
-    }
-}
-#endif
-
-static float specviz_max(const float * x, int64_t n, int * nan, int generic) {
-#if defined(__GNUC__) && defined(__x86_64__)
-    if (!generic && __builtin_cpu_supports("avx512f")) {
-        return specviz_max_avx512(x, n, nan);
-    }
-#endif
-    (void) generic;
-    return specviz_max_generic(x, n, nan);
-}
-
-static void specviz_block_sums(const float * x, int64_t n, double m, double inv_t, int64_t skip, int64_t b_lo,
-                               int64_t b_hi, double * blocks, int generic) {
-#if defined(__GNUC__) && defined(__x86_64__)
-    if (!generic && __builtin_cpu_supports("avx512f")) {
-        specviz_block_sums_avx512(x, n, m, inv_t, skip, b_lo, b_hi, blocks);
-        return;
-    }
-#endif
-    (void) generic;
-    specviz_block_sums_generic(x, n, m, inv_t, skip, b_lo, b_hi, blocks);
 }
 
 /* As specviz_scan, a long row is cut into pieces of whole blocks, one per thread; the pieces' maxima are
    joined, then each piece writes its own blocks' sums, which are added in block order on this thread (the
-   order specviz_tempered_pick walks them). `generic`: plain C on one thread (what a CPU without AVX-512
-   runs; a flag, as specviz_residual's, so that the tests check it on machines that have AVX-512). */
+   order specviz_tempered_pick walks them). `generic`: on one thread (the tests compare the two; the sums
+   do not depend on it). */
 static int specviz_tempered_in(const float * x, int64_t n, double inv_t, int64_t skip, double * out,
                                double * blocks, int generic) {
     const int t = n >= SPECVIZ_SCAN_SPLIT && !generic ? specviz_scan_threads() : 1;
@@ -887,7 +759,7 @@ static int specviz_tempered_in(const float * x, int64_t n, double inv_t, int64_t
     for (int c = 0; c < t; ++c) {
         const int64_t lo = c * per * SPECVIZ_BLOCK < n ? c * per * SPECVIZ_BLOCK : n;
         const int64_t hi = lo + per * SPECVIZ_BLOCK < n ? lo + per * SPECVIZ_BLOCK : n;
-        maxima[c] = specviz_max(x + lo, hi - lo, &nans[c], generic);
+        maxima[c] = specviz_max_generic(x + lo, hi - lo, &nans[c]);
     }
     int nan = 0;
     float m = -__builtin_inff();
@@ -906,7 +778,7 @@ static int specviz_tempered_in(const float * x, int64_t n, double inv_t, int64_t
     for (int c = 0; c < t; ++c) {
         const int64_t b_lo = c * per < nb ? c * per : nb;
         const int64_t b_hi = b_lo + per < nb ? b_lo + per : nb;
-        specviz_block_sums(x, n, (double) m, inv_t, skip, b_lo, b_hi, blocks, generic);
+        specviz_block_sums_generic(x, n, (double) m, inv_t, skip, b_lo, b_hi, blocks);
     }
     double total = 0.0;
     for (int64_t b = 0; b < nb; ++b) {
@@ -984,7 +856,7 @@ int64_t specviz_tempered_pick(const float * x, int64_t n, double m, double inv_t
  * sums of the residual's terms into blocks and returns their sum (added in block order);
  * specviz_residual_pick walks them as specviz_tempered_pick walks a row's: the first token whose running
  * sum of terms exceeds target, else the last token with a non-zero term, else -1 (no mass: the caller
- * draws from p, as numpy's residual does).
+ * draws from p, as numpy's residual does). `generic` changes nothing (one build).
  */
 static inline double specviz_residual_term(float xp, float xq, double mp, double zp, double mq, double zq,
                                            double inv_t) {
@@ -999,61 +871,24 @@ static void specviz_residual_sums_generic(const float * xp, const float * xq, in
     for (int64_t b = 0; b * SPECVIZ_BLOCK < n; ++b) {
         const int64_t lo = b * SPECVIZ_BLOCK;
         const int64_t hi = lo + SPECVIZ_BLOCK < n ? lo + SPECVIZ_BLOCK : n;
-        double acc[8] = {0};
-        for (int64_t i = lo; i < hi; ++i) {
-            acc[(i - lo) & 7] += specviz_residual_term(xp[i], xq[i], mp, zp, mq, zq, inv_t);
-        }
-        blocks[b] = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
-    }
-}
-
-#if defined(__GNUC__) && defined(__x86_64__)
-__attribute__((target("avx512f"))) static void specviz_residual_sums_avx512(const float * xp, const float * xq,
-                                                                            int64_t n, double mp, double zp,
-                                                                            double mq, double zq, double inv_t,
-                                                                            double * blocks) {
-    const __m512 ninf = _mm512_set1_ps(-__builtin_inff());
-    const __m512d vt = _mm512_set1_pd(inv_t);
-    const __m512d vmp = _mm512_set1_pd(mp), vzp = _mm512_set1_pd(zp);
-    const __m512d vmq = _mm512_set1_pd(mq), vzq = _mm512_set1_pd(zq);
-    for (int64_t b = 0; b * SPECVIZ_BLOCK < n; ++b) {
-        const int64_t lo = b * SPECVIZ_BLOCK;
-        const int64_t hi = lo + SPECVIZ_BLOCK < n ? lo + SPECVIZ_BLOCK : n;
-        __m512d acc = _mm512_setzero_pd();
-        for (int64_t j = lo; j < hi; j += SPECVIZ_LANES) {
-            const __mmask16 in = (__mmask16) (hi - j >= SPECVIZ_LANES ? 0xFFFFu : (1u << (hi - j)) - 1u);
-            const __m512 fp = _mm512_mask_loadu_ps(ninf, in, xp + j); /* a short tail: -inf, terms of 0 */
-            const __m512 fq = _mm512_mask_loadu_ps(ninf, in, xq + j);
-            const __m256 hp[2] = {_mm512_castps512_ps256(fp),
-                                  _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(fp), 1))};
-            const __m256 hq[2] = {_mm512_castps512_ps256(fq),
-                                  _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(fq), 1))};
-            for (int h = 0; h < 2; ++h) {
-                const __m512d p = _mm512_div_pd(
-                    specviz_exp_nonpositive8(_mm512_mul_pd(_mm512_sub_pd(_mm512_cvtps_pd(hp[h]), vmp), vt)), vzp);
-                const __m512d q = _mm512_div_pd(
-                    specviz_exp_nonpositive8(_mm512_mul_pd(_mm512_sub_pd(_mm512_cvtps_pd(hq[h]), vmq), vt)), vzq);
-                const __mmask8 more = _mm512_cmp_pd_mask(p, q, _CMP_GT_OQ);
-                acc = _mm512_mask_add_pd(acc, more, acc, _mm512_sub_pd(p, q));
+        double acc[SPECVIZ_LANES] = {0};
+        int64_t i = lo;
+        for (; i + SPECVIZ_LANES <= hi; i += SPECVIZ_LANES) {
+            for (int l = 0; l < SPECVIZ_LANES; ++l) {
+                acc[l] += specviz_residual_term(xp[i + l], xq[i + l], mp, zp, mq, zq, inv_t);
             }
         }
-        blocks[b] = _mm512_reduce_add_pd(acc);
+        for (; i < hi; ++i) {
+            acc[(i - lo) & (SPECVIZ_LANES - 1)] += specviz_residual_term(xp[i], xq[i], mp, zp, mq, zq, inv_t);
+        }
+        blocks[b] = specviz_lanes_sum(acc);
     }
 }
-#endif
 
 double specviz_residual(const float * xp, const float * xq, int64_t n, double mp, double zp, double mq, double zq,
                         double inv_t, double * blocks, int generic) {
-#if defined(__GNUC__) && defined(__x86_64__)
-    if (!generic && __builtin_cpu_supports("avx512f")) {
-        specviz_residual_sums_avx512(xp, xq, n, mp, zp, mq, zq, inv_t, blocks);
-    } else {
-        specviz_residual_sums_generic(xp, xq, n, mp, zp, mq, zq, inv_t, blocks);
-    }
-#else
-    (void) generic;
+    (void) generic; /* one build: the flag stays for the callers */
     specviz_residual_sums_generic(xp, xq, n, mp, zp, mq, zq, inv_t, blocks);
-#endif
     double total = 0.0;
     for (int64_t b = 0; b * SPECVIZ_BLOCK < n; ++b) {
         total += blocks[b];
@@ -1077,74 +912,40 @@ int64_t specviz_residual_pick(const float * xp, const float * xq, int64_t n, dou
  * reaches top_p times Z, and sorts only that bucket's tokens (sampling.py; it checks their exact mass, so
  * that a bucket's rounding can only cost a fallback, never a wrong nucleus).
  *
- * Most of a row is far below its maximum: the AVX-512 path compares sixteen tokens at a time in float (with
- * a bucket's slack), computes the terms of a group where any passes eight at a time, and adds those that
- * pass the test in double one by one. `mass` is zeroed here.
+ * A block's buckets and terms are computed first, in a loop that vectorises; the tokens filed are then
+ * listed without a branch (which a row's mix of filed and unfiled tokens would mispredict) and added in
+ * double one by one. `mass` is zeroed here; `generic` changes nothing (one build).
  */
+SPECVIZ_CLONES
 static int64_t specviz_nucleus_mass_generic(const float * x, int64_t n, double m, double inv_t, double inv_w,
                                             int64_t nb, double * mass) {
+    double us[SPECVIZ_BLOCK], terms[SPECVIZ_BLOCK];
     int64_t filed = 0;
-    for (int64_t i = 0; i < n; ++i) {
-        const double d = (m - (double) x[i]) * inv_t;
-        const double u = d * inv_w;
-        if (u < (double) nb) { /* not NaN, +inf (an -inf logit) or the far tail */
-            mass[(int64_t) u] += specviz_exp_nonpositive_d(-d);
-            ++filed;
+    for (int64_t lo = 0; lo < n; lo += SPECVIZ_BLOCK) {
+        const int64_t len = n - lo < SPECVIZ_BLOCK ? n - lo : SPECVIZ_BLOCK;
+        for (int64_t j = 0; j < len; ++j) { /* a block's buckets and terms first: this loop vectorises */
+            const double d = (m - (double) x[lo + j]) * inv_t;
+            us[j] = d * inv_w;
+            terms[j] = specviz_exp_nonpositive_d(-d);
         }
+        int32_t in[SPECVIZ_BLOCK];
+        int64_t count = 0;
+        for (int64_t j = 0; j < len; ++j) { /* the tokens filed: not NaN, +inf (an -inf logit) or the far tail */
+            in[count] = (int32_t) j; /* written always, kept when counted: no branch to mispredict */
+            count += us[j] < (double) nb;
+        }
+        for (int64_t c = 0; c < count; ++c) {
+            mass[(int64_t) us[in[c]]] += terms[in[c]];
+        }
+        filed += count;
     }
     return filed;
 }
-
-#if defined(__GNUC__) && defined(__x86_64__)
-__attribute__((target("avx512f"))) static int64_t specviz_nucleus_mass_avx512(const float * x, int64_t n, double m,
-                                                                              double inv_t, double inv_w,
-                                                                              int64_t nb, double * mass) {
-    const __m512 ninf = _mm512_set1_ps(-__builtin_inff());
-    /* a group is looked at when some (m - x) * inv_t * inv_w < nb + 1 in float: every token the double test
-       files, with a bucket to spare for the float's rounding */
-    const __m512 fm = _mm512_set1_ps((float) m);
-    const __m512 fs = _mm512_set1_ps((float) (inv_t * inv_w));
-    const __m512 lim = _mm512_set1_ps((float) nb + 1.0f);
-    const __m512d vm = _mm512_set1_pd(m), vt = _mm512_set1_pd(inv_t), vw = _mm512_set1_pd(inv_w);
-    const __m512d vnb = _mm512_set1_pd((double) nb);
-    double terms[SPECVIZ_LANES], us[SPECVIZ_LANES];
-    int64_t filed = 0;
-    for (int64_t j = 0; j < n; j += SPECVIZ_LANES) {
-        const __mmask16 in = (__mmask16) (n - j >= SPECVIZ_LANES ? 0xFFFFu : (1u << (n - j)) - 1u);
-        const __m512 v = _mm512_mask_loadu_ps(ninf, in, x + j);
-        if (_mm512_cmp_ps_mask(_mm512_mul_ps(_mm512_sub_ps(fm, v), fs), lim, _CMP_LT_OQ) == 0) {
-            continue; /* NaN, +inf: no */
-        }
-        unsigned pass = 0;
-        const __m256 halves[2] = {_mm512_castps512_ps256(v),
-                                  _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1))};
-        for (int h = 0; h < 2; ++h) {
-            const __m512d d = _mm512_mul_pd(_mm512_sub_pd(vm, _mm512_cvtps_pd(halves[h])), vt);
-            const __m512d u = _mm512_mul_pd(d, vw);
-            pass |= (unsigned) _mm512_cmp_pd_mask(u, vnb, _CMP_LT_OQ) << (8 * h);
-            _mm512_storeu_pd(us + 8 * h, u);
-            _mm512_storeu_pd(terms + 8 * h, specviz_exp_nonpositive8(_mm512_sub_pd(_mm512_setzero_pd(), d)));
-        }
-        while (pass != 0) {
-            const int l = __builtin_ctz(pass);
-            pass &= pass - 1;
-            mass[(int64_t) us[l]] += terms[l];
-            ++filed;
-        }
-    }
-    return filed;
-}
-#endif
 
 int64_t specviz_nucleus_mass(const float * x, int64_t n, double m, double inv_t, double width, int64_t nb,
                              double * mass, int generic) {
     memset(mass, 0, (size_t) nb * sizeof *mass);
     const double inv_w = 1.0 / width;
-#if defined(__GNUC__) && defined(__x86_64__)
-    if (!generic && __builtin_cpu_supports("avx512f")) {
-        return specviz_nucleus_mass_avx512(x, n, m, inv_t, inv_w, nb, mass);
-    }
-#endif
-    (void) generic;
+    (void) generic; /* one build: the flag stays for the callers */
     return specviz_nucleus_mass_generic(x, n, m, inv_t, inv_w, nb, mass);
 }
