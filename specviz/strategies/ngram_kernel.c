@@ -3,9 +3,9 @@
  * (specviz/strategies/ngram_kernel.py loads it; specviz/strategies/history.py falls back to numpy).
  *
  * Why C: numpy finds an n-gram with a comparison over the history per pattern token, each a separate
- * call, and a drafter's look-up ran right after a decode, when numpy's code and specviz's objects are
- * out of the caches: prompt-lookup and ngram-simple spent a tenth of a millisecond a round on it. Here a
- * look-up is one call that reads the history once.
+ * call, and a drafter looks up right after a decode, when numpy's code and specviz's objects are out of
+ * the caches (about a tenth of a millisecond a round for prompt-lookup and ngram-simple). Here a look-up
+ * is one call that reads the history once. Plain C only (no hand-written vector builds).
  *
  * specviz_find_ngram(arr, len, pat, n, end, last): the start i of an occurrence arr[i .. i+n) == pat[0 .. n)
  * with 0 <= i < min(end, len - n + 1); the largest such i when last != 0, else the smallest; -1 when there
