@@ -1,30 +1,20 @@
 """Top-p over a whole row read in place: the kernel's mass by distance below the maximum
-(specviz_nucleus_mass in rowscan_kernel.c) against numpy, and the nucleus it finds (sampling's
-_nucleus_in_place, behind probs_from_logits) against numpy's path, which builds the whole distribution."""
+(specviz_nucleus_mass in rowscan_kernel.c) against the numpy reference (rows_reference.nucleus_mass), and
+the nucleus it finds (sampling's _nucleus_in_place, behind probs_from_logits) against numpy's path, which
+builds the whole distribution."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from specviz.decoding import rowscan_kernel, sampling
+from specviz.decoding import rows_reference, rowscan_kernel, sampling
 from specviz.decoding.sampling import NUCLEUS_BUCKETS, SamplingParams, probs_from_logits
 
 needs_kernel = pytest.mark.skipif(
     rowscan_kernel.unavailable_reason() is not None,
     reason=f"the row-scan kernel is not available here: {rowscan_kernel.unavailable_reason()}",
 )
-
-
-def reference_mass(row: np.ndarray, m: float, inv_t: float, width: float, nb: int) -> tuple[np.ndarray, int]:
-    """Bucket b holds exp(-d) of the tokens with d = (m − x)·inv_t in [b·width, (b + 1)·width), b < nb."""
-    d = (m - row.astype(np.float64)) * inv_t
-    with np.errstate(invalid="ignore"):
-        u = d * (1.0 / width)
-        filed = u < nb  # NaN and +inf compare false
-    mass = np.zeros(nb)
-    np.add.at(mass, u[filed].astype(np.int64), np.exp(-d[filed]))
-    return mass, int(filed.sum())
 
 
 def llm_like_row(n: int, seed: int, spread: float = 2.5, peaks: int = 30) -> np.ndarray:
@@ -49,7 +39,7 @@ def test_the_mass_by_distance_matches_numpy(which, n, t):
     got = rowscan_kernel.nucleus_mass(row, m, 1.0 / t, width, 512, generic=which == "generic")
     assert got is not None
     mass, filed = got
-    want_mass, want_filed = reference_mass(row, m, 1.0 / t, width, 512)
+    want_mass, want_filed = rows_reference.nucleus_mass(row, m, 1.0 / t, width, 512)
     assert filed == want_filed and 0 < filed < n + (n <= 20)  # the maximum is always filed; the tail is not
     np.testing.assert_allclose(mass, want_mass, rtol=1e-13, atol=1e-300)
     assert mass[0] >= 1.0  # the maximum's term
