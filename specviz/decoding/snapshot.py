@@ -29,7 +29,7 @@ import hashlib
 import json
 import struct
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
@@ -103,6 +103,38 @@ def unpack(blob: Any) -> tuple[dict[str, Any], dict[str, bytes]]:
     if pos != len(body):
         raise SnapshotError("the snapshot has trailing bytes after its states; it was not written by specviz")
     return header, out
+
+
+def with_knobs_mapped(
+    blob: Any,
+    knobs: Callable[[dict[str, Any]], dict[str, Any]],
+    event: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+    **fields: Any,
+) -> bytes:
+    """``blob`` (an envelope) with every knob dictionary of its header passed through ``knobs`` (the session's,
+    the pending reconfiguration's, each rewind checkpoint's), each recorded event through ``event``, and the
+    header ``fields`` set; the states unchanged. An entry of another shape is left as it is (a restore
+    refuses it). Refused as :func:`unpack` refuses; what ``knobs`` or ``event`` raise is raised."""
+    header, blobs = unpack(blob)
+    header = dict(header, **fields)
+    if isinstance(header.get("knobs"), dict):
+        header["knobs"] = knobs(header["knobs"])
+    pending = header.get("pending")
+    if isinstance(pending, list) and len(pending) == 2 and isinstance(pending[1], dict):
+        header["pending"] = [pending[0], knobs(pending[1])]
+    wb = header.get("workbench")
+    if isinstance(wb, dict):
+        wb = dict(wb)
+        if event is not None and isinstance(wb.get("events"), list):
+            wb["events"] = [event(e) for e in wb["events"]]
+        if isinstance(wb.get("checkpoints"), list):
+            wb["checkpoints"] = [
+                dict(c, knobs=knobs(c["knobs"])) if isinstance(c, dict) and isinstance(c.get("knobs"), dict) else c
+                for c in wb["checkpoints"]
+            ]
+        header["workbench"] = wb
+    header.pop("blobs", None)
+    return pack(header, list(blobs.items()))
 
 
 @dataclass(frozen=True)

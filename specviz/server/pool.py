@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from ..decoding.events import Event, KnobsChanged, SessionStarted, TelemetryEvent, event_from_dict
-from ..decoding.snapshot import pack, unpack
+from ..decoding.snapshot import unpack, with_knobs_mapped
 from ..errors import (
     KnobError,
     ModelError,
@@ -273,54 +273,26 @@ class ManagedSession:
         """:meth:`Session.snapshot` as a page may have it (a parked session is restored first): the target
         by file name and draft models by catalog name, no server path (:meth:`restore_into` maps them back)."""
         with self._llama_work():
-            header, blobs = unpack(self._inner.snapshot())
-        header = dict(header, model=self._model_name)
-        header["knobs"] = self._names(header.get("knobs") or {})
-        if isinstance(header.get("pending"), list) and len(header["pending"]) == 2:
-            header["pending"] = [header["pending"][0], self._names(header["pending"][1] or {})]
-        wb = header.get("workbench")
-        if isinstance(wb, dict):  # the recorded events and the rewind checkpoints name models too
-            header["workbench"] = dict(
-                wb,
-                events=[self._redact(event_from_dict(e)).to_dict() for e in wb.get("events") or []],
-                checkpoints=[dict(c, knobs=self._names(c.get("knobs") or {})) for c in wb.get("checkpoints") or []],
-            )
-        header.pop("blobs", None)
-        return pack(header, list(blobs.items()))
+            blob = self._inner.snapshot()
+        # the recorded events and the rewind checkpoints name models too
+        return with_knobs_mapped(
+            blob, self._names, lambda e: self._redact(event_from_dict(e)).to_dict(), model=self._model_name
+        )
 
     def restore_into(self, blob: bytes) -> None:
         """:meth:`Session.restore_into` for a snapshot a page brought: its draft models must be named as
         :meth:`snapshot` names them (catalog names); a path, or any name not on offer, is refused with
         :class:`~specviz.errors.SnapshotError` before anything is opened."""
-        header, blobs = unpack(blob)
-        header = dict(header)
-        try:
-            if isinstance(header.get("knobs"), dict):
-                header["knobs"] = (
-                    self._paths(header["knobs"]) if header["knobs"].get("draft_model") else header["knobs"]
-                )
-            pend = header.get("pending")
-            if isinstance(pend, list) and len(pend) == 2 and isinstance(pend[1], dict) and pend[1].get("draft_model"):
-                header["pending"] = [pend[0], self._paths(pend[1])]
-            wb = header.get("workbench")
-            if isinstance(wb, dict) and isinstance(wb.get("checkpoints"), list):  # a rewind reconfigures with these
-                header["workbench"] = dict(
-                    wb,
-                    checkpoints=[
-                        dict(c, knobs=self._paths(c["knobs"]))
-                        if isinstance(c, dict) and isinstance(c.get("knobs"), dict) and c["knobs"].get("draft_model")
-                        else c
-                        for c in wb["checkpoints"]
-                    ],
-                )
+        try:  # a rewind reconfigures with the checkpoints' knobs: they are mapped too
+            blob = with_knobs_mapped(blob, self._paths)
         except KnobError as e:
             raise SnapshotError(f"the snapshot is refused: {e}") from None
-        header.pop("blobs", None)
         with self._llama_work():
             try:
-                self._inner.restore_into(pack(header, list(blobs.items())))
+                self._inner.restore_into(blob)
             except ModelError as e:
-                name = self.catalog.name_for((header.get("knobs") or {}).get("draft_model"))
+                knobs = unpack(blob)[0].get("knobs")
+                name = self.catalog.name_for(knobs.get("draft_model") if isinstance(knobs, dict) else None)
                 raise SnapshotError(f"the snapshot is refused: {safe_model_error(e, name)}") from None
             # the restored generation's events replace this one's (a restore publishes no events of its own)
             self.events = [self._redact(e) for e in self._inner.events]
@@ -389,7 +361,7 @@ class ManagedSession:
     @property
     def pending(self) -> tuple[str, dict[str, Any]] | None:
         """The configuration queued for the next round boundary (a draft model by its catalog name)."""
-        p = self._inner.pending
+        p = self._inner.generation.pending
         return (p[0], self._names(dict(p[1]))) if p else None
 
     @property
