@@ -280,231 +280,323 @@ def _member_configs(strategy: str, cfg: dict[str, Any]) -> dict[str, dict[str, A
     }
 
 
-def parse_server_args(argv: str | Sequence[str]) -> ServerConfig:
-    """Read a ``llama-server`` command line (a string, split as a shell would, or a list; the program name
-    may lead) into a :class:`ServerConfig`, validated; nothing is loaded.
+@dataclass
+class _Line:
+    """A llama-server command line's flags as given, by group (nothing validated yet), and the warnings so
+    far. ``pos`` is the token being read; :meth:`value` takes the next one as a flag's value."""
 
-    Raises :class:`~specviz.errors.KnobError` (a bad value, naming the flag) or
-    :class:`~specviz.errors.StrategyError` (a ``--spec-type`` specviz does not have)."""
-    args = _split(argv)
-    warnings: list[str] = []
-    model = draft_model = None
-    types: list[str] = []  # each --spec-type value
-    spec_values: dict[tuple[str, str], tuple[str, str]] = {}  # (strategy, knob) -> (flag, value)
-    draft_values: dict[str, tuple[str, str]] = {}
-    settings: dict[str, tuple[str, str]] = {}
-    sampling: dict[str, Any] = {}
+    args: list[str]
+    warnings: list[str] = field(default_factory=list)
+    pos: int = 0
+    # the model and the speculative flags
+    model: str | None = None
+    draft_model: str | None = None
+    types: list[str] = field(default_factory=list)  # each --spec-type value
+    spec_values: dict[tuple[str, str], tuple[str, str]] = field(
+        default_factory=dict
+    )  # (strategy, knob) -> (flag, value)
+    draft_values: dict[str, tuple[str, str]] = field(default_factory=dict)  # knob -> (flag, value)
+    # the context settings and the placement
+    settings: dict[str, tuple[str, str]] = field(default_factory=dict)
     threads_batch: str | None = None
     threads_draft: str | None = None
-    n_predict = None
-    chat_template = None
-    swa_full = False
+    swa_full: bool = False
     gpu_layers: str | None = None
     draft_gpu_layers: tuple[str, str] | None = None
-    i = 0
+    # sampling and generation
+    sampling: dict[str, tuple[str, str]] = field(default_factory=dict)
+    n_predict: tuple[str, str] | None = None
+    chat_template: str | None = None
 
-    def value(flag: str) -> str:
-        nonlocal i
-        if i + 1 >= len(args):
+    def value(self, flag: str) -> str:
+        """The value of ``flag`` (the next token); :class:`~specviz.errors.KnobError` at the line's end."""
+        if self.pos + 1 >= len(self.args):
             raise KnobError(f"llama-server option {flag} needs a value", knob=flag)
-        i += 1
-        return args[i]
+        self.pos += 1
+        return self.args[self.pos]
 
-    while i < len(args):
-        tok = args[i]
+
+def _read_model_flag(line: _Line, tok: str) -> bool:
+    """The model and speculative flags: whether ``tok`` is one (then it is read)."""
+    if tok in MODEL_FLAGS:
+        line.model = line.value(tok)
+    elif tok in DRAFT_MODEL_FLAGS:
+        line.draft_model = line.value(tok)
+    elif tok == "--spec-type":
+        line.types.append(line.value(tok))
+    elif tok in SPEC_FLAGS:
+        line.spec_values[SPEC_FLAGS[tok]] = (tok, line.value(tok))
+    elif tok in DRAFT_FLAGS:
+        line.draft_values[DRAFT_FLAGS[tok]] = (tok, line.value(tok))
+    else:
+        return False
+    return True
+
+
+def _read_context_flag(line: _Line, tok: str) -> bool:
+    """The context settings and the placement flags: whether ``tok`` is one (then it is read)."""
+    if tok in SETTING_FLAGS:
+        line.settings[SETTING_FLAGS[tok]] = (tok, line.value(tok))
+    elif tok in ("-tb", "--threads-batch"):
+        line.threads_batch = line.value(tok)
+    elif tok in ("-td", "--spec-draft-threads", "--threads-draft"):
+        line.threads_draft = line.value(tok)
+    elif tok == "--swa-full":
+        line.swa_full = True
+    elif tok in GPU_LAYERS_FLAGS:
+        line.gpu_layers = line.value(tok)
+    elif tok in DRAFT_GPU_LAYERS_FLAGS:
+        line.draft_gpu_layers = (tok, line.value(tok))
+    else:
+        return False
+    return True
+
+
+def _read_sampling_flag(line: _Line, tok: str) -> bool:
+    """The sampling and generation flags: whether ``tok`` is one (then it is read)."""
+    if tok in SAMPLING_FLAGS:
+        line.sampling[SAMPLING_FLAGS[tok]] = (tok, line.value(tok))
+    elif tok in ("-s", "--seed"):
+        line.sampling["seed"] = (tok, line.value(tok))
+    elif tok in ("-n", "--n-predict", "--predict"):
+        line.n_predict = (tok, line.value(tok))
+    elif tok == "--chat-template":
+        line.chat_template = line.value(tok)
+    else:
+        return False
+    return True
+
+
+def _read_unapplied_flag(line: _Line, tok: str) -> bool:
+    """Any other token, named in a warning: serving only, not reproduced, or unknown (an unknown option takes
+    the next token as its value when it looks like one). Always True."""
+    if tok in SERVING_ONLY:
+        v = f" {line.value(tok)}" if SERVING_ONLY[tok] else ""
+        line.warnings.append(
+            f"{tok}{v}: serving only (changes neither the tokens nor the drafts of a request); not applied"
+        )
+    elif tok in NOT_REPRODUCED:
+        takes, why = NOT_REPRODUCED[tok]
+        v = f" {line.value(tok)}" if takes else ""
+        line.warnings.append(f"{tok}{v}: not applied ({why}); the server's tokens or drafts may differ")
+    else:
+        v = ""
+        if line.pos + 1 < len(line.args) and _looks_like_value(line.args[line.pos + 1]) and tok.startswith("-"):
+            v = f" {line.value(tok)}"
+        what = "option" if tok.startswith("-") else "argument"
+        line.warnings.append(f"{tok}{v}: an {what} specviz does not know; not applied")
+    return True
+
+
+#: the groups of flags, asked in this order (the sets are disjoint; the last group takes any token)
+_FLAG_GROUPS = (_read_model_flag, _read_context_flag, _read_sampling_flag, _read_unapplied_flag)
+
+
+def _read_line(args: list[str]) -> _Line:
+    """Every token of ``args`` read into its group (``--flag=value`` split as some launchers write it)."""
+    line = _Line(args)
+    while line.pos < len(args):
+        tok = args[line.pos]
         flag, eq, inline = tok.partition("=")
         if eq and flag.startswith("--"):
-            args[i : i + 1] = [flag, inline]  # --flag=value, as some launchers write it
+            args[line.pos : line.pos + 1] = [flag, inline]
             tok = flag
-        if tok in MODEL_FLAGS:
-            model = value(tok)
-        elif tok in DRAFT_MODEL_FLAGS:
-            draft_model = value(tok)
-        elif tok == "--spec-type":
-            types.append(value(tok))
-        elif tok in SPEC_FLAGS:
-            spec_values[SPEC_FLAGS[tok]] = (tok, value(tok))
-        elif tok in DRAFT_FLAGS:
-            draft_values[DRAFT_FLAGS[tok]] = (tok, value(tok))
-        elif tok in SETTING_FLAGS:
-            settings[SETTING_FLAGS[tok]] = (tok, value(tok))
-        elif tok in ("-tb", "--threads-batch"):
-            threads_batch = value(tok)
-        elif tok in ("-td", "--spec-draft-threads", "--threads-draft"):
-            threads_draft = value(tok)
-        elif tok in SAMPLING_FLAGS:
-            sampling[SAMPLING_FLAGS[tok]] = (tok, value(tok))
-        elif tok in ("-s", "--seed"):
-            sampling["seed"] = (tok, value(tok))
-        elif tok in ("-n", "--n-predict", "--predict"):
-            n_predict = (tok, value(tok))
-        elif tok == "--chat-template":
-            chat_template = value(tok)
-        elif tok == "--swa-full":
-            swa_full = True
-        elif tok in GPU_LAYERS_FLAGS:
-            gpu_layers = value(tok)
-        elif tok in DRAFT_GPU_LAYERS_FLAGS:
-            draft_gpu_layers = (tok, value(tok))
-        elif tok in SERVING_ONLY:
-            v = f" {value(tok)}" if SERVING_ONLY[tok] else ""
-            warnings.append(
-                f"{tok}{v}: serving only (changes neither the tokens nor the drafts of a request); not applied"
-            )
-        elif tok in NOT_REPRODUCED:
-            takes, why = NOT_REPRODUCED[tok]
-            v = f" {value(tok)}" if takes else ""
-            warnings.append(f"{tok}{v}: not applied ({why}); the server's tokens or drafts may differ")
-        else:
-            v = ""
-            if i + 1 < len(args) and _looks_like_value(args[i + 1]) and tok.startswith("-"):
-                v = f" {value(tok)}"
-            what = "option" if tok.startswith("-") else "argument"
-            warnings.append(f"{tok}{v}: an {what} specviz does not know; not applied")
-        i += 1
+        next(read for read in _FLAG_GROUPS if read(line, tok))
+        line.pos += 1
+    return line
 
-    # the strategy: one type, or a chain of them (the first that drafts wins, in llama.cpp's priority order)
-    if not types:
-        strategy = draft_model_strategy(draft_model) if draft_model else "none"
-    else:
-        strategy = strategy_of_spec_types(types)
+
+def _model_members(strategy: str) -> list[str]:
+    """The members of ``strategy`` (itself when it is no chain) that draft with a model."""
+    return [m for m in member_knob_names(strategy) if strategy_class(m).needs_model]
+
+
+def _strategy(line: _Line) -> str:
+    """The strategy: one type, or a chain of them (the first that drafts wins, in llama.cpp's priority order);
+    without ``--spec-type``, the draft model's own type or none."""
+    if not line.types:
+        return draft_model_strategy(line.draft_model) if line.draft_model else "none"
+    return strategy_of_spec_types(line.types)
+
+
+def _spec_knobs(line: _Line, strategy: str) -> dict[str, Any]:
+    """The knobs the speculative flags give ``strategy`` (llama.cpp's draft defaults for a model drafter),
+    not yet validated; a flag for another type, or a model-draft flag without a model drafter, is named in
+    a warning."""
     name = spec_type(strategy) or strategy
-    cls = strategy_class(strategy)
     members = member_knob_names(strategy)
-    model_members = [m for m in members if strategy_class(m).needs_model]
     knobs: dict[str, Any] = {}
-    for (owner, knob), (flag, v) in spec_values.items():
+    for (owner, knob), (flag, v) in line.spec_values.items():
         if owner not in members:
-            warnings.append(f"{flag} {v}: for --spec-type {owner}, not {name}; not applied")
+            line.warnings.append(f"{flag} {v}: for --spec-type {owner}, not {name}; not applied")
         else:
             knobs[members[owner][knob]] = v
-    if cls.needs_model:
+    if strategy_class(strategy).needs_model:
         knobs.update(LLAMA_DRAFT_DEFAULTS)
-        for knob, (_, v) in draft_values.items():
+        for knob, (_, v) in line.draft_values.items():
             knobs[knob] = v
-        if draft_model is not None:
-            knobs["draft_model"] = draft_model
+        if line.draft_model is not None:
+            knobs["draft_model"] = line.draft_model
         else:
-            for m in model_members:
+            for m in _model_members(strategy):
                 if not strategy_class(m).draft_model_optional and m != "draft":
                     # common_speculative_init enables these types only with a draft context
-                    warnings.append(
+                    line.warnings.append(
                         f"--spec-type {SPEC_TYPES[m]} without -md: llama-server leaves {SPEC_TYPES[m]} out (it needs "
                         "a draft model); specviz needs one too: give -md"
                     )
         knobs["align"] = False
         knobs["draft_policy"] = "fixed"
     else:
-        for flag, v in draft_values.values():
+        for flag, v in line.draft_values.values():
             if strategy != "none":
-                warnings.append(f"{flag} {v}: llama.cpp applies it to model drafts only; not applied to {name}")
+                line.warnings.append(f"{flag} {v}: llama.cpp applies it to model drafts only; not applied to {name}")
             else:
-                warnings.append(f"{flag} {v}: no --spec-type drafts; not applied")
-        if draft_model is not None:
-            warnings.append(f"-md {draft_model}: --spec-type {name} does not draft with a model; not applied")
+                line.warnings.append(f"{flag} {v}: no --spec-type drafts; not applied")
+        if line.draft_model is not None:
+            line.warnings.append(f"-md {line.draft_model}: --spec-type {name} does not draft with a model; not applied")
+    return knobs
+
+
+def _validated_knobs(line: _Line, strategy: str, knobs: dict[str, Any]) -> dict[str, Any]:
+    """``knobs`` validated by the strategy's schema; a refusal names the llama-server option that gave it."""
+    members = member_knob_names(strategy)
     try:
-        cfg = strategy_schema(strategy).validate(knobs)
+        return strategy_schema(strategy).validate(knobs)
     except KnobError as e:
         bad = next(
-            (f for (o, k), (f, _) in spec_values.items() if members.get(o, {}).get(k) == e.knob),
-            next((f for k, (f, _) in draft_values.items() if k == e.knob), str(e.knob)),
+            (f for (o, k), (f, _) in line.spec_values.items() if members.get(o, {}).get(k) == e.knob),
+            next((f for k, (f, _) in line.draft_values.items() if k == e.knob), str(e.knob)),
         )
         msg = str(e).replace(f"knob {e.knob!r}", f"llama-server option {bad}", 1)
         raise KnobError(msg, knob=e.knob, value=e.value) from None
+
+
+def _draft_lengths(line: _Line, strategy: str, cfg: dict[str, Any]) -> dict[str, Any]:
+    """``cfg`` with an n-gram strategy's ``draft_max`` at its own length (llama.cpp's --spec-draft-n-max does
+    not cap an n-gram type; a chain: its longest member's); where a model drafter's cap, minimum or block
+    makes the drafts differ from llama.cpp's, a warning."""
+    name = spec_type(strategy) or strategy
+    model_members = _model_members(strategy)
     own = {m: own_draft_length(m, c) for m, c in _member_configs(strategy, cfg).items() if m not in model_members}
     if strategy != "none" and not model_members:
-        # an n-gram type drafts up to its own length: llama.cpp's --spec-draft-n-max does not cap it (a chain:
-        # each member's own length, so the chain's cap is the longest)
         cfg = strategy_schema(strategy).validate({**cfg, "draft_max": max(own.values())})
         cfg = strategy_schema(strategy).validate({**cfg, "align": False, "draft_policy": "fixed"})
     if model_members and any(n > int(cfg["draft_max"]) for n in own.values()):
         # departure: specviz's chain has one draft_max for every member
         longer = ", ".join(f"{SPEC_TYPES[m]} up to {n}" for m, n in own.items() if n > int(cfg["draft_max"]))
-        warnings.append(
+        line.warnings.append(
             f"--spec-type {name}: specviz caps every member of a chain at --spec-draft-n-max {cfg['draft_max']}; "
             f"llama.cpp caps only {SPEC_TYPES[model_members[0]]} and drafts {longer}: specviz's n-gram drafts may "
             "be shorter"
         )
     if model_members and own and int(cfg.get("draft_min", 0)) > 0:
-        warnings.append(
+        line.warnings.append(
             f"--spec-draft-n-min {cfg['draft_min']}: specviz applies it to whichever member drafts, llama.cpp "
             f"inside {SPEC_TYPES[model_members[0]]} only (a too-short model draft lets the next type try)"
         )
     block = [m for m in model_members if m in ("dflash", "dspark")]
     if block:
-        warnings.append(
+        line.warnings.append(
             f"--spec-type {SPEC_TYPES[block[0]]} with --spec-draft-n-max {cfg['draft_max']}: llama.cpp decodes that "
             "many masks (clamped to the trained block), specviz always the trained block (dflash.block_size) and "
             "keeps the first tokens: the drafts may differ unless --spec-draft-n-max reaches the block's capacity"
         )
     elif model_members and float(cfg.get("draft_p_min", 0.0)) > 0:
-        warnings.append(
+        line.warnings.append(
             f"--spec-draft-p-min {cfg['draft_p_min']:g}: specviz compares it with the draft's top probability over "
             "the whole vocabulary, llama.cpp over its top 10 candidates: specviz's drafts may stop earlier"
         )
+    return cfg
 
-    # the context settings
-    setting_values = {name: v for name, (_, v) in settings.items()}
+
+def _context(line: _Line) -> tuple[ContextSettings, dict[str, Any]]:
+    """The context settings and those the line gave; a refusal names the flag as the line spells it; the
+    thread counts specviz does not apply named in a warning."""
+    setting_values = {name: v for name, (_, v) in line.settings.items()}
     try:
         ctx = ContextSettings.make(None, **setting_values)
     except KnobError as e:
         short = ContextSettings.FLAGS.get(e.knob or "", "")
-        given_flag = settings.get(e.knob or "", (short, ""))[0]
+        given_flag = line.settings.get(e.knob or "", (short, ""))[0]
         raise type(e)(str(e).replace(f"({short})", f"({given_flag})", 1), knob=e.knob, value=e.value) from None
-    if threads_batch is not None and str(threads_batch) != str(ctx.n_threads):
-        warnings.append(
-            f"-tb {threads_batch}: specviz uses one thread count (-t {ctx.n_threads}) for generation and batches; "
-            "not applied"
+    if line.threads_batch is not None and str(line.threads_batch) != str(ctx.n_threads):
+        line.warnings.append(
+            f"-tb {line.threads_batch}: specviz uses one thread count (-t {ctx.n_threads}) for generation and "
+            "batches; not applied"
         )
-    if threads_draft is not None and str(threads_draft) != str(ctx.n_threads):
-        warnings.append(
-            f"-td {threads_draft}: the draft model runs with the target's thread count (-t {ctx.n_threads}) in "
-            "specviz; not applied"
+    if line.threads_draft is not None and str(line.threads_draft) != str(ctx.n_threads):
+        line.warnings.append(
+            f"-td {line.threads_draft}: the draft model runs with the target's thread count (-t {ctx.n_threads}) "
+            "in specviz; not applied"
         )
-    given = {name: getattr(ctx, name) for name in settings}
+    return ctx, {name: getattr(ctx, name) for name in line.settings}
+
+
+def _placement(line: _Line) -> int | None:
+    """``-ngl``'s layers (None: ``auto``); where specviz places a model otherwise than llama-server, a warning."""
+    gpu_layers = line.gpu_layers
     n_gpu_layers = None if gpu_layers is None else gpu_layers_value(gpu_layers, label="llama-server option -ngl")
     if gpu_layers is not None and n_gpu_layers is None:
-        warnings.append(
+        line.warnings.append(
             "-ngl auto: specviz puts every layer on a GPU build's GPU; llama-server fits them into its free memory"
         )
-    if draft_gpu_layers is not None:
-        flag, v = draft_gpu_layers
+    if line.draft_gpu_layers is not None:
+        flag, v = line.draft_gpu_layers
         d = gpu_layers_value(v, label=f"llama-server option {flag}")
         if d != n_gpu_layers:
-            warnings.append(
+            line.warnings.append(
                 f"{flag} {v}: specviz puts a draft model where the target is (-ngl {gpu_layers or 'auto'}); not "
                 "applied (the draft's numerics, and so its drafts, may differ on a GPU build)"
             )
+    return n_gpu_layers
 
-    # sampling
+
+def _sampling(line: _Line) -> tuple[dict[str, Any], int | None]:
+    """The sampling values as numbers and ``-n`` (None when not given or negative); a refusal names the flag."""
     samp: dict[str, Any] = {}
-    for key, (flag, v) in sampling.items():
+    for key, (flag, v) in line.sampling.items():
         try:
             samp[key] = int(v) if key in ("top_k", "seed") else float(v)
         except ValueError:
             raise KnobError(f"llama-server option {flag}: {v!r} is not a number", knob=key, value=v) from None
     n_pred: int | None = None
-    if n_predict is not None:
+    if line.n_predict is not None:
         try:
-            n_pred = int(n_predict[1])
+            n_pred = int(line.n_predict[1])
         except ValueError:
             raise KnobError(
-                f"llama-server option {n_predict[0]}: {n_predict[1]!r} is not an integer", knob="n_predict"
+                f"llama-server option {line.n_predict[0]}: {line.n_predict[1]!r} is not an integer", knob="n_predict"
             ) from None
+    return samp, (n_pred if n_pred is None or n_pred >= 0 else None)
+
+
+def parse_server_args(argv: str | Sequence[str]) -> ServerConfig:
+    """Read a ``llama-server`` command line (a string, split as a shell would, or a list; the program name
+    may lead) into a :class:`ServerConfig`, validated; nothing is loaded.
+
+    Raises :class:`~specviz.errors.KnobError` (a bad value, naming the flag) or
+    :class:`~specviz.errors.StrategyError` (a ``--spec-type`` specviz does not have)."""
+    line = _read_line(_split(argv))
+    strategy = _strategy(line)
+    knobs = _draft_lengths(line, strategy, _validated_knobs(line, strategy, _spec_knobs(line, strategy)))
+    ctx, given = _context(line)
+    n_gpu_layers = _placement(line)
+    sampling, n_predict = _sampling(line)
     return ServerConfig(
-        model=model,
+        model=line.model,
         strategy=strategy,
-        knobs=cfg,
+        knobs=knobs,
         settings=ctx,
         given=given,
-        sampling=samp,
-        n_predict=n_pred if n_pred is None or n_pred >= 0 else None,
-        chat_template=chat_template,
-        swa_full=swa_full,
+        sampling=sampling,
+        n_predict=n_predict,
+        chat_template=line.chat_template,
+        swa_full=line.swa_full,
         n_gpu_layers=n_gpu_layers,
-        gpu_layers_text=gpu_layers,
-        warnings=warnings,
-        argv=args,
+        gpu_layers_text=line.gpu_layers,
+        warnings=line.warnings,
+        argv=line.args,
     )
 
 
