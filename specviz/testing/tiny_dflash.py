@@ -27,13 +27,131 @@ llama.cpp's loader; numpy shapes are ggml's reversed.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
 from .tiny_models import add_tiny_vocab, tiny_vocab
 
 DFLASH_ARCH = "dflash"
+
+
+def _ones(n: int) -> np.ndarray:
+    return np.ones(n, dtype=np.float32)
+
+
+def _add_keys(
+    w: Any,
+    name: str,
+    *,
+    context_length: int,
+    n_embd: int,
+    n_layer: int,
+    n_ff: int,
+    n_head: int,
+    n_head_kv: int,
+    target_layers: Sequence[int],
+    block_size: int | None,
+    sample_from_anchor: bool | None,
+    causal: bool | None,
+    confidence_key: bool | None,
+    selector: tuple[int, int, int, int],
+) -> None:
+    """The draft's metadata keys (the vocabulary aside); ``selector``: (top_k, rank, conv kernel, conv group),
+    written when top_k is set."""
+    import gguf
+
+    w.add_name(name)
+    w.add_context_length(context_length)
+    w.add_embedding_length(n_embd)
+    w.add_block_count(n_layer)
+    w.add_feed_forward_length(n_ff)
+    w.add_head_count(n_head)
+    w.add_head_count_kv(n_head_kv)
+    w.add_rope_dimension_count(n_embd // n_head)
+    w.add_layer_norm_rms_eps(1e-5)
+    w.add_file_type(0)
+    w.add_key_value(
+        f"{DFLASH_ARCH}.target_layers",
+        [int(x) for x in target_layers],
+        gguf.GGUFValueType.ARRAY,
+        gguf.GGUFValueType.INT32,
+    )
+    if block_size is not None:
+        w.add_uint32(f"{DFLASH_ARCH}.block_size", int(block_size))
+    if sample_from_anchor is not None:
+        w.add_bool(f"{DFLASH_ARCH}.sample_from_anchor", bool(sample_from_anchor))
+    if causal is not None:
+        w.add_bool(f"{DFLASH_ARCH}.attention.causal", bool(causal))
+    if confidence_key is not None:
+        w.add_bool(f"{DFLASH_ARCH}.has_confidence_head", bool(confidence_key))
+    selector_top_k, selector_rank, conv_kernel, conv_group = selector
+    if selector_top_k:
+        w.add_uint32(f"{DFLASH_ARCH}.selector_top_k", int(selector_top_k))
+        w.add_uint32(f"{DFLASH_ARCH}.selector_rank", int(selector_rank))
+        w.add_uint32(f"{DFLASH_ARCH}.conv_kernel_size", int(conv_kernel))
+        w.add_uint32(f"{DFLASH_ARCH}.conv_group_size", int(conv_group))
+
+
+def _add_layer(
+    w: Any,
+    i: int,
+    rng: np.random.Generator,
+    mat: Callable[..., np.ndarray],
+    n_embd: int,
+    n_q: int,
+    n_kv: int,
+    head_dim: int,
+    n_ff: int,
+    selector_top_k: int,
+    conv_kernel: int,
+    conv_group: int,
+) -> None:
+    """Block ``i``'s tensors (and DFlash-2's per-block convolutions when ``selector_top_k`` is set)."""
+    w.add_tensor(f"blk.{i}.attn_norm.weight", _ones(n_embd))
+    w.add_tensor(f"blk.{i}.attn_q.weight", mat(n_q, n_embd))
+    w.add_tensor(f"blk.{i}.attn_k.weight", mat(n_kv, n_embd))
+    w.add_tensor(f"blk.{i}.attn_v.weight", mat(n_kv, n_embd))
+    w.add_tensor(f"blk.{i}.attn_output.weight", mat(n_embd, n_q, 0.5))
+    w.add_tensor(f"blk.{i}.attn_q_norm.weight", _ones(head_dim))
+    w.add_tensor(f"blk.{i}.attn_k_norm.weight", _ones(head_dim))
+    w.add_tensor(f"blk.{i}.ffn_norm.weight", _ones(n_embd))
+    w.add_tensor(f"blk.{i}.ffn_gate.weight", mat(n_ff, n_embd))
+    w.add_tensor(f"blk.{i}.ffn_up.weight", mat(n_ff, n_embd))
+    w.add_tensor(f"blk.{i}.ffn_down.weight", mat(n_embd, n_ff, 0.5))
+    if selector_top_k:
+        groups = n_embd // conv_group
+        proj = 2 * conv_kernel * groups
+        for part in ("attn", "ffn"):
+            base = (rng.standard_normal((2, conv_kernel, n_embd)) * 0.1).astype(np.float32)
+            base[:, 0, :] += 1.0  # tap 0 passes the position itself through
+            w.add_tensor(f"blk.{i}.{part}_conv_base", base)
+            w.add_tensor(f"blk.{i}.{part}_conv_proj.weight", mat(proj, n_embd, 0.1))
+
+
+def _add_markov_head(
+    w: Any,
+    mat: Callable[..., np.ndarray],
+    vocab_size: int,
+    n_draft_vocab: int,
+    n_embd: int,
+    markov_scale: float,
+    confidence_head: bool,
+) -> None:
+    """DSpark's Markov head and, with ``confidence_head``, its confidence head."""
+    rank = 8
+    w.add_tensor("markov_w1.weight", mat(vocab_size, rank))
+    w.add_tensor("markov_w2.weight", mat(n_draft_vocab, rank, markov_scale))
+    if confidence_head:
+        w.add_tensor("conf_proj.weight", mat(1, n_embd + rank))
+        w.add_tensor("conf_proj.bias", np.full(1, 1.0, dtype=np.float32))
+
+
+def _add_selector(w: Any, mat: Callable[..., np.ndarray], vocab_size: int, n_embd: int, selector_rank: int) -> None:
+    """DFlash-2's selector over each block position's top candidates."""
+    w.add_tensor("selector_hidden.weight", mat(selector_rank, n_embd))
+    w.add_tensor("selector_predecessor.weight", mat(vocab_size, selector_rank))
+    w.add_tensor("selector_successor.weight", mat(vocab_size, selector_rank))
 
 
 def write_tiny_dflash(
@@ -87,43 +205,26 @@ def write_tiny_dflash(
     def mat(rows: int, cols: int, s: float = 1.0) -> np.ndarray:
         return (rng.standard_normal((rows, cols)) * s * scale / np.sqrt(cols)).astype(np.float32)
 
-    def ones(n: int) -> np.ndarray:
-        return np.ones(n, dtype=np.float32)
-
     tokens, scores, types = tiny_vocab(vocab_size)
     w = gguf.GGUFWriter(str(path), DFLASH_ARCH)
-    w.add_name(f"tiny-dflash-s{seed}")
-    w.add_context_length(context_length)
-    w.add_embedding_length(n_embd)
-    w.add_block_count(n_layer)
-    w.add_feed_forward_length(n_ff)
-    w.add_head_count(n_head)
-    w.add_head_count_kv(n_head_kv)
-    w.add_rope_dimension_count(head_dim)
-    w.add_layer_norm_rms_eps(1e-5)
-    w.add_file_type(0)
-    w.add_key_value(
-        f"{DFLASH_ARCH}.target_layers",
-        [int(x) for x in target_layers],
-        gguf.GGUFValueType.ARRAY,
-        gguf.GGUFValueType.INT32,
-    )
-    if block_size is not None:
-        w.add_uint32(f"{DFLASH_ARCH}.block_size", int(block_size))
-    if sample_from_anchor is not None:
-        w.add_bool(f"{DFLASH_ARCH}.sample_from_anchor", bool(sample_from_anchor))
-    if causal is not None:
-        w.add_bool(f"{DFLASH_ARCH}.attention.causal", bool(causal))
-    has_conf = dspark and confidence_head
     if confidence_key is None:
-        confidence_key = has_conf if dspark else None
-    if confidence_key is not None:
-        w.add_bool(f"{DFLASH_ARCH}.has_confidence_head", bool(confidence_key))
-    if selector_top_k:
-        w.add_uint32(f"{DFLASH_ARCH}.selector_top_k", int(selector_top_k))
-        w.add_uint32(f"{DFLASH_ARCH}.selector_rank", int(selector_rank))
-        w.add_uint32(f"{DFLASH_ARCH}.conv_kernel_size", int(conv_kernel))
-        w.add_uint32(f"{DFLASH_ARCH}.conv_group_size", int(conv_group))
+        confidence_key = dspark and confidence_head if dspark else None
+    _add_keys(
+        w,
+        f"tiny-dflash-s{seed}",
+        context_length=context_length,
+        n_embd=n_embd,
+        n_layer=n_layer,
+        n_ff=n_ff,
+        n_head=n_head,
+        n_head_kv=n_head_kv,
+        target_layers=target_layers,
+        block_size=block_size,
+        sample_from_anchor=sample_from_anchor,
+        causal=causal,
+        confidence_key=confidence_key,
+        selector=(selector_top_k, selector_rank, conv_kernel, conv_group),
+    )
     add_tiny_vocab(w, tokens, scores, types)
     if mask_token_id is None:
         mask_token_id = vocab_size - 1
@@ -133,44 +234,19 @@ def write_tiny_dflash(
     if own_embeddings:
         w.add_tensor("token_embd.weight", mat(vocab_size, n_embd, np.sqrt(n_embd)))
     w.add_tensor("fc.weight", mat(n_embd, n_inp))
-    w.add_tensor("enc.output_norm.weight", ones(n_embd))
-    w.add_tensor("output_norm.weight", ones(n_embd))
+    w.add_tensor("enc.output_norm.weight", _ones(n_embd))
+    w.add_tensor("output_norm.weight", _ones(n_embd))
     if own_output:
         out = output_weight if output_weight is not None else mat(n_draft_vocab, n_embd, 4.0)
         w.add_tensor("output.weight", np.ascontiguousarray(out, dtype=np.float32))
     if d2t is not None:
         w.add_tensor("d2t", np.asarray(d2t, dtype=np.int64))
     for i in range(n_layer):
-        w.add_tensor(f"blk.{i}.attn_norm.weight", ones(n_embd))
-        w.add_tensor(f"blk.{i}.attn_q.weight", mat(n_q, n_embd))
-        w.add_tensor(f"blk.{i}.attn_k.weight", mat(n_kv, n_embd))
-        w.add_tensor(f"blk.{i}.attn_v.weight", mat(n_kv, n_embd))
-        w.add_tensor(f"blk.{i}.attn_output.weight", mat(n_embd, n_q, 0.5))
-        w.add_tensor(f"blk.{i}.attn_q_norm.weight", ones(head_dim))
-        w.add_tensor(f"blk.{i}.attn_k_norm.weight", ones(head_dim))
-        w.add_tensor(f"blk.{i}.ffn_norm.weight", ones(n_embd))
-        w.add_tensor(f"blk.{i}.ffn_gate.weight", mat(n_ff, n_embd))
-        w.add_tensor(f"blk.{i}.ffn_up.weight", mat(n_ff, n_embd))
-        w.add_tensor(f"blk.{i}.ffn_down.weight", mat(n_embd, n_ff, 0.5))
-        if selector_top_k:
-            groups = n_embd // conv_group
-            proj = 2 * conv_kernel * groups
-            for part in ("attn", "ffn"):
-                base = (rng.standard_normal((2, conv_kernel, n_embd)) * 0.1).astype(np.float32)
-                base[:, 0, :] += 1.0  # tap 0 passes the position itself through
-                w.add_tensor(f"blk.{i}.{part}_conv_base", base)
-                w.add_tensor(f"blk.{i}.{part}_conv_proj.weight", mat(proj, n_embd, 0.1))
+        _add_layer(w, i, rng, mat, n_embd, n_q, n_kv, head_dim, n_ff, selector_top_k, conv_kernel, conv_group)
     if dspark:
-        rank = 8
-        w.add_tensor("markov_w1.weight", mat(vocab_size, rank))
-        w.add_tensor("markov_w2.weight", mat(n_draft_vocab, rank, markov_scale))
-        if has_conf:
-            w.add_tensor("conf_proj.weight", mat(1, n_embd + rank))
-            w.add_tensor("conf_proj.bias", np.full(1, 1.0, dtype=np.float32))
+        _add_markov_head(w, mat, vocab_size, n_draft_vocab, n_embd, markov_scale, confidence_head)
     if selector_top_k:
-        w.add_tensor("selector_hidden.weight", mat(selector_rank, n_embd))
-        w.add_tensor("selector_predecessor.weight", mat(vocab_size, selector_rank))
-        w.add_tensor("selector_successor.weight", mat(vocab_size, selector_rank))
+        _add_selector(w, mat, vocab_size, n_embd, selector_rank)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()

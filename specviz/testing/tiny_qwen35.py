@@ -19,12 +19,63 @@ between two tokens and drafts are partly accepted.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any, Callable
 
 import numpy as np
 
 from .tiny_models import add_tiny_vocab, tiny_vocab
 
 QWEN35_ARCH = "qwen35"
+
+
+#: the gated delta net: 2 key heads and 4 value heads of width 16 (value width = the inner size), conv kernel 4
+_D_STATE, _N_GROUP, _DT_RANK, _D_CONV = 16, 2, 4, 4
+
+
+def _ones(n: int) -> np.ndarray:
+    return np.ones(n, dtype=np.float32)
+
+
+def _add_keys(
+    w: Any, name: str, context_length: int, n_embd: int, n_all: int, n_ff: int, n_head: int, n_head_kv: int
+) -> None:
+    """The model's metadata keys up to the delta net's (the layer pattern, NextN and the vocabulary aside)."""
+    import gguf
+
+    a = QWEN35_ARCH
+    head_dim = n_embd // n_head
+    w.add_name(name)
+    w.add_context_length(context_length)
+    w.add_embedding_length(n_embd)
+    w.add_block_count(n_all)
+    w.add_feed_forward_length(n_ff)
+    w.add_head_count(n_head)
+    w.add_head_count_kv(n_head_kv)
+    w.add_key_length(head_dim)
+    w.add_value_length(head_dim)
+    w.add_rope_dimension_count(head_dim // 2)  # partial rotary, as Qwen3.5's
+    w.add_key_value(f"{a}.rope.dimension_sections", [2, 1, 1, 0], gguf.GGUFValueType.ARRAY, gguf.GGUFValueType.INT32)
+    w.add_layer_norm_rms_eps(1e-6)
+    w.add_uint32(f"{a}.ssm.conv_kernel", _D_CONV)
+    w.add_uint32(f"{a}.ssm.inner_size", _D_STATE * _DT_RANK)
+    w.add_uint32(f"{a}.ssm.state_size", _D_STATE)
+    w.add_uint32(f"{a}.ssm.time_step_rank", _DT_RANK)
+    w.add_uint32(f"{a}.ssm.group_count", _N_GROUP)
+
+
+def _add_delta_net(w: Any, i: int, mat: Callable[..., np.ndarray], n_embd: int, s: float) -> None:
+    """Block ``i``'s gated delta-net (linear attention) tensors; ``s`` scales its output projection."""
+    key_dim, value_dim = _D_STATE * _N_GROUP, _D_STATE * _DT_RANK
+    conv_dim = 2 * key_dim + value_dim
+    w.add_tensor(f"blk.{i}.attn_qkv.weight", mat(conv_dim, n_embd))
+    w.add_tensor(f"blk.{i}.attn_gate.weight", mat(value_dim, n_embd))
+    w.add_tensor(f"blk.{i}.ssm_conv1d.weight", mat(conv_dim, _D_CONV))
+    w.add_tensor(f"blk.{i}.ssm_dt.bias", np.zeros(_DT_RANK, dtype=np.float32))
+    w.add_tensor(f"blk.{i}.ssm_a", -np.ones(_DT_RANK, dtype=np.float32))
+    w.add_tensor(f"blk.{i}.ssm_beta.weight", mat(_DT_RANK, n_embd))
+    w.add_tensor(f"blk.{i}.ssm_alpha.weight", mat(_DT_RANK, n_embd))
+    w.add_tensor(f"blk.{i}.ssm_norm.weight", _ones(_D_STATE))
+    w.add_tensor(f"blk.{i}.ssm_out.weight", mat(n_embd, value_dim, 0.3 * s))
 
 
 def write_tiny_qwen35(
@@ -56,41 +107,17 @@ def write_tiny_qwen35(
     rng = np.random.default_rng(seed)
     head_dim = n_embd // n_head
     n_q, n_kv = head_dim * n_head, head_dim * n_head_kv
-    # gated delta net: 2 key heads and 4 value heads of width 16 (value width = the inner size)
-    d_state, n_group, dt_rank, d_conv = 16, 2, 4, 4
-    key_dim, value_dim = d_state * n_group, d_state * dt_rank
-    conv_dim = 2 * key_dim + value_dim
     n_all = n_layer + (1 if nextn else 0)
 
     def mat(rows: int, cols: int, s: float = 1.0) -> np.ndarray:
         return (rng.standard_normal((rows, cols)) * s * scale / np.sqrt(cols)).astype(np.float32)
 
-    def ones(n: int) -> np.ndarray:
-        return np.ones(n, dtype=np.float32)
-
     tokens, scores, types = tiny_vocab(vocab_size)
     w = gguf.GGUFWriter(str(path), QWEN35_ARCH)
-    a = QWEN35_ARCH
-    w.add_name(f"tiny-qwen35-nextn-s{seed}")
-    w.add_context_length(context_length)
-    w.add_embedding_length(n_embd)
-    w.add_block_count(n_all)
-    w.add_feed_forward_length(n_ff)
-    w.add_head_count(n_head)
-    w.add_head_count_kv(n_head_kv)
-    w.add_key_length(head_dim)
-    w.add_value_length(head_dim)
-    w.add_rope_dimension_count(head_dim // 2)  # partial rotary, as Qwen3.5's
-    w.add_key_value(f"{a}.rope.dimension_sections", [2, 1, 1, 0], gguf.GGUFValueType.ARRAY, gguf.GGUFValueType.INT32)
-    w.add_layer_norm_rms_eps(1e-6)
-    w.add_uint32(f"{a}.ssm.conv_kernel", d_conv)
-    w.add_uint32(f"{a}.ssm.inner_size", value_dim)
-    w.add_uint32(f"{a}.ssm.state_size", d_state)
-    w.add_uint32(f"{a}.ssm.time_step_rank", dt_rank)
-    w.add_uint32(f"{a}.ssm.group_count", n_group)
-    w.add_uint32(f"{a}.full_attention_interval", full_attention_interval)
+    _add_keys(w, f"tiny-qwen35-nextn-s{seed}", context_length, n_embd, n_all, n_ff, n_head, n_head_kv)
+    w.add_uint32(f"{QWEN35_ARCH}.full_attention_interval", full_attention_interval)
     if nextn:
-        w.add_uint32(f"{a}.nextn_predict_layers", 1)
+        w.add_uint32(f"{QWEN35_ARCH}.nextn_predict_layers", 1)
     w.add_file_type(0)
     add_tiny_vocab(w, tokens, scores, types)
 
@@ -102,7 +129,7 @@ def write_tiny_qwen35(
         out[p] = emb[q] - emb[p]
         out[q] = emb[p] - emb[q]
     w.add_tensor("token_embd.weight", emb)
-    w.add_tensor("output_norm.weight", ones(n_embd))
+    w.add_tensor("output_norm.weight", _ones(n_embd))
     w.add_tensor("output.weight", out)
 
     def attention(i: int, out_scale: float) -> None:
@@ -110,24 +137,16 @@ def write_tiny_qwen35(
         w.add_tensor(f"blk.{i}.attn_k.weight", mat(n_kv, n_embd))
         w.add_tensor(f"blk.{i}.attn_v.weight", mat(n_kv, n_embd))
         w.add_tensor(f"blk.{i}.attn_output.weight", mat(n_embd, n_q, 0.3 * out_scale))
-        w.add_tensor(f"blk.{i}.attn_q_norm.weight", ones(head_dim))
-        w.add_tensor(f"blk.{i}.attn_k_norm.weight", ones(head_dim))
+        w.add_tensor(f"blk.{i}.attn_q_norm.weight", _ones(head_dim))
+        w.add_tensor(f"blk.{i}.attn_k_norm.weight", _ones(head_dim))
 
     for i in range(n_all):
         trunk = i < n_layer
         s = block_scale if trunk else 1.0
-        w.add_tensor(f"blk.{i}.attn_norm.weight", ones(n_embd))
-        w.add_tensor(f"blk.{i}.post_attention_norm.weight", ones(n_embd))
+        w.add_tensor(f"blk.{i}.attn_norm.weight", _ones(n_embd))
+        w.add_tensor(f"blk.{i}.post_attention_norm.weight", _ones(n_embd))
         if trunk and (i + 1) % full_attention_interval != 0:  # a gated delta-net (linear attention) layer
-            w.add_tensor(f"blk.{i}.attn_qkv.weight", mat(conv_dim, n_embd))
-            w.add_tensor(f"blk.{i}.attn_gate.weight", mat(value_dim, n_embd))
-            w.add_tensor(f"blk.{i}.ssm_conv1d.weight", mat(conv_dim, d_conv))
-            w.add_tensor(f"blk.{i}.ssm_dt.bias", np.zeros(dt_rank, dtype=np.float32))
-            w.add_tensor(f"blk.{i}.ssm_a", -np.ones(dt_rank, dtype=np.float32))
-            w.add_tensor(f"blk.{i}.ssm_beta.weight", mat(dt_rank, n_embd))
-            w.add_tensor(f"blk.{i}.ssm_alpha.weight", mat(dt_rank, n_embd))
-            w.add_tensor(f"blk.{i}.ssm_norm.weight", ones(d_state))
-            w.add_tensor(f"blk.{i}.ssm_out.weight", mat(n_embd, value_dim, 0.3 * s))
+            _add_delta_net(w, i, mat, n_embd, s)
         else:
             attention(i, s)
         w.add_tensor(f"blk.{i}.ffn_gate.weight", mat(n_ff, n_embd))
@@ -135,10 +154,10 @@ def write_tiny_qwen35(
         w.add_tensor(f"blk.{i}.ffn_down.weight", mat(n_embd, n_ff, 0.3 * s))
         if not trunk:
             w.add_tensor(f"blk.{i}.nextn.eh_proj.weight", mat(n_embd, 2 * n_embd))
-            w.add_tensor(f"blk.{i}.nextn.enorm.weight", ones(n_embd))
-            w.add_tensor(f"blk.{i}.nextn.hnorm.weight", ones(n_embd))
+            w.add_tensor(f"blk.{i}.nextn.enorm.weight", _ones(n_embd))
+            w.add_tensor(f"blk.{i}.nextn.hnorm.weight", _ones(n_embd))
             if shared_head_norm:
-                w.add_tensor(f"blk.{i}.nextn.shared_head_norm.weight", ones(n_embd))
+                w.add_tensor(f"blk.{i}.nextn.shared_head_norm.weight", _ones(n_embd))
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
