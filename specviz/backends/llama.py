@@ -201,6 +201,82 @@ class LlamaModel:
             pass
 
 
+def _checked_settings(
+    model: LlamaModel,
+    n_ctx: int,
+    n_batch: int,
+    n_ubatch: int,
+    n_threads: int | None,
+    flash_attn: str,
+    cache_type_k: str,
+    cache_type_v: str,
+) -> ContextSettings:
+    """A context's sizes and settings checked (:class:`~specviz.errors.ContextError`,
+    :class:`~specviz.errors.ContextSettingsError`) before llama.cpp sees them."""
+    for name, v in (("n_ctx", n_ctx), ("n_batch", n_batch), ("n_ubatch", n_ubatch)):
+        if not isinstance(v, int) or v < 8:
+            raise ContextError(f"{name} must be an integer >= 8, got {v!r}")
+    if n_ubatch > n_batch:
+        raise ContextError(f"n_ubatch ({n_ubatch}) must not exceed n_batch ({n_batch})")
+    # flash attention and the KV cache types, checked against the model's head sizes before llama.cpp
+    # sees them (it would refuse the context, or split quantization blocks: specviz.backends.context_settings)
+    settings = ContextSettings.make(
+        n_ctx=n_ctx,
+        n_batch=n_batch,
+        n_ubatch=n_ubatch,
+        n_threads=n_threads or None,
+        flash_attn=flash_attn,
+        cache_type_k=cache_type_k,
+        cache_type_v=cache_type_v,
+    )
+    settings.check_model(*head_sizes(model.info.metadata, model.info.architecture))
+    return settings
+
+
+def _context_params(
+    lc: Any, model: LlamaModel, settings: ContextSettings, n_threads: int | None, swa_full: bool, n_rs_seq: int | None
+) -> Any:
+    """llama.cpp's context parameters for ``settings``, the sliding-window cache and the recurrent-state
+    snapshots, refused (:class:`~specviz.errors.ContextError`) where llama.cpp would abort."""
+    n_ctx, n_batch, n_ubatch = settings.n_ctx, settings.n_batch, settings.n_ubatch
+    threads = n_threads or max(1, os.cpu_count() or 1)
+    p = lc.llama_context_default_params()
+    p.n_ctx = n_ctx
+    p.n_batch = n_batch
+    p.n_ubatch = n_ubatch
+    p.n_seq_max = 1
+    p.n_threads = threads
+    p.n_threads_batch = threads
+    p.flash_attn_type = FLASH_ATTN_TYPE[settings.flash_attn]
+    p.type_k = GGML_TYPE[settings.cache_type_k]
+    p.type_v = GGML_TYPE[settings.cache_type_v]
+    p.no_perf = True
+    # a full-size sliding-window cache keeps every key, so any rejected tail can be removed; the ring
+    # (swa_full=False) keeps the window only (specviz.backends.memory decides what it allows)
+    p.swa_full = bool(swa_full)
+    if not swa_full and model.n_swa > 0 and lc.llama_model_is_hybrid(model.ptr):
+        # the ring's coverage is read from the memory's oldest position, which a hybrid memory reports
+        # for its recurrent part (its newest position): specviz cannot tell what the ring still holds
+        raise ContextError(
+            "the ring-sized sliding-window cache (swa_full=False) is not supported on hybrid models; "
+            "use the full-size cache (swa_full=True)"
+        )
+    if n_rs_seq is not None and (not isinstance(n_rs_seq, int) or isinstance(n_rs_seq, bool) or n_rs_seq < 0):
+        raise ContextError(f"n_rs_seq must be an integer >= 0, got {n_rs_seq!r}")
+    p.n_rs_seq = DEFAULT_N_RS_SEQ if n_rs_seq is None else n_rs_seq
+    if p.n_rs_seq > 0 and (lc.llama_model_is_recurrent(model.ptr) or lc.llama_model_is_hybrid(model.ptr)):
+        # llama.cpp keeps a sequence's last n_rs_seq + 1 tokens in one micro-batch for its state snapshots
+        # and aborts the process (GGML_ASSERT in llama_batch_allocr::split_equal) when a micro-batch cannot
+        # hold them: refuse that here, before the first decode
+        if min(n_batch, n_ubatch) <= p.n_rs_seq + 1:
+            raise ContextError(
+                f"n_ubatch={min(n_batch, n_ubatch)} is too small for n_rs_seq={p.n_rs_seq} on this "
+                f"{'hybrid' if lc.llama_model_is_hybrid(model.ptr) else 'recurrent'} model: llama.cpp needs "
+                f"n_ubatch (and n_batch) above n_rs_seq + 1; use n_ubatch >= {p.n_rs_seq + 2} or a smaller n_rs_seq"
+            )
+    return p
+
+
 class LlamaContext(ContextBase):
     """One llama.cpp context (sequence 0) over a :class:`LlamaModel`.
 
@@ -238,67 +314,43 @@ class LlamaContext(ContextBase):
         cache_type_k: str = "f16",
         cache_type_v: str = "f16",
     ) -> None:
-        for name, v in (("n_ctx", n_ctx), ("n_batch", n_batch), ("n_ubatch", n_ubatch)):
-            if not isinstance(v, int) or v < 8:
-                raise ContextError(f"{name} must be an integer >= 8, got {v!r}")
-        if n_ubatch > n_batch:
-            raise ContextError(f"n_ubatch ({n_ubatch}) must not exceed n_batch ({n_batch})")
-        # flash attention and the KV cache types, checked against the model's head sizes before llama.cpp
-        # sees them (it would refuse the context, or split quantization blocks: specviz.backends.context_settings)
-        self.settings = ContextSettings.make(
-            n_ctx=n_ctx,
-            n_batch=n_batch,
-            n_ubatch=n_ubatch,
-            n_threads=n_threads or None,
-            flash_attn=flash_attn,
-            cache_type_k=cache_type_k,
-            cache_type_v=cache_type_v,
+        self.settings = _checked_settings(
+            model, n_ctx, n_batch, n_ubatch, n_threads, flash_attn, cache_type_k, cache_type_v
         )
-        self.settings.check_model(*head_sizes(model.info.metadata, model.info.architecture))
         lc = llama_lib()
         self.model = model
-        threads = n_threads or max(1, os.cpu_count() or 1)
-        p = lc.llama_context_default_params()
-        p.n_ctx = n_ctx
-        p.n_batch = n_batch
-        p.n_ubatch = n_ubatch
-        p.n_seq_max = 1
-        p.n_threads = threads
-        p.n_threads_batch = threads
-        p.flash_attn_type = FLASH_ATTN_TYPE[self.settings.flash_attn]
-        p.type_k = GGML_TYPE[self.settings.cache_type_k]
-        p.type_v = GGML_TYPE[self.settings.cache_type_v]
-        p.no_perf = True
-        # a full-size sliding-window cache keeps every key, so any rejected tail can be removed; the ring
-        # (swa_full=False) keeps the window only (specviz.backends.memory decides what it allows)
-        p.swa_full = bool(swa_full)
-        if not swa_full and model.n_swa > 0 and lc.llama_model_is_hybrid(model.ptr):
-            # the ring's coverage is read from the memory's oldest position, which a hybrid memory reports
-            # for its recurrent part (its newest position): specviz cannot tell what the ring still holds
-            raise ContextError(
-                "the ring-sized sliding-window cache (swa_full=False) is not supported on hybrid models; "
-                "use the full-size cache (swa_full=True)"
-            )
-        if n_rs_seq is not None and (not isinstance(n_rs_seq, int) or isinstance(n_rs_seq, bool) or n_rs_seq < 0):
-            raise ContextError(f"n_rs_seq must be an integer >= 0, got {n_rs_seq!r}")
-        p.n_rs_seq = DEFAULT_N_RS_SEQ if n_rs_seq is None else n_rs_seq
-        if p.n_rs_seq > 0 and (lc.llama_model_is_recurrent(model.ptr) or lc.llama_model_is_hybrid(model.ptr)):
-            # llama.cpp keeps a sequence's last n_rs_seq + 1 tokens in one micro-batch for its state snapshots
-            # and aborts the process (GGML_ASSERT in llama_batch_allocr::split_equal) when a micro-batch cannot
-            # hold them: refuse that here, before the first decode
-            if min(n_batch, n_ubatch) <= p.n_rs_seq + 1:
-                raise ContextError(
-                    f"n_ubatch={min(n_batch, n_ubatch)} is too small for n_rs_seq={p.n_rs_seq} on this "
-                    f"{'hybrid' if lc.llama_model_is_hybrid(model.ptr) else 'recurrent'} model: llama.cpp needs "
-                    f"n_ubatch (and n_batch) above n_rs_seq + 1; use n_ubatch >= {p.n_rs_seq + 2} or a smaller n_rs_seq"
-                )
+        p = _context_params(lc, model, self.settings, n_threads, swa_full, n_rs_seq)
         # Layer capture for EAGLE-3 on graphs that record no layer inputs (gemma3) needs an eval callback,
         # which llama.cpp only takes at creation: install the C shim switched off (it then costs nothing;
         # see specviz.backends.capture). capture=None installs it when the shim can be built.
+        self._install_capture(p, capture, eval_callback)
+        ctx = lc.llama_init_from_model(model.ptr, p)
+        if not ctx:
+            raise ContextError(
+                f"llama.cpp could not create a context with n_ctx={n_ctx}, n_batch={n_batch}, "
+                f"n_ubatch={n_ubatch} ({self.settings.describe()}); try a smaller n_ctx"
+            )
+        self._adopt(ctx)
+        self.capacity = Capacity(
+            int(lc.llama_n_ctx(ctx)), int(lc.llama_n_batch(ctx)), int(lc.llama_n_ubatch(ctx)), model.n_swa
+        )
+        self._init_batch()
+        self._n_vocab = model.n_vocab
+        self._row_type = ctypes.c_float * model.n_vocab  # one logits row, for zero-copy views
+        self._logits_fn = c_function_address("llama_get_logits_ith")  # for native_rows()
+        self._out_rows: list[int] = []
+        self.decode_seconds = 0.0  # cumulative time inside llama_decode (for overhead measurements)
+        self.last_batch = (0, 0)  # (first position, tokens) of the last decode
+        self.memory = ContextMemory(self, self._probe_memory(p, bool(swa_full)))
+
+    def _install_capture(self, p: Any, capture: bool | None, eval_callback: Any) -> None:
+        """Set :attr:`tap`, :attr:`eval_callback` and the row counters, and put the callback (the layer-capture
+        shim's or ``eval_callback``) into the context parameters ``p`` (see the comment in ``__init__``)."""
+        lc = llama_lib()
         self.tap = None
         self.before_eval = None  # called before every decode (the shim resets its row counters)
         self.eval_count = 0
-        self._keeps_a_row = keeps_an_output_row(model)
+        self._keeps_a_row = keeps_an_output_row(self.model)
         if capture is None and cbuild.switched_off("SPECVIZ_CAPTURE_SHIM"):
             capture = False  # the user switched the shim off: gemma3 targets then refuse eagle3, saying why
         self.eval_callback = eval_callback  # llama.cpp keeps only the pointer: the callback must outlive the context
@@ -310,7 +362,7 @@ class LlamaContext(ContextBase):
             from ..errors import CaptureUnavailableError
             from .capture import CALLBACK_ARCHS, CallbackTap, capture_method
 
-            arch = model.info.architecture
+            arch = self.model.info.architecture
             # None: only where the shim is the only way (gemma3); True: wherever its tensor names are known
             # (the tests compare it with llama.cpp's own taps on llama)
             if capture or capture_method(arch) == "callback":
@@ -324,16 +376,11 @@ class LlamaContext(ContextBase):
             if self.tap is not None:
                 p.cb_eval = lc.ggml_backend_sched_eval_callback(self.tap.callback_address)
                 p.cb_eval_user_data = ctypes.c_void_p(self.tap.user_data)
-        ctx = lc.llama_init_from_model(model.ptr, p)
-        if not ctx:
-            raise ContextError(
-                f"llama.cpp could not create a context with n_ctx={n_ctx}, n_batch={n_batch}, "
-                f"n_ubatch={n_ubatch} ({self.settings.describe()}); try a smaller n_ctx"
-            )
-        self._adopt(ctx)
-        self.capacity = Capacity(
-            int(lc.llama_n_ctx(ctx)), int(lc.llama_n_batch(ctx)), int(lc.llama_n_ubatch(ctx)), model.n_swa
-        )
+
+    def _init_batch(self) -> None:
+        """The one reusable batch of :attr:`capacity`'s ``n_batch`` tokens (sequence 0), and numpy views of its
+        tokens, positions and logits flags."""
+        lc = llama_lib()
         cap = self.capacity.n_batch
         self._batch = lc.llama_batch_init(cap, 0, 1)
         b = self._batch
@@ -344,13 +391,6 @@ class LlamaContext(ContextBase):
         nseq[:] = 1
         for i in range(cap):
             b.seq_id[i][0] = 0
-        self._n_vocab = model.n_vocab
-        self._row_type = ctypes.c_float * model.n_vocab  # one logits row, for zero-copy views
-        self._logits_fn = c_function_address("llama_get_logits_ith")  # for native_rows()
-        self._out_rows: list[int] = []
-        self.decode_seconds = 0.0  # cumulative time inside llama_decode (for overhead measurements)
-        self.last_batch = (0, 0)  # (first position, tokens) of the last decode
-        self.memory = ContextMemory(self, self._probe_memory(p, bool(swa_full)))
 
     def _probe_memory(self, params: Any, swa_full: bool) -> Any:
         """:func:`~specviz.backends.memory.probe_memory` of this context.
