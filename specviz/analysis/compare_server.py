@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from ..errors import LlamaServerError, StrategyError
 from .llama_server import fetch_text, http_request
@@ -186,6 +186,91 @@ def _send(url: str, messages: list[dict[str, str]], n_predict: int, temperature:
     return content if isinstance(content, str) else None
 
 
+def _read_requests(requests: Sequence[Any] | str | os.PathLike) -> list[Any]:
+    """The requests to compare: a request log read (refused when a line is malformed), or the list given;
+    refused when there is none."""
+    from ..sweep.request_log import read_request_log
+
+    if isinstance(requests, (str, os.PathLike)):
+        requests, problems = read_request_log(Path(requests))
+        if problems:
+            raise LlamaServerError(f"the request log has malformed lines: {problems[0]} ...")
+    requests = list(requests)
+    if not requests:
+        raise LlamaServerError("no request to compare: pass a request log with at least one chat request")
+    return requests
+
+
+def _server_state(url: str) -> tuple[ServerMetrics, dict[str, Any], list[dict[str, Any]] | None]:
+    """The server's counters (refused without ``--metrics``), its ``/props`` (empty when unreadable) and its
+    ``/slots`` (None when disabled or unreadable)."""
+    import json
+
+    try:
+        before = parse_metrics(fetch_text(url, "/metrics"))
+    except LlamaServerError as e:
+        raise LlamaServerError(f"{e}; start the server with --metrics to compare with it") from None
+    props: dict[str, Any] = {}
+    try:
+        props = json.loads(fetch_text(url, "/props"))
+    except (LlamaServerError, ValueError):
+        props = {}
+    slots: list[dict[str, Any]] | None
+    try:
+        slots = json.loads(fetch_text(url, "/slots"))
+    except (LlamaServerError, ValueError):
+        slots = None
+    return before, props, slots
+
+
+def _model_path(model: Any, config: ServerConfig, props: dict[str, Any]) -> Any:
+    """The GGUF to reproduce with: ``model``, else the command line's, else the server's ``model_path``;
+    refused when it is not a file here."""
+    path = model if model is not None else config.model or props.get("model_path")
+    if path is None or (isinstance(path, (str, os.PathLike)) and not Path(path).is_file()):
+        raise LlamaServerError(
+            f"the server's model {props.get('model_path')!r} is not a file here: pass the GGUF to reproduce "
+            "with (model=PATH, --model PATH)"
+        )
+    return path
+
+
+def _reproduce(
+    session: Any, requests: list[Any], config: ServerConfig, plan: Callable[[Any], tuple[int, float, int | None]]
+) -> tuple[list[ServerLikeRun], int, list[float]]:
+    """Each request run through the server's generation loop on ``session`` (its length, temperature and seed
+    from ``plan``): the runs, the prompt tokens they read and the temperatures they ran at."""
+    runs: list[ServerLikeRun] = []
+    prompt_tokens = 0
+    temps: list[float] = []
+    for r in requests:
+        n, t, seed = plan(r)
+        temps.append(t)
+        extra: dict[str, Any] = {"temperature": t}
+        if seed is not None and t > 0:
+            extra["seed"] = int(seed)
+        if config.chat_template:
+            extra["chat_template"] = config.chat_template
+        run = run_like_the_server(session, None, n, config.strategy, config.knobs, messages=r.message_dicts(), **extra)
+        runs.append(run)
+        prompt_tokens += int(session.n_prompt)
+    return runs, prompt_tokens, temps
+
+
+def _summed(runs: list[ServerLikeRun], prompt_tokens: int) -> ServerMetrics:
+    """The reproduction's runs as the server's counters would count them."""
+    npos = max((len(x.accepted_per_pos) for x in runs), default=0)
+    return ServerMetrics(
+        drafts=sum(x.verify_steps for x in runs),
+        draft_tokens=sum(x.draft_n for x in runs),
+        accepted=sum(x.draft_n_accepted for x in runs),
+        accepted_per_pos=[sum(x.accepted_per_pos[i] for x in runs if i < len(x.accepted_per_pos)) for i in range(npos)],
+        tokens_predicted=sum(len(x.tokens) for x in runs),
+        predicted_seconds=sum(x.decode_seconds for x in runs),
+        prompt_tokens=prompt_tokens,
+    )
+
+
 def compare_server(
     url: str,
     requests: Sequence[Any] | str | os.PathLike,
@@ -205,34 +290,10 @@ def compare_server(
     ``session``: a :class:`~specviz.Session` to reuse (its model and context are used as they are).
     """
     from ..decoding.session import Session
-    from ..sweep.request_log import read_request_log
 
     url = url.rstrip("/")
-    if isinstance(requests, (str, os.PathLike)):
-        requests, problems = read_request_log(Path(requests))
-        if problems:
-            raise LlamaServerError(f"the request log has malformed lines: {problems[0]} ...")
-    requests = list(requests)
-    if not requests:
-        raise LlamaServerError("no request to compare: pass a request log with at least one chat request")
-    try:
-        before = parse_metrics(fetch_text(url, "/metrics"))
-    except LlamaServerError as e:
-        raise LlamaServerError(f"{e}; start the server with --metrics to compare with it") from None
-    props: dict[str, Any] = {}
-    try:
-        import json
-
-        props = json.loads(fetch_text(url, "/props"))
-    except (LlamaServerError, ValueError):
-        props = {}
-    slots: list[dict[str, Any]] | None
-    try:
-        import json
-
-        slots = json.loads(fetch_text(url, "/slots"))
-    except (LlamaServerError, ValueError):
-        slots = None
+    requests = _read_requests(requests)
+    before, props, slots = _server_state(url)
     notes: list[str] = []
     if server_args is not None:
         config = parse_server_args(server_args)
@@ -256,43 +317,13 @@ def compare_server(
 
     own = session is None
     if own:
-        path = model if model is not None else config.model or props.get("model_path")
-        if path is None or (isinstance(path, (str, os.PathLike)) and not Path(path).is_file()):
-            raise LlamaServerError(
-                f"the server's model {props.get('model_path')!r} is not a file here: pass the GGUF to reproduce "
-                "with (model=PATH, --model PATH)"
-            )
-        session = Session(path, **config.session_kwargs())
-    runs: list[ServerLikeRun] = []
-    prompt_tokens = 0
-    temps: list[float] = []
+        session = Session(_model_path(model, config, props), **config.session_kwargs())
     try:
-        for r in requests:
-            n, t, seed = plan(r)
-            temps.append(t)
-            extra: dict[str, Any] = {"temperature": t}
-            if seed is not None and t > 0:
-                extra["seed"] = int(seed)
-            if config.chat_template:
-                extra["chat_template"] = config.chat_template
-            run = run_like_the_server(
-                session, None, n, config.strategy, config.knobs, messages=r.message_dicts(), **extra
-            )
-            runs.append(run)
-            prompt_tokens += int(session.n_prompt)
+        runs, prompt_tokens, temps = _reproduce(session, requests, config, plan)
     finally:
         if own:
             session.close()
-    npos = max((len(x.accepted_per_pos) for x in runs), default=0)
-    repro = ServerMetrics(
-        drafts=sum(x.verify_steps for x in runs),
-        draft_tokens=sum(x.draft_n for x in runs),
-        accepted=sum(x.draft_n_accepted for x in runs),
-        accepted_per_pos=[sum(x.accepted_per_pos[i] for x in runs if i < len(x.accepted_per_pos)) for i in range(npos)],
-        tokens_predicted=sum(len(x.tokens) for x in runs),
-        predicted_seconds=sum(x.decode_seconds for x in runs),
-        prompt_tokens=prompt_tokens,
-    )
+    repro = _summed(runs, prompt_tokens)
     temperature = max(temps) if temps else 0.0
     parted = [r.id for r, run, text in zip(requests, runs, answers) if text is not None and text != run.content]
     cmp = ServerComparison(url, server, repro, len(requests), config, temperature, send, runs=runs, slots=slots)
