@@ -121,6 +121,95 @@ class ServedApp:
     shared: Any = None
 
 
+def _page_presets(catalog: Any, presets: list[dict[str, Any]] | None) -> list[dict[str, Any]] | None:
+    """The presets as the pages get them: a preset's draft model by its catalog name, as every draft goes to
+    the pages (never a path); None without presets."""
+    return [
+        {**p, "knobs": {**p["knobs"], "draft_model": catalog.name_for(str(p["knobs"]["draft_model"]))}}
+        if (p.get("knobs") or {}).get("draft_model")
+        else p
+        for p in (presets or [])
+    ] or None
+
+
+@dataclass
+class _Pages:
+    """What every page of an app is built from: the session factory, the drafts on offer and loaded, the
+    access policy, the base URL and port, and the first session's prompt, start arguments and presets."""
+
+    make_session: Callable[[], Any]
+    catalog: Any
+    drafts: Any
+    policy: AccessPolicy
+    base: str
+    port: int
+    prompt: str
+    start_kwargs: dict[str, Any]
+    presets: list[dict[str, Any]] | None
+
+
+def _presenter_app(p: _Pages, max_viewers: int) -> ServedApp:
+    """Presenter mode: one session, started now, that every page watches."""
+    from .access import GateRegistry
+    from .assets import plotly_url
+    from .pages import shared_app
+    from .pool import ManagedSession
+    from .presenter import SharedInspector
+
+    session = ManagedSession(p.make_session, catalog=p.catalog, drafts=p.drafts)
+    session.start(p.prompt, **p.start_kwargs)
+    inspector = SharedInspector(
+        session,
+        prompt=p.prompt,
+        draft_models=p.catalog.names,
+        presets=p.presets,
+        background=True,
+        plotly_url=plotly_url(),
+    )
+    return ServedApp(
+        shared_app(inspector, p.policy, max_viewers=max_viewers, gates=GateRegistry(), port=p.port),
+        [
+            "specviz inspector, presenter mode: one session, every page watches (Ctrl-C stops)",
+            f"  audience:  {p.policy.url(p.base)}",
+            f"  presenter: {p.policy.url(p.base, presenter=True)}   (keep this one to yourself)",
+        ],
+        p.policy,
+        shared=inspector,
+    )
+
+
+def _per_page_app(p: _Pages, max_sessions: int, idle_timeout: float) -> ServedApp:
+    """The default mode: a session per page, from a pool that parks idle ones and takes rounds in turn."""
+    from .access import GateRegistry
+    from .assets import plotly_url
+    from .pages import per_page_app
+    from .pool import SessionPool
+    from .scheduler import RoundScheduler
+
+    pool = SessionPool(
+        p.make_session,
+        max_sessions=max_sessions,
+        idle_timeout=idle_timeout,
+        scheduler=RoundScheduler(),
+        catalog=p.catalog,
+        drafts=p.drafts,
+    )
+    pool.start_reaper()
+    return ServedApp(
+        per_page_app(
+            pool,
+            prompt=p.prompt,
+            start_kwargs=p.start_kwargs,
+            presets=p.presets,
+            gates=GateRegistry(),
+            plotly_url=plotly_url(),
+        ),
+        [f"specviz inspector: {p.policy.url(p.base)}  (Ctrl-C stops; a session per page, at most {max_sessions})"],
+        p.policy,
+        pool=pool,
+    )
+
+
 def build_app(
     port: int = 5006,
     model: str | os.PathLike | None = None,
@@ -149,13 +238,8 @@ def build_app(
     from ..backends.llama import LlamaModel
     from ..decoding.session import Session
     from ..models.embedded import resolve_model
-    from .access import GateRegistry
-    from .assets import plotly_url
     from .catalog import DraftCatalog
-    from .pages import per_page_app, shared_app
-    from .pool import ManagedSession, SessionPool, SharedDraftModels
-    from .presenter import SharedInspector
-    from .scheduler import RoundScheduler
+    from .pool import SharedDraftModels
 
     policy = access_policy(address, token, shared=shared, presenter_token=presenter_token)
     target = resolve_model(model)
@@ -165,13 +249,7 @@ def build_app(
     )
     if knobs.get("draft_model"):
         knobs["draft_model"] = catalog.name_for(str(knobs["draft_model"]))
-    # a preset's draft model goes to the pages by its catalog name, as every draft does (never a path)
-    page_presets = [
-        {**p, "knobs": {**p["knobs"], "draft_model": catalog.name_for(str(p["knobs"]["draft_model"]))}}
-        if (p.get("knobs") or {}).get("draft_model")
-        else p
-        for p in (presets or [])
-    ] or None
+    page_presets = _page_presets(catalog, presets)
     drafts = SharedDraftModels(loaded)
 
     ctx_settings = settings.to_dict() if settings is not None else {"n_ctx": n_ctx}
@@ -181,50 +259,11 @@ def build_app(
 
     base = f"http://{_display_host(address)}:{port}/"
     start_kwargs = {"max_tokens": max_tokens, "strategy": strategy, **knobs}
+    pages = _Pages(make_session, catalog, drafts, policy, base, port, prompt, start_kwargs, page_presets)
     if shared:
-        session = ManagedSession(make_session, catalog=catalog, drafts=drafts)
-        session.start(prompt, **start_kwargs)
-        inspector = SharedInspector(
-            session,
-            prompt=prompt,
-            draft_models=catalog.names,
-            presets=page_presets,
-            background=True,
-            plotly_url=plotly_url(),
-        )
-        app = ServedApp(
-            shared_app(inspector, policy, max_viewers=max_viewers, gates=GateRegistry(), port=port),
-            [
-                "specviz inspector, presenter mode: one session, every page watches (Ctrl-C stops)",
-                f"  audience:  {policy.url(base)}",
-                f"  presenter: {policy.url(base, presenter=True)}   (keep this one to yourself)",
-            ],
-            policy,
-            shared=inspector,
-        )
+        app = _presenter_app(pages, max_viewers)
     else:
-        pool = SessionPool(
-            make_session,
-            max_sessions=max_sessions,
-            idle_timeout=idle_timeout,
-            scheduler=RoundScheduler(),
-            catalog=catalog,
-            drafts=drafts,
-        )
-        pool.start_reaper()
-        app = ServedApp(
-            per_page_app(
-                pool,
-                prompt=prompt,
-                start_kwargs=start_kwargs,
-                presets=page_presets,
-                gates=GateRegistry(),
-                plotly_url=plotly_url(),
-            ),
-            [f"specviz inspector: {policy.url(base)}  (Ctrl-C stops; a session per page, at most {max_sessions})"],
-            policy,
-            pool=pool,
-        )
+        app = _per_page_app(pages, max_sessions, idle_timeout)
     if settings is not None and settings.changed():
         app.lines.append(f"  every session's context: {settings.describe()}")
     if policy.required:
