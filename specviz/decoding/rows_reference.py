@@ -132,7 +132,7 @@ def expsum(row: np.ndarray, m: float) -> float:
     relative error); NaN when ``m`` is not finite."""
     if not math.isfinite(m):
         return float("nan")
-    buf = _scratch(row.shape[0]) if row.ndim == 1 else None
+    buf = _scratch(row.shape[0]) if row.dtype == np.float32 and row.ndim == 1 else None  # others: their own dtype
     if _DIRECT_LO < m < _DIRECT_HI:
         # Σ exp(l) · exp(−m): one pass fewer, and safe here — no exp(l) overflows float32, nor does their sum
         # (262 144 · e^60 < 3.4e38), and exp(m) is far above underflow
