@@ -25,13 +25,14 @@
  * Builds. Every pass is plain C written so that GCC vectorises it without -ffast-math: branch-free
  * exponentials (below), sums kept in sixteen lanes, and counts (which vectorise) in place of searches
  * (which do not: a NaN-aware "x > m ? x : m" is no vector maximum for the compiler). GCC builds those for
- * x86-64-v4 (AVX-512), x86-64-v3 (AVX2 with FMA) and the baseline and picks one at load time
- * (target_clones); other compilers build the baseline. One pass also has hand-written vector builds: the
- * greedy scan, in AVX-512 and in AVX2 with FMA, because they measure faster than the compiler's build of
- * the same pass (benchmarks/bench_row_kernel.py, a 262 144-value row on one core of an AMD EPYC with
- * AVX-512: 66 us against 98, and 98 against 128 for the plain C built for AVX2). A hand-written build is
- * kept only where it is more than 10% faster; every other pass's plain C measured within 6% of the
- * hand-written builds it replaced (or faster), so it has none.
+ * x86-64-v4 (AVX-512), x86-64-v3 (AVX2 with FMA) and the baseline (before GCC 12: AVX-512F, AVX2 and the
+ * baseline) and picks one at load time (target_clones); other compilers build the baseline.
+ *
+ * One pass also has hand-written vector builds: the greedy scan, in AVX-512 and in AVX2 with FMA, because
+ * they measure faster than the compiler's build of the same pass (benchmarks/bench_row_kernel.py, a
+ * 262 144-value row on one core of an AMD EPYC with AVX-512: 66 us against 98, and 98 against 128 for the
+ * plain C built for AVX2). A hand-written build is kept only where it is more than 10% faster; every other
+ * pass's plain C measured within 6% of the hand-written builds it replaced (or faster), so it has none.
  *
  * Threads. With OpenMP a row of at least SPECVIZ_SCAN_SPLIT values is cut into pieces of whole blocks,
  * one per thread, up to a cap (8 unless set, at most 16), for specviz_scan (so for specviz_verify_greedy)
@@ -50,8 +51,10 @@
 
 #ifdef SPECVIZ_CLONES
 /* given on the command line: bench_row_kernel.py builds the plain C for one instruction set so */
-#elif defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+#elif defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && __GNUC__ >= 12
 #define SPECVIZ_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#elif defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) /* no x86-64-v* clones before GCC 12 */
+#define SPECVIZ_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 #else
 #define SPECVIZ_CLONES
 #endif
@@ -147,12 +150,12 @@ double specviz_expsum(const float * x, int64_t n, float m) {
  * AVX2 builds are exported so that the tests check each on every machine that runs it.
  */
 
-/* exp(x) for x <= 0 in double (the scan's rescaling, and every term of the tempered scan below):
-   n = round(x / ln2) (adding 1.5 * 2^52 rounds to nearest and leaves n in the low bits), r = x - n ln2 with ln2 in two parts
-   (Cody and Waite), exp(r) by its Taylor polynomial to degree 12 (|r| <= ln2 / 2: error below 2e-16),
-   2^n from the exponent bits. At or below -708 (and for -inf) the result is 0: e^-708 < 4e-308 is the
-   edge of the normal doubles, and a row's probabilities never need the subnormal ones. No branch on
-   x, so GCC vectorises loops of it. */
+/* exp(x) for x <= 0 in double (the scan's rescaling, and every term of the tempered, residual and nucleus
+   passes below): n = round(x / ln2) (adding 1.5 * 2^52 rounds to nearest and leaves n in the low bits),
+   r = x - n ln2 with ln2 in two parts (Cody and Waite), exp(r) by its Taylor polynomial to degree 12
+   (|r| <= ln2 / 2: error below 2e-16), 2^n from the exponent bits. At or below -708 (and for -inf) the
+   result is 0: e^-708 < 4e-308 is the edge of the normal doubles, and a row's probabilities never need the
+   subnormal ones. No branch on x, so GCC vectorises loops of it. */
 #define SPECVIZ_EXP_FLOOR (-708.0)
 #define SPECVIZ_LN2_HI 0.693147180369123816490
 #define SPECVIZ_LN2_LO 1.90821492927058770002e-10
