@@ -9,12 +9,12 @@ exports: ``plain C`` (the ``_generic`` function or the ``generic`` flag: what th
 plain loop, with ``target_clones`` where the file asks for it), ``plain C, x86-64-v3`` (the same built for
 AVX2 and FMA only, as a CPU without AVX-512 runs it: a second build with ``SPECVIZ_CLONES`` defined on the
 command line), ``avx2`` (the hand-written ``_avx2`` function, where there is one) and ``dispatched`` (what
-the kernel runs on this CPU). Several files (``--source``, e.g. a
-copy of the file from an older commit) are timed side by side in one process.
+the kernel runs on this CPU). Several files (``--source``, e.g. a copy of the file from an older commit)
+are timed side by side in one process.
 
 The builds are interleaved: every repeat times each build of a pass in turn (``--calls`` calls, the mean
 taken), in an order that alternates from repeat to repeat, and the table gives the median over
-``--repeats`` in CPU microseconds a call, with each build's ratio to the first file's plain C. The rows cycle
+``--repeats`` in CPU microseconds a call, with each build's ratio to the first build of its pass. The rows cycle
 through eight of them (8 MiB, more than a core's second-level cache), as rows that arrive from a decode
 do. The load average is printed beside the figures: other work on the machine stretches them.
 
