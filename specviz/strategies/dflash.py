@@ -43,8 +43,8 @@ from ..backends.gguf_check import check_gguf, read_small_tensor
 from ..decoding.knob_schema import Knob
 from ..errors import CaptureUnavailableError, KnobError, ModelError, SnapshotError, StrategyUnavailableError
 from .base import Draft, DraftResources
-from .context_drafter import ContextDrafter
 from .block_read import BlockRead, read_positions, walk_lattice
+from .context_drafter import ContextDrafter
 from .knobs import DRAFT_MODEL_KNOB, DRAFT_P_MIN_KNOB
 from .target_replay import reevaluate
 

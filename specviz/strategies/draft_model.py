@@ -41,8 +41,7 @@ def _check_draft_model(config: dict[str, Any]) -> None:
     path = config.get("draft_model") or ""
     if not path:
         raise KnobError(
-            "knob 'draft_model': the draft strategy needs a draft model; pass "
-            "draft_model=PATH (--draft-model PATH)",
+            "knob 'draft_model': the draft strategy needs a draft model; pass draft_model=PATH (--draft-model PATH)",
             knob="draft_model",
             value=path,
         )

@@ -66,8 +66,7 @@ def _check_head(config: dict[str, Any]) -> None:
     path = config.get("draft_model") or ""
     if not path:
         raise KnobError(
-            "knob 'draft_model': the eagle3 strategy needs an EAGLE-3 head; pass draft_model=PATH "
-            "(--draft-model PATH)",
+            "knob 'draft_model': the eagle3 strategy needs an EAGLE-3 head; pass draft_model=PATH (--draft-model PATH)",
             knob="draft_model",
             value=path,
         )
