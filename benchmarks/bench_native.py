@@ -80,7 +80,7 @@ from specviz import Session
 from specviz.analysis.native import run_tool
 from specviz.analysis.workloads import WORKLOADS
 from specviz.backends import LlamaModel
-from specviz.decoding.policy import VerifyCostModel
+from specviz.decoding.verify_cost import VerifyCostModel
 from specviz.models.embedded import default_model_path
 
 #: Each strategy with the same knobs on both sides; every draft is at most 16 tokens (ngram-cache: 8).

@@ -52,7 +52,7 @@ def bench_specviz(session: Session, prompt: str, max_tokens: int, **knobs) -> tu
     session.start(prompt, max_tokens, "prompt-lookup", max_ngram=MAX_NGRAM, min_ngram=1, draft_max=NUM_PRED, **knobs)
     session.ctx.decode_seconds = 0.0
     session.run()
-    t = session.telemetry
+    t = session.generation.telemetry
     overhead = (t.seconds - session.ctx.decode_seconds) / t.seconds if t.seconds else 0.0
     return t.generated / t.seconds, overhead, list(session.tokens)
 

@@ -120,7 +120,7 @@ class SessionMachine(RuleBasedStateMachine):
             list(s.history),
             s.strategy,
             dict(s.knobs),
-            s.pending,
+            s.generation.pending,
             s.finished,
             s.round_index,
             len(s.events),
@@ -229,7 +229,7 @@ class SessionMachine(RuleBasedStateMachine):
         if how == "round":
             ok, ev = self.attempt(s.rewind, data.draw(st.integers(0, max(s.round_index, 0))))
         elif how == "position":
-            lo = s.checkpoints[0].n_history if s.checkpoints else 1
+            lo = s.generation.checkpoints[0].n_history if s.generation.checkpoints else 1
             ok, ev = self.attempt(s.rewind, position=data.draw(st.integers(lo, max(len(history), lo))))
         else:
             bad = data.draw(
@@ -278,7 +278,7 @@ def check_session(s: Session) -> None:
     assert s.kv_length == s.committed, f"cache holds {s.kv_length}, committed {s.committed}"
     if s.drafter is not None and s.drafter.has_context:
         assert s.drafter.kv_length() == s.committed, "the draft model's cache is out of step"
-    if s.sampling.greedy:
+    if s.generation.sampling.greedy:
         ref = plain_greedy(s.prompt_tokens, len(s.tokens))
         assert s.tokens == ref, f"greedy output differs from plain greedy at {s.tokens} vs {ref}"
 

@@ -8,7 +8,7 @@ import pytest
 from test_diagnose import Rounds
 
 from specviz.analysis.advise import advise, cost_from_times, llama_flags
-from specviz.decoding.policy import VerifyCostModel
+from specviz.decoding.verify_cost import VerifyCostModel
 
 NO_TILE = {"align": False, "draft_max": 8, "draft_min": 0}
 

@@ -102,8 +102,8 @@ class Halves:
     def promise_plain(self):
         return None
 
-    def use_cost(self, cost):
-        pass
+    def prepare(self, ctx, history, knobs):
+        return None
 
     def observe(self, n_drafted, n_accepted, draft_seconds):
         pass

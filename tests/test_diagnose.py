@@ -10,8 +10,8 @@ import pytest
 from specviz.analysis.diagnose import diagnose, token_class
 from specviz.decoding.acceptor import accept
 from specviz.decoding.events import Accepted, DraftProposed, Rejected, Rewound, SessionStarted, TelemetryEvent, Verified
-from specviz.decoding.policy import VerifyCostModel
 from specviz.decoding.sampling import SamplingParams
+from specviz.decoding.verify_cost import VerifyCostModel
 
 
 def test_token_classes():

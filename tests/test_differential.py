@@ -460,7 +460,7 @@ def test_bench_native_runs_and_prints_both_tables(tiny_model_path, capsys):
         assert r["ratios"][str(r["best"])] == max(r["ratios"].values())
     # the priced speedup: every round's verify batch counted, none's all one row, and the figure worked
     # again from the JSON with the printed price list
-    from specviz.decoding.policy import VerifyCostModel
+    from specviz.decoding.verify_cost import VerifyCostModel
 
     prices = VerifyCostModel(raw["prices"]["sizes"], raw["prices"]["seconds"])
     for kind, cells in raw["runs"].items():

@@ -25,7 +25,8 @@ from specviz import Session
 from specviz.backends import LlamaContext, LlamaModel
 from specviz.backends import capture as capture_mod
 from specviz.backends.capture import LayerCapture
-from specviz.decoding.policy import CostPolicy, VerifyCostModel
+from specviz.decoding.policy import CostPolicy
+from specviz.decoding.verify_cost import VerifyCostModel
 from specviz.errors import CaptureUnavailableError, KnobError
 
 
@@ -126,7 +127,7 @@ def test_cost_policy_promises_the_plain_rounds_up_to_its_next_probe():
 def test_cost_policy_keeps_a_promise_when_drafting_starts_to_pay_and_weighs_again_after_it():
     p = CostPolicy(VerifyCostModel([1, 2, 16], [0.001, 1.0, 10.0]))
     assert p.length(0, 4)[0] == 0 and p.promise_plain() == 6
-    p.use_cost(VerifyCostModel([1, 2, 16], [1.0, 1.0, 1.0]))  # now every draft length pays
+    p.cost = VerifyCostModel([1, 2, 16], [1.0, 1.0, 1.0])  # now every draft length pays
     assert CostPolicy(VerifyCostModel([1, 2, 16], [1.0, 1.0, 1.0])).length(0, 4)[0] == 4  # unpromised: drafts
     mid = json.loads(json.dumps(p.state()))
     assert [p.length(0, 4)[0] for _ in range(6)] == [0] * 6  # promised: kept plain

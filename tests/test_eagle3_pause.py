@@ -15,7 +15,8 @@ from test_session import plain_reference
 
 from specviz import Session
 from specviz.backends.binding import llama_lib
-from specviz.decoding.policy import QuietPolicy, VerifyCostModel
+from specviz.decoding.policy import QuietPolicy
+from specviz.decoding.verify_cost import VerifyCostModel
 
 PROMPT = [1, 50, 60, 70, 80, 90, 100]
 

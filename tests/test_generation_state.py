@@ -107,10 +107,18 @@ def test_a_rewind_brings_back_every_field_a_generation_changes(tiny_session):
     assert s.generation.last_result is None
 
 
+#: The fields a session shows as its own read-only attributes (what users read); the others are read on
+#: ``session.generation``.
+SHOWN = {"history", "n_prompt", "max_tokens", "strategy", "knobs", "round_index", "finished", "started", "events"}
+
+
 @pytest.mark.parametrize("name", sorted(FIELDS))
 def test_each_field_is_the_sessions_read_only_attribute(tiny_session, name):
     # the session's public attributes of a generation are views of the generation, never a second copy
     start(tiny_session)
+    if name not in SHOWN:
+        assert not hasattr(tiny_session, name), f"{name} is the generation's: read it as session.generation.{name}"
+        return
     assert getattr(tiny_session, name) is getattr(tiny_session.generation, name)
     with pytest.raises(AttributeError):
         setattr(tiny_session, name, getattr(tiny_session, name))

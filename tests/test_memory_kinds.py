@@ -257,7 +257,7 @@ def test_greedy_speculation_equals_plain_greedy(paths, name, kw, strategy):
     ref = _plain(s)
     events = _run_checked(s, strategy, draft_max=6, **DRAFT_KNOBS.get(strategy, {}))
     assert s.tokens == ref
-    assert s.telemetry.drafted > 0, "the strategy never drafted: the comparison would prove nothing"
+    assert s.generation.telemetry.drafted > 0, "the strategy never drafted: the comparison would prove nothing"
     assert _target_rollbacks(events), "nothing was rejected: no rollback was tested"
     s.close()
 
@@ -288,7 +288,7 @@ def test_a_speculative_run_replays_through_every_memory_kind(paths, name, kw):
     rounds = []
     while s.finished is None:
         s.step()
-        rounds.append(s.last_result)
+        rounds.append(s.generation.last_result)
     assert any(r.rollback is not None for r in rounds), "nothing was rolled back: the replay's cuts were not tested"
     ran, calls[:] = list(calls), []
     prompt = list(s.prompt_tokens)

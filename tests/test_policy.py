@@ -10,7 +10,10 @@ from test_session import DRAFTLESS, eager, plain_reference
 
 from specviz import Session
 from specviz.decoding import policy as policy_module
-from specviz.decoding.policy import AdaptivePolicy, CostPolicy, VerifyCostModel, measure_verify_cost, tile_aligned
+from specviz.decoding import verify_cost as verify_cost_module
+from specviz.decoding.policy import AdaptivePolicy, CostPolicy
+from specviz.decoding.tiling import tile_aligned
+from specviz.decoding.verify_cost import VerifyCostModel, measure_verify_cost
 from specviz.errors import KnobError
 
 
@@ -427,7 +430,7 @@ def test_rounds_the_cost_policy_keeps_plain_still_teach_it(tiny_session, tiny_mo
             tries += 1
             hits += proposal[0] == history[e.position]
     assert tries > 0 and hits > 0
-    assert (s.policy.shadow_tries, s.policy.shadow_hits) == (tries, hits)
+    assert (s.generation.policy.shadow_tries, s.generation.policy.shadow_hits) == (tries, hits)
 
 
 @pytest.mark.parametrize(
@@ -449,7 +452,7 @@ def test_the_stateful_ngram_drafters_teach_plain_rounds_too(tiny_session, tiny_m
     s.start(prompt, 40, strategy, draft_policy="cost", draft_max=8, **knobs)
     s.run()
     assert s.tokens == ref
-    assert s.policy.shadow_tries > 0 and s.policy.shadow_hits > 0
+    assert s.generation.policy.shadow_tries > 0 and s.generation.policy.shadow_hits > 0
 
 
 def test_a_strategy_without_peek_breaks_the_run_in_plain_rounds(tiny_session):
@@ -457,9 +460,9 @@ def test_a_strategy_without_peek_breaks_the_run_in_plain_rounds(tiny_session):
     s.cost_model = VerifyCostModel([1, 2, 16], [0.001, 1.0, 10.0])
     s.start("the a of the a of the a of", 20, "ngram-cache", draft_policy="cost", draft_max=8)
     s.drafter.can_peek = False  # every draftless strategy can peek; the model-backed ones cannot
-    s.policy.run = 5
+    s.generation.policy.run = 5
     s.step()
-    assert s.policy.shadow_tries == 0 and s.policy.run == 0
+    assert s.generation.policy.shadow_tries == 0 and s.generation.policy.run == 0
 
 
 def test_telemetry_says_what_the_policy_works_from(tiny_session):
@@ -469,13 +472,13 @@ def test_telemetry_says_what_the_policy_works_from(tiny_session):
     s.start("the a of the a of the a of", 30, "prompt-lookup", draft_policy="cost", max_ngram=2, draft_max=8)
     s.run()
     d = json.loads(json.dumps(s.telemetry_dict()))["policy"]
-    assert d["name"] == "cost" and d["run"] == s.policy.run
+    assert d["name"] == "cost" and d["run"] == s.generation.policy.run
     assert list(d["acceptance_by_run_position"]) == ["0", "1", "2-3", "4-7", "8-15", "16-31", "32+"]
-    assert list(d["acceptance_by_run_position"].values()) == pytest.approx(s.policy.bucket_estimates())
+    assert list(d["acceptance_by_run_position"].values()) == pytest.approx(s.generation.policy.bucket_estimates())
     assert sum(d["tries_by_run_position"].values()) > 0
     assert d["verify_cost"]["sizes"][0] == 1 and (d["shadow_tries"], d["shadow_hits"]) == (
-        s.policy.shadow_tries,
-        s.policy.shadow_hits,
+        s.generation.policy.shadow_tries,
+        s.generation.policy.shadow_hits,
     )
     s.start("the a", 4, "prompt-lookup", draft_policy="adaptive", draft_max=6)
     s.run()
@@ -557,7 +560,7 @@ def test_cost_measurement_warms_up_then_keeps_the_fastest_of_interleaved_timings
         calls.append(b)
         clock[0] += next(takes)
 
-    monkeypatch.setattr(policy_module, "time", SimpleNamespace(perf_counter=lambda: clock[0]))
+    monkeypatch.setattr(verify_cost_module, "time", SimpleNamespace(perf_counter=lambda: clock[0]))
     c = VerifyCostModel.measure(evaluate, 3)
     assert calls == [1, 1, 2, 3, 1, 2, 3]  # by default: no tile, two repeats
     assert c.to_dict() == {"sizes": [1, 2, 3], "seconds": [0.25, 0.75, 1.25]}

@@ -42,13 +42,13 @@ def test_a_whole_prefill_holds_the_whole_prompt_and_its_first_round_evaluates_no
     assert s.kv_length == n  # the pending (last prompt) token is already in the cache
     evals = s.ctx.eval_count
     s.step()
-    res = s.last_result
+    res = s.generation.last_result
     assert res is not None and res.prefilled
     assert s.ctx.eval_count == evals  # the first token came from the prompt batch's last row
     assert res.draft == [] and res.budget.limit == 0 and res.budget.cap == "prompt"
     assert len(res.committed) == 1 and s.kv_length == n  # the invariant again: history minus the pending one
     s.step()
-    assert s.ctx.eval_count == evals + 1 and not s.last_result.prefilled
+    assert s.ctx.eval_count == evals + 1 and not s.generation.last_result.prefilled
     s.close()
 
 
@@ -58,7 +58,7 @@ def test_all_but_last_evaluates_the_last_prompt_token_in_the_first_round(fixture
     assert s.kv_length == s.n_prompt - 1
     evals = s.ctx.eval_count
     s.step()
-    assert s.ctx.eval_count == evals + 1 and not s.last_result.prefilled
+    assert s.ctx.eval_count == evals + 1 and not s.generation.last_result.prefilled
     s.close()
 
 
@@ -116,7 +116,7 @@ def test_a_rewind_to_the_start_prefills_the_whole_prompt_again(fixture_path):
     s.rewind(0)
     assert s.kv_length == s.n_prompt
     s.step()
-    assert s.last_result.prefilled
+    assert s.generation.last_result.prefilled
     s.run()
     assert s.tokens == first
     s.close()
@@ -132,7 +132,7 @@ def test_a_snapshot_at_the_start_restores_into_the_whole_layout(fixture_path):
     other.restore_into(blob)
     assert other.prefill == "whole" and other.kv_length == other.n_prompt
     other.step()
-    assert other.last_result.prefilled
+    assert other.generation.last_result.prefilled
     other.run()
     assert other.tokens == first
     other.close()
@@ -220,7 +220,7 @@ def test_a_refused_first_round_keeps_the_prompts_row_for_the_next(fixture_path, 
     with pytest.raises(RuntimeError):
         s.step()
     monkeypatch.setattr(session_module, "plan", real)
-    assert s.prefilled  # the round never ran: the next one still reads the prompt's row
+    assert s.generation.prefilled  # the round never ran: the next one still reads the prompt's row
     s.run()
     assert s.tokens == ref.tokens
     ref.close()

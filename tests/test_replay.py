@@ -22,8 +22,10 @@ def _run(session, strategy="prompt-lookup", knobs=KNOBS, n=40) -> tuple[list[int
     rounds: list[RoundResult] = []
     while session.finished is None:
         session.step()
-        if session.last_result is not None and (not rounds or rounds[-1] is not session.last_result):
-            rounds.append(session.last_result)
+        if session.generation.last_result is not None and (
+            not rounds or rounds[-1] is not session.generation.last_result
+        ):
+            rounds.append(session.generation.last_result)
     return list(session.prompt_tokens), rounds
 
 

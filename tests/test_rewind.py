@@ -121,7 +121,7 @@ def test_rewind_then_step_repeats_the_original_continuation(tiny_model, draft_pa
             assert isinstance(ev, Rewound) and ev.round == back_to and s.round_index == back_to
             assert s.finished is None
             check_caches(s)
-            assert s.telemetry.rounds == back_to
+            assert s.generation.telemetry.rounds == back_to
             assert all(e.round <= back_to for e in s.events[:-1]) and s.events[-1] is ev
             again = [round_view(r) for r in s.run()]
             assert again == original[back_to:], f"rewind to round {back_to} did not repeat the continuation"
@@ -175,7 +175,7 @@ def test_rewind_restores_the_strategy_and_knobs_of_that_round(tiny_session, draf
     assert s.strategy == "draft"
     s.configure("ngram-cache", n_draft=3)  # queued, then discarded by the rewind
     s.rewind(2)
-    assert s.strategy == "prompt-lookup" and s.knobs["draft_max"] == 4 and s.pending is None
+    assert s.strategy == "prompt-lookup" and s.knobs["draft_max"] == 4 and s.generation.pending is None
     assert not s.drafter.has_context
     check_caches(s)
     s.rewind(2)  # the current round: nothing to cut, still fine
@@ -205,10 +205,10 @@ def test_refused_rewinds_change_nothing(tiny_session, bad):
         s.round_index,
         len(s.events),
         s.kv_length,
-        s.telemetry.state(),
+        s.generation.telemetry.state(),
         s.strategy,
         dict(s.knobs),
-        list(s.checkpoints),
+        list(s.generation.checkpoints),
         s.drafter,
         s.rng.bit_generator.state,
     )
@@ -219,10 +219,10 @@ def test_refused_rewinds_change_nothing(tiny_session, bad):
         s.round_index,
         len(s.events),
         s.kv_length,
-        s.telemetry.state(),
+        s.generation.telemetry.state(),
         s.strategy,
         dict(s.knobs),
-        list(s.checkpoints),
+        list(s.generation.checkpoints),
         s.drafter,
         s.rng.bit_generator.state,
     )

@@ -175,7 +175,7 @@ def test_a_page_naming_a_path_is_refused_and_the_file_is_never_opened(tiny_model
         assert SECRET not in sink.text() and "x" * 100 not in sink.text()
         assert opened == [], f"files were opened for a page: {opened}"
         assert (list(ms.tokens), ms.strategy, dict(ms.knobs), list(core.log)) == before
-        assert ms._inner.pending is None  # nothing queued
+        assert ms._inner.generation.pending is None  # nothing queued
         # picking by name (or position) works, and only then is the catalogued file opened
         sink.msgs.clear()
         core.handle({"type": "configure", "strategy": "draft", "knobs": {"draft_model": catalog.names[0]}})

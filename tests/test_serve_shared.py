@@ -101,7 +101,7 @@ def test_a_viewers_commands_are_refused_and_change_nothing(shared):
     shared.core.wait(5)
     assert not shared.core.running
     assert (list(s.tokens), s.strategy, dict(s.knobs), len(shared.core.log), shared.core.epoch) == before
-    assert s._inner.pending is None
+    assert s._inner.generation.pending is None
     assert len(presenter.msgs) == seen_by_presenter, "the presenter saw nothing of the viewer's attempts"
     # a viewer may still ask for what it needs to draw
     shared.handle(vv, {"type": "schema", "strategy": "ngram-simple"})

@@ -430,7 +430,7 @@ def test_telemetry_events_read_later_say_what_held_after_their_round(tiny_sessio
     def note(ev):
         if isinstance(ev, TelemetryEvent):
             at_emit[ev.round] = _steady(tiny_session.telemetry_dict())
-            policy_at_emit[ev.round] = tiny_session.policy.describe()  # built now, not through the event's view
+            policy_at_emit[ev.round] = tiny_session.generation.policy.describe()  # now, not through the view
 
     tiny_session.subscribe(note)
     tiny_session.start(

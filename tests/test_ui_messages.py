@@ -102,7 +102,7 @@ def snapshot(core: InspectorCore) -> dict[str, Any]:
             started=s.started,
             rounds=s.round_index,
             events=list(s.events),
-            queued=s.pending,
+            queued=s.generation.pending,
             max_tokens=s.max_tokens,
         )
     return snap

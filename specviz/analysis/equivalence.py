@@ -45,7 +45,7 @@ def _greedy_run(
         session.start(prompt, max_tokens, strategy, **knobs)
         while session.finished is None:
             session.step()
-            res = session.last_result
+            res = session.generation.last_result
             if res is not None and (not rounds or rounds[-1] is not res):
                 rounds.append(res)
                 margins.extend(res.margins[: len(res.committed)])

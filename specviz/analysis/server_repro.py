@@ -117,7 +117,7 @@ def run_like_the_server(
             k["draft_max"] = want
             session.configure(draft_max=want)
         session.step()
-        res = session.last_result
+        res = session.generation.last_result
         if res is None:
             break
         seconds += float(res.round_seconds)

@@ -49,8 +49,8 @@ def _result(session, cfg: dict[str, Any]) -> dict[str, Any]:
         "strategy": session.strategy,
         "knobs": session.knobs,
         "prompt_tokens": session.n_prompt,
-        "sampling": session.sampling.to_dict(),
-        "seed": session.seed if not session.sampling.greedy else None,
+        "sampling": session.generation.sampling.to_dict(),
+        "seed": session.generation.seed if not session.generation.sampling.greedy else None,
         "model": str(session.model.path),
         "telemetry": tel,
     }

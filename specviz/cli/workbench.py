@@ -10,7 +10,7 @@ from typing import Any
 
 from ..analysis.advise import advise, session_cost
 from ..analysis.diagnose import diagnose
-from ..decoding.policy import VerifyCostModel
+from ..decoding.verify_cost import VerifyCostModel
 from .options import UsageError
 from .server import add_check_server_options, check_server
 

@@ -11,8 +11,8 @@ In order:
    verify of one micro-batch, :func:`specviz.backends.memory.ring_draft_limit`; the draft is shortened
    rather than checkpointed, since a checkpoint of the ring would copy every ring cell each round);
 3. with ``align``, verify-tile alignment rounds a verify batch longer than ``verify_tile`` rows down to a
-   multiple of it (:func:`~specviz.decoding.tiling.aligned_length`), as the runner PR's
-   ``oneForwardDraftBudget`` does with the engine's tile width. llama.cpp's CPU kernels for quantised
+   multiple of it (:func:`~specviz.decoding.tiling.aligned_length`), as the static-shape
+   runner's ``oneForwardDraftBudget`` does with the engine's tile width. llama.cpp's CPU kernels for quantised
    weights multiply four batch rows at a time; leftover rows take a one-row path that reads every
    weight again, so a verify of 17 rows costs more than one of 16. A draft that comes back shorter than
    the limit is rounded down by the same rule in the round (:func:`~specviz.decoding.round.run_round`).
@@ -55,24 +55,23 @@ class Budget:
     """The draft length a round may use: ``limit``, the configured ``requested`` length, the ``cap``
     that lowered it (``policy``, ``budget``, ``context``, ``batch``, ``ubatch``, ``ring``, ``tile``; ``prompt``
     for the first round after a whole-prompt prefill, which reads the prompt's row and cannot draft) or None, and
-    the policy's ``expected`` committed tokens for that length (cost policy only). ``quiet``: the plain rounds
-    after this one that the policy has promised (:meth:`~specviz.decoding.policy.DraftingPolicy.promise_plain`,
-    asked only for a drafter that pays to stay ready); None when none was asked or made."""
+    the policy's ``expected`` committed tokens for that length (cost policy only)."""
 
     requested: int
     limit: int
     cap: str | None
     expected: float | None
-    quiet: int | None = None
+
+    @property
+    def policy_plain(self) -> bool:
+        """Whether the policy itself chose plain decoding this round (no cap did)."""
+        return self.limit == 0 and self.cap == "policy"
 
 
-def plan(
-    knobs: Mapping[str, Any], policy: DraftingPolicy, caps: Caps, *, drafts: bool = True, promise: bool = False
-) -> Budget:
+def plan(knobs: Mapping[str, Any], policy: DraftingPolicy, caps: Caps, *, drafts: bool = True) -> Budget:
     """The budget of the next round for a strategy's ``knobs`` (see the module docstring for the order).
 
-    ``drafts`` is False for a strategy that never drafts (``none``): the budget is then 0. ``promise``: when
-    the policy chooses plain decoding, ask it how many more rounds it promises to keep plain (``quiet``).
+    ``drafts`` is False for a strategy that never drafts (``none``): the budget is then 0.
     """
     if not drafts:
         return Budget(0, 0, None, None)
@@ -81,7 +80,6 @@ def plan(
     align = bool(knobs.get("align", True))
     tile = verify_tile(knobs)
     chosen, expected = policy.length(draft_min, requested, tile)
-    quiet = policy.promise_plain() if promise and chosen == 0 else None
     limit, cap = chosen, ("policy" if chosen < requested else None)
     hard = [("budget", caps.remaining - 1), ("context", caps.free_ctx), ("batch", caps.n_batch - 1)]
     if align:
@@ -96,4 +94,4 @@ def plan(
         limit, cap = aligned, "tile"
     if expected is not None and limit < chosen:
         expected = policy.expected_tokens(limit)
-    return Budget(requested, limit, cap, expected, quiet)
+    return Budget(requested, limit, cap, expected)

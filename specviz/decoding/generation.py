@@ -15,19 +15,23 @@ type checker checks at each call that it still has every part they use.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, overload
 
 import numpy as np
 
 from ..errors import SnapshotError
+from ..strategies.chain import drafter_telemetry
+from ..strategies.context_drafter import context_hooks
 from .events import Event
+from .machine import MachineView, memory_view
 from .policy import DraftingPolicy, VerifyCostModel, make_policy
 from .round import RoundResult
 from .sampling import SamplingParams
-from .telemetry import Telemetry, state_from_json
+from .telemetry import Telemetry, TelemetryView, state_from_json
 
 if TYPE_CHECKING:
     from ..backends.llama import LlamaContext, LlamaModel
+    from ..models.draft_cache import DraftModelCache
     from ..strategies.base import Drafter
 
 
@@ -75,6 +79,36 @@ class Checkpoint:
         if ck.round < 0 or ck.n_history < 1 or ck.n_events < 0:
             raise SnapshotError("a rewind checkpoint in the snapshot is out of range")
         return ck
+
+
+T = TypeVar("T")
+
+
+class GenerationField(Generic[T]):
+    """A read-only attribute of a session that is its current generation's field of the same name
+    (``Session.history`` is ``Session.generation.history``): what users read of the generation, declared in
+    one line each. ``doc`` is the attribute's docstring."""
+
+    def __init__(self, doc: str) -> None:
+        self.__doc__ = doc
+        self.name = ""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    @overload
+    def __get__(self, obj: None, objtype: type | None = None) -> GenerationField[T]: ...
+
+    @overload
+    def __get__(self, obj: object, objtype: type | None = None) -> T: ...
+
+    def __get__(self, obj: object, objtype: type | None = None) -> Any:
+        if obj is None:
+            return self
+        return getattr(obj.generation, self.name)  # type: ignore[attr-defined]
+
+    def __set__(self, obj: object, value: Any) -> None:
+        raise AttributeError(f"{self.name} is read-only: it is the generation's (generation.{self.name})")
 
 
 def _fixed_policy() -> DraftingPolicy:
@@ -153,6 +187,32 @@ class Generation:
             cks.pop()
         cks.append(ck)
 
+    def telemetry_view(
+        self,
+        drafter: Drafter | None,
+        ctx: LlamaContext,
+        machine: MachineView,
+        counters: dict[str, Any] | None = None,
+        policy_state: dict[str, Any] | None = None,
+    ) -> TelemetryView:
+        """The telemetry of this generation as of now (``Session.telemetry_dict()``), built when called: the
+        counters are copied now (or ``counters``, a copy :meth:`Telemetry.state` took), the policy's state too
+        (or ``policy_state``), with the drafter's counters and figures, the cache length, the memory of the
+        target's ``ctx`` and the drafter's context, and ``machine`` (the machine sampler's view)."""
+        hooks = context_hooks(drafter)
+        return TelemetryView(
+            counters if counters is not None else self.telemetry.state(),
+            self.strategy,
+            drafter.stats.to_dict() if drafter is not None else {},
+            drafter_telemetry(drafter),
+            self.committed,
+            type(self.policy),
+            policy_state if policy_state is not None else self.policy.state(),
+            self.policy.cost_points(),
+            memory_view(ctx, hooks.memory_context() if hooks is not None else None),
+            machine,
+        )
+
 
 class SessionParts(Protocol):
     """What :mod:`specviz.decoding.rewind` and :mod:`specviz.decoding.snapshot` use of a session:
@@ -161,6 +221,8 @@ class SessionParts(Protocol):
     generation: Generation
     drafter: Drafter | None
     cost_model: VerifyCostModel | None
+    #: The draft models the session loaded (by path), shared with its forks.
+    draft_models: DraftModelCache
 
     @property
     def model(self) -> LlamaModel:

@@ -19,19 +19,14 @@ of a policy that learns nothing from some rounds are :class:`QuietPolicy`'s). Af
 
 from __future__ import annotations
 
-import bisect
 import math
-import time
-from typing import Any, Callable, Protocol, Sequence, runtime_checkable
+from typing import Any, Mapping, Protocol, Sequence, runtime_checkable
 
-import numpy as np
-
-from .tiling import tile_aligned, verify_tile
+from .cost_state import CostCounters
+from .tiling import tile_aligned
+from .verify_cost import CostPoints, VerifyCostModel, measure_verify_cost
 
 POLICIES = ("fixed", "adaptive", "cost")
-
-#: A verify cost's measured batch sizes and their seconds (:meth:`VerifyCostModel.points`).
-CostPoints = tuple[tuple[int, ...], tuple[float, ...]]
 
 
 @runtime_checkable
@@ -59,8 +54,10 @@ class DraftingPolicy(Protocol):
         ready to draft (:meth:`~specviz.strategies.context_drafter.ContextDrafter.expect_plain`)."""
         ...
 
-    def use_cost(self, cost: VerifyCostModel) -> None:
-        """Give the policy the measured verify cost curve (only the cost policy uses it)."""
+    def prepare(self, ctx: Any, history: Sequence[int], knobs: Mapping[str, Any]) -> VerifyCostModel | None:
+        """Before a round that may draft: measure on the target's context ``ctx`` (holding ``history[:-1]``,
+        left as it was) what the policy needs and has not measured yet, and return it (the cost policy: the
+        verify cost curve, once; None: nothing measured now)."""
         ...
 
     def observe(self, n_drafted: int, n_accepted: int, draft_seconds: float) -> None:
@@ -124,8 +121,9 @@ class QuietPolicy:
         """None: no promise (the length may change any round)."""
         return None
 
-    def use_cost(self, cost: VerifyCostModel) -> None:
-        """Ignored."""
+    def prepare(self, ctx: Any, history: Sequence[int], knobs: Mapping[str, Any]) -> VerifyCostModel | None:
+        """Nothing to measure."""
+        return None
 
     def observe(self, n_drafted: int, n_accepted: int, draft_seconds: float) -> None:
         """Ignored."""
@@ -205,119 +203,7 @@ class AdaptivePolicy(QuietPolicy):
         self.current = d.get("current")
 
 
-class VerifyCostModel:
-    """Measured seconds to verify a batch of b tokens, b = 1…n, interpolated between measured sizes.
-
-    The cost policy reads it every round (a curve of up to ``draft_max + 1`` sizes) and blends a real
-    verify time into it every round, so both are plain-Python work on a table of every whole batch size
-    up to the largest measured one (the measured sizes, and the interpolations between them), kept up to
-    date by :meth:`update` (numpy's ``interp`` and ``searchsorted`` cost more per call than the whole
-    lookup). :attr:`sizes` and :attr:`seconds` are the measured points, as arrays.
-    """
-
-    def __init__(self, sizes: Sequence[float], seconds: Sequence[float]) -> None:
-        self._sizes = [float(b) for b in sizes]
-        self._seconds = [float(t) for t in seconds]
-        self._rebuild()
-
-    @property
-    def sizes(self) -> np.ndarray:
-        """The measured batch sizes, ascending (a copy)."""
-        return np.asarray(self._sizes, dtype=float)
-
-    @property
-    def seconds(self) -> np.ndarray:
-        """The seconds of each measured size (a copy)."""
-        return np.asarray(self._seconds, dtype=float)
-
-    def _interp(self, b: float) -> float:
-        """Between measured sizes: the straight line through the two around ``b`` (below the first: the
-        first's seconds, as ``np.interp`` clamps)."""
-        xs, ys = self._sizes, self._seconds
-        if b <= xs[0]:
-            return ys[0]
-        j = bisect.bisect_right(xs, b) - 1
-        if xs[j] == b or j == len(xs) - 1:
-            return ys[j]
-        return ys[j] + (b - xs[j]) * (ys[j + 1] - ys[j]) / (xs[j + 1] - xs[j])
-
-    def _rebuild(self) -> None:
-        # every whole batch size up to the largest measured one: item b - 1
-        self._table = [self._interp(b) for b in range(1, int(self._sizes[-1]) + 1)]
-        self._at = {b: i for i, b in enumerate(self._sizes)}
-        self._size_ints = tuple(int(b) for b in self._sizes)
-
-    def __call__(self, b: int) -> float:
-        """Estimated verify seconds for a batch of ``b`` tokens."""
-        if isinstance(b, int) and 1 <= b <= len(self._table):
-            return self._table[b - 1]
-        if b <= self._sizes[-1]:
-            return self._interp(b)
-        return self._extend(b)
-
-    def _extend(self, b: int) -> float:
-        # beyond the last measurement: extend the last segment's slope (flat after a single measurement)
-        s1, t1 = self._sizes[-1], self._seconds[-1]
-        if len(self._sizes) < 2:
-            return t1
-        s0, t0 = self._sizes[-2], self._seconds[-2]
-        return t1 + (b - s1) * (t1 - t0) / max(s1 - s0, 1)
-
-    def curve(self, n: int) -> list[float]:
-        """Estimated verify seconds for batches of 1 … ``n`` tokens (item ``b − 1``), each as :meth:`__call__`
-        gives it: one slice of the table for all of a round's draft lengths instead of one look-up each."""
-        out = self._table[: max(n, 0)]
-        return out + [self._extend(b) for b in range(len(out) + 1, n + 1)]
-
-    def to_dict(self) -> dict:
-        """Plain form (for telemetry and snapshots)."""
-        return {"sizes": list(self._size_ints), "seconds": list(self._seconds)}
-
-    def points(self) -> CostPoints:
-        """The measured sizes and their seconds as they are now, unchanged by later updates: what a
-        round's telemetry keeps (``VerifyCostModel(*points)`` is this model as of then)."""
-        return self._size_ints, tuple(self._seconds)
-
-    def update(self, b: int, seconds: float, weight: float = 0.2) -> None:
-        """Blend a real verify time for a batch of ``b`` tokens into the model (moving average)."""
-        i = self._at.get(b)
-        if i is None:  # a size not measured yet: a new point (rare), the table made again
-            i = bisect.bisect_left(self._sizes, b)
-            self._sizes.insert(i, float(b))
-            self._seconds.insert(i, float(seconds))
-            self._rebuild()
-            return
-        self._seconds[i] += weight * (seconds - self._seconds[i])
-        # the table changes from the measured size before to the one after (just b where every size is measured)
-        lo = int(self._sizes[i - 1]) + 1 if i > 0 else 1
-        hi = int(self._sizes[i + 1]) - 1 if i + 1 < len(self._sizes) else len(self._table)
-        for x in range(lo, hi + 1):
-            self._table[x - 1] = self._interp(x)
-
-    @classmethod
-    def measure(
-        cls, evaluate: Callable[[int], None], max_batch: int, repeats: int = 2, tile: int = 1
-    ) -> "VerifyCostModel":
-        """Time ``evaluate(b)`` (one verify-shaped batch of b tokens) for every batch size a round can use.
-
-        With a verify tile those are the sizes up to the tile and its multiples; without one, every size
-        up to 32 and a geometric spread beyond (a batch of hundreds of drafted tokens is rare, and timing
-        each would take minutes). Each size is timed ``repeats`` times, interleaved, keeping the fastest.
-        """
-        usable = [b for b in range(1, max_batch + 1) if tile_aligned(b - 1, tile) == b - 1]
-        spread = {1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024}
-        sizes = sorted(b for b in usable if b <= 32 or b in spread or b == usable[-1])
-        evaluate(1)  # warm up
-        best = [float("inf")] * len(sizes)
-        for _ in range(repeats):
-            for i, b in enumerate(sizes):
-                t = time.perf_counter()
-                evaluate(b)
-                best[i] = min(best[i], time.perf_counter() - t)
-        return cls(sizes, best)
-
-
-class CostPolicy(QuietPolicy):
+class CostPolicy(CostCounters, QuietPolicy):
     """Pick the draft length that maximises expected tokens per second.
 
     Acceptance comes in runs: while the model copies a span it tends to copy on, and once it departs
@@ -362,8 +248,6 @@ class CostPolicy(QuietPolicy):
     DECAY = 0.98
     PRIOR = (1.0, 1.0)  # Beta(1, 1) for the pooled acceptance: a fresh session is a coin flip
     SHRINK = 2.0  # weight (in tries) of the neighbouring estimate in each bucket's estimate
-    PROBE_EVERY = 8
-    PROBE_MAX = 16
     # The drafter's cost of a probe, at most this share of the plain rounds between probes. 1%, not more: a
     # drafter that never pays still costs a few per cent besides its probes (an EAGLE-3 head: the armed
     # capture before each probe, the first rounds' feeding, its Python), and the policy must stay within 5%
@@ -376,41 +260,23 @@ class CostPolicy(QuietPolicy):
     # vocabulary), so a draft that only breaks even on paper loses whenever the estimate was high. Measured
     # on `summarise` prompts with nothing to copy: such drafts took ngram-cache to 0.92x `none`.
     MARGIN = 1.05
-    BUCKETS = 7  # run positions 0, 1, 2-3, 4-7, 8-15, 16-31, 32+
     MIN_PROPOSAL = 0.02  # the proposal rate assumed at least (a drafter that never proposes costs 49 declines)
 
     def __init__(self, cost: VerifyCostModel | None = None) -> None:
+        super().__init__()  # every counter at its start (CostCounters)
         self.cost = cost
-        self.tries = [0.0] * self.BUCKETS
-        self.hits = [0.0] * self.BUCKETS
-        self.run = 0  # draft tokens accepted in a row up to now
-        self.draft_tok_seconds = 0.0
-        self.draft_calls = 0
-        self.shadow_tries = 0
-        self.shadow_hits = 0
-        self.rounds_since_evidence = 0
-        self.probe_every = self.PROBE_EVERY  # plain rounds before the next probe (doubles after a rejected one)
-        self.probing = False  # the last length() was a probe whose verdict has not come back
-        self.upkeep_tok_seconds = 0.0  # feeding the drafter's model per committed token, rounds with a draft asked
-        self.upkeep_calls = 0
-        self.plain_upkeep_seconds = 0.0  # what the drafter spends in a round kept plain
-        self.plain_upkeep_calls = 0
-        self.last_length: int | None = None  # the length the last length() chose (None before the first)
-        self.quiet = 0  # plain rounds still promised (promise_plain): length() keeps them plain unweighed
-        self.asked = 0  # rounds that asked the drafter for a draft and heard back
-        self.proposal_rate = 1.0  # the share of them that got a draft (moving average)
-        self.declines = 0
-        self.decline_seconds = 0.0  # what asking cost in a round that got no draft (moving average)
-        self.resumes = 0
-        self.resume_seconds = 0.0  # bringing a paused drafter's model back before a draft (moving average)
-        self._lengths_for: tuple[tuple[int, int, int] | None, tuple[int, ...]] = (None, ())
-        # the expected-token curve of the last length(), by what it is made of (the run, n and the counts):
-        # a round where nothing is copied changes none of them, and recomputing it was most of its choice
-        self._curve_for: tuple[tuple | None, list[float]] = (None, [])
+        # the expected-token curve of the last length(), by what it is made of (the run, n and the counts): a
+        # round where nothing is copied changes none of them, and the cache saves 12 us of such a round's
+        # 28 us choice (a microbenchmark of draft_max 16 on this project's 2-core host)
+        self._curve_for: tuple[tuple | None, tuple[float, ...]] = (None, ())
 
-    def use_cost(self, cost: VerifyCostModel) -> None:
-        """Adopt the measured verify cost curve."""
-        self.cost = cost
+    def prepare(self, ctx: Any, history: Sequence[int], knobs: Mapping[str, Any]) -> VerifyCostModel | None:
+        """The verify cost curve, measured now where the policy has none yet (once per session: the session
+        gives every later policy the one measured, :func:`make_policy`)."""
+        if self.cost is not None:
+            return None
+        self.cost = measure_verify_cost(ctx, history, knobs)
+        return self.cost
 
     @classmethod
     def bucket(cls, position: int) -> int:
@@ -438,9 +304,9 @@ class CostPolicy(QuietPolicy):
         r = self.run if run is None else run
         return self.bucket_estimates()[self.bucket(r + depth)]
 
-    def _expected_curve(self, n: int) -> list[float]:
-        """Expected committed tokens for draft lengths ``0…n`` after the current run (a list the caller
-        must not change: it is kept for the next round)."""
+    def _expected_curve(self, n: int) -> tuple[float, ...]:
+        """Expected committed tokens for draft lengths ``0…n`` after the current run (kept for the next
+        round, which reuses it while the run and the counts stay as they are)."""
         key = (self.run, n, tuple(self.tries), tuple(self.hits))
         if self._curve_for[0] == key:
             return self._curve_for[1]
@@ -451,8 +317,8 @@ class CostPolicy(QuietPolicy):
             p *= est[bucket(position)]
             e += p
             curve.append(e)
-        self._curve_for = (key, curve)
-        return curve
+        self._curve_for = (key, tuple(curve))
+        return self._curve_for[1]
 
     def expected_tokens(self, k: int) -> float:
         """Expected committed tokens of a round with a k-token draft (bonus or correction included)."""
@@ -478,7 +344,7 @@ class CostPolicy(QuietPolicy):
         # no length can beat plain decoding when even the most tokens over the cheapest verify cannot (the
         # usual round where nothing is being copied): the lengths need not be tried one by one
         if lengths and curve[lengths[-1]] <= best_rate * min(verify[lengths[0] : lengths[-1] + 1]):
-            lengths = ()
+            lengths = []
         for k in lengths:
             t = verify[k] + per_draft * k + per_token * curve[k] + declined
             rate = curve[k] / t
@@ -507,14 +373,11 @@ class CostPolicy(QuietPolicy):
             self.quiet = max(0, due - self.rounds_since_evidence - 1)
         return self.quiet
 
-    def _lengths(self, draft_min: int, draft_max: int, tile: int) -> tuple[int, ...]:
+    @staticmethod
+    def _lengths(draft_min: int, draft_max: int, tile: int) -> list[int]:
         """The draft lengths worth comparing: from ``max(draft_min, 1)`` to ``draft_max``, those the session
-        would not round down to suit the tile (kept for the next round, which nearly always asks the same)."""
-        key = (draft_min, draft_max, tile)
-        if self._lengths_for[0] != key:
-            ks = tuple(k for k in range(max(draft_min, 1), draft_max + 1) if tile_aligned(k, tile) == k)
-            self._lengths_for = (key, ks)
-        return self._lengths_for[1]
+        would not round down to suit the tile."""
+        return [k for k in range(max(draft_min, 1), draft_max + 1) if tile_aligned(k, tile) == k]
 
     def observe_verify(self, batch_size: int, seconds: float) -> None:
         """Refine the measured cost curve with a real verify of ``batch_size`` tokens."""
@@ -641,83 +504,13 @@ class CostPolicy(QuietPolicy):
         }
 
     def state(self) -> dict:
-        return {
-            "tries": list(self.tries),
-            "hits": list(self.hits),
-            "run": self.run,
-            "draft_tok_seconds": self.draft_tok_seconds,
-            "draft_calls": self.draft_calls,
-            "shadow_tries": self.shadow_tries,
-            "shadow_hits": self.shadow_hits,
-            "rounds_since_evidence": self.rounds_since_evidence,
-            "probe_every": self.probe_every,
-            "probing": self.probing,
-            "upkeep_tok_seconds": self.upkeep_tok_seconds,
-            "upkeep_calls": self.upkeep_calls,
-            "plain_upkeep_seconds": self.plain_upkeep_seconds,
-            "plain_upkeep_calls": self.plain_upkeep_calls,
-            "last_length": self.last_length,
-            "asked": self.asked,
-            "proposal_rate": self.proposal_rate,
-            "declines": self.declines,
-            "decline_seconds": self.decline_seconds,
-            "resumes": self.resumes,
-            "resume_seconds": self.resume_seconds,
-            "quiet": self.quiet,
-        }
+        """Every counter (:meth:`CostCounters.as_dict`)."""
+        return self.as_dict()
 
     def load(self, d: dict) -> None:
-        tries, hits = d.get("tries"), d.get("hits")
-        ok = all(
-            isinstance(x, list) and len(x) == self.BUCKETS and all(isinstance(v, (int, float)) for v in x)
-            for x in (tries, hits)
-        )
-        if ok and isinstance(tries, list) and isinstance(hits, list):  # else (an older policy's state): afresh
-            self.tries, self.hits = [float(v) for v in tries], [float(v) for v in hits]
-            self.run = int(d.get("run", 0))
-        self.draft_tok_seconds = float(d.get("draft_tok_seconds", 0.0))
-        self.draft_calls = int(d.get("draft_calls", 0))
-        self.shadow_tries = int(d.get("shadow_tries", 0))
-        self.shadow_hits = int(d.get("shadow_hits", 0))
-        self.rounds_since_evidence = int(d.get("rounds_since_evidence", 0))
-        self.probe_every = min(max(int(d.get("probe_every", self.PROBE_EVERY)), self.PROBE_EVERY), self.PROBE_MAX)
-        self.probing = bool(d.get("probing", False))
-        self.upkeep_tok_seconds = float(d.get("upkeep_tok_seconds", 0.0))
-        self.upkeep_calls = int(d.get("upkeep_calls", 0))
-        self.plain_upkeep_seconds = float(d.get("plain_upkeep_seconds", 0.0))
-        self.plain_upkeep_calls = int(d.get("plain_upkeep_calls", 0))
-        last = d.get("last_length")
-        self.last_length = int(last) if isinstance(last, int) else None
-        self.asked = int(d.get("asked", 0))
-        self.proposal_rate = min(max(float(d.get("proposal_rate", 1.0)), 0.0), 1.0)
-        self.declines = int(d.get("declines", 0))
-        self.decline_seconds = float(d.get("decline_seconds", 0.0))
-        self.resumes = int(d.get("resumes", 0))
-        self.resume_seconds = float(d.get("resume_seconds", 0.0))
-        self.quiet = max(0, int(d.get("quiet", 0)))
-
-
-def measure_verify_cost(ctx: Any, history: Sequence[int], knobs: dict, repeats: int = 2) -> VerifyCostModel:
-    """Time verify batches of every size a round can use on ``ctx`` (a
-    :class:`~specviz.backends.llama.LlamaContext` holding ``history[:-1]``), once per session, and leave
-    the cache unchanged. Sizes reach ``draft_max + 1`` within the batch (with ``align``: micro-batch) and
-    context limits; each is timed ``repeats`` times (:meth:`VerifyCostModel.measure`)."""
-    n_past = len(history) - 1
-    cap = ctx.capacity
-    max_b = min(
-        cap.n_ubatch if knobs.get("align", True) else cap.n_batch,
-        int(knobs.get("draft_max", 16)) + 1,
-        cap.n_ctx - n_past,
-    )
-    filler = history[-1]
-    # memory that cannot drop a tail (recurrent, hybrid) measures from a checkpoint, as rounds do
-    ctx.memory.checkpoint_for(max(max_b, 2) - 1)
-
-    def evaluate(b: int) -> None:
-        ctx.eval([filler] * b, n_past, rows="all")
-        ctx.memory.cut(n_past, history)
-
-    return VerifyCostModel.measure(evaluate, max(max_b, 2), repeats=repeats, tile=verify_tile(knobs))
+        """Restore :meth:`state` (:meth:`CostCounters.checked`: a malformed counter raises TypeError or
+        ValueError and changes nothing)."""
+        self.load_counters(d)
 
 
 def make_policy(name: str, cost: VerifyCostModel | None = None) -> DraftingPolicy:

@@ -1,6 +1,15 @@
 """A generation request, checked: the prompt (text, token ids or chat messages) turned into token ids,
 the budget, sampling, seed and stop strings, each validated before the session changes anything.
 
+``prompt`` is text (tokenized with BOS) or a list of token ids. ``messages`` (instead of a prompt:
+``[{"role": "user", "content": "..."}]``) is a chat request formatted with the model's own chat template, or
+the llama.cpp built-in one named by ``chat_template`` (:mod:`specviz.decoding.chat`; a model without one
+raises :class:`~specviz.errors.ChatTemplateError`). ``stop`` is a stop string or a list of them: the
+generation ends where plain decoding with them would (:mod:`specviz.decoding.stops`). ``temperature`` 0 (the
+default) is greedy and exact; above 0 every strategy samples losslessly (rejection sampling, the target's
+distribution after ``top_k``/``top_p``) from a generator seeded with ``seed`` (a random seed is drawn and
+recorded when ``seed`` is None).
+
 :func:`prepare_request` is what :meth:`specviz.Session.start` calls first; every refusal is a typed
 error naming the argument (:class:`~specviz.errors.KnobError`, :class:`~specviz.errors.ChatTemplateError`
 or :class:`~specviz.errors.ContextError`), and since nothing has been touched yet, the previous
@@ -34,6 +43,20 @@ class Request:
     seed: int
     stop: tuple[str, ...]
     messages: list[dict[str, str]]
+
+
+#: The keywords of ``Session.start`` that make the request (the rest are the strategy's knobs).
+REQUEST_KEYS = ("temperature", "top_k", "top_p", "seed", "messages", "chat_template", "stop")
+_REQUEST_DEFAULTS: dict[str, Any] = dict(
+    temperature=0.0, top_k=0, top_p=1.0, seed=None, messages=None, chat_template=None, stop=None
+)
+
+
+def split_request(kwargs: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``Session.start``'s keywords split into the request's (every one of :data:`REQUEST_KEYS`, defaults
+    filled in: what :func:`prepare_request` takes) and the strategy's knobs (the rest)."""
+    request = {k: kwargs.get(k, _REQUEST_DEFAULTS[k]) for k in REQUEST_KEYS}
+    return request, {k: v for k, v in kwargs.items() if k not in _REQUEST_DEFAULTS}
 
 
 def _is_int(x: object) -> bool:

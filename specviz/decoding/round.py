@@ -40,6 +40,7 @@ from .acceptor import Verdict, accept
 from .budget import Budget
 from .rowscan import ContextRows, top_two
 from .sampling import SamplingParams
+from .tempered import Dist
 from .tiling import aligned_length
 
 
@@ -134,36 +135,9 @@ def run_round(
     n_past = len(history) - 1
     position = len(history)
 
-    # 1. draft (none after a whole-prompt prefill: llama-server samples its first token undrafted); a drafter
-    # that pauses in plain rounds first hears how many more the policy has promised
-    hooks = context_hooks(drafter)
-    if hooks is not None and drafter.pause_when_plain:
-        hooks.expect_plain(budget.quiet)
-    draft_kv_before = hooks.kv_length() if hooks is not None else None
-    t0 = time.perf_counter()
-    proposal = Draft([]) if prefilled else drafter.draft(history, budget.limit)
-    draft_seconds = time.perf_counter() - t0
-    draft_kv_peak = hooks.kv_length() if hooks is not None else None
-    tokens = [int(t) for t in proposal.tokens]
-    reason = proposal.reason if len(tokens) < budget.limit else None
-    # a proposal shorter than the limit (the drafter stopped early) is rounded down as the limit was: its
-    # leftover rows would cost more than the tokens they could add (on the embedded model, a 7-row verify
-    # 56 ms, 8 rows 49). The drafter hears only how many were accepted, as when llama-server truncates a
-    # draft to its n_draft_max after drafting.
-    keep = aligned_length(len(tokens), tile, draft_min)
-    if keep < len(tokens):
-        tokens, reason = tokens[:keep], "tile"
-    if tokens and len(tokens) < draft_min:  # llama.cpp drops a draft shorter than --spec-draft-n-min
-        tokens, reason = [], "below-min"
-    probs: list[float | None] = (
-        list(proposal.probs[: len(tokens)]) if proposal.probs is not None else [None] * len(tokens)
-    )
-    dists = proposal.dists if tokens else None
-    # a round the policy kept plain: what would the drafter have proposed? (free evidence for the policy)
-    shadow = None
-    peeking = peeker(drafter)
-    if budget.limit == 0 and budget.cap == "policy" and peeking is not None and not prefilled:
-        shadow = peeking.peek(history)
+    # 1. draft (none after a whole-prompt prefill: llama-server samples its first token undrafted)
+    d = _draft(drafter, history, budget, draft_min, tile, prefilled)
+    tokens = d.tokens
 
     # 2. verify: one batch of the pending token plus the draft (after a checkpoint where the memory needs one)
     checkpoint = ctx.memory.checkpoint_for(len(tokens))
@@ -180,21 +154,12 @@ def run_round(
             raise
     # 3. accept: the context's rows, which the row reader may read in one call; after a whole-prompt prefill
     # the one row read is the prompt batch's last, which that call (reading rows by batch index) would not find
-    verdict = accept(tokens, row if prefilled else ContextRows(ctx), params, rng, dists)
+    verdict = accept(tokens, row if prefilled else ContextRows(ctx), params, rng, d.dists)
     verify_seconds = time.perf_counter() - t1
     margins = [top_two(row(i)) for i in range(len(verdict.tokens))] if record_margins else []
 
-    # 4. commit, cut at the first end-of-generation token
-    committed = list(verdict.tokens)
-    finish = None
-    for j, t in enumerate(committed):
-        if is_eog(t):
-            committed, finish = committed[:j], "eos"
-            break
-    if stop is not None and committed:
-        cut = stop(committed)
-        if cut is not None:
-            committed, finish = committed[: cut + 1], "stop"
+    # 4. commit, cut at the first end-of-generation token (or after a stop string)
+    committed, finish = _commit(list(verdict.tokens), is_eog, stop)
     n_accepted = min(verdict.n_accepted, len(committed))
     history.extend(committed)
 
@@ -202,6 +167,7 @@ def run_round(
     kv_peak = n_past + len(batch)
     kv_after = len(history) - 1
     rollback = ctx.memory.cut(kv_after, history) if kv_peak > kv_after else None
+    hooks = context_hooks(drafter)
     draft_rollbacks = hooks.sync(history) if hooks is not None else []
     if tokens:  # only verified drafts are reported back (a dropped draft was never tested)
         drafter.accept(n_accepted, history)
@@ -212,9 +178,9 @@ def run_round(
         position=position,
         budget=budget,
         draft=tokens,
-        draft_probs=probs,
-        draft_reason=reason,
-        draft_seconds=draft_seconds,
+        draft_probs=d.probs,
+        draft_reason=d.reason,
+        draft_seconds=d.seconds,
         verdict=verdict,
         committed=committed,
         n_accepted=n_accepted,
@@ -225,16 +191,16 @@ def run_round(
         kv_peak=kv_peak,
         kv_after=kv_after,
         round_seconds=time.perf_counter() - t_round,
-        draft_kv_before=draft_kv_before,
-        draft_kv_peak=draft_kv_peak,
+        draft_kv_before=d.kv_before,
+        draft_kv_peak=d.kv_peak,
         draft_rollbacks=draft_rollbacks,
-        shadow=shadow,
+        shadow=d.shadow,
         margins=margins,
         checkpoint=checkpoint,
         rollback=rollback,
         draft_memory=draft_memory,
-        drafter=proposal.drafter or drafter.name,
-        block=proposal.block,
+        drafter=d.drafter,
+        block=d.block,
         prefilled=prefilled,
     )
 
@@ -248,3 +214,70 @@ def _prefill_row(ctx: LlamaContext) -> Callable[[int], np.ndarray]:
         return ctx.last_row()
 
     return row
+
+
+@dataclass
+class _Drafted:
+    """Step 1's outcome: the draft to verify and what the round reports of its making."""
+
+    tokens: list[int]
+    probs: list[float | None]
+    reason: str | None
+    dists: list[Dist] | None
+    seconds: float
+    kv_before: int | None
+    kv_peak: int | None
+    shadow: int | None
+    drafter: str
+    block: dict | None
+
+
+def _draft(
+    drafter: Drafter, history: list[int], budget: Budget, draft_min: int, tile: int, prefilled: bool
+) -> _Drafted:
+    """Step 1: the drafter's proposal, cut to suit the verify tile and dropped below ``draft_min``; in a round
+    the policy kept plain, the drafter's side-effect-free prediction (``shadow``, free evidence for the policy)."""
+    hooks = context_hooks(drafter)
+    kv_before = hooks.kv_length() if hooks is not None else None
+    t0 = time.perf_counter()
+    proposal = Draft([]) if prefilled else drafter.draft(history, budget.limit)
+    seconds = time.perf_counter() - t0
+    kv_peak = hooks.kv_length() if hooks is not None else None
+    tokens = [int(t) for t in proposal.tokens]
+    reason = proposal.reason if len(tokens) < budget.limit else None
+    # a proposal shorter than the limit (the drafter stopped early) is rounded down as the limit was: its
+    # leftover rows would cost more than the tokens they could add (on the embedded model, a 7-row verify
+    # 56 ms, 8 rows 49). The drafter hears only how many were accepted, as when llama-server truncates a
+    # draft to its n_draft_max after drafting.
+    keep = aligned_length(len(tokens), tile, draft_min)
+    if keep < len(tokens):
+        tokens, reason = tokens[:keep], "tile"
+    if tokens and len(tokens) < draft_min:  # llama.cpp drops a draft shorter than --spec-draft-n-min
+        tokens, reason = [], "below-min"
+    probs: list[float | None] = (
+        list(proposal.probs[: len(tokens)]) if proposal.probs is not None else [None] * len(tokens)
+    )
+    shadow = None
+    peeking = peeker(drafter)
+    if budget.policy_plain and peeking is not None and not prefilled:
+        shadow = peeking.peek(history)
+    dists = proposal.dists if tokens else None
+    name = proposal.drafter or drafter.name
+    return _Drafted(tokens, probs, reason, dists, seconds, kv_before, kv_peak, shadow, name, proposal.block)
+
+
+def _commit(
+    tokens: list[int], is_eog: Callable[[int], bool], stop: Callable[[list[int]], int | None] | None
+) -> tuple[list[int], str | None]:
+    """Step 4: the verdict's ``tokens`` cut before the first end-of-generation token (finish ``eos``) and
+    after the first that completes a stop string (``stop``), with the finish reason (None: neither)."""
+    finish = None
+    for j, t in enumerate(tokens):
+        if is_eog(t):
+            tokens, finish = tokens[:j], "eos"
+            break
+    if stop is not None and tokens:
+        cut = stop(tokens)
+        if cut is not None:
+            tokens, finish = tokens[: cut + 1], "stop"
+    return tokens, finish

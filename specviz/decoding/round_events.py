@@ -3,17 +3,34 @@
 In order: ``DraftProposed`` → ``MemoryCheckpoint`` (the drafter's context, then the target's, when their
 memory needed one) → ``Verified`` → ``Accepted`` → ``Rejected`` (when a draft token was refused) →
 ``KVRollback`` (target, then the drafter's context; each says which path it took and what it cost). The
-session appends ``TelemetryEvent`` (and
-``Finished``). Token texts travel with the ids, so a front-end or a replay never needs the model.
+session appends ``TelemetryEvent`` (and ``Finished``, :func:`finished_event`). The session's other events
+are built here too: ``SessionStarted`` (:func:`started_event`) and ``KnobsChanged`` (:func:`knobs_changed_event`).
+Token texts travel with the ids, so a front-end or a replay never needs the model.
 """
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
+from ..backends.llama import Capacity, LlamaModel
 from ..backends.memory import Cut, Mark
-from .events import Accepted, Alternative, DraftProposed, Event, KVRollback, MemoryCheckpoint, Rejected, Verified
+from ..strategies import strategy_class
+from .events import (
+    Accepted,
+    Alternative,
+    DraftProposed,
+    Event,
+    Finished,
+    KnobsChanged,
+    KVRollback,
+    MemoryCheckpoint,
+    Rejected,
+    SessionStarted,
+    Verified,
+)
+from .generation import Generation
 from .round import RoundResult
+from .stops import StopScanner
 
 
 def _checkpoint_event(i: int, context: str, m: Mark) -> MemoryCheckpoint:
@@ -127,3 +144,66 @@ def round_events(r: RoundResult, pieces: Callable[[Sequence[int]], list[str]], *
         cut = next((c for c in draft_cuts if (c.from_pos, c.to_pos) == (f, t)), None)
         out.append(_rollback_event(i, "draft", f, t, cut))
     return out
+
+
+def started_event(
+    g: Generation,
+    model: LlamaModel,
+    cap: Capacity,
+    messages: Sequence[dict[str, str]],
+    chat_template: str | None,
+    prefill: str,
+) -> SessionStarted:
+    """The ``SessionStarted`` of generation ``g`` on ``model`` with a context of capacity ``cap``, for a chat
+    request's ``messages`` (none: a prompt) and a session whose prompt layout is ``prefill``."""
+    ids, sampling = g.history[: g.n_prompt], g.sampling
+    needs_model = strategy_class(g.strategy).needs_model
+    return SessionStarted(
+        0,
+        model=str(model.path),
+        draft_model=str(g.knobs.get("draft_model")) if needs_model else None,
+        strategy=g.strategy,
+        knobs=dict(g.knobs),
+        prompt_tokens=tuple(ids),
+        prompt_pieces=tuple(model.pieces(ids)),
+        max_tokens=g.max_tokens,
+        temperature=sampling.temperature,
+        top_k=sampling.top_k,
+        top_p=sampling.top_p,
+        seed=g.seed,
+        n_ctx=cap.n_ctx,
+        n_batch=cap.n_batch,
+        n_ubatch=cap.n_ubatch,
+        n_swa=cap.n_swa,
+        n_vocab=model.n_vocab,
+        stop=g.stop,
+        messages=tuple(messages),
+        chat_template=(chat_template or "model") if messages else None,
+        prefill=prefill,
+    )
+
+
+def knobs_changed_event(
+    i: int, strategy: str, knobs: dict[str, Any], previous: tuple[str, dict[str, Any]], schema: list[dict[str, Any]]
+) -> KnobsChanged:
+    """The ``KnobsChanged`` of a configuration applied at the boundary after round ``i``."""
+    return KnobsChanged(
+        i,
+        strategy=strategy,
+        knobs=dict(knobs),
+        previous_strategy=previous[0],
+        previous_knobs=previous[1],
+        schema=tuple(schema),
+    )
+
+
+def finished_event(i: int, reason: str, tokens: Sequence[int], scanner: StopScanner | None) -> Finished:
+    """The ``Finished`` of a generation that ended after round ``i`` with ``tokens`` generated; a ``stop``
+    finish names the stop string found (``scanner``: the generation's stop scanner)."""
+    message = None
+    if reason == "stop" and scanner is not None:
+        at = scanner.cut(tokens)
+        text = b"".join(scanner.render(t) for t in tokens)
+        found = (s for s in scanner.stops if at is not None and text.startswith(s, at))
+        message = next((f"stop string {s.decode('utf-8')!r}" for s in found), None)
+    return Finished(i, reason=reason, n_generated=len(tokens), message=message)

@@ -17,13 +17,16 @@ round of such a strategy (:mod:`specviz.decoding.rewind`). Each of them:
 3. on a failure calls :func:`put_back` (the old context, untouched, is the session's again); on success
    closes the old context once the old drafter (which may hold it) is closed.
 
+The session's three (start, configure, restore) are :func:`swap_target`, a ``with`` block around step 2.
+
 Deliberate departure from upstream, whose drafters switch the taps of the running context.
 """
 
 from __future__ import annotations
 
 import time
-from typing import Any, Protocol, Sequence
+from contextlib import contextmanager
+from typing import Any, Iterator, Protocol, Sequence
 
 from ..backends.capture import taps_fixed
 from ..backends.llama import LlamaContext, LlamaModel
@@ -76,3 +79,18 @@ def refill(fresh: LlamaContext, old: LlamaContext, tokens: Sequence[int], *, kee
     if tokens:
         fresh.eval_prompt(list(tokens), 0, keep_last=keep_last)
     return Cut("reprefill", old.kv_len(), len(tokens), time.perf_counter() - t0, reapplied=len(tokens))
+
+
+@contextmanager
+def swap_target(s: TargetHolder, strategy: str) -> Iterator[tuple[LlamaContext, LlamaContext | None]]:
+    """Steps 1 and 3 of the module docstring around a ``with`` block (step 2), which gets ``(old, fresh)``:
+    the block builds the new drafter and closes the old one (which may hold ``old``); a failure in it puts
+    ``old`` back untouched and re-raises, success closes ``old`` where ``fresh`` replaced it."""
+    old, fresh = s.ctx, replace_for(s, strategy)
+    try:
+        yield old, fresh
+    except BaseException:
+        put_back(s, old, fresh)
+        raise
+    if fresh is not None:
+        old.close()
