@@ -25,7 +25,7 @@ from specviz import Session
 from specviz.backends import LlamaContext, LlamaModel
 from specviz.backends import capture as capture_mod
 from specviz.backends.capture import LayerCapture
-from specviz.decoding.policy import CostPolicy
+from specviz.decoding.cost_policy import CostPolicy
 from specviz.decoding.verify_cost import VerifyCostModel
 from specviz.errors import CaptureUnavailableError, KnobError
 

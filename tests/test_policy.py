@@ -11,7 +11,8 @@ from test_session import DRAFTLESS, eager, plain_reference
 from specviz import Session
 from specviz.decoding import policy as policy_module
 from specviz.decoding import verify_cost as verify_cost_module
-from specviz.decoding.policy import AdaptivePolicy, CostPolicy
+from specviz.decoding.cost_policy import CostPolicy
+from specviz.decoding.policy import AdaptivePolicy
 from specviz.decoding.tiling import tile_aligned
 from specviz.decoding.verify_cost import VerifyCostModel, measure_verify_cost
 from specviz.errors import KnobError

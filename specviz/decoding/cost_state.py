@@ -1,6 +1,6 @@
 """What the cost policy has learnt, as one dataclass: :class:`CostCounters` is the policy's whole state, what
 a snapshot or a rewind checkpoint carries (:meth:`CostCounters.as_dict`) and reads back through one validator
-(:meth:`CostCounters.checked`). :class:`~specviz.decoding.policy.CostPolicy` is a ``CostCounters`` with the
+(:meth:`CostCounters.checked`). :class:`~specviz.decoding.cost_policy.CostPolicy` is a ``CostCounters`` with the
 rules that use them.
 """
 
@@ -20,7 +20,7 @@ def _no_tries() -> list[float]:
 
 @dataclass(eq=False)
 class CostCounters:
-    """The cost policy's counters (see :class:`~specviz.decoding.policy.CostPolicy` for what each means).
+    """The cost policy's counters (see :class:`~specviz.decoding.cost_policy.CostPolicy` for what each means).
 
     ``tries`` / ``hits``: decayed tried and accepted draft tokens per run-position bucket; ``run``: draft
     tokens accepted in a row up to now; ``probe_every``: plain rounds before the next probe; ``probing``: the

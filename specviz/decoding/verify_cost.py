@@ -1,7 +1,7 @@
 """The target's verify cost: seconds to verify a batch of b tokens, measured once per session for every
 batch size a round can use, and refined by every real verify (:class:`VerifyCostModel`).
 
-The cost policy (:class:`~specviz.decoding.policy.CostPolicy`) weighs draft lengths with it; the advisor
+The cost policy (:class:`~specviz.decoding.cost_policy.CostPolicy`) weighs draft lengths with it; the advisor
 (:mod:`specviz.analysis.advise`) reads a session's curve through ``Session.verify_cost``
 (:func:`measure_for_advice`). Measuring only times batch sizes that verify-tile alignment leaves
 (:mod:`specviz.decoding.tiling`), and leaves the cache as it was.

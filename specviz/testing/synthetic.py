@@ -381,7 +381,7 @@ class _Stream:
 
 def _cost_policy_view(r: int, n_draft: int, n_acc: int) -> dict:
     """A plausible ``policy`` telemetry entry of the cost policy after round ``r``."""
-    from ..decoding.policy import CostPolicy
+    from ..decoding.cost_policy import CostPolicy
 
     labels = CostPolicy.BUCKET_LABELS
     return {
