@@ -144,7 +144,6 @@ def test_a_session_keeps_no_generation_state_outside_its_generation(tiny_session
         # the thermal and clock sampler: an instrument reading the machine's sensors over the session's running
         # time (start() restarts it); a rewind or a snapshot has no sensor reading to bring back
         "machine",
-        "_scratch",
         "rng",  # one generator object (drafters hold it); its state is the generation's, in each checkpoint
         "drafter",
         "_scanner",  # a cache of the stop strings' scanner

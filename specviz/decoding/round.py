@@ -110,7 +110,6 @@ def run_round(
     is_eog: Callable[[int], bool],
     draft_min: int = 0,
     tile: int = 1,
-    scratch: np.ndarray | None = None,
     record_margins: bool = False,
     stop: Callable[[list[int]], int | None] | None = None,
     prefilled: bool = False,

@@ -91,7 +91,6 @@ class Session:
         #: Record the target's top-two margin at each committed position (for the equivalence check).
         self.record_margins = False
         self.cost_model: VerifyCostModel | None = None  # measured once per session, on first use
-        self._scratch = np.empty(self.model.n_vocab, dtype=np.float32)  # row-scan scratch buffer
         self.rng = np.random.default_rng(0)  # one generator for the session's life; reseeded by start()
         self.drafter: Drafter | None = None
         self._scanner: tuple[tuple[str, ...], StopScanner] | None = None  # the stop scanner of the stop strings
@@ -346,7 +345,6 @@ class Session:
                 is_eog=self.model.is_eog,
                 draft_min=int(g.knobs.get("draft_min", 0)),
                 tile=verify_tile(g.knobs),
-                scratch=self._scratch,
                 record_margins=self.record_margins,
                 stop=self._stop_fn(),
                 prefilled=g.prefilled,
