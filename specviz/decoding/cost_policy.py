@@ -77,8 +77,8 @@ class CostPolicy(CostCounters):
         super().__init__()  # every counter at its start (CostCounters)
         self.cost = cost
         # the expected-token curve of the last length(), by what it is made of (the run, n and the counts): a
-        # round where nothing is copied changes none of them, and the cache saves 12 us of such a round's
-        # 28 us choice (a microbenchmark of draft_max 16 on this project's 2-core host)
+        # round where nothing is copied changes none of them, and the cache saves 10-13 us of such a round's
+        # 25-28 us choice (a microbenchmark of draft_max 16 on this project's 2-core host)
         self._curve_for: tuple[tuple | None, tuple[float, ...]] = (None, ())
 
     def prepare(self, ctx: Any, history: Sequence[int], knobs: Mapping[str, Any]) -> VerifyCostModel | None:
