@@ -102,7 +102,7 @@ def snapshot(core: InspectorCore) -> dict[str, Any]:
             started=s.started,
             rounds=s.round_index,
             events=list(s.events),
-            queued=s.generation.pending,
+            queued=getattr(s, "generation", s).pending,  # a Session's generation, or a served session's own
             max_tokens=s.max_tokens,
         )
     return snap

@@ -84,7 +84,7 @@ def test_lanes_branch_step_compare_close(live):
     cmp = of_type(sink.msgs, "comparison")[-1]
     assert cmp["lane"]["open"] and cmp["data"]["b"]["strategy"] == "prompt-lookup"
     core.handle({"type": "lane", "cmd": "configure", "strategy": "ngram-cache", "knobs": "n_draft=3"})
-    assert wb.lane.pending[0] == "ngram-cache"
+    assert wb.lane.generation.pending[0] == "ngram-cache"
     core.handle({"type": "lane", "cmd": "step"})
     core.wait(30)
     assert wb.lane.round_index == 3 and core.session.round_index == 5 and wb.lane.strategy == "ngram-cache"
