@@ -53,7 +53,7 @@ TORCH_CPU        ?= torch==2.13.0+cpu
 # run the module a second time (the package imports it first) and print runpy's RuntimeWarning.
 LLAMA_WHEEL      = $(WHEELHOUSE)/llama_cpp_python-$(LLAMA_VERSION)-*.whl
 
-.PHONY: install demo test test-vulkan bench bench-native llama-tools screenshots mutation clean
+.PHONY: install demo test test-quick test-vulkan bench bench-native llama-tools screenshots mutation clean
 
 install: $(STAMP)
 
@@ -92,6 +92,11 @@ test: install llama-tools
 	$(VENV)/bin/mypy
 	node --test widgets/tests/
 	$(PY) -m pytest -ra
+
+# the core suite in about a minute: no llama.cpp tools, browser or embedded model, and no test that takes half a
+# second or more (the markers are declared in pyproject.toml; they only select, so make test still runs every test)
+test-quick: install
+	$(PY) -m pytest -q -m "not embedded and not browser and not tools and not slow"
 
 # the Vulkan build's tests (tests/test_vulkan.py) on Mesa's software Vulkan device (lavapipe), in .venv-vulkan;
 # needs Debian's glslc libvulkan-dev mesa-vulkan-drivers (.ci/run installs them). lavapipe is a CPU-type

@@ -18,6 +18,7 @@ from specviz.decoding.tempered import TemperedRow
 
 
 @pytest.mark.parametrize("use_q", ["built", "in place", False])
+@pytest.mark.slow
 def test_sampled_speculation_matches_target_distribution(use_q):
     n = 6
     params = SamplingParams(1.0)
@@ -58,6 +59,7 @@ def test_sampled_speculation_matches_target_distribution(use_q):
             assert stat < chi2_critical(df), (t, stat, df)
 
 
+@pytest.mark.slow
 def test_sampled_speculation_with_top_k_top_p_matches_target():
     n = 20
     params = SamplingParams(0.8, top_k=8, top_p=0.9)

@@ -137,6 +137,7 @@ def test_a_context_is_freed_once_by_close_or_by_leaving_a_with_block(tiny_model)
     ctx.close()  # idempotent
 
 
+@pytest.mark.slow
 def test_an_eval_callback_sees_the_graph_and_refuses_to_share_with_the_capture_shim(tiny_model):
     import llama_cpp.llama_cpp as lc
 
@@ -155,6 +156,7 @@ def test_an_eval_callback_sees_the_graph_and_refuses_to_share_with_the_capture_s
         LlamaContext(tiny_model, n_ctx=64, n_batch=16, n_ubatch=16, capture=True, eval_callback=count)
 
 
+@pytest.mark.slow
 def test_the_shim_builds_from_its_own_command_without_a_runpy_warning():
     """``python -m specviz.backends.build_capture`` (what ``make install`` and the GPU check run) prints the
     built shim's path; with warnings as errors it still runs: it is not a module the package imports first,

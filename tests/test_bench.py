@@ -62,6 +62,7 @@ def test_table_and_per_prompt_lines():
     ]
 
 
+@pytest.mark.slow
 def test_bench_command_on_a_tiny_model(tiny_model_path):
     p = run_cli(
         "bench",
@@ -98,6 +99,7 @@ def test_bench_command_on_a_tiny_model(tiny_model_path):
         assert all(0.0 <= d["copied"] <= 1.0 for d in r["per_prompt"])
 
 
+@pytest.mark.slow
 def test_bench_command_prints_the_table(tiny_model_path):
     p = run_cli(
         "bench",

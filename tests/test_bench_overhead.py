@@ -43,6 +43,7 @@ def _bench():
     return bench
 
 
+@pytest.mark.slow
 def test_the_wide_tiny_model_has_the_embedded_models_vocabulary(capsys):
     """``--tiny-wide-model``: the GPU host's regime here, rows of the embedded model's 262,144 values."""
     bench = _bench()
@@ -63,6 +64,7 @@ def test_the_benchmark_takes_one_model(capsys):
     assert "give one" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_the_collectors_time_is_counted_while_installed_only():
     import gc
 

@@ -42,6 +42,7 @@ def test_the_recorded_prompts_are_read_once_each(recording):
     assert ctx["n_ctx"] == 512 and ctx["model"].endswith(".gguf")
 
 
+@pytest.mark.tools
 def test_check_advice_runs_both_servers_and_stops_them(recording, tiny_model_path):
     native_tool("llama-server")
     events = read_events(recording)
@@ -63,6 +64,7 @@ def test_check_advice_runs_both_servers_and_stops_them(recording, tiny_model_pat
         check_advice(adv, prompts, tiny_model_path, extra_args=["--spec-type", "ngram-mod"])
 
 
+@pytest.mark.tools
 def test_advise_check_server_on_the_command_line(recording, tiny_model_path):
     native_tool("llama-server")
     p = run_cli("advise", str(recording), "--check-server", "--repeats", "1", "--threads", "1", "--max-tokens", "12")
@@ -77,6 +79,7 @@ def test_advise_check_server_on_the_command_line(recording, tiny_model_path):
     assert p.returncode == 2 and "needs flash attention" in p.stderr
 
 
+@pytest.mark.slow
 def test_advise_for_server_on_the_command_line(recording):
     p = run_cli("advise", str(recording), "--for-server", "--json")
     assert p.returncode == 0, p.stderr
@@ -85,6 +88,7 @@ def test_advise_for_server_on_the_command_line(recording):
     assert not any("searched for llama-server" in x for x in json.loads(p.stdout)["limits"])
 
 
+@pytest.mark.tools
 def test_a_prediction_for_the_prompts_sent_is_what_the_measurement_is_compared_with(recording, tiny_model_path):
     """Advice learnt on some prompts and checked on others: the prediction made for the prompts sent is the
     one beside the measurement, the advice's own is reported too."""

@@ -111,6 +111,7 @@ def test_bad_option_in_a_real_subprocess_has_no_traceback():
     assert "--draft-max" in p.stderr and "5000" in p.stderr and "[1, 1024]" in p.stderr
 
 
+@pytest.mark.slow
 def test_run_json_on_a_tiny_model(tiny_model_path):
     p = run_cli(
         "run",
@@ -173,6 +174,7 @@ def test_run_json_on_a_tiny_model(tiny_model_path):
     assert st["tokens_generated"] == t["drafted"] and st["tokens_accepted"] == t["accepted"]
 
 
+@pytest.mark.slow
 def test_knob_of_another_strategy_is_warned_not_applied(tiny_model_path):
     p = run_cli(
         "run",
@@ -193,6 +195,7 @@ def test_knob_of_another_strategy_is_warned_not_applied(tiny_model_path):
     assert "size_n" not in json.loads(p.stdout)["knobs"]
 
 
+@pytest.mark.slow
 def test_prompt_file_and_text_output(tiny_model_path, tmp_path):
     pf = tmp_path / "p.txt"
     pf.write_text("the a the a the a")
@@ -217,6 +220,7 @@ def test_prompt_file_and_text_output(tiny_model_path, tmp_path):
 
 
 @pytest.mark.parametrize("strategy", ["prompt-lookup", "ngram-simple"])
+@pytest.mark.slow
 def test_verify_on_tiny_model_is_identical(tiny_model_path, strategy):
     p = run_cli(
         "verify",
@@ -268,6 +272,7 @@ def test_verify_reports_a_mismatch_when_drafting_is_broken(tiny_session, monkeyp
     assert res["divergence"]["plain_margin"] is not None
 
 
+@pytest.mark.slow
 def test_sampling_run_is_reproducible_and_warns_about_unapplied_options(tiny_model_path):
     args = (
         "run",
@@ -312,6 +317,7 @@ def test_sampling_run_is_reproducible_and_warns_about_unapplied_options(tiny_mod
     assert "--top-p is accepted but not applied" in g.stderr and "--seed is accepted but not applied" in g.stderr
 
 
+@pytest.mark.slow
 def test_derive_draft_and_run_with_it(tiny_model_path, tmp_path):
     from specviz.testing.tiny_models import write_tiny_llama
 
@@ -347,6 +353,7 @@ def test_strategies_lists_every_strategy(capsys):
     assert any(k["name"] == "draft_max" for k in out["prompt-lookup"])
 
 
+@pytest.mark.slow
 def test_a_reader_that_goes_away_is_not_an_error():
     # `specviz strategies | head -1` where head has already gone: every write meets a closed pipe
     read_end, write_end = os.pipe()
@@ -365,6 +372,7 @@ def test_a_reader_that_goes_away_is_not_an_error():
     assert "Traceback" not in p.stderr and "BrokenPipe" not in p.stderr and "ResourceWarning" not in p.stderr, p.stderr
 
 
+@pytest.mark.slow
 def test_llama_cpp_spellings_select_the_strategy_and_its_knobs(tiny_model_path):
     p = run_cli(
         "run",

@@ -42,6 +42,7 @@ def plain(model):
     "spec,strategy,head",
     [("draft-dflash", "dflash", "dflash"), ("draft-dspark", "dspark", "dspark"), (None, "dflash", "dflash")],
 )
+@pytest.mark.slow
 def test_block_drafters_run_with_llama_cpps_spellings(models, spec, strategy, head):
     args = ["--model", str(models["target"]), "-md", str(models[head]), "--spec-draft-p-min", "0"]
     if spec is not None:
@@ -52,6 +53,7 @@ def test_block_drafters_run_with_llama_cpps_spellings(models, spec, strategy, he
     assert t["drafted"] > t["accepted"] > 0 and t["dflash"]["kind"] == strategy
 
 
+@pytest.mark.slow
 def test_draft_mtp_and_a_chain_run_and_break_acceptance_down_per_drafter(models):
     ref = plain(models["nextn"])
     out = run_json("--model", str(models["nextn"]), "--spec-type", "draft-mtp", "--spec-draft-p-min", "0")
@@ -74,6 +76,7 @@ def test_draft_mtp_and_a_chain_run_and_break_acceptance_down_per_drafter(models)
     assert set(by) == {"ngram-mod", "mtp"} and sum(v["drafted"] for v in by.values()) == out["telemetry"]["drafted"]
 
 
+@pytest.mark.slow
 def test_a_chains_clashing_knobs_are_set_per_member(models):
     out = run_json(
         "--model",

@@ -33,6 +33,7 @@ def wide(tmp_path_factory):
         (["-c", "4"], "option --n-ctx: '4' is not allowed"),
     ],
 )
+@pytest.mark.slow
 def test_a_bad_setting_is_refused_before_a_model_loads(args, words):
     p = run_cli("run", "--prompt", "x", "--model", "/nonexistent.gguf", *args)
     assert p.returncode == 2 and words in p.stderr, p.stderr
@@ -43,6 +44,7 @@ def test_a_cache_type_the_models_heads_do_not_fit_is_refused_from_its_header(tin
     assert p.returncode == 2 and "option -ctk/--cache-type-k" in p.stderr and "head size 16" in p.stderr
 
 
+@pytest.mark.slow
 def test_settings_reach_the_session(wide):
     p = run_cli(
         "run", "--model", str(wide), "--prompt", PROMPT, "--max-tokens", "12", "--json",
@@ -57,6 +59,7 @@ def test_settings_reach_the_session(wide):
     assert len(out["tokens"]) == 12
 
 
+@pytest.mark.slow
 def test_run_server_args_runs_the_lines_configuration(wide):
     line = (
         f"llama-server -m {wide} --spec-type ngram-map-k4v --spec-ngram-map-k4v-size-n 2 -fa off -c 512 -np 4 --metrics"
@@ -82,11 +85,13 @@ def test_run_server_args_runs_the_lines_configuration(wide):
         (["-c", "64"], "--n-ctx"),
     ],
 )
+@pytest.mark.slow
 def test_server_args_refuse_options_that_set_the_same(wide, extra, flag):
     p = run_cli("run", "--prompt", "x", "--server-args", f"-m {wide} --spec-type ngram-simple", *extra)
     assert p.returncode == 2 and f"option {flag} conflicts with --server-args" in p.stderr
 
 
+@pytest.mark.slow
 def test_server_args_values_are_checked(wide):
     p = run_cli("run", "--prompt", "x", "--server-args", f"-m {wide} -ctv q8_0 -fa off")
     assert p.returncode == 2 and "needs flash attention" in p.stderr
@@ -96,6 +101,7 @@ def test_server_args_values_are_checked(wide):
     assert p.returncode == 2 and "conflicts with the model of --server-args" in p.stderr
 
 
+@pytest.mark.slow
 def test_gpu_layers_reach_the_session_and_a_cpu_build_says_nothing_is_offloaded(wide):
     from specviz.backends.devices import gpu_devices
 
@@ -117,6 +123,7 @@ def test_a_bad_gpu_layer_count_is_refused_before_a_model_loads(wide, command, va
     assert p.returncode == 2 and "option -ngl" in p.stderr and repr(value) in p.stderr, p.stderr
 
 
+@pytest.mark.slow
 def test_the_server_lines_gpu_layers_reach_the_session_unless_the_option_gives_another(wide):
     from specviz.backends.devices import auto_gpu_layers
 

@@ -27,6 +27,7 @@ def test_request_options_are_checked_before_a_model_loads(args, text):
     assert p.returncode == 2 and text in p.stderr
 
 
+@pytest.mark.slow
 def test_run_json_has_diagnosis_and_advice_and_honours_stop(tiny_model_path, tmp_path):
     rec = tmp_path / "rec.jsonl"
     p = run_cli(
@@ -93,6 +94,7 @@ def test_run_json_has_diagnosis_and_advice_and_honours_stop(tiny_model_path, tmp
     assert run_cli("diagnose", str(tmp_path / "missing.jsonl")).returncode == 2
 
 
+@pytest.mark.slow
 def test_chat_on_the_command_line(tiny_model_path, tmp_path):
     p = run_cli("run", "--model", str(tiny_model_path), "--prompt", "hello", "--chat", "--max-tokens", "4")
     assert p.returncode == 1 and "has no chat template" in p.stderr

@@ -89,6 +89,7 @@ def server(chat_model):
         yield srv
 
 
+@pytest.mark.tools
 def test_the_same_requests_give_the_same_counters(server, chat_model, request_log):
     cmp = compare_server(server.url, request_log, model=chat_model, server_args=[*CONTEXT, *SPEC], send=True)
     assert cmp.findings == [], cmp.report()
@@ -101,12 +102,14 @@ def test_the_same_requests_give_the_same_counters(server, chat_model, request_lo
     assert "<table>" in cmp._repr_html_()
 
 
+@pytest.mark.tools
 def test_a_difference_is_named_with_the_setting_that_explains_it(server, chat_model, request_log):
     other = server_spec_args("ngram-simple", {"size_n": 2, "size_m": 2})
     cmp = compare_server(server.url, request_log, model=chat_model, server_args=[*CONTEXT, *other], send=True)
     assert any("tokens per step" in f and "--spec-draft-n-max" in f for f in cmp.findings), cmp.findings
 
 
+@pytest.mark.tools
 def test_counters_of_other_requests_are_named(server, chat_model, request_log):
     compare_server(server.url, request_log, model=chat_model, server_args=[*CONTEXT, *SPEC], send=True)
     server.complete("1, 2, 3, 1, 2, 3, 1, 2, 3,", 32)  # a request the log does not hold
@@ -114,6 +117,7 @@ def test_counters_of_other_requests_are_named(server, chat_model, request_log):
     assert any("other requests" in f and "--send" in f for f in cmp.findings), cmp.findings
 
 
+@pytest.mark.tools
 def test_without_the_command_line_the_server_tells_its_type(server, chat_model, request_log):
     server.complete("1, 2, 3", 8)  # a task, so /slots shows the speculative types
     cmp = compare_server(server.url, request_log, model=chat_model, send=True)
@@ -121,6 +125,7 @@ def test_without_the_command_line_the_server_tells_its_type(server, chat_model, 
     assert any("not exposed over HTTP" in f for f in cmp.findings)
 
 
+@pytest.mark.tools
 def test_a_server_without_metrics_is_refused_saying_so(chat_model, request_log):
     native_tool("llama-server")
     with LlamaServer(chat_model, [*CONTEXT, *SPEC]) as srv:
@@ -128,6 +133,7 @@ def test_a_server_without_metrics_is_refused_saying_so(chat_model, request_log):
             compare_server(srv.url, request_log, model=chat_model)
 
 
+@pytest.mark.tools
 def test_compare_server_on_the_command_line(server, chat_model, request_log, capsys):
     line = " ".join([*CONTEXT, *SPEC])
     argv = ["compare-server", server.url, "--requests", str(request_log), "--model", str(chat_model)]
@@ -142,6 +148,7 @@ def test_compare_server_on_the_command_line(server, chat_model, request_log, cap
     assert "does not exist" in capsys.readouterr().err
 
 
+@pytest.mark.tools
 def test_a_text_that_parts_from_the_servers_is_named_first(server, chat_model, request_log, tmp_path):
     """The reproduction on other weights (the same vocabulary and template): with --send the server's answers
     are compared with the reproduction's texts, and the parting is named before the counts it explains."""

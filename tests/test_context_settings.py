@@ -83,6 +83,7 @@ def test_a_draft_models_context_gets_the_targets_flash_attention(tmp_path):
     s.close()
 
 
+@pytest.mark.slow
 def test_a_session_from_a_server_command_line(wide_heads):
     from specviz import run_like_the_server, session_from_server_args
 
@@ -131,6 +132,7 @@ def test_a_start_can_be_checked_against_a_context_about_to_be_made(wide_heads):
     s.close()
 
 
+@pytest.mark.slow
 def test_gpu_layers_place_the_model_the_session_loads_and_its_drafts(tmp_path):
     target = write_tiny_llama(tmp_path / "target.gguf", **TINY)
     w = tiny_weights(seed=TINY["seed"], block_scale=TINY["block_scale"])

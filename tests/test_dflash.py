@@ -363,6 +363,7 @@ def test_switching_in_mid_generation_and_a_long_prompt_catch_up(binary_pair):
 
 
 @pytest.mark.parametrize("kind", ["dflash", "dspark-guess", "dflash2"])
+@pytest.mark.slow
 def test_first_token_distribution_with_a_block_draft_matches_the_target(binary_pair, kind):
     """Lossless sampling: the first generated token follows the target's distribution, whatever the block
     drafted (each position sampled from its own q, accepted with min(1, p/q))."""

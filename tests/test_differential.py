@@ -94,6 +94,7 @@ DRAFT_CASES = [
     DRAFT_CASES,
     ids=[f"{s}-{'-'.join(f'{k}{v}' for k, v in kn.items())}-{getattr(c, '__name__', c)}" for s, kn, c in DRAFT_CASES],
 )
+@pytest.mark.tools
 def test_every_draft_equals_llama_cpps(strategy, knobs, cap):
     native_tool("specviz-draft-replay")
     drafted = accepted = rejected_rounds = 0
@@ -183,6 +184,7 @@ def run_like_the_tool(
     GENERATION_CASES,
     ids=[f"{s}-{'-'.join(f'{k}{v}' for k, v in kn.items())}" for s, kn in GENERATION_CASES],
 )
+@pytest.mark.tools
 def test_generation_equals_llama_speculative_simple(fixtures, fixture, strategy, knobs, monkeypatch):
     tool = native_tool("llama-speculative-simple")
     if strategy == "ngram-cache":  # compare the rest; the departures are shown by the tests below
@@ -200,6 +202,7 @@ def test_generation_equals_llama_speculative_simple(fixtures, fixture, strategy,
 
 
 @pytest.mark.parametrize("strategy,knobs", [("ngram-map-k4v", {"size_n": 2, "size_m": 4}), ("ngram-cache", {})])
+@pytest.mark.tools
 def test_generation_equals_llama_speculative_simple_with_two_threads(fixtures, strategy, knobs, monkeypatch):
     tool = native_tool("llama-speculative-simple")
     if strategy == "ngram-cache":
@@ -215,6 +218,7 @@ def test_generation_equals_llama_speculative_simple_with_two_threads(fixtures, s
     assert report.n_drafted > report.n_accept > 0
 
 
+@pytest.mark.tools
 def test_llama_cpps_draft_n_max_does_not_cap_ngram_drafts(fixtures):
     """llama.cpp's ``--spec-draft-n-max`` applies to model drafts only: its n-gram types draft up to their
     own ``size_m`` / ``n_max`` (ngram-cache 8). specviz's ``draft_max`` caps every strategy."""
@@ -298,6 +302,7 @@ def first_draft(strategy: str, knobs: dict, history: list[int], n_max: int, cls=
     return list(d.draft(history, n_max).tokens)
 
 
+@pytest.mark.tools
 def test_ngram_map_k_honours_min_hits_which_llama_cpp_ignores():
     """llama.cpp's key-only path returns its draft before the min_hits check, so the option it documents
     for ngram-map-k does nothing; specviz waits for the key's second look-up."""
@@ -309,6 +314,7 @@ def test_ngram_map_k_honours_min_hits_which_llama_cpp_ignores():
     assert first_draft("ngram-map-k", dict(knobs, min_hits=1), h, 16) == [7, 8, 9]
 
 
+@pytest.mark.tools
 def test_ngram_mod_measures_low_acceptance_on_the_tokens_proposed():
     """A chain of 8 cut to 1 token that is accepted counts as 1/8 accepted upstream: five such rounds clear
     the pool (on a history shorter than 33 tokens it stays empty), while specviz counts 1/1."""
@@ -321,6 +327,7 @@ def test_ngram_mod_measures_low_acceptance_on_the_tokens_proposed():
     assert rep.llama[5] == [] and len(rep.specviz[5]) == 1
 
 
+@pytest.mark.tools
 def test_ngram_mod_n_min_is_capped_by_the_rounds_limit():
     """When a round allows fewer tokens than n_min, a chain that fills the allowance is enough for specviz;
     llama.cpp still requires n_min tokens before it cuts the draft."""
@@ -332,6 +339,7 @@ def test_ngram_mod_n_min_is_capped_by_the_rounds_limit():
     assert native_draft("ngram-mod", knobs, h, 8) == first_draft("ngram-mod", knobs, h, 8) == []
 
 
+@pytest.mark.tools
 def test_ngram_cache_learns_n_grams_that_straddle_two_rounds():
     """llama.cpp updates its context statistics from each call's new tokens alone: when rounds commit one
     token each it learns nothing from the generated text. specviz counts every n-gram of the history."""
@@ -345,6 +353,7 @@ def test_ngram_cache_learns_n_grams_that_straddle_two_rounds():
     assert replay_rounds(UpstreamNgramCache(), "ngram-cache", {}, prompt, truth, n_max=8).first_difference() is None
 
 
+@pytest.mark.tools
 def test_ngram_cache_breaks_ties_by_first_appearance():
     """(5, 6, 7) was followed once by 20 and once by 9 (50% each passes for a 3-gram). specviz drafts the
     first seen, 20; llama.cpp the first its unordered_map meets, which with libstdc++ is 9."""
@@ -395,6 +404,7 @@ def test_prompt_lookup_min_ngram_is_specvizs_own():
     assert d.draft(h, 2).tokens == []
 
 
+@pytest.mark.tools
 def test_bench_native_runs_and_prints_both_tables(tiny_model_path, capsys):
     """benchmarks/bench_native.py end to end on the tiny model (its figures mean nothing here)."""
     import importlib.util
@@ -528,6 +538,7 @@ def _one_cpu_run_to_completion():
     os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(1))
 
 
+@pytest.mark.tools
 def test_the_tool_prints_its_counters_before_it_exits(tiny_model_path, tmp_path):
     """The tool's log queue is written out before the process ends (tools/native/flush-log-at-exit.cpp).
 
@@ -560,6 +571,7 @@ def test_the_tool_prints_its_counters_before_it_exits(tiny_model_path, tmp_path)
         assert report.n_predict >= 4
 
 
+@pytest.mark.tools
 def test_the_tool_gets_the_prompt_byte_for_byte(tiny_model_path, tiny_model):
     """A backslash-n stays two characters and a trailing newline stays (``-p --no-escape``)."""
     prompt = 'print("a\\nb")\n'

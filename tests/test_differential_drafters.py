@@ -75,6 +75,7 @@ def run_like_the_tool(model: LlamaModel, prompt: str, strategy: str, knobs: dict
 
 
 @pytest.mark.parametrize("case", ["dflash", "dspark", "dflash2", "mtp", "chain", "dflash-chain"])
+@pytest.mark.tools
 def test_generation_equals_llama_speculative_simple(pairs, case):
     tool = native_tool("llama-speculative-simple")
     target, strategy, knobs = pairs[case]

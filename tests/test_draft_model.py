@@ -195,6 +195,7 @@ def chi2_critical(dof: int, z: float = 3.719) -> float:
 
 
 @pytest.mark.parametrize("strategy", ["draft", "prompt-lookup"])
+@pytest.mark.slow
 def test_first_token_distribution_matches_the_target(tiny_session, tiny_model, draft_path, strategy):
     params = SamplingParams(temperature=1.0)
     if strategy == "draft":

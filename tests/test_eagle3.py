@@ -339,6 +339,7 @@ def test_sampled_eagle3_same_seed_same_output(session, e3_head_path):
     assert outs[0] == outs[1] != outs[2]
 
 
+@pytest.mark.slow
 def test_first_token_distribution_with_eagle3_matches_the_target(binary_pair):
     """Lossless sampling: the first generated token follows the target's distribution, whatever the head
     drafted (sampled from q over its reduced vocabulary, accepted with min(1, p/q))."""

@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 
+import pytest
 from browser_util import ROOT
 
 EXAMPLES = ROOT / "examples"
@@ -27,6 +28,7 @@ def load(script: str):
     return mod
 
 
+@pytest.mark.slow
 def test_compare_strategies_prints_a_row_per_strategy(tiny_model_path):
     out = run(
         "compare_strategies.py",
@@ -52,6 +54,7 @@ def test_compare_strategies_prints_a_row_per_strategy(tiny_model_path):
     assert rows["prompt-lookup"][-1] == "yes" and rows["ngram-cache"][-1] == "yes"  # greedy: the same text
 
 
+@pytest.mark.slow
 def test_compare_strategies_with_a_derived_draft(tiny_model_path, tmp_path):
     from specviz.models.derive import derive_draft
 
@@ -75,6 +78,7 @@ def test_compare_strategies_with_a_derived_draft(tiny_model_path, tmp_path):
     assert int(row[2]) > 0 and row[2] == row[3] and row[-1] == "yes"
 
 
+@pytest.mark.slow
 def test_record_and_replay_writes_jsonl_and_prints_every_round(tiny_model_path, tmp_path):
     out_file = tmp_path / "rec.jsonl"
     out = run(

@@ -51,6 +51,7 @@ def binary():
     return native_tool("llama-server")
 
 
+@pytest.mark.tools
 def test_a_server_answers_on_loopback_and_is_gone_after_the_with_block(binary, tiny_model_path):
     with LlamaServer(tiny_model_path, ["-c", "256", "-t", "1", "-np", "1"], binary=binary) as srv:
         assert srv.url.startswith(f"http://{LOOPBACK}:")
@@ -65,6 +66,7 @@ def test_a_server_answers_on_loopback_and_is_gone_after_the_with_block(binary, t
         _ = srv.url
 
 
+@pytest.mark.tools
 def test_a_server_that_fails_to_start_is_stopped_and_its_log_quoted(binary, tiny_model_path):
     before = server_processes()
     srv = LlamaServer(tiny_model_path, ["-ctk", "q9_9"], binary=binary)
@@ -75,6 +77,7 @@ def test_a_server_that_fails_to_start_is_stopped_and_its_log_quoted(binary, tiny
     srv.close()
 
 
+@pytest.mark.tools
 def test_host_port_and_model_are_specvizs_to_set(binary, tiny_model_path):
     for flag in ("--port", "--host", "-m"):
         with pytest.raises(LlamaServerError, match=f"option {flag} is set by specviz"):
@@ -93,6 +96,7 @@ def test_no_binary_says_how_to_build_it(tmp_path, monkeypatch):
         find_server_binary(tmp_path / "llama-server")
 
 
+@pytest.mark.tools
 def test_metrics_and_slots(binary, tiny_model_path):
     with LlamaServer(tiny_model_path, ["-c", "256", "-t", "1", "-np", "1", "--metrics"], binary=binary) as srv:
         srv.complete("1, 2, 3", n_predict=4)
@@ -124,6 +128,7 @@ _CHILD = textwrap.dedent(
 
 
 @pytest.mark.parametrize("how", ["exit", "sigkill"])
+@pytest.mark.tools
 def test_a_server_does_not_outlive_the_python_process_that_started_it(binary, tiny_model_path, how):
     """atexit (and the finaliser) stop the servers of an interpreter that exits without stopping them; the
     parent-death signal kills them when the interpreter itself is killed (nothing of Python runs then)."""

@@ -103,6 +103,7 @@ def test_each_fixture_loads_and_reports_its_memory_kind(paths, name, kw, kind, r
 
 
 @pytest.mark.parametrize("name", ["mamba", "lfm2"])
+@pytest.mark.slow
 def test_a_micro_batch_too_small_for_the_state_snapshots_is_refused_not_aborted(paths, name):
     """llama.cpp keeps a sequence's last n_rs_seq + 1 tokens in one micro-batch and aborts the process when
     n_ubatch cannot hold them; the context refuses that, typed, before its first decode. Run in a child

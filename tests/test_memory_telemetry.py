@@ -87,6 +87,7 @@ def test_session_telemetry_carries_memory_and_checkpoint_figures(mamba_path):
     s.close()
 
 
+@pytest.mark.slow
 def test_run_json_has_memory_and_the_ring_and_snapshot_options(tiny_model_path, gemma3_path):
     r = run_cli("run", "--model", str(gemma3_path), "--prompt", PROMPT, "--max-tokens", "6", "--swa-ring", "--json")
     assert r.returncode == 0, r.stderr
@@ -120,6 +121,7 @@ def test_bench_rows_carry_memory_beside_none(mamba_path):
     assert pl.to_dict()["memory"] == pl.memory
 
 
+@pytest.mark.slow
 def test_sweep_rows_carry_memory_columns(mamba_path, tmp_path):
     pytest.importorskip("pandas")
     pytest.importorskip("pyarrow")
@@ -139,6 +141,7 @@ def test_sweep_rows_carry_memory_columns(mamba_path, tmp_path):
     assert pl["checkpoints"] >= none["checkpoints"] >= 1
 
 
+@pytest.mark.slow
 def test_info_says_how_each_memory_rolls_back_and_when_it_cannot(mamba_path, monkeypatch, capsys):
     import dataclasses
 

@@ -73,6 +73,7 @@ def test_info_command_text_and_json(models, capsys):
     assert "does not exist" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_run_with_llama_cpp_spellings_and_an_eagle3_head(models, capsys):
     base = ["run", "--model", str(models["target"]), "--prompt", "the cat", "--max-tokens", "12", "--json"]
     assert (

@@ -183,6 +183,7 @@ def test_qwen35_mtp_snapshot_and_rewind_restore_both_contexts(qwen35_path, tempe
     s.close()
 
 
+@pytest.mark.tools
 def test_qwen35_mtp_equals_llama_speculative_simple(qwen35_path, qwen35):
     from native_util import native_tool
     from test_differential_drafters import N_CTX, N_PREDICT, PROMPT, run_like_the_tool

@@ -95,6 +95,7 @@ def test_poly_hash_agrees_with_python(toks, n):
 @needs_kernel
 @settings(max_examples=300, deadline=None)
 @given(histories, st.integers(1, 6), st.integers(1, 40), st.integers(0, 80), st.integers(0, 80), st.integers(0, 40))
+@pytest.mark.slow
 def test_poly_last_slot_agrees_with_hashing_every_position(hist, n, pool_size, start, stop, slot):
     """The kernel rolls the hash from one position to the next; the reference hashes each n-gram afresh.
     Small pools: many n-grams share a slot, so the last of them is what is compared."""

@@ -73,6 +73,7 @@ def test_the_cost_curve_is_the_cost_of_every_batch_size():
     assert c.curve(8)[6] == 0.05
 
 
+@pytest.mark.slow
 def test_the_cost_table_after_updates_is_the_table_of_its_points():
     """What update() keeps up to date in place (the blended size's stretch of the table, up to the measured
     sizes on either side) equals the table a fresh model of the same points builds, and both equal numpy's
@@ -113,6 +114,7 @@ def _brute_force_length(p: CostPolicy, draft_min: int, draft_max: int, tile: int
     return best_k
 
 
+@pytest.mark.slow
 def test_the_cost_policys_choice_is_the_brute_force_choice():
     """length() skips the lengths when none can beat plain decoding and keeps the tile's lengths between
     rounds: on random states (acceptance from hopeless to sure, flat GPU-like and steep CPU-like verify

@@ -159,6 +159,7 @@ def test_a_drafter_that_reads_the_target_is_refused_at_a_whole_start(fixture_pat
 
 
 @pytest.mark.embedded
+@pytest.mark.tools
 def test_the_servers_layout_gives_the_servers_text_on_gemma(embedded_model):
     """The summarise prompts, whose greedy text can part from llama-server's (``--swa-full``, as specviz's
     cache) within 64 tokens when the last prompt token is evaluated on its own: with the server's layout

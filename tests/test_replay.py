@@ -193,6 +193,7 @@ def test_verify_says_what_the_replay_found():
 
 
 @pytest.mark.parametrize("prefill", ["all-but-last", "whole"])
+@pytest.mark.slow
 def test_the_replay_evaluates_the_runs_own_batches(tiny_model, prefill):
     """Batch for batch: the prompt as the session evaluates it (llama-server's whole-prompt layout, whose
     first round reads the prompt batch's last row, included), then every round's verify batch."""

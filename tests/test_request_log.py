@@ -107,6 +107,7 @@ def test_a_request_log_is_a_dataset_of_logged_conversations(request_log, tmp_pat
     assert not looks_like_request_log(q) and load_dataset(str(q)).prompts[0].messages == ()
 
 
+@pytest.mark.slow
 def test_a_sweep_generates_the_next_answer_of_each_logged_conversation(request_log, tmp_path):
     """The logged assistant message is kept as logged (not regenerated), through the model's template."""
     pytest.importorskip("pandas")

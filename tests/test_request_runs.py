@@ -44,6 +44,7 @@ def test_each_request_runs_with_its_own_options(chat_model, request_log):
     s.close()
 
 
+@pytest.mark.slow
 def test_run_requests_on_the_command_line(chat_model, request_log, tmp_path):
     rec = tmp_path / "rec.jsonl"
     p = run_cli(
@@ -63,6 +64,7 @@ def test_run_requests_on_the_command_line(chat_model, request_log, tmp_path):
     assert p.returncode == 0 and "req-7: " in p.stderr and "3 requests" in p.stdout
 
 
+@pytest.mark.slow
 def test_run_requests_through_the_servers_loop(chat_model, request_log):
     line = f"-m {chat_model} --spec-type ngram-simple --spec-ngram-simple-size-n 2 --spec-ngram-simple-size-m 4 -c 1024"
     p = run_cli("run", "--requests", str(request_log), "--server-args", line, "--max-tokens", "20", "--json")
@@ -88,6 +90,7 @@ def test_a_malformed_log_is_refused_naming_the_line(tmp_path):
     assert p.returncode == 2 and f"{bad}:2: not valid JSON" in p.stderr
 
 
+@pytest.mark.slow
 def test_replay_of_a_request_log_runs_records_and_replays(chat_model, request_log, tmp_path, monkeypatch):
     import specviz.server.app as app
     from specviz.cli.main import main

@@ -103,6 +103,7 @@ SPECULATIVE = ["prompt-lookup", "ngram-simple", "ngram-map-k4v", "ngram-cache"]
     length=st.integers(1, 6),
     strategy=st.sampled_from(SPECULATIVE),
 )
+@pytest.mark.slow
 def test_stop_strings_equal_plain_decoding(tiny_session, tiny_model, prompt, start, length, strategy):
     s = tiny_session
     plain, text, _, _ = generate(s, prompt, "none", 60)

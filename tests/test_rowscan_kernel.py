@@ -364,6 +364,7 @@ print("ok")
 
 
 @needs_kernel
+@pytest.mark.slow
 def test_a_scan_thread_cap_out_of_range_in_the_environment_is_refused_with_a_warning():
     body = """
 with warnings.catch_warnings(record=True) as seen:
@@ -380,6 +381,7 @@ print(threads, "|", " ".join(str(w.message) for w in seen))
 
 
 @needs_kernel
+@pytest.mark.slow
 def test_without_a_setting_a_long_row_is_read_by_eight_threads_where_openmp_has_them():
     """The default cap is 8 (measured on a 16-core GPU host: 8 threads read a 262k-token row faster than 4,
     and 16 no faster than 8); OpenMP's thread count still caps it below that."""

@@ -306,6 +306,7 @@ def test_chi2_helper_detects_a_wrong_distribution():
     assert stat < chi2_critical(df)
 
 
+@pytest.mark.slow
 def test_plain_sampling_step_matches_distribution_and_is_seeded():
     n = 8
     row = _rows(n, 21, 0)[0]

@@ -65,6 +65,7 @@ def wait_log(log, pattern: str, proc, timeout: float = 90) -> re.Match:
 
 
 @pytest.mark.parametrize("mode", ["per-page", "shared"])
+@pytest.mark.slow
 def test_off_loopback_every_request_needs_the_printed_token(tiny_model_path, tmp_path, mode):
     port = free_port()
     log = tmp_path / "serve.log"
@@ -107,6 +108,7 @@ def test_off_loopback_every_request_needs_the_printed_token(tiny_model_path, tmp
         stop(proc)
 
 
+@pytest.mark.slow
 def test_a_token_given_on_loopback_is_required_there_too(tiny_model_path, tmp_path):
     port = free_port()
     proc = start(
@@ -212,6 +214,7 @@ def test_the_gate_in_front_of_a_page_refuses_without_reaching_the_inspector():
         (["-b", "64", "-ub", "128"], "-ub"),
     ],
 )
+@pytest.mark.slow
 def test_serve_options_are_checked_before_any_model_loads(tiny_model_path, args, flag):
     """A bad option exits with status 2 and names the option (nothing is served)."""
     r = subprocess.run(

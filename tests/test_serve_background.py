@@ -188,6 +188,7 @@ def test_the_presenters_page_is_not_starved_by_its_address():
     assert presenter.check(reset) is not None, "the presenter still has a page's own bounds"
 
 
+@pytest.mark.slow
 def test_a_refused_upload_part_is_asked_for_again_and_hellos_are_paced():
     now = [0.0]
     gate = MessageGate(work_rate=10.0, work_burst=10.0, clock=lambda: now[0])

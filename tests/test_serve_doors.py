@@ -16,6 +16,7 @@ import os
 import subprocess
 import sys
 
+import pytest
 from browser_util import free_port, start, stop, wait_http
 
 from specviz.testing.page_client import PageClient
@@ -39,6 +40,7 @@ def serve(tiny_model_path, tmp_path, *extra, env=None):
     return proc, port
 
 
+@pytest.mark.slow
 def test_token_mode_refuses_other_origins_components_and_serves_plotly_as_a_cached_asset(tiny_model_path, tmp_path):
     probe = tmp_path / "probe_pkg"
     probe.mkdir()
@@ -77,6 +79,7 @@ def test_token_mode_refuses_other_origins_components_and_serves_plotly_as_a_cach
         stop(proc)
 
 
+@pytest.mark.slow
 def test_the_presenter_token_becomes_a_cookie_and_leaves_the_url(tiny_model_path, tmp_path):
     proc, port = serve(tiny_model_path, tmp_path, "--shared", "--presenter-token", PRESENTER)
     try:
@@ -111,6 +114,7 @@ def test_the_presenter_token_may_not_be_the_access_token(tiny_model_path):
     assert r.returncode == 2 and "--presenter-token" in r.stderr and "--token" in r.stderr, r.stderr
 
 
+@pytest.mark.slow
 def test_replay_pages_are_gated(tiny_model_path, tmp_path):
     from specviz import Recorder, Session
 

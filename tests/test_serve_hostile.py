@@ -20,6 +20,7 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
 from browser_util import free_port, start, stop, wait_http
 
 from specviz.testing.hostile import Hostile, Player
@@ -58,6 +59,7 @@ class Sampler:
         self._t.join(5)
 
 
+@pytest.mark.slow
 def test_hostile_pages_crash_nothing_freeze_no_honest_page_and_grow_nothing(tiny_model_path, tmp_path):
     port = free_port()
     log = tmp_path / "serve.log"

@@ -37,6 +37,7 @@ def is_state(m: dict) -> bool:
     return m.get("type") == "state"
 
 
+@pytest.mark.slow
 def test_advice_after_the_idle_timeout_answers_and_the_server_lives(tiny_model_path, tmp_path):
     proc, url = serve_tiny(tiny_model_path, tmp_path, "--idle-timeout", "1", "--max-tokens", "1500", "--prompt", PROMPT)
     try:

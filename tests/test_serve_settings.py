@@ -49,6 +49,7 @@ def test_every_page_session_has_the_servers_settings_parked_or_not(wide_heads):
             app.pool.close_all()
 
 
+@pytest.mark.slow
 def test_every_page_session_has_the_servers_gpu_layers(wide_heads):
     from specviz.server.app import build_app
 

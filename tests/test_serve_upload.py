@@ -12,6 +12,7 @@ refused at its first part.
 
 from __future__ import annotations
 
+import pytest
 from browser_util import free_port, start, stop, wait_http
 
 from specviz.decoding.snapshot import pack, unpack
@@ -26,6 +27,7 @@ def idle(m: dict) -> bool:
     return m.get("type") == "state" and not m.get("running") and not m.get("working")
 
 
+@pytest.mark.slow
 def test_a_48_mib_snapshot_restores_from_a_page_and_a_larger_one_is_refused_at_once(tiny_model_path, tmp_path):
     port = free_port()
     args = ["-m", "specviz.cli", "serve", "--model", str(tiny_model_path), "--port", str(port), "--prompt", PROMPT]

@@ -43,6 +43,7 @@ def plain(models):
     return run_json("--model", str(models["target"]), "--strategy", "none")[0]["tokens"]
 
 
+@pytest.mark.slow
 def test_a_line_without_a_spec_type_runs_plain_decoding(models, plain):
     """The plainest server line (no --spec-type) once failed: the loop gave strategy none a draft_max knob."""
     s, cfg = session_from_server_args(f"llama-server -m {models['target']} {SETTINGS}")
@@ -98,6 +99,7 @@ def test_a_chain_line_runs_both_members_through_the_servers_loop(models, plain):
         s.close()
 
 
+@pytest.mark.slow
 def test_run_server_args_builds_what_the_clis_spec_type_builds(models, plain):
     """The same chain through ``--server-args`` and through the CLI's own flags: the same strategy and the
     same per-member knobs (a knob both members declare differently is set per member)."""
@@ -112,6 +114,7 @@ def test_run_server_args_builds_what_the_clis_spec_type_builds(models, plain):
     assert "drafts with" not in err  # the chain runs whole, nothing about a first type only
 
 
+@pytest.mark.slow
 def test_run_server_args_with_a_dflash_line(models, plain):
     out, err = run_json(
         "--server-args", f"-m {models['target']} --spec-type draft-dflash -md {models['dflash']} {SETTINGS}"

@@ -102,6 +102,7 @@ def through_specviz(model, args, prompt, n_predict=N_PREDICT):
     GENERATION_CASES,
     ids=[f"{s}-{'-'.join(f'{k}{v}' for k, v in kn.items())}" for s, kn in GENERATION_CASES],
 )
+@pytest.mark.tools
 def test_generation_equals_llama_server(fixtures, server_bin, fixture, strategy, knobs, monkeypatch):
     if strategy == "ngram-cache":  # compare the rest; the departures are shown in test_differential.py
         monkeypatch.setitem(strategies._REGISTRY, "ngram-cache", "native_util:UpstreamNgramCache")
@@ -129,6 +130,7 @@ CHAIN = (
 
 
 @pytest.mark.parametrize("fixture", list(FIXTURES))
+@pytest.mark.tools
 def test_a_chain_equals_llama_server(fixtures, server_bin, fixture):
     path, model, prompt = fixtures[fixture]
     args = [*CONTEXT_ARGS, *server_spec_args(*CHAIN)]
@@ -182,6 +184,7 @@ def wide(tmp_path_factory):
     "strategy,knobs",
     [("ngram-map-k4v", {"size_n": 2, "size_m": 4}), ("ngram-mod", {"n_match": 2, "n_min": 1, "n_max": 8})],
 )
+@pytest.mark.tools
 def test_generation_with_deployment_settings_equals_llama_server(
     fixtures, wide, server_bin, fixture, settings, strategy, knobs
 ):
@@ -195,6 +198,7 @@ def test_generation_with_deployment_settings_equals_llama_server(
     assert out.draft_n > out.draft_n_accepted > 0
 
 
+@pytest.mark.tools
 def test_the_server_leaves_out_the_text_of_an_unknown_token(wide, server_bin):
     """A generation holding the unknown token (id 0): the server's content has no ``<unk>``, specviz's
     pieces render it; the tokens are the same."""
@@ -214,6 +218,7 @@ def test_the_server_leaves_out_the_text_of_an_unknown_token(wide, server_bin):
     assert out.content == text.decode("utf-8", "replace")
 
 
+@pytest.mark.tools
 def test_a_text_prompt_is_tokenized_as_specviz_tokenizes_it(fixtures, server_bin):
     path, model, _ = fixtures["code"]
     text = " ".join([FIXTURES["code"][2]] * 4)
@@ -236,6 +241,7 @@ def test_a_text_prompt_is_tokenized_as_specviz_tokenizes_it(fixtures, server_bin
     assert by_text.draft_n > 0
 
 
+@pytest.mark.tools
 def test_the_first_token_after_the_prompt_is_not_drafted(fixtures, server_bin):
     """The reproduction matters: drafting from the first round, as a plain specviz session does, gives other
     counts than the server's on this case; the server's loop (the first token plain) gives its counts."""
@@ -268,6 +274,7 @@ def draft_pair(tmp_path_factory, fixtures):
 
 
 @pytest.mark.parametrize("n_max,n_min", [(4, 0), (8, 2), (3, 0)])
+@pytest.mark.tools
 def test_generation_with_a_draft_model_equals_llama_server(draft_pair, server_bin, n_max, n_min):
     (path, model, prompt), draft = draft_pair
     knobs = {"draft_model": str(draft), "draft_max": n_max, "draft_min": n_min, "draft_p_min": 0.0}
@@ -279,6 +286,7 @@ def test_generation_with_a_draft_model_equals_llama_server(draft_pair, server_bi
     assert out.draft_n > out.draft_n_accepted > 0
 
 
+@pytest.mark.tools
 def test_draft_p_min_is_measured_over_the_top_ten_in_llama_cpp(draft_pair, server_bin):
     """llama.cpp's draft-simple renormalises the draft's distribution over its 10 most likely tokens before
     comparing with p_min; specviz compares the probability over the whole vocabulary, which is lower, so
@@ -297,6 +305,7 @@ def test_draft_p_min_is_measured_over_the_top_ten_in_llama_cpp(draft_pair, serve
 
 
 @pytest.mark.parametrize("strategy,knobs", [("ngram-mod", {"n_match": 2, "n_min": 1, "n_max": 8}), ("ngram-cache", {})])
+@pytest.mark.tools
 def test_the_servers_ngram_statistics_outlive_a_request(fixtures, server_bin, strategy, knobs, monkeypatch):
     """ngram-mod's pool is shared by every request of a server process, and ngram-cache's context statistics
     are never reset by a new request: a request sent after another drafts differently than when it is the

@@ -107,6 +107,7 @@ def test_equivalence_over_generated_prompts(tiny_session, tiny_model, prompt, st
 
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(prompt=prompts(), data=st.data())
+@pytest.mark.slow
 def test_equivalence_with_knobs_and_strategies_changed_between_steps(tiny_session, tiny_model, prompt, data):
     n = 40
     ref = plain_reference(tiny_model, prompt, n)
@@ -458,6 +459,7 @@ def test_telemetry_events_read_later_say_what_held_after_their_round(tiny_sessio
 
 
 @pytest.mark.parametrize("strategy", ["none", "prompt-lookup"])
+@pytest.mark.slow
 def test_a_round_leaves_few_objects_for_the_garbage_collector(tiny_model, strategy):
     """What the session keeps of every round (its events, its checkpoint, its telemetry view) lives in
     CPython's oldest generation, which a full collection walks whole, and the next full collection comes

@@ -8,9 +8,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 HERE = Path(__file__).parent
 
 
+@pytest.mark.slow
 def test_crafted_snapshots_never_crash_and_a_refused_restore_changes_nothing():
     p = subprocess.run(
         [sys.executable, str(HERE / "snapshot_mutations.py"), "300"],

@@ -8,9 +8,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 HERE = Path(__file__).parent
 
 
+@pytest.mark.slow
 def test_random_call_sequences_never_crash_and_keep_every_invariant():
     p = subprocess.run(
         [sys.executable, str(HERE / "stateful_session.py"), "60", "40"],

@@ -76,6 +76,7 @@ def test_bad_options_exit_2_with_one_line_before_loading(argv, option, detail, t
     assert not (tmp_path / "out.parquet").exists()
 
 
+@pytest.mark.slow
 def test_skip_bad_lines_warns_per_line(tmp_path, tiny_model_path, capsys):
     q = tmp_path / "q.jsonl"
     q.write_text('{"question_id": 1, "turns": ["Once upon a time"]}\n{oops\n{"question_id": 2, "turns": ["x"]}\n')
@@ -104,6 +105,7 @@ def test_skip_bad_lines_warns_per_line(tmp_path, tiny_model_path, capsys):
     assert f"warning: refused {q}:2: not valid JSON" in err and "2 of 2 runs stored" in err
 
 
+@pytest.mark.slow
 def test_sweep_on_a_local_cluster_and_report_from_the_command_line(tiny_model_path, tmp_path, capsys):
     pytest.importorskip("distributed", reason="Dask is the optional extra specviz[cluster]")
     grid = tmp_path / "grid.toml"

@@ -47,6 +47,7 @@ def by_key(df):
     return df.set_index(["question_id", "setting_key", "repeat"]).sort_index()
 
 
+@pytest.mark.slow
 def test_local_cluster_results_equal_the_local_run(tiny_model_path, tmp_path, client):
     qs = tmp_path / "q.jsonl"
     qs.write_text(
@@ -99,6 +100,7 @@ def test_local_cluster_results_equal_the_local_run(tiny_model_path, tmp_path, cl
     assert set(dask.model_loads.values()) == {1}  # one model load per worker process, whatever it ran
 
 
+@pytest.mark.slow
 def test_a_killed_worker_loses_and_duplicates_nothing(tiny_model_path, tmp_path, client):
     prompts = tmp_path / "prompts.txt"
     prompts.write_text("\n".join(f"Chapter {i}. It was a dark and stormy night" for i in range(5)) + "\n")
@@ -143,6 +145,7 @@ def test_a_killed_worker_loses_and_duplicates_nothing(tiny_model_path, tmp_path,
     assert [list(t) for t in a["tokens"]] == [list(t) for t in b["tokens"]]
 
 
+@pytest.mark.slow
 def test_an_existing_scheduler_by_address(tiny_model_path, tmp_path, client, capsys):
     from specviz.cli import main as cli
 
@@ -173,6 +176,7 @@ def test_an_existing_scheduler_by_address(tiny_model_path, tmp_path, client, cap
     assert {w.split(":")[1] for w in read_results(out)["worker"]} <= pids
 
 
+@pytest.mark.slow
 def test_an_unreachable_scheduler_is_a_clear_error():
     from specviz.sweep.dask_executor import ClusterError
     from specviz.testing.page_harness import free_port

@@ -60,6 +60,7 @@ def keys(df):
     return sorted(zip(df["question_id"], df["setting_key"], df["repeat"]))
 
 
+@pytest.mark.slow
 def test_local_sweep_rows_pairing_and_one_model_load_per_worker(tiny_model_path, questions, tmp_path):
     grid = small_grid(repeats=2)
     ds = load_dataset(str(questions))
@@ -105,6 +106,7 @@ def test_plan_runs_none_again_for_pairing_but_keeps_only_missing_rows(tiny_model
     assert [t.prompt.id for t in plan_tasks(ds, grid, cfg, lambda k: k in every)] == ["3"]
 
 
+@pytest.mark.slow
 def test_resume_after_an_interruption_runs_only_what_is_missing(tiny_model_path, questions, tmp_path):
     grid = small_grid(temperatures=[0])
     ds = load_dataset(str(questions))
@@ -164,6 +166,7 @@ def _sweep_cmd(dataset, out, model, *extra):
     ]
 
 
+@pytest.mark.slow
 def test_a_killed_sweep_resumes_from_its_journal(tiny_model_path, tmp_path):
     prompts = tmp_path / "prompts.txt"
     prompts.write_text("\n".join(f"Story number {i}: once upon a time" for i in range(8)) + "\n")
@@ -198,6 +201,7 @@ def test_a_killed_sweep_resumes_from_its_journal(tiny_model_path, tmp_path):
     assert not journal.exists()
 
 
+@pytest.mark.slow
 def test_a_killed_local_worker_is_replaced_and_its_task_runs_again(tiny_model_path, tmp_path):
     prompts = tmp_path / "prompts.txt"
     prompts.write_text("\n".join(f"Chapter {i}. It was a dark and stormy night" for i in range(6)) + "\n")
@@ -288,6 +292,7 @@ def test_chat_template_is_read_and_applied_by_llama_cpp(chat_model, tiny_model_p
         decide_format("{{ something llama.cpp does not know }}", "chat")
 
 
+@pytest.mark.slow
 def test_sweep_turns_go_through_the_chat_template(chat_model, questions, tmp_path):
     from specviz import Session
     from specviz.sweep.chat import conversation_text, probe_format, prompt_tokens

@@ -75,6 +75,7 @@ def test_a_file_from_before_the_column_stands_for_the_defaults(wide, questions, 
     assert isinstance(pd.read_parquet(out), pd.DataFrame)
 
 
+@pytest.mark.slow
 def test_sweep_settings_on_the_command_line(wide, questions, tmp_path, tiny_model_path):
     p = run_cli("sweep", str(questions), "-o", str(tmp_path / "a.parquet"), "-ctv", "q8_0", "-fa", "off")
     assert p.returncode == 2 and "option -ctv/--cache-type-v" in p.stderr
@@ -84,6 +85,7 @@ def test_sweep_settings_on_the_command_line(wide, questions, tmp_path, tiny_mode
     assert p.returncode == 2 and "head size 16" in p.stderr
 
 
+@pytest.mark.slow
 def test_a_sweep_places_the_model_in_every_worker_and_rows_record_it(wide, questions, tmp_path):
     """-ngl reaches every worker's model (a worker that loaded it elsewhere could not make the session) and the
     context column, so a file of CPU rows is not resumed with the model on a GPU; a CPU build says it."""

@@ -149,6 +149,7 @@ def tempered_rows() -> list[tuple[np.ndarray, float]]:
 
 
 @pytest.mark.parametrize("kernel", ["on", "off"])
+@pytest.mark.slow
 def test_a_tempered_row_is_numpys_distribution(kernel, monkeypatch):
     """prob, draw (p, and p without a left-out token) and the ordering against probs_from_logits,
     residual_distribution and TokenDist.draw, with the kernel and with numpy alone."""
@@ -245,6 +246,7 @@ def sampled_rounds(draft_len: int, seed: int) -> list:
     return out
 
 
+@pytest.mark.slow
 def test_a_sampled_round_is_the_same_with_and_without_the_kernel(monkeypatch):
     """The whole verdict (tokens, positions and their uniforms, probabilities, alternatives, rank) of 40
     rounds on vocabulary-sized rows, each path from the same seed."""
@@ -313,6 +315,7 @@ def test_residual_draws_in_place_match_the_built_distributions():
     assert residual_draw(TemperedRow(x, params, 3), q, 0.5) is None
 
 
+@pytest.mark.slow
 def test_a_sampled_draft_distribution_read_in_place_gives_the_same_rounds(monkeypatch):
     """A draft model's q as a TemperedRow (what draft_model and draft_choice hand the acceptor now) and as
     numpy's TokenDist give the same verdicts from the same seed, rejections (the residual) included."""

@@ -183,6 +183,7 @@ def _acceptance(target, head, prompts):
         s.close()
 
 
+@pytest.mark.slow
 def test_a_short_training_run_makes_a_head_that_drafts_and_beats_a_random_one(toy, tmp_path):
     res = train_eagle3(_options(toy, tmp_path))
     target = toy[0]
@@ -199,6 +200,7 @@ def test_a_short_training_run_makes_a_head_that_drafts_and_beats_a_random_one(to
     assert res.validation["acc"][0] > 0.2
 
 
+@pytest.mark.slow
 def test_resume_continues_training_from_the_checkpoint_without_regenerating(toy, tmp_path):
     train_eagle3(_options(toy, tmp_path, train_steps=30))
     work = tmp_path / "work"
@@ -215,6 +217,7 @@ def test_resume_continues_training_from_the_checkpoint_without_regenerating(toy,
     assert load_checkpoint(work / "checkpoint.pt")["train"]["step"] == 5
 
 
+@pytest.mark.slow
 def test_ctrl_c_during_training_leaves_a_usable_checkpoint_and_head(toy, tmp_path):
     target, prompts = toy
     out, work = tmp_path / "head.gguf", tmp_path / "work"

@@ -107,6 +107,7 @@ def test_a_refused_setting_or_start_changes_nothing(live):
     assert core.session.round_index == 3
 
 
+@pytest.mark.slow
 def test_a_reset_with_a_server_command_line_runs_its_configuration(live, wide_heads, tiny_model_path):
     core, sink = live
     line = (
@@ -135,6 +136,7 @@ def test_a_reset_with_a_server_command_line_runs_its_configuration(live, wide_he
         refused(core, sink, {"type": "cmd", "cmd": "reset", "server_args": line}, text)
 
 
+@pytest.mark.slow
 def test_a_lines_other_gpu_placement_is_said_and_the_pages_model_stays(live):
     """A page never reloads its model: a line's -ngl other than the page's placement is named in a warning
     (with the inspector's own -ngl that would match), the same one is not."""
@@ -173,6 +175,7 @@ def test_a_served_page_gets_no_settings_and_may_not_change_them(tiny_model):
         ms.close()
 
 
+@pytest.mark.slow
 def test_the_inspector_resets_with_a_deployment_from_python(wide_heads):
     from specviz import Inspector
 

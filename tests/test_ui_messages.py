@@ -434,6 +434,7 @@ actions = st.lists(maybe(messages, st.just("drain")), min_size=1, max_size=12)
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 @given(actions=actions, start=st.booleans())
+@pytest.mark.slow
 def test_random_message_sequences_never_escape_and_refusals_change_nothing(tiny_model, actions, start):
     from specviz import Session
 
@@ -462,6 +463,7 @@ def test_random_message_sequences_never_escape_and_refusals_change_nothing(tiny_
 
 @settings(max_examples=60, deadline=None)
 @given(actions=actions)
+@pytest.mark.slow
 def test_random_messages_to_a_replay(tiny_model, actions):
     from specviz import Session
 

@@ -32,6 +32,7 @@ def test_notebook_is_stripped_and_has_a_kernelspec(path):
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+@pytest.mark.slow
 def test_notebook_runs(path, tiny_model_path, monkeypatch, tmp_path):
     monkeypatch.setenv("SPECVIZ_MODEL", str(tiny_model_path))
     nb = nbformat.read(path, as_version=4)

@@ -73,6 +73,7 @@ def crafted_rows(rng: np.random.Generator, n_rows: int, n: int, levels: int | No
 @needs_kernel
 @pytest.mark.parametrize("n", [6, 1000, 262144])
 @pytest.mark.parametrize("levels", [None, 4])
+@pytest.mark.slow
 def test_every_depth_of_rejection_and_the_bonus_give_the_ordinary_verdict(n, levels):
     rng = np.random.default_rng(n + (levels or 0))
     k = 6
