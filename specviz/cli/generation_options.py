@@ -1,6 +1,6 @@
 """The generation options of ``specviz run`` and ``specviz verify``: the model, the prompt, the strategy
-(with llama.cpp's and the runner's spellings, and comma lists of them: a chain of drafters), every knob's
-flag (generated from the strategies' schemas), sampling, and the request options ``--chat`` /
+(with llama.cpp's and the static-shape runner's spellings, and comma lists of them: a chain of drafters),
+every knob's flag (generated from the strategies' schemas), sampling, and the request options ``--chat`` /
 ``--system`` / ``--chat-template`` / ``--stop``.
 
 A chain's knobs are its members' (:mod:`specviz.strategies.chain`): a knob several members declare
@@ -123,7 +123,7 @@ def add_generation_options(p: argparse.ArgumentParser, *, strategy_default: str 
         const=True,
         default=None,
         metavar="MAX_NGRAM",
-        help="use prompt lookup (the runner's spelling); optional largest n-gram size",
+        help="use prompt lookup (the static-shape runner's spelling); optional largest n-gram size",
     )
     p.add_argument(
         "--spec-type",
@@ -155,7 +155,9 @@ def add_generation_options(p: argparse.ArgumentParser, *, strategy_default: str 
             help=f"llama.cpp's spelling of --{name.replace('_', '-')} for --strategy {strategy}",
         )
     p.add_argument(
-        "--adaptive-draft-count", action="store_true", help="the runner's spelling of --draft-policy adaptive"
+        "--adaptive-draft-count",
+        action="store_true",
+        help="the static-shape runner's spelling of --draft-policy adaptive",
     )
     p.add_argument(
         "--no-align-proposals",
@@ -302,8 +304,8 @@ def _options_server_args_sets(args: argparse.Namespace) -> list[str]:
 
 def _strategy_of(args: argparse.Namespace) -> tuple[str, dict[str, Any]]:
     """The strategy from ``--strategy`` and its other spellings (``--spec-type``, ``--prompt-lookup``, a
-    ``--draft-model`` alone), and the knob value ``--prompt-lookup N`` gives; the runner's
-    ``--adaptive-draft-count`` and ``--no-align-proposals`` become the knob flags they stand for."""
+    ``--draft-model`` alone), and the knob value ``--prompt-lookup N`` gives; the static-shape
+    runner's ``--adaptive-draft-count`` and ``--no-align-proposals`` become the knob flags they stand for."""
     strategy = None if args.strategy is None else _resolved("--strategy", args.strategy)
     knob_values: dict[str, Any] = {}
     if args.spec_type is not None:

@@ -1,9 +1,9 @@
 """Strategy registry: name → drafter class, and the knob schema of each strategy.
 
 Names follow llama.cpp (``none``, ``ngram-simple``, ``ngram-map-k`` …) plus ``prompt-lookup``
-(the runner PR's prompt lookup), ``draft`` (a second GGUF), ``eagle3`` (an EAGLE-3 head over the target's
-hidden states), ``mtp`` (the target's multi-token-prediction layers) and ``dflash`` / ``dspark`` (a
-block-diffusion draft over the target's layer inputs, one block per round).
+(the static-shape runner's prompt lookup, docs/strategies.md), ``draft`` (a second GGUF), ``eagle3``
+(an EAGLE-3 head over the target's hidden states), ``mtp`` (the target's multi-token-prediction layers)
+and ``dflash`` / ``dspark`` (a block-diffusion draft over the target's layer inputs, one block per round).
 
 Every function here also takes llama.cpp's ``--spec-type`` spellings (:data:`SPEC_TYPES`:
 ``draft-simple``, ``draft-eagle3``, ``draft-mtp``, ``draft-dflash``, ``draft-dspark``) and comma lists of
