@@ -144,11 +144,12 @@ class HiddenStateDrafter(ContextDrafter):
         self._quiet: int | None = None  # the plain rounds the policy promised after this one (expect_plain)
         self._held = False  # this round's target batch is not read (see _hold_target)
         #: Whether a paused drafter holds the target's capture in rounds the policy's promise puts more than a
-        #: window before the next draft (False reads every batch, as before holding existed).
+        #: window before the next draft (False reads every batch: the reference bench_eagle3 and the tests
+        #: compare with).
         self.hold_when_promised = True
         self.held_rounds = 0  # rounds whose target batch was not read while paused
         #: Whether rounds drafted with a limit of 0 pause the feeding (``PAUSES_WHEN_PLAIN``; False feeds
-        #: every round, as before pausing existed).
+        #: every round: the reference the tests compare a resume with).
         self.pause_when_plain = self.PAUSES_WHEN_PLAIN
         self._resume_window = self.RESUME_WINDOW
         self._kept: deque[np.ndarray] = deque(maxlen=self.resume_window)

@@ -98,7 +98,7 @@ class InspectorCore:
     most of what was sent to it (False: it went away); a download paces its parts with it. With
     ``plotly_url`` the page is told where to fetch the plotly bundle (a static, cached asset) instead of
     being sent it. Without them (a notebook) every message is handled at once in the calling thread and the
-    bundle travels in a message, as before.
+    bundle travels in a message.
     """
 
     def __init__(
