@@ -98,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def session_view() -> TelemetryEvent:
         # what a round does for its telemetry event: one copy of the counters, the rest when it is read
-        return TelemetryEvent.deferred(1, session.telemetry_view())
+        return TelemetryEvent(1, view=session.telemetry_view())
 
     native = ctx.native_rows()
     assert native is not None

@@ -179,7 +179,7 @@ def test_stop_then_rewind_and_continue(tiny_session, tiny_model):
     blob = s.snapshot()
     r = Session.restore(blob, model=tiny_model)
     try:
-        assert r.stop == (stop,) and r.text == out
+        assert r.generation.stop == (stop,) and r.text == out
     finally:
         r.close()
 
