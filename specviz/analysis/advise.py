@@ -19,7 +19,7 @@ ngram-simple m-gram shorter than its n-gram, and no prompt lookup when a llama.c
 
 from __future__ import annotations
 
-from ..decoding.policy import VerifyCostModel
+from ..decoding.verify_cost import VerifyCostModel
 from .advise_costs import (
     cost_from_times,
     fit_overhead,

@@ -1,7 +1,7 @@
 """What a replayed round costs: the verify-cost curve and the overhead of a round, for the advisor.
 
 The verify cost of a batch of ``b`` tokens comes from a measured curve (a
-:class:`~specviz.decoding.policy.VerifyCostModel`, as the ``cost`` policy and
+:class:`~specviz.decoding.verify_cost.VerifyCostModel`, as the ``cost`` policy and
 ``benchmarks/bench_verify_cost.py`` measure it), else from the curve recorded in the telemetry, else from
 one fitted to the recorded verify times (:func:`cost_from_times`; :func:`verify_cost` picks).
 :func:`scaled_to_times` moves a curve to the level of the rounds' own verify times. Everything else a round
@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from ..decoding.policy import VerifyCostModel
+from ..decoding.verify_cost import VerifyCostModel
 from .advise_rounds import Recorded
 
 

@@ -24,8 +24,8 @@ from typing import Any
 
 import numpy as np
 
-from ..decoding.policy import VerifyCostModel
 from ..decoding.tiling import aligned_length, tile_aligned
+from ..decoding.verify_cost import VerifyCostModel
 from .advise_rounds import Rounds, recorded_tile
 from .uncertainty import ratio_interval
 
