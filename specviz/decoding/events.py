@@ -263,7 +263,7 @@ class _Figures:
     def __get__(self, ev: TelemetryEvent | None, owner: type | None = None) -> Any:
         if ev is None:
             return None  # the field's default: no figures given, the view builds them
-        data = ev._data  # type: ignore[attr-defined]  # noqa: SLF001 (the descriptor keeps its own slot)
+        data = vars(ev)["_data"]  # the slot __set__ wrote when the event was made
         if data is None:
             data = ev.view() if ev.view is not None else {}
             object.__setattr__(ev, "_data", data)  # the one write after __init__: the figures, once built
