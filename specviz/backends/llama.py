@@ -295,7 +295,8 @@ class LlamaContext(ContextBase):
     ``flash_attn`` (``auto``, ``on``, ``off``) and ``cache_type_k`` / ``cache_type_v`` (``f16``, ``q8_0`` ...)
     are llama.cpp's ``-fa`` / ``-ctk`` / ``-ctv``, checked first against the model
     (:mod:`specviz.backends.context_settings`: a refused one raises
-    :class:`~specviz.errors.ContextSettingsError`); :attr:`settings` holds every setting of the context.
+    :class:`~specviz.errors.ContextSettingsError`); :attr:`settings` holds every setting of the context and
+    :attr:`n_threads` the threads llama.cpp was given (every core when the setting is None).
     """
 
     def __init__(
@@ -320,6 +321,7 @@ class LlamaContext(ContextBase):
         lc = llama_lib()
         self.model = model
         p = _context_params(lc, model, self.settings, n_threads, swa_full, n_rs_seq)
+        self.n_threads = int(p.n_threads)  # the threads llama.cpp was given (every core when n_threads is None)
         # Layer capture for EAGLE-3 on graphs that record no layer inputs (gemma3) needs an eval callback,
         # which llama.cpp only takes at creation: install the C shim switched off (it then costs nothing;
         # see specviz.backends.capture). capture=None installs it when the shim can be built.

@@ -81,6 +81,19 @@ def memory_line(t: dict[str, Any]) -> str:
     return "; ".join(parts)
 
 
+def cpu_line(t: dict[str, Any]) -> str:
+    """One line of how much of the machine a run had, for people (the telemetry's ``cpu_share`` and
+    ``n_threads``, worded by :func:`~specviz.decoding.machine_load.share_text`), with the load average at
+    the start and the end where the system reports one."""
+    from ..decoding.machine_load import share_text
+
+    text = share_text(t.get("cpu_share"), t.get("n_threads"))
+    load = (t.get("machine") or {}).get("load_average") or {}
+    if load.get("start") is not None and load.get("latest") is not None:
+        text += f"; load average {load['start'][0]:.2f} at the start, {load['latest'][0]:.2f} at the end"
+    return text
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     """``specviz run``: one generation; prints the text and a telemetry line, or one JSON object."""
     cfg = generation_config(args, warn=warn)
@@ -132,6 +145,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         print(memory_line(t), file=sys.stderr)
+        print(cpu_line(t), file=sys.stderr)
         if server_run is not None:
             print(
                 f"as llama-server counts it: draft_n = {server_run.draft_n}, draft_n_accepted = "

@@ -69,7 +69,9 @@ class SessionStarted(Event):
     A chat request also carries its ``messages`` (``{"role", "content"}`` each) and the ``chat_template``
     used (``"model"`` for the model's own); ``prompt_tokens`` are then what the template produced.
     ``stop`` lists the stop strings. ``prefill`` is how the prompt was evaluated (``all-but-last``, as
-    speculative-simple, or ``whole``, as llama-server: see :class:`~specviz.Session`)."""
+    speculative-simple, or ``whole``, as llama-server: see :class:`~specviz.Session`). ``load_average`` is the
+    system's load average (1, 5, 15 minutes) when the session started (None where the system reports none,
+    and in recordings made before it was recorded)."""
 
     kind: ClassVar[str] = "session_started"
     model: str = ""
@@ -92,6 +94,7 @@ class SessionStarted(Event):
     messages: tuple = ()
     chat_template: str | None = None
     prefill: str = "all-but-last"
+    load_average: tuple[float, float, float] | None = None
 
 
 @dataclass(frozen=True)
@@ -142,6 +145,10 @@ class Verified(Event):
     positions. ``kv_before`` and ``kv_peak`` are the target context's cache length before the batch
     and right after it (before any rollback); ``draft_kv_before``/``draft_kv_peak`` the same for the
     draft model's context around drafting (``None`` without a draft model).
+    ``round_seconds`` is the whole round's wall time, ``cpu_seconds`` the process's CPU time over it (every
+    thread's, llama.cpp's included) and ``n_threads`` the threads the target's context was given: together
+    they say how much of the machine the round had (:func:`~specviz.decoding.telemetry.cpu_share`). All three
+    are None in recordings made before they were recorded.
     """
 
     kind: ClassVar[str] = "verified"
@@ -154,6 +161,9 @@ class Verified(Event):
     kv_peak: int = 0
     draft_kv_before: int | None = None
     draft_kv_peak: int | None = None
+    round_seconds: float | None = None
+    cpu_seconds: float | None = None
+    n_threads: int | None = None
 
 
 @dataclass(frozen=True)
@@ -300,12 +310,14 @@ class TelemetryEvent(Event):
 @dataclass(frozen=True)
 class Finished(Event):
     """Generation ended: ``reason`` is ``eos``, ``stop`` (a stop string; ``message`` names it),
-    ``max_tokens``, ``context``, ``cancelled`` or ``error``."""
+    ``max_tokens``, ``context``, ``cancelled`` or ``error``. ``load_average`` is the system's load average
+    (1, 5, 15 minutes) when it ended (None where the system reports none, and in older recordings)."""
 
     kind: ClassVar[str] = "finished"
     reason: str = ""
     n_generated: int = 0
     message: str | None = None
+    load_average: tuple[float, float, float] | None = None
 
 
 @dataclass(frozen=True)

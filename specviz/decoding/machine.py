@@ -9,8 +9,9 @@ and peak resident memory (``/proc/self/statm``, ``getrusage``).
 :class:`MachineSampler` samples, at most every :attr:`MachineSampler.every` seconds, the temperatures
 of ``/sys/class/thermal/thermal_zone*/temp`` and the clocks of
 ``/sys/devices/system/cpu/cpu*/cpufreq/scaling_cur_freq``, and reports their minimum, mean and maximum
-over the run. Where the machine exposes neither, the figures say ``"not available"`` and why — never a
-made-up number.
+over the run, and the system's load average (:func:`~specviz.decoding.machine_load.load_average`) when the run
+began and at the latest sample. Where the machine exposes neither, the figures say ``"not available"`` and
+why — never a made-up number.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ import os
 import resource
 import time
 from typing import TYPE_CHECKING, Any
+
+from .machine_load import load_average
 
 if TYPE_CHECKING:
     from ..backends.llama import LlamaContext
@@ -202,6 +205,7 @@ class MachineSampler:
         """Forget the samples (a new run begins) and take a first one."""
         self.temps: list[float] = []  # hottest zone per sample, degrees Celsius
         self.clocks: list[float] = []  # mean clock over the CPUs per sample, MHz
+        self.load_start = self.load_latest = load_average()  # 1, 5, 15 minutes; None where not reported
         self._last = 0.0
         # the sensor files, found once a run (listing the folders each sample cost more than reading them)
         self._thermal = sorted(glob.glob(self.thermal_glob))
@@ -214,6 +218,7 @@ class MachineSampler:
         if not force and now - self._last < self.every:
             return
         self._last = now
+        self.load_latest = load_average()
         temps = _read_numbers(self._thermal)
         if temps:
             self.temps.append(max(temps) / 1000.0)  # millidegrees
@@ -229,8 +234,14 @@ class MachineSampler:
         """:meth:`figures` over the samples taken so far, built when called (see :class:`MachineView`)."""
         return MachineView(self)
 
-    def figures_of(self, temps: list[float], clocks: list[float]) -> dict[str, Any]:
-        """:meth:`figures` over the samples given (those of a :class:`MachineView`)."""
+    def figures_of(
+        self,
+        temps: list[float],
+        clocks: list[float],
+        load: tuple[tuple[float, ...] | None, tuple[float, ...] | None] = (None, None),
+    ) -> dict[str, Any]:
+        """:meth:`figures` over the samples given (those of a :class:`MachineView`); ``load`` is the load
+        average at the run's start and at the latest sample."""
 
         def summary(xs: list[float], what: str, where: str) -> dict[str, Any]:
             if not xs:
@@ -246,7 +257,12 @@ class MachineSampler:
         return {
             "thermal_c": summary(temps, "thermal zones", self.thermal_glob),
             "cpu_mhz": summary(clocks, "CPU clock readings", self.freq_glob),
+            "load_average": {"start": _listed(load[0]), "latest": _listed(load[1])},
         }
+
+
+def _listed(load: tuple[float, ...] | None) -> list[float] | None:
+    return list(load) if load is not None else None
 
 
 class MachineView:
@@ -254,12 +270,13 @@ class MachineView:
     sample lists only grow until :meth:`MachineSampler.reset` replaces them, so the view keeps the lists
     and their lengths, not copies; one object with slots for the reason :class:`MemoryView` gives."""
 
-    __slots__ = ("sampler", "temps", "clocks", "n_temps", "n_clocks")
+    __slots__ = ("sampler", "temps", "clocks", "n_temps", "n_clocks", "load")
 
     def __init__(self, sampler: MachineSampler) -> None:
         self.sampler = sampler
         self.temps, self.clocks = sampler.temps, sampler.clocks
         self.n_temps, self.n_clocks = len(self.temps), len(self.clocks)
+        self.load = (sampler.load_start, sampler.load_latest)
 
     def __call__(self) -> dict[str, Any]:
-        return self.sampler.figures_of(self.temps[: self.n_temps], self.clocks[: self.n_clocks])
+        return self.sampler.figures_of(self.temps[: self.n_temps], self.clocks[: self.n_clocks], self.load)

@@ -66,6 +66,9 @@ class RoundResult:
     ``drafter`` names the strategy that proposed the draft (a chained drafter's member, else the
     drafter's own name); ``block`` describes a block draft (positions drafted in parallel, see
     :class:`~specviz.strategies.base.Draft`), ``None`` for a draft made token by token.
+    ``round_seconds`` is the round's wall time and ``cpu_seconds`` the process's CPU time over the same span
+    (every thread's, llama.cpp's included: ``time.process_time``); ``n_threads`` the threads the target's
+    context was given (:func:`~specviz.decoding.telemetry.cpu_share` relates the three).
     """
 
     index: int
@@ -85,6 +88,8 @@ class RoundResult:
     kv_peak: int
     kv_after: int
     round_seconds: float
+    cpu_seconds: float
+    n_threads: int | None = None
     draft_kv_before: int | None = None
     draft_kv_peak: int | None = None
     draft_rollbacks: list[tuple[int, int]] = field(default_factory=list)
@@ -130,7 +135,7 @@ def run_round(
     A verify batch llama.cpp refuses raises :class:`~specviz.errors.ContextError` with the target's
     cache left as before the round.
     """
-    t_round = time.perf_counter()
+    t_round, cpu_round = time.perf_counter(), time.process_time()
     n_past = len(history) - 1
     position = len(history)
 
@@ -190,6 +195,8 @@ def run_round(
         kv_peak=kv_peak,
         kv_after=kv_after,
         round_seconds=time.perf_counter() - t_round,
+        cpu_seconds=time.process_time() - cpu_round,
+        n_threads=ctx.n_threads,
         draft_kv_before=d.kv_before,
         draft_kv_peak=d.kv_peak,
         draft_rollbacks=draft_rollbacks,

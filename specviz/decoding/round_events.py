@@ -29,6 +29,7 @@ from .events import (
     Verified,
 )
 from .generation import Generation
+from .machine_load import load_average
 from .round import RoundResult
 from .stops import StopScanner
 
@@ -95,6 +96,9 @@ def round_events(r: RoundResult, pieces: Callable[[Sequence[int]], list[str]], *
             kv_peak=r.kv_peak,
             draft_kv_before=r.draft_kv_before,
             draft_kv_peak=r.draft_kv_peak,
+            round_seconds=r.round_seconds,
+            cpu_seconds=r.cpu_seconds,
+            n_threads=r.n_threads,
         ),
     ]
     committed = r.committed
@@ -180,6 +184,7 @@ def started_event(
         messages=tuple(messages),
         chat_template=(chat_template or "model") if messages else None,
         prefill=prefill,
+        load_average=load_average(),
     )
 
 
@@ -206,4 +211,4 @@ def finished_event(i: int, reason: str, tokens: Sequence[int], scanner: StopScan
         text = b"".join(scanner.render(t) for t in tokens)
         found = (s for s in scanner.stops if at is not None and text.startswith(s, at))
         message = next((f"stop string {s.decode('utf-8')!r}" for s in found), None)
-    return Finished(i, reason=reason, n_generated=len(tokens), message=message)
+    return Finished(i, reason=reason, n_generated=len(tokens), message=message, load_average=load_average())

@@ -43,5 +43,7 @@ def learn(res: RoundResult, policy: DraftingPolicy, telemetry: Telemetry, upkeep
         draft_probs=res.draft_probs,
         expected_tokens=res.budget.expected,
         drafter=res.drafter,
+        cpu_seconds=res.cpu_seconds,
+        n_threads=res.n_threads,
     )
     telemetry.record_memory(res.checkpoint, res.rollback, res.draft_memory)

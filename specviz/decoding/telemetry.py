@@ -10,6 +10,8 @@ tested on hand-made numbers:
 * :func:`tokens_per_round` = generated / rounds;
 * :func:`per_position_acceptance`: for draft depth i, accepted at i / drafts reaching depth i;
 * :func:`tokens_per_second` = generated / decode seconds (prompt processing excluded);
+* :func:`cpu_share` = the process's CPU seconds / (wall seconds x threads asked for): how much of the
+  machine the run had (``cpu_busy`` applies :mod:`specviz.decoding.machine_load`'s rule to it);
 * :func:`bucket_rates`: acceptance by the drafter's own probability (0.1-wide buckets);
 * :func:`drafter_figures`: the drafting figures of each drafter that proposed drafts (a chain of
   drafters tries several per round, one proposes).
@@ -25,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from ..backends.memory import Cut
+from .machine_load import is_busy
 
 if TYPE_CHECKING:
     from ..backends.memory import Mark
@@ -50,6 +53,10 @@ class Telemetry:
     draft_seconds: float = 0.0
     verify_seconds: float = 0.0
     seconds: float = 0.0
+    #: the process's CPU seconds over the rounds' wall ``seconds`` (every thread's), and the threads the
+    #: target's context was given in the latest round (0: not known)
+    cpu_seconds: float = 0.0
+    n_threads: int = 0
     prompt_seconds: float = 0.0
     prompt_tokens: int = 0
     position_tries: list[int] = field(default_factory=list)
@@ -89,14 +96,20 @@ class Telemetry:
         draft_probs: Sequence[float | None] | None = None,
         expected_tokens: float | None = None,
         drafter: str | None = None,
+        cpu_seconds: float = 0.0,
+        n_threads: int | None = None,
     ) -> None:
         """Add one round: its draft length, accepted draft tokens, committed tokens and timings; ``drafter``
-        names who proposed the draft (counted per drafter)."""
+        names who proposed the draft (counted per drafter); ``cpu_seconds`` is the process's CPU time over the
+        round and ``n_threads`` the threads the target's context was given."""
         self.rounds += 1
         self.generated += n_committed
         self.draft_seconds += draft_seconds
         self.verify_seconds += verify_seconds
         self.seconds += round_seconds
+        self.cpu_seconds += cpu_seconds
+        if n_threads:
+            self.n_threads = n_threads
         if n_drafted > 0:
             self.rounds_with_draft += 1
             self.drafted += n_drafted
@@ -138,6 +151,7 @@ class Telemetry:
             "draft_seconds": draft_seconds,
             "verify_seconds": verify_seconds,
             "seconds": round_seconds,
+            "cpu_seconds": cpu_seconds,
             "expected_tokens": expected_tokens,
         }
 
@@ -265,6 +279,15 @@ def tokens_per_second(generated: int, seconds: float) -> float:
     return generated / seconds if seconds > 0 else 0.0
 
 
+def cpu_share(cpu_seconds: float, wall_seconds: float, n_threads: int | None) -> float | None:
+    """The share of its threads' time a run had: the process's CPU seconds over wall seconds times the
+    threads asked for (1.0: every thread busy the whole time; llama.cpp's waiting workers spin a little, so a
+    quiet run can pass 1). None when no wall time passed or the threads are not known."""
+    if wall_seconds <= 0 or not n_threads:
+        return None
+    return cpu_seconds / (wall_seconds * n_threads)
+
+
 def bucket_rates(tries: Sequence[int], hits: Sequence[int]) -> list[dict[str, Any]]:
     """Acceptance per draft-probability bucket ``[lo, hi)``; ``rate`` None for an empty bucket."""
     return [
@@ -292,6 +315,7 @@ def drafter_figures(by_drafter: dict[str, dict[str, Any]]) -> dict[str, dict[str
 
 def figures(t: Telemetry) -> dict[str, Any]:
     """The counters and every derived figure, as one JSON-serialisable dictionary."""
+    share = cpu_share(t.cpu_seconds, t.seconds, t.n_threads)
     return {
         "rounds": t.rounds,
         "drafted": t.drafted,
@@ -309,6 +333,10 @@ def figures(t: Telemetry) -> dict[str, Any]:
         "prompt_tokens": t.prompt_tokens,
         "n_generated": t.generated,
         "tokens_per_second": tokens_per_second(t.generated, t.seconds),
+        "cpu_seconds": t.cpu_seconds,
+        "n_threads": t.n_threads or None,
+        "cpu_share": share,
+        "cpu_busy": is_busy(share),
         "expected_tokens_per_round": t.expected_tokens / t.rounds if t.rounds and t.expected_tokens else None,
         "draft_buckets": bucket_rates(t.bucket_tries, t.bucket_hits),
         "by_drafter": drafter_figures(t.by_drafter),
