@@ -290,8 +290,8 @@ export const MEMORY_PARTS = [
 
 // Memory: what this run holds (the target's weights and caches, the draft model's, the saved states for
 // rollbacks and rewinds) beside what the same model holds under `none`, as stacked horizontal bars in
-// MiB; the sub line gives the process's resident and peak memory and the machine's thermal and clock
-// figures ("not available" where the machine exposes none).
+// MiB; the sub line gives the process's resident and peak memory, the machine's thermal and clock
+// figures ("not available" where the machine exposes none) and the CPU share the run had (see cpuShare).
 function memSpec(state, o) {
   const p = o.palette, m = state.memory;
   if (!m) return { note: "No memory figures yet: they come with the first round's telemetry." };
@@ -308,7 +308,7 @@ function memSpec(state, o) {
   const fig = (f, unit) => (!f ? "not available" : f.available ? f.mean.toFixed(unit === "MHz" ? 0 : 1) + " " + unit + " (max " +
     f.max.toFixed(unit === "MHz" ? 0 : 1) + ")" : "not available");
   const sub = m.kind + " memory; process resident " + fmtBytes(m.rss) + ", peak " + fmtBytes(m.peak) + "; temperature " +
-    fig(mach.thermal_c, "°C") + ", CPU clock " + fig(mach.cpu_mhz, "MHz");
+    fig(mach.thermal_c, "°C") + ", CPU clock " + fig(mach.cpu_mhz, "MHz") + (m.cpu ? "; " + m.cpu.text : "");
   return { data, legend, sub, layout: baseLayout(o, { height: 150, barmode: "stack", bargap: 0.35, margin: { l: 64, r: 14, t: 8, b: 36 },
     xaxis: ax(o, [0, top], { title: axTitle("MiB") }), yaxis: { type: "category", fixedrange: true, automargin: false } }) };
 }

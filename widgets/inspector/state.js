@@ -163,7 +163,20 @@ export function memorySummary(tel) {
     draft: draft ? draft.weights + draft.kv + draft.swa + draft.recurrent : 0, marks: target.marks + (draft ? draft.marks : 0) };
   return { kind: t.kind, removal: t.removal, nRsSeq: t.n_rs_seq, swaCells: t.swa_cells, run: runParts, none: noneParts,
     marks: (t.marks || 0) + (d ? d.marks || 0 : 0), rss: m.rss_bytes ?? null, peak: m.peak_rss_bytes ?? null,
-    machine: tel.machine || null };
+    machine: tel.machine || null, cpu: cpuShare(tel) };
+}
+
+/**
+ * How much of the machine the run had, from a telemetry's `cpu_share`, `n_threads` and `cpu_busy`
+ * (specviz/decoding/telemetry.py; whether a share is busy is decided there, by decoding/machine_load.py's
+ * rule, never here): `{share, threads, busy, text}`, or null without a share (older recordings, no rounds).
+ */
+export function cpuShare(tel) {
+  if (!tel || tel.cpu_share == null || !tel.n_threads) return null;
+  const busy = tel.cpu_busy === true;
+  const text = "CPU share " + Math.round(100 * tel.cpu_share) + "% of " + tel.n_threads + " thread" +
+    (tel.n_threads === 1 ? "" : "s") + (busy ? ": the machine was busy" : "");
+  return { share: tel.cpu_share, threads: tel.n_threads, busy, text };
 }
 
 // The round an event belongs to: the current one, or a new one when the event starts another round.

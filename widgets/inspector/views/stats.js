@@ -1,9 +1,11 @@
-// The telemetry cards (tokens/s, acceptance, mean accepted length, generated, rounds, KV committed)
+// The telemetry cards (tokens/s, acceptance, mean accepted length, generated, rounds, KV committed;
+// tokens/s marked when the run's CPU share says the machine was busy)
 // and the extra figures some sessions have: the draft model's speed, the cost policy's expectation,
 // what the cost policy works from and an EAGLE-3 head's vocabulary coverage.
 
 import { h } from "../dom.js";
 import { fmtN } from "../format.js";
+import { cpuShare } from "../state.js";
 
 const STATS = [
   ["tps", "tokens/s"], ["acceptance", "acceptance"], ["mal", "mean acc. length"],
@@ -13,14 +15,17 @@ const STATS = [
 /** `{el, clear(), update(state)}`. */
 export function statsView() {
   const values = {};
+  const labels = {};
   const extra = h("div", { class: "sv-extra-stats", hidden: true });
   const el = h("div", { class: "sv-stats" }, ...STATS.map(([k, label]) => {
     values[k] = h("div", { class: "sv-stat-v", text: "—" });
-    return h("div", { class: "sv-stat", "data-k": k }, values[k], h("div", { class: "sv-stat-l", text: label }));
+    labels[k] = h("div", { class: "sv-stat-l", text: label });
+    return h("div", { class: "sv-stat", "data-k": k }, values[k], labels[k]);
   }), extra);
 
   function clear() {
     for (const k in values) values[k].textContent = "—";
+    markBusy(null);
     extra.hidden = true;
     extra.replaceChildren();
   }
@@ -32,6 +37,7 @@ export function statsView() {
     }
     const t = state.tel || {};
     values.tps.textContent = fmtN(t.tokens_per_second, 1);
+    markBusy(cpuShare(t));
     values.acceptance.textContent = t.acceptance_rate == null ? "—" : (100 * t.acceptance_rate).toFixed(1) + "%";
     values.mal.textContent = fmtN(t.mean_accepted_length, 2);
     values.generated.textContent = t.n_generated == null ? "—" : String(t.n_generated);
@@ -48,6 +54,15 @@ export function statsView() {
         " expected vs ", h("b", { text: fmtN(t.tokens_per_round, 2) }), " realised tokens/round")] : []),
       ...(cost ? costPolicyStats(cost) : []),
       ...(cov ? coverageStats(cov) : []));
+  }
+
+  // the tokens/s card says when the machine was busy: its figure is not this machine's quiet speed
+  function markBusy(cpu) {
+    const card = labels.tps.parentNode;
+    card.classList.toggle("sv-busy", !!(cpu && cpu.busy));
+    labels.tps.textContent = cpu && cpu.busy ? "tokens/s (busy machine)" : "tokens/s";
+    if (cpu) card.title = cpu.text;
+    else card.removeAttribute("title");
   }
 
   return { el, clear, update };
