@@ -9,7 +9,8 @@ on other rounds (what it should give on other prompts).
 
 The parts, one job each: :mod:`.advise_rounds` (the events read into rounds), :mod:`.advise_costs` (the
 verify-cost curve and a round's overhead), :mod:`.advise_search` (the replay, the search and the choice),
-:mod:`.advise_flags` (llama.cpp flags), :mod:`.advise_report` (the advice in words and JSON).
+:mod:`.advise_load` (the timings checked for outside load), :mod:`.advise_flags` (llama.cpp flags),
+:mod:`.advise_report` (the advice in words and JSON).
 
 Limits, stated in every answer: nothing is searched beyond the longest draft recorded, nor below the
 ``draft_p_min`` the session drafted with. ``for_server=True`` searches only what llama-server's flags express:
@@ -29,6 +30,7 @@ from .advise_costs import (
     verify_cost,
 )
 from .advise_flags import NEAREST_SPEC_TYPE, llama_flags
+from .advise_load import LoadCheck, check_load, quiet_verify
 from .advise_report import Advice
 from .advise_rounds import Recorded, Rounds, chain_prefixes, collect, group_label, recorded_tile
 from .advise_search import (
@@ -37,6 +39,7 @@ from .advise_search import (
     NO_DRAFT_MIN,
     P_MIN_GRID,
     Candidate,
+    GroupScore,
     choose,
     rescore,
     score_group,
@@ -54,6 +57,7 @@ __all__ = [
     "P_MIN_GRID",
     "Advice",
     "Candidate",
+    "LoadCheck",
     "Recorded",
     "advise",
     "chain_prefixes",
@@ -80,6 +84,7 @@ def advise(
     cost: VerifyCostModel | None = None,
     scale_to_rounds: bool = False,
     for_server: bool = False,
+    fresh: bool = False,
 ) -> Advice:
     """The advised setting for a :class:`~specviz.decoding.session.Session` or a list of events (see the module
     docstring); ``more`` sessions or recordings (another lane, another run) add their rounds, each folded
@@ -90,6 +95,16 @@ def advise(
     (:func:`scaled_to_times`) — for a curve measured on the same machine just after the run, whose load
     may have changed meanwhile; not for a curve measured elsewhere on purpose.
 
+    ``fresh``: ``cost`` was measured on this machine just now (the model at hand). Where the recorded verify
+    times are slower than it beyond noise (:func:`~specviz.analysis.advise_load.compare_fresh`), the advice
+    is scored with it as measured (not scaled to the rounds) and the best setting scored on the recorded
+    times is kept beside it (:attr:`Advice.as_recorded`).
+
+    The timings are checked for outside load (:func:`~specviz.analysis.advise_load.check_load`,
+    :attr:`Advice.load`). Without a measured curve, the verify times of the rounds flagged are left out of
+    the fitted curve where enough others remain; the advice never declines speculation on timings it has
+    flagged (:attr:`Advice.text` asks for a quiet recording or a fresh measurement instead).
+
     ``for_server``: search only what llama-server's flags express (see the module docstring).
 
     Rounds are grouped by strategy and drafting policy (``per_strategy`` / ``current`` are keyed
@@ -98,10 +113,13 @@ def advise(
         cost = getattr(source, "cost_model", None)
     first = events_of(source)
     rec = collect(first + [e for m in more for e in events_of(m)])
-    terms = round_costs(rec, cost, scale_to_rounds)
+    load = check_load(rec, cost if fresh and cost is not None else None)
+    if fresh and load.fresh_disagrees:
+        load.scored_fresh, scale_to_rounds = True, False
+    terms = _costs(rec, cost, scale_to_rounds, load)
     dg = diagnose(first)
     if terms is None:
-        adv = Advice(None, 0.0, cost_source="none: fewer than two verify batch sizes were recorded")
+        adv = Advice(None, 0.0, cost_source="none: fewer than two verify batch sizes were recorded", load=load)
         adv.limits.append(
             "the verify cost of batches longer than one token is unknown: measure it "
             "(benchmarks/bench_verify_cost.py, or the cost policy) or record a drafting session"
@@ -120,18 +138,16 @@ def advise(
         measured=rec.measured,
         by_drafter=dg.by_drafter(),
         for_server=for_server,
+        load=load,
     )
     groups = {name: r for name, r in rec.rounds.items() if name != "none"}
     if for_server and any(r.strategy != "prompt-lookup" for r in groups.values()):
         for name in [n for n, r in groups.items() if r.strategy == "prompt-lookup"]:
             del groups[name]
             adv.limits.append(f"{name}: left out (llama-server has no prompt-lookup type; a llama.cpp type ran too)")
-    for name, r in groups.items():
-        for label, rounds in [(name, r), *chain_prefixes(name, r)]:
-            scored = score_group(rounds, curve, base, overhead, for_server=for_server)
-            if scored is not None:
-                adv.per_strategy[label], adv.current[label] = scored.best, scored.current
-                adv.limits.append(f"{label}: {scored.limit}")
+    for label, scored in _score_groups(groups, terms, for_server).items():
+        adv.per_strategy[label], adv.current[label] = scored.best, scored.current
+        adv.limits.append(f"{label}: {scored.limit}")
     if for_server:
         adv.limits.append(
             "searched for llama-server: no verify-tile alignment, no draft_min for the n-gram types without one, "
@@ -139,7 +155,67 @@ def advise(
         )
     if adv.per_strategy:
         choose_best(adv, rec.rounds)
+    if load.scored_fresh:
+        adv.as_recorded = _fastest(_score_groups(groups, round_costs(rec, None), for_server))
     return adv
+
+
+def _costs(
+    rec: Recorded, cost: VerifyCostModel | None, scale_to_rounds: bool, load: LoadCheck
+) -> tuple[VerifyCostModel, str, tuple[float, float], float] | None:
+    """:func:`round_costs` as the advice uses them after the load check: without a measured curve and with
+    rounds flagged for outside load, the curve fitted to the other rounds' verify times where enough remain
+    (:func:`~specviz.analysis.advise_load.quiet_verify`), and ``load``'s notes say what was done."""
+    if load.scored_fresh:
+        load.notes.append(
+            f"the recorded verify times are {load.fresh_level:.2f}x a fresh measurement's on this machine: "
+            "scored with the fresh measurement"
+        )
+    if cost is not None or not load.under_load:
+        return round_costs(rec, cost, scale_to_rounds)
+    quiet = quiet_verify(rec, load)
+    if quiet is None:
+        if load.under_load:
+            load.notes.append(
+                "the timings were taken under load: too few rounds were not flagged to fit the verify cost without "
+                "the flagged ones"
+            )
+        return round_costs(rec, cost, scale_to_rounds)
+    terms = round_costs(rec, cost_from_times(quiet), False)
+    if terms is None:
+        return None
+    n = sum(len(ts) for ts in quiet.values())
+    load.notes.append(
+        f"the verify cost was fitted to the {n} rounds not flagged; the {len(load.flagged)} flagged rounds' "
+        "verify times were left out"
+    )
+    return terms[0], "fitted to the recorded verify times", *terms[2:]
+
+
+def _score_groups(
+    groups: dict[str, Rounds],
+    terms: tuple[VerifyCostModel, str, tuple[float, float], float] | None,
+    for_server: bool,
+) -> dict[str, GroupScore]:
+    """Each group's (and each chain prefix's) best setting, the setting it ran with and its limit, under the
+    costs ``terms`` (:func:`round_costs`); groups that never drafted are left out."""
+    if terms is None:
+        return {}
+    curve, _, overhead, base = terms
+    out = {}
+    for name, r in groups.items():
+        for label, rounds in [(name, r), *chain_prefixes(name, r)]:
+            scored = score_group(rounds, curve, base, overhead, for_server=for_server)
+            if scored is not None:
+                out[label] = scored
+    return out
+
+
+def _fastest(scored: dict[str, GroupScore]) -> Candidate | None:
+    """The fastest of the groups' best settings (None without any)."""
+    if not scored:
+        return None
+    return max((g.best for g in scored.values()), key=lambda c: c.tokens_per_second)
 
 
 def predict(

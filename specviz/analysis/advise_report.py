@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from .advise_load import LoadCheck
 from .advise_search import Candidate
 from .uncertainty import CONFIDENCE
 
@@ -40,11 +41,30 @@ class Advice:
     declined_label: str = ""
     #: the central share of bootstrap resamples the speedup intervals span (:mod:`specviz.analysis.uncertainty`)
     confidence: float = CONFIDENCE
+    #: the check of the timings for outside load (:mod:`specviz.analysis.advise_load`)
+    load: LoadCheck | None = None
+    #: where the advice was scored with a fresh verify-cost curve that the recorded times disagree with: the
+    #: best setting scored on the recorded times, shown beside it
+    as_recorded: Candidate | None = None
 
     @property
     def pays(self) -> bool:
         """Whether the advice is to speculate (a setting other than plain decoding)."""
         return self.best is not None and self.best.strategy != "none"
+
+    @property
+    def on_flagged_timings(self) -> bool:
+        """Whether the advice was scored on timings flagged for outside load with no fresh measurement behind
+        them (:attr:`~specviz.analysis.advise_load.LoadCheck.judged_on_fresh`)."""
+        return self.load is not None and self.load.under_load and not self.load.judged_on_fresh
+
+    def _load_words(self) -> str:
+        """``"the timings were taken under outside load (a burst: 6 of 40 rounds flagged)"``."""
+        ld = self.load
+        if ld is None:
+            return ""
+        what = "a burst" if ld.verdict == "burst" else "a steady load"
+        return f"the timings were taken under outside load ({what}: {len(ld.flagged)} of {ld.rounds} rounds flagged)"
 
     @property
     def reason(self) -> str:
@@ -54,6 +74,9 @@ class Advice:
             return "no drafting round was recorded"
         conf = f"a {self.confidence:.0%} bootstrap interval over"
         d = self.declined
+        if not self.pays and self.on_flagged_timings:
+            gain = f"the best setting's {d.speedup:.2f}x" if d is not None else "what speculation gains"
+            return f"{self._load_words()}: {gain} cannot be judged from them"
         if not self.pays:
             if d is None:
                 return "no setting is expected to beat plain decoding"
@@ -85,6 +108,11 @@ class Advice:
         if self.best is None:
             return "no drafting round to learn from: run a strategy that drafts, then ask again"
         b = self.best
+        if b.strategy == "none" and self.on_flagged_timings:
+            return (
+                f"{self._load_words()}: speculation is not judged on them; record again on a quiet machine, or "
+                "measure the verify cost afresh (advise the live session, or pass --verify-cost)"
+            )
         if b.strategy == "none":
             if self.declined is not None:
                 return (
@@ -99,9 +127,19 @@ class Advice:
         cur = self.current.get(self.best_label)
         vs = f" (the setting run: {cur.speedup:.2f}x)" if cur is not None else ""
         iv = f" ({b.interval_text()} at {self.confidence:.0%})" if b.interval_text() else ""
-        return (
+        out = (
             f"{b.strategy} with draft_max {b.draft_max}, draft_min {b.draft_min}{pmin}: expected "
             f"{b.tokens_per_second:.1f} tokens/s, {b.speedup:.2f}x plain decoding{iv}{vs}"
+        )
+        return out + self._both_figures()
+
+    def _both_figures(self) -> str:
+        """Where a fresh curve was used against recorded times under load: ``"; on this machine now: 2.20x; as
+        recorded, under load: 1.41x"``."""
+        if self.as_recorded is None or self.best is None:
+            return ""
+        return (
+            f"; on this machine now: {self.best.speedup:.2f}x; as recorded, under load: {self.as_recorded.speedup:.2f}x"
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -130,6 +168,8 @@ class Advice:
             "by_drafter": self.by_drafter,
             "knobs": self.knobs,
             "for_server": self.for_server,
+            "load": self.load.to_dict() if self.load else None,
+            "as_recorded": self.as_recorded.to_dict() if self.as_recorded else None,
         }
 
     def report(self) -> str:
@@ -158,6 +198,15 @@ class Advice:
                     for k, v in self.by_drafter.items()
                     if v["acceptance"] is not None
                 )
+            )
+        if self.load is not None and self.load.rounds:
+            lines.append(self.load.text())
+            lines += [f"  {n}" for n in self.load.notes]
+        if self.as_recorded is not None:
+            r = self.as_recorded
+            lines.append(
+                f"  as recorded, under load: {r.strategy} max {r.draft_max} min {r.draft_min} -> "
+                f"{r.tokens_per_second:.1f} tok/s ({r.speedup:.2f}x)"
             )
         lines += [f"limit: {x}" for x in self.limits]
         return "\n".join(lines)

@@ -23,6 +23,7 @@ from ..decoding.events import (
     Accepted,
     DraftProposed,
     Event,
+    Finished,
     KnobsChanged,
     Rewound,
     SessionStarted,
@@ -47,6 +48,19 @@ class Rounds:
 
 
 @dataclass
+class RoundTiming:
+    """One round's verify as the load check (:mod:`.advise_load`) reads it: its batch size and seconds, and
+    the process's CPU seconds over the round's wall seconds with the threads it asked for, where the
+    recording has them (None in recordings made before they were recorded)."""
+
+    batch: int
+    verify_seconds: float
+    wall_seconds: float | None = None
+    cpu_seconds: float | None = None
+    n_threads: int | None = None
+
+
+@dataclass
 class Recorded:
     """What a session's events tell the advisor: the rounds of each group (:func:`group_label`), the verify
     seconds per batch size, the last cost curve the telemetry recorded, the measured tokens/s of each group
@@ -58,6 +72,11 @@ class Recorded:
     curve: dict[str, Any] | None = None
     measured: dict[str, float] = field(default_factory=dict)
     overhead: list[tuple[int, int, float, float, float]] = field(default_factory=list)
+    #: every verify in order, with the round's CPU figures where recorded (:class:`RoundTiming`)
+    timings: list[RoundTiming] = field(default_factory=list)
+    #: the load averages (1, 5, 15 minutes) at the first session's start and the last one's finish, if recorded
+    load_start: tuple[float, float, float] | None = None
+    load_end: tuple[float, float, float] | None = None
 
 
 @dataclass
@@ -107,12 +126,15 @@ def collect(events: Sequence[Event]) -> Recorded:
     strategy, knobs = "", {}
     cur = _RoundInFlight()
     for ev in events:
+        if isinstance(ev, (SessionStarted, Finished)):
+            _read_load_average(ev, out)
         if isinstance(ev, (SessionStarted, KnobsChanged, Rewound)):
             strategy, knobs = ev.strategy, dict(ev.knobs)
         elif isinstance(ev, DraftProposed):
             cur = _RoundInFlight(draft=ev)
         elif isinstance(ev, Verified):
             out.verify.setdefault(int(ev.batch_size), []).append(float(ev.seconds))
+            out.timings.append(_timing(ev))
             cur.verify_seconds = float(ev.seconds)
         elif isinstance(ev, Accepted) and cur.draft is not None:
             d, cur.draft = cur.draft, None
@@ -154,6 +176,29 @@ def _read_telemetry(data: dict[str, Any], cur: _RoundInFlight, out: Recorded) ->
                 float(last.get("verify_seconds", 0.0)),
             )
         )
+
+
+def _timing(ev: Verified) -> RoundTiming:
+    """A verify's :class:`RoundTiming`: its batch and seconds, and its round's CPU figures where recorded."""
+    return RoundTiming(
+        int(ev.batch_size),
+        float(ev.seconds),
+        wall_seconds=ev.round_seconds,
+        cpu_seconds=ev.cpu_seconds,
+        n_threads=ev.n_threads,
+    )
+
+
+def _read_load_average(ev: Event, out: Recorded) -> None:
+    """The load average a session's start (the first) or finish (the last) recorded, if it did."""
+    la = getattr(ev, "load_average", None)
+    if la is None:
+        return
+    figures = (float(la[0]), float(la[1]), float(la[2]))
+    if isinstance(ev, Finished):
+        out.load_end = figures
+    elif out.load_start is None:
+        out.load_start = figures
 
 
 def group_label(strategy: str, knobs: dict[str, Any]) -> str:

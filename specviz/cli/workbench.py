@@ -20,7 +20,7 @@ def run_extras(s: Any) -> dict[str, Any]:
     cost = session_cost(s)
     return {
         "diagnosis": diagnose(s, cost=cost).to_dict(),
-        "advice": advise(s, cost=cost, scale_to_rounds=True).to_dict(),
+        "advice": advise(s, cost=cost, scale_to_rounds=True, fresh=True).to_dict(),
     }
 
 

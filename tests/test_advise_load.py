@@ -1,0 +1,147 @@
+"""The advisor's check of its own timings (specviz.analysis.advise_load): recordings with synthetic timings
+for each rule (a burst, a steady load, a quiet run), the never-decline rule, a fresh curve that disagrees
+with the recorded times, and recordings made before the CPU figures were recorded."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+from test_advise import NO_TILE, linear
+from test_diagnose import Rounds
+
+from specviz.analysis.advise import advise
+from specviz.analysis.advise_load import BURST_SHARE, SLOW_FACTOR, check_load, verdict
+from specviz.analysis.advise_rounds import collect
+from specviz.decoding.events import Finished, SessionStarted, Verified
+from specviz.decoding.machine_load import BUSY_SHARE
+
+
+def recording(plain=0.010, drafted=0.014, rounds=40, slow=(), factor=3.0, share=None, n_threads=2, plain_also=True):
+    """Rounds alternating a draft of 8 (2 accepted: a batch of 9, ``drafted`` seconds) with a plain round
+    (``plain`` seconds); rounds in ``slow`` take ``factor`` times as long. ``share``: each round's CPU share
+    over its verify seconds (None: a recording without CPU figures)."""
+    R = Rounds(list(range(1, 30)), knobs=dict(NO_TILE), strategy="ngram-simple")
+    for i in range(rounds):
+        k = factor if i in slow else 1.0
+        if plain_also and i % 2:
+            R.round([], 0, verify_seconds=plain * k)
+        else:
+            R.round([100 + j for j in range(8)], 2, 7, rank=2, verify_seconds=drafted * k)
+    if share is None:
+        return R.events
+    return [
+        dataclasses.replace(e, round_seconds=e.seconds, cpu_seconds=share * e.seconds * n_threads, n_threads=n_threads)
+        if isinstance(e, Verified)
+        else e
+        for e in R.events
+    ]
+
+
+def test_a_quiet_run_flags_nothing():
+    events = recording(share=0.95)
+    check = check_load(collect(events))
+    assert check.verdict == "quiet" and check.flagged == () and not check.under_load
+    assert check.cpu_share == pytest.approx(0.95) and check.n_threads == 2 and check.rounds == 40
+    adv = advise(events)
+    assert adv.load.verdict == "quiet" and adv.load.notes == []
+    assert adv.pays and "load: quiet: 0 of 40 rounds flagged" in adv.report()
+    assert json.loads(json.dumps(adv.to_dict()))["load"]["verdict"] == "quiet"
+
+
+def test_a_burst_flags_the_slow_rounds_and_leaves_their_verify_times_out_of_the_fit():
+    slow = tuple(range(10, 20))  # ten rounds in a row, three times as long
+    events = recording(slow=slow, share=None)
+    check = check_load(collect(events))
+    assert check.flagged == slow and check.by_spread == 10 and check.by_cpu == 0
+    assert check.verdict == "burst" and check.share_flagged == pytest.approx(0.25)
+    adv = advise(events)
+    # the curve is fitted to the quiet rounds only (the medians of a burst this short are a quiet round's too)
+    assert adv.cost_curve["seconds"][0] == pytest.approx(0.010) and adv.cost_curve["seconds"][8] == pytest.approx(0.014)
+    assert any("left out" in n for n in adv.load.notes)
+    assert "load: burst: 10 of 40 rounds flagged (0 by CPU share, 10 by a verify above" in adv.report()
+
+
+def test_a_burst_of_only_a_round_or_two_is_noise():
+    assert check_load(collect(recording(slow=(5,)))).verdict == "quiet"
+    assert 2 / 100 < BURST_SHARE and verdict(100, 2, None) == "quiet"
+    assert verdict(20, 2, None) == "burst" and verdict(10, 1, None) == "quiet"  # two rounds at least
+
+
+def test_a_verify_just_under_the_factor_is_not_flagged():
+    events = recording(slow=(4, 6), factor=SLOW_FACTOR * 0.95)
+    assert check_load(collect(events)).flagged == ()
+
+
+def test_a_steady_load_is_seen_by_the_cpu_share_not_by_the_spread():
+    events = recording(plain=0.020, drafted=0.028, share=0.35)  # every round slowed alike
+    check = check_load(collect(events))
+    assert check.by_spread == 0 and check.by_cpu == 40 and check.verdict == "steady load"
+    assert check.cpu_share == pytest.approx(0.35) and check.cpu_share < BUSY_SHARE
+    adv = advise(events)
+    assert any("too few rounds were not flagged" in n for n in adv.load.notes)
+    assert "CPU share 35% of 2 threads: the machine was busy" in adv.report()
+
+
+def test_speculation_is_never_declined_on_flagged_timings():
+    # an extra token costs nearly a decode: on these times speculation does not pay
+    quiet = recording(plain=0.010, drafted=0.090)
+    loaded = recording(plain=0.010, drafted=0.090, share=0.35)
+    declined = advise(quiet)
+    assert not declined.pays and declined.text.startswith("speculation does not pay here")
+    adv = advise(loaded)
+    assert not adv.pays and adv.flags == "--spec-type none"
+    assert adv.text.startswith("the timings were taken under outside load (a steady load: 40 of 40 rounds flagged)")
+    assert "record again on a quiet machine, or measure the verify cost afresh" in adv.text
+    assert "does not pay" not in adv.text and "cannot be judged" in adv.reason
+    assert adv.to_dict()["load"]["verdict"] == "steady load"
+
+
+def test_a_fresh_curve_the_recorded_times_disagree_with_scores_the_advice_and_both_figures_are_shown():
+    fresh = linear(0.010, 0.0005)  # this machine now: an extra token is cheap
+    # recorded under load: a one-token verify 1.6x as long, a nine-token one 3x (the load hit the longer batches)
+    events = recording(plain=0.016, drafted=3 * fresh(9))
+    adv = advise(events, cost=fresh, scale_to_rounds=True, fresh=True)
+    assert adv.load.fresh_level > 1.3 and adv.load.scored_fresh and adv.load.verdict == "steady load"
+    assert adv.cost_source == "measured" and adv.baseline_tokens_per_second == pytest.approx(100.0)
+    assert adv.pays and adv.as_recorded is not None
+    assert adv.as_recorded.speedup < adv.best.speedup
+    assert (
+        f"on this machine now: {adv.best.speedup:.2f}x; as recorded, under load: {adv.as_recorded.speedup:.2f}x"
+        in adv.text
+    )
+    assert "as recorded, under load:" in adv.report() and adv.to_dict()["as_recorded"] is not None
+    # the same curve not said to be fresh (a file measured elsewhere): scaled to the rounds as before
+    plain = advise(events, cost=fresh, scale_to_rounds=True)
+    assert plain.as_recorded is None and "scaled by" in plain.cost_source
+
+
+def test_a_fresh_curve_that_agrees_changes_nothing():
+    fresh = linear(0.010, 0.0005)
+    events = recording(plain=0.0105, drafted=1.05 * fresh(9))
+    adv = advise(events, cost=fresh, fresh=True)
+    assert adv.load.fresh_level == pytest.approx(1.05) and not adv.load.scored_fresh
+    assert adv.load.verdict == "quiet" and adv.as_recorded is None and "on this machine now" not in adv.text
+
+
+def test_a_recording_without_the_cpu_figures_or_load_averages():
+    events = recording(share=None)
+    rec = collect(events)
+    assert all(t.cpu_seconds is None and t.n_threads is None for t in rec.timings)
+    check = check_load(rec)
+    assert check.cpu_share is None and check.load_start is None and check.by_cpu == 0
+    assert check.verdict == "quiet"
+    d = advise(events).to_dict()["load"]
+    assert d["cpu_share"] is None and d["load_average_start"] is None
+    assert "; no CPU share recorded" in advise(events).load.text()
+
+
+def test_the_load_averages_at_the_start_and_the_end():
+    events = recording(share=0.9)
+    events[0] = dataclasses.replace(events[0], load_average=(0.5, 0.4, 0.3))
+    events.append(Finished(41, reason="max_tokens", load_average=(2.5, 1.0, 0.5)))
+    assert isinstance(events[0], SessionStarted)
+    check = check_load(collect(events))
+    assert check.load_start == (0.5, 0.4, 0.3) and check.load_end == (2.5, 1.0, 0.5)
+    assert "load average 0.50 at the start, 2.50 at the end" in check.text()
