@@ -145,3 +145,47 @@ def test_the_load_averages_at_the_start_and_the_end():
     check = check_load(collect(events))
     assert check.load_start == (0.5, 0.4, 0.3) and check.load_end == (2.5, 1.0, 0.5)
     assert "load average 0.50 at the start, 2.50 at the end" in check.text()
+
+
+def test_a_recordings_verify_cost_measured_afresh_with_its_model(tiny_session, tiny_model_path):
+    from specviz.analysis.advise_fresh import measure_recorded
+    from specviz.analysis.sources import events_of
+
+    s = tiny_session
+    s.start("the cat of the dog and the a the cat of the", 40, "prompt-lookup", draft_max=8)
+    s.run()
+    events = events_of(s)
+    longest = max(len(e.tokens) for e in events if type(e).__name__ == "DraftProposed")
+    cost = measure_recorded(events, str(tiny_model_path))
+    assert cost is not None and cost.sizes[-1] >= min(longest + 1, 9)
+    adv = advise(events, cost=cost, fresh=True)
+    assert adv.load.fresh_level is not None and adv.to_dict()["load"]["fresh_level"] is not None
+    assert measure_recorded(events, "/nonexistent.gguf") is None
+    assert measure_recorded([]) is None
+
+
+@pytest.mark.slow
+def test_advise_fresh_on_the_command_line(tiny_model_path, tmp_path):
+    from test_cli import run_cli
+
+    rec = tmp_path / "rec.jsonl"
+    p = run_cli(
+        "run",
+        "--model",
+        str(tiny_model_path),
+        "--prompt",
+        "the cat of the dog",
+        "--max-tokens",
+        "30",
+        "--record",
+        str(rec),
+    )
+    assert p.returncode == 0, p.stderr
+    p = run_cli("advise", str(rec), "--fresh", "--json")
+    assert p.returncode == 0, p.stderr
+    load = json.loads(p.stdout)["load"]
+    assert load["fresh_level"] is not None and load["verdict"] in ("quiet", "burst", "steady load")
+    p = run_cli("advise", str(rec))
+    assert p.returncode == 0 and "load: " in p.stdout
+    p = run_cli("advise", str(rec), "--fresh", "--model", str(tmp_path / "missing.gguf"))
+    assert p.returncode == 2 and "option --fresh" in p.stderr

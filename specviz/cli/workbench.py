@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from ..analysis.advise import advise, session_cost
+from ..analysis.advise_fresh import measure_recorded
 from ..analysis.diagnose import diagnose
 from ..decoding.verify_cost import VerifyCostModel
 from .options import UsageError
@@ -59,7 +60,12 @@ def cmd_advise(args: argparse.Namespace) -> int:
     with ``--check-server``, measured in llama-server beside the prediction (:mod:`specviz.cli.server`)."""
     events = _read(args.file)
     for_server = bool(getattr(args, "for_server", False) or getattr(args, "check_server", False))
-    adv = advise(events, cost=_cost_file(args.verify_cost), for_server=for_server)
+    cost, fresh = _cost_file(args.verify_cost), bool(getattr(args, "fresh", False))
+    if fresh and cost is None:
+        cost = measure_recorded(events, getattr(args, "model", None))
+        if cost is None:
+            raise UsageError("option --fresh: the recorded model is not at hand (pass --model PATH)")
+    adv = advise(events, cost=cost, for_server=for_server, fresh=fresh)
     if getattr(args, "check_server", False):
         return check_server(args, adv, events)
     print(json.dumps(adv.to_dict(), ensure_ascii=False) if args.json else adv.report())
@@ -82,5 +88,11 @@ def add_commands(sub: Any) -> None:
         )
         p.add_argument("--json", action="store_true")
         if name == "advise":
+            p.add_argument(
+                "--fresh",
+                action="store_true",
+                help="measure the verify cost on this machine now with the recorded model (or --model) and check "
+                "the recorded times against it: where they are slower beyond noise, the advice is scored with it",
+            )
             add_check_server_options(p)
         p.set_defaults(func=func)

@@ -1,0 +1,37 @@
+"""A recording's verify cost measured afresh on this machine, with its model at hand: what ``specviz advise
+FILE --fresh`` compares the recorded verify times with (:func:`~specviz.analysis.advise_load.compare_fresh`).
+
+The recording's first session names its model, context sizes and prompt; :func:`measure_recorded` opens that
+model (or another path given for it), evaluates the prompt and times verify batches up to the longest draft
+recorded plus one (:func:`~specviz.decoding.verify_cost.measure_for_advice`) under the recorded verify-tile
+knobs, with the threads the rounds ran with.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+from ..decoding.events import DraftProposed, Event, SessionStarted, Verified
+from ..decoding.verify_cost import VerifyCostModel, measure_for_advice
+
+
+def measure_recorded(events: Sequence[Event], model: str | None = None) -> VerifyCostModel | None:
+    """The verify cost of the model ``events`` were recorded with (or ``model``), measured now on the recorded
+    prompt; None when the recording holds no session, the model file is not at hand or the context has no room
+    for the measurement."""
+    from ..decoding.session import Session
+
+    started = next((e for e in events if isinstance(e, SessionStarted)), None)
+    path = model or (started.model if started else "")
+    if started is None or not path or not Path(path).is_file() or not started.prompt_tokens:
+        return None
+    longest = max((len(e.tokens) for e in events if isinstance(e, DraftProposed)), default=0)
+    threads = next((e.n_threads for e in events if isinstance(e, Verified) and e.n_threads), None)
+    n_ctx, n_batch, n_ubatch = started.n_ctx or 4096, started.n_batch or 512, started.n_ubatch or 512
+    with Session(
+        path, n_ctx=n_ctx, n_batch=n_batch, n_ubatch=n_ubatch, n_threads=threads, prefill=started.prefill
+    ) as s:
+        s.start(list(started.prompt_tokens), 1, "none")
+        g = s.generation
+        return measure_for_advice(s.ctx, g.history, started.knobs, longest, pending_in_cache=g.prefilled)
