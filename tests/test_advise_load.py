@@ -46,7 +46,7 @@ def test_a_quiet_run_flags_nothing():
     assert check.cpu_share == pytest.approx(0.95) and check.n_threads == 2 and check.rounds == 40
     adv = advise(events)
     assert adv.load.verdict == "quiet" and adv.load.notes == []
-    assert adv.pays and "load: quiet: 0 of 40 rounds flagged" in adv.report()
+    assert adv.pays and "load: quiet: 0 of 40 rounds flagged" in adv.report() and "outside load" not in adv.text
     assert json.loads(json.dumps(adv.to_dict()))["load"]["verdict"] == "quiet"
 
 
@@ -60,6 +60,10 @@ def test_a_burst_flags_the_slow_rounds_and_leaves_their_verify_times_out_of_the_
     # the curve is fitted to the quiet rounds only (the medians of a burst this short are a quiet round's too)
     assert adv.cost_curve["seconds"][0] == pytest.approx(0.010) and adv.cost_curve["seconds"][8] == pytest.approx(0.014)
     assert any("left out" in n for n in adv.load.notes)
+    assert adv.pays and adv.text.endswith(
+        "; the timings were taken under outside load (a burst: 10 of 40 rounds flagged): confirm it on a quiet "
+        "machine or with a fresh measurement"
+    )
     assert "load: burst: 10 of 40 rounds flagged (0 by CPU share, 10 by a verify above" in adv.report()
 
 

@@ -131,6 +131,8 @@ class Advice:
             f"{b.strategy} with draft_max {b.draft_max}, draft_min {b.draft_min}{pmin}: expected "
             f"{b.tokens_per_second:.1f} tokens/s, {b.speedup:.2f}x plain decoding{iv}{vs}"
         )
+        if self.on_flagged_timings:
+            out += f"; {self._load_words()}: confirm it on a quiet machine or with a fresh measurement"
         return out + self._both_figures()
 
     def _both_figures(self) -> str:
