@@ -193,3 +193,14 @@ def test_advise_fresh_on_the_command_line(tiny_model_path, tmp_path):
     assert p.returncode == 0 and "load: " in p.stdout
     p = run_cli("advise", str(rec), "--fresh", "--model", str(tmp_path / "missing.gguf"))
     assert p.returncode == 2 and "option --fresh" in p.stderr
+
+
+def test_a_fresh_curve_slower_than_the_recording_says_the_machine_may_be_busy_now():
+    fresh = linear(0.020, 0.001)  # measured now, twice the recorded times: something holds the machine now
+    events = recording(plain=0.010, drafted=0.5 * fresh(9))
+    adv = advise(events, cost=fresh, scale_to_rounds=True, fresh=True)
+    assert adv.load.fresh_level == pytest.approx(0.5) and not adv.load.scored_fresh and adv.load.verdict == "quiet"
+    assert "the fresh measurement is 2.00x slower than the recorded verify times: the machine may be busy now" in (
+        adv.report()
+    )
+    assert "scaled by 0.50" in adv.cost_source and adv.as_recorded is None

@@ -30,7 +30,7 @@ from .advise_costs import (
     verify_cost,
 )
 from .advise_flags import NEAREST_SPEC_TYPE, llama_flags
-from .advise_load import LoadCheck, check_load, quiet_verify
+from .advise_load import DISAGREE, LoadCheck, check_load, quiet_verify
 from .advise_report import Advice
 from .advise_rounds import Recorded, Rounds, chain_prefixes, collect, group_label, recorded_tile
 from .advise_search import (
@@ -116,6 +116,11 @@ def advise(
     load = check_load(rec, cost if fresh and cost is not None else None)
     if fresh and load.fresh_disagrees:
         load.scored_fresh, scale_to_rounds = True, False
+    elif load.fresh_level is not None and load.fresh_level < 1 / DISAGREE:
+        load.notes.append(
+            f"the fresh measurement is {1 / load.fresh_level:.2f}x slower than the recorded verify times: the "
+            "machine may be busy now" + (" (the curve is scaled to the recorded times)" if scale_to_rounds else "")
+        )
     terms = _costs(rec, cost, scale_to_rounds, load)
     dg = diagnose(first)
     if terms is None:
