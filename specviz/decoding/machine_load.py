@@ -18,13 +18,14 @@ import os
 __all__ = ["BUSY_SHARE", "is_busy", "share_text", "load_average"]
 
 #: Below this CPU share the machine is called busy. Measured on this project's 2-core host with
-#: ``n_threads`` 2 (``specviz run``'s figures, greedy, 96 tokens): the embedded model kept 0.92 (``none``)
-#: and 0.96 (``ngram-simple``) of its threads' time while the host ran only light work; with two busy-loop
-#: processes holding both cores it kept 0.35 and 0.52 (12.7 and 15.9 tokens/s against 68 and 77). Python's
-#: single-threaded part of a round (drafting, acceptance, bookkeeping) is what keeps a quiet run below 1.
-#: A toy model whose decode takes less time than that Python part (the tests' tiny models: 0.5 with 2
-#: threads, quiet or not) keeps about one thread busy, so its share says nothing of the machine; the
-#: rule is for models whose verify batches are most of a round, as every real one's are.
+#: ``n_threads`` 2, greedy (``specviz run``'s figures): on the quiet host (load average 0.0) the embedded
+#: model kept 1.00 of its threads' time over 96 tokens with ``none`` (77 tokens/s) and with ``ngram-simple``
+#: (87), and the tests' tiny model, whose rounds are mostly Python, 0.81 and 1.07 over 200; with two
+#: busy-loop processes holding both cores the embedded model kept 0.35 and 0.52 (12.7 and 15.9 tokens/s) and
+#: the tiny model 0.48 and 0.59; under steady outside load (load average 4) the embedded model kept 0.33.
+#: Judge a run's share (or a window's: sums over its rounds), not one round's: the kernel adds a running
+#: worker thread's time at its scheduler tick, so a round shorter than a few ticks reads noisily (the tiny
+#: model's rounds read 0.5 or up to 18; the embedded model's quiet rounds 0.80 to 1.13, median 0.97).
 BUSY_SHARE = 0.6
 
 
