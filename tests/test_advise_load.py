@@ -12,7 +12,7 @@ from test_advise import NO_TILE, linear
 from test_diagnose import Rounds
 
 from specviz.analysis.advise import advise
-from specviz.analysis.advise_load import BURST_SHARE, SLOW_FACTOR, check_load, verdict
+from specviz.analysis.advise_load import BURST_SHARE, CPU_WINDOW_SECONDS, SLOW_FACTOR, check_load, cpu_windows, verdict
 from specviz.analysis.advise_rounds import collect
 from specviz.decoding.events import Finished, SessionStarted, Verified
 from specviz.decoding.machine_load import BUSY_SHARE
@@ -204,3 +204,41 @@ def test_a_fresh_curve_slower_than_the_recording_says_the_machine_may_be_busy_no
         adv.report()
     )
     assert "scaled by 0.50" in adv.cost_source and adv.as_recorded is None
+
+
+def with_shares(events, shares, n_threads=2):
+    """``events`` with each verified round's CPU seconds set from ``shares`` (one per round, in order)."""
+    it = iter(shares)
+    return [
+        dataclasses.replace(
+            e, round_seconds=e.seconds, cpu_seconds=next(it) * e.seconds * n_threads, n_threads=n_threads
+        )
+        if isinstance(e, Verified)
+        else e
+        for e in events
+    ]
+
+
+def test_the_cpu_share_is_judged_over_windows_not_round_by_round():
+    # a quiet run whose CPU time was counted at the scheduler's tick: one short round in four reads 0.2, the
+    # next 1.8 (the tick's time counted there), so every window's pooled share is that of a quiet machine
+    events = with_shares(recording(share=None), [(0.2, 1.8, 1.0, 1.0)[i % 4] for i in range(40)])
+    rec = collect(events)
+    windows = cpu_windows(rec.timings)
+    assert [i for w in windows for i in w] == list(range(40))  # every round once, in order
+    assert all(sum(rec.timings[i].wall_seconds for i in w) >= CPU_WINDOW_SECONDS for w in windows)
+    check = check_load(rec)
+    # pooled by time: a period of four rounds is 14 ms at 0.2, 10 at 1.8, 14 at 1.0 and 10 at 1.0
+    assert check.by_cpu == 0 and check.verdict == "quiet"
+    assert check.cpu_share == pytest.approx((0.2 * 14 + 1.8 * 10 + 14 + 10) / 48)
+
+
+def test_a_load_that_lands_in_a_few_long_rounds_is_seen_by_the_pooled_share():
+    # two busy loops on both cores: most rounds keep their cores (share 0.85), and the time lost waiting lands
+    # in every fifth round, which takes five times as long with a share of 0.1. The rounds' median share is
+    # 0.85 (not busy); the run's pooled share is below the threshold.
+    slow = tuple(range(0, 40, 5))
+    events = with_shares(recording(slow=slow, factor=5.0, share=None), [0.1 if i in slow else 0.85 for i in range(40)])
+    check = check_load(collect(events))
+    assert check.cpu_share is not None and check.cpu_share < BUSY_SHARE
+    assert check.verdict == "steady load" and check.by_cpu == 40

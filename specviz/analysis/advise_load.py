@@ -5,9 +5,14 @@ the cores while it was recorded makes them slower than the machine is. :func:`ch
 (:class:`~specviz.analysis.advise_rounds.Recorded`) into a :class:`LoadCheck` by two rules, each a pure
 function of the recorded figures:
 
-- **CPU share** (where the recording has it): a round whose process CPU time over its wall time and threads
-  (:func:`~specviz.decoding.telemetry.cpu_share`) is busy by :func:`~specviz.decoding.machine_load.is_busy`
-  (the one threshold, :data:`~specviz.decoding.machine_load.BUSY_SHARE`) is flagged.
+- **CPU share** (where the recording has it): the process's CPU time over its wall time and threads
+  (:func:`~specviz.decoding.telemetry.cpu_share`), pooled over windows of consecutive rounds at least
+  :data:`CPU_WINDOW_SECONDS` long; every round of a window that is busy by
+  :func:`~specviz.decoding.machine_load.is_busy` (the one threshold,
+  :data:`~specviz.decoding.machine_load.BUSY_SHARE`) is flagged. Not round by round: the kernel counts a
+  thread's CPU time at its scheduler tick, so one short round's share reads anywhere from half to many times
+  its true value, and under two busy loops the rounds' median share stayed above 0.75 (the lost time lands in
+  a few long rounds) while the run's pooled share was 0.35-0.52.
 - **Spread of one batch size's verify times**: a verify of a batch size recorded at least
   :data:`SPREAD_MIN_SAMPLES` times that took more than :data:`SLOW_FACTOR` times that size's *quiet floor*,
   the lower quartile of its times, is flagged. Outside load only ever adds time, so the quiet figure is at the
@@ -23,7 +28,7 @@ share, or a fresh measurement of the verify cost (:func:`compare_fresh`: the rec
 measured on this machine now, disagreeing when they are more than :data:`DISAGREE` times slower), sees that.
 
 The verdict (:func:`verdict`): ``"steady load"`` when most rounds (:data:`STEADY_SHARE`) were flagged, the
-rounds' median CPU share is busy, or the recorded times are slower than a fresh measurement; ``"burst"`` when
+run's pooled CPU share is busy, or the recorded times are slower than a fresh measurement; ``"burst"`` when
 at least :data:`BURST_SHARE` of the rounds (and two) were flagged; else ``"quiet"`` (an odd slow round is a
 collection or a page fault, not load).
 """
@@ -60,14 +65,44 @@ STEADY_SHARE = 0.5
 DISAGREE = 1.3
 #: Unflagged rounds needed to fit the verify cost without the flagged ones.
 MIN_QUIET_ROUNDS = 8
+#: The CPU share is judged over windows of consecutive rounds of at least this many wall seconds: 50 or more
+#: scheduler ticks, so the tick's accounting error is a few per cent (see the module docstring).
+CPU_WINDOW_SECONDS = 0.2
 
 
-def round_share(t: RoundTiming) -> float | None:
-    """A round's CPU share (:func:`~specviz.decoding.telemetry.cpu_share`); None where the recording lacks
-    its figures."""
-    if t.cpu_seconds is None or t.wall_seconds is None:
-        return None
-    return cpu_share(t.cpu_seconds, t.wall_seconds, t.n_threads)
+def has_cpu(t: RoundTiming) -> bool:
+    """Whether the recording holds ``t``'s CPU figures (CPU and wall seconds, threads)."""
+    return t.cpu_seconds is not None and t.wall_seconds is not None and bool(t.n_threads)
+
+
+def pooled_share(timings: list[RoundTiming], indices: list[int]) -> float | None:
+    """The CPU share of the rounds ``indices`` taken together (:func:`~specviz.decoding.telemetry.cpu_share`
+    of their summed CPU seconds over their summed wall seconds times threads); None without figures."""
+    cpu = sum(timings[i].cpu_seconds or 0.0 for i in indices)
+    capacity = sum((timings[i].wall_seconds or 0.0) * (timings[i].n_threads or 0) for i in indices)
+    return cpu_share(cpu, capacity, 1) if indices else None
+
+
+def cpu_windows(timings: list[RoundTiming]) -> list[list[int]]:
+    """The rounds with CPU figures, in windows of consecutive rounds of at least :data:`CPU_WINDOW_SECONDS`
+    wall seconds; a shorter tail joins the window before it (a run shorter than one window is one window)."""
+    windows: list[list[int]] = []
+    cur: list[int] = []
+    wall = 0.0
+    for i, t in enumerate(timings):
+        if not has_cpu(t):
+            continue
+        cur.append(i)
+        wall += t.wall_seconds or 0.0
+        if wall >= CPU_WINDOW_SECONDS:
+            windows.append(cur)
+            cur, wall = [], 0.0
+    if cur:
+        if windows:
+            windows[-1].extend(cur)
+        else:
+            windows.append(cur)
+    return windows
 
 
 @dataclass
@@ -79,7 +114,7 @@ class LoadCheck:
     flagged: tuple[int, ...] = ()
     by_cpu: int = 0
     by_spread: int = 0
-    #: the rounds' median and lowest CPU share, and the threads asked for (None where not recorded)
+    #: the run's pooled CPU share, its lowest window's, and the threads asked for (None where not recorded)
     cpu_share: float | None = None
     cpu_share_low: float | None = None
     n_threads: int | None = None
@@ -124,7 +159,7 @@ class LoadCheck:
             "lower quartile)"
         )
         if self.cpu_share is not None:
-            out += f"; median {share_text(self.cpu_share, self.n_threads)}"
+            out += f"; {share_text(self.cpu_share, self.n_threads)}"
         else:
             out += "; no CPU share recorded"
         if self.load_start is not None or self.load_end is not None:
@@ -156,8 +191,9 @@ class LoadCheck:
 
 
 def busy_by_cpu(timings: list[RoundTiming]) -> list[int]:
-    """Indices of the rounds whose CPU share is busy (:func:`~specviz.decoding.machine_load.is_busy`)."""
-    return [i for i, t in enumerate(timings) if is_busy(round_share(t))]
+    """Indices of the rounds in a window (:func:`cpu_windows`) whose pooled CPU share is busy
+    (:func:`~specviz.decoding.machine_load.is_busy`)."""
+    return [i for w in cpu_windows(timings) if is_busy(pooled_share(timings, w)) for i in w]
 
 
 def slow_by_spread(timings: list[RoundTiming]) -> list[int]:
@@ -176,9 +212,9 @@ def slow_by_spread(timings: list[RoundTiming]) -> list[int]:
     ]
 
 
-def verdict(rounds: int, flagged: int, median_share: float | None, fresh_disagrees: bool = False) -> str:
+def verdict(rounds: int, flagged: int, run_share: float | None, fresh_disagrees: bool = False) -> str:
     """``"steady load"``, ``"burst"`` or ``"quiet"`` (see the module docstring)."""
-    if rounds and (flagged / rounds >= STEADY_SHARE or is_busy(median_share) or fresh_disagrees):
+    if rounds and (flagged / rounds >= STEADY_SHARE or is_busy(run_share) or fresh_disagrees):
         return "steady load"
     if rounds and flagged >= 2 and flagged / rounds >= BURST_SHARE:
         return "burst"
@@ -190,23 +226,24 @@ def check_load(rec: Recorded, fresh: VerifyCostModel | None = None) -> LoadCheck
     compared with the recorded times (:func:`compare_fresh`)."""
     timings = rec.timings
     cpu, spread = busy_by_cpu(timings), slow_by_spread(timings)
-    shares = [s for t in timings if (s := round_share(t)) is not None]
+    windows = cpu_windows(timings)
+    shares = [s for w in windows if (s := pooled_share(timings, w)) is not None]
     threads = next((t.n_threads for t in timings if t.n_threads), None)
     flagged = tuple(sorted(set(cpu) | set(spread)))
     level = compare_fresh(fresh, rec.verify) if fresh is not None else None
-    median = float(statistics.median(shares)) if shares else None
+    run = pooled_share(timings, [i for w in windows for i in w])
     return LoadCheck(
         rounds=len(timings),
         flagged=flagged,
         by_cpu=len(cpu),
         by_spread=len(spread),
-        cpu_share=median,
+        cpu_share=run,
         cpu_share_low=min(shares) if shares else None,
         n_threads=threads,
         load_start=rec.load_start,
         load_end=rec.load_end,
         fresh_level=level,
-        verdict=verdict(len(timings), len(flagged), median, disagrees(level)),
+        verdict=verdict(len(timings), len(flagged), run, disagrees(level)),
     )
 
 
