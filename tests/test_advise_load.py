@@ -31,12 +31,7 @@ def recording(plain=0.010, drafted=0.014, rounds=40, slow=(), factor=3.0, share=
             R.round([100 + j for j in range(8)], 2, 7, rank=2, verify_seconds=drafted * k)
     if share is None:
         return R.events
-    return [
-        dataclasses.replace(e, round_seconds=e.seconds, cpu_seconds=share * e.seconds * n_threads, n_threads=n_threads)
-        if isinstance(e, Verified)
-        else e
-        for e in R.events
-    ]
+    return with_shares(R.events, [share] * rounds, n_threads)
 
 
 def test_a_quiet_run_flags_nothing():
