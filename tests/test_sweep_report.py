@@ -131,6 +131,48 @@ def test_report_command_prints_the_table_and_writes_the_page(results, tmp_path, 
     assert "<title>T</title>" in (tmp_path / "other.html").read_text(encoding="utf-8")
 
 
+def _with_shares(results, shares):
+    """The results with a ``cpu_share`` per row (and two llama.cpp threads each)."""
+    return results.assign(cpu_share=shares, n_threads=2)
+
+
+def test_cpu_share_is_pooled_per_cell_and_shown(results):
+    quiet = _with_shares(results, [0.9, 1.0, 0.9, 1.0, 0.8, 0.95, 1.0, 1.05])
+    s = summarise(quiet)
+    a = cell(s, "a", "prompt-lookup")  # p1 runs of 5 s (share 1.0) and 100/30 s (1.0), p2 50/30 s (0.95)
+    w = [5.0, 100 / 30, 50 / 30]
+    assert a["cpu_share"] == pytest.approx((1.0 * w[0] + 1.0 * w[1] + 0.95 * w[2]) / sum(w))
+    assert a["cpu_share_min"] == 0.95 and a["busy_runs"] == 0
+    text = format_table(s)
+    assert "CPU share" in text and "warning" not in text and "busy" not in text
+    assert re.search(r"b\s+none\s+1\s+1\.00x\s+1\.00\s+—\s+40\.0\s+100%", text), text
+
+
+def test_report_warns_of_runs_timed_on_a_busy_machine(results, tmp_path, capsys):
+    busy = _with_shares(results, [0.9, 1.0, 0.9, 0.35, 0.8, 0.95, 1.0, 0.55])
+    s = summarise(busy)
+    assert cell(s, "b", "prompt-lookup")["busy_runs"] == 1 and cell(s, "overall", "prompt-lookup")["busy_runs"] == 2
+    text = format_table(s)
+    warning = "warning: 2 of 8 runs had a CPU share below 60% (the lowest 35%): their timings were taken on a busy"
+    assert text.startswith(warning), text
+    page = write_report(busy, tmp_path / "r.html").read_text(encoding="utf-8")
+    assert 'class="warning"' in page and "2 of 8 runs" in page and "taken on a busy machine" in page
+    src = tmp_path / "busy.parquet"
+    busy.to_parquet(src)
+    assert cli.main(["report", str(src)]) == 0
+    assert warning in capsys.readouterr().out
+
+
+def test_no_warning_from_a_quiet_sweep_or_a_file_without_shares(results, tmp_path):
+    quiet = _with_shares(results, [0.9, 1.0, 0.9, 1.0, 0.8, 0.95, 1.0, 1.05])
+    for df in (quiet, results, _with_shares(results, [float("nan")] * 8)):
+        s = summarise(df)
+        assert s["busy_runs"].sum() == 0 and "warning" not in format_table(s)
+        page = write_report(df, tmp_path / "r.html").read_text(encoding="utf-8")
+        assert 'class="warning"' not in page
+    assert summarise(results)["cpu_share"].isna().all()  # no column: not known, shown as —
+
+
 @pytest.mark.browser
 def test_html_report_draws_its_charts_offline_in_chromium(results, tmp_path):
     import importlib.util

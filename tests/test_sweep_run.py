@@ -89,6 +89,10 @@ def test_local_sweep_rows_pairing_and_one_model_load_per_worker(tiny_model_path,
     assert df[df["strategy"] != "none"]["drafted"].sum() > 0
     assert df.groupby(["question_id", "repeat"])["seed"].nunique().eq(1).all()
     assert df.groupby("question_id")["seed"].nunique().eq(2).all()  # repeats draw different samples
+    # every run's CPU share, pooled over its turns: known, and within what one thread's time can read (a
+    # quiet tiny-model run reads about 1; scheduler-tick accounting lets a short run pass it a little)
+    assert (df["n_threads"] == 1).all()
+    assert df["cpu_share"].notna().all() and df["cpu_share"].between(0, 4).all(), df["cpu_share"].describe()
 
 
 def test_plan_runs_none_again_for_pairing_but_keeps_only_missing_rows(tiny_model_path, questions):

@@ -13,6 +13,11 @@ speedup, each prompt's *paired* speedup — its runs over the ``none`` run just 
 worker — so machine drift between prompts does not show up as spread. The ``overall`` category pools
 every prompt.
 
+Each cell's **CPU share** is its runs' ``cpu_share`` pooled (weighted by decode seconds × threads), and a
+run whose share :func:`~specviz.decoding.machine_load.is_busy` says had a busy machine is counted: the
+printed table and the page warn when any run did, since its timings (and the speedups from them) are not
+the machine's own.
+
 :func:`write_report` writes all of it as one self-contained HTML page: plotly.js is inlined from the
 ``plotly`` package, nothing is loaded from the network.
 """
@@ -26,6 +31,8 @@ import math
 from pathlib import Path
 from typing import Any
 
+from ..decoding.machine_load import BUSY_SHARE, is_busy
+
 #: The name of the row pooling every category.
 OVERALL = "overall"
 
@@ -38,8 +45,27 @@ def _setting_order(df) -> list[str]:
     return sorted(first, key=lambda k: first[k])
 
 
+def _with_load(df):
+    """``df`` with the columns the CPU share is pooled by: ``cpu_weight`` (decode seconds × threads, 0 where
+    the share is not known, as in files from before the column), ``cpu_weighted`` (share × weight) and
+    ``busy`` (the run's share is busy)."""
+    import pandas as pd
+
+    share = df["cpu_share"].astype(float) if "cpu_share" in df else pd.Series(float("nan"), index=df.index)
+    threads = df["n_threads"].astype(float) if "n_threads" in df else 1.0
+    seconds = df["seconds"].astype(float) if "seconds" in df else 1.0
+    weight = (share.notna() * seconds * threads).fillna(0.0)
+    return df.assign(
+        cpu_share=share,
+        cpu_weight=weight,
+        cpu_weighted=(share * weight).fillna(0.0),
+        busy=[is_busy(None if math.isnan(x) else x) for x in share],
+    )
+
+
 def per_prompt(df):
     """One row per (category, prompt, setting): medians over repeats and the pooled counters."""
+    df = _with_load(df)
     g = df.groupby(["category", "question_id", "setting", "strategy", "temperature"], sort=False)
     out = g.agg(
         tokens_per_second=("tokens_per_second", "median"),
@@ -50,6 +76,10 @@ def per_prompt(df):
         drafted=("drafted", "sum"),
         accepted=("accepted", "sum"),
         repeats=("repeat", "nunique"),
+        cpu_weight=("cpu_weight", "sum"),
+        cpu_weighted=("cpu_weighted", "sum"),
+        cpu_share_min=("cpu_share", "min"),
+        busy_runs=("busy", "sum"),
     ).reset_index()
     out["mean_accepted_tokens"] = out["n_generated"] / out["rounds"].where(out["rounds"] > 0)
     out["acceptance_rate"] = out["accepted"] / out["drafted"].where(out["drafted"] > 0)
@@ -73,6 +103,9 @@ def _cell(pp) -> dict[str, Any]:
         if pp["acceptance_rate"].notna().sum() > 1
         else float("nan"),
         "tokens_per_second": pp["tokens_per_second"].mean(),
+        "cpu_share": pp["cpu_weighted"].sum() / pp["cpu_weight"].sum() if pp["cpu_weight"].sum() > 0 else float("nan"),
+        "cpu_share_min": pp["cpu_share_min"].min(),
+        "busy_runs": int(pp["busy_runs"].sum()),
     }
 
 
@@ -138,13 +171,34 @@ def _pct(value: float, sd: float) -> str:
     return f"{value:.1%}" + ("" if _nan(sd) else f" ± {sd:.1%}")
 
 
+def load_warning(summary) -> str | None:
+    """The warning that some runs were timed on a busy machine (their CPU share
+    :func:`~specviz.decoding.machine_load.is_busy`), naming how many; None when none was."""
+    cells = summary[summary["category"] != OVERALL]
+    busy = int(cells["busy_runs"].sum()) if "busy_runs" in cells else 0
+    if not busy:
+        return None
+    return (
+        f"warning: {busy} of {int(cells['runs'].sum())} runs had a CPU share below {BUSY_SHARE:.0%} "
+        f"(the lowest {cells['cpu_share_min'].min():.0%}): their timings were taken on a busy machine, and the "
+        "speedups from them are not this machine's; run them again on a quiet machine"
+    )
+
+
+def _share(value: float) -> str:
+    return "—" if _nan(value) else f"{value:.0%}"
+
+
 def format_table(summary) -> str:
-    """The summary as plain-text tables: the leaderboard, then every (category, setting) with its spread."""
+    """The summary as plain-text tables: the leaderboard, then every (category, setting) with its spread and
+    CPU share; the load warning (:func:`load_warning`) first where there is one."""
     lb = leaderboard(summary)
     cols = list(lb.columns)
     w0 = max([len("setting")] + [len(s) for s in lb.index])
     widths = [max(len(c), 8) for c in cols]
-    lines = ["speedup over none per category (mean tokens/s over prompts / none's), with overall figures"]
+    warning = load_warning(summary)
+    lines = [warning, ""] if warning else []
+    lines.append("speedup over none per category (mean tokens/s over prompts / none's), with overall figures")
     lines.append("  ".join([f"{'setting':<{w0}}"] + [f"{c:>{w}}" for c, w in zip(cols, widths)]))
     for setting, row in lb.iterrows():
         cells = []
@@ -164,7 +218,16 @@ def format_table(summary) -> str:
         "per category and setting; ± is one standard deviation over prompts (speedup: each prompt's "
         "runs over its paired none run)"
     )
-    header = ["category", "setting", "prompts", "speedup", "mean accepted tokens", "acceptance", "tokens/s"]
+    header = [
+        "category",
+        "setting",
+        "prompts",
+        "speedup",
+        "mean accepted tokens",
+        "acceptance",
+        "tokens/s",
+        "CPU share",
+    ]
     body = []
     for r in _detail(summary).itertuples():
         none = r.strategy == "none"
@@ -177,10 +240,11 @@ def format_table(summary) -> str:
                 _pm(r.mean_accepted_tokens, r.mean_accepted_tokens_sd, ".2f"),
                 "—" if none else _pct(r.acceptance, r.acceptance_sd),
                 f"{r.tokens_per_second:.1f}",
+                _share(r.cpu_share),
             ]
         )
     widths2 = [max(len(h), *(len(b[i]) for b in body)) for i, h in enumerate(header)]
-    right = {2, 3, 4, 5, 6}
+    right = {2, 3, 4, 5, 6, 7}
 
     def fmt_row(cells: list[str]) -> str:
         return "  ".join(c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths2)))
@@ -331,6 +395,7 @@ th, td { border-bottom: 1px solid #e1e4ea; padding: 4px 10px; text-align: right;
 th:first-child, td:first-child, th:nth-child(2), td:nth-child(2) { text-align: left; }
 thead th { background: #f3f5f8; }
 .note { color: #5b6475; font-size: 0.85em; max-width: 900px; }
+.warning { color: #8a4b00; background: #fff4e0; padding: 8px 12px; max-width: 900px; }
 """
 
 
@@ -349,6 +414,8 @@ def write_report(df, path: str | Path, *, title: str = "specviz sweep") -> Path:
         )
         for i, fig in enumerate(figures(df).values())
     ]
+    warning = load_warning(summary)
+    warning_html = f'<p class="warning">{html.escape(warning)}</p>' if warning else ""
     embedded = html.escape(json.dumps(summary.to_dict(orient="records"), default=float))
     page = f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>
@@ -358,6 +425,7 @@ def write_report(df, path: str | Path, *, title: str = "specviz sweep") -> Path:
 <h1>{html.escape(title)}</h1>
 <div class="meta">{" · ".join(f"{html.escape(k)}: {html.escape(v)}" for k, v in meta.items())}
  · written {_dt.datetime.now().strftime("%Y-%m-%d %H:%M")}</div>
+{warning_html}
 <h2>Speedup over none by category</h2>
 {_leaderboard_html(summary)}
 <p class="note">As Spec-Bench's leaderboard: the mean decode tokens/s over a category's prompts over the same mean
@@ -366,7 +434,9 @@ accepted / drafted tokens (pooled).</p>
 <h2>Per category and setting, with the spread over prompts</h2>
 {_detail_html(summary)}
 <p class="note">± is one standard deviation over prompts. The speedup's spread and range are those of each
-prompt's paired speedup: its runs over the none run taken just before them on the same worker.</p>
+prompt's paired speedup: its runs over the none run taken just before them on the same worker. The CPU share is
+the cell's runs' CPU seconds over their decode seconds times threads: below {BUSY_SHARE:.0%} the machine was
+busy.</p>
 {"".join(f'<div class="fig">{p}</div>' for p in parts)}
 <script type="application/json" id="specviz-summary">{embedded}</script>
 </body></html>
@@ -412,12 +482,14 @@ def _detail_html(summary) -> str:
             "mean_accepted_tokens",
             "acceptance",
             "tokens_per_second",
+            "cpu_share",
         ]
     ].rename(
         columns={
             "speedup_min": "paired speedup min–max",
             "mean_accepted_tokens": "mean accepted tokens",
             "tokens_per_second": "tokens/s",
+            "cpu_share": "CPU share",
         }
     )
     by_key = {(r.category, r.setting): r for r in summary.itertuples()}
@@ -436,5 +508,6 @@ def _detail_html(summary) -> str:
             else _pct(r["acceptance"], by_key[(r["category"], r["setting"])].acceptance_sd)
         ),
         "tokens/s": lambda r: f"{r['tokens/s']:.1f}",
+        "CPU share": lambda r: _share(r["CPU share"]),
     }
     return _html_table(detail, d_fmt)

@@ -20,7 +20,9 @@ identity), ``strategy``, ``knobs`` (JSON), ``temperature``, ``seed``, ``turns``,
 ``drafted``, ``accepted``, ``seconds`` (decode time, prompts excluded), ``tokens_per_second``,
 ``acceptance_rate``, ``mean_accepted_tokens`` (tokens per round, as Spec-Bench counts it; 1 for
 ``none``), ``none_tokens_per_second`` and ``speedup`` (against the ``none`` run of the same task),
-``finish``; the memory columns (:mod:`specviz.backends.memory`): ``memory_kind``, ``kv_bytes``,
+``finish``, ``cpu_share`` (the run's CPU seconds over its decode seconds times ``n_threads``, pooled over
+its turns: how much of the machine it had, NaN where not known; :mod:`specviz.decoding.machine_load`) and
+``n_threads`` (llama.cpp threads); the memory columns (:mod:`specviz.backends.memory`): ``memory_kind``, ``kv_bytes``,
 ``swa_kv_bytes``, ``recurrent_bytes``, ``weight_bytes``, ``draft_memory_bytes`` (the draft model's
 weights and caches), ``checkpoints``, ``checkpoint_bytes`` and ``restore_seconds`` (summed over the
 turns, draft context included), ``marks_bytes`` (saved states held at most) and ``peak_rss_bytes`` (the

@@ -19,6 +19,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..decoding.telemetry import cpu_share
 from .chat import PromptFormat, conversation_text, logged_conversation_text, prompt_tokens
 from .dataset import Prompt
 from .grid import Setting
@@ -194,6 +195,8 @@ def _generate(session, task: Task, setting: Setting) -> dict[str, Any]:
         "restore_seconds": 0.0,
         "marks_bytes": 0,
         "peak_rss_bytes": 0,
+        "cpu_seconds": 0.0,
+        "n_threads": 0,
     }
     memory: dict[str, Any] = {}
     finish = None
@@ -219,6 +222,8 @@ def _generate(session, task: Task, setting: Setting) -> dict[str, Any]:
         totals["drafted"] += int(t["drafted"])
         totals["accepted"] += int(t["accepted"])
         totals["seconds"] += float(t["seconds"])
+        totals["cpu_seconds"] += float(t.get("cpu_seconds") or 0.0)
+        totals["n_threads"] = int(t.get("n_threads") or 0)
         totals["prompt_tokens"] += len(ids)
         totals["checkpoints"] += int(t["checkpoints"]) + int(t["draft_checkpoints"])
         totals["checkpoint_bytes"] += int(t["checkpoint_bytes"]) + int(t["draft_checkpoint_bytes"])
@@ -230,6 +235,9 @@ def _generate(session, task: Task, setting: Setting) -> dict[str, Any]:
         finish = getattr(session, "finished", None)
     totals.update(tokens=tokens, turn_lengths=lengths, finish=str(finish) if finish is not None else "")
     totals.update(memory_columns(memory))
+    # the run's share pooled over its turns (summed CPU over summed wall seconds x threads): one round's is noisy
+    share = cpu_share(totals["cpu_seconds"], totals["seconds"], totals["n_threads"])
+    totals["cpu_share"] = float("nan") if share is None else share
     return totals
 
 
@@ -290,6 +298,8 @@ def run_task(task: Task) -> TaskResult:
                 "none_tokens_per_second": none_tps if none_tps is not None else float("nan"),
                 "speedup": tps / none_tps if none_tps else float("nan"),
                 "finish": r["finish"],
+                "cpu_share": r["cpu_share"],
+                "n_threads": r["n_threads"],
                 **{
                     k: r[k]
                     for k in (
