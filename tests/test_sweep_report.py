@@ -13,6 +13,7 @@ pytest.importorskip("pyarrow")
 pytest.importorskip("plotly")
 
 from specviz.cli import main as cli  # noqa: E402
+from specviz.decoding.machine_load import JUDGED_SECONDS  # noqa: E402
 from specviz.sweep.report import format_table, leaderboard, summarise, write_report  # noqa: E402
 
 
@@ -186,3 +187,11 @@ def test_html_report_draws_its_charts_offline_in_chromium(results, tmp_path):
     page = write_report(results, tmp_path / "r.html")
     refused = shot.screenshot(page, tmp_path / "r.png")  # waits until all five charts have drawn
     assert refused == [] and (tmp_path / "r.png").stat().st_size > 10_000
+
+
+def test_a_run_too_short_to_judge_is_not_called_busy(results):
+    # the same busy shares, but the runs last 0.1 s: fewer scheduler ticks than a share can be judged over
+    short = _with_shares(results, [0.9, 1.0, 0.9, 0.35, 0.8, 0.95, 1.0, 0.55]).assign(seconds=0.1)
+    assert summarise(short)["busy_runs"].sum() == 0 and "warning" not in format_table(summarise(short))
+    long = short.assign(seconds=JUDGED_SECONDS)
+    assert cell(summarise(long), "overall", "prompt-lookup")["busy_runs"] == 2

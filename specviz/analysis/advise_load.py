@@ -41,7 +41,7 @@ from typing import Any
 
 import numpy as np
 
-from ..decoding.machine_load import BUSY_SHARE, is_busy, share_text
+from ..decoding.machine_load import BUSY_SHARE, JUDGED_SECONDS, is_busy, share_text
 from ..decoding.telemetry import cpu_share
 from ..decoding.verify_cost import VerifyCostModel
 from .advise_rounds import Recorded, RoundTiming
@@ -65,9 +65,9 @@ STEADY_SHARE = 0.5
 DISAGREE = 1.3
 #: Unflagged rounds needed to fit the verify cost without the flagged ones.
 MIN_QUIET_ROUNDS = 8
-#: The CPU share is judged over windows of consecutive rounds of at least this many wall seconds: 50 or more
-#: scheduler ticks, so the tick's accounting error is a few per cent (see the module docstring).
-CPU_WINDOW_SECONDS = 0.2
+#: The CPU share is judged over windows of consecutive rounds of at least this many wall seconds (the span a
+#: share is judged over, :data:`~specviz.decoding.machine_load.JUDGED_SECONDS`).
+CPU_WINDOW_SECONDS = JUDGED_SECONDS
 
 
 def has_cpu(t: RoundTiming) -> bool:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 
-__all__ = ["BUSY_SHARE", "is_busy", "share_text", "load_average"]
+__all__ = ["BUSY_SHARE", "JUDGED_SECONDS", "is_busy", "judged_share", "share_text", "load_average"]
 
 #: Below this CPU share the machine is called busy. Measured on this project's 2-core host with
 #: ``n_threads`` 2, greedy (``specviz run``'s figures): on the quiet host (load average 0.0) the embedded
@@ -27,12 +27,21 @@ __all__ = ["BUSY_SHARE", "is_busy", "share_text", "load_average"]
 #: worker thread's time at its scheduler tick, so a round shorter than a few ticks reads noisily (the tiny
 #: model's rounds read 0.5 or up to 18; the embedded model's quiet rounds 0.80 to 1.13, median 0.97).
 BUSY_SHARE = 0.6
+#: A share is judged (called busy or not) only over at least this many wall seconds, a run's or a window of
+#: rounds': 50 or more scheduler ticks, so the tick's accounting error is a few per cent (see above).
+JUDGED_SECONDS = 0.2
 
 
 def is_busy(share: float | None) -> bool:
     """Whether a CPU share says other work held the cores (below :data:`BUSY_SHARE`); an unknown share
     (None) is not called busy."""
     return share is not None and share < BUSY_SHARE
+
+
+def judged_share(share: float | None, wall_seconds: float) -> float | None:
+    """``share`` where it was taken over at least :data:`JUDGED_SECONDS` of wall time, else None (too short
+    to judge: :func:`is_busy` calls it not busy)."""
+    return share if share is not None and wall_seconds >= JUDGED_SECONDS else None
 
 
 def share_text(share: float | None, n_threads: int | None) -> str:

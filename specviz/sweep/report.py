@@ -14,7 +14,8 @@ worker — so machine drift between prompts does not show up as spread. The ``ov
 every prompt.
 
 Each cell's **CPU share** is its runs' ``cpu_share`` pooled (weighted by decode seconds × threads), and a
-run whose share :func:`~specviz.decoding.machine_load.is_busy` says had a busy machine is counted: the
+run of at least :data:`~specviz.decoding.machine_load.JUDGED_SECONDS` whose share
+:func:`~specviz.decoding.machine_load.is_busy` says had a busy machine is counted: the
 printed table and the page warn when any run did, since its timings (and the speedups from them) are not
 the machine's own.
 
@@ -31,7 +32,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from ..decoding.machine_load import BUSY_SHARE, is_busy
+from ..decoding.machine_load import BUSY_SHARE, is_busy, judged_share
 
 #: The name of the row pooling every category.
 OVERALL = "overall"
@@ -48,18 +49,20 @@ def _setting_order(df) -> list[str]:
 def _with_load(df):
     """``df`` with the columns the CPU share is pooled by: ``cpu_weight`` (decode seconds × threads, 0 where
     the share is not known, as in files from before the column), ``cpu_weighted`` (share × weight) and
-    ``busy`` (the run's share is busy)."""
+    ``busy`` (the run's share is busy, judged only over a run of at least
+    :data:`~specviz.decoding.machine_load.JUDGED_SECONDS`)."""
     import pandas as pd
 
     share = df["cpu_share"].astype(float) if "cpu_share" in df else pd.Series(float("nan"), index=df.index)
     threads = df["n_threads"].astype(float) if "n_threads" in df else 1.0
-    seconds = df["seconds"].astype(float) if "seconds" in df else 1.0
+    # a file without seconds: each run weighs the same and counts as long enough to judge
+    seconds = df["seconds"].astype(float) if "seconds" in df else pd.Series(1.0, index=df.index)
     weight = (share.notna() * seconds * threads).fillna(0.0)
     return df.assign(
         cpu_share=share,
         cpu_weight=weight,
         cpu_weighted=(share * weight).fillna(0.0),
-        busy=[is_busy(None if math.isnan(x) else x) for x in share],
+        busy=[is_busy(judged_share(None if math.isnan(x) else x, t)) for x, t in zip(share, seconds)],
     )
 
 
