@@ -237,3 +237,27 @@ def test_a_load_that_lands_in_a_few_long_rounds_is_seen_by_the_pooled_share():
     check = check_load(collect(events))
     assert check.cpu_share is not None and check.cpu_share < BUSY_SHARE
     assert check.verdict == "steady load" and check.by_cpu == 40
+
+
+def test_the_advice_dict_carries_the_load_in_words_and_both_figures_for_the_inspector():
+    # the inspector's advice panel shows these as they are: the wording lives here, not in the front-end
+    burst = json.loads(json.dumps(advise(with_shares(recording(slow=tuple(range(10, 20))), [0.95] * 40)).to_dict()))
+    assert burst["load"]["headline"] == (
+        "the timings were taken under outside load (a burst: 10 of 40 rounds flagged); CPU share 95% of 2 threads"
+    )
+    assert burst["load"]["text"].startswith("load: burst: 10 of 40 rounds flagged")
+    assert burst["load"]["headline"].split(";")[0] in burst["text"]  # one wording: the advice's text says it too
+    assert burst["both_figures"] == []  # no fresh curve
+    steady = advise(recording(plain=0.020, drafted=0.028, share=0.35)).to_dict()["load"]
+    assert steady["headline"].endswith(
+        "(a steady load: 40 of 40 rounds flagged); CPU share 35% of 2 threads: the machine was busy"
+    )
+    quiet = advise(recording(share=None)).to_dict()["load"]
+    assert quiet["headline"] == "the timings look quiet (0 of 40 rounds flagged)"  # no CPU share: none said
+    fresh = linear(0.010, 0.0005)
+    adv = advise(recording(plain=0.016, drafted=3 * fresh(9)), cost=fresh, scale_to_rounds=True, fresh=True)
+    figures = adv.to_dict()["both_figures"]
+    assert [f["label"] for f in figures] == ["on this machine now", "as recorded, under load"]
+    assert [f["speedup"] for f in figures] == [adv.best.speedup, adv.as_recorded.speedup]
+    assert figures[1]["tokens_per_second"] == adv.as_recorded.tokens_per_second
+    assert "; ".join(f"{f['label']}: {f['speedup']:.2f}x" for f in figures) in adv.text

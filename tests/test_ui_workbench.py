@@ -122,6 +122,7 @@ def test_diagnosis_advice_presets_and_hello(live):
     adv = of_type(sink.msgs, "advice")[-1]["data"]
     assert adv["cost_source"].startswith("measured") and adv["llama_cpp_flags"].startswith("--spec-type")
     assert adv["reason"] and adv["pays"] == (adv["best"]["strategy"] != "none")  # the panel shows why
+    assert adv["load"]["fresh_level"] is not None  # the live session's curve is checked against its rounds
     core.handle({"type": "preset", "name": "good"})
     assert core.session.strategy == "ngram-simple" and core.session.knobs["size_m"] == 6
     core.handle({"type": "preset", "name": "sampled"})

@@ -151,6 +151,22 @@ class LoadCheck:
         machine still: that measurement confirms nothing."""
         return self.fresh_level is not None and (self.fresh_disagrees or self.verdict == "burst")
 
+    def words(self) -> str:
+        """The verdict for people: ``"the timings were taken under outside load (a burst: 6 of 40 rounds
+        flagged)"`` under load, ``"the timings look quiet (0 of 40 rounds flagged)"`` otherwise."""
+        counted = f"{len(self.flagged)} of {self.rounds} rounds flagged"
+        if not self.under_load:
+            return f"the timings look quiet ({counted})"
+        what = "a burst" if self.verdict == "burst" else "a steady load"
+        return f"the timings were taken under outside load ({what}: {counted})"
+
+    def headline(self) -> str:
+        """:meth:`words` and, where recorded, the run's CPU share
+        (:func:`~specviz.decoding.machine_load.share_text`): the inspector's advice panel shows it."""
+        if self.cpu_share is None:
+            return self.words()
+        return f"{self.words()}; {share_text(self.cpu_share, self.n_threads)}"
+
     def text(self) -> str:
         """One line: the verdict, the rounds flagged and why, the CPU share and the load averages."""
         out = (
@@ -187,6 +203,8 @@ class LoadCheck:
             "fresh_level": self.fresh_level,
             "scored_fresh": self.scored_fresh,
             "notes": list(self.notes),
+            "headline": self.headline(),
+            "text": self.text(),
         }
 
 

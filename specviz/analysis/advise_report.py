@@ -59,12 +59,9 @@ class Advice:
         return self.load is not None and self.load.under_load and not self.load.judged_on_fresh
 
     def _load_words(self) -> str:
-        """``"the timings were taken under outside load (a burst: 6 of 40 rounds flagged)"``."""
-        ld = self.load
-        if ld is None:
-            return ""
-        what = "a burst" if ld.verdict == "burst" else "a steady load"
-        return f"the timings were taken under outside load ({what}: {len(ld.flagged)} of {ld.rounds} rounds flagged)"
+        """``"the timings were taken under outside load (a burst: 6 of 40 rounds flagged)"``
+        (:meth:`~specviz.analysis.advise_load.LoadCheck.words`)."""
+        return self.load.words() if self.load is not None else ""
 
     @property
     def reason(self) -> str:
@@ -135,14 +132,16 @@ class Advice:
             out += f"; {self._load_words()}: confirm it on a quiet machine or with a fresh measurement"
         return out + self._both_figures()
 
-    def _both_figures(self) -> str:
-        """Where a fresh curve was used against recorded times under load: ``"; on this machine now: 2.20x; as
-        recorded, under load: 1.41x"``."""
+    def both_figures(self) -> list[tuple[str, Candidate]]:
+        """Where a fresh curve was used against recorded times under load: the advised setting scored on this
+        machine now and the best one scored on the recorded times, each with its label; else empty."""
         if self.as_recorded is None or self.best is None:
-            return ""
-        return (
-            f"; on this machine now: {self.best.speedup:.2f}x; as recorded, under load: {self.as_recorded.speedup:.2f}x"
-        )
+            return []
+        return [("on this machine now", self.best), ("as recorded, under load", self.as_recorded)]
+
+    def _both_figures(self) -> str:
+        """:meth:`both_figures` in words: ``"; on this machine now: 2.20x; as recorded, under load: 1.41x"``."""
+        return "".join(f"; {label}: {c.speedup:.2f}x" for label, c in self.both_figures())
 
     def to_dict(self) -> dict[str, Any]:
         """Everything as one JSON-serialisable dictionary."""
@@ -172,6 +171,10 @@ class Advice:
             "for_server": self.for_server,
             "load": self.load.to_dict() if self.load else None,
             "as_recorded": self.as_recorded.to_dict() if self.as_recorded else None,
+            "both_figures": [
+                {"label": label, "speedup": c.speedup, "tokens_per_second": c.tokens_per_second}
+                for label, c in self.both_figures()
+            ],
         }
 
     def report(self) -> str:

@@ -350,8 +350,10 @@ class Workbench:
                 self.core.charge(1 + 2 * sum(cost.sizes))
         lanes = [self.core.main_events()] + ([list(self.lane.events)] if self.lane is not None else [])
         self.core.charge(1 + sum(len(x) for x in lanes) // EVENTS_PER_UNIT)
+        # a live session's curve is measured on this machine (now or earlier in the session): fresh, as in
+        # `specviz run --json`, so recorded times slower than it beyond noise are scored with it
         self.advice = advise(
-            *lanes, cost=cost, scale_to_rounds=cost is not None
+            *lanes, cost=cost, scale_to_rounds=cost is not None, fresh=cost is not None
         ).to_dict()  # both lanes' rounds, each folded on its own
         self._send({"type": "advice", "data": self.advice})
 

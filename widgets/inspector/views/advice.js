@@ -1,6 +1,7 @@
 // The advice panel: the draft settings with the best expected tokens/s on this machine (computed in
 // Python: specviz.advise), the expected speedup with its uncertainty (a bootstrap interval over the
-// recorded rounds), why speculation was or was not advised, and the same setting as llama-server flags.
+// recorded rounds), why speculation was or was not advised, what the advisor found about the machine load
+// the timings were taken under, and the same setting as llama-server flags.
 
 import { h } from "../dom.js";
 import { adviseMessage } from "../messages.js";
@@ -8,6 +9,37 @@ import { adviseMessage } from "../messages.js";
 /** A setting's speedup interval ("1.20–1.36×"), or "" where none was estimated. */
 function adviceInterval(c) {
   return c.speedup_low != null && c.speedup_high != null ? c.speedup_low.toFixed(2) + "–" + c.speedup_high.toFixed(2) + "×" : "";
+}
+
+/**
+ * What the panel says about the load the advice's timings were taken under, or null (no load check, no
+ * rounds). Every word is Python's (specviz.analysis.advise_load, Advice.both_figures): `headline` the verdict
+ * and the CPU share, `detail` the report's load line, `notes` what the advisor did about it, `figures` the
+ * speedup on this machine now beside the one on the recorded times. `attention`: the check found outside
+ * load, the advice was scored with a fresh curve, or the advisor noted something about the load; else the
+ * panel shows the headline as one muted line.
+ */
+export function adviceLoad(a) {
+  const ld = a && a.load;
+  if (!ld || !ld.rounds) return null;
+  const notes = ld.notes || [];
+  const figures = (a.both_figures || []).map((f) => ({ label: f.label, text: f.speedup.toFixed(2) + "×" }));
+  const attention = ld.verdict !== "quiet" || !!ld.scored_fresh || figures.length > 0 || notes.length > 0;
+  return { verdict: ld.verdict, attention, headline: ld.headline || "", detail: ld.text || "", notes, figures };
+}
+
+/** The load section of the panel (see adviceLoad), or null. */
+function adviceLoadSection(a) {
+  const ld = adviceLoad(a);
+  if (!ld) return null;
+  if (!ld.attention) return h("div", { class: "sv-muted sv-advice-load", title: ld.detail, text: ld.headline });
+  const figures = ld.figures.length
+    ? h("div", { class: "sv-advice-figures" }, ...ld.figures.map((f) => h("span", { class: "sv-advice-figure" },
+      h("span", { class: "sv-lbl", text: f.label }), h("b", { text: f.text }))))
+    : null;
+  return h("div", { class: "sv-advice-load sv-advice-load-on", title: ld.detail },
+    h("div", { class: "sv-advice-load-h", text: ld.headline }), figures,
+    ...ld.notes.map((n) => h("div", { class: "sv-muted sv-advice-load-note", text: n })));
 }
 
 /** `{card, update(data)}`; `send(msg)` goes to the host (the Advise button). */
@@ -40,6 +72,7 @@ export function adviceView(send) {
     body.replaceChildren(
       h("div", { class: "sv-advice-text", text: a.text }),
       a.reason ? h("div", { class: "sv-muted sv-advice-why", text: "why: " + a.reason }) : null,
+      adviceLoadSection(a),
       a.llama_cpp_flags ? h("div", { class: "sv-flags-row" }, h("span", { class: "sv-lbl", text: "llama-server" }), flags, copy) : null,
       ...(a.flag_notes || []).map((n) => h("div", { class: "sv-muted sv-advice-note", text: "note: " + n })),
       rows.length ? h("table", { class: "sv-kvtable sv-advice-table" }, ...rows) : null,
@@ -47,6 +80,8 @@ export function adviceView(send) {
       ...(a.limits || []).map((l) => h("div", { class: "sv-muted sv-advice-limit", text: "limit: " + l })));
     card.dataset.best = a.best ? a.best.strategy : "";
     card.dataset.pays = a.pays ? "yes" : "no";
+    const load = adviceLoad(a);
+    card.dataset.load = load ? load.verdict : "";
   }
 
   return { card, update };
