@@ -120,6 +120,9 @@ class Halves:
     def observe_upkeep(self, seconds, tokens, resume_seconds=0.0):
         pass
 
+    def observe_load(self, cpu_seconds, wall_seconds, n_threads):
+        pass
+
     def state(self):
         return {}
 

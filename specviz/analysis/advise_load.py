@@ -41,8 +41,7 @@ from typing import Any
 
 import numpy as np
 
-from ..decoding.machine_load import BUSY_SHARE, JUDGED_SECONDS, is_busy, share_text
-from ..decoding.telemetry import cpu_share
+from ..decoding.machine_load import BUSY_SHARE, JUDGED_SECONDS, cpu_share, is_busy, share_text
 from ..decoding.verify_cost import VerifyCostModel
 from .advise_rounds import Recorded, RoundTiming
 

@@ -10,6 +10,7 @@ import math
 from typing import Any, Mapping, Sequence
 
 from .cost_state import CostCounters
+from .load_watch import LoadWatch
 from .tiling import tile_aligned
 from .verify_cost import CostPoints, VerifyCostModel, measure_verify_cost
 
@@ -49,6 +50,15 @@ class CostPolicy(CostCounters):
     that cost within :attr:`PROBE_SHARE` (1%) of their time, at most ``PROBE_FLOOR_MAX`` (64) rounds; for
     the n-gram strategies, which pay almost nothing to be asked, that floor stays below ``PROBE_EVERY``.
 
+    A burst of outside load (a compile, a browser, another job on the cores) slows the rounds and inflates every
+    figure learnt from timings: the verify cost curve, the drafter's seconds per token, upkeep, declines and
+    resumes (:data:`~specviz.decoding.cost_state.CostCounters.TIMING_FIELDS`), and the choice made from them
+    (typically plain rounds, as drafting seems dear). :meth:`observe_load` watches the rounds' CPU share window
+    by window (:class:`~specviz.decoding.load_watch.LoadWatch`); when a burst passes, the timings are put back
+    as they were at the last quiet window before it and the choice is learnt again from them. A run that began
+    under load has no quiet timings: its moving averages start again and the verify cost is measured again
+    before the next round. Acceptance is learnt from the text, not timings, and is kept.
+
     Between probes, with no evidence coming in, the choice stays plain (nothing it is made from moves but
     the verify cost's slow refinement). Asked (:meth:`promise_plain`, for a drafter that pays to stay ready:
     an EAGLE-3 head's layer capture), the policy promises the rounds up to the next probe and keeps them
@@ -80,14 +90,43 @@ class CostPolicy(CostCounters):
         # round where nothing is copied changes none of them, and the cache saves 10-13 us of such a round's
         # 25-28 us choice (a microbenchmark of draft_max 16 on this project's 2-core host)
         self._curve_for: tuple[tuple | None, tuple[float, ...]] = (None, ())
+        #: the machine's load now, window by window (no part of :meth:`state`: it is about the machine, not the text)
+        self.watch = LoadWatch()
+        #: timings learnt from outside load put back since the policy began (:meth:`observe_load`)
+        self.relearnt = 0
+        self._quiet_timings: tuple[dict[str, float | int], CostPoints | None] | None = None
+        self._remeasure = False
 
     def prepare(self, ctx: Any, history: Sequence[int], knobs: Mapping[str, Any]) -> VerifyCostModel | None:
         """The verify cost curve, measured now where the policy has none yet (once per session: the session
-        gives every later policy the one measured, :func:`make_policy`)."""
-        if self.cost is not None:
+        gives every later policy the one measured, :func:`make_policy`), or again after a burst of outside load
+        that the policy has no quiet curve from (:meth:`observe_load`)."""
+        if self.cost is not None and not self._remeasure:
             return None
+        self._remeasure = False
         self.cost = measure_verify_cost(ctx, history, knobs)
         return self.cost
+
+    def observe_load(self, cpu_seconds: float, wall_seconds: float, n_threads: int | None) -> None:
+        """Learn a round's CPU and wall seconds (see the class docstring): at each quiet window the timings are
+        kept aside; when a burst has passed they are put back (:meth:`relearn_timings`)."""
+        judged = self.watch.observe(cpu_seconds, wall_seconds, n_threads)
+        if judged == "quiet":
+            self._quiet_timings = (self.timings(), self.cost_points())
+        elif judged == "passed":
+            self.relearn_timings()
+
+    def relearn_timings(self) -> None:
+        """Forget what was learnt from timings since the last quiet window: put back that window's timings and
+        verify cost curve, or without them (the run began under load) start the moving averages again and measure
+        the verify cost again before the next round (:meth:`prepare`)."""
+        timings, points = self._quiet_timings or (None, None)
+        self.restore_timings(timings)
+        if points is not None and self.cost is not None:
+            self.cost.restore(points)
+        else:
+            self._remeasure = True
+        self.relearnt += 1
 
     @classmethod
     def bucket(cls, position: int) -> int:

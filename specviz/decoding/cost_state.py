@@ -33,6 +33,20 @@ class CostCounters:
     BUCKETS: ClassVar[int] = 7  # run positions 0, 1, 2-3, 4-7, 8-15, 16-31, 32+
     PROBE_EVERY: ClassVar[int] = 8
     PROBE_MAX: ClassVar[int] = 16
+    #: The counters learnt from timings (each ``*_seconds`` moving average with its count), which outside load
+    #: inflates: what :meth:`timings` saves and :meth:`restore_timings` puts back (acceptance is no timing).
+    TIMING_FIELDS: ClassVar[tuple[str, ...]] = (
+        "draft_tok_seconds",
+        "draft_calls",
+        "upkeep_tok_seconds",
+        "upkeep_calls",
+        "plain_upkeep_seconds",
+        "plain_upkeep_calls",
+        "decline_seconds",
+        "declines",
+        "resume_seconds",
+        "resumes",
+    )
 
     tries: list[float] = field(default_factory=_no_tries)
     hits: list[float] = field(default_factory=_no_tries)
@@ -96,3 +110,13 @@ class CostCounters:
         saved = self.checked(d)
         for f in dataclasses.fields(CostCounters):
             setattr(self, f.name, getattr(saved, f.name))
+
+    def timings(self) -> dict[str, float | int]:
+        """The counters learnt from timings (:data:`TIMING_FIELDS`), as they are now."""
+        return {name: getattr(self, name) for name in self.TIMING_FIELDS}
+
+    def restore_timings(self, saved: Mapping[str, float | int] | None) -> None:
+        """Put back :meth:`timings` ``saved``; None: forget them (every moving average starts again, its next
+        observation taken whole)."""
+        for name in self.TIMING_FIELDS:
+            setattr(self, name, saved[name] if saved is not None else type(getattr(self, name))(0))

@@ -1,6 +1,6 @@
 """How much of the machine a run had: the rule that calls a CPU share "busy", its wording, and the load average.
 
-A round's *CPU share* (:func:`~specviz.decoding.telemetry.cpu_share`) is the process's CPU seconds over the
+A round's *CPU share* (:func:`cpu_share`) is the process's CPU seconds over the
 round's wall seconds times the threads llama.cpp was asked for. A run that had its threads' cores to itself
 keeps them busy for most of its wall time: llama.cpp's workers compute (and spin a little while waiting for
 the next graph), and only Python's single-threaded part of a round (drafting, acceptance, bookkeeping) leaves
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 
-__all__ = ["BUSY_SHARE", "JUDGED_SECONDS", "is_busy", "judged_share", "share_text", "load_average"]
+__all__ = ["BUSY_SHARE", "JUDGED_SECONDS", "cpu_share", "is_busy", "judged_share", "share_text", "load_average"]
 
 #: Below this CPU share the machine is called busy. Measured on this project's 2-core host with
 #: ``n_threads`` 2, greedy (``specviz run``'s figures): on the quiet host (load average 0.0) the embedded
@@ -30,6 +30,15 @@ BUSY_SHARE = 0.6
 #: A share is judged (called busy or not) only over at least this many wall seconds, a run's or a window of
 #: rounds': 50 or more scheduler ticks, so the tick's accounting error is a few per cent (see above).
 JUDGED_SECONDS = 0.2
+
+
+def cpu_share(cpu_seconds: float, wall_seconds: float, n_threads: int | None) -> float | None:
+    """The share of its threads' time a run had: the process's CPU seconds over wall seconds times the
+    threads asked for (1.0: every thread busy the whole time; llama.cpp's waiting workers spin a little, so a
+    quiet run can pass 1). None when no wall time passed or the threads are not known."""
+    if wall_seconds <= 0 or not n_threads:
+        return None
+    return cpu_seconds / (wall_seconds * n_threads)
 
 
 def is_busy(share: float | None) -> bool:

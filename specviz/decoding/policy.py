@@ -82,6 +82,12 @@ class DraftingPolicy(Protocol):
         (:class:`~specviz.strategies.base.Upkeep`)."""
         ...
 
+    def observe_load(self, cpu_seconds: float, wall_seconds: float, n_threads: int | None) -> None:
+        """Learn how much of the machine a round had: the process's ``cpu_seconds`` over its ``wall_seconds``
+        with ``n_threads`` asked for (a policy that learns from timings forgets what a burst of outside load
+        taught it once the burst passes)."""
+        ...
+
     def state(self) -> dict:
         """JSON-serialisable state for snapshots and rewind checkpoints."""
         ...
@@ -137,6 +143,9 @@ class QuietPolicy:
         """Ignored."""
 
     def observe_upkeep(self, seconds: float, tokens: int, resume_seconds: float = 0.0) -> None:
+        """Ignored."""
+
+    def observe_load(self, cpu_seconds: float, wall_seconds: float, n_threads: int | None) -> None:
         """Ignored."""
 
     def state(self) -> dict:

@@ -33,6 +33,9 @@ def learn(res: RoundResult, policy: DraftingPolicy, telemetry: Telemetry, upkeep
         policy.observe(0, 0, draft_seconds + (upkeep.seconds if upkeep is not None else 0.0))
     else:
         policy.observe_idle()
+    # last: when a burst has just passed, the timings go back to the last quiet window's (this round's are
+    # forgotten with the burst's)
+    policy.observe_load(res.cpu_seconds, res.round_seconds, res.n_threads)
     telemetry.record_round(
         n_drafted=len(res.draft),
         n_accepted=res.n_accepted,

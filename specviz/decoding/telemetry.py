@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from ..backends.memory import Cut
-from .machine_load import is_busy
+from .machine_load import cpu_share, is_busy
 
 if TYPE_CHECKING:
     from ..backends.memory import Mark
@@ -277,15 +277,6 @@ def per_position_acceptance(hits: Sequence[int], tries: Sequence[int]) -> list[f
 def tokens_per_second(generated: int, seconds: float) -> float:
     """Committed tokens over decode seconds (prompt processing excluded); 0 before any time passed."""
     return generated / seconds if seconds > 0 else 0.0
-
-
-def cpu_share(cpu_seconds: float, wall_seconds: float, n_threads: int | None) -> float | None:
-    """The share of its threads' time a run had: the process's CPU seconds over wall seconds times the
-    threads asked for (1.0: every thread busy the whole time; llama.cpp's waiting workers spin a little, so a
-    quiet run can pass 1). None when no wall time passed or the threads are not known."""
-    if wall_seconds <= 0 or not n_threads:
-        return None
-    return cpu_seconds / (wall_seconds * n_threads)
 
 
 def bucket_rates(tries: Sequence[int], hits: Sequence[int]) -> list[dict[str, Any]]:

@@ -100,6 +100,14 @@ class VerifyCostModel:
         round's telemetry keeps (``VerifyCostModel(*points)`` is this model as of then)."""
         return self._size_ints, tuple(self._seconds)
 
+    def restore(self, points: CostPoints) -> None:
+        """Set the measured points back to ``points`` (:meth:`points` of this model or another), in place: every
+        holder of this model sees the restored curve."""
+        sizes, seconds = points
+        self._sizes = [float(b) for b in sizes]
+        self._seconds = [float(t) for t in seconds]
+        self._rebuild()
+
     def update(self, b: int, seconds: float, weight: float = 0.2) -> None:
         """Blend a real verify time for a batch of ``b`` tokens into the model (moving average)."""
         i = self._at.get(b)

@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..decoding.telemetry import cpu_share
+from ..decoding.machine_load import cpu_share
 from .chat import PromptFormat, conversation_text, logged_conversation_text, prompt_tokens
 from .dataset import Prompt
 from .grid import Setting
