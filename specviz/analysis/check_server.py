@@ -16,6 +16,15 @@ on others (``benchmarks/bench_server_advice.py``) takes ``predicted``: the advis
 speedup on the prompts sent (:func:`~specviz.analysis.advise.predict` on specviz's recording of them,
 made before the servers start), so that the measured speedup is compared with a prediction for the same
 text; the advice's own figure is reported beside it.
+
+A busy machine moves a repeat's speedup (issue 57: a specviz run of one setting fell from 2.20x to 1.41x
+under two busy-loop processes). So after the ``repeats`` asked for, while the per-repeat speedups spread
+more than :data:`STABLE_SPREAD` (:func:`speedup_spread`: their interquartile range over their median), the
+prompts are sent again, up to ``max_repeats`` (:data:`MAX_REPEATS`); the result says whether the speedups
+settled, after how many repeats and how far they spread (:class:`Stability`), and per repeat how much of
+the machine the servers had (:class:`RepeatLoad`: the load average at its start and end, and the servers'
+CPU seconds over their requests' wall seconds and threads, worded by
+:mod:`specviz.decoding.machine_load`'s rule).
 """
 
 from __future__ import annotations
@@ -23,10 +32,13 @@ from __future__ import annotations
 import os
 import shlex
 import statistics
+import time
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from ..backends.context_settings import ContextSettings
+from ..decoding.machine_load import JUDGED_SECONDS, is_busy, judged_share, load_average, share_text
+from ..decoding.telemetry import cpu_share
 from .llama_server import Completion, LlamaServer
 from .server_args import parse_server_args
 
@@ -69,6 +81,154 @@ class ServerRun:
         }
 
 
+#: The per-repeat speedups count as stable when their interquartile range is at most this share of their
+#: median (:func:`speedup_spread`). The check's target is a measured speedup within 10% of the prediction
+#: (``benchmarks/bench_server_advice.py``): with the middle half of the repeats inside a band of a tenth of
+#: the median, the median sits well inside that target. On a quiet machine (docs/server.md's table, three
+#: repeats, one thread per server) seven of eight settings spread 1.5-7% by this measure and one 11%; the
+#: load of issue 57 moved a speedup by a third.
+STABLE_SPREAD = 0.10
+#: The most repeats (``max_repeats``' default, never below ``repeats``): one spoilt repeat falls outside the
+#: interquartile range from the fifth on; a machine whose load keeps coming and going is reported as such
+#: rather than chased (every repeat sends every prompt to both servers).
+MAX_REPEATS = 8
+
+
+def speedup_spread(speedups: Sequence[float]) -> float | None:
+    """How far per-repeat speedups spread: their interquartile range (inclusive quartiles) over their
+    median; None under two repeats or with a median of 0 (nothing to compare). For three repeats it is their
+    range over twice the median (2.06x, 2.03x, 2.09x: 1.5%)."""
+    if len(speedups) < 2:
+        return None
+    med = statistics.median(speedups)
+    if med <= 0:
+        return None
+    q1, _, q3 = statistics.quantiles(speedups, n=4, method="inclusive")
+    return float((q3 - q1) / med)
+
+
+def needs_more_repeats(
+    speedups: Sequence[float], *, repeats: int, max_repeats: int, tolerance: float = STABLE_SPREAD
+) -> bool:
+    """Whether to send the prompts again: fewer than ``repeats`` done, or below ``max_repeats`` with the
+    speedups spread beyond ``tolerance`` (:func:`speedup_spread`; a single repeat has no spread to judge)."""
+    if len(speedups) < repeats:
+        return True
+    if len(speedups) >= max_repeats:
+        return False
+    spread = speedup_spread(speedups)
+    return spread is not None and spread > tolerance
+
+
+@dataclass(frozen=True)
+class Stability:
+    """Whether the per-repeat speedups settled: their spread (:func:`speedup_spread`) against the tolerance."""
+
+    n_repeats: int
+    spread: float | None  #: interquartile range over the median; None under two repeats
+    low: float  #: the lowest per-repeat speedup (0 without repeats)
+    high: float  #: the highest
+    tolerance: float = STABLE_SPREAD
+
+    @property
+    def stable(self) -> bool | None:
+        """The spread within the tolerance (None: fewer than two repeats, nothing to judge)."""
+        return None if self.spread is None else self.spread <= self.tolerance
+
+    def text(self) -> str:
+        """For people: ``"stable after 3 repeats: ..."`` or ``"not stable after 8 repeats: ..."``."""
+        n = f"{self.n_repeats} repeat{'s' if self.n_repeats != 1 else ''}"
+        if self.spread is None:
+            return f"{n}: no spread measured (two repeats or more measure it)"
+        span = f"{self.low:.2f}x-{self.high:.2f}x"
+        if self.stable:
+            return (
+                f"stable after {n}: the per-repeat speedups spread {self.spread:.0%} (interquartile range over "
+                f"the median, tolerance {self.tolerance:.0%}; {span})"
+            )
+        return (
+            f"not stable after {n}: the per-repeat speedups spread {self.spread:.0%} ({span}; interquartile "
+            f"range over the median, tolerance {self.tolerance:.0%}); the machine may have been busy: see the "
+            "load average and CPU share per repeat"
+        )
+
+
+def stability(speedups: Sequence[float], tolerance: float = STABLE_SPREAD) -> Stability:
+    """The :class:`Stability` of per-repeat speedups."""
+    return Stability(
+        n_repeats=len(speedups),
+        spread=speedup_spread(speedups),
+        low=float(min(speedups, default=0.0)),
+        high=float(max(speedups, default=0.0)),
+        tolerance=tolerance,
+    )
+
+
+@dataclass(frozen=True)
+class RepeatLoad:
+    """How much of the machine the servers had over one repeat: the load average at its start and end, and
+    the servers' CPU seconds (every thread's) over the wall seconds their requests took and their threads.
+    The requests go one at a time, so one server computes at a time and the share is the one it had."""
+
+    load_start: tuple[float, float, float] | None
+    load_end: tuple[float, float, float] | None
+    cpu_seconds: float | None  #: None where a server's CPU time could not be read (no ``/proc``)
+    wall_seconds: float
+    n_threads: int | None
+
+    @property
+    def cpu_share(self) -> float | None:
+        """The servers' CPU share (:func:`~specviz.decoding.telemetry.cpu_share`), judged only over
+        :data:`~specviz.decoding.machine_load.JUDGED_SECONDS` or more (else None)."""
+        if self.cpu_seconds is None:
+            return None
+        return judged_share(cpu_share(self.cpu_seconds, self.wall_seconds, self.n_threads), self.wall_seconds)
+
+    def text(self) -> str:
+        """``"load average 0.61 at the start, 0.80 at the end; CPU share 97% of 2 threads"``."""
+        parts = []
+        if self.load_start is not None and self.load_end is not None:
+            parts.append(f"load average {self.load_start[0]:.2f} at the start, {self.load_end[0]:.2f} at the end")
+        if self.cpu_seconds is not None and self.wall_seconds < JUDGED_SECONDS:
+            parts.append(f"CPU share not judged (the requests took {self.wall_seconds:.2f} s)")
+        else:
+            parts.append(share_text(self.cpu_share, self.n_threads))
+        return "; ".join(parts)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-serialisable form."""
+        return {
+            "load_average": {
+                "start": None if self.load_start is None else list(self.load_start),
+                "end": None if self.load_end is None else list(self.load_end),
+            },
+            "cpu_seconds": self.cpu_seconds,
+            "wall_seconds": self.wall_seconds,
+            "n_threads": self.n_threads,
+            "cpu_share": self.cpu_share,
+            "cpu_busy": is_busy(self.cpu_share),
+        }
+
+
+def process_cpu_seconds(pid: int | None) -> float | None:
+    """A process's CPU seconds so far, every thread's, user and system (``/proc/PID/stat``'s utime and
+    stime); None where it cannot be read (no ``/proc``, the process gone, no pid)."""
+    if pid is None:
+        return None
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
+            fields = f.read().rsplit(")", 1)[1].split()  # the command name, in parentheses, may hold spaces
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError, AttributeError):
+        return None
+
+
+def repeat_speedup(none: ServerRun, advised: ServerRun) -> float:
+    """One repeat's measured speedup: the advised server's pooled tokens/s over the plain one's (0 when the
+    plain server generated nothing)."""
+    return advised.tokens_per_second / none.tokens_per_second if none.tokens_per_second else 0.0
+
+
 @dataclass
 class ServerCheck:
     """The predicted speedup and the server's measured one, with the server's own counters."""
@@ -83,11 +243,22 @@ class ServerCheck:
     advice_speedup: float | None = None
     #: what may make the server's text differ from the recording's, in words (see :func:`check_advice`)
     notes: list[str] = field(default_factory=list)
+    #: how much of the machine the servers had, per repeat (empty when not measured)
+    loads: list[RepeatLoad] = field(default_factory=list)
+    #: the repeats asked for and the most allowed (see :func:`needs_more_repeats`); None when not given
+    requested_repeats: int | None = None
+    max_repeats: int | None = None
+    tolerance: float = STABLE_SPREAD
 
     @property
     def speedups(self) -> list[float]:
         """Measured speedup per repeat (advised over none, pooled tokens/s)."""
-        return [a.tokens_per_second / n.tokens_per_second if n.tokens_per_second else 0.0 for n, a in self.repeats]
+        return [repeat_speedup(n, a) for n, a in self.repeats]
+
+    @property
+    def stability(self) -> Stability:
+        """Whether the per-repeat speedups settled within :attr:`tolerance`, after how many repeats."""
+        return stability(self.speedups, self.tolerance)
 
     @property
     def measured_speedup(self) -> float:
@@ -155,6 +326,8 @@ class ServerCheck:
             f"measured {self.measured_speedup:.2f}x vs predicted {self.predicted_speedup:.2f}x "
             f"({self.error:+.1%}); per repeat: " + ", ".join(f"{x:.2f}x" for x in self.speedups)
         )
+        lines.append(self.stability.text())
+        lines += [f"repeat {i}: {x:.2f}x; {ld.text()}" for i, (x, ld) in enumerate(zip(self.speedups, self.loads), 1)]
         lines += [f"note: {n}" for n in self.notes]
         return "\n".join(lines)
 
@@ -166,6 +339,14 @@ class ServerCheck:
             "measured_speedup": self.measured_speedup,
             "error": self.error,
             "speedups": self.speedups,
+            "n_repeats": len(self.repeats),
+            "requested_repeats": self.requested_repeats,
+            "max_repeats": self.max_repeats,
+            "stable": self.stability.stable,
+            "spread": self.stability.spread,
+            "tolerance": self.tolerance,
+            "stability": self.stability.text(),
+            "repeat_load": [ld.to_dict() for ld in self.loads],
             "advised_flags": self.advised_flags,
             "context_args": list(self.context_args),
             "n_prompts": self.n_prompts,
@@ -219,6 +400,8 @@ def check_advice(
     settings: ContextSettings | None = None,
     max_tokens: int | None = None,
     repeats: int = 3,
+    max_repeats: int | None = None,
+    tolerance: float = STABLE_SPREAD,
     binary: str | os.PathLike | None = None,
     extra_args: Sequence[str] = (),
     progress: Any = None,
@@ -235,13 +418,17 @@ def check_advice(
     ``predicted`` the advised setting's expected speedup on ``prompts`` when the advice was learnt on others
     (default: the advice's own); ``recorded_prefill`` how the recording evaluated its prompts (its
     ``session_started`` events' ``prefill``): other than the server's ``whole``, a note says the texts can
-    part."""
+    part; ``max_repeats`` the most repeats while the speedups spread beyond ``tolerance`` (default
+    :data:`MAX_REPEATS`, at least ``repeats``; see :func:`measure_repeats`)."""
     from ..errors import LlamaServerError
 
     if advice.best is None:
         raise LlamaServerError(f"nothing to check: {advice.text}")
     if predicted is not None and not predicted > 0:
         raise LlamaServerError(f"predicted must be a speedup above 0 (got {predicted!r}): see advise.predict")
+    if repeats < 1 or (max_repeats is not None and max_repeats < repeats):
+        raise LlamaServerError(f"repeats {repeats} and max_repeats {max_repeats}: pass 1 <= repeats <= max_repeats")
+    max_repeats = max(repeats, MAX_REPEATS) if max_repeats is None else max_repeats
     flags = advice.flags or "--spec-type none"
     advised_args = shlex.split(flags)
     parse_server_args(advised_args)  # the advised flags are flags specviz knows
@@ -260,26 +447,20 @@ def check_advice(
             jobs.append(([int(t) for t in p], int(max_tokens or 128)))
     if not jobs:
         raise LlamaServerError("no prompt to check the advice on")
-    repeats_out: list[tuple[ServerRun, ServerRun]] = []
     with (
         LlamaServer(model, [*ctx, "--spec-type", "none"], binary=binary) as plain,
         LlamaServer(model, [*ctx, *advised_args], binary=binary) as advised,
     ):
-        servers = {"none": plain, "advised": advised}
-        for r in range(repeats):
-            runs = {"none": ServerRun("none", plain.args), "advised": ServerRun("advised", advised.args)}
-            for j, (prompt, n) in enumerate(jobs):
-                order = ("none", "advised") if (r + j) % 2 == 0 else ("advised", "none")
-                for name in order:
-                    # cache_prompt off: every request evaluates its prompt, as the first one did
-                    runs[name].add(servers[name].complete(prompt, n, cache_prompt=False))
-            repeats_out.append((runs["none"], runs["advised"]))
-            if progress is not None:
-                n_, a_ = runs["none"], runs["advised"]
-                progress(
-                    f"repeat {r + 1}/{repeats}: none {n_.tokens_per_second:.1f} t/s, advised "
-                    f"{a_.tokens_per_second:.1f} t/s"
-                )
+        repeats_out, loads = measure_repeats(
+            plain,
+            advised,
+            jobs,
+            repeats=repeats,
+            max_repeats=max_repeats,
+            tolerance=tolerance,
+            n_threads=settings.n_threads,
+            progress=progress,
+        )
     return ServerCheck(
         predicted_speedup=float(advice.best.speedup if predicted is None else predicted),
         advised_flags=flags,
@@ -289,7 +470,63 @@ def check_advice(
         advice_text=advice.text,
         advice_speedup=float(advice.best.speedup),
         notes=prefill_notes(recorded_prefill),
+        loads=loads,
+        requested_repeats=repeats,
+        max_repeats=max_repeats,
+        tolerance=tolerance,
     )
+
+
+def measure_repeats(
+    plain: Any,
+    advised: Any,
+    jobs: Sequence[tuple[list[int] | str, int]],
+    *,
+    repeats: int,
+    max_repeats: int,
+    tolerance: float = STABLE_SPREAD,
+    n_threads: int | None = None,
+    progress: Any = None,
+) -> tuple[list[tuple[ServerRun, ServerRun]], list[RepeatLoad]]:
+    """Every job (a prompt and its generation length) sent to the ``plain`` (``--spec-type none``) and the
+    ``advised`` server in turn, alternating which goes first, ``repeats`` times and then again while
+    :func:`needs_more_repeats` says so; per repeat the two servers' pooled runs and a :class:`RepeatLoad`
+    (``n_threads``: the threads each server was given). A server is anything with ``args``, ``proc`` (its
+    process, with a ``pid``, or None) and ``complete`` as :class:`~specviz.analysis.llama_server.LlamaServer`."""
+    servers = {"none": plain, "advised": advised}
+    out: list[tuple[ServerRun, ServerRun]] = []
+    loads: list[RepeatLoad] = []
+    while needs_more_repeats(
+        [repeat_speedup(n, a) for n, a in out], repeats=repeats, max_repeats=max_repeats, tolerance=tolerance
+    ):
+        r = len(out)
+        runs = {"none": ServerRun("none", plain.args), "advised": ServerRun("advised", advised.args)}
+        start, cpu, wall = load_average(), 0.0, 0.0
+        cpu_known = True
+        for j, (prompt, n) in enumerate(jobs):
+            order = ("none", "advised") if (r + j) % 2 == 0 else ("advised", "none")
+            for name in order:
+                server = servers[name]
+                pid = server.proc.pid if server.proc is not None else None
+                before, t0 = process_cpu_seconds(pid), time.perf_counter()
+                # cache_prompt off: every request evaluates its prompt, as the first one did
+                runs[name].add(server.complete(prompt, n, cache_prompt=False))
+                wall += time.perf_counter() - t0
+                after = process_cpu_seconds(pid)
+                if before is None or after is None:
+                    cpu_known = False
+                else:
+                    cpu += after - before
+        loads.append(RepeatLoad(start, load_average(), cpu if cpu_known else None, wall, n_threads))
+        out.append((runs["none"], runs["advised"]))
+        if progress is not None:
+            n_, a_ = runs["none"], runs["advised"]
+            why = f"/{repeats}" if r < repeats else f" (up to {max_repeats}: the speedups spread over {tolerance:.0%})"
+            progress(
+                f"repeat {r + 1}{why}: none {n_.tokens_per_second:.1f} t/s, advised {a_.tokens_per_second:.1f} t/s; "
+                f"{loads[-1].text()}"
+            )
+    return out, loads
 
 
 def prefill_notes(recorded_prefill: str | None) -> list[str]:

@@ -17,6 +17,8 @@ from .options import UsageError, int_option, warn
 
 def add_check_server_options(p: argparse.ArgumentParser) -> None:
     """``--check-server`` and its options, for ``specviz advise``."""
+    from ..analysis.check_server import MAX_REPEATS, STABLE_SPREAD
+
     g = p.add_argument_group("checking the advice in llama-server (--check-server)")
     g.add_argument(
         "--check-server",
@@ -32,6 +34,13 @@ def add_check_server_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--model", default=None, help="the GGUF the servers load (default: the recording's model)")
     g.add_argument("--server-binary", default=None, metavar="PATH", help="llama-server (default: make llama-tools's)")
     g.add_argument("--repeats", default="3", help="times every prompt is sent to each server (default 3)")
+    g.add_argument(
+        "--max-repeats",
+        default=None,
+        help=f"send the prompts again while the per-repeat speedups spread over {STABLE_SPREAD * 100:.0f}%% "
+        f"(interquartile range over the median), up to this many times in all (default {MAX_REPEATS}, at least "
+        "--repeats)",
+    )
     g.add_argument("--max-tokens", default=None, help="tokens per request (default: what the recording ran)")
     g.add_argument("--threads", "-t", default=None, help="threads of both servers (default: every core)")
     g.add_argument(
@@ -53,6 +62,7 @@ def check_server(args: argparse.Namespace, adv: Any, events: list) -> int:
     from ..errors import KnobError, LlamaServerError
 
     repeats = int_option("--repeats", args.repeats, 1, 50)
+    max_repeats = None if args.max_repeats is None else int_option("--max-repeats", args.max_repeats, repeats, 50)
     max_tokens = None if args.max_tokens is None else int_option("--max-tokens", args.max_tokens, 1, 1 << 16)
     threads = None if args.threads is None else int_option("--threads", args.threads, 1, 512)
     prompts, ctx = recorded_prompts(events)
@@ -95,6 +105,7 @@ def check_server(args: argparse.Namespace, adv: Any, events: list) -> int:
         settings=settings,
         max_tokens=max_tokens,
         repeats=repeats,
+        max_repeats=max_repeats,
         binary=binary,
         extra_args=extra,
         progress=None if args.json else (lambda m: print(m, file=sys.stderr)),
