@@ -256,6 +256,10 @@ def test_the_advice_dict_carries_the_load_in_words_and_both_figures_for_the_insp
     assert quiet["headline"] == "the timings look quiet (0 of 40 rounds flagged)"  # no CPU share: none said
     fresh = linear(0.010, 0.0005)
     adv = advise(recording(plain=0.016, drafted=3 * fresh(9)), cost=fresh, scale_to_rounds=True, fresh=True)
+    assert adv.to_dict()["load"]["headline"] == (
+        f"the timings were taken under outside load (a steady load: 0 of 40 rounds flagged, the recorded verify "
+        f"times {adv.load.fresh_level:.2f}x a fresh measurement's)"
+    )
     figures = adv.to_dict()["both_figures"]
     assert [f["label"] for f in figures] == ["on this machine now", "as recorded, under load"]
     assert [f["speedup"] for f in figures] == [adv.best.speedup, adv.as_recorded.speedup]

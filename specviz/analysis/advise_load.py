@@ -152,8 +152,11 @@ class LoadCheck:
 
     def words(self) -> str:
         """The verdict for people: ``"the timings were taken under outside load (a burst: 6 of 40 rounds
-        flagged)"`` under load, ``"the timings look quiet (0 of 40 rounds flagged)"`` otherwise."""
+        flagged)"`` under load (with the recorded times' level where a fresh curve disagrees with them),
+        ``"the timings look quiet (0 of 40 rounds flagged)"`` otherwise."""
         counted = f"{len(self.flagged)} of {self.rounds} rounds flagged"
+        if self.fresh_disagrees:  # a steady load that slowed every round alike: the fresh curve saw it
+            counted += f", the recorded verify times {self.fresh_level:.2f}x a fresh measurement's"
         if not self.under_load:
             return f"the timings look quiet ({counted})"
         what = "a burst" if self.verdict == "burst" else "a steady load"

@@ -35,7 +35,7 @@ function adviceLoadSection(a) {
   if (!ld.attention) return h("div", { class: "sv-muted sv-advice-load", title: ld.detail, text: ld.headline });
   const figures = ld.figures.length
     ? h("div", { class: "sv-advice-figures" }, ...ld.figures.map((f) => h("span", { class: "sv-advice-figure" },
-      h("span", { class: "sv-lbl", text: f.label }), h("b", { text: f.text }))))
+      h("span", { class: "sv-muted", text: f.label + ": " }), h("b", { text: f.text }))))
     : null;
   return h("div", { class: "sv-advice-load sv-advice-load-on", title: ld.detail },
     h("div", { class: "sv-advice-load-h", text: ld.headline }), figures,
