@@ -9,7 +9,7 @@ from specviz import Recorder, read_events
 from specviz.cli.generate import cpu_line
 from specviz.decoding.events import Finished, SessionStarted, Verified, event_from_dict
 from specviz.decoding.machine import MachineSampler
-from specviz.decoding.machine_load import BUSY_SHARE, is_busy, load_average, share_text
+from specviz.decoding.machine_load import BUSY_SHARE, is_busy, judged_share_text, load_average, share_text
 from specviz.decoding.telemetry import Telemetry, cpu_share, figures
 
 
@@ -141,3 +141,9 @@ def test_events_recorded_before_the_fields_still_load():
     # telemetry counters saved before the CPU counters existed: no share, not busy
     t = figures(Telemetry.from_state({"rounds": 2, "seconds": 1.0, "generated": 4}))
     assert t["cpu_seconds"] == 0.0 and t["cpu_share"] is None and t["cpu_busy"] is False
+
+
+def test_a_share_taken_over_too_short_a_time_is_not_judged():
+    assert judged_share_text(0.3, 0.5, 2) == "CPU share 30% of 2 threads: the machine was busy"
+    assert judged_share_text(0.3, 0.05, 2) == "CPU share not judged (0.05 s)"
+    assert judged_share_text(None, 0.05, 2) == judged_share_text(0.3, 0.5, None) == "CPU share not available"

@@ -11,7 +11,7 @@ from test_request_log import LOG
 from test_sweep_run import CHATML
 
 from specviz import Session, read_events
-from specviz.analysis.request_runs import request_start_args, run_requests
+from specviz.analysis.request_runs import RequestRun, pooled_cpu_share, request_start_args, run_requests
 from specviz.sweep.request_log import read_request_log
 from specviz.testing.tiny_models import write_tiny_llama
 
@@ -35,6 +35,7 @@ def test_each_request_runs_with_its_own_options(chat_model, request_log):
     s = Session(chat_model, n_ctx=1024, n_threads=1)
     runs = run_requests(s, requests, "ngram-simple", {"size_n": 2, "size_m": 4}, max_tokens=20)
     assert [r.id for r in runs] == ["request-1", "req-7", "request-3"]
+    assert all(r.n_threads == 1 and r.cpu_seconds >= 0 and "CPU share" in r.cpu_text() for r in runs)
     assert len(runs[0].tokens) == 32 or runs[0].finish != "max_tokens"
     assert len(runs[2].tokens) == 20 or runs[2].finish != "max_tokens"
     # the same conversation started by hand gives the same tokens
@@ -58,10 +59,17 @@ def test_run_requests_on_the_command_line(chat_model, request_log, tmp_path):
         len(r["tokens"]) for r in out["requests"]
     )
     assert sum(1 for e in read_events(rec) if e.kind == "session_started") == 3
+    for r in out["requests"]:  # each request's share, from its telemetry (None when too short to judge)
+        assert r["n_threads"] >= 1 and r["cpu_seconds"] >= 0
+        assert r["cpu_share"] is None or r["cpu_share"] == pytest.approx(
+            r["cpu_seconds"] / r["seconds"] / r["n_threads"]
+        )
+    assert "cpu_share" in out["totals"]
     p = run_cli("advise", str(rec), "--json")
     assert p.returncode == 0 and json.loads(p.stdout)["llama_cpp_flags"].startswith("--spec-type")
     p = run_cli("run", "--model", str(chat_model), "--requests", str(request_log), "--max-tokens", "8")
     assert p.returncode == 0 and "req-7: " in p.stderr and "3 requests" in p.stdout
+    assert p.stderr.count("; CPU share ") == 3 and "; CPU share " in p.stdout
 
 
 @pytest.mark.slow
@@ -71,6 +79,7 @@ def test_run_requests_through_the_servers_loop(chat_model, request_log):
     assert p.returncode == 0, p.stderr
     out = json.loads(p.stdout)
     assert all(r["server_counts"] is not None for r in out["requests"])
+    assert all(r["n_threads"] >= 1 and "cpu_share" in r for r in out["requests"])
     assert out["settings"]["n_ctx"] == 1024
 
 
@@ -104,3 +113,22 @@ def test_replay_of_a_request_log_runs_records_and_replays(chat_model, request_lo
     assert sum(1 for e in read_events(rec) if e.kind == "session_started") == 3
     assert main(["replay", str(rec)]) == 0 and shown[-1] == str(rec)  # a recording replays as it is
     assert main(["replay", str(rec), "--model", str(chat_model)]) == 2
+
+
+def _request(seconds, cpu_seconds, n_threads=2):
+    return RequestRun("r", 5, [1, 2], "ab", 4, 2, seconds, "max_tokens", cpu_seconds=cpu_seconds, n_threads=n_threads)
+
+
+def test_a_requests_cpu_share_is_judged_over_its_own_rounds():
+    busy = _request(1.0, 0.6)
+    assert busy.cpu_share == pytest.approx(0.3) and busy.to_dict()["cpu_share"] == pytest.approx(0.3)
+    assert busy.cpu_text() == "CPU share 30% of 2 threads: the machine was busy"
+    assert _request(1.0, 1.9).cpu_text() == "CPU share 95% of 2 threads"
+    short = _request(0.05, 0.1)
+    assert short.cpu_share is None and short.to_dict()["cpu_share"] is None
+    assert short.cpu_text() == "CPU share not judged (0.05 s)"
+    assert _request(1.0, 0.5, n_threads=None).cpu_text() == "CPU share not available"
+    # short requests pooled: judged over their seconds together
+    share, words = pooled_cpu_share([short] * 4)
+    assert share == pytest.approx(1.0) and words == "CPU share 100% of 2 threads"
+    assert pooled_cpu_share([short]) == (None, "CPU share not judged (0.05 s)")

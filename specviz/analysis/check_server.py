@@ -37,8 +37,7 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from ..backends.context_settings import ContextSettings
-from ..decoding.machine_load import JUDGED_SECONDS, is_busy, judged_share, load_average, share_text
-from ..decoding.telemetry import cpu_share
+from ..decoding.machine_load import cpu_share, is_busy, judged_share, judged_share_text, load_average
 from .llama_server import Completion, LlamaServer
 from .server_args import parse_server_args
 
@@ -178,7 +177,7 @@ class RepeatLoad:
 
     @property
     def cpu_share(self) -> float | None:
-        """The servers' CPU share (:func:`~specviz.decoding.telemetry.cpu_share`), judged only over
+        """The servers' CPU share (:func:`~specviz.decoding.machine_load.cpu_share`), judged only over
         :data:`~specviz.decoding.machine_load.JUDGED_SECONDS` or more (else None)."""
         if self.cpu_seconds is None:
             return None
@@ -189,10 +188,8 @@ class RepeatLoad:
         parts = []
         if self.load_start is not None and self.load_end is not None:
             parts.append(f"load average {self.load_start[0]:.2f} at the start, {self.load_end[0]:.2f} at the end")
-        if self.cpu_seconds is not None and self.wall_seconds < JUDGED_SECONDS:
-            parts.append(f"CPU share not judged (the requests took {self.wall_seconds:.2f} s)")
-        else:
-            parts.append(share_text(self.cpu_share, self.n_threads))
+        share = None if self.cpu_seconds is None else cpu_share(self.cpu_seconds, self.wall_seconds, self.n_threads)
+        parts.append(judged_share_text(share, self.wall_seconds, self.n_threads))
         return "; ".join(parts)
 
     def to_dict(self) -> dict[str, Any]:

@@ -234,7 +234,7 @@ def _requests_of(args: argparse.Namespace) -> list | None:
 
 def _run_requests(args: argparse.Namespace, cfg: dict[str, Any], requests: list) -> int:
     """``specviz run --requests LOG``: every request, one line each and the totals (or one JSON object)."""
-    from ..analysis.request_runs import run_requests
+    from ..analysis.request_runs import pooled_cpu_share, run_requests
     from ..decoding.recorder import Recorder
     from ..decoding.session import Session
 
@@ -252,7 +252,7 @@ def _run_requests(args: argparse.Namespace, cfg: dict[str, Any], requests: list)
             extra = f", as llama-server counts it {c['draft_n_accepted']}/{c['draft_n']}" if c else ""
             print(
                 f"{r.id}: {len(r.tokens)} tokens, acceptance {r.acceptance:.1%} ({r.accepted}/{r.drafted}), "
-                f"{r.tokens_per_second:.1f} tokens/s, finish {r.finish}{extra}",
+                f"{r.tokens_per_second:.1f} tokens/s, finish {r.finish}{extra}; {r.cpu_text()}",
                 file=sys.stderr,
             )
 
@@ -275,6 +275,7 @@ def _run_requests(args: argparse.Namespace, cfg: dict[str, Any], requests: list)
         s.close()
     drafted, accepted = sum(r.drafted for r in runs), sum(r.accepted for r in runs)
     n, secs = sum(len(r.tokens) for r in runs), sum(r.seconds for r in runs)
+    share, share_words = pooled_cpu_share(runs)
     totals = {
         "requests": len(runs),
         "n_generated": n,
@@ -282,6 +283,7 @@ def _run_requests(args: argparse.Namespace, cfg: dict[str, Any], requests: list)
         "accepted": accepted,
         "acceptance_rate": accepted / drafted if drafted else 0.0,
         "tokens_per_second": n / secs if secs > 0 else 0.0,
+        "cpu_share": share,
     }
     if args.json:
         out = {"strategy": cfg["strategy"], "knobs": cfg["knobs"], "settings": settings, "totals": totals}
@@ -290,6 +292,7 @@ def _run_requests(args: argparse.Namespace, cfg: dict[str, Any], requests: list)
     else:
         print(
             f"[{cfg['strategy']}] {totals['requests']} requests, {n} tokens, acceptance "
-            f"{totals['acceptance_rate']:.1%} ({accepted}/{drafted}), {totals['tokens_per_second']:.1f} tokens/s"
+            f"{totals['acceptance_rate']:.1%} ({accepted}/{drafted}), {totals['tokens_per_second']:.1f} tokens/s; "
+            + share_words
         )
     return 0

@@ -15,7 +15,16 @@ from __future__ import annotations
 
 import os
 
-__all__ = ["BUSY_SHARE", "JUDGED_SECONDS", "cpu_share", "is_busy", "judged_share", "share_text", "load_average"]
+__all__ = [
+    "BUSY_SHARE",
+    "JUDGED_SECONDS",
+    "cpu_share",
+    "is_busy",
+    "judged_share",
+    "judged_share_text",
+    "share_text",
+    "load_average",
+]
 
 #: Below this CPU share the machine is called busy. Measured on this project's 2-core host with
 #: ``n_threads`` 2, greedy (``specviz run``'s figures): on the quiet host (load average 0.0) the embedded
@@ -60,6 +69,14 @@ def share_text(share: float | None, n_threads: int | None) -> str:
         return "CPU share not available"
     text = f"CPU share {share:.0%} of {n_threads} thread{'s' if n_threads != 1 else ''}"
     return text + ": the machine was busy" if is_busy(share) else text
+
+
+def judged_share_text(share: float | None, wall_seconds: float, n_threads: int | None) -> str:
+    """:func:`share_text` of a share taken over ``wall_seconds``, or ``"CPU share not judged (0.05 s)"``
+    where a share was taken over less than :data:`JUDGED_SECONDS` (:func:`judged_share`)."""
+    if share is not None and n_threads and judged_share(share, wall_seconds) is None:
+        return f"CPU share not judged ({wall_seconds:.2f} s)"
+    return share_text(judged_share(share, wall_seconds), n_threads)
 
 
 def load_average() -> tuple[float, float, float] | None:
