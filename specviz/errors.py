@@ -40,6 +40,28 @@ class KnobError(SpecvizError, ValueError):
         self.value = value
 
 
+class GrammarError(KnobError):
+    """A grammar (GBNF) llama.cpp cannot parse or a JSON schema its converter cannot convert, refused before
+    anything changed; or, mid-generation, a position where the grammar allows no token of the vocabulary (the
+    round commits nothing; the generation cannot go on past it). ``reason`` is llama.cpp's (or the
+    converter's) own, ``line`` the 1-based line of the grammar or schema it points at (None where it points at
+    none), ``position`` the history position a mid-generation refusal names (None otherwise)."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        knob: str = "grammar",
+        reason: str = "",
+        line: int | None = None,
+        position: int | None = None,
+    ) -> None:
+        super().__init__(message, knob=knob)
+        self.reason = reason
+        self.line = line
+        self.position = position
+
+
 class StrategyError(KnobError):
     """The strategy name is unknown or cannot be used with the given models."""
 

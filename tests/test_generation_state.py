@@ -60,9 +60,22 @@ def fields_of(g: Generation) -> dict:
 DEFAULTS = fields_of(Generation())
 
 
+#: A grammar that allows every token with text (its state is the generation's too).
+ANY_TEXT = "root ::= [^\\x00]*"
+
+
 def start(s: Session) -> None:
     s.start(
-        PROMPT, 40, "ngram-simple", temperature=0.7, seed=5, stop=["zzz"], draft_policy="adaptive", size_n=2, size_m=6
+        PROMPT,
+        40,
+        "ngram-simple",
+        temperature=0.7,
+        seed=5,
+        stop=["zzz"],
+        grammar=ANY_TEXT,
+        draft_policy="adaptive",
+        size_n=2,
+        size_m=6,
     )
 
 

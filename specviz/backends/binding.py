@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import ctypes
 import os
+import tempfile
 import threading
-from typing import Any
+from contextlib import contextmanager
+from typing import Any, Iterator
 
 _init_lock = threading.Lock()
 _initialised = False
@@ -54,3 +56,32 @@ def ensure_backend() -> None:
             lc.llama_log_set(_log_cb, ctypes.c_void_p(0))
         lc.llama_backend_init()
         _initialised = True
+
+
+@contextmanager
+def llama_output() -> Iterator[list[str]]:
+    """Collect what llama.cpp says during the block: its log lines and what it prints on the process's C
+    stderr (its grammar parser prints its reason there), as lines, in the list yielded (filled when the block
+    ends). The log goes back to what :func:`ensure_backend` set (quiet, or llama.cpp's own under
+    ``SPECVIZ_LLAMA_LOG``). While the block runs, anything else written to file descriptor 2 is collected
+    too: keep it to one short call."""
+    ensure_backend()
+    lc = llama_lib()
+    lines: list[str] = []
+
+    @lc.llama_log_callback
+    def _collect(level, text, user_data):  # noqa: ARG001 - signature fixed by llama.cpp
+        lines.append(text.decode("utf-8", "replace").rstrip("\n"))
+
+    lc.llama_log_set(_collect, ctypes.c_void_p(0))
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as sink:
+        os.dup2(sink.fileno(), 2)
+        try:
+            yield lines
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            lc.llama_log_set(_log_cb, ctypes.c_void_p(0))
+            sink.seek(0)
+            lines.extend(sink.read().decode("utf-8", "replace").splitlines())

@@ -22,6 +22,7 @@ import numpy as np
 from ..errors import SnapshotError
 from ..strategies.chain import drafter_telemetry
 from ..strategies.context_drafter import context_hooks
+from .constrained import GrammarState
 from .events import Event
 from .machine import MachineView, memory_view
 from .policy import DraftingPolicy, VerifyCostModel, make_policy
@@ -142,6 +143,9 @@ class Generation:
     checkpoints: list[Checkpoint] = field(default_factory=list)
     #: Stop strings of the generation (see :mod:`specviz.decoding.stops`).
     stop: tuple[str, ...] = ()
+    #: The grammar every generated token obeys, in the state the generated tokens leave (None: none); a
+    #: rewind and a snapshot rebuild it from the history (:mod:`specviz.decoding.constrained`).
+    grammar: GrammarState | None = None
     events: list[Event] = field(default_factory=list)
 
     @property

@@ -16,6 +16,7 @@ from ..errors import StrategyError
 from ..strategies import strategy_class
 from ..strategies.base import Drafter
 from .configuration import use_drafter
+from .constrained import GrammarState
 from .generation import Generation, SessionParts
 from .policy import make_policy
 from .request import Request
@@ -50,6 +51,7 @@ def new_generation(
         strategy=strategy,
         knobs=cfg,
         stop=req.stop,
+        grammar=GrammarState(s.model, req.grammar) if req.grammar is not None else None,
         policy=make_policy(cfg.get("draft_policy", "fixed"), s.cost_model),
     )
     s.rng.bit_generator.state = np.random.default_rng(g.seed).bit_generator.state

@@ -5,7 +5,11 @@ the budget, sampling, seed and stop strings, each validated before the session c
 ``[{"role": "user", "content": "..."}]``) is a chat request formatted with the model's own chat template, or
 the llama.cpp built-in one named by ``chat_template`` (:mod:`specviz.decoding.chat`; a model without one
 raises :class:`~specviz.errors.ChatTemplateError`). ``stop`` is a stop string or a list of them: the
-generation ends where plain decoding with them would (:mod:`specviz.decoding.stops`). ``temperature`` 0 (the
+generation ends where plain decoding with them would (:mod:`specviz.decoding.stops`). ``grammar`` (GBNF text,
+root rule ``root``) or ``json_schema`` (a JSON schema, text or a parsed object, converted to GBNF by
+llama-cpp-python's converter) constrains every generated token through llama.cpp's grammar sampler
+(:mod:`specviz.decoding.constrained`); one that llama.cpp cannot parse or convert raises
+:class:`~specviz.errors.GrammarError` with its reason and line. ``temperature`` 0 (the
 default) is greedy and exact; above 0 every strategy samples losslessly (rejection sampling, the target's
 distribution after ``top_k``/``top_p``) from a generator seeded with ``seed`` (a random seed is drawn and
 recorded when ``seed`` is None).
@@ -23,7 +27,8 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ContextError, KnobError
+from ..backends.grammar import check_gbnf, gbnf_from_json_schema
+from ..errors import ContextError, GrammarError, KnobError
 from .chat import apply_chat_template, check_messages
 from .knob_schema import Knob
 from .sampling import SamplingParams
@@ -43,12 +48,22 @@ class Request:
     seed: int
     stop: tuple[str, ...]
     messages: list[dict[str, str]]
+    #: The GBNF grammar every generated token obeys (a JSON schema's conversion), checked; None: none.
+    grammar: str | None = None
 
 
 #: The keywords of ``Session.start`` that make the request (the rest are the strategy's knobs).
-REQUEST_KEYS = ("temperature", "top_k", "top_p", "seed", "messages", "chat_template", "stop")
+REQUEST_KEYS = ("temperature", "top_k", "top_p", "seed", "messages", "chat_template", "stop", "grammar", "json_schema")
 _REQUEST_DEFAULTS: dict[str, Any] = dict(
-    temperature=0.0, top_k=0, top_p=1.0, seed=None, messages=None, chat_template=None, stop=None
+    temperature=0.0,
+    top_k=0,
+    top_p=1.0,
+    seed=None,
+    messages=None,
+    chat_template=None,
+    stop=None,
+    grammar=None,
+    json_schema=None,
 )
 
 
@@ -85,6 +100,31 @@ def prompt_ids(model: Any, prompt: object) -> list[int]:
     return ids
 
 
+def request_grammar(grammar: str | None, json_schema: str | dict[str, Any] | None) -> str | None:
+    """The checked GBNF of a request's ``grammar`` or ``json_schema`` (at most one of them), or None; a grammar
+    llama.cpp cannot parse or a schema its converter cannot convert raises
+    :class:`~specviz.errors.GrammarError` (no model is needed: it is checked before one loads)."""
+    if grammar is not None and json_schema is not None:
+        raise GrammarError(
+            "start: give either a grammar or a json_schema, not both", knob="json_schema", reason="both given"
+        )
+    if json_schema is not None:
+        if not isinstance(json_schema, (str, dict)):
+            raise GrammarError(
+                f"json_schema: expected JSON text or a dict, not {type(json_schema).__name__}",
+                knob="json_schema",
+                reason="wrong type",
+            )
+        return gbnf_from_json_schema(json_schema)
+    if grammar is not None:
+        if not isinstance(grammar, str):
+            raise GrammarError(
+                f"grammar: expected GBNF text, not {type(grammar).__name__}", knob="grammar", reason="wrong type"
+            )
+        check_gbnf(grammar)
+    return grammar
+
+
 def prepare_request(
     model: Any,
     prompt: str | list[int] | None,
@@ -98,6 +138,8 @@ def prepare_request(
     chat_template: str | None,
     stop: str | list[str] | None,
     n_ctx: int,
+    grammar: str | None = None,
+    json_schema: str | dict[str, Any] | None = None,
 ) -> Request:
     """Check every argument of a generation and build its :class:`Request` (see the module docstring).
 
@@ -114,6 +156,7 @@ def prepare_request(
     if seed is not None and (not _is_int(seed) or seed < 0):
         raise KnobError(f"seed: {seed!r} is not allowed; expected an integer >= 0 or None", knob="seed", value=seed)
     stops = check_stops(stop)
+    gbnf = request_grammar(grammar, json_schema)
     chat: list[dict[str, str]] = []
     if messages is not None:
         if prompt is not None:
@@ -133,4 +176,6 @@ def prepare_request(
     if seed is None:
         # A fresh random seed, recorded so the generation can be replayed exactly.
         seed = int(np.random.SeedSequence().generate_state(2, np.uint64)[0] % (2**63))
-    return Request(ids=ids, max_tokens=int(max_tokens), sampling=sampling, seed=int(seed), stop=stops, messages=chat)
+    return Request(
+        ids=ids, max_tokens=int(max_tokens), sampling=sampling, seed=int(seed), stop=stops, messages=chat, grammar=gbnf
+    )

@@ -24,6 +24,8 @@ strategy and knobs in force, and how many events stood. A checkpoint holds no ca
   ``load_state`` of the checkpoint's state; the strategy and knobs of the checkpoint come back (a
   different drafter is built when they differ);
 * the telemetry, the policy, the generator and the drafter's counters come back from the checkpoint;
+* a grammar's state (:mod:`specviz.decoding.constrained`) is rebuilt by replaying the kept generated tokens
+  (llama.cpp's grammar state cannot be saved);
 * the events after the checkpoint are dropped and a :class:`~specviz.decoding.events.Rewound` event is published;
 * a queued configuration is discarded (it was queued for a round that no longer comes next).
 
@@ -111,6 +113,8 @@ def rewind(s: SessionParts, round: int | None = None, position: int | None = Non
     hooks = context_hooks(s.drafter)
     draft_kv_before = hooks.kv_length() if hooks is not None else None
     history = g.history[:keep]
+    # the grammar's state replayed over the kept generated tokens (llama.cpp's cannot be saved), before any change
+    grammar = g.grammar.rewound(history[g.n_prompt :]) if g.grammar is not None else None
     # the drafter first: building one (another strategy) may fail, and then nothing has changed yet
     drafter = s.drafter
     assert drafter is not None
@@ -135,6 +139,7 @@ def rewind(s: SessionParts, round: int | None = None, position: int | None = Non
         put_back(s, old_ctx, fresh)
         raise
     g.history = history
+    g.grammar = grammar  # (the old state is freed when collected)
     drafter.begin(history)
     if ck.drafter_state is not None and drafter.state_format:
         drafter.load_state(copy.deepcopy(ck.drafter_state))

@@ -3,7 +3,7 @@
 1. **draft** — the drafter proposes up to the budget's limit after the history;
 2. **verify** — the target scores ``[pending token] + draft`` in one batch (one ``llama_decode``);
 3. **accept** — :func:`specviz.decoding.acceptor.accept` keeps the longest acceptable prefix plus one token of the
-   target's;
+   target's (under a grammar, on rows constrained by it: :mod:`specviz.decoding.constrained`);
 4. **commit** — the committed tokens join the history (cut at an end-of-generation token);
 5. **roll back** — the target's cache loses the rejected tail, the drafter's context is brought in step,
    and the drafter hears how many of its tokens were accepted.
@@ -33,12 +33,13 @@ import numpy as np
 
 from ..backends.llama import LlamaContext
 from ..backends.memory import Cut, Mark
-from ..errors import ContextError
+from ..errors import ContextError, GrammarError
 from ..strategies.base import Draft, Drafter, peeker
 from ..strategies.context_drafter import context_hooks
 from .acceptor import Verdict, accept
 from .budget import Budget
-from .rowscan import ContextRows, top_two
+from .constrained import GrammarState
+from .rowscan import ContextRows, RowSource, top_two
 from .sampling import SamplingParams
 from .tempered import Dist
 from .tiling import aligned_length
@@ -118,6 +119,7 @@ def run_round(
     record_margins: bool = False,
     stop: Callable[[list[int]], int | None] | None = None,
     prefilled: bool = False,
+    grammar: GrammarState | None = None,
 ) -> RoundResult:
     """Run one round on ``ctx`` with ``drafter`` and extend ``history`` (the full token history, whose
     last token is pending) by what it commits. See the module docstring for the five steps.
@@ -128,6 +130,12 @@ def run_round(
 
     ``prefilled``: the cache already holds the pending token and the last evaluated batch kept its row
     (a whole-prompt prefill): the round drafts nothing and evaluates nothing, it reads that row.
+
+    ``grammar``: the generation's grammar state (None: no grammar, and no extra work). Each row the acceptor
+    reads is constrained by the state the path before it leaves (:mod:`specviz.decoding.constrained`), and
+    the state advances with the committed tokens. A row where the grammar allows no token raises
+    :class:`~specviz.errors.GrammarError` naming the position, with nothing committed and the target's cache
+    as before the round.
 
     ``tile`` is the verify tile in force (:func:`~specviz.decoding.tiling.verify_tile`): the budget's limit
     already suits it, and a draft that comes back shorter is cut to its longest prefix that does too.
@@ -158,7 +166,11 @@ def run_round(
             raise
     # 3. accept: the context's rows, which the row reader may read in one call; after a whole-prompt prefill
     # the one row read is the prompt batch's last, which that call (reading rows by batch index) would not find
-    verdict = accept(tokens, row if prefilled else ContextRows(ctx), params, rng, d.dists)
+    rows: RowSource = row if prefilled else ContextRows(ctx)
+    if grammar is None:
+        verdict = accept(tokens, rows, params, rng, d.dists)
+    else:  # where no token is allowed it raises, the cache cut back first (a prefilled round evaluated nothing)
+        verdict = _accept_constrained(grammar, tokens, rows, params, rng, d.dists, position, prefilled or ctx, history)
     verify_seconds = time.perf_counter() - t1
     margins = [top_two(row(i)) for i in range(len(verdict.tokens))] if record_margins else []
 
@@ -166,6 +178,8 @@ def run_round(
     committed, finish = _commit(list(verdict.tokens), is_eog, stop)
     n_accepted = min(verdict.n_accepted, len(committed))
     history.extend(committed)
+    if grammar is not None:
+        grammar.advance(committed)
 
     # 5. roll back: keep the accepted prefix, the pending token stays out of the cache
     kv_peak = n_past + len(batch)
@@ -209,6 +223,35 @@ def run_round(
         block=d.block,
         prefilled=prefilled,
     )
+
+
+def _accept_constrained(
+    grammar: GrammarState,
+    tokens: list[int],
+    rows: RowSource,
+    params: SamplingParams,
+    rng: np.random.Generator,
+    dists: list[Dist] | None,
+    position: int,
+    ctx: LlamaContext | bool,
+    history: list[int],
+) -> Verdict:
+    """Step 3 under a grammar: the acceptor on rows constrained by the grammar's state along the draft. Where
+    the row that decided the round's last token allows no token at all, the target's cache (``ctx``; True
+    after a whole-prompt prefill, when the round evaluated nothing) loses the verify batch and
+    :class:`~specviz.errors.GrammarError` is raised."""
+    constrained = grammar.rows(tokens, rows, params.greedy)
+    try:
+        verdict = accept(tokens, constrained, params, rng, dists)
+        try:
+            constrained.check(verdict.rows_read, position)
+        except GrammarError:
+            if not isinstance(ctx, bool):
+                ctx.memory.cut(position - 1, history)
+            raise
+        return verdict
+    finally:
+        constrained.close()
 
 
 def _prefill_row(ctx: LlamaContext) -> Callable[[int], np.ndarray]:

@@ -242,12 +242,15 @@ class Session:
         messages: list[dict[str, str]] | None = None,
         chat_template: str | None = None,
         stop: str | list[str] | None = None,
+        grammar: str | None = None,
+        json_schema: str | dict[str, Any] | None = None,
         **knobs: Any,
     ) -> SessionStarted:
         """Begin a new generation: validate everything, evaluate the prompt, publish ``SessionStarted``.
 
         ``prompt`` is text (tokenized with BOS) or token ids, or ``messages`` a chat request; ``stop`` stop
-        strings (:attr:`text` ends before one); ``temperature`` 0 is greedy and exact, above it every strategy
+        strings (:attr:`text` ends before one); ``grammar`` (GBNF) or ``json_schema`` constrain every token
+        (as llama-server verifies under one); ``temperature`` 0 is greedy and exact, above it every strategy
         samples losslessly from a generator seeded with ``seed`` (:mod:`specviz.decoding.request` describes
         each). ``strategy`` is a strategy name, llama.cpp's ``--spec-type`` spelling of one or a comma list of
         them (a chain, :mod:`specviz.strategies.chain`); :attr:`strategy` holds its canonical name. Everything
@@ -256,7 +259,7 @@ class Session:
         with self._lock:
             strategy = resolve_strategy(strategy)  # llama.cpp's spellings and chains have one canonical name
             request: dict[str, Any] = dict(temperature=temperature, top_k=top_k, top_p=top_p, seed=seed, stop=stop)
-            request.update(messages=messages, chat_template=chat_template)
+            request.update(messages=messages, chat_template=chat_template, grammar=grammar, json_schema=json_schema)
             req, cfg = self._check_start(prompt, max_tokens, strategy, None, {**request, **knobs})
             g, drafter = new_generation(self, req, strategy, cfg, self._prefill)
             self._cancel.clear()
@@ -348,6 +351,7 @@ class Session:
                 record_margins=self.record_margins,
                 stop=self._stop_fn(),
                 prefilled=g.prefilled,
+                grammar=g.grammar,
             )
             g.prefilled = False
             g.last_result = res

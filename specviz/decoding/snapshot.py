@@ -33,9 +33,11 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
-from ..errors import ContextError, KnobError, ModelError, SnapshotError
+from ..backends.grammar import check_gbnf
+from ..errors import ContextError, GrammarError, KnobError, ModelError, SnapshotError
 from ..strategies import strategy_class
 from ..strategies.context_drafter import context_hooks
+from .constrained import GrammarState
 from .events import event_from_dict
 from .generation import Checkpoint, Generation, SessionParts
 from .policy import VerifyCostModel, make_policy
@@ -390,6 +392,7 @@ def _build(
         drafter.load_state(h.drafter_state)
     g.started = True
     load_extras(g, extras, drafter, s.rng)
+    g.grammar = restored_grammar(s.model, extras, g)
     if s.ctx.kv_len() != g.committed:
         raise SnapshotError(f"the restored cache holds {s.ctx.kv_len()} positions, expected {g.committed}")
     return g, cost_model
@@ -405,7 +408,24 @@ def extras_state(g: Generation) -> dict[str, Any]:
         "events": [e.to_dict() for e in g.events],
         "checkpoints": [c.to_dict() for c in g.checkpoints],
         "stop": list(g.stop),
+        "grammar": g.grammar.gbnf if g.grammar is not None else None,
     }
+
+
+def restored_grammar(model: Any, d: Any, g: Generation) -> GrammarState | None:
+    """The grammar a snapshot's workbench section ``d`` carries, in the state ``g``'s generated tokens leave
+    (replayed: llama.cpp's grammar state cannot be saved), or None; a grammar llama.cpp refuses, or one the
+    history does not obey, raises :class:`~specviz.errors.SnapshotError`."""
+    gbnf = d.get("grammar") if isinstance(d, dict) else None
+    if gbnf is None:
+        return None
+    try:
+        if not isinstance(gbnf, str):
+            raise GrammarError("grammar: not text", reason="not text")
+        check_gbnf(gbnf)
+        return GrammarState(model, gbnf, g.history[g.n_prompt :])
+    except GrammarError as exc:
+        raise SnapshotError(f"the snapshot's grammar is refused: {exc}") from None
 
 
 def check_checkpoints(s: SessionParts, d: Any) -> None:

@@ -1,0 +1,129 @@
+"""A generation under a grammar: the grammar's state after the committed tokens, and a verify batch's rows
+constrained by the state the path before each row leaves.
+
+llama-server verifies a draft with the request's own sampler, grammar included
+(``common_sampler_sample_and_accept_n``): row ``i`` is sampled under the grammar's state after the committed
+text and the draft's first ``i`` tokens. :class:`ConstrainedRows` does the same in front of the one acceptor
+(:func:`specviz.decoding.acceptor.accept`): it hands the acceptor each row it asks for, in order, with the
+grammar's forbidden tokens at −∞, advancing a copy of the generation's state along the draft as the acceptor
+accepts it. The acceptor's rules do not change; a draft token the grammar forbids has probability 0 there
+and is rejected at that row.
+
+Greedy rows are read as llama.cpp's ``common_sampler`` reads them: the row's own first maximum is asked about
+alone (one candidate, microseconds); when the grammar allows it, it is the first maximum of the masked row
+too (masking only lowers other entries to −∞), and the row is left as the model gave it: its reported
+probabilities are the model's before the grammar. Only a row whose own choice the grammar forbids is masked
+over the whole vocabulary (tens of milliseconds on a 262k vocabulary); its probabilities are then those of
+the masked row. Sampled rows are always masked: the constrained distribution needs the allowed tokens' whole
+mass.
+
+:class:`GrammarState` is what a :class:`~specviz.decoding.generation.Generation` keeps: the grammar's text
+and llama.cpp's state after the tokens generated so far. llama.cpp's grammar state cannot be serialised, so
+a rewind and a restored snapshot (a fork is one) rebuild it by replaying the generated tokens from the
+start (:meth:`GrammarState.rewound`): microseconds a token.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from ..backends.grammar import GrammarSampler
+from ..errors import GrammarError
+from .rowscan import RowSource, ScoredRow
+
+__all__ = ["ConstrainedRows", "GrammarState"]
+
+
+class GrammarState:
+    """A generation's grammar (GBNF ``gbnf`` on ``model``'s vocabulary) in the state the generated tokens
+    ``generated`` leave (each must be allowed in turn: a token that is not raises
+    :class:`~specviz.errors.GrammarError`)."""
+
+    def __init__(self, model: Any, gbnf: str, generated: Sequence[int] = ()) -> None:
+        self.model = model
+        self.gbnf = gbnf
+        self.sampler = GrammarSampler(model.vocab, model.n_vocab, gbnf)
+        self.n_tokens = 0
+        self.advance(generated)
+
+    def advance(self, tokens: Sequence[int]) -> None:
+        """Advance past committed ``tokens`` (never an end-of-generation token: the round cuts before it)."""
+        for t in tokens:
+            self.sampler.accept(int(t))
+            self.n_tokens += 1
+
+    def rewound(self, generated: Sequence[int]) -> GrammarState:
+        """A new state for the generated tokens ``generated`` (a rewind's or a restore's), replayed from the
+        grammar's start; this one is left as it was."""
+        return GrammarState(self.model, self.gbnf, generated)
+
+    def rows(self, draft: Sequence[int], rows: RowSource, greedy: bool) -> ConstrainedRows:
+        """The verify batch's ``rows`` (the pending token's row first, then one per draft token) constrained
+        for the acceptor (see the module docstring)."""
+        row = rows if callable(rows) else rows.__getitem__
+        return ConstrainedRows(self.sampler, draft, row, greedy)
+
+    def state(self) -> dict[str, Any]:
+        """What identifies this state: the grammar and how many tokens it has accepted."""
+        return {"gbnf": self.gbnf, "n_tokens": self.n_tokens}
+
+    def close(self) -> None:
+        """Free llama.cpp's sampler."""
+        self.sampler.close()
+
+
+class ConstrainedRows:
+    """A verify batch's rows, each constrained by the grammar's state the path before it leaves (see the
+    module docstring), read in order as the acceptor reads them. ``dead`` is the first row where the grammar
+    allows no token (None: none so far)."""
+
+    __slots__ = ("_state", "_draft", "_row", "_greedy", "_at", "_seen", "dead")
+
+    def __init__(
+        self, state: GrammarSampler, draft: Sequence[int], row: Callable[[int], np.ndarray], greedy: bool
+    ) -> None:
+        self._state = state  # the generation's own state until row 1 is asked for, then a copy walked along the draft
+        self._draft = draft
+        self._row = row
+        self._greedy = greedy
+        self._at = 0
+        self._seen: set[int] = set()
+        self.dead: int | None = None
+
+    def __call__(self, i: int) -> np.ndarray:
+        row = self._row(i)
+        if i in self._seen:
+            return row
+        if i < self._at:
+            raise GrammarError(f"grammar: verify row {i} was asked for after row {self._at}", reason="row order")
+        if i > self._at:
+            if self._at == 0:
+                self._state = self._state.clone()
+            for j in range(self._at, i):  # the acceptor accepted these draft tokens to reach row i
+                self._state.accept(int(self._draft[j]))
+            self._at = i
+        self._seen.add(i)
+        if self._greedy and self._state.allows(ScoredRow(row, normaliser=True).best):
+            return row  # the row's own choice is allowed: it is the masked row's choice too
+        if not self._state.mask(row) and self.dead is None:
+            self.dead = i
+        return row
+
+    def close(self) -> None:
+        """Free the copy of the grammar's state walked along the draft (the generation's own is kept)."""
+        if self._at > 0:
+            self._state.close()
+
+    def check(self, rows_read: int, position: int) -> None:
+        """Raise :class:`~specviz.errors.GrammarError` when the acceptor's last row (``rows_read − 1``) is one
+        where the grammar allows no token: history position ``position`` plus that row has no continuation."""
+        if self.dead is not None and self.dead == rows_read - 1:
+            at = position + self.dead
+            raise GrammarError(
+                f"grammar: no token of the vocabulary is allowed at position {at}; the generation cannot go on "
+                "under this grammar (rewind, or start again with a grammar the model's vocabulary can complete)",
+                reason="no allowed token",
+                position=at,
+            )
