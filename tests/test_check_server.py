@@ -18,6 +18,7 @@ from specviz.analysis.check_server import (
     STABLE_SPREAD,
     RepeatLoad,
     ServerCheck,
+    ServerTime,
     check_advice,
     measure_repeats,
     needs_more_repeats,
@@ -202,9 +203,10 @@ def test_measure_repeats_sends_the_prompts_again_while_the_speedups_spread():
     assert len(out) == len(loads) == 5 and plain.calls == advised.calls == 5
     assert [round(a.tokens_per_second / n.tokens_per_second, 2) for n, a in out] == [1.2, 2.2, 2.2, 2.2, 2.2]
     assert said[2].startswith("repeat 3/3:") and said[3].startswith("repeat 4 (up to 8: the speedups spread over 10%)")
-    assert all(ld.n_threads == 2 and ld.wall_seconds >= 0 for ld in loads)
+    assert all(set(ld.by_server) == {"none", "advised"} for ld in loads)
+    assert all(t.n_threads == 2 and t.wall_seconds >= 0 for ld in loads for t in ld.by_server.values())
     if os.path.exists(f"/proc/{os.getpid()}/stat"):
-        assert all(ld.cpu_seconds is not None and ld.cpu_seconds >= 0 for ld in loads)
+        assert all(ld.total.cpu_seconds is not None and ld.total.cpu_seconds >= 0 for ld in loads)
     no_proc, _ = measure_repeats(
         FakeServer([100.0]), FakeServer([50.0]), [("a", 10), ("b", 10)], repeats=3, max_repeats=8
     )
@@ -226,17 +228,25 @@ def test_the_check_reports_its_stability_and_each_repeats_load():
 
 
 def test_a_repeats_cpu_share_is_judged_by_the_machine_load_rule():
-    busy = RepeatLoad((3.9, 3.0, 2.0), (4.1, 3.1, 2.0), 0.3, 1.0, 2)
+    busy = ServerTime(0.3, 1.0, 2)
     assert busy.cpu_share == pytest.approx(0.15) and busy.to_dict()["cpu_busy"] is True
-    assert (
-        busy.text()
-        == "load average 3.90 at the start, 4.10 at the end; CPU share 15% of 2 threads: the machine was busy"
-    )
-    quiet = RepeatLoad(None, None, 1.9, 1.0, 2)
+    assert busy.text() == "CPU share 15% of 2 threads: the machine was busy"
+    quiet = ServerTime(1.9, 1.0, 2)
     assert quiet.text() == "CPU share 95% of 2 threads" and quiet.to_dict()["cpu_busy"] is False
-    short = RepeatLoad(None, None, 0.01, 0.1, 2)
+    short = ServerTime(0.01, 0.1, 2)
     assert short.cpu_share is None and short.text() == "CPU share not judged (0.10 s)"
-    assert RepeatLoad(None, None, None, 1.0, 2).text() == "CPU share not available"
+    assert ServerTime(None, 1.0, 2).text() == "CPU share not available"
+    ld = RepeatLoad((3.9, 3.0, 2.0), (4.1, 3.1, 2.0), {"none": quiet, "advised": busy})
+    assert ld.text() == (
+        "load average 3.90 at the start, 4.10 at the end; none: CPU share 95% of 2 threads; "
+        "advised: CPU share 15% of 2 threads: the machine was busy"
+    )
+    assert ld.cpu_share == pytest.approx(2.2 / 4)  # both servers pooled
+    d = ld.to_dict()
+    assert d["load_average"] == {"start": [3.9, 3.0, 2.0], "end": [4.1, 3.1, 2.0]}
+    assert d["cpu_seconds"] == pytest.approx(2.2) and d["wall_seconds"] == 2.0 and d["cpu_busy"] is True
+    assert d["by_server"]["advised"]["cpu_busy"] is True
+    assert RepeatLoad(None, None, {"none": quiet, "advised": ServerTime(None, 1.0, 2)}).cpu_share is None
 
 
 def test_a_process_cpu_seconds_are_read_from_proc():

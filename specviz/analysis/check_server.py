@@ -22,8 +22,8 @@ under two busy-loop processes). So after the ``repeats`` asked for, while the pe
 more than :data:`STABLE_SPREAD` (:func:`speedup_spread`: their interquartile range over their median), the
 prompts are sent again, up to ``max_repeats`` (:data:`MAX_REPEATS`); the result says whether the speedups
 settled, after how many repeats and how far they spread (:class:`Stability`), and per repeat how much of
-the machine the servers had (:class:`RepeatLoad`: the load average at its start and end, and the servers'
-CPU seconds over their requests' wall seconds and threads, worded by
+the machine the servers had (:class:`RepeatLoad`: the load average at its start and end, and each
+server's CPU seconds over its requests' wall seconds and threads, :class:`ServerTime`, worded by
 :mod:`specviz.decoding.machine_load`'s rule).
 """
 
@@ -164,46 +164,85 @@ def stability(speedups: Sequence[float], tolerance: float = STABLE_SPREAD) -> St
 
 
 @dataclass(frozen=True)
-class RepeatLoad:
-    """How much of the machine the servers had over one repeat: the load average at its start and end, and
-    the servers' CPU seconds (every thread's) over the wall seconds their requests took and their threads.
-    The requests go one at a time, so one server computes at a time and the share is the one it had."""
+class ServerTime:
+    """How much of the machine one server had over its requests of a repeat: its CPU seconds (every
+    thread's) over the wall seconds its requests took and the threads it was given. The requests go one at
+    a time, so one server computes at a time and the share is the one it had."""
 
-    load_start: tuple[float, float, float] | None
-    load_end: tuple[float, float, float] | None
-    cpu_seconds: float | None  #: None where a server's CPU time could not be read (no ``/proc``)
-    wall_seconds: float
-    n_threads: int | None
+    cpu_seconds: float | None  #: None where its CPU time could not be read (no ``/proc``)
+    wall_seconds: float = 0.0
+    n_threads: int | None = None
+
+    def _unjudged(self) -> float | None:
+        return None if self.cpu_seconds is None else cpu_share(self.cpu_seconds, self.wall_seconds, self.n_threads)
 
     @property
     def cpu_share(self) -> float | None:
-        """The servers' CPU share (:func:`~specviz.decoding.machine_load.cpu_share`), judged only over
+        """The CPU share (:func:`~specviz.decoding.machine_load.cpu_share`), judged only over
         :data:`~specviz.decoding.machine_load.JUDGED_SECONDS` or more (else None)."""
-        if self.cpu_seconds is None:
-            return None
-        return judged_share(cpu_share(self.cpu_seconds, self.wall_seconds, self.n_threads), self.wall_seconds)
+        return judged_share(self._unjudged(), self.wall_seconds)
 
     def text(self) -> str:
-        """``"load average 0.61 at the start, 0.80 at the end; CPU share 97% of 2 threads"``."""
-        parts = []
-        if self.load_start is not None and self.load_end is not None:
-            parts.append(f"load average {self.load_start[0]:.2f} at the start, {self.load_end[0]:.2f} at the end")
-        share = None if self.cpu_seconds is None else cpu_share(self.cpu_seconds, self.wall_seconds, self.n_threads)
-        parts.append(judged_share_text(share, self.wall_seconds, self.n_threads))
-        return "; ".join(parts)
+        """``"CPU share 97% of 2 threads"`` (:func:`~specviz.decoding.machine_load.judged_share_text`)."""
+        return judged_share_text(self._unjudged(), self.wall_seconds, self.n_threads)
+
+    def plus(self, other: ServerTime) -> ServerTime:
+        """Both servers' time pooled (CPU seconds unknown where either's is)."""
+        cpu = None if self.cpu_seconds is None or other.cpu_seconds is None else self.cpu_seconds + other.cpu_seconds
+        return ServerTime(cpu, self.wall_seconds + other.wall_seconds, self.n_threads or other.n_threads)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-serialisable form."""
         return {
-            "load_average": {
-                "start": None if self.load_start is None else list(self.load_start),
-                "end": None if self.load_end is None else list(self.load_end),
-            },
             "cpu_seconds": self.cpu_seconds,
             "wall_seconds": self.wall_seconds,
             "n_threads": self.n_threads,
             "cpu_share": self.cpu_share,
             "cpu_busy": is_busy(self.cpu_share),
+        }
+
+
+@dataclass(frozen=True)
+class RepeatLoad:
+    """How much of the machine the servers had over one repeat: the load average at its start and end, and
+    each server's :class:`ServerTime` (``none``, ``advised``): a repeat whose speedup strays from the others'
+    shows which server had less of the machine."""
+
+    load_start: tuple[float, float, float] | None
+    load_end: tuple[float, float, float] | None
+    by_server: dict[str, ServerTime]
+
+    @property
+    def total(self) -> ServerTime:
+        """Both servers pooled."""
+        out = ServerTime(0.0)
+        for t in self.by_server.values():
+            out = out.plus(t)
+        return out
+
+    @property
+    def cpu_share(self) -> float | None:
+        """Both servers' CPU share pooled, judged (:attr:`ServerTime.cpu_share`)."""
+        return self.total.cpu_share
+
+    def text(self) -> str:
+        """``"load average 0.61 at the start, 0.80 at the end; none: CPU share 97% of 2 threads; advised: CPU
+        share 52% of 2 threads: the machine was busy"``."""
+        parts = []
+        if self.load_start is not None and self.load_end is not None:
+            parts.append(f"load average {self.load_start[0]:.2f} at the start, {self.load_end[0]:.2f} at the end")
+        parts += [f"{name}: {t.text()}" for name, t in self.by_server.items()]
+        return "; ".join(parts)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-serialisable form: the load average, both servers pooled, and ``by_server``."""
+        return {
+            "load_average": {
+                "start": None if self.load_start is None else list(self.load_start),
+                "end": None if self.load_end is None else list(self.load_end),
+            },
+            **self.total.to_dict(),
+            "by_server": {name: t.to_dict() for name, t in self.by_server.items()},
         }
 
 
@@ -498,8 +537,9 @@ def measure_repeats(
     ):
         r = len(out)
         runs = {"none": ServerRun("none", plain.args), "advised": ServerRun("advised", advised.args)}
-        start, cpu, wall = load_average(), 0.0, 0.0
-        cpu_known = True
+        start = load_average()
+        cpu: dict[str, float | None] = {"none": 0.0, "advised": 0.0}
+        wall = {"none": 0.0, "advised": 0.0}
         for j, (prompt, n) in enumerate(jobs):
             order = ("none", "advised") if (r + j) % 2 == 0 else ("advised", "none")
             for name in order:
@@ -508,13 +548,11 @@ def measure_repeats(
                 before, t0 = process_cpu_seconds(pid), time.perf_counter()
                 # cache_prompt off: every request evaluates its prompt, as the first one did
                 runs[name].add(server.complete(prompt, n, cache_prompt=False))
-                wall += time.perf_counter() - t0
-                after = process_cpu_seconds(pid)
-                if before is None or after is None:
-                    cpu_known = False
-                else:
-                    cpu += after - before
-        loads.append(RepeatLoad(start, load_average(), cpu if cpu_known else None, wall, n_threads))
+                wall[name] += time.perf_counter() - t0
+                after, so_far = process_cpu_seconds(pid), cpu[name]
+                cpu[name] = None if before is None or after is None or so_far is None else so_far + after - before
+        times = {name: ServerTime(cpu[name], wall[name], n_threads) for name in ("none", "advised")}
+        loads.append(RepeatLoad(start, load_average(), times))
         out.append((runs["none"], runs["advised"]))
         if progress is not None:
             n_, a_ = runs["none"], runs["advised"]
