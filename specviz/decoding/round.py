@@ -19,7 +19,10 @@ is a generation's first round after a whole-prompt prefill (``prefilled``, llama
 :class:`~specviz.Session`): the prompt's last token was evaluated with the prompt, so the round drafts
 nothing, evaluates nothing and reads the prompt batch's last row; it ends with the same invariant.
 
-:func:`run_round` returns a plain :class:`RoundResult`; events, telemetry and the policy's learning are
+A round has two halves around its verify decode: :func:`begin_round` (the draft, and the checkpoint before the
+verify) and :func:`finish_round` (accept, commit, roll back, on the batch's rows). :func:`run_round` runs both
+with the decode between them; a batched run puts several sequences' verify batches in one decode between their
+halves. :func:`run_round` returns a plain :class:`RoundResult`; events, telemetry and the policy's learning are
 built from it by the caller (the session), never inside the round.
 """
 
@@ -143,35 +146,126 @@ def run_round(
     A verify batch llama.cpp refuses raises :class:`~specviz.errors.ContextError` with the target's
     cache left as before the round.
     """
-    t_round, cpu_round = time.perf_counter(), time.process_time()
-    n_past = len(history) - 1
-    position = len(history)
-
-    # 1. draft (none after a whole-prompt prefill: llama-server samples its first token undrafted)
-    d = _draft(drafter, history, budget, draft_min, tile, prefilled)
-    tokens = d.tokens
-
-    # 2. verify: one batch of the pending token plus the draft (after a checkpoint where the memory needs one)
-    checkpoint = ctx.memory.checkpoint_for(len(tokens))
-    batch = [history[-1], *tokens]
+    pending = begin_round(index, ctx, drafter, history, budget, draft_min=draft_min, tile=tile, prefilled=prefilled)
+    # 2. verify: one batch of the pending token plus the draft
     t1 = time.perf_counter()
     row: Callable[[int], np.ndarray] = ctx.row
     if prefilled:  # the prompt's batch kept its last row, the pending token's
         row = _prefill_row(ctx)
     else:
         try:
-            ctx.eval(batch, n_past, rows="all")
+            ctx.eval(pending.batch, pending.n_past, rows="all")
         except ContextError:
-            ctx.memory.cut(n_past, history)
+            ctx.memory.cut(pending.n_past, history)
             raise
-    # 3. accept: the context's rows, which the row reader may read in one call; after a whole-prompt prefill
-    # the one row read is the prompt batch's last, which that call (reading rows by batch index) would not find
+    # the context's rows, which the row reader may read in one call; after a whole-prompt prefill the one row
+    # read is the prompt batch's last, which that call (reading rows by batch index) would not find
     rows: RowSource = row if prefilled else ContextRows(ctx)
+    return finish_round(
+        pending,
+        ctx,
+        drafter,
+        history,
+        rows,
+        row,
+        t1,
+        params=params,
+        rng=rng,
+        is_eog=is_eog,
+        record_margins=record_margins,
+        stop=stop,
+        grammar=grammar,
+    )
+
+
+@dataclass
+class PendingRound:
+    """A round between its two halves (:func:`begin_round`, :func:`finish_round`): the draft made and the verify
+    batch ready (``batch``: the pending token and the draft, for the target's cache from ``n_past`` on), the
+    checkpoint taken where the memory needed one. Whoever evaluates the batch — :func:`run_round` alone, or a
+    batched run with other sequences' batches in the same decode — hands its rows to :func:`finish_round`."""
+
+    index: int
+    position: int
+    n_past: int
+    pending_token: int
+    budget: Budget
+    drafted: _Drafted
+    checkpoint: Mark | None
+    prefilled: bool
+    t_round: float
+    cpu_round: float
+
+    @property
+    def tokens(self) -> list[int]:
+        """The draft to verify."""
+        return self.drafted.tokens
+
+    @property
+    def batch(self) -> list[int]:
+        """The verify batch: the pending token, then the draft."""
+        return [self.pending_token, *self.drafted.tokens]
+
+
+def begin_round(
+    index: int,
+    ctx: LlamaContext,
+    drafter: Drafter,
+    history: list[int],
+    budget: Budget,
+    *,
+    draft_min: int = 0,
+    tile: int = 1,
+    prefilled: bool = False,
+) -> PendingRound:
+    """Steps 1 and the start of 2: draft (none after a whole-prompt prefill: llama-server samples its first token
+    undrafted), and the checkpoint before the verify where the memory needs one (``ctx.memory``)."""
+    t_round, cpu_round = time.perf_counter(), time.process_time()
+    # 1. draft
+    d = _draft(drafter, history, budget, draft_min, tile, prefilled)
+    # 2. verify: a checkpoint first where the memory needs one; the batch is evaluated by the caller
+    checkpoint = ctx.memory.checkpoint_for(len(d.tokens))
+    return PendingRound(
+        index=index,
+        position=len(history),
+        n_past=len(history) - 1,
+        pending_token=history[-1],
+        budget=budget,
+        drafted=d,
+        checkpoint=checkpoint,
+        prefilled=prefilled,
+        t_round=t_round,
+        cpu_round=cpu_round,
+    )
+
+
+def finish_round(
+    pending: PendingRound,
+    ctx: LlamaContext,
+    drafter: Drafter,
+    history: list[int],
+    rows: RowSource,
+    row: Callable[[int], np.ndarray],
+    verify_started: float,
+    *,
+    params: SamplingParams,
+    rng: np.random.Generator,
+    is_eog: Callable[[int], bool],
+    record_margins: bool = False,
+    stop: Callable[[list[int]], int | None] | None = None,
+    grammar: GrammarState | None = None,
+) -> RoundResult:
+    """Steps 3 to 5 of ``pending``, whose verify batch has been evaluated (``rows``: its rows for the acceptor,
+    ``row(i)`` one of them; ``verify_started``: when the verify began, ``time.perf_counter``): accept, commit,
+    roll back (``ctx.memory``: the memory of the sequence the batch was evaluated on)."""
+    d, tokens, n_past, position = pending.drafted, pending.tokens, pending.n_past, pending.position
+    # 3. accept
     if grammar is None:
         verdict = accept(tokens, rows, params, rng, d.dists)
     else:  # where no token is allowed it raises, the cache cut back first (a prefilled round evaluated nothing)
-        verdict = _accept_constrained(grammar, tokens, rows, params, rng, d.dists, position, prefilled or ctx, history)
-    verify_seconds = time.perf_counter() - t1
+        checked = pending.prefilled or ctx
+        verdict = _accept_constrained(grammar, tokens, rows, params, rng, d.dists, position, checked, history)
+    verify_seconds = time.perf_counter() - verify_started
     margins = [top_two(row(i)) for i in range(len(verdict.tokens))] if record_margins else []
 
     # 4. commit, cut at the first end-of-generation token (or after a stop string)
@@ -182,7 +276,7 @@ def run_round(
         grammar.advance(committed)
 
     # 5. roll back: keep the accepted prefix, the pending token stays out of the cache
-    kv_peak = n_past + len(batch)
+    kv_peak = n_past + 1 + len(tokens)
     kv_after = len(history) - 1
     rollback = ctx.memory.cut(kv_after, history) if kv_peak > kv_after else None
     hooks = context_hooks(drafter)
@@ -192,9 +286,9 @@ def run_round(
     draft_memory = hooks.memory_log() if hooks is not None else []
 
     return RoundResult(
-        index=index,
+        index=pending.index,
         position=position,
-        budget=budget,
+        budget=pending.budget,
         draft=tokens,
         draft_probs=d.probs,
         draft_reason=d.reason,
@@ -203,25 +297,25 @@ def run_round(
         committed=committed,
         n_accepted=n_accepted,
         finish=finish,
-        batch_size=len(batch),
+        batch_size=1 + len(tokens),
         verify_seconds=verify_seconds,
         kv_before=n_past,
         kv_peak=kv_peak,
         kv_after=kv_after,
-        round_seconds=time.perf_counter() - t_round,
-        cpu_seconds=time.process_time() - cpu_round,
+        round_seconds=time.perf_counter() - pending.t_round,
+        cpu_seconds=time.process_time() - pending.cpu_round,
         n_threads=ctx.n_threads,
         draft_kv_before=d.kv_before,
         draft_kv_peak=d.kv_peak,
         draft_rollbacks=draft_rollbacks,
         shadow=d.shadow,
         margins=margins,
-        checkpoint=checkpoint,
+        checkpoint=pending.checkpoint,
         rollback=rollback,
         draft_memory=draft_memory,
         drafter=d.drafter,
         block=d.block,
-        prefilled=prefilled,
+        prefilled=pending.prefilled,
     )
 
 
