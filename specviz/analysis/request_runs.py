@@ -19,7 +19,7 @@ from ..decoding.machine_load import cpu_share, judged_share, judged_share_text
 from .server_repro import run_like_the_server
 
 #: request options -> Session.start arguments
-_OPTIONS = ("temperature", "top_p", "top_k", "seed", "stop")
+_OPTIONS = ("temperature", "top_p", "top_k", "seed", "stop", "grammar")
 
 
 @dataclass

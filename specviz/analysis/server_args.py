@@ -35,6 +35,8 @@ How specviz runs a llama-server configuration (each a deliberate difference name
 * ``-ngl`` places the model as llama.cpp does (N, ``all``); ``auto``, llama-server's default when the line gives
   no ``-ngl``, puts every layer on a GPU build's GPU (llama.cpp also fits them into free memory) and none on a
   CPU build; a draft model goes where the target is (``-ngld`` is named in a warning where it differs);
+* ``--grammar``, ``--grammar-file``, ``-j`` and ``-jf`` constrain every request as they do the server's
+  (llama.cpp's grammar sampler; a schema converted by llama-cpp-python's port of the server's converter);
 * the server samples the first token after the prompt without drafting; :mod:`specviz.analysis.server_repro`
   reproduces that loop.
 """
@@ -48,6 +50,7 @@ from typing import Any, Sequence
 
 from ..backends.context_settings import ContextSettings
 from ..backends.devices import auto_gpu_layers, gpu_layers_value
+from ..backends.grammar import GRAMMAR_FLAGS, grammar_of_flag
 from ..errors import KnobError, StrategyError
 from ..strategies import (
     SPEC_TYPES,
@@ -121,10 +124,6 @@ NOT_REPRODUCED: dict[str, tuple[bool, str]] = {
     "--dry-multiplier": (True, "specviz has no DRY sampler"),
     "--mirostat": (True, "specviz has no mirostat sampler"),
     "--samplers": (True, "specviz's sampler chain is fixed (top-k, top-p, temperature)"),
-    "--grammar": (True, "specviz does not constrain generation with a grammar"),
-    "--grammar-file": (True, "specviz does not constrain generation with a grammar"),
-    "-j": (True, "specviz does not constrain generation with a JSON schema"),
-    "--json-schema": (True, "specviz does not constrain generation with a JSON schema"),
     "-ctkd": (True, "the draft model's context keeps an f16 cache in specviz"),
     "--spec-draft-type-k": (True, "the draft model's context keeps an f16 cache in specviz"),
     "--cache-type-k-draft": (True, "the draft model's context keeps an f16 cache in specviz"),
@@ -162,6 +161,8 @@ class ServerConfig:
     sampling: dict[str, Any] = field(default_factory=dict)  #: temperature/top_k/top_p/seed the line gave
     n_predict: int | None = None  #: ``-n``: the server's default generation length
     chat_template: str | None = None  #: ``--chat-template``: a llama.cpp built-in template name
+    #: ``--grammar`` / ``--grammar-file`` / ``-j`` / ``-jf``: the grammar every request obeys, as checked GBNF
+    grammar: str | None = None
     #: ``--swa-full``: full-size caches for sliding-window layers; without it llama-server keeps llama.cpp's
     #: ring (``swa_full`` false), which changes the attention's numerics, so the tokens can part at a near-tie
     swa_full: bool = False
@@ -205,8 +206,10 @@ class ServerConfig:
         return {"swa_full": self.swa_full, "prefill": "whole"}
 
     def start_kwargs(self) -> dict[str, Any]:
-        """Keyword arguments of :meth:`~specviz.Session.start` (the strategy, its knobs, the sampling)."""
-        return {"strategy": self.strategy, **self.knobs, **self.sampling}
+        """Keyword arguments of :meth:`~specviz.Session.start` (the strategy, its knobs, the sampling, the
+        grammar)."""
+        grammar = {"grammar": self.grammar} if self.grammar is not None else {}
+        return {"strategy": self.strategy, **self.knobs, **self.sampling, **grammar}
 
     def spec_args(self) -> list[str]:
         """The speculative part as llama-server flags (:func:`server_spec_args`)."""
@@ -223,6 +226,7 @@ class ServerConfig:
             "sampling": dict(self.sampling),
             "n_predict": self.n_predict,
             "chat_template": self.chat_template,
+            "grammar": self.grammar,
             "swa_full": self.swa_full,
             "n_gpu_layers": self.n_gpu_layers,
             "warnings": list(self.warnings),
@@ -307,6 +311,7 @@ class _Line:
     sampling: dict[str, tuple[str, str]] = field(default_factory=dict)
     n_predict: tuple[str, str] | None = None
     chat_template: str | None = None
+    grammar: tuple[str, str] | None = None  # (flag, value); llama.cpp keeps the last one given
 
     def value(self, flag: str) -> str:
         """The value of ``flag`` (the next token); :class:`~specviz.errors.KnobError` at the line's end."""
@@ -362,6 +367,8 @@ def _read_sampling_flag(line: _Line, tok: str) -> bool:
         line.n_predict = (tok, line.value(tok))
     elif tok == "--chat-template":
         line.chat_template = line.value(tok)
+    elif tok in GRAMMAR_FLAGS:
+        line.grammar = (tok, line.value(tok))
     else:
         return False
     return True
@@ -575,8 +582,9 @@ def parse_server_args(argv: str | Sequence[str]) -> ServerConfig:
     """Read a ``llama-server`` command line (a string, split as a shell would, or a list; the program name
     may lead) into a :class:`ServerConfig`, validated; nothing is loaded.
 
-    Raises :class:`~specviz.errors.KnobError` (a bad value, naming the flag) or
-    :class:`~specviz.errors.StrategyError` (a ``--spec-type`` specviz does not have)."""
+    Raises :class:`~specviz.errors.KnobError` (a bad value, naming the flag; a grammar llama.cpp refuses:
+    :class:`~specviz.errors.GrammarError`) or :class:`~specviz.errors.StrategyError` (a ``--spec-type``
+    specviz does not have)."""
     line = _read_line(_split(argv))
     strategy = _strategy(line)
     knobs = _draft_lengths(line, strategy, _validated_knobs(line, strategy, _spec_knobs(line, strategy)))
@@ -592,6 +600,7 @@ def parse_server_args(argv: str | Sequence[str]) -> ServerConfig:
         sampling=sampling,
         n_predict=n_predict,
         chat_template=line.chat_template,
+        grammar=grammar_of_flag(*line.grammar) if line.grammar is not None else None,
         swa_full=line.swa_full,
         n_gpu_layers=n_gpu_layers,
         gpu_layers_text=line.gpu_layers,

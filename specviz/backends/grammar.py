@@ -29,7 +29,7 @@ import numpy as np
 from ..errors import GrammarError
 from .binding import ensure_backend, llama_lib, llama_output
 
-__all__ = ["GrammarSampler", "check_gbnf", "gbnf_from_json_schema"]
+__all__ = ["GRAMMAR_FLAGS", "GrammarSampler", "check_gbnf", "gbnf_from_json_schema", "grammar_of_flag"]
 
 #: llama.cpp's ``llama_token_data`` (id, logit, p), as numpy lays it out.
 _TOKEN_DATA = np.dtype([("id", "<i4"), ("logit", "<f4"), ("p", "<f4")])
@@ -48,6 +48,8 @@ def _located(source: str, said: str) -> tuple[str, int | None]:
             text = text[: text.rindex(echo)]
     elif text.strip():
         text = text.strip().splitlines()[-1]
+    if "unexpected end of input" in text:
+        return text.strip(), source.count("\n") + 1
     at = text.find(" at ")
     if at >= 0:
         rest = text[at + 4 :]
@@ -129,6 +131,46 @@ def gbnf_from_json_schema(schema: str | dict[str, Any], *, knob: str = "json_sch
         ) from None
     check_gbnf(gbnf, knob=knob)
     return gbnf
+
+
+#: llama.cpp's grammar options (common/arg.cpp, llama-server and the CLI alike): what each one's value is.
+GRAMMAR_FLAGS = {
+    "--grammar": "grammar",
+    "--grammar-file": "grammar file",
+    "-j": "schema",
+    "--json-schema": "schema",
+    "-jf": "schema file",
+    "--json-schema-file": "schema file",
+}
+
+
+def grammar_of_flag(flag: str, value: str) -> str:
+    """The checked GBNF that llama.cpp's option ``flag`` (one of :data:`GRAMMAR_FLAGS`) with ``value`` gives:
+    the grammar itself, a grammar file, a JSON schema or a schema file. A file that cannot be read, a grammar
+    llama.cpp refuses or a schema the converter refuses raises :class:`~specviz.errors.GrammarError` naming
+    the option."""
+    kind = GRAMMAR_FLAGS[flag]
+    knob = "json_schema" if "schema" in kind else "grammar"
+    text = value
+    if kind.endswith("file"):
+        try:
+            with open(value, encoding="utf-8") as f:
+                text = f.read()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise GrammarError(
+                f"option {flag}: cannot read {value!r} ({exc}); pass the path of a UTF-8 text file",
+                knob=knob,
+                reason=str(exc),
+            ) from None
+    try:
+        if "schema" in kind:
+            return gbnf_from_json_schema(text)
+        check_gbnf(text)
+        return text
+    except GrammarError as exc:
+        raise GrammarError(
+            f"option {flag}: {exc}", knob=knob, reason=exc.reason, line=exc.line, position=exc.position
+        ) from None
 
 
 class _Candidates:

@@ -170,7 +170,9 @@ def cmd_verify(args: argparse.Namespace) -> int:
     """``specviz verify``: plain greedy vs speculative greedy on one prompt, with a verdict."""
     cfg = generation_config(args, warn=warn)
     if cfg["request"]:
-        raise UsageError("specviz verify compares plain text prompts: --chat and --stop are for specviz run")
+        raise UsageError(
+            "specviz verify compares plain text prompts: --chat, --stop and the grammar options are for specviz run"
+        )
     threshold = None
     if args.threshold is not None:
         try:
@@ -245,6 +247,8 @@ def _run_requests(args: argparse.Namespace, cfg: dict[str, Any], requests: list)
     sampling = dict(cfg["sampling"])
     if cfg["seed"] is not None:
         sampling["seed"] = cfg["seed"]
+    if "grammar" in cfg["request"]:  # every request's, unless it gives its own
+        sampling["grammar"] = cfg["request"]["grammar"]
 
     def line(r: Any) -> None:
         if not args.json:

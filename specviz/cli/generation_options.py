@@ -32,6 +32,7 @@ from ..strategies import (
     strategy_schema,
 )
 from ..strategies.chain import member_slug
+from .grammar_options import add_grammar_options, grammar_request
 from .options import UsageError, int_option
 from .settings_options import (
     SETTING_FLAGS,
@@ -210,6 +211,7 @@ def _add_request_options(p: argparse.ArgumentParser) -> None:
         metavar="TEXT",
         help="stop string (repeatable): the output ends before it, as plain decoding's would",
     )
+    add_grammar_options(p)
 
 
 def generation_config(args: argparse.Namespace, *, warn: Callable[[str], None]) -> dict[str, Any]:
@@ -234,6 +236,7 @@ def generation_config(args: argparse.Namespace, *, warn: Callable[[str], None]) 
         request = _request_config(args)
     except (ValueError, KnobError) as e:
         raise UsageError(str(e).replace("stop:", "option --stop:", 1)) from None
+    request.update(grammar_request(args, server))
     default_tokens = server.n_predict if server is not None and server.n_predict else 128
     given_tokens = args.max_tokens if args.max_tokens is not None else str(default_tokens)
     max_tokens = int_option("--max-tokens", given_tokens, 1, 1 << 20)

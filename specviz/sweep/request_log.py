@@ -11,7 +11,11 @@ an image or audio part is refused: specviz runs text models). Roles are ``system
 (``developer`` is read as ``system``, as OpenAI defines it); the last message must be the user's (the
 request asks for the assistant's next answer). From the body, ``max_tokens`` / ``max_completion_tokens`` /
 ``n_predict``, ``temperature``, ``top_p``, ``top_k``, ``seed`` and ``stop`` are kept, so a reproduction can
-use what the request asked for; every other field is ignored.
+use what the request asked for, and llama-server's structured-output fields: ``grammar`` (GBNF),
+``json_schema`` and ``response_format`` (``{"type": "json_object", "schema": ...}`` or ``{"type":
+"json_schema", "json_schema": {"schema": ...}}``; ``json_object`` without a schema is any JSON value, as the
+server reads it), each checked by llama.cpp's parser and kept as the GBNF grammar ``grammar``; every other
+field is ignored.
 
 A malformed line is refused with the file and line number (:class:`~specviz.sweep.dataset.DatasetError`
 lists every one); the caller may keep the good lines.
@@ -23,6 +27,9 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from ..decoding.request import request_grammar
+from ..errors import GrammarError
 
 ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
 #: body fields kept, under specviz's names
@@ -85,6 +92,30 @@ def _content(value: Any) -> str:
     raise ValueError(f"content {value!r} is not a string or a list of text parts")
 
 
+def _grammar_of(body: dict[str, Any]) -> str | None:
+    """The checked GBNF of a request's ``grammar``, ``json_schema`` or ``response_format`` (as llama-server
+    reads them: a schema in ``response_format`` takes the place of ``json_schema``), or None; ``ValueError``
+    for two of them, a malformed ``response_format`` or a grammar llama.cpp refuses."""
+    schema = body.get("json_schema")
+    fmt = body.get("response_format")
+    if fmt is not None:
+        kind = fmt.get("type") if isinstance(fmt, dict) else None
+        if kind == "json_object":
+            schema = fmt.get("schema", {})
+        elif kind == "json_schema":
+            wrapper = fmt.get("json_schema")
+            schema = wrapper.get("schema", {}) if isinstance(wrapper, dict) else {}
+        elif kind != "text":
+            raise ValueError(f'response_format {fmt!r}: its type must be "text", "json_object" or "json_schema"')
+    grammar = body.get("grammar")
+    if grammar is not None and schema is not None:
+        raise ValueError("a request gives a grammar and a JSON schema: llama-server takes one of them")
+    try:
+        return request_grammar(grammar, schema)
+    except GrammarError as exc:
+        raise ValueError(str(exc)) from None
+
+
 def parse_request(obj: Any, default_id: str) -> LoggedRequest:
     """One request from a parsed JSON line; ``ValueError`` saying what is wrong."""
     if not is_request_line(obj):
@@ -109,6 +140,9 @@ def parse_request(obj: Any, default_id: str) -> LoggedRequest:
     for key, name in _KEPT.items():
         if key in body and body[key] is not None and name not in options:
             options[name] = body[key]
+    grammar = _grammar_of(body)
+    if grammar is not None:
+        options["grammar"] = grammar
     rid = obj.get("custom_id") or obj.get("id") or body.get("id") or default_id
     model = body.get("model") if isinstance(body.get("model"), str) else None
     return LoggedRequest(str(rid), tuple(out), options, model)
