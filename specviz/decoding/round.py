@@ -42,6 +42,7 @@ from ..strategies.context_drafter import context_hooks
 from .acceptor import Verdict, accept
 from .budget import Budget
 from .constrained import GrammarState
+from .events import Event, Round
 from .rowscan import ContextRows, RowSource, top_two
 from .sampling import SamplingParams
 from .tempered import Dist
@@ -147,20 +148,7 @@ def run_round(
     cache left as before the round.
     """
     pending = begin_round(index, ctx, drafter, history, budget, draft_min=draft_min, tile=tile, prefilled=prefilled)
-    # 2. verify: one batch of the pending token plus the draft
-    t1 = time.perf_counter()
-    row: Callable[[int], np.ndarray] = ctx.row
-    if prefilled:  # the prompt's batch kept its last row, the pending token's
-        row = _prefill_row(ctx)
-    else:
-        try:
-            ctx.eval(pending.batch, pending.n_past, rows="all")
-        except ContextError:
-            ctx.memory.cut(pending.n_past, history)
-            raise
-    # the context's rows, which the row reader may read in one call; after a whole-prompt prefill the one row
-    # read is the prompt batch's last, which that call (reading rows by batch index) would not find
-    rows: RowSource = row if prefilled else ContextRows(ctx)
+    rows, row, verify_started = verify_alone(ctx, pending, history)
     return finish_round(
         pending,
         ctx,
@@ -168,7 +156,7 @@ def run_round(
         history,
         rows,
         row,
-        t1,
+        verify_started,
         params=params,
         rng=rng,
         is_eog=is_eog,
@@ -176,6 +164,38 @@ def run_round(
         stop=stop,
         grammar=grammar,
     )
+
+
+def verify_alone(
+    ctx: LlamaContext, pending: PendingRound, history: list[int]
+) -> tuple[RowSource, Callable[[int], np.ndarray], float]:
+    """Step 2 for one sequence: one decode of ``pending``'s batch on ``ctx`` (after a whole-prompt prefill none:
+    the prompt batch kept the pending token's row). Returns the rows for the acceptor, the row reader and when
+    the verify began. A batch llama.cpp refuses raises :class:`~specviz.errors.ContextError` with the cache cut
+    back to where it was before the round."""
+    t1 = time.perf_counter()
+    if pending.prefilled:  # the prompt's batch kept its last row, the pending token's
+        row = _prefill_row(ctx)
+        return row, row, t1
+    try:
+        ctx.eval(pending.batch, pending.n_past, rows="all")
+    except ContextError:
+        ctx.memory.cut(pending.n_past, history)
+        raise
+    # the context's rows, which the row reader may read in one call; after a whole-prompt prefill the one row
+    # read is the prompt batch's last, which that call (reading rows by batch index) would not find
+    return ContextRows(ctx), ctx.row, t1
+
+
+@dataclass
+class StepBegun:
+    """A session's step after its first half (:meth:`~specviz.decoding.session.Session.begin_step`): the events
+    published so far (``out``), and either the round in progress (``pending``, its batch to evaluate) or, where the
+    step ended before a round, the step's outcome (``done``, a :class:`~specviz.decoding.events.Round`)."""
+
+    out: list[Event]
+    pending: PendingRound | None
+    done: Round | None = None
 
 
 @dataclass

@@ -36,9 +36,10 @@ from .knob_schema import DRAFT_MAX_LIMIT
 from .machine import MachineSampler
 from .request import Request, prepare_request, split_request
 from .rewind import rewind as rewind_generation
-from .round import run_round
+from .round import StepBegun, begin_round, finish_round, verify_alone
 from .round_events import finished_event, round_events, started_event
 from .round_learning import learn
+from .rowscan import RowSource
 from .sampling import SamplingParams
 from .snapshot import restore_snapshot, take_snapshot
 from .stops import StopScanner, cut_text
@@ -319,6 +320,20 @@ class Session:
     def step(self) -> Round:
         """Run exactly one round (draft → one verify batch → accept → roll back) and return it."""
         with self._lock:
+            begun = self.begin_step()
+            if begun.pending is None:  # the generation finished before a round
+                assert begun.done is not None
+                return begun.done
+            rows, row, verify_started = verify_alone(self.ctx, begun.pending, self.generation.history)
+            return self.finish_step(begun, rows, row, verify_started)
+
+    def begin_step(self) -> StepBegun:
+        """The first half of :meth:`step`, for a batched run that evaluates several sessions' verify batches in
+        one decode (:mod:`specviz.decoding.batch`): pending configuration applied, the budget planned and the
+        draft made (:func:`~specviz.decoding.round.begin_round`). Its ``pending`` batch is evaluated on this
+        session's context next, and :meth:`finish_step` follows with nothing else called on the session between;
+        without ``pending`` the step has already ended (``done``: the generation finished before a round)."""
+        with self._lock:
             if not self.started:
                 raise SessionStateError("the session has not started; call start(prompt, ...) first")
             if self.finished is not None:
@@ -330,27 +345,48 @@ class Session:
             if changed is not None:
                 self._emit(changed, out)
             if self._cancel.is_set():
-                return self._finish("cancelled", out)
+                return StepBegun(out, None, self._finish("cancelled", out))
             if len(self.history) >= self.ctx.capacity.n_ctx:
-                return self._finish("context", out)
+                return StepBegun(out, None, self._finish("context", out))
             g, drafter = self.generation, self.drafter
             assert drafter is not None
             budget = self._budget(g, drafter)
             g.round_index += 1
-            res = run_round(
+            tile, draft_min = verify_tile(g.knobs), int(g.knobs.get("draft_min", 0))
+            pending = begin_round(
                 g.round_index,
                 self.ctx,
                 drafter,
                 g.history,
                 budget,
+                draft_min=draft_min,
+                tile=tile,
+                prefilled=g.prefilled,
+            )
+            return StepBegun(out, pending, None)
+
+    def finish_step(
+        self, begun: StepBegun, rows: RowSource, row: Callable[[int], np.ndarray], verify_started: float
+    ) -> Round:
+        """The second half of :meth:`step`, once ``begun``'s verify batch was evaluated (``rows`` / ``row``: its
+        rows; ``verify_started``: when the verify began): accept, commit, roll back
+        (:func:`~specviz.decoding.round.finish_round`), learn, publish the round's events."""
+        with self._lock:
+            g, drafter, out, pending = self.generation, self.drafter, begun.out, begun.pending
+            assert drafter is not None and pending is not None
+            res = finish_round(
+                pending,
+                self.ctx,
+                drafter,
+                g.history,
+                rows,
+                row,
+                verify_started,
                 params=g.sampling,
                 rng=self.rng,
                 is_eog=self.model.is_eog,
-                draft_min=int(g.knobs.get("draft_min", 0)),
-                tile=verify_tile(g.knobs),
                 record_margins=self.record_margins,
                 stop=self._stop_fn(),
-                prefilled=g.prefilled,
                 grammar=g.grammar,
             )
             g.prefilled = False
