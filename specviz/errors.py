@@ -75,6 +75,17 @@ class ContextSettingsError(KnobError, ContextError):
     unknown, out of range, or impossible with the other settings or the model. Nothing was created."""
 
 
+class SequenceError(ContextError, ValueError):
+    """A multi-sequence request a context cannot serve, refused before llama.cpp sees it: no sequences, a
+    sequence id outside the context's, a sequence twice in one batch, its tokens past its share of the
+    context or not continuing its cache, a batch over ``n_batch``; or a memory kind that cannot cut one
+    sequence alone (``kind``, else None). Nothing was changed."""
+
+    def __init__(self, message: str, *, kind: str | None = None) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
 class SessionStateError(SpecvizError, RuntimeError):
     """The call does not fit the session's state (for example step() before start())."""
 

@@ -11,19 +11,21 @@ from __future__ import annotations
 
 import ctypes
 import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence, cast
+from typing import Any, Iterable, Sequence, cast
 
 import numpy as np
 
-from ..errors import ContextError, ModelFormatError
+from ..errors import ContextError, ModelFormatError, SequenceError
 from . import cbuild
 from .binding import c_function_address, ensure_backend, llama_lib
 from .context_base import ContextBase, keeps_an_output_row
 from .context_settings import FLASH_ATTN_TYPE, GGML_TYPE, ContextSettings, head_sizes
 from .gguf_check import check_gguf
-from .memory import DEFAULT_N_RS_SEQ, ContextMemory, probe_memory
+from .memory import DEFAULT_N_RS_SEQ, ContextMemory, Cut, memory_kind, probe_memory, sequence_cut_refusal
+from .sequences import MAX_SEQUENCES, MultiSequenceBatch, SequenceBatch, SequenceTokens, plan_batch
 
 #: Cells of the throwaway context :class:`LlamaContext` measures its memory in (the cost of one cell does
 #: not depend on how many there are; the probe fills two).
@@ -233,18 +235,43 @@ def _checked_settings(
     return settings
 
 
+def _check_sequences(model: LlamaModel, n_seq_max: int, kv_unified: bool, swa_full: bool) -> None:
+    """Refuse (:class:`~specviz.errors.SequenceError`) a sequence count llama.cpp does not take, or several
+    sequences on a memory kind that cannot cut one of them alone
+    (:func:`~specviz.backends.memory.sequence_cut_refusal`)."""
+    if not isinstance(n_seq_max, int) or isinstance(n_seq_max, bool) or not 1 <= n_seq_max <= MAX_SEQUENCES:
+        raise SequenceError(f"n_seq_max must be an integer in 1..{MAX_SEQUENCES} (llama.cpp's), got {n_seq_max!r}")
+    if not isinstance(kv_unified, bool):
+        raise SequenceError(f"kv_unified must be True or False, got {kv_unified!r}")
+    if n_seq_max > 1:
+        kind = memory_kind(model, swa_full)
+        why = sequence_cut_refusal(kind)
+        if why is not None:
+            raise SequenceError(f"a context of {n_seq_max} sequences is refused: {why}", kind=kind)
+
+
 def _context_params(
-    lc: Any, model: LlamaModel, settings: ContextSettings, n_threads: int | None, swa_full: bool, n_rs_seq: int | None
+    lc: Any,
+    model: LlamaModel,
+    settings: ContextSettings,
+    n_threads: int | None,
+    swa_full: bool,
+    n_rs_seq: int | None,
+    n_seq_max: int = 1,
+    kv_unified: bool = False,
 ) -> Any:
-    """llama.cpp's context parameters for ``settings``, the sliding-window cache and the recurrent-state
-    snapshots, refused (:class:`~specviz.errors.ContextError`) where llama.cpp would abort."""
+    """llama.cpp's context parameters for ``settings``, the sliding-window cache, the recurrent-state
+    snapshots and the sequences, refused (:class:`~specviz.errors.ContextError`) where llama.cpp would abort."""
     n_ctx, n_batch, n_ubatch = settings.n_ctx, settings.n_batch, settings.n_ubatch
     threads = n_threads or max(1, os.cpu_count() or 1)
     p = lc.llama_context_default_params()
     p.n_ctx = n_ctx
     p.n_batch = n_batch
     p.n_ubatch = n_ubatch
-    p.n_seq_max = 1
+    # llama.cpp splits n_ctx over the sequences unless the cache is unified (llama_context's n_ctx_seq), as
+    # llama-server does with -np N (no -kvu)
+    p.n_seq_max = n_seq_max
+    p.kv_unified = kv_unified
     p.n_threads = threads
     p.n_threads_batch = threads
     p.flash_attn_type = FLASH_ATTN_TYPE[settings.flash_attn]
@@ -297,6 +324,16 @@ class LlamaContext(ContextBase):
     (:mod:`specviz.backends.context_settings`: a refused one raises
     :class:`~specviz.errors.ContextSettingsError`); :attr:`settings` holds every setting of the context and
     :attr:`n_threads` the threads llama.cpp was given (every core when the setting is None).
+
+    ``n_seq_max`` opens the context for several sequences (llama.cpp's ``n_seq_max``, llama-server's ``-np``):
+    unless ``kv_unified``, llama.cpp gives each sequence its own share of ``n_ctx``, :attr:`n_ctx_seq`
+    positions (``n_ctx / n_seq_max`` rounded up to 256; :attr:`capacity`'s ``n_ctx`` is then the whole
+    cache). Every other method works on sequence 0 exactly as in a one-sequence context;
+    :meth:`eval_sequences` evaluates several sequences in one decode, :meth:`sequence_row` reads their
+    rows, :meth:`seq_len`, :meth:`cut_sequence` and :meth:`clear_sequence` handle one sequence's cache.
+    Several sequences need a memory that cuts one sequence alone (attention, full-size sliding window:
+    :data:`~specviz.backends.memory.SEQUENCE_CUT_KINDS`); other kinds are refused with
+    :class:`~specviz.errors.SequenceError` before the context is created.
     """
 
     def __init__(
@@ -314,13 +351,16 @@ class LlamaContext(ContextBase):
         flash_attn: str = "auto",
         cache_type_k: str = "f16",
         cache_type_v: str = "f16",
+        n_seq_max: int = 1,
+        kv_unified: bool = False,
     ) -> None:
         self.settings = _checked_settings(
             model, n_ctx, n_batch, n_ubatch, n_threads, flash_attn, cache_type_k, cache_type_v
         )
+        _check_sequences(model, n_seq_max, kv_unified, swa_full)
         lc = llama_lib()
         self.model = model
-        p = _context_params(lc, model, self.settings, n_threads, swa_full, n_rs_seq)
+        p = _context_params(lc, model, self.settings, n_threads, swa_full, n_rs_seq, n_seq_max, kv_unified)
         self.n_threads = int(p.n_threads)  # the threads llama.cpp was given (every core when n_threads is None)
         # Layer capture for EAGLE-3 on graphs that record no layer inputs (gemma3) needs an eval callback,
         # which llama.cpp only takes at creation: install the C shim switched off (it then costs nothing;
@@ -337,6 +377,11 @@ class LlamaContext(ContextBase):
             int(lc.llama_n_ctx(ctx)), int(lc.llama_n_batch(ctx)), int(lc.llama_n_ubatch(ctx)), model.n_swa
         )
         self._init_batch()
+        self.n_seq_max = int(lc.llama_n_seq_max(ctx))
+        self.n_ctx_seq = int(lc.llama_n_ctx_seq(ctx))  # positions one sequence may hold
+        self.kv_unified = kv_unified
+        self._seq_batch: MultiSequenceBatch | None = None  # eval_sequences' batch, made at its first call
+        self._sequences: SequenceBatch | None = None  # where the last eval_sequences put each sequence
         self._n_vocab = model.n_vocab
         self._row_type = ctypes.c_float * model.n_vocab  # one logits row, for zero-copy views
         self._logits_fn = c_function_address("llama_get_logits_ith")  # for native_rows()
@@ -528,6 +573,101 @@ class LlamaContext(ContextBase):
         if fn is None or ctx is None:
             return None
         return fn, int(ctx), self._n_vocab
+
+    # -- several sequences (a context opened with n_seq_max > 1) -------------------------------------------
+    def _check_seq(self, seq: int) -> None:
+        if not isinstance(seq, (int, np.integer)) or isinstance(seq, bool) or not 0 <= seq < self.n_seq_max:
+            raise SequenceError(f"sequence id {seq!r} is outside this context's 0..{self.n_seq_max - 1} (n_seq_max)")
+
+    def seq_len(self, seq: int) -> int:
+        """Positions the cache holds for sequence ``seq`` (its largest position + 1; 0 when it holds none)."""
+        self._check_seq(seq)
+        return int(llama_lib().llama_memory_seq_pos_max(self._mem, seq)) + 1
+
+    def eval_sequences(self, parts: Iterable[SequenceTokens | tuple]) -> SequenceBatch:
+        """Evaluate several sequences' tokens in one decode, as llama-server verifies its busy slots.
+
+        ``parts``: one :class:`~specviz.backends.sequences.SequenceTokens` (or tuple ``(seq, tokens, start)``
+        / ``(seq, tokens, start, rows)``) per sequence, each continuing its own cache at ``start`` and
+        keeping the logits of ``rows`` (``"all"``, ``"last"``, ``"none"`` or indices into its tokens).
+        Returns where each sequence's tokens landed; :meth:`sequence_row` reads a kept row until the next
+        decode. Refused before llama.cpp sees it (:class:`~specviz.errors.SequenceError`, nothing changed):
+        no sequences, a sequence id outside ``0..n_seq_max - 1`` or given twice, no tokens, a start that does
+        not continue the sequence's cache, positions past :attr:`n_ctx_seq`, more than ``n_batch`` tokens.
+        A decode llama.cpp refuses raises :class:`~specviz.errors.ContextError` (as :meth:`eval`).
+        """
+        cap = self.capacity
+        plan = plan_batch(
+            parts, n_seq_max=self.n_seq_max, n_ctx_seq=self.n_ctx_seq, n_batch=cap.n_batch, seq_len=self.seq_len
+        )
+        if self._seq_batch is None:
+            self._seq_batch = MultiSequenceBatch(llama_lib(), cap.n_batch, self.n_seq_max)
+        self._seq_batch.fill(plan, self._keeps_a_row)
+        spans = tuple(span for _, span in plan)
+        if self.before_eval is not None:
+            self.before_eval()
+        self.eval_count += 1
+        # sequence 0's part, for the memory's rules (ContextMemory reads the last batch of sequence 0)
+        zero = next((sp for sp in spans if sp.seq == 0), None)
+        self.last_batch = (zero.start, zero.n) if zero is not None else (0, 0)
+        self._sequences = None
+        rc = self._decode(llama_lib().llama_decode, self._ctx, self._seq_batch.batch)
+        if rc != 0:
+            raise ContextError(
+                f"llama_decode failed with code {rc} for {sum(sp.n for sp in spans)} tokens of sequences "
+                f"{[sp.seq for sp in spans]}" + (" (no free KV slot: the context is full)" if rc == 1 else "")
+            )
+        self._sequences = SequenceBatch(spans, self.eval_count)
+        return self._sequences
+
+    def eval_sequence_prompt(self, seq: int, tokens: Sequence[int], start: int = 0, *, keep_last: bool = False) -> None:
+        """Evaluate a long run of sequence ``seq``'s tokens alone, in ``n_batch`` chunks, keeping no logits, or
+        with ``keep_last`` those of its last token (then ``sequence_row(seq, len(last chunk) - 1)`` reads
+        them): a new request's prompt while the other sequences keep their caches."""
+        nb = self.capacity.n_batch
+        for i in range(0, len(tokens), nb):
+            last = keep_last and i + nb >= len(tokens)
+            self.eval_sequences([SequenceTokens(seq, tokens[i : i + nb], start + i, "last" if last else "none")])
+
+    def sequence_row(self, seq: int, i: int) -> np.ndarray:
+        """Logits of sequence ``seq``'s token ``i`` in the last :meth:`eval_sequences` batch, as a zero-copy
+        float32 view (valid until the next decode); :class:`~specviz.errors.ContextError` when the last decode
+        was not such a batch, :class:`~specviz.errors.SequenceError` when that row was not kept."""
+        got = self._sequences
+        if got is None or got.stamp != self.eval_count:
+            raise ContextError(
+                "no multi-sequence batch is current: read sequence rows after eval_sequences, before the next decode"
+            )
+        return self.row(got.index(seq, i))
+
+    def cut_sequence(self, seq: int, n_keep: int) -> Cut:
+        """Leave sequence ``seq``'s cache holding its first ``n_keep`` positions (``llama_memory_seq_rm`` of the
+        tail), the other sequences untouched. Only memory that cuts one sequence alone
+        (:data:`~specviz.backends.memory.SEQUENCE_CUT_KINDS`); on the others, and for a bad ``seq`` or
+        ``n_keep``, :class:`~specviz.errors.SequenceError` and nothing changes."""
+        self._check_seq(seq)
+        kind = self.memory.info.kind
+        why = sequence_cut_refusal(kind)
+        if why is not None:
+            raise SequenceError(f"sequence {seq} cannot be cut alone: {why}", kind=kind)
+        if not isinstance(n_keep, (int, np.integer)) or isinstance(n_keep, bool) or n_keep < 0:
+            raise SequenceError(f"n_keep must be an integer >= 0, got {n_keep!r}")
+        t0 = time.perf_counter()
+        held = self.seq_len(seq)
+        if n_keep >= held:
+            return Cut("none", held, held, 0.0)
+        if not llama_lib().llama_memory_seq_rm(self._mem, seq, int(n_keep), -1):
+            raise ContextError(f"llama.cpp refused to remove sequence {seq}'s cache tail from position {n_keep}")
+        return Cut("truncate", held, int(n_keep), time.perf_counter() - t0)
+
+    def clear_sequence(self, seq: int) -> None:
+        """Drop every position of sequence ``seq`` (a finished request's slot, free for the next), on every
+        memory kind; the other sequences keep theirs."""
+        self._check_seq(seq)
+        if not llama_lib().llama_memory_seq_rm(self._mem, seq, -1, -1):
+            raise ContextError(f"llama.cpp refused to clear sequence {seq}")
+        if seq == 0:
+            self.memory.forget()
 
     def _free_batch(self) -> None:
         llama_lib().llama_batch_free(self._batch)

@@ -89,6 +89,9 @@ __all__ = [
     "Cut",
     "ContextMemory",
     "probe_memory",
+    "memory_kind",
+    "SEQUENCE_CUT_KINDS",
+    "sequence_cut_refusal",
     "ring_cells",
     "ring_draft_limit",
     "ring_covers",
@@ -98,6 +101,12 @@ __all__ = [
 
 #: The memory kinds, in the order ``specviz info`` explains them.
 KINDS = ("attention", "sliding-window", "ring", "recurrent", "hybrid")
+
+#: The kinds whose cache holds several sequences and drops one sequence's tail alone
+#: (``llama_memory_seq_rm`` of that sequence): a KV cache of every position, plain or full-size sliding
+#: window. The others keep a state per sequence that only a per-sequence checkpoint rolls back, or a ring
+#: whose coverage is tracked for one sequence (:func:`sequence_cut_refusal`).
+SEQUENCE_CUT_KINDS = ("attention", "sliding-window")
 
 #: Bytes of saved states one context keeps for rollbacks and rewinds (the newest state, the one after the
 #: prompt and the verify checkpoint are kept even beyond it).
@@ -228,6 +237,37 @@ def rollback_refusal(info: MemoryInfo, what: str = "the target") -> str | None:
     )
 
 
+def memory_kind(model: MemoryModel, swa_full: bool) -> str:
+    """The kind (one of :data:`KINDS`) of the memory a context of ``model`` has, from the model's facts and
+    the context's ``swa_full`` alone: known before the context is created."""
+    lc = llama_lib()
+    if lc.llama_model_is_recurrent(model.ptr):
+        return "recurrent"
+    if lc.llama_model_is_hybrid(model.ptr):
+        return "hybrid"
+    if int(model.n_swa) > 0:
+        return "sliding-window" if swa_full else "ring"
+    return "attention"
+
+
+def sequence_cut_refusal(kind: str) -> str | None:
+    """Why a context with memory ``kind`` cannot hold several sequences and cut one of them back alone (None
+    when it can: :data:`SEQUENCE_CUT_KINDS`), with what to do instead."""
+    if kind in SEQUENCE_CUT_KINDS:
+        return None
+    if kind == "ring":
+        return (
+            "the ring-sized sliding-window cache (swa_full=False) overwrites keys as each sequence moves on, and "
+            "what it still holds is tracked for one sequence only; use the full-size cache (swa_full=True, "
+            "--swa-full) for several sequences"
+        )
+    return (
+        f"{kind} memory cannot remove one sequence's tail: a cut needs a partial-state checkpoint of that "
+        "sequence, which specviz keeps for one sequence per context; run each sequence in a context of its "
+        "own (n_seq_max=1)"
+    )
+
+
 def probe_memory(
     model: MemoryModel,
     ctx_ptr: Any,
@@ -263,18 +303,10 @@ def probe_memory(
     mptr = model.ptr
     run = ctx_ptr if scratch_ptr is None else scratch_ptr  # the context the probe evaluates in
     mem = lc.llama_get_memory(run)
-    recurrent = bool(lc.llama_model_is_recurrent(mptr))
-    hybrid = bool(lc.llama_model_is_hybrid(mptr))
+    kind = memory_kind(model, swa_full)
+    recurrent, hybrid = kind == "recurrent", kind == "hybrid"
     n_swa = int(model.n_swa)
     n_rs_seq = int(lc.llama_n_rs_seq(ctx_ptr))
-    if recurrent:
-        kind = "recurrent"
-    elif hybrid:
-        kind = "hybrid"
-    elif n_swa > 0:
-        kind = "sliding-window" if swa_full else "ring"
-    else:
-        kind = "attention"
     weights = int(lc.llama_model_size(mptr))
     if not mem:
         return MemoryInfo(kind, "no", 0, n_swa, swa_full, 0, 0, 0, 0, 0, 0, weights)
