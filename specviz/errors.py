@@ -132,3 +132,9 @@ class RingCoverageError(RewindError):
 class LlamaServerError(SpecvizError, RuntimeError):
     """llama-server could not be found, started or asked (no binary built, it exited at start, a request
     failed); the message says which, with the end of the server's log where there is one."""
+
+
+class RecordingError(SpecvizError, ValueError):
+    """A recording (or a session's events) does not hold what was asked of it (for example per-position
+    acceptance from a recording in which nothing was drafted); the message says what is missing and what
+    to record instead."""

@@ -168,9 +168,11 @@ class Diagnosis:
         g = _group(self.tokens, lambda r: r.token_class)
         return {c: g[c] for c in TOKEN_CLASSES if c in g}
 
-    def by_depth(self) -> list[dict[str, Any]]:
-        """Acceptance by draft depth (0-based), given the target reached that depth."""
-        g = _group(self.tokens, lambda r: r.depth)
+    def by_depth(self, strategy: str | None = None) -> list[dict[str, Any]]:
+        """Acceptance by draft depth (0-based), given the target reached that depth; of ``strategy``'s drafts
+        alone when it is given."""
+        rows = self.tokens if strategy is None else [r for r in self.tokens if r.strategy == strategy]
+        g = _group(rows, lambda r: r.depth)
         return [{"depth": d, **g[d]} for d in sorted(g)]
 
     def by_confidence(self) -> list[dict[str, Any]]:

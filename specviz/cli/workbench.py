@@ -59,6 +59,8 @@ def cmd_advise(args: argparse.Namespace) -> int:
     """``specviz advise FILE.jsonl``: the draft settings with the best expected tokens/s, and llama.cpp flags;
     with ``--check-server``, measured in llama-server beside the prediction (:mod:`specviz.cli.server`)."""
     events = _read(args.file)
+    if getattr(args, "synth_rates", False):
+        return _synth_rates(args, events)
     for_server = bool(getattr(args, "for_server", False) or getattr(args, "check_server", False))
     cost, fresh = _cost_file(args.verify_cost), bool(getattr(args, "fresh", False))
     if fresh and cost is None:
@@ -69,6 +71,20 @@ def cmd_advise(args: argparse.Namespace) -> int:
     if getattr(args, "check_server", False):
         return check_server(args, adv, events)
     print(json.dumps(adv.to_dict(), ensure_ascii=False) if args.json else adv.report())
+    return 0
+
+
+def _synth_rates(args: argparse.Namespace, events: list) -> int:
+    """``specviz advise FILE --synth-rates``: the recording's acceptance by draft position as llama-server's
+    ``--spec-synth-rates`` and ``--spec-synth-len`` (:mod:`specviz.analysis.synth_rates`)."""
+    from ..analysis.synth_rates import synth_rates
+    from ..errors import RecordingError
+
+    try:
+        sr = synth_rates(events)
+    except RecordingError as e:
+        raise UsageError(f"argument FILE: {e}") from None
+    print(json.dumps(sr.to_dict(), ensure_ascii=False) if args.json else sr.report())
     return 0
 
 
@@ -93,6 +109,12 @@ def add_commands(sub: Any) -> None:
                 action="store_true",
                 help="measure the verify cost on this machine now with the recorded model (or --model) and check "
                 "the recorded times against it: where they are slower beyond noise, the advice is scored with it",
+            )
+            p.add_argument(
+                "--synth-rates",
+                action="store_true",
+                help="print the recording's acceptance by draft position as llama-server's --spec-synth-rates "
+                "(unconditional, one per position) and --spec-synth-len, instead of the advice",
             )
             add_check_server_options(p)
         p.set_defaults(func=func)
