@@ -18,7 +18,7 @@ from specviz.decoding.acceptor import accept
 from specviz.decoding.constrained import GrammarState
 from specviz.decoding.request import request_grammar
 from specviz.decoding.sampling import SamplingParams, probs_from_logits
-from specviz.errors import GrammarError
+from specviz.errors import GrammarError, SessionStateError
 
 #: Words of the tiny model's vocabulary (SentencePiece pieces: "▁the" is " the"), in a loop the n-gram
 #: drafters can follow.
@@ -154,10 +154,15 @@ def test_a_grammar_with_no_allowed_token_ends_with_the_position_and_the_session_
     s.start(PROMPT, 8, "none", grammar=gbnf)
     with pytest.raises(GrammarError) as e:
         s.run()  # " the" (in one token or in several), then the dead end
-    assert e.value.position is not None and e.value.position >= s.n_prompt
-    kv, n = s.kv_length, len(s.history)
-    assert kv == n - 1  # the cache holds what the history says: the refused round changed nothing
-    s.rewind(0)
+    at = e.value.position
+    assert at == len(s.history) and s.tokens and s.text == " the"  # the position after " the"
+    assert s.finished == "error" and s.events[-1].kind == "finished"
+    assert s.kv_length == len(s.history) - 1  # the cache holds what the history says: nothing was committed
+    assert s.round_index == s.events[-1].round  # the refused round is not counted
+    with pytest.raises(SessionStateError):
+        s.step()
+    s.rewind(1)  # the session is usable: back to an earlier round, and a new generation
+    assert s.finished is None and s.generation.grammar is not None
     s.start(PROMPT, 4, "none")
     s.run()
     assert len(s.tokens) > 0

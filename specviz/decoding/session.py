@@ -21,7 +21,7 @@ import numpy as np
 
 from ..backends.context_settings import ContextSettings
 from ..backends.llama import LlamaContext, LlamaModel
-from ..errors import SessionStateError
+from ..errors import GrammarError, SessionStateError
 from ..models.draft_cache import DraftModelCache
 from ..strategies import resolve_strategy, strategy_names, strategy_schema
 from ..strategies.base import Drafter
@@ -374,21 +374,26 @@ class Session:
         with self._lock:
             g, drafter, out, pending = self.generation, self.drafter, begun.out, begun.pending
             assert drafter is not None and pending is not None
-            res = finish_round(
-                pending,
-                self.ctx,
-                drafter,
-                g.history,
-                rows,
-                row,
-                verify_started,
-                params=g.sampling,
-                rng=self.rng,
-                is_eog=self.model.is_eog,
-                record_margins=self.record_margins,
-                stop=self._stop_fn(),
-                grammar=g.grammar,
-            )
+            try:
+                res = finish_round(
+                    pending,
+                    self.ctx,
+                    drafter,
+                    g.history,
+                    rows,
+                    row,
+                    verify_started,
+                    params=g.sampling,
+                    rng=self.rng,
+                    is_eog=self.model.is_eog,
+                    record_margins=self.record_margins,
+                    stop=self._stop_fn(),
+                    grammar=g.grammar,
+                )
+            except GrammarError:  # no token is allowed here: the generation ends, nothing committed
+                g.round_index -= 1
+                self._finish("error", out)
+                raise
             g.prefilled = False
             g.last_result = res
             self.machine.sample()
