@@ -48,6 +48,35 @@ def test_the_prometheus_counters_are_read():
     assert parse_metrics("") == parse_metrics("# nothing\n")
 
 
+# as tools/server/server-task.cpp's to_metrics writes them: a counter and a gauge (six digits, stringstream)
+BUSY = (
+    (
+        "# HELP llamacpp:n_decode_total Total number of llama_decode() calls, excluding speculative decoding and "
+        "multimodal decoding\n"
+    )
+    + """# TYPE llamacpp:n_decode_total counter
+llamacpp:n_decode_total 300
+# HELP llamacpp:n_busy_slots_per_decode Average number of busy slots per llama_decode() call
+# TYPE llamacpp:n_busy_slots_per_decode gauge
+llamacpp:n_busy_slots_per_decode 2.33333
+"""
+)
+
+
+def test_the_decodes_and_the_busy_slots_per_decode_are_read():
+    m = parse_metrics(METRICS + BUSY)
+    assert m.decodes == 300 and m.busy_slots_per_decode == 2.33333
+    assert m.to_dict()["busy_slots_per_decode"] == 2.33333 and m.to_dict()["decodes"] == 300
+    # 100 decodes with one busy slot each, then 200 with three: 3 per decode in between
+    before = parse_metrics(BUSY.replace(" 300", " 100").replace("2.33333", "1"))
+    d = metrics_delta(m, before)
+    assert d.decodes == 200 and d.busy_slots_per_decode == pytest.approx(3.0, rel=1e-5)
+    assert metrics_delta(m, m).busy_slots_per_decode is None  # no decode in between
+    old = parse_metrics(METRICS)  # a server that does not print them
+    assert old.decodes is None and old.busy_slots_per_decode is None
+    assert metrics_delta(m, old).busy_slots_per_decode is None
+
+
 REQUESTS = [
     {
         "messages": [{"role": "user", "content": "1, 2, 3, 4, 5, 6, 7, 8, 1, 2, 3, 4,"}],
@@ -97,8 +126,10 @@ def test_the_same_requests_give_the_same_counters(server, chat_model, request_lo
     for name in ("drafts", "draft_tokens", "accepted", "tokens_predicted", "accepted_per_pos", "prompt_tokens"):
         assert getattr(a, name) == getattr(b, name), name
     assert a.draft_tokens > a.accepted > 0 and a.tokens_predicted == 88
+    assert a.decodes and a.decodes > 0 and a.busy_slots_per_decode == b.busy_slots_per_decode == 1.0  # one by one
     text = cmp.report()
     assert "acceptance rate" in text and "accepted at position 0" in text and "they agree" in text
+    assert "busy slots per decode" in text
     assert "<table>" in cmp._repr_html_()
 
 

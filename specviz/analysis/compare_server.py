@@ -6,8 +6,10 @@ through the server's generation loop (:func:`~specviz.analysis.server_repro.run_
 the server's configuration (its command line, :func:`~specviz.analysis.server_args.parse_server_args`,
 else what ``/slots`` and ``/props`` tell); and sets the two side by side: acceptance rate, draft tokens
 per verification step, per-position acceptance (the server's figure: steps accepted up to position ``i``
-over all steps), generated and prompt tokens. Where they differ, :attr:`ServerComparison.findings` says
-so in words and names the setting that would explain it.
+over all steps, from ``spec_decode_num_accepted_tokens_per_pos_total``), generated and prompt tokens, and
+the server's decodes with its busy slots per decode (``n_busy_slots_per_decode``: how many requests shared
+each decode; the reproduction runs one request at a time, 1). Where they differ,
+:attr:`ServerComparison.findings` says so in words and names the setting that would explain it.
 
 With ``send=True`` the requests are first sent to the server (``POST /v1/chat/completions``) and only
 what they added to its counters is compared; otherwise the counters are taken as they are — everything
@@ -63,6 +65,9 @@ class ServerComparison:
         def pct(x: float) -> str:
             return f"{x:.1%}"
 
+        def known(x: float | None, fmt: str) -> str:
+            return "—" if x is None else format(x, fmt)
+
         out = [
             ("requests", "—" if not self.sent else str(self.n_requests), str(self.n_requests)),
             ("generated tokens", str(a.tokens_predicted), str(b.tokens_predicted)),
@@ -72,6 +77,8 @@ class ServerComparison:
             ("accepted tokens", str(a.accepted), str(b.accepted)),
             ("acceptance rate", pct(a.acceptance), pct(b.acceptance)),
             ("draft tokens per step", f"{a.mean_draft_length:.2f}", f"{b.mean_draft_length:.2f}"),
+            ("decodes", known(a.decodes, "d"), known(b.decodes, "d")),
+            ("busy slots per decode", known(a.busy_slots_per_decode, ".2f"), known(b.busy_slots_per_decode, ".2f")),
         ]
         pa, pb = a.per_position(), b.per_position()
         for i in range(max(len(pa), len(pb))):
@@ -268,6 +275,7 @@ def _summed(runs: list[ServerLikeRun], prompt_tokens: int) -> ServerMetrics:
         tokens_predicted=sum(len(x.tokens) for x in runs),
         predicted_seconds=sum(x.decode_seconds for x in runs),
         prompt_tokens=prompt_tokens,
+        busy_slots_per_decode=1.0 if runs else None,  # one request at a time: every decode holds one
     )
 
 
@@ -406,6 +414,12 @@ def explain(c: ServerComparison) -> list[str]:
             why.append(
                 f"llama-server keeps {cfg.strategy}'s statistics across requests, specviz starts each request "
                 "afresh: the server's later requests draft from what earlier ones left"
+            )
+        if (a.busy_slots_per_decode or 0.0) > 1.0 + COUNT_TOLERANCE:
+            why.append(
+                f"the server decoded {a.busy_slots_per_decode:.2f} busy slots per decode (requests served together "
+                "in one batch, specviz's one at a time): a batch's composition changes the target's numerics at "
+                "near-ties"
             )
         if not why:
             why.append(

@@ -10,10 +10,20 @@ speculative decoding:
   draft was accepted at least up to position ``i`` (0-based);
 * ``llamacpp:tokens_predicted_total`` / ``tokens_predicted_seconds_total`` — the generation's tokens and
   time; ``prompt_tokens_total`` + ``prompt_tokens_cached_total`` — the prompts' tokens (processed, and
-  reused from the prompt cache).
+  reused from the prompt cache);
+* ``llamacpp:n_decode_total`` — the target's ``llama_decode`` calls of the server's main loop (prompt
+  batches and generation batches alike; a verify batch is one of them, holding every busy slot's rows);
+* ``llamacpp:n_busy_slots_per_decode`` — a gauge: over those calls, the slots that were busy (processing a
+  request, prompt or generation) at each, on average (``n_busy_slots / max(n_decode, 1)``).
+
+The speculative counters and the per-position ones are added when a request finishes
+(``metrics_on_prediction``); the per-position series has one sample per position up to the server's draft
+length (``common_speculative_n_max``) and is left out until a request that speculated has finished.
 
 They count every request since the server started. :func:`metrics_delta` subtracts two readings, to count
-only the requests sent in between.
+only the requests sent in between; the busy slots per decode between them come from the gauge times
+``n_decode_total`` at each reading (the server's running sum, which it does not print; the gauge's six
+printed digits bound the error).
 """
 
 from __future__ import annotations
@@ -36,6 +46,9 @@ class ServerMetrics:
     tokens_predicted: int = 0
     predicted_seconds: float = 0.0
     prompt_tokens: int = 0  #: prompt tokens, processed or reused from the cache
+    decodes: int | None = None  #: the main loop's ``llama_decode`` calls (``n_decode_total``; None: not known)
+    #: busy slots per decode over those calls (``n_busy_slots_per_decode``; None: not known)
+    busy_slots_per_decode: float | None = None
     raw: dict[str, float] = field(default_factory=dict, repr=False)
 
     @property
@@ -71,6 +84,8 @@ class ServerMetrics:
             "tokens_predicted": self.tokens_predicted,
             "predicted_seconds": self.predicted_seconds,
             "prompt_tokens": self.prompt_tokens,
+            "decodes": self.decodes,
+            "busy_slots_per_decode": self.busy_slots_per_decode,
         }
 
 
@@ -99,6 +114,8 @@ def parse_metrics(text: str) -> ServerMetrics:
         tokens_predicted=int(raw.get("tokens_predicted_total", 0)),
         predicted_seconds=float(raw.get("tokens_predicted_seconds_total", 0.0)),
         prompt_tokens=int(raw.get("prompt_tokens_total", 0) + raw.get("prompt_tokens_cached_total", 0)),
+        decodes=int(raw["n_decode_total"]) if "n_decode_total" in raw else None,
+        busy_slots_per_decode=raw.get("n_busy_slots_per_decode"),
         raw=raw,
     )
 
@@ -118,5 +135,16 @@ def metrics_delta(after: ServerMetrics, before: ServerMetrics) -> ServerMetrics:
         tokens_predicted=after.tokens_predicted - before.tokens_predicted,
         predicted_seconds=after.predicted_seconds - before.predicted_seconds,
         prompt_tokens=after.prompt_tokens - before.prompt_tokens,
+        decodes=None if after.decodes is None or before.decodes is None else after.decodes - before.decodes,
+        busy_slots_per_decode=_busy_between(after, before),
         raw={k: after.raw.get(k, 0.0) - before.raw.get(k, 0.0) for k in after.raw},
     )
+
+
+def _busy_between(after: ServerMetrics, before: ServerMetrics) -> float | None:
+    """Busy slots per decode over the decodes between two readings: each reading's gauge times its decodes
+    is the server's running sum of busy slots (None when a reading lacks one, or no decode came between)."""
+    n_a, n_b, g_a, g_b = after.decodes, before.decodes, after.busy_slots_per_decode, before.busy_slots_per_decode
+    if n_a is None or n_b is None or g_a is None or g_b is None or n_a <= n_b:
+        return None
+    return (g_a * n_a - g_b * n_b) / (n_a - n_b)
