@@ -127,7 +127,8 @@ def test_greedy_speculation_under_a_grammar_is_plain_constrained_greedy(tiny_ses
 
 def test_a_rewind_and_a_snapshot_carry_the_grammars_state(tiny_session, tiny_model):
     s = tiny_session
-    s.start(PROMPT, 40, "ngram-simple", grammar=WORDS)
+    started = s.start(PROMPT, 40, "ngram-simple", grammar=WORDS)
+    assert started.grammar == WORDS  # recordings say which grammar the tokens obey
     s.run()
     whole = list(s.tokens)
     s.rewind(3)

@@ -71,7 +71,8 @@ class SessionStarted(Event):
     ``stop`` lists the stop strings. ``prefill`` is how the prompt was evaluated (``all-but-last``, as
     speculative-simple, or ``whole``, as llama-server: see :class:`~specviz.Session`). ``load_average`` is the
     system's load average (1, 5, 15 minutes) when the session started (None where the system reports none,
-    and in recordings made before it was recorded)."""
+    and in recordings made before it was recorded). ``grammar`` is the GBNF grammar every generated token
+    obeys (a JSON schema's conversion; None: none, and in older recordings)."""
 
     kind: ClassVar[str] = "session_started"
     model: str = ""
@@ -95,6 +96,7 @@ class SessionStarted(Event):
     chat_template: str | None = None
     prefill: str = "all-but-last"
     load_average: tuple[float, float, float] | None = None
+    grammar: str | None = None
 
 
 @dataclass(frozen=True)

@@ -181,6 +181,7 @@ def started_event(
         n_swa=cap.n_swa,
         n_vocab=model.n_vocab,
         stop=g.stop,
+        grammar=g.grammar.gbnf if g.grammar is not None else None,
         messages=tuple(messages),
         chat_template=(chat_template or "model") if messages else None,
         prefill=prefill,
