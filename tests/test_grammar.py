@@ -137,6 +137,12 @@ def test_a_rewind_and_a_snapshot_carry_the_grammars_state(tiny_session, tiny_mod
     s.run()
     assert s.tokens == whole
     s.rewind(2)
+    fork = s.fork()  # a fork is a snapshot restored beside the session: its grammar state goes with it
+    try:
+        fork.run()
+        assert fork.tokens == whole
+    finally:
+        fork.close()
     blob = s.snapshot()
     other = Session.restore(blob, model=tiny_model)
     try:
@@ -145,6 +151,18 @@ def test_a_rewind_and_a_snapshot_carry_the_grammars_state(tiny_session, tiny_mod
         assert other.tokens == whole
     finally:
         other.close()
+
+
+def test_a_refused_grammar_leaves_the_generation_as_it_was(tiny_session):
+    s = tiny_session
+    s.start(PROMPT, 6, "none", grammar=WORDS)
+    s.run()
+    before = (list(s.history), s.generation.grammar)
+    with pytest.raises(GrammarError, match="Undefined rule identifier 'y'"):
+        s.start(PROMPT, 6, "none", grammar="root ::= y")
+    with pytest.raises(GrammarError, match="not both"):
+        s.check_start(PROMPT, 6, "none", grammar=WORDS, json_schema={"type": "string"})
+    assert (list(s.history), s.generation.grammar) == before
 
 
 def test_a_grammar_with_no_allowed_token_ends_with_the_position_and_the_session_usable(tiny_session):
