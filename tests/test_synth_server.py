@@ -10,11 +10,12 @@ import shlex
 
 import pytest
 from native_util import native_tool
-from test_synth_rates import hand_worked
+from test_synth_rates import hand_worked, record
 
 from specviz.analysis.llama_server import LlamaServer
 from specviz.analysis.synth_rates import synth_rates
 from specviz.analysis.synth_server import measure_synthetic, synthetic_args, synthetic_curve
+from specviz.cli.main import main
 from specviz.errors import KnobError, LlamaServerError
 
 CONTEXT = ["-c", "2048", "-t", "1", "-np", "1"]
@@ -80,3 +81,27 @@ def test_the_servers_counters_under_the_rates_are_consistent_with_them(tiny_mode
     assert recorded.plain_tokens_per_second > 0 and recorded.synthetic_tokens_per_second > 0
     assert recorded.speedup > 0 and "--spec-synth-rates 0.8,0.6,0.6,0.6" in recorded.report()
     json.dumps(recorded.to_dict())
+
+
+def test_the_command_line_refuses_a_missing_model_before_a_server_starts(tmp_path, capsys):
+    path = record(hand_worked(), tmp_path / "rec.jsonl")
+    assert main(["advise", path, "--synth-rates", "--check-server"]) == 2
+    assert "option --model" in capsys.readouterr().err
+
+
+@pytest.mark.tools
+@pytest.mark.slow
+def test_the_command_line_measures_the_recordings_rates_in_the_server(tiny_model_path, tmp_path, capsys):
+    native_tool("llama-server")
+    path = record(hand_worked(), tmp_path / "rec.jsonl")
+    argv = ["advise", path, "--synth-rates", "--check-server", "--model", str(tiny_model_path), "-t", "1"]
+    assert main([*argv, "--max-tokens", "64", "--server-args", "-c 1024", "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    chk = d["server_check"]
+    assert d["synth_rates"] == pytest.approx(chk["rates"]) and chk["metrics"]["drafts"] > 0 and chk["speedup"] > 0
+    assert "-c" in chk["args"] and chk["args"][chk["args"].index("-c") + 1] == "1024"
+    assert main([*argv, "--max-tokens", "32"]) == 0
+    out = capsys.readouterr().out
+    assert "--spec-synth-rates 0.8,0.6,0.6,0.6" in out and "in llama-server on this machine" in out
+    assert main([*argv, "--server-args", "--spec-type ngram-mod"]) == 2
+    assert "synthetic server's drafting is set by specviz" in capsys.readouterr().err

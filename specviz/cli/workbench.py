@@ -84,8 +84,50 @@ def _synth_rates(args: argparse.Namespace, events: list) -> int:
         sr = synth_rates(events)
     except RecordingError as e:
         raise UsageError(f"argument FILE: {e}") from None
-    print(json.dumps(sr.to_dict(), ensure_ascii=False) if args.json else sr.report())
+    if not getattr(args, "check_server", False):
+        print(json.dumps(sr.to_dict(), ensure_ascii=False) if args.json else sr.report())
+        return 0
+    run = _measure_synthetic(args, events, sr.rates)
+    if args.json:
+        print(json.dumps({**sr.to_dict(), "server_check": run.to_dict()}, ensure_ascii=False))
+    else:
+        print(sr.report())
+        print()
+        print(f"in llama-server on this machine ({run.n_predict} tokens x {run.repeats}): {run.report()}")
     return 0
+
+
+def _measure_synthetic(args: argparse.Namespace, events: list, rates: Any) -> Any:
+    """``--synth-rates --check-server``: the rates measured in llama-server on the recording's model (or
+    ``--model``), every option checked before a server starts (:mod:`specviz.analysis.synth_server`)."""
+    import os
+    import shlex
+
+    from ..analysis.llama_server import find_server_binary
+    from ..analysis.synth_server import measure_synthetic
+    from ..errors import KnobError, LlamaServerError
+    from .options import int_option
+
+    repeats = int_option("--repeats", args.repeats, 1, 50)
+    n_predict = 128 if args.max_tokens is None else int_option("--max-tokens", args.max_tokens, 1, 1 << 16)
+    threads = (os.cpu_count() or 1) if args.threads is None else int_option("--threads", args.threads, 1, 512)
+    model = args.model or next((getattr(e, "model", None) for e in events if e.kind == "session_started"), None)
+    if not model or not Path(model).is_file():
+        raise UsageError(f"option --model: the recording's model {model!r} is not a file here; pass --model")
+    try:
+        binary = find_server_binary(args.server_binary)
+    except LlamaServerError as e:
+        raise UsageError(str(e)) from None
+    extra = ["-t", str(threads), *shlex.split(args.server_args or "")]
+    n_ctx = next((getattr(e, "n_ctx", None) for e in events if e.kind == "session_started"), None)
+    if n_ctx and not {"-c", "--ctx-size"} & set(extra):
+        extra += ["-c", str(n_ctx)]  # the recording's context, not the model's training length
+    if not {"-np", "--parallel"} & set(extra):
+        extra += ["-np", "1"]  # one request at a time: one slot holds the whole context
+    try:
+        return measure_synthetic(model, rates, n_predict=n_predict, repeats=repeats, args=extra, binary=binary)
+    except KnobError as e:
+        raise UsageError(f"option --server-args: {e}") from None
 
 
 def add_commands(sub: Any) -> None:
