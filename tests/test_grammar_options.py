@@ -91,3 +91,38 @@ def test_a_logged_request_with_any_json_or_a_grammar():
         parse_request({"messages": msgs, "grammar": "root ::= y"}, "r")
     with pytest.raises(ValueError, match="response_format"):
         parse_request({"messages": msgs, "response_format": {"type": "xml"}}, "r")
+
+
+@pytest.mark.slow
+def test_a_sweep_under_a_grammar_records_it_and_resumes_only_with_it(tiny_model_path, tmp_path):
+    from specviz.sweep import GridSpec, LocalExecutor, ResumeError, build_grid, load_dataset, read_results, run_sweep
+    from specviz.sweep.worker import grammar_label
+
+    log = tmp_path / "requests.jsonl"
+    ask = {"messages": [{"role": "user", "content": "the cat of the dog"}]}
+    lines = [dict(ask, id="free"), dict(ask, id="json", json_schema={"type": "object"})]
+    log.write_text("\n".join(json.dumps(x) for x in lines) + "\n")
+    words = 'root ::= (" the" | " a" | " of")+'
+    grid = build_grid(GridSpec(strategies=["ngram-simple"], knobs={}, temperatures=[0], max_tokens=12))
+    out = tmp_path / "r.parquet"
+
+    def sweep(grammar):
+        return run_sweep(
+            load_dataset(str(log)),
+            grid,
+            out,
+            model=tiny_model_path,
+            executor=LocalExecutor(1),
+            threads=1,
+            progress=False,
+            grammar=grammar,
+        )
+
+    sweep(words)
+    df = read_results(out)
+    by_id = dict(zip(df["question_id"], df["grammar"]))
+    assert by_id["free"] == grammar_label(words)  # the sweep's grammar
+    assert by_id["json"] not in ("", grammar_label(words))  # the request's own schema
+    assert set(df["sweep_grammar"]) == {grammar_label(words)}
+    with pytest.raises(ResumeError, match="sweep_grammar"):
+        sweep(None)

@@ -16,6 +16,7 @@ from ..errors import KnobError
 from ..sweep.chat import PROMPT_FORMATS
 from ..sweep.dataset import DatasetError, check_dataset_spec, load_dataset
 from ..sweep.grid import GridError, GridSpec, build_grid, parse_knob_flag, read_grid_file
+from .grammar_options import add_grammar_options, grammar_request
 from .options import UsageError, int_option, warn
 from .settings_options import add_settings_options, check_settings_for, gpu_layers_of, settings_of
 
@@ -62,6 +63,7 @@ def add_commands(sub: Any) -> None:
         help="a draft GGUF for the draft strategy (repeatable; each is a setting)",
     )
     sw.add_argument("--grid", metavar="FILE", help="a .toml or .yaml grid file; flags override its keys")
+    add_grammar_options(sw)
     sw.add_argument("--max-tokens", default=None, help="tokens to generate per turn (default 128)")
     sw.add_argument("--repeats", default=None, help="runs of each (prompt, setting) (default 1)")
     sw.add_argument("--seed", default=None, help="base of the per-prompt sampling seeds (default 0)")
@@ -171,7 +173,9 @@ def _validate_sweep(args: argparse.Namespace) -> dict[str, Any]:
         raise UsageError(str(e)) from None
     for problem in dataset.refused:
         warn(f"refused {problem}")
+    grammar = grammar_request(args, None).get("grammar")  # checked before any model loads
     return {
+        "grammar": grammar,
         "dataset": dataset,
         "grid": grid,
         "n_ctx": n_ctx,
@@ -238,6 +242,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             executor=executor,
             n_ctx=cfg["n_ctx"],
             context=cfg["context"],
+            grammar=cfg["grammar"],
             prompt_format=args.prompt_format,
             threads=cfg["threads"],
             progress=not args.no_progress,

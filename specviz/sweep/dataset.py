@@ -50,7 +50,8 @@ class Prompt:
     ``completion`` marks a raw completion prompt (the built-in workloads), which is never wrapped in a
     chat template: it was written for a base model to continue. ``messages`` holds a logged conversation
     ((role, content) pairs, from a request log): it is generated as one request, its earlier assistant
-    messages as logged.
+    messages as logged. ``grammar`` is the GBNF grammar the request asked its output to obey (a request log's
+    ``grammar``, ``json_schema`` or ``response_format``), None without one.
     """
 
     id: str
@@ -58,6 +59,7 @@ class Prompt:
     turns: tuple[str, ...]
     completion: bool = False
     messages: tuple[tuple[str, str], ...] = ()
+    grammar: str | None = None
 
 
 @dataclass
@@ -120,7 +122,10 @@ def load_dataset(spec: str, *, skip_bad_lines: bool = False) -> Dataset:
     problems: list[str] = []
     if path.suffix.lower() == ".jsonl" and looks_like_request_log(path):
         requests, problems = read_request_log(path)
-        prompts = [Prompt(r.id, r.model or "requests", r.user_turns, messages=r.messages) for r in requests]
+        prompts = [
+            Prompt(r.id, r.model or "requests", r.user_turns, messages=r.messages, grammar=r.options.get("grammar"))
+            for r in requests
+        ]
     elif path.suffix.lower() == ".txt":
         prompts = [
             Prompt(f"line-{n}", path.stem, (line,)) for n, line in enumerate(text.splitlines(), start=1) if line.strip()

@@ -28,7 +28,16 @@ from .dataset import Dataset
 from .grid import Grid
 from .progress import SweepProgress
 from .results import ResultStore
-from .worker import DEFAULT_CONTEXT, RunConfig, Task, TaskResult, context_label, local_initializer, run_task
+from .worker import (
+    DEFAULT_CONTEXT,
+    RunConfig,
+    Task,
+    TaskResult,
+    context_label,
+    grammar_label,
+    local_initializer,
+    run_task,
+)
 
 #: How often a task may be in flight when its local worker process dies before it counts as failed.
 MAX_ATTEMPTS = 3
@@ -213,6 +222,7 @@ def run_sweep(
     progress: bool = True,
     on_result: Callable[[TaskResult], None] | None = None,
     context: dict[str, Any] | None = None,
+    grammar: str | None = None,
 ) -> SweepSummary:
     """Run (or resume) a sweep of ``dataset`` over ``grid`` into the Parquet file ``output``.
 
@@ -220,6 +230,9 @@ def run_sweep(
     ``cache_type_v``, ``n_batch``, ``n_ubatch``; :class:`~specviz.backends.context_settings.ContextSettings`)
     and the model's placement (``n_gpu_layers``: each worker loads the model with that many layers on a GPU
     build's GPU); rows record them (the ``context`` column) and a file made with others is not resumed.
+    ``grammar``: a checked GBNF grammar every prompt's output obeys (a prompt from a request log that gives
+    its own keeps it); rows record the grammar used (the ``grammar`` column,
+    :func:`~specviz.sweep.worker.grammar_label`) and a file made with another sweep-wide grammar is not resumed.
 
     ``model`` defaults to the embedded model; ``executor`` to a :class:`LocalExecutor` with one worker
     per core. Rows already in ``output`` are skipped. ``on_result`` is called with each finished task's
@@ -237,8 +250,9 @@ def run_sweep(
             "max_tokens": grid.max_tokens,
             "grid_seed": grid.seed,
             "context": context_label(dict(ctx_pairs)),
+            "sweep_grammar": grammar_label(grammar),
         },
-        missing={"context": DEFAULT_CONTEXT},
+        missing={"context": DEFAULT_CONTEXT, "sweep_grammar": ""},
     )
     bar = None
     try:
@@ -252,6 +266,7 @@ def run_sweep(
             n_threads=threads or executor.threads_per_task(),
             grid_seed=grid.seed,
             context=ctx_pairs,
+            grammar=grammar,
         )
         total = len(dataset.prompts) * len(grid.settings) * grid.repeats
         grid_keys = {(p.id, s.key, r) for p in dataset.prompts for s in grid.settings for r in range(grid.repeats)}

@@ -28,8 +28,9 @@ weights and caches), ``checkpoints``, ``checkpoint_bytes`` and ``restore_seconds
 turns, draft context included), ``marks_bytes`` (saved states held at most) and ``peak_rss_bytes`` (the
 worker process's peak resident memory so far); ``tokens`` (every turn's output ids, concatenated),
 ``turn_lengths``, ``model``, ``max_tokens``, ``grid_seed``, ``context`` (the context settings as llama.cpp
-flags: ``-fa auto -ctk f16 -ctv f16 -b 512 -ub 512``), ``worker`` (host:pid) and ``finished_at`` (Unix
-time).
+flags: ``-fa auto -ctk f16 -ctv f16 -b 512 -ub 512``), ``grammar`` (the grammar the output obeyed,
+``gbnf:`` and its SHA-256's first 12 hex digits, ``""`` without one) and ``sweep_grammar`` (the sweep-wide
+one: a file is resumed with the same), ``worker`` (host:pid) and ``finished_at`` (Unix time).
 """
 
 from __future__ import annotations

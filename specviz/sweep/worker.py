@@ -12,6 +12,7 @@ under the same load, and its ``speedup`` is its tokens/s over that run's.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import socket
 import threading
@@ -43,6 +44,8 @@ class RunConfig:
     #: the deployment's other context settings (flash_attn, cache_type_k/v, n_batch, n_ubatch) as pairs, and
     #: the model's placement (n_gpu_layers, where above 0: every worker loads the model with it)
     context: tuple[tuple[str, Any], ...] = ()
+    #: the GBNF grammar every prompt's output obeys (``--grammar`` / ``-j`` ...; a prompt's own takes its place)
+    grammar: str | None = None
 
     @property
     def n_gpu_layers(self) -> int:
@@ -57,6 +60,14 @@ class RunConfig:
 
 #: the ``context`` column of rows from before the column existed: llama.cpp's defaults as specviz ran them
 DEFAULT_CONTEXT = "-fa auto -ctk f16 -ctv f16 -b 512 -ub 512"
+
+
+def grammar_label(gbnf: str | None) -> str:
+    """The ``grammar`` column: ``gbnf:`` and the first 12 hex digits of the grammar's SHA-256, or ``""``
+    without one (rows from before the column stand for ``""``)."""
+    if gbnf is None:
+        return ""
+    return "gbnf:" + hashlib.sha256(gbnf.encode("utf-8")).hexdigest()[:12]
 
 
 def context_label(values: dict[str, Any]) -> str:
@@ -209,7 +220,13 @@ def _generate(session, task: Task, setting: Setting) -> dict[str, Any]:
             text = conversation_text(cfg.prompt_format, p.turns[: i + 1], answers, p.completion)
         ids = prompt_tokens(session.model, cfg.prompt_format, text, p.completion)
         session.start(
-            ids, cfg.max_tokens, setting.strategy, temperature=setting.temperature, seed=task.seed, **setting.knob_dict
+            ids,
+            cfg.max_tokens,
+            setting.strategy,
+            temperature=setting.temperature,
+            seed=task.seed,
+            grammar=p.grammar if p.grammar is not None else cfg.grammar,
+            **setting.knob_dict,
         )
         rounds = session.run()
         t = session.telemetry_dict()
@@ -322,6 +339,8 @@ def run_task(task: Task) -> TaskResult:
                 "max_tokens": cfg.max_tokens,
                 "grid_seed": cfg.grid_seed,
                 "context": cfg.context_label,
+                "grammar": grammar_label(task.prompt.grammar if task.prompt.grammar is not None else cfg.grammar),
+                "sweep_grammar": grammar_label(cfg.grammar),
                 "worker": worker_id(),
                 "finished_at": time.time(),
             }
