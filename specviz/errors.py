@@ -86,6 +86,11 @@ class SequenceError(ContextError, ValueError):
         self.kind = kind
 
 
+class BatchError(SpecvizError, ValueError):
+    """A batched run (:mod:`specviz.decoding.batch`) refused: a slot count below 1, or a strategy that cannot
+    share the target context with other requests. Nothing was changed."""
+
+
 class SessionStateError(SpecvizError, RuntimeError):
     """The call does not fit the session's state (for example step() before start())."""
 

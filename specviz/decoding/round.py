@@ -174,17 +174,24 @@ def verify_alone(
     the verify began. A batch llama.cpp refuses raises :class:`~specviz.errors.ContextError` with the cache cut
     back to where it was before the round."""
     t1 = time.perf_counter()
-    if pending.prefilled:  # the prompt's batch kept its last row, the pending token's
+    if not pending.prefilled:
+        try:
+            ctx.eval(pending.batch, pending.n_past, rows="all")
+        except ContextError:
+            ctx.memory.cut(pending.n_past, history)
+            raise
+    rows, row = verified_rows(ctx, pending)
+    return rows, row, t1
+
+
+def verified_rows(ctx: LlamaContext, pending: PendingRound) -> tuple[RowSource, Callable[[int], np.ndarray]]:
+    """The rows of ``pending``'s verify batch on ``ctx`` once evaluated, for the acceptor and one by one: the
+    context's rows, which the row reader may read in one call; after a whole-prompt prefill the one row, the
+    prompt batch's last, which that call (reading rows by batch index) would not find."""
+    if pending.prefilled:
         row = _prefill_row(ctx)
-        return row, row, t1
-    try:
-        ctx.eval(pending.batch, pending.n_past, rows="all")
-    except ContextError:
-        ctx.memory.cut(pending.n_past, history)
-        raise
-    # the context's rows, which the row reader may read in one call; after a whole-prompt prefill the one row
-    # read is the prompt batch's last, which that call (reading rows by batch index) would not find
-    return ContextRows(ctx), ctx.row, t1
+        return row, row
+    return ContextRows(ctx), ctx.row
 
 
 @dataclass

@@ -1,5 +1,7 @@
 """The stepping decoder's facade: :class:`Session` owns the models, the contexts, the drafter and the
-generation, and runs one speculative round per :meth:`Session.step`, published as events.
+generation, and runs one speculative round per :meth:`Session.step`, published as events (a step's two halves,
+:meth:`Session.begin_step` and :meth:`Session.finish_step`, let a batched run put several sessions' verify
+batches in one decode: :mod:`specviz.decoding.batch`).
 
 Each part has a module of its own (docs/architecture.md lists them): the round (:mod:`specviz.decoding.round`),
 its budget, events and learning, the configuration, the generation's start and state, rewinds, snapshots and
@@ -44,7 +46,7 @@ from .sampling import SamplingParams
 from .snapshot import restore_snapshot, take_snapshot
 from .stops import StopScanner, cut_text
 from .target_context import swap_target
-from .target_setup import check_prefill, open_target
+from .target_setup import check_prefill, context_args, open_target
 from .telemetry import TelemetryView
 from .tiling import verify_tile
 from .verify_cost import VerifyCostModel, measure_for_advice
@@ -60,6 +62,8 @@ class Session:
     ``-ctv``), ``n_gpu_layers`` (``-ngl``), ``swa_full`` and ``n_rs_seq``; ``prefill`` is how a prompt is
     evaluated (``"all-but-last"`` as speculative-simple, ``"whole"`` as llama-server). Each is described, and
     checked before the model loads, in :mod:`specviz.decoding.target_setup`; :attr:`settings` holds them.
+    ``context``, instead of a context of the session's own, is one opened for it with those settings (``model``
+    unused): one request's sequence of a batched run (:mod:`specviz.decoding.batch`).
     """
 
     def __init__(
@@ -77,13 +81,17 @@ class Session:
         cache_type_v: str = "f16",
         prefill: str = "all-but-last",
         n_gpu_layers: int | None = None,
+        context: LlamaContext | None = None,
     ) -> None:
         # only what lives as long as the session is held here: a generation's state is self.generation
         self._prefill = check_prefill(prefill)
         settings: dict[str, Any] = dict(n_ctx=n_ctx, n_batch=n_batch, n_ubatch=n_ubatch, n_threads=n_threads)
         settings.update(swa_full=swa_full, n_rs_seq=n_rs_seq, flash_attn=flash_attn, cache_type_k=cache_type_k)
         settings["cache_type_v"] = cache_type_v
-        self.model, self.ctx, self._ctx_args = open_target(model, n_gpu_layers, settings)
+        if context is None:
+            self.model, self.ctx, self._ctx_args = open_target(model, n_gpu_layers, settings)
+        else:  # a context opened for it: one request's sequence of a batched run (specviz.decoding.batch)
+            self.model, self.ctx, self._ctx_args = context.model, context, context_args(**settings)
         self.machine = MachineSampler()
         self.draft_models = DraftModelCache(self.model)
         self._subscribers: list[Callable[[Event], None]] = []

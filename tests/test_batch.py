@@ -1,0 +1,105 @@
+"""Several requests in one verify batch (specviz.decoding.batch): each request's tokens equal its one-at-a-time
+tokens, requests start and finish at different steps, the decode counts, and every refusal."""
+
+from __future__ import annotations
+
+import pytest
+
+from specviz import Session
+from specviz.decoding.batch import BatchRun, check_parallel
+from specviz.errors import BatchError, SequenceError
+from specviz.testing.memory_models import write_tiny_mamba
+
+PROMPTS = ["the a of the a of the a of", "of of the a the of of the a the", "a a a of the the a", "the the of a"]
+STRATEGIES = ["prompt-lookup", "ngram-simple", "none", "ngram-map-k"]
+SLOT = dict(n_batch=64, n_ubatch=64, n_threads=1)
+
+
+def alone(path, prompts, lengths, strategies, **options) -> list[list[int]]:
+    """Each request run by itself in a session of its own, as the reference."""
+    out = []
+    with Session(path, n_ctx=512, **SLOT, prefill=options.pop("prefill", "all-but-last")) as s:
+        for p, n, st in zip(prompts, lengths, strategies):
+            s.start(p, n, st, **options)
+            s.run()
+            out.append(list(s.tokens))
+    return out
+
+
+@pytest.mark.parametrize("prefill", ["all-but-last", "whole"])
+def test_each_batched_request_equals_its_one_at_a_time_tokens_and_slots_are_reused(tiny_model_path, prefill):
+    lengths = [80, 30, 60, 45]  # different lengths: requests finish, and queued ones start, at different steps
+    ref = alone(tiny_model_path, PROMPTS, lengths, STRATEGIES, prefill=prefill)
+    with BatchRun(tiny_model_path, n_parallel=2, n_ctx=1024, prefill=prefill, **SLOT) as b:
+        ids = [b.submit(p, n, st) for p, n, st in zip(PROMPTS, lengths, STRATEGIES)]
+        results = b.run()
+        assert [r.id for r in results] == ids
+        assert [r.tokens for r in results] == ref
+        assert all(r.finished == "max_tokens" and r.error is None for r in results)
+        # two slots: the third and fourth requests waited for a free one, each slot served two requests
+        assert sorted(r.slot for r in results) == [0, 0, 1, 1]
+        assert results[0].started_step == results[1].started_step == 1
+        assert results[2].started_step > 1 and results[3].started_step > 1
+        # every decode held one or two sequences, and most held two
+        assert 1.0 < b.mean_sequences_per_decode <= 2.0
+        rounds = sum(sum(1 for e in r.events if e.kind == "verified" and e.batch_size > 0) for r in results)
+        assert b.sequences_per_decode <= rounds
+        # drafts were verified in the shared decodes, and some of their tokens accepted (and some rejected)
+        accepted = [e.n_accepted for r in results for e in r.events if e.kind == "accepted"]
+        drafted = [e.batch_size - 1 for r in results for e in r.events if e.kind == "verified"]
+        assert sum(accepted) > 0 and sum(drafted) > sum(accepted)
+
+
+def test_sampled_batched_requests_keep_their_own_generators(tiny_model_path):
+    options = dict(temperature=0.9, seed=7)
+    ref = alone(tiny_model_path, PROMPTS[:3], [20] * 3, STRATEGIES[:3], **options)
+    with BatchRun(tiny_model_path, n_parallel=3, n_ctx=1536, **SLOT) as b:
+        for p, st in zip(PROMPTS[:3], STRATEGIES[:3]):
+            b.submit(p, 20, st, **options)
+        assert [r.tokens for r in b.run()] == ref
+        assert b.mean_sequences_per_decode == 3.0
+
+
+def test_a_request_refused_at_its_start_ends_with_its_error_and_the_others_run(tiny_model_path):
+    ref = alone(tiny_model_path, PROMPTS[:2], [16, 16], STRATEGIES[:2])
+    with BatchRun(tiny_model_path, n_parallel=2, n_ctx=1024, **SLOT) as b:
+        b.submit(PROMPTS[0], 16, STRATEGIES[0])
+        bad = b.submit(PROMPTS[1], 16, "ngram-simple", size_n=0)  # outside the knob's range
+        long = b.submit(list(range(1, 5)) * 200, 16, "none")  # 800 tokens: longer than its slot's 512
+        b.submit(PROMPTS[1], 16, STRATEGIES[1])
+        results = b.run()
+    assert [r.tokens for r in results if r.error is None] == ref
+    for i in (bad, long):
+        assert results[i].finished == "error" and results[i].tokens == [] and results[i].error is not None
+    assert "size_n" in str(results[bad].error)
+
+
+def test_refusals_before_the_model_loads_and_at_submit(tiny_model_path, tmp_path):
+    for n in (0, -1, 1.5, True, "2"):
+        with pytest.raises(BatchError, match="parallel"):
+            BatchRun(str(tmp_path / "absent.gguf"), n_parallel=n)  # refused before the (absent) model is read
+    assert check_parallel(3) == 3
+    with BatchRun(tiny_model_path, n_parallel=2, n_ctx=1024, **SLOT) as b:
+        for strategy in ("eagle3", "mtp", "ngram-simple,eagle3"):
+            with pytest.raises(BatchError, match="cannot run batched"):
+                b.submit("the a", 8, strategy)
+        assert not b.pending  # nothing was queued
+        b.submit("the a", 4, "none")
+        assert b.run()[0].finished == "max_tokens"  # the run is still usable
+
+
+def test_memory_that_cannot_cut_one_sequence_alone_is_refused_when_the_run_opens(tmp_path):
+    path = tmp_path / "mamba.gguf"
+    write_tiny_mamba(path)
+    with pytest.raises(SequenceError) as got:
+        BatchRun(str(path), n_parallel=2, n_ctx=512, **SLOT)
+    assert got.value.kind == "recurrent"
+
+
+def test_a_batched_request_cannot_be_snapshotted_alone(tiny_model_path):
+    with BatchRun(tiny_model_path, n_parallel=2, n_ctx=1024, **SLOT) as b:
+        b.submit("the a of", 8, "none")
+        b.step()
+        with pytest.raises(SequenceError, match="cannot be saved alone"):
+            b.slots[0].snapshot()
+        b.run()
