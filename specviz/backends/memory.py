@@ -258,8 +258,8 @@ def sequence_cut_refusal(kind: str) -> str | None:
     if kind == "ring":
         return (
             "the ring-sized sliding-window cache (swa_full=False) overwrites keys as each sequence moves on, and "
-            "what it still holds is tracked for one sequence only; use the full-size cache (swa_full=True, "
-            "--swa-full) for several sequences"
+            "what it still holds is tracked for one sequence only; use the full-size cache (swa_full=True: "
+            "leave out --swa-ring) for several sequences"
         )
     return (
         f"{kind} memory cannot remove one sequence's tail: a cut needs a partial-state checkpoint of that "
