@@ -201,11 +201,10 @@ class GrammarSampler:
         self.n_vocab = int(n_vocab)
         if _ptr is None:
             ensure_backend()
-            with llama_output() as said:
-                _ptr = lc.llama_sampler_init_grammar(vocab, gbnf.encode("utf-8"), _ROOT)
-            if not _ptr:
-                reason, line = _located(gbnf, "\n".join(said))
-                raise GrammarError(f"grammar: llama.cpp refused the grammar: {reason}", reason=reason, line=line)
+            _ptr = lc.llama_sampler_init_grammar(vocab, gbnf.encode("utf-8"), _ROOT)
+            if not _ptr:  # its reason is read where it is collected, by parsing it again (stderr is not taken here)
+                check_gbnf(gbnf)
+                raise GrammarError("grammar: llama.cpp refused the grammar with this vocabulary", reason="refused")
         self._ptr = _ptr
         self._cand = _cand if _cand is not None else _Candidates(self.n_vocab)
         self._free = weakref.finalize(self, lc.llama_sampler_free, _ptr)
