@@ -126,3 +126,15 @@ def test_a_sweep_under_a_grammar_records_it_and_resumes_only_with_it(tiny_model_
     assert set(df["sweep_grammar"]) == {grammar_label(words)}
     with pytest.raises(ResumeError, match="sweep_grammar"):
         sweep(None)
+
+
+def test_a_logged_requests_grammar_reaches_its_start():
+    from specviz.analysis.request_runs import request_start_args
+
+    req = parse_request({"messages": [{"role": "user", "content": "hi"}], "json_schema": SCHEMA}, "r")
+    n, kwargs = request_start_args(req, max_tokens=16, sampling={"grammar": 'root ::= "x"'})
+    assert kwargs["grammar"] == req.options["grammar"]  # the request's own, before run --requests' --grammar
+    plain = parse_request({"messages": [{"role": "user", "content": "hi"}]}, "p")
+    assert (
+        request_start_args(plain, max_tokens=16, sampling={"grammar": 'root ::= "x"'})[1]["grammar"] == 'root ::= "x"'
+    )
