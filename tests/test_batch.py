@@ -103,3 +103,26 @@ def test_a_batched_request_cannot_be_snapshotted_alone(tiny_model_path):
         with pytest.raises(SequenceError, match="cannot be saved alone"):
             b.slots[0].snapshot()
         b.run()
+
+
+def test_every_step_is_published_as_the_lanes_of_one_decode(tiny_model_path):
+    from specviz.decoding.events import BatchStepped, event_from_dict
+
+    with BatchRun(tiny_model_path, n_parallel=2, n_ctx=1024, **SLOT) as b:
+        for p, n, st in zip(PROMPTS[:3], [40, 10, 20], STRATEGIES[:3]):
+            b.submit(p, n, st)
+        results = b.run()
+        steps = [e for e in b.events if isinstance(e, BatchStepped)]
+    assert [e.round for e in steps] == list(range(1, len(steps) + 1)) and all(e.n_parallel == 2 for e in steps)
+    # each request's lanes are its rounds: its committed tokens, drafts and acceptance add up to its own events'
+    for r in results:
+        lanes = [lane for e in steps for lane in e.lanes if lane["request"] == r.id]
+        assert sum(lane["committed"] for lane in lanes) == len(r.tokens)
+        assert [lane["round"] for lane in lanes] == list(range(1, len(lanes) + 1))
+        assert {lane["slot"] for lane in lanes} == {r.slot} and lanes[-1]["finished"] == "max_tokens"
+        own = [e.n_accepted for e in r.events if e.kind == "accepted"]
+        assert [lane["accepted"] for lane in lanes] == own
+    # the decodes: one per step with a busy sequence, each holding every lane's rows
+    assert sum(1 for e in steps if e.busy) == b.decodes and sum(e.busy for e in steps) == b.sequences_per_decode
+    assert steps[0].queued == 1 and steps[-1].queued == 0  # the third request waited for a slot
+    assert [event_from_dict(e.to_dict()) for e in steps] == steps

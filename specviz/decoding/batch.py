@@ -43,7 +43,7 @@ from ..backends.sequences import SequenceTokens
 from ..errors import BatchError, ContextError, SpecvizError
 from ..models.embedded import resolve_model
 from ..strategies import resolve_strategy, strategy_class
-from .events import Event, Round
+from .events import Accepted, BatchStepped, Event, Round
 from .round import StepBegun, verified_rows
 from .session import Session
 from .target_setup import check_prefill, context_args, gpu_layers
@@ -106,6 +106,24 @@ class BatchResult:
     error: SpecvizError | None = None
 
 
+def lane_of(slot: int, request: int, begun: StepBegun, rnd: Round) -> dict[str, Any]:
+    """One request's part of a step, for :class:`~specviz.decoding.events.BatchStepped`'s ``lanes``."""
+    p = begun.pending
+    assert p is not None
+    accepted = next((e for e in rnd.events if isinstance(e, Accepted)), None)
+    return {
+        "slot": slot,
+        "request": request,
+        "round": p.index,
+        "position": p.position,
+        "rows": 0 if p.prefilled else len(p.batch),
+        "drafted": len(p.tokens),
+        "accepted": accepted.n_accepted if accepted is not None else 0,
+        "committed": len(rnd.new_tokens),
+        "finished": rnd.finished,
+    }
+
+
 class BatchRun:
     """N requests at once on one model (see the module docstring).
 
@@ -153,6 +171,9 @@ class BatchRun:
         self.steps = 0
         self.decodes = 0  #: the target's generation decodes (prompt evaluation aside)
         self.sequences_per_decode = 0  #: busy sequences in those decodes, summed
+        #: the run's own events: a :class:`~specviz.decoding.events.BatchStepped` per step (each request's
+        #: events are its session's, in its :class:`BatchResult`)
+        self.events: list[Event] = []
         self._started: dict[int, int] = {}
         self._next_id = 0
 
@@ -233,8 +254,9 @@ class BatchRun:
                     view = cast(SequenceContext, self.slots[slot].ctx)
                     if slot in batch.sequences:
                         view.rows_of(batch)
-        decode_seconds = time.perf_counter() - t0
+        decode_seconds = time.perf_counter() - t0 if parts else 0.0
         out: list[tuple[int, Round]] = []
+        lanes: list[dict[str, Any]] = []
         for slot, b in begun:
             s, req = self.slots[slot], self.busy[slot]
             assert b.pending is not None and req is not None
@@ -246,8 +268,10 @@ class BatchRun:
                 self._end(slot, e)
                 continue
             out.append((req.id, rnd))
+            lanes.append(lane_of(slot, req.id, b, rnd))
             if rnd.finished is not None:
                 self._end(slot)
+        self.events.append(BatchStepped(self.steps, self.n_parallel, decode_seconds, len(self.queue), tuple(lanes)))
         return out
 
     def _admit(self) -> None:

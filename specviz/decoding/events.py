@@ -351,6 +351,28 @@ class Rewound(Event):
     kv_rollbacks: tuple = ()
 
 
+@dataclass(frozen=True)
+class BatchStepped(Event):
+    """One step of a batched run (:class:`~specviz.decoding.batch.BatchRun`): one decode verified every busy
+    sequence's batch. ``round`` is the step (1-based); ``n_parallel`` the slots; ``decode_seconds`` the shared
+    decode's time (0 when no sequence needed one); ``queued`` the requests still waiting for a slot after it.
+    ``lanes`` holds one ``{"slot", "request", "round", "position", "rows", "drafted", "accepted", "committed",
+    "finished"}`` per request that ran a round this step, in slot order: its round's number, its history length
+    before it, the rows it put in the decode (its pending token and draft), its drafted and accepted tokens, the
+    tokens it committed and why it finished (None while it runs). The requests' own events are their sessions'."""
+
+    kind: ClassVar[str] = "batch_step"
+    n_parallel: int = 1
+    decode_seconds: float = 0.0
+    queued: int = 0
+    lanes: tuple = ()
+
+    @property
+    def busy(self) -> int:
+        """Sequences in the step's decode."""
+        return sum(1 for lane in self.lanes if lane.get("rows", 0) > 0)
+
+
 EVENT_TYPES: dict[str, type[Event]] = {
     cls.kind: cls
     for cls in (
@@ -365,6 +387,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         TelemetryEvent,
         Finished,
         Rewound,
+        BatchStepped,
     )
 }
 
