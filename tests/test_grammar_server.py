@@ -84,3 +84,34 @@ def test_a_json_schema_request_equals_llama_server(embedded_model, spec):
     assert (run.draft_n, run.draft_n_accepted) == (served.draft_n, served.draft_n_accepted)
     if cfg.strategy != "none":  # not vacuous: drafts accepted and drafts refused
         assert 0 < run.draft_n_accepted < run.draft_n
+
+
+@pytest.mark.tools
+def test_compare_server_sends_and_runs_a_requests_grammar(tmp_path):
+    """``compare-server`` with a request log whose request asks for a grammar: the server gets the GBNF
+    specviz runs under (the request's ``grammar`` field), and the text and counters agree."""
+    import json
+
+    from native_util import native_tool
+    from test_compare_server import CHATML, CONTEXT, SPEC
+
+    from specviz.analysis.compare_server import compare_server
+    from specviz.analysis.llama_server import LlamaServer
+    from specviz.testing.tiny_models import write_tiny_llama
+
+    model = write_tiny_llama(tmp_path / "chat.gguf", chat_template=CHATML, seed=1, block_scale=0.1)
+    words = 'root ::= (" the" | " a" | " of" | " and" | " to" | " in" | " cat" | " dog")+'
+    ask = [{"role": "user", "content": "the cat of the dog and the a the cat of the dog and the"}]
+    log = tmp_path / "requests.jsonl"
+    log.write_text(json.dumps({"messages": ask, "max_tokens": 40, "temperature": 0, "grammar": words}) + "\n")
+    native_tool("llama-server")
+    with LlamaServer(model, [*CONTEXT, *SPEC, "--metrics"]) as srv:
+        cmp = compare_server(srv.url, log, model=model, server_args=[*CONTEXT, *SPEC], send=True)
+    assert cmp.parted == [], cmp.report()
+    assert cmp.findings == [], cmp.report()
+    a, b = cmp.server, cmp.specviz
+    for name in ("drafts", "draft_tokens", "accepted", "tokens_predicted"):
+        assert getattr(a, name) == getattr(b, name), name
+    words_out = cmp.runs[0].content.split()
+    assert words_out and all(w in {"the", "a", "of", "and", "to", "in", "cat", "dog"} for w in words_out[:-1])
+    assert a.draft_tokens > 0, "the request drafts nothing"

@@ -176,13 +176,18 @@ def _config_from_server(slots: list[dict[str, Any]] | None, props: dict[str, Any
     return cfg, notes
 
 
-def _send(url: str, messages: list[dict[str, str]], n_predict: int, temperature: float, seed: int | None) -> str | None:
-    """One chat request to the server; the text of its answer (None when the answer has none)."""
+def _send(
+    url: str, messages: list[dict[str, str]], n_predict: int, temperature: float, seed: int | None, grammar: Any = None
+) -> str | None:
+    """One chat request to the server (``grammar``: the GBNF specviz runs the request under, sent as the
+    request's ``grammar``); the text of its answer (None when the answer has none)."""
     import json
 
     body: dict[str, Any] = {"messages": messages, "max_tokens": n_predict, "temperature": temperature}
     if seed is not None:
         body["seed"] = seed
+    if grammar is not None:
+        body["grammar"] = grammar
     status, raw = http_request(url, "POST", "/v1/chat/completions", body)
     if status != 200:
         raise LlamaServerError(f"llama-server at {url} refused a chat request ({status}): {raw[:300]!r}")
@@ -258,6 +263,9 @@ def _reproduce(
             extra["seed"] = int(seed)
         if config.chat_template:
             extra["chat_template"] = config.chat_template
+        grammar = r.options.get("grammar", config.grammar)  # the request's own, else the server line's
+        if grammar is not None:
+            extra["grammar"] = grammar
         run = run_like_the_server(session, None, n, config.strategy, config.knobs, messages=r.message_dicts(), **extra)
         runs.append(run)
         prompt_tokens += int(session.n_prompt)
@@ -318,7 +326,7 @@ def compare_server(
     if send:
         for r in requests:
             n, t, seed = plan(r)
-            answers.append(_send(url, r.message_dicts(), n, t, seed))
+            answers.append(_send(url, r.message_dicts(), n, t, seed, r.options.get("grammar")))
         server = metrics_delta(parse_metrics(fetch_text(url, "/metrics")), before)
     else:
         server = before
