@@ -99,10 +99,10 @@ def test_rows_asked_per_sequence_land_where_the_batch_says(tiny_model):
     ctx = _prefilled(tiny_model)
     parts = [(2, STEPS[2], len(PROMPTS[2]), [0, 4]), (0, STEPS[0], len(PROMPTS[0]), "last"), (1, STEPS[1], 4, "none")]
     batch = ctx.eval_sequences(parts)
-    assert batch.sequences == (2, 0, 1)
-    assert [batch.index(2, 0), batch.index(2, 4), batch.index(0, 4)] == [0, 4, 13]
+    assert batch.sequences == (0, 1, 2)  # laid out in ascending order, as llama-server's slots
+    assert [batch.index(2, 0), batch.index(2, 4), batch.index(0, 4)] == [7, 11, 4]
     assert batch.span(1).kept == () and batch.span(1).end == 6
-    assert batch.span(2).batch_rows() == [0, 4]
+    assert batch.span(2).batch_rows() == [7, 11]
     want = _alone(tiny_model, PROMPTS[2] + STEPS[2])[len(PROMPTS[2]) + 4]
     assert np.allclose(ctx.sequence_row(2, 4), want, rtol=0, atol=ATOL)
     with pytest.raises(SequenceError, match="kept no logits"):

@@ -590,8 +590,9 @@ class LlamaContext(ContextBase):
         ``parts``: one :class:`~specviz.backends.sequences.SequenceTokens` (or tuple ``(seq, tokens, start)``
         / ``(seq, tokens, start, rows)``) per sequence, each continuing its own cache at ``start`` and
         keeping the logits of ``rows`` (``"all"``, ``"last"``, ``"none"`` or indices into its tokens).
-        Returns where each sequence's tokens landed; :meth:`sequence_row` reads a kept row until the next
-        decode. Refused before llama.cpp sees it (:class:`~specviz.errors.SequenceError`, nothing changed):
+        Returns where each sequence's tokens landed (laid out in ascending sequence order, whatever the order
+        given: :func:`~specviz.backends.sequences.plan_batch`); :meth:`sequence_row` reads a kept row until the
+        next decode. Refused before llama.cpp sees it (:class:`~specviz.errors.SequenceError`, nothing changed):
         no sequences, a sequence id outside ``0..n_seq_max - 1`` or given twice, no tokens, a start that does
         not continue the sequence's cache, positions past :attr:`n_ctx_seq`, more than ``n_batch`` tokens.
         A decode llama.cpp refuses raises :class:`~specviz.errors.ContextError` (as :meth:`eval`).

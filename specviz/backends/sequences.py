@@ -128,8 +128,13 @@ def plan_batch(
     n_batch: int,
     seq_len: Callable[[int], int],
 ) -> list[tuple[SequenceTokens, SequenceSpan]]:
-    """Check a multi-sequence batch against its context and lay it out, each sequence's tokens together in the
-    order given; raise :class:`~specviz.errors.SequenceError` naming what was wrong.
+    """Check a multi-sequence batch against its context and lay it out, each sequence's tokens together, the
+    sequences in ascending id order whatever the order given; raise :class:`~specviz.errors.SequenceError`
+    naming what was wrong.
+
+    Ascending, as llama-server's slots add their tokens: where each sequence has its own cache stream (a split
+    cache, llama-server's ``-np`` without ``-kvu``), llama.cpp puts only sequences of consecutive ascending ids
+    into one micro-batch (``llama_batch_allocr::split_equal``), so another order costs extra micro-batches.
 
     Sequence ids lie in ``[0, n_seq_max)``, each at most once; each sequence adds at least one token, starts
     where its cache ends (``seq_len(seq)``, as llama.cpp requires: positions stay consecutive) and stays
@@ -143,8 +148,7 @@ def plan_batch(
             f"open it with n_seq_max >= {len(given)}"
         )
     seen: set[int] = set()
-    out: list[tuple[SequenceTokens, SequenceSpan]] = []
-    first = 0
+    checked: list[tuple[SequenceTokens, tuple[int, ...]]] = []
     for p in given:
         seq, n, start = p.seq, len(p.tokens), p.start
         if not isinstance(seq, (int, np.integer)) or isinstance(seq, bool) or not 0 <= seq < n_seq_max:
@@ -165,8 +169,12 @@ def plan_batch(
                 f"sequence {seq}'s positions {start}..{start + n - 1} exceed its share of the context "
                 f"({n_ctx_seq} positions per sequence); open the context with a larger n_ctx or fewer sequences"
             )
-        out.append((p, SequenceSpan(int(seq), int(start), n, first, _kept(p.rows, n, seq))))
-        first += n
+        checked.append((p, _kept(p.rows, n, seq)))
+    out: list[tuple[SequenceTokens, SequenceSpan]] = []
+    first = 0
+    for p, kept in sorted(checked, key=lambda pk: int(pk[0].seq)):
+        out.append((p, SequenceSpan(int(p.seq), int(p.start), len(p.tokens), first, kept)))
+        first += len(p.tokens)
     if first > n_batch:
         raise SequenceError(f"a batch of {first} tokens over {len(out)} sequences exceeds n_batch={n_batch}")
     return out
