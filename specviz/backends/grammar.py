@@ -168,8 +168,9 @@ def grammar_of_flag(flag: str, value: str) -> str:
         check_gbnf(text)
         return text
     except GrammarError as exc:
+        said = str(exc).removeprefix(f"{knob}: ")  # the option names what the knob's name would
         raise GrammarError(
-            f"option {flag}: {exc}", knob=knob, reason=exc.reason, line=exc.line, position=exc.position
+            f"option {flag}: {said}", knob=knob, reason=exc.reason, line=exc.line, position=exc.position
         ) from None
 
 
