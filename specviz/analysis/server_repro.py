@@ -78,6 +78,94 @@ class ServerLikeRun:
         return d
 
 
+class ServerLoop:
+    """llama-server's generation loop for one request, around a session's rounds (see the module docstring):
+    :attr:`start_strategy` / :attr:`start_knobs` to start it with, :meth:`before_round` before every round
+    (the strategy from the second round on, the round's draft cap), :meth:`count` after it, and
+    :meth:`result`. :func:`run_like_the_server` runs one request through it; a batched run
+    (:mod:`specviz.analysis.request_runs`) calls the same three around each step of its slots' sessions.
+
+    ``n_ctx`` is the slot's context (default: the session's capacity, which for a slot of a batched run is its
+    share, ``n_ctx_seq``)."""
+
+    def __init__(
+        self,
+        strategy: str,
+        knobs: dict[str, Any],
+        n_predict: int,
+        *,
+        n_ctx: int | None = None,
+        plain_first: bool = True,
+    ) -> None:
+        self.strategy, self.n_predict, self.n_ctx = strategy, n_predict, n_ctx
+        self.knobs = dict(knobs)
+        self.drafts = strategy != "none"
+        # a line with no --spec-type: plain decoding
+        self.top = int(self.knobs.setdefault("draft_max", 16)) if self.drafts else 0
+        self.plain_first = plain_first and self.drafts
+        self.per_pos: list[int] = []
+        self.verify_steps = self.draft_n = self.accepted = 0
+        self.seconds = 0.0
+
+    @property
+    def start_strategy(self) -> str:
+        """The strategy the request starts with (``none`` for the server's plain first token)."""
+        return "none" if self.plain_first else self.strategy
+
+    @property
+    def start_knobs(self) -> dict[str, Any]:
+        """The knobs the request starts with."""
+        return {} if self.plain_first else dict(self.knobs)
+
+    def before_round(self, session: Any) -> None:
+        """Configure ``session`` for its next round as the server would run it: the strategy once the first
+        token is out (the drafter begins with the prompt and it), the draft capped by the slot's room."""
+        k = self.knobs
+        if session.strategy == "none" and self.drafts and session.round_index == 1:
+            session.configure(self.strategy, **k)
+        n_ctx = self.n_ctx or session.ctx.capacity.n_ctx
+        cap = server_draft_cap(n_ctx, len(session.history) - 1, self.n_predict, len(session.tokens))
+        want = min(cap, self.top)
+        allowed = want >= max(1, k.get("draft_min", 0))
+        if self.drafts and session.round_index >= 1 and want != k["draft_max"] and allowed:
+            k["draft_max"] = want
+            session.configure(draft_max=want)
+
+    def count(self, events: Sequence[Any]) -> bool:
+        """Count one round's events as the server counts its verify steps; False when no round ran (the
+        generation ended before one)."""
+        draft = next((e for e in events if e.kind == "draft_proposed"), None)
+        verified = next((e for e in events if e.kind == "verified"), None)
+        accepted = next((e for e in events if e.kind == "accepted"), None)
+        if draft is None or verified is None or accepted is None:
+            return False
+        self.seconds += float(verified.round_seconds or 0.0)
+        n, n_acc = len(draft.tokens), int(accepted.n_accepted)
+        if n:
+            self.verify_steps += 1
+            self.draft_n += n
+            self.accepted += n_acc
+            if len(self.per_pos) < n:
+                self.per_pos += [0] * (n - len(self.per_pos))
+            for i in range(n_acc):
+                self.per_pos[i] += 1
+        return True
+
+    def result(self, session: Any) -> ServerLikeRun:
+        """The request as the server counts it, from ``session``'s finished generation."""
+        return ServerLikeRun(
+            tokens=list(session.tokens),
+            text=session.text,
+            draft_n=self.draft_n,
+            draft_n_accepted=self.accepted,
+            verify_steps=self.verify_steps,
+            accepted_per_pos=list(self.per_pos),
+            finish=session.finished,
+            decode_seconds=self.seconds,
+            content=server_content(session.model, session.tokens),
+        )
+
+
 def run_like_the_server(
     session: Any,
     prompt: str | Sequence[int] | None,
@@ -90,56 +178,20 @@ def run_like_the_server(
     **start: Any,
 ) -> ServerLikeRun:
     """Run ``session`` on one request the way llama-server generates it (see the module docstring) and
-    count it as the server does.
+    count it as the server does (:class:`ServerLoop`).
 
     ``knobs`` should be what :func:`~specviz.analysis.server_args.parse_server_args` gives (n-gram types at
     their own length, alignment off, the ``fixed`` policy). ``n_ctx`` is the slot's context (default: the
     session's). ``plain_first`` False drafts from the first round, as a plain specviz session does (to show
     what the server's plain first token changes). ``start`` goes to :meth:`~specviz.Session.start`
     (``messages``, ``stop``, sampling)."""
-    k = dict(knobs)
-    drafts = strategy != "none"
-    top = int(k.setdefault("draft_max", 16)) if drafts else 0  # a line with no --spec-type: plain decoding
-    if plain_first and drafts:
-        session.start(prompt, n_predict, "none", **start)
-    else:
-        session.start(prompt, n_predict, strategy, **start, **k)
-    n_ctx = n_ctx or session.ctx.capacity.n_ctx
-    per_pos: list[int] = []
-    verify_steps = draft_n = accepted = 0
-    seconds = 0.0
+    loop = ServerLoop(strategy, knobs, n_predict, n_ctx=n_ctx, plain_first=plain_first)
+    session.start(prompt, n_predict, loop.start_strategy, **start, **loop.start_knobs)
     while session.finished is None:
-        if session.strategy == "none" and drafts and session.round_index == 1:
-            session.configure(strategy, **k)  # the drafter begins with the prompt and the first token
-        cap = server_draft_cap(n_ctx, len(session.history) - 1, n_predict, len(session.tokens))
-        want = min(cap, top)
-        if drafts and session.round_index >= 1 and want != k["draft_max"] and want >= max(1, k.get("draft_min", 0)):
-            k["draft_max"] = want
-            session.configure(draft_max=want)
-        session.step()
-        res = session.generation.last_result
-        if res is None:
+        loop.before_round(session)
+        if not loop.count(session.step().events):
             break
-        seconds += float(res.round_seconds)
-        if res.draft:
-            verify_steps += 1
-            draft_n += len(res.draft)
-            accepted += int(res.n_accepted)
-            if len(per_pos) < len(res.draft):
-                per_pos += [0] * (len(res.draft) - len(per_pos))
-            for i in range(int(res.n_accepted)):
-                per_pos[i] += 1
-    return ServerLikeRun(
-        tokens=list(session.tokens),
-        text=session.text,
-        draft_n=draft_n,
-        draft_n_accepted=accepted,
-        verify_steps=verify_steps,
-        accepted_per_pos=per_pos,
-        finish=session.finished,
-        decode_seconds=seconds,
-        content=server_content(session.model, session.tokens),
-    )
+    return loop.result(session)
 
 
 def server_content(model: Any, tokens: Sequence[int]) -> str:
