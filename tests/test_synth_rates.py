@@ -53,6 +53,8 @@ def test_hand_worked_rounds_give_the_rates_worked_by_hand():
     assert (sr.drafting_rounds, sr.draft_tokens, sr.accepted_tokens) == (10, 36, 22)
     # the server's own 'mean len' of these drafts (1 + accepted / steps) counts the short drafts' lost positions
     assert sr.mean_accepted_length == pytest.approx(3.2) and sr.mean_draft_length == pytest.approx(3.6)
+    # the server's /metrics counter for these drafts: every round counts, a short draft as not accepted past its end
+    assert sr.accepted_per_pos == (8, 6, 4, 4) and sr.per_step == pytest.approx((0.8, 0.6, 0.4, 0.4))
     assert sr.rates_flag == "--spec-synth-rates 0.8,0.6,0.6,0.6" and sr.len_flag == "--spec-synth-len 3.6000"
     assert sr.server_flags() == (
         "--spec-type ngram-simple --spec-ngram-simple-size-n 12 --spec-ngram-simple-size-m 4 "

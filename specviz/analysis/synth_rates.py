@@ -70,6 +70,9 @@ class SynthRates:
     drafting_rounds: int  #: rounds that drafted at least one token (the server's verification steps)
     draft_tokens: int  #: tokens drafted in them
     accepted_tokens: int  #: of which accepted
+    #: per position, the drafting rounds that accepted at least up to it: the server's ``/metrics`` counter
+    #: (``spec_decode_num_accepted_tokens_per_pos_total``) for these drafts
+    accepted_per_pos: tuple[int, ...] = ()
     notes: tuple[str, ...] = ()
 
     @property
@@ -85,6 +88,12 @@ class SynthRates:
             p *= c
             out.append(p)
         return tuple(out)
+
+    @property
+    def per_step(self) -> tuple[float, ...]:
+        """Per position, :attr:`accepted_per_pos` over every drafting round: the server's own per-position
+        acceptance of these drafts (a draft shorter than the position counting as not accepted there)."""
+        return tuple(n / self.drafting_rounds for n in self.accepted_per_pos)
 
     @property
     def synth_len(self) -> float:
@@ -125,10 +134,12 @@ class SynthRates:
             f"acceptance by draft position of {self.strategy} ({self.drafting_rounds} drafting rounds, drafts of "
             f"{self.mean_draft_length:.2f} tokens on average, up to {len(self.reached)}), as llama-server's "
             "synthetic acceptance reads it:",
-            f"  {'position':>8}  {'reached':>7}  {'accepted':>8}  {'conditional':>11}  {'unconditional':>13}",
+            f"  {'position':>8}  {'reached':>7}  {'accepted':>8}  {'conditional':>11}  {'unconditional':>13}  "
+            f"{'of all drafts':>13}",
         ]
-        for i, (r, a, c, p) in enumerate(zip(self.reached, self.accepted, self.conditional, self.rates)):
-            lines.append(f"  {i:>8}  {r:>7}  {a:>8}  {c:>11.1%}  {p:>13.1%}")
+        rows = zip(self.reached, self.accepted, self.conditional, self.rates, self.per_step)
+        for i, (r, a, c, p, q) in enumerate(rows):
+            lines.append(f"  {i:>8}  {r:>7}  {a:>8}  {c:>11.1%}  {p:>13.1%}  {q:>13.1%}")
         lines += [
             self.rates_flag,
             self.len_flag,
@@ -136,7 +147,8 @@ class SynthRates:
             "not the shape (the server makes the rates geometric)",
             f"as a llama-server line (the draft length must be {len(self.reached)}): {self.server_flags()}",
             f"the recorded drafts accepted {self.mean_accepted_length:.2f} tokens per round with the target's "
-            "(the server's 'mean len'; less than --spec-synth-len where drafts were shorter than the longest)",
+            "(the server's 'mean len'; less than --spec-synth-len where drafts were shorter than the longest); "
+            "'of all drafts' is the server's own per-position figure for them (/metrics)",
         ]
         lines += [f"note: {n}" for n in self.notes]
         return "\n".join(lines)
@@ -153,6 +165,8 @@ class SynthRates:
             "drafting_rounds": self.drafting_rounds,
             "draft_tokens": self.draft_tokens,
             "accepted_tokens": self.accepted_tokens,
+            "accepted_per_pos": list(self.accepted_per_pos),
+            "per_step": list(self.per_step),
             "mean_draft_length": self.mean_draft_length,
             "mean_accepted_length": self.mean_accepted_length,
             "flags": {"rates": self.rates_flag, "len": self.len_flag, "server": self.server_flags()},
@@ -225,6 +239,7 @@ def synth_rates(source: EventSource, strategy: str | None = None) -> SynthRates:
         len(drafted[strategy]),
         sum(drafted[strategy]),
         sum(accepted[strategy]),
+        tuple(sum(1 for n in accepted[strategy] if n > i) for i in range(longest)),
         notes,
     )
 
