@@ -61,6 +61,8 @@ def cmd_advise(args: argparse.Namespace) -> int:
     events = _read(args.file)
     if getattr(args, "synth_rates", False):
         return _synth_rates(args, events)
+    if getattr(args, "parallel", None) is not None and not getattr(args, "check_server", False):
+        return _under_load(args, events)
     for_server = bool(getattr(args, "for_server", False) or getattr(args, "check_server", False))
     cost, fresh = _cost_file(args.verify_cost), bool(getattr(args, "fresh", False))
     if fresh and cost is None:
@@ -71,6 +73,40 @@ def cmd_advise(args: argparse.Namespace) -> int:
     if getattr(args, "check_server", False):
         return check_server(args, adv, events)
     print(json.dumps(adv.to_dict(), ensure_ascii=False) if args.json else adv.report())
+    return 0
+
+
+def _under_load(args: argparse.Namespace, events: list) -> int:
+    """``specviz advise FILE --parallel 1,2,4``: the advice at each concurrency
+    (:mod:`specviz.analysis.advise_parallel`), from a batch-cost table read (``--batch-cost``) or measured now on
+    the recorded model (or ``--model``)."""
+    from ..analysis.advise_fresh import measure_batch_cost_for, recorded_load
+    from ..analysis.advise_parallel import advise_parallel, parse_parallels
+    from ..decoding.batch_cost import BatchCostTable
+    from ..errors import KnobError
+
+    load = recorded_load(events)
+    try:
+        parallels = sorted(load) if args.parallel == "recorded" else parse_parallels(args.parallel)
+    except KnobError as e:
+        raise UsageError(f"option --parallel: {e}") from None
+    if not parallels:
+        raise UsageError(
+            "option --parallel: the recording holds no batched run (no batch_step events): give the concurrencies, "
+            "e.g. --parallel 1,2,4"
+        )
+    if args.batch_cost:
+        try:
+            table = BatchCostTable.from_dict(json.loads(Path(args.batch_cost).read_text()))
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            raise UsageError(f"option --batch-cost: {args.batch_cost!r} is not a batch-cost table: {e}") from None
+    else:
+        measured = measure_batch_cost_for(events, parallels, getattr(args, "model", None))
+        if measured is None:
+            raise UsageError("option --parallel: the recorded model is not at hand (pass --model PATH or --batch-cost)")
+        table = measured
+    adv = advise_parallel(events, table, parallels, load=load if args.parallel == "recorded" else None)
+    print(json.dumps({**adv.to_dict(), "batch_cost": table.to_dict()}) if args.json else adv.text())
     return 0
 
 
@@ -157,6 +193,23 @@ def add_commands(sub: Any) -> None:
                 action="store_true",
                 help="print the recording's acceptance by draft position as llama-server's --spec-synth-rates "
                 "(unconditional, one per position) and --spec-synth-len, instead of the advice",
+            )
+            p.add_argument(
+                "--parallel",
+                nargs="?",
+                const="recorded",
+                default=None,
+                metavar="N,N,...",
+                help="advice under load: each setting's tokens/s per request and in total at each of these many "
+                "requests at once (llama-server's -np), its break-even concurrency, and the best single setting for "
+                "that load; without a list, the concurrency the recording's batched run held",
+            )
+            p.add_argument(
+                "--batch-cost",
+                default=None,
+                metavar="FILE.json",
+                help="with --parallel: a measured batch-cost table (benchmarks/bench_batch_cost.py --json) instead of "
+                "measuring one now with the recorded model (or --model)",
             )
             add_check_server_options(p)
         p.set_defaults(func=func)

@@ -141,6 +141,19 @@ class BatchCostTable:
             "free_batch": self.free_batch(),
         }
 
+    @classmethod
+    def from_dict(cls, d: dict) -> BatchCostTable:
+        """The table :meth:`to_dict` wrote (``benchmarks/bench_batch_cost.py --json``); KeyError, TypeError or
+        ValueError when ``d`` is not one (a cell missing, a grid without one sequence or draft length 0)."""
+        seqs = tuple(int(s) for s in d["sequences"])
+        drafts = tuple(int(x) for x in d["draft_lengths"])
+        if 1 not in seqs or 0 not in drafts:
+            raise ValueError("a batch-cost table holds one sequence and draft length 0 (the one-row decode)")
+        cells = {(int(c["sequences"]), int(c["draft"])): c for c in d["cells"]}
+        fastest = tuple(tuple(float(cells[(s, x)]["seconds"]) for x in drafts) for s in seqs)
+        median = tuple(tuple(float(cells[(s, x)]["median_seconds"]) for x in drafts) for s in seqs)
+        return cls(seqs, drafts, fastest, median, int(d["repeats"]))
+
     def text(self) -> str:
         """The table for people, in three blocks by sequence count and draft length: ms per decode, ms per row,
         and the decode's cost in one-row decodes with the marginal row cost; then where extra rows stop being
