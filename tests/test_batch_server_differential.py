@@ -31,8 +31,8 @@ streak resets it for all. A specviz session keeps its own table per request. The
 verification does not depend on the draft) and specviz's per-request counts equal the server's for each
 request sent alone to a fresh server; the batched server's differ. Measured on the digits fixture with
 ``--spec-ngram-mod-n-match 2 --spec-ngram-mod-n-min 1 --spec-ngram-mod-n-max 8``: draft_n / accepted
-179 / 32, 173 / 22, 152 / 22 in the three-slot server, 142 / 19, 113 / 18, 148 / 29 each alone (and in
-specviz's batched run).
+179 / 32, 173 / 22, 152 / 22 in the three-slot server (one run: how the slots' additions interleave sets
+them), 142 / 19, 113 / 18, 148 / 29 each alone (and in specviz's batched run).
 """
 
 from __future__ import annotations
