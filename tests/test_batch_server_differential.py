@@ -3,7 +3,11 @@ requests (:func:`specviz.analysis.server_load.run_load`, a bounded load on loopb
 once, no retries), and a specviz :class:`~specviz.decoding.batch.BatchRun` with the same command line runs
 the same three requests as three slots of one context (every step one decode of every busy slot's verify
 batch). Per request: the same tokens, the same text (``content``) and the same ``draft_n`` /
-``draft_n_accepted``; every request drafts, accepts and rejects, so none can pass vacuously.
+``draft_n_accepted``; every request drafts, accepts and rejects, so none can pass vacuously. The strategies:
+ngram-simple, ngram-map-k, ngram-map-k4v and ngram-cache (its state per slot in the server, per session
+here) and a draft model (the server drafts for every slot in one decode of a three-sequence draft context,
+each specviz session on a draft context of its own) on tiny f32 fixtures, and ngram-simple on the embedded
+model.
 
 Both sides are set as the suite's one-request differentials set them (``test_server_differential.py``): the
 server's context settings (``-c`` split over the three slots on both sides, ``-b``/``-ub``, one thread),
@@ -40,8 +44,9 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from native_util import native_tool
+from native_util import UpstreamNgramCache, native_tool
 
+import specviz.strategies as strategies
 from specviz import Session
 from specviz.analysis.llama_server import LlamaServer, live_servers
 from specviz.analysis.server_args import parse_server_args, server_spec_args
@@ -50,7 +55,7 @@ from specviz.analysis.server_metrics import ServerMetrics, parse_metrics
 from specviz.analysis.server_repro import ServerLikeRun, ServerLoop
 from specviz.backends import LlamaModel
 from specviz.decoding.batch import BatchRun
-from specviz.testing.tiny_models import write_tiny_llama
+from specviz.testing.tiny_models import tiny_weights, write_tiny_llama
 
 N_PARALLEL = 3
 N_PREDICT = 120
@@ -69,6 +74,8 @@ def context_args(n_parallel: int = N_PARALLEL, slot_ctx: int = SLOT_CTX) -> list
 STARTS = ["1, 2, 3, 4, 5, 6", "def add(a, b): return a + b", "the cat sat on the mat"]
 #: (fixture seed, block_scale), as ``test_differential.FIXTURES``'s digits and code fixtures
 FIXTURES = {"digits": (6, 0.1), "code": (3, 0.1)}
+
+assert UpstreamNgramCache  # used through the registry (monkeypatched below)
 
 
 @pytest.fixture(scope="module")
@@ -154,6 +161,47 @@ def test_three_concurrent_requests_equal_llama_server_with_three_slots(fixtures,
         assert served.predicted_n == N_PREDICT == len(run.tokens)
     # the batched run's decodes held the three requests' rows together (it starts them in one step)
     assert per_decode > 2.5
+
+
+@pytest.fixture(scope="module")
+def draft_path(tmp_path_factory):
+    """A one-layer draft of the digits fixture sharing its embedding, output and first block."""
+    seed, block_scale = FIXTURES["digits"]
+    w = tiny_weights(seed=seed, block_scale=block_scale)
+    return write_tiny_llama(tmp_path_factory.mktemp("np3-draft") / "draft.gguf", n_layer=1, layers_from=w)
+
+
+@pytest.mark.slow
+@pytest.mark.tools
+@pytest.mark.parametrize("n_max,n_min", [(4, 0), (8, 2)])
+def test_three_concurrent_requests_with_a_draft_model_equal_llama_server(fixtures, draft_path, n_max, n_min):
+    """The server drafts for its three slots in one decode of its draft context (three sequences); each
+    specviz session drafts on a draft context of its own: on the f32 fixtures the drafts are the same."""
+    path, model, prompts = fixtures["digits"]
+    knobs = {"draft_model": str(draft_path), "draft_max": n_max, "draft_min": n_min, "draft_p_min": 0.0}
+    args = [*context_args(), "-td", "1", *server_spec_args("draft", knobs)]
+    load, _ = through_the_server(path, args, prompts, N_PREDICT)
+    runs, _ = through_a_batched_run(model, args, prompts, N_PREDICT)
+    for i, (served, run) in enumerate(zip(load.completions, runs, strict=True)):
+        assert served.tokens == run.tokens and served.content == run.content, f"request {i}: the text differs"
+        assert counts(served) == counts(run), f"request {i}: the drafted / accepted counts differ"
+        assert served.draft_n > served.draft_n_accepted > 0
+
+
+@pytest.mark.slow
+@pytest.mark.tools
+def test_three_concurrent_requests_with_ngram_cache_equal_llama_server(fixtures, monkeypatch):
+    """ngram-cache keeps a cache per slot in the server (which outlives a request: each slot serves one here);
+    compared through llama.cpp's own rules, its two departures undone as in ``test_server_differential.py``."""
+    monkeypatch.setitem(strategies._REGISTRY, "ngram-cache", "native_util:UpstreamNgramCache")
+    path, model, prompts = fixtures["digits"]
+    args = [*context_args(), *server_spec_args("ngram-cache", {})]
+    load, _ = through_the_server(path, args, prompts, N_PREDICT)
+    runs, _ = through_a_batched_run(model, args, prompts, N_PREDICT)
+    for i, (served, run) in enumerate(zip(load.completions, runs, strict=True)):
+        assert served.tokens == run.tokens and served.content == run.content, f"request {i}: the text differs"
+        assert counts(served) == counts(run), f"request {i}: the drafted / accepted counts differ"
+        assert served.draft_n > served.draft_n_accepted > 0
 
 
 @pytest.mark.slow
