@@ -126,3 +126,53 @@ def test_every_step_is_published_as_the_lanes_of_one_decode(tiny_model_path):
     assert sum(1 for e in steps if e.busy) == b.decodes and sum(e.busy for e in steps) == b.sequences_per_decode
     assert steps[0].queued == 1 and steps[-1].queued == 0  # the third request waited for a slot
     assert [event_from_dict(e.to_dict()) for e in steps] == steps
+
+
+def test_a_draft_schedule_caps_drafts_by_the_busy_sequences_as_vllms_does(tiny_model_path):
+    from specviz.decoding.batch import check_schedule, scheduled_length
+
+    assert check_schedule([[3, 8, 2], (1, 2, 8)]) == ((1, 2, 8), (3, 8, 2))
+    assert scheduled_length(((1, 2, 8), (3, 8, 2)), 5) == 2 and scheduled_length(((1, 2, 8),), 9) is None
+    for bad in ([(0, 2, 4)], [(2, 1, 4)], [(1, 2, -1)], [(1, 2)], [(1, 4, 2), (3, 8, 1)], [(1, 2, True)]):
+        with pytest.raises(BatchError, match="schedule"):
+            check_schedule(bad)
+    ref = alone(tiny_model_path, PROMPTS[:2], [60, 20], STRATEGIES[:2])
+    # two busy: no draft at all; one left: drafts of up to 8
+    with BatchRun(tiny_model_path, n_parallel=2, n_ctx=1024, draft_schedule=[(2, 2, 0), (1, 1, 8)], **SLOT) as b:
+        for p, n, st in zip(PROMPTS[:2], [60, 20], STRATEGIES[:2]):
+            b.submit(p, n, st)
+        results = b.run()
+        steps = [e for e in b.events if e.kind == "batch_step"]
+    assert [r.tokens for r in results] == ref
+    # the first request's rounds taken while both requests were busy
+    both = {lane["round"] for e in steps if len(e.lanes) == 2 for lane in e.lanes if lane["request"] == 0}
+    drafts = [(e.round, e.limit, e.cap) for e in results[0].events if e.kind == "draft_proposed"]
+    assert both and all(limit == 0 and cap == "load" for rnd, limit, cap in drafts if rnd in both)
+    assert any(limit > 1 for rnd, limit, _ in drafts if rnd not in both)
+
+
+def test_the_cost_policy_prices_the_whole_batch_with_a_batch_cost_table(tiny_model_path):
+    from specviz.decoding.batch_cost import BatchCostTable
+
+    seqs, drafts = (1, 2), (0, 2, 4, 8)
+
+    def decode(s: int, d: int) -> float:  # alone every row is free; two at once, each draft row costs ten decodes
+        return 0.001 if s == 1 else 0.002 + 0.01 * s * d
+
+    grid = tuple(tuple(decode(s, d) for d in drafts) for s in seqs)
+    table = BatchCostTable(seqs, drafts, grid, grid, 1)
+    options = dict(draft_policy="cost", draft_max=8, max_ngram=2, min_ngram=1)
+    with BatchRun(tiny_model_path, n_parallel=2, n_ctx=1024, batch_cost=table, **SLOT) as b:
+        b.submit(PROMPTS[0], 80, "prompt-lookup", **options)
+        b.submit(PROMPTS[1], 16, "prompt-lookup", **options)
+        results = b.run()
+        steps = [e for e in b.events if e.kind == "batch_step"]
+    # the first request's rounds taken while both requests were busy
+    both = {lane["round"] for e in steps if len(e.lanes) == 2 for lane in e.lanes if lane["request"] == 0}
+    limits = [(e.round, e.limit) for e in results[0].events if e.kind == "draft_proposed"]
+    # two at once, drafting never pays: plain rounds but for one-token probes; alone, long drafts pay again
+    assert both and all(limit <= 1 for rnd, limit in limits if rnd in both)
+    assert max(limit for rnd, limit in limits if rnd not in both) >= 4
+    assert [r.tokens for r in results] == alone(
+        tiny_model_path, PROMPTS[:2], [80, 16], ["prompt-lookup"] * 2, **options
+    )

@@ -11,7 +11,8 @@ verify), done one request after another. So a request's round at ``p`` costs, fo
 
     cost_p(b) = decode(p sequences × b rows) + (p − 1) × lane seconds
 
-(:func:`cost_at`; every request assumed to draft as long as this one: the batch-cost table's cells), and the
+(:func:`~specviz.decoding.batch_cost.batch_round_cost`; every request assumed to draft as long as this one:
+the batch-cost table's cells), and the
 advisor's own search and scoring (:func:`~specviz.analysis.advise.advise`,
 :func:`~specviz.analysis.advise.predict`) run unchanged on that curve. The decode's seconds between measured
 sequence counts are a straight line between the two around ``p`` (beyond the last: its last segment's slope).
@@ -30,7 +31,8 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
-from ..decoding.batch_cost import BatchCostTable
+from ..decoding.batch_cost import BatchCostTable, decode_seconds
+from ..decoding.batch_cost import batch_round_cost as cost_at
 from ..decoding.verify_cost import VerifyCostModel
 from ..errors import KnobError
 from .advise import advise, predict
@@ -63,29 +65,6 @@ def parse_parallels(text: str | Sequence[int]) -> list[int]:
     if not out:
         raise KnobError("parallel: no concurrency given; e.g. --parallel 1,2,4", knob="parallel", value=text)
     return sorted(out)
-
-
-def decode_seconds(table: BatchCostTable, p: int, d: int) -> float:
-    """Seconds of one decode of ``p`` sequences with drafts of ``d`` (a measured draft length): the table's, or
-    a straight line between the measured sequence counts around ``p`` (beyond the last, its last segment's)."""
-    seqs = table.sequences
-    if p in seqs:
-        return table.seconds(p, d)
-    lo = max((s for s in seqs if s < p), default=seqs[0])
-    hi = min((s for s in seqs if s > p), default=None)
-    if hi is None:  # beyond the table: the last segment's slope
-        if len(seqs) < 2:
-            return table.seconds(seqs[-1], d) * p / seqs[-1]
-        lo, hi = seqs[-2], seqs[-1]
-    t_lo, t_hi = table.seconds(lo, d), table.seconds(hi, d)
-    return t_lo + (p - lo) * (t_hi - t_lo) / (hi - lo)
-
-
-def cost_at(table: BatchCostTable, p: int, lane: float) -> VerifyCostModel:
-    """One request's verify cost at concurrency ``p`` (see the module docstring): for each measured draft length
-    ``d`` a point at ``d + 1`` rows, the decode of ``p`` such sequences and the other requests' ``lane`` seconds."""
-    sizes = [d + 1 for d in table.draft_lengths]
-    return VerifyCostModel(sizes, [decode_seconds(table, p, d) + (p - 1) * lane for d in table.draft_lengths])
 
 
 def lane_seconds(rec: Recorded) -> float:

@@ -43,6 +43,8 @@ from ..backends.sequences import SequenceTokens
 from ..errors import BatchError, ContextError, SpecvizError
 from ..models.embedded import resolve_model
 from ..strategies import resolve_strategy, strategy_class
+from .batch_cost import BatchCostTable, batch_round_cost
+from .cost_policy import CostPolicy
 from .events import Accepted, BatchStepped, Event, Round
 from .round import StepBegun, verified_rows
 from .session import Session
@@ -74,6 +76,36 @@ def check_batchable(strategy: str) -> str:
             "strategy that keeps to its own state (the n-gram strategies, prompt-lookup, draft, none)"
         )
     return name
+
+
+#: A draft schedule as vLLM spells it: ``(start, end, k)`` — while ``start`` to ``end`` sequences are busy, drafts
+#: of at most ``k`` tokens.
+Schedule = tuple[tuple[int, int, int], ...]
+
+
+def check_schedule(schedule: Any) -> Schedule:
+    """``schedule`` as :data:`Schedule`: ``(start, end, k)`` triples of integers, ``1 <= start <= end``, ``k >= 0``,
+    ranges not overlapping; :class:`BatchError` naming the entry otherwise."""
+    out: list[tuple[int, int, int]] = []
+    for entry in schedule or ():
+        ok = isinstance(entry, (tuple, list)) and len(entry) == 3
+        ok = ok and all(isinstance(v, int) and not isinstance(v, bool) for v in entry)
+        if not ok or not 1 <= entry[0] <= entry[1] or entry[2] < 0:
+            raise BatchError(
+                f"draft schedule entry {entry!r}: expected [start, end, k] with 1 <= start <= end (busy sequences) "
+                "and k >= 0 (the longest draft while that many are busy), as vLLM's schedule"
+            )
+        out.append((entry[0], entry[1], entry[2]))
+    out.sort()
+    for a, b in zip(out, out[1:]):
+        if b[0] <= a[1]:
+            raise BatchError(f"draft schedule entries {list(a)} and {list(b)} overlap: each busy count has one k")
+    return tuple(out)
+
+
+def scheduled_length(schedule: Schedule, busy: int) -> int | None:
+    """The longest draft ``schedule`` allows while ``busy`` sequences are busy (None: no entry covers it)."""
+    return next((k for start, end, k in schedule if start <= busy <= end), None)
 
 
 @dataclass
@@ -132,6 +164,13 @@ class BatchRun:
     :class:`~specviz.decoding.session.Session` takes them, ``n_ctx`` being the whole cache, split over the slots
     as llama-server splits ``-c`` (each slot holds ``n_ctx_seq`` positions) unless ``kv_unified``. Everything is
     checked before the model loads.
+
+    Load-aware drafting: ``draft_schedule`` (vLLM's ``[start, end, k]`` form) caps every request's draft at ``k``
+    while ``start`` to ``end`` sequences are busy (the budget's ``load`` cap); ``batch_cost`` (a
+    :class:`~specviz.decoding.batch_cost.BatchCostTable` of this machine) prices the whole batch for requests
+    under the ``cost`` drafting policy: before each step their verify-cost curve becomes one request's round at
+    the current number of busy sequences (:func:`~specviz.analysis.advise_parallel.cost_at`'s rule: the decode of
+    that many sequences plus the other requests' own work), so the length each chooses falls as the batch fills.
     """
 
     def __init__(
@@ -150,8 +189,12 @@ class BatchRun:
         prefill: str = "all-but-last",
         kv_unified: bool = False,
         n_gpu_layers: int | None = None,
+        draft_schedule: Any = None,
+        batch_cost: BatchCostTable | None = None,
     ) -> None:
         n = check_parallel(n_parallel)
+        self.draft_schedule = check_schedule(draft_schedule)
+        self.batch_cost = batch_cost
         check_prefill(prefill)
         settings: dict[str, Any] = dict(n_ctx=n_ctx, n_batch=n_batch, n_ubatch=n_ubatch, n_threads=n_threads)
         settings.update(swa_full=swa_full, n_rs_seq=None, flash_attn=flash_attn, cache_type_k=cache_type_k)
@@ -176,6 +219,7 @@ class BatchRun:
         self.events: list[Event] = []
         self._started: dict[int, int] = {}
         self._next_id = 0
+        self._lane_seconds = 0.0  # a request's own work in a round besides the decode (a moving average)
 
     @property
     def n_parallel(self) -> int:
@@ -214,12 +258,15 @@ class BatchRun:
         """One step (see the module docstring): ``(request id, round)`` for every request that ran a round."""
         self.steps += 1
         self._admit()
+        busy = sum(1 for r in self.busy if r is not None)
+        cap = scheduled_length(self.draft_schedule, busy)
         begun: list[tuple[int, StepBegun]] = []
         for slot, req in enumerate(self.busy):
             if req is None:
                 continue
+            self._price(self.slots[slot], busy)
             try:
-                b = self.slots[slot].begin_step()
+                b = self.slots[slot].begin_step(cap)
             except SpecvizError as e:
                 self._end(slot, e)
                 continue
@@ -261,18 +308,35 @@ class BatchRun:
             s, req = self.slots[slot], self.busy[slot]
             assert b.pending is not None and req is not None
             rows, row = verified_rows(s.ctx, b.pending)
+            t_own = time.perf_counter()
             try:
                 # each session's verify: the shared decode and its own acceptance (not the others')
-                rnd = s.finish_step(b, rows, row, time.perf_counter() - decode_seconds)
+                rnd = s.finish_step(b, rows, row, t_own - decode_seconds)
             except SpecvizError as e:
                 self._end(slot, e)
                 continue
+            self._learn_lane(b, time.perf_counter() - t_own)
             out.append((req.id, rnd))
             lanes.append(lane_of(slot, req.id, b, rnd))
             if rnd.finished is not None:
                 self._end(slot)
         self.events.append(BatchStepped(self.steps, self.n_parallel, decode_seconds, len(self.queue), tuple(lanes)))
         return out
+
+    def _price(self, s: Session, busy: int) -> None:
+        """A request under the cost policy prices its round as one of ``busy`` in one decode (with
+        :attr:`batch_cost`; see the class docstring)."""
+        policy = s.generation.policy
+        if self.batch_cost is not None and isinstance(policy, CostPolicy):
+            policy.cost = batch_round_cost(self.batch_cost, busy, self._lane_seconds)
+
+    def _learn_lane(self, begun: StepBegun, rnd_seconds: float) -> None:
+        """Fold a request's own work this round (drafting, reading its rows, bookkeeping: what it spent outside
+        the shared decode) into the moving average the batch pricing uses."""
+        p = begun.pending
+        if p is not None:
+            own = p.drafted.seconds + rnd_seconds
+            self._lane_seconds += (own - self._lane_seconds) / 10
 
     def _admit(self) -> None:
         """Queued requests into free slots, their prompts evaluated on their sequences."""

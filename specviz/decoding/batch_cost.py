@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol, Sequence
 
 from ..errors import ContextError, KnobError, SequenceError
-from .verify_cost import ADVISOR_REPEATS
+from .verify_cost import ADVISOR_REPEATS, VerifyCostModel
 
 #: Busy sequences per decode measured by default (issue 54: a server's slots, 1 to 8).
 SEQUENCES = (1, 2, 4, 8)
@@ -182,6 +182,31 @@ class BatchCostTable:
             "batch of " + (f"{free} rows" if free > 1 else "1 row: no extra row is nearly free here")
         )
         return "\n".join(out)
+
+
+def decode_seconds(table: BatchCostTable, p: int, d: int) -> float:
+    """Seconds of one decode of ``p`` sequences with drafts of ``d`` (a measured draft length): the table's, or
+    a straight line between the measured sequence counts around ``p`` (beyond the last, its last segment's)."""
+    seqs = table.sequences
+    if p in seqs:
+        return table.seconds(p, d)
+    lo = max((s for s in seqs if s < p), default=seqs[0])
+    hi = min((s for s in seqs if s > p), default=None)
+    if hi is None:  # beyond the table: the last segment's slope
+        if len(seqs) < 2:
+            return table.seconds(seqs[-1], d) * p / seqs[-1]
+        lo, hi = seqs[-2], seqs[-1]
+    t_lo, t_hi = table.seconds(lo, d), table.seconds(hi, d)
+    return t_lo + (p - lo) * (t_hi - t_lo) / (hi - lo)
+
+
+def batch_round_cost(table: BatchCostTable, p: int, lane: float) -> VerifyCostModel:
+    """One request's round at ``p`` busy sequences as a verify-cost curve: for each measured draft length ``d`` a
+    point at ``d + 1`` rows, the decode of ``p`` such sequences (every request drafting alike) and the other
+    ``p - 1`` requests' own work, ``lane`` seconds each (drafting, reading rows: done one after another in a
+    step). What the advice under load scores and a batched run's cost policy prices."""
+    sizes = [d + 1 for d in table.draft_lengths]
+    return VerifyCostModel(sizes, [decode_seconds(table, p, d) + (p - 1) * lane for d in table.draft_lengths])
 
 
 def _grid(values: Sequence[int], name: str, least: int, must: int) -> tuple[int, ...]:

@@ -40,7 +40,8 @@ class Caps:
     ``remaining`` is how many tokens the generation may still commit; ``free_ctx`` how many positions
     are left after the committed history (``n_ctx - len(history)``); ``n_batch`` and ``n_ubatch`` are
     the target context's batch sizes; ``memory`` the longest draft the target's memory can roll back
-    after (None: any).
+    after (None: any); ``load`` the longest draft a batched run's draft schedule allows at its current number
+    of busy sequences (:mod:`specviz.decoding.batch`; None: any).
     """
 
     remaining: int
@@ -48,13 +49,15 @@ class Caps:
     n_batch: int
     n_ubatch: int
     memory: int | None = None
+    load: int | None = None
 
 
 @dataclass(frozen=True)
 class Budget:
     """The draft length a round may use: ``limit``, the configured ``requested`` length, the ``cap``
-    that lowered it (``policy``, ``budget``, ``context``, ``batch``, ``ubatch``, ``ring``, ``tile``; ``prompt``
-    for the first round after a whole-prompt prefill, which reads the prompt's row and cannot draft) or None, and
+    that lowered it (``policy``, ``budget``, ``context``, ``batch``, ``ubatch``, ``ring``, ``load``, ``tile``;
+    ``prompt`` for the first round after a whole-prompt prefill, which reads the prompt's row and cannot draft) or
+    None, and
     the policy's ``expected`` committed tokens for that length (cost policy only)."""
 
     requested: int
@@ -86,6 +89,8 @@ def plan(knobs: Mapping[str, Any], policy: DraftingPolicy, caps: Caps, *, drafts
         hard.append(("ubatch", caps.n_ubatch - 1))
     if caps.memory is not None:
         hard.append(("ring", caps.memory))
+    if caps.load is not None:
+        hard.append(("load", caps.load))
     for name, value in hard:
         if value < limit:
             limit, cap = max(value, 0), name

@@ -335,12 +335,13 @@ class Session:
             rows, row, verify_started = verify_alone(self.ctx, begun.pending, self.generation.history)
             return self.finish_step(begun, rows, row, verify_started)
 
-    def begin_step(self) -> StepBegun:
+    def begin_step(self, load_cap: int | None = None) -> StepBegun:
         """The first half of :meth:`step`, for a batched run that evaluates several sessions' verify batches in
         one decode (:mod:`specviz.decoding.batch`): pending configuration applied, the budget planned and the
         draft made (:func:`~specviz.decoding.round.begin_round`). Its ``pending`` batch is evaluated on this
         session's context next, and :meth:`finish_step` follows with nothing else called on the session between;
-        without ``pending`` the step has already ended (``done``: the generation finished before a round)."""
+        without ``pending`` the step has already ended (``done``: the generation finished before a round).
+        ``load_cap``: the longest draft the batched run's draft schedule allows now (the budget's ``load`` cap)."""
         with self._lock:
             if not self.started:
                 raise SessionStateError("the session has not started; call start(prompt, ...) first")
@@ -358,7 +359,7 @@ class Session:
                 return StepBegun(out, None, self._finish("context", out))
             g, drafter = self.generation, self.drafter
             assert drafter is not None
-            budget = self._budget(g, drafter)
+            budget = self._budget(g, drafter, load_cap)
             g.round_index += 1
             tile, draft_min = verify_tile(g.knobs), int(g.knobs.get("draft_min", 0))
             pending = begin_round(
@@ -422,14 +423,16 @@ class Session:
                 rnd = self._finish("cancelled", out, res.committed)
             return rnd or Round(res.index, tuple(out), tuple(res.committed), None)
 
-    def _budget(self, g: Generation, drafter: Drafter) -> Budget:
+    def _budget(self, g: Generation, drafter: Drafter, load_cap: int | None = None) -> Budget:
         """The next round's budget (:func:`~specviz.decoding.budget.plan`), once the policy has what it needs
         measured; a drafter that pays to stay ready hears how many plain rounds the policy promises."""
         prefilled = g.prefilled  # cleared once the round has read the prompt's row (a refusal keeps it)
         if drafter.drafts and not prefilled:  # (a prefilled round: the measurement would replace the prompt's row)
             self.cost_model = g.policy.prepare(self.ctx, g.history, g.knobs) or self.cost_model
         cap, memory = self.ctx.capacity, self.ctx.memory.draft_limit(self.committed, DRAFT_MAX_LIMIT)
-        caps = Caps(self.max_tokens - len(self.tokens), cap.n_ctx - len(g.history), cap.n_batch, cap.n_ubatch, memory)
+        caps = Caps(
+            self.max_tokens - len(self.tokens), cap.n_ctx - len(g.history), cap.n_batch, cap.n_ubatch, memory, load_cap
+        )
         budget = plan(g.knobs, g.policy, caps, drafts=drafter.drafts and not prefilled)
         if prefilled:  # the round reads the prompt's row: no draft
             budget = Budget(budget.requested, 0, "prompt", None)
