@@ -214,3 +214,53 @@ def test_bad_sequence_ids_and_cuts_are_refused(tiny_model):
         ctx.cut_sequence(0, -2)
     assert [ctx.seq_len(s) for s in (0, 1, 2)] == [10, 4, 7]
     ctx.close()
+
+
+def _micro_batch_counter():
+    """An eval callback counting llama.cpp's graph computations (each computes ``result_norm`` once), and
+    the count."""
+    import ctypes
+    from pathlib import Path
+
+    import llama_cpp
+    import llama_cpp.llama_cpp as lc
+
+    lib = sorted((Path(llama_cpp.__file__).parent / "lib").glob("libggml-base.so*"))
+    if not lib:
+        pytest.skip("libggml-base is not a shared library here")
+    name = ctypes.CDLL(str(lib[0])).ggml_get_name
+    name.restype, name.argtypes = ctypes.c_char_p, [ctypes.c_void_p]
+    seen = [0]
+
+    @lc.ggml_backend_sched_eval_callback
+    def count(t, ask, user_data):  # noqa: ARG001 - signature fixed by ggml
+        if ask and name(t) == b"result_norm":
+            seen[0] += 1
+        return not ask
+
+    return count, seen
+
+
+@pytest.mark.parametrize(
+    ("kv_unified", "rows", "graphs"),
+    [
+        (False, (5, 5, 5, 5), 1),
+        (False, (1, 1, 1, 17), 2),  # unequal drafts: 1 token of each, then sequence 3's other 16
+        (False, (5, 0, 5, 5), 2),  # an idle sequence between busy ones
+        (True, (1, 1, 1, 17), 1),
+        (True, (5, 0, 5, 5), 1),
+    ],
+)
+def test_how_llama_cpp_splits_a_batch_of_sequences_into_micro_batches(tiny_model, kv_unified, rows, graphs):
+    """With a cache split over the sequences (llama-server's -np without -kvu) llama.cpp computes in one graph
+    an equal number of tokens of each of a run of consecutive ascending sequence ids; a unified cache takes
+    the batch whole. Given in descending order, the batch is laid out ascending and costs no more."""
+    count, seen = _micro_batch_counter()
+    kw = {**SMALL, "n_ctx": 1024, "n_seq_max": 4, "kv_unified": kv_unified, "capture": False}
+    ctx = LlamaContext(tiny_model, **kw, eval_callback=count)
+    for q in range(4):
+        ctx.eval_sequence_prompt(q, [1, 5, 6, 7])
+    seen[0] = 0
+    ctx.eval_sequences([(q, [9] * rows[q], 4) for q in reversed(range(4)) if rows[q]])
+    assert seen[0] == graphs
+    ctx.close()
