@@ -71,7 +71,8 @@ def test_run_server_args_runs_the_lines_configuration(wide):
     assert out["knobs"]["size_n"] == 2 and out["knobs"]["size_m"] == 48 and out["knobs"]["align"] is False
     assert out["strategy"] == "ngram-map-k4v" and len(out["tokens"]) == 24
     assert set(out["server_counts"]) == {"draft_n", "draft_n_accepted", "verify_steps", "accepted_per_pos"}
-    assert "--server-args -np 4: serving only" in p.stderr and "--server-args --metrics: serving only" in p.stderr
+    assert "--server-args --metrics: serving only" in p.stderr and "-np 4" not in p.stderr  # -np applied:
+    assert out["n_parallel"] == 4 and out["n_ctx_seq"] == 256  # a batch of one, in its slot's share of -c
     p = run_cli("run", "--prompt", PROMPT, "--max-tokens", "8", "--server-args", line)
     assert p.returncode == 0 and "as llama-server counts it: draft_n = " in p.stderr
 

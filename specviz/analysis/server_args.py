@@ -6,8 +6,10 @@ the strategy and its knobs, the context settings (:class:`~specviz.backends.cont
 and the sampling defaults, with llama.cpp's defaults (``common/common.h``) wherever the line gives none.
 Every value is validated before any model loads (typed errors naming the flag). A flag specviz cannot
 honour is never dropped silently: it is named in :attr:`ServerConfig.warnings` with the reason — serving
-options that change neither the tokens nor the drafts (``--port``, ``-np``, ``--metrics`` ...) as well
-as those that would change them (``--min-p``, ``-ctkd`` ...).
+options that change neither the tokens nor the drafts (``--port``, ``--metrics`` ...) as well
+as those that would change them (``--min-p``, ``-ctkd`` ...). ``-np N`` is applied: a request log runs N
+requests at a time in N slots (:class:`~specviz.decoding.batch.BatchRun`), ``-c`` being the whole cache split
+over them as llama.cpp splits it (``-kvu``: one pool every slot draws on).
 
 ``--spec-type`` is read with the strategies' own resolution (:func:`specviz.strategies.resolve_strategy`,
 the same as the CLI's ``--spec-type``): llama.cpp's names only (``draft-simple`` ... ``draft-dspark``,
@@ -101,16 +103,19 @@ GPU_LAYERS_FLAGS = ("-ngl", "--gpu-layers", "--n-gpu-layers")
 DRAFT_GPU_LAYERS_FLAGS = ("-ngld", "--spec-draft-ngl", "--gpu-layers-draft", "--n-gpu-layers-draft")
 DRAFT_MODEL_FLAGS = ("-md", "--model-draft", "--spec-draft-model")
 
+#: the slots (``-np``: requests run at once, ``-c`` split over them) and their cache (``-kvu``: one unified pool)
+PARALLEL_FLAGS = ("-np", "--parallel")
+KV_UNIFIED_FLAGS = {"-kvu": True, "--kv-unified": True, "-no-kvu": False, "--no-kv-unified": False}
 #: options that change neither the tokens nor the drafts of one request at a time (value-taking ones True)
 SERVING_ONLY: dict[str, bool] = {
     **dict.fromkeys(("--host", "--port", "--path", "--api-key", "--api-key-file", "-a", "--alias"), True),
     **dict.fromkeys(("--timeout", "-to", "--threads-http", "--log-file", "-lv", "--verbosity"), True),
-    **dict.fromkeys(("-np", "--parallel", "--cache-reuse", "-cram", "--cache-ram"), True),
+    **dict.fromkeys(("--cache-reuse", "-cram", "--cache-ram"), True),
     **dict.fromkeys(("-ctxcp", "--ctx-checkpoints", "--swa-checkpoints", "--sleep-idle-seconds"), True),
     **dict.fromkeys(("--reasoning-format", "--reasoning-budget", "-fit", "--fit", "--numa", "--prio"), True),
     **dict.fromkeys(("--metrics", "--slots", "--no-slots", "--props", "--no-webui", "--no-ui", "--webui"), False),
     **dict.fromkeys(("-cb", "--cont-batching", "-nocb", "--no-cont-batching"), False),
-    **dict.fromkeys(("-kvu", "--kv-unified", "--mlock", "--no-mmap", "--mmap", "--jinja", "--no-jinja"), False),
+    **dict.fromkeys(("--mlock", "--no-mmap", "--mmap", "--jinja", "--no-jinja"), False),
     **dict.fromkeys(("--log-disable", "--log-colors", "--log-prefix", "--log-timestamps", "-v"), False),
     **dict.fromkeys(("--verbose", "--no-warmup", "--warmup", "--no-perf", "--perf", "-fitt"), False),
 }
@@ -170,6 +175,11 @@ class ServerConfig:
     #: (:func:`~specviz.backends.devices.auto_gpu_layers`)
     n_gpu_layers: int | None = None
     gpu_layers_text: str | None = None  #: ``-ngl``'s value as the line gives it (None: the line gives none)
+    #: ``-np``: the slots, requests run at once (:class:`~specviz.decoding.batch.BatchRun`), ``-c`` being the
+    #: whole cache split over them; 1 where the line gives none or ``-np -1`` (llama-server's auto, 4 slots
+    #: sharing one unified cache: specviz runs the requests one at a time, each with the whole cache)
+    n_parallel: int = 1
+    kv_unified: bool = False  #: ``-kvu``: one cache pool for every slot (each may hold up to ``-c`` positions)
     warnings: list[str] = field(default_factory=list)  #: flags specviz cannot honour, each named with why
     argv: list[str] = field(default_factory=list)
 
@@ -229,6 +239,8 @@ class ServerConfig:
             "grammar": self.grammar,
             "swa_full": self.swa_full,
             "n_gpu_layers": self.n_gpu_layers,
+            "n_parallel": self.n_parallel,
+            "kv_unified": self.kv_unified,
             "warnings": list(self.warnings),
         }
 
@@ -307,6 +319,8 @@ class _Line:
     swa_full: bool = False
     gpu_layers: str | None = None
     draft_gpu_layers: tuple[str, str] | None = None
+    parallel: tuple[str, str] | None = None  # (flag, value) of -np
+    kv_unified: bool | None = None
     # sampling and generation
     sampling: dict[str, tuple[str, str]] = field(default_factory=dict)
     n_predict: tuple[str, str] | None = None
@@ -352,6 +366,10 @@ def _read_context_flag(line: _Line, tok: str) -> bool:
         line.gpu_layers = line.value(tok)
     elif tok in DRAFT_GPU_LAYERS_FLAGS:
         line.draft_gpu_layers = (tok, line.value(tok))
+    elif tok in PARALLEL_FLAGS:
+        line.parallel = (tok, line.value(tok))
+    elif tok in KV_UNIFIED_FLAGS:
+        line.kv_unified = KV_UNIFIED_FLAGS[tok]
     else:
         return False
     return True
@@ -559,6 +577,35 @@ def _placement(line: _Line) -> int | None:
     return n_gpu_layers
 
 
+def _parallel(line: _Line) -> tuple[int, bool]:
+    """``-np``'s slots and ``-kvu``: refused as llama-server refuses them (0, not an integer) and beyond
+    llama.cpp's sequences; ``-np -1`` (auto) or none run the requests one at a time, named in a warning where
+    the line says auto."""
+    from ..backends.sequences import MAX_SEQUENCES
+
+    unified = bool(line.kv_unified)
+    if line.parallel is None:
+        return 1, unified
+    flag, v = line.parallel
+    try:
+        n = int(v)
+    except ValueError:
+        raise KnobError(f"llama-server option {flag}: {v!r} is not an integer", knob="n_parallel", value=v) from None
+    if n == 0 or n > MAX_SEQUENCES:
+        raise KnobError(
+            f"llama-server option {flag} {v}: the slots must be -1 (auto) or 1..{MAX_SEQUENCES}",
+            knob="n_parallel",
+            value=v,
+        )
+    if n < 0:
+        line.warnings.append(
+            f"{flag} {v}: llama-server's auto (4 slots sharing one unified cache); specviz runs the requests one "
+            "at a time, each with the whole cache (give -np N to run them N at a time)"
+        )
+        return 1, unified
+    return n, unified
+
+
 def _sampling(line: _Line) -> tuple[dict[str, Any], int | None]:
     """The sampling values as numbers and ``-n`` (None when not given or negative); a refusal names the flag."""
     samp: dict[str, Any] = {}
@@ -591,6 +638,7 @@ def parse_server_args(argv: str | Sequence[str]) -> ServerConfig:
     ctx, given = _context(line)
     n_gpu_layers = _placement(line)
     sampling, n_predict = _sampling(line)
+    n_parallel, kv_unified = _parallel(line)
     return ServerConfig(
         model=line.model,
         strategy=strategy,
@@ -604,6 +652,8 @@ def parse_server_args(argv: str | Sequence[str]) -> ServerConfig:
         swa_full=line.swa_full,
         n_gpu_layers=n_gpu_layers,
         gpu_layers_text=line.gpu_layers,
+        n_parallel=n_parallel,
+        kv_unified=kv_unified,
         warnings=line.warnings,
         argv=line.args,
     )
@@ -671,6 +721,12 @@ def session_from_server_args(argv: str | Sequence[str], *, model: str | None = N
     from ..decoding.session import Session
 
     cfg = parse_server_args(argv)
-    for w in cfg.warnings:
+    notes = list(cfg.warnings)
+    if cfg.n_parallel > 1:
+        notes.append(
+            f"-np {cfg.n_parallel}: a session runs one request; not applied (run the requests at once with "
+            f"BatchRun(n_parallel={cfg.n_parallel}), as specviz run --requests does)"
+        )
+    for w in notes:
         warnings.warn(f"llama-server option {w}", UserWarning, stacklevel=2)
     return Session(model or cfg.model, **cfg.session_kwargs()), cfg

@@ -34,6 +34,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
+#: the counters llama-server reports per request, as :class:`ServerLikeRun` and :class:`ServerLoop` hold them
+SERVER_COUNTS = ("draft_n", "draft_n_accepted", "verify_steps", "accepted_per_pos")
+
+
+def server_counts(run: Any) -> dict[str, Any]:
+    """:data:`SERVER_COUNTS` of a :class:`ServerLikeRun` or a :class:`ServerLoop`, as a dictionary."""
+    return {k: (list(v) if isinstance(v := getattr(run, k), list) else v) for k in SERVER_COUNTS}
+
 
 def server_draft_cap(n_ctx: int, n_cached: int, n_predict: int | None, n_generated: int) -> int:
     """llama-server's cap on a round's draft (``get_n_draft_max``): ``n_ctx - n_cached - 2``, and with a
@@ -103,8 +111,8 @@ class ServerLoop:
         # a line with no --spec-type: plain decoding
         self.top = int(self.knobs.setdefault("draft_max", 16)) if self.drafts else 0
         self.plain_first = plain_first and self.drafts
-        self.per_pos: list[int] = []
-        self.verify_steps = self.draft_n = self.accepted = 0
+        self.accepted_per_pos: list[int] = []
+        self.verify_steps = self.draft_n = self.draft_n_accepted = 0
         self.seconds = 0.0
 
     @property
@@ -144,12 +152,16 @@ class ServerLoop:
         if n:
             self.verify_steps += 1
             self.draft_n += n
-            self.accepted += n_acc
-            if len(self.per_pos) < n:
-                self.per_pos += [0] * (n - len(self.per_pos))
+            self.draft_n_accepted += n_acc
+            if len(self.accepted_per_pos) < n:
+                self.accepted_per_pos += [0] * (n - len(self.accepted_per_pos))
             for i in range(n_acc):
-                self.per_pos[i] += 1
+                self.accepted_per_pos[i] += 1
         return True
+
+    def counts(self) -> dict[str, Any]:
+        """The server's counters so far (:data:`SERVER_COUNTS`)."""
+        return server_counts(self)
 
     def result(self, session: Any) -> ServerLikeRun:
         """The request as the server counts it, from ``session``'s finished generation."""
@@ -157,9 +169,9 @@ class ServerLoop:
             tokens=list(session.tokens),
             text=session.text,
             draft_n=self.draft_n,
-            draft_n_accepted=self.accepted,
+            draft_n_accepted=self.draft_n_accepted,
             verify_steps=self.verify_steps,
-            accepted_per_pos=list(self.per_pos),
+            accepted_per_pos=list(self.accepted_per_pos),
             finish=session.finished,
             decode_seconds=self.seconds,
             content=server_content(session.model, session.tokens),

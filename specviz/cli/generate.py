@@ -28,6 +28,22 @@ def add_commands(sub: Any) -> None:
         help="run every request of a deployment's OpenAI chat-format request log ({messages} or {body: {messages}}) "
         "instead of one prompt; each request's max_tokens, temperature and stop are used where it gives them",
     )
+    r.add_argument(
+        "-np",
+        "--parallel",
+        dest="parallel",
+        default=None,
+        metavar="N",
+        help="llama-server's slots: with --requests, N requests at a time, every busy slot's verify batch in one "
+        "decode; -c is the whole cache, split over the slots (default 1: one request at a time)",
+    )
+    r.add_argument(
+        "-kvu",
+        "--kv-unified",
+        dest="kv_unified",
+        action="store_true",
+        help="with -np: one cache pool every slot draws on (llama-server's -kvu), instead of -c split over them",
+    )
     r.set_defaults(func=cmd_run)
     v = sub.add_parser("verify", help="compare plain greedy and speculative greedy output")
     add_generation_options(v, strategy_default=None)
@@ -94,6 +110,42 @@ def cpu_line(t: dict[str, Any]) -> str:
     return text
 
 
+def _open_batch(cfg: dict[str, Any]) -> Any:
+    """The :class:`~specviz.decoding.batch.BatchRun` of ``cfg``'s slots (``-np``): ``-c`` the whole cache."""
+    from ..decoding.batch import BatchRun
+
+    par, memory = cfg["parallel"], cfg["memory"]
+    if memory.get("n_rs_seq") is not None:
+        warn("option --n-rs-seq is accepted but not applied: several slots share memory that removes a tail")
+    return BatchRun(
+        cfg["model"],
+        n_parallel=par["n_parallel"],
+        kv_unified=par["kv_unified"],
+        **session_kwargs(cfg["settings"]),
+        swa_full=memory["swa_full"],
+        prefill=memory.get("prefill", "all-but-last"),
+        n_gpu_layers=cfg["n_gpu_layers"],
+    )
+
+
+def _open_session(cfg: dict[str, Any]) -> tuple[Any, Any]:
+    """The session one prompt runs on, and the batched run it is slot 0 of (None with one slot): a single
+    prompt with ``-np N`` is a batch of one, as llama-server serves one request with N slots (its context
+    is its slot's share of ``-c``)."""
+    from ..decoding.session import Session
+
+    if cfg["parallel"]["n_parallel"] > 1:
+        batch = _open_batch(cfg)
+        return batch.slots[0], batch
+    s = Session(cfg["model"], **session_kwargs(cfg["settings"]), **cfg["memory"], n_gpu_layers=cfg["n_gpu_layers"])
+    return s, None
+
+
+def _slots_of(cfg: dict[str, Any], session: Any) -> dict[str, Any]:
+    """The ``--json`` entries of the slots: ``n_parallel``, ``kv_unified`` and each slot's context ``n_ctx_seq``."""
+    return {**cfg["parallel"], "n_ctx_seq": int(session.ctx.capacity.n_ctx)}
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     """``specviz run``: one generation; prints the text and a telemetry line, or one JSON object."""
     cfg = generation_config(args, warn=warn)
@@ -101,12 +153,11 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise UsageError(f"option --record: folder of {args.record!r} does not exist")
     requests = _requests_of(args)
     from ..decoding.recorder import Recorder
-    from ..decoding.session import Session
 
     if requests is not None:
         return _run_requests(args, cfg, requests)
 
-    s = Session(cfg["model"], **session_kwargs(cfg["settings"]), **cfg["memory"], n_gpu_layers=cfg["n_gpu_layers"])
+    s, batch = _open_session(cfg)
     recorder = Recorder(args.record) if args.record else None
     if recorder is not None:
         s.subscribe(recorder)
@@ -127,6 +178,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     res = _result(s, cfg)
     res["settings"] = s.settings.to_dict()
     res["n_gpu_layers"] = s.model.n_gpu_layers
+    res.update(_slots_of(cfg, s))
     if server_run is not None:
         res["server_counts"] = {
             k: getattr(server_run, k) for k in ("draft_n", "draft_n_accepted", "verify_steps", "accepted_per_pos")
@@ -162,7 +214,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                 f"{st['draft_seconds'] * 1e3:.3f}, {st['accept_seconds'] * 1e3:.3f} ms",
                 file=sys.stderr,
             )
-    s.close()
+    (batch or s).close()
     return 0
 
 
@@ -235,68 +287,92 @@ def _requests_of(args: argparse.Namespace) -> list | None:
 
 
 def _run_requests(args: argparse.Namespace, cfg: dict[str, Any], requests: list) -> int:
-    """``specviz run --requests LOG``: every request, one line each and the totals (or one JSON object)."""
-    from ..analysis.request_runs import pooled_cpu_share, run_requests
+    """``specviz run --requests LOG``: every request (``-np N``: N at a time), one line each as it finishes and
+    the totals (or one JSON object); exit status 1 when a request ended with an error (the others still ran)."""
+    from ..analysis.request_runs import run_requests, run_requests_batched
     from ..decoding.recorder import Recorder
-    from ..decoding.session import Session
 
-    s = Session(cfg["model"], **session_kwargs(cfg["settings"]), **cfg["memory"], n_gpu_layers=cfg["n_gpu_layers"])
-    recorder = Recorder(args.record) if args.record else None
-    if recorder is not None:
-        s.subscribe(recorder)
     sampling = dict(cfg["sampling"])
     if cfg["seed"] is not None:
         sampling["seed"] = cfg["seed"]
     if "grammar" in cfg["request"]:  # every request's, unless it gives its own
         sampling["grammar"] = cfg["request"]["grammar"]
-
-    def line(r: Any) -> None:
-        if not args.json:
-            c = r.server_counts
-            extra = f", as llama-server counts it {c['draft_n_accepted']}/{c['draft_n']}" if c else ""
-            print(
-                f"{r.id}: {len(r.tokens)} tokens, acceptance {r.acceptance:.1%} ({r.accepted}/{r.drafted}), "
-                f"{r.tokens_per_second:.1f} tokens/s, finish {r.finish}{extra}; {r.cpu_text()}",
-                file=sys.stderr,
-            )
-
+    server = cfg["server"]
+    template = cfg["request"].get("chat_template") or (server.chat_template if server is not None else None)
+    common: dict[str, Any] = dict(max_tokens=cfg["max_tokens"], sampling=sampling, chat_template=template)
+    common.update(server_loop=server is not None, progress=None if args.json else _request_line)
+    recorder = Recorder(args.record) if args.record else None
+    batch = _open_batch(cfg) if cfg["parallel"]["n_parallel"] > 1 else None
+    s = batch.slots[0] if batch is not None else _open_session(cfg)[0]
     try:
-        runs = run_requests(
-            s,
-            requests,
-            cfg["strategy"],
-            cfg["knobs"],
-            max_tokens=cfg["max_tokens"],
-            sampling=sampling,
-            chat_template=cfg["server"].chat_template if cfg["server"] is not None else None,
-            server_loop=cfg["server"] is not None,
-            progress=line,
-        )
+        if batch is not None:
+            runs = run_requests_batched(batch, requests, cfg["strategy"], cfg["knobs"], record=recorder, **common)
+        else:
+            if recorder is not None:
+                s.subscribe(recorder)
+            runs = run_requests(s, requests, cfg["strategy"], cfg["knobs"], **common)
     finally:
         if recorder is not None:
             recorder.close()
-        settings = s.settings.to_dict()
-        s.close()
+        settings, slots = s.settings.to_dict(), _slots_of(cfg, s)
+        (batch or s).close()
+    totals, share_words = _request_totals(runs, batch)
+    if args.json:
+        out = {"strategy": cfg["strategy"], "knobs": cfg["knobs"], "settings": settings, **slots, "totals": totals}
+        out["requests"] = [r.to_dict() for r in runs]
+        print(json.dumps(out, ensure_ascii=False))
+    else:
+        t = totals
+        print(
+            f"[{cfg['strategy']}] {t['requests']} requests, {t['n_generated']} tokens, acceptance "
+            f"{t['acceptance_rate']:.1%} ({t['accepted']}/{t['drafted']}), {t['tokens_per_second']:.1f} tokens/s; "
+            f"{t['decodes']} decodes, {t['mean_sequences_per_decode']:.2f} sequences per decode "
+            f"({slots['n_parallel']} slot{'s' if slots['n_parallel'] > 1 else ''} of {slots['n_ctx_seq']} positions); "
+            + share_words
+        )
+    failed = [r for r in runs if r.error is not None]
+    if failed:
+        print(f"specviz: error: {len(failed)} of {len(runs)} requests ended with an error", file=sys.stderr)
+    return 1 if failed else 0
+
+
+def _request_line(r: Any) -> None:
+    """One finished request for people, on stderr."""
+    if r.error is not None:
+        print(f"{r.id}: slot {r.slot}, error after {len(r.tokens)} tokens: {r.error}", file=sys.stderr)
+        return
+    c = r.server_counts
+    extra = f", as llama-server counts it {c['draft_n_accepted']}/{c['draft_n']}" if c else ""
+    print(
+        f"{r.id}: {len(r.tokens)} tokens, acceptance {r.acceptance:.1%} ({r.accepted}/{r.drafted}), "
+        f"{r.tokens_per_second:.1f} tokens/s, finish {r.finish}, slot {r.slot}{extra}; {r.cpu_text()}",
+        file=sys.stderr,
+    )
+
+
+def _request_totals(runs: list, batch: Any) -> tuple[dict[str, Any], str]:
+    """``--json``'s ``totals`` of a request log's runs: the counts, the pooled CPU share and the target's
+    generation decodes with the busy sequences each held on average (a batched run's own counts; one at a
+    time, every decode held one sequence: the requests' decodes summed); and the CPU share in words."""
+    from ..analysis.request_runs import pooled_cpu_share
+
     drafted, accepted = sum(r.drafted for r in runs), sum(r.accepted for r in runs)
     n, secs = sum(len(r.tokens) for r in runs), sum(r.seconds for r in runs)
     share, share_words = pooled_cpu_share(runs)
-    totals = {
+    if batch is not None:
+        decodes, mean = batch.decodes, batch.mean_sequences_per_decode
+    else:
+        decodes = sum(r.decodes for r in runs)
+        mean = 1.0 if decodes else 0.0
+    return {
         "requests": len(runs),
+        "failed": sum(1 for r in runs if r.error is not None),
         "n_generated": n,
         "drafted": drafted,
         "accepted": accepted,
         "acceptance_rate": accepted / drafted if drafted else 0.0,
         "tokens_per_second": n / secs if secs > 0 else 0.0,
         "cpu_share": share,
-    }
-    if args.json:
-        out = {"strategy": cfg["strategy"], "knobs": cfg["knobs"], "settings": settings, "totals": totals}
-        out["requests"] = [r.to_dict() for r in runs]
-        print(json.dumps(out, ensure_ascii=False))
-    else:
-        print(
-            f"[{cfg['strategy']}] {totals['requests']} requests, {n} tokens, acceptance "
-            f"{totals['acceptance_rate']:.1%} ({accepted}/{drafted}), {totals['tokens_per_second']:.1f} tokens/s; "
-            + share_words
-        )
-    return 0
+        "decodes": decodes,
+        "mean_sequences_per_decode": mean,
+    }, share_words

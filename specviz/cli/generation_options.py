@@ -202,7 +202,7 @@ def _add_request_options(p: argparse.ArgumentParser) -> None:
         "--chat-template",
         default=None,
         metavar="NAME",
-        help="with --chat: one of llama.cpp's built-in templates instead of the model's own",
+        help="with --chat or --requests: one of llama.cpp's built-in templates instead of the model's own",
     )
     p.add_argument(
         "--stop",
@@ -266,6 +266,13 @@ def generation_config(args: argparse.Namespace, *, warn: Callable[[str], None]) 
     n_gpu_layers = gpu_layers_of(args, warn=warn, server=server)
     if seed is not None and sampling["temperature"] == 0:
         warn("option --seed is accepted but not applied: greedy decoding draws no random numbers")
+    parallel = parallel_config(args, server, strategy)
+    if server is not None and server.chat_template and "chat_template" in request:
+        if request["chat_template"] != server.chat_template:
+            raise UsageError(
+                f"option --chat-template {request['chat_template']} conflicts with the --server-args line's "
+                f"--chat-template {server.chat_template}; give one of them"
+            )
     return {
         "prompt": prompt,
         "max_tokens": max_tokens,
@@ -280,7 +287,40 @@ def generation_config(args: argparse.Namespace, *, warn: Callable[[str], None]) 
         "sampling": sampling,
         "request": request,
         "server": server,
+        "parallel": parallel,
     }
+
+
+def parallel_config(args: argparse.Namespace, server: Any, strategy: str) -> dict[str, Any]:
+    """The slots a run has (``-np`` / ``--parallel``, or the ``--server-args`` line's) and whether their
+    cache is one unified pool (``-kvu``): ``{"n_parallel": N, "kv_unified": bool}``, checked before any model
+    loads. Fewer than one slot is refused with :class:`~specviz.errors.BatchError`'s words; more than one
+    needs a strategy that can run batched (:func:`~specviz.decoding.batch.check_batchable`)."""
+    from ..backends.sequences import MAX_SEQUENCES
+    from ..decoding.batch import check_batchable, check_parallel
+    from ..errors import BatchError
+
+    given = getattr(args, "parallel", None)
+    n, unified = 1, bool(getattr(args, "kv_unified", False))
+    if server is not None:
+        n, unified = server.n_parallel, server.kv_unified
+    elif given is not None:
+        try:
+            n = int(given)
+        except ValueError:
+            raise UsageError(f"option -np: {given!r} is not allowed; expected an integer of at least 1") from None
+        try:
+            check_parallel(n)
+        except BatchError as e:  # 0 or fewer: the words of BatchRun's own refusal
+            raise UsageError(f"option -np: {e}") from None
+        if n > MAX_SEQUENCES:
+            raise UsageError(f"option -np: {n} is not allowed; llama.cpp holds at most {MAX_SEQUENCES} sequences")
+    if n > 1:
+        try:
+            check_batchable(strategy)
+        except BatchError as e:
+            raise UsageError(f"option {'--server-args -np' if server is not None else '-np'} {n}: {e}") from None
+    return {"n_parallel": n, "kv_unified": unified}
 
 
 def _options_server_args_sets(args: argparse.Namespace) -> list[str]:
@@ -295,6 +335,8 @@ def _options_server_args_sets(args: argparse.Namespace) -> list[str]:
         )
         if v is not None
     ]
+    given += ["-np"] if getattr(args, "parallel", None) is not None else []
+    given += ["--kv-unified"] if getattr(args, "kv_unified", False) else []
     given += ["--adaptive-draft-count"] if args.adaptive_draft_count else []
     given += ["--no-align-proposals"] if args.no_align_proposals else []
     for name, knob in _all_knobs().items():
@@ -501,6 +543,18 @@ def _request_config(args: argparse.Namespace) -> dict[str, Any]:
         out["messages"] = msgs
         if args.chat_template:
             out["chat_template"] = args.chat_template
-    elif args.system or args.chat_template:
-        raise ValueError("option --system/--chat-template: only with --chat")
+    elif args.system:
+        raise ValueError("option --system: only with --chat (a logged request carries its own system message)")
+    elif getattr(args, "requests", None) is not None and args.chat_template:
+        from ..decoding.chat import builtin_templates
+
+        names = builtin_templates()
+        if args.chat_template not in names:  # refused once here, not by every request
+            raise ValueError(
+                f"option --chat-template: {args.chat_template!r} is not one of llama.cpp's built-in templates; "
+                f"choose one of: {', '.join(names)}"
+            )
+        out["chat_template"] = args.chat_template  # every logged request is a chat: its messages take it
+    elif args.chat_template:
+        raise ValueError("option --chat-template: only with --chat or --requests")
     return out
