@@ -126,3 +126,49 @@ def test_advise_parallel_on_the_command_line(tiny_model_path, tmp_path):
     ):
         p = run_cli("advise", str(rec), *args)
         assert p.returncode == 2 and what in p.stderr, p.stderr
+
+
+@pytest.mark.tools
+@pytest.mark.slow
+def test_advice_under_load_checked_in_llama_server_with_parallel_slots(tiny_model_path, tmp_path):
+    from test_cli import run_cli
+
+    rec = tmp_path / "rec.jsonl"
+    p = run_cli(
+        "run",
+        "--model",
+        str(tiny_model_path),
+        "--prompt",
+        "the a of the a of the a of",
+        "--strategy",
+        "prompt-lookup",
+        "--max-tokens",
+        "40",
+        "--record",
+        str(rec),
+    )
+    assert p.returncode == 0, p.stderr
+    costs = tmp_path / "cost.json"
+    costs.write_text(json.dumps(FREE.to_dict()))
+    p = run_cli(
+        "advise",
+        str(rec),
+        "--parallel",
+        "1,2",
+        "--batch-cost",
+        str(costs),
+        "--check-server",
+        "--repeats",
+        "1",
+        "--json",
+    )
+    assert p.returncode == 0, p.stderr
+    out = json.loads(p.stdout)
+    checked = out["checked"]
+    assert [r["parallel"] for r in checked] == [1, 2] and len(out["by_parallel"]) == 2
+    for row, advised in zip(checked, out["by_parallel"]):
+        assert row["predicted_speedup"] == advised["predicted_speedup"] and row["flags"] == advised["flags"]
+        assert row["measured_speedup"] > 0 and len(row["speedups"]) == 1
+        assert row["tokens_per_second"]["none"] > 0 and row["tokens_per_second"]["advised"] > 0
+    p = run_cli("advise", str(rec), "--parallel", "1", "--batch-cost", str(costs), "--check-server", "--model", "/nope")
+    assert p.returncode == 2 and "option --model" in p.stderr

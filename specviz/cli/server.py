@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -53,9 +54,85 @@ def add_check_server_options(p: argparse.ArgumentParser) -> None:
 
 def check_server(args: argparse.Namespace, adv: Any, events: list) -> int:
     """``specviz advise FILE --check-server``: the advice's prediction beside llama-server's measurement."""
+    from ..analysis.check_server import check_advice
+
+    target = _server_target(args, events)
+    chk = check_advice(
+        adv,
+        target.prompts,
+        target.model,
+        settings=target.settings,
+        max_tokens=target.max_tokens,
+        repeats=target.repeats,
+        max_repeats=target.max_repeats,
+        binary=target.binary,
+        extra_args=target.extra,
+        progress=None if args.json else (lambda m: print(m, file=sys.stderr)),
+        recorded_prefill=target.recorded.get("prefill"),
+    )
+    if args.json:
+        print(json.dumps({"advice": adv.to_dict(), "server_check": chk.to_dict()}, ensure_ascii=False))
+    else:
+        print(adv.report())
+        print()
+        print(chk.report())
+    return 0
+
+
+def check_server_parallel(args: argparse.Namespace, advice: Any, events: list, extra_json: dict) -> int:
+    """``specviz advise FILE --parallel 1,2,4 --check-server``: the advice under load
+    (:class:`~specviz.analysis.advise_parallel.ParallelAdvice`) measured in llama-server with ``-np N`` and N
+    requests at once (:mod:`specviz.analysis.check_parallel`)."""
+    from ..analysis.check_parallel import check_parallel
+    from ..errors import LlamaServerError
+
+    target = _server_target(args, events)
+    try:
+        chk = check_parallel(
+            advice,
+            target.prompts,
+            target.model,
+            [r["parallel"] for r in advice.rows],
+            settings=target.settings,
+            max_tokens=target.max_tokens,
+            repeats=target.repeats,
+            binary=target.binary,
+            extra_args=target.extra,
+            progress=None if args.json else (lambda m: print(m, file=sys.stderr)),
+        )
+    except LlamaServerError as e:
+        raise UsageError(f"option --check-server: {e}") from None
+    if args.json:
+        print(json.dumps({**advice.to_dict(), **extra_json, **chk.to_dict()}, ensure_ascii=False))
+    else:
+        print(advice.text())
+        print()
+        print(chk.report())
+    return 0
+
+
+@dataclass
+class ServerTarget:
+    """What a server check runs: the recording's prompts and context, the model, the context settings, the
+    server binary, further server flags and the check's counts, every option checked."""
+
+    prompts: list
+    recorded: dict[str, Any]
+    model: str
+    settings: Any
+    binary: Any
+    extra: list[str]
+    max_tokens: int | None
+    repeats: int
+    max_repeats: int | None
+
+
+def _server_target(args: argparse.Namespace, events: list) -> ServerTarget:
+    """The options of ``--check-server`` checked (exit 2 on a bad one) before any server starts."""
+    import os
     import shlex
 
-    from ..analysis.check_server import check_advice, recorded_prompts
+    from ..analysis.check_server import recorded_prompts
     from ..analysis.llama_server import find_server_binary
     from ..analysis.server_args import parse_server_args
     from ..backends.context_settings import ContextSettings
@@ -83,8 +160,7 @@ def check_server(args: argparse.Namespace, adv: Any, events: list) -> int:
         values.update(cfg.given)
         for w in cfg.warnings:
             warn(f"--server-args {w}")
-        extra = [a for a in shlex.split(args.server_args)]
-        extra = _without_settings(extra)
+        extra = _without_settings(shlex.split(args.server_args))
     if threads is not None:
         values["n_threads"] = threads
     try:
@@ -95,29 +171,8 @@ def check_server(args: argparse.Namespace, adv: Any, events: list) -> int:
     except LlamaServerError as e:
         raise UsageError(str(e)) from None
     if settings.n_threads is None:
-        import os
-
         settings = ContextSettings.make(settings, n_threads=os.cpu_count() or 1)
-    chk = check_advice(
-        adv,
-        prompts,
-        model,
-        settings=settings,
-        max_tokens=max_tokens,
-        repeats=repeats,
-        max_repeats=max_repeats,
-        binary=binary,
-        extra_args=extra,
-        progress=None if args.json else (lambda m: print(m, file=sys.stderr)),
-        recorded_prefill=ctx.get("prefill"),
-    )
-    if args.json:
-        print(json.dumps({"advice": adv.to_dict(), "server_check": chk.to_dict()}, ensure_ascii=False))
-    else:
-        print(adv.report())
-        print()
-        print(chk.report())
-    return 0
+    return ServerTarget(prompts, ctx, str(model), settings, binary, extra, max_tokens, repeats, max_repeats)
 
 
 def _without_settings(args: list[str]) -> list[str]:

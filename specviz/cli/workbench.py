@@ -13,7 +13,7 @@ from ..analysis.advise_fresh import measure_recorded
 from ..analysis.diagnose import diagnose
 from ..decoding.verify_cost import VerifyCostModel
 from .options import UsageError
-from .server import add_check_server_options, check_server
+from .server import add_check_server_options, check_server, check_server_parallel
 
 
 def run_extras(s: Any) -> dict[str, Any]:
@@ -61,7 +61,7 @@ def cmd_advise(args: argparse.Namespace) -> int:
     events = _read(args.file)
     if getattr(args, "synth_rates", False):
         return _synth_rates(args, events)
-    if getattr(args, "parallel", None) is not None and not getattr(args, "check_server", False):
+    if getattr(args, "parallel", None) is not None:
         return _under_load(args, events)
     for_server = bool(getattr(args, "for_server", False) or getattr(args, "check_server", False))
     cost, fresh = _cost_file(args.verify_cost), bool(getattr(args, "fresh", False))
@@ -106,6 +106,8 @@ def _under_load(args: argparse.Namespace, events: list) -> int:
             raise UsageError("option --parallel: the recorded model is not at hand (pass --model PATH or --batch-cost)")
         table = measured
     adv = advise_parallel(events, table, parallels, load=load if args.parallel == "recorded" else None)
+    if getattr(args, "check_server", False):
+        return check_server_parallel(args, adv, events, {"batch_cost": table.to_dict()})
     print(json.dumps({**adv.to_dict(), "batch_cost": table.to_dict()}) if args.json else adv.text())
     return 0
 
