@@ -155,3 +155,30 @@ def test_a_request_refused_by_its_own_line_ends_with_its_error_and_the_others_ru
     assert out["totals"]["failed"] == 1 and out["totals"]["requests"] == 4
     others = [r for r in out["requests"] if r["error"] is None]
     assert [r["tokens"] for r in others] == [r["tokens"] for r in ref["requests"]]
+
+
+@pytest.mark.slow
+def test_a_single_prompt_with_np_is_a_batch_of_one_in_its_slots_share(plain_model):
+    common = ["--model", str(plain_model), "--prompt", "the a of the a of", "--max-tokens", "16", "-c", "1024"]
+    one, _ = run_json(*common, *NGRAM)
+    two, _ = run_json(*common, *NGRAM, "-np", "2")
+    assert two["tokens"] == one["tokens"] and len(two["tokens"]) == 16
+    assert (one["n_parallel"], one["n_ctx_seq"]) == (1, 1024) and (two["n_parallel"], two["n_ctx_seq"]) == (2, 512)
+
+
+@pytest.mark.slow
+def test_a_server_line_without_swa_full_runs_its_slots_on_the_full_size_cache(tmp_path):
+    from specviz.testing.memory_models import write_tiny_gemma3_swa
+
+    model = write_tiny_gemma3_swa(tmp_path / "gemma3.gguf", sliding_window=8)
+    log = write_log(tmp_path / "log.jsonl", LOG[:2])
+    line = f"-m {model} --spec-type ngram-simple --chat-template chatml -np 2 -c 512 -t 1"
+    ring, err = run_json("--requests", log, "--server-args", line, "--max-tokens", "12")
+    assert "without --swa-full: llama-server's slots keep the ring-sized sliding-window cache" in err
+    full, err = run_json("--requests", log, "--server-args", line + " --swa-full", "--max-tokens", "12")
+    assert "without --swa-full" not in err
+    assert [r["tokens"] for r in ring["requests"]] == [r["tokens"] for r in full["requests"]]
+    assert ring["totals"]["failed"] == 0 and ring["n_parallel"] == 2
+    # asked for by name, the ring is refused when the context opens
+    p = run_cli("run", "--model", str(model), "--requests", log, "--chat-template", "chatml", "-np", "2", "--swa-ring")
+    assert p.returncode == 1 and "ring-sized sliding-window cache" in p.stderr

@@ -117,15 +117,25 @@ def _open_batch(cfg: dict[str, Any]) -> Any:
     par, memory = cfg["parallel"], cfg["memory"]
     if memory.get("n_rs_seq") is not None:
         warn("option --n-rs-seq is accepted but not applied: several slots share memory that removes a tail")
-    return BatchRun(
+    # a server line without --swa-full keeps llama-server's ring-sized sliding-window cache, which specviz's
+    # slots cannot share (a cut of one sequence): they take the full-size cache, named where it matters
+    ring_line = cfg["server"] is not None and not memory["swa_full"]
+    batch = BatchRun(
         cfg["model"],
         n_parallel=par["n_parallel"],
         kv_unified=par["kv_unified"],
         **session_kwargs(cfg["settings"]),
-        swa_full=memory["swa_full"],
+        swa_full=memory["swa_full"] or ring_line,
         prefill=memory.get("prefill", "all-but-last"),
         n_gpu_layers=cfg["n_gpu_layers"],
     )
+    if ring_line and batch.ctx.memory.info.kind == "sliding-window":
+        warn(
+            f"--server-args -np {par['n_parallel']} without --swa-full: llama-server's slots keep the ring-sized "
+            "sliding-window cache, specviz's the full-size one (its slots cut one sequence alone); a greedy text "
+            "can part from the server's at a near-tie (add --swa-full to the line to run the server alike)"
+        )
+    return batch
 
 
 def _open_session(cfg: dict[str, Any]) -> tuple[Any, Any]:
