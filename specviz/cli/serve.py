@@ -58,6 +58,13 @@ def add_commands(sub: Any) -> None:
     rp.add_argument("--port", default="5006")
     rp.add_argument("--address", default="127.0.0.1")
     rp.add_argument("--token", default=None, help="the access token (default: as for serve)")
+    rp.add_argument(
+        "--batch-cost",
+        default=None,
+        metavar="TABLE.json",
+        help="a batched recording's batch-cost table (benchmarks/bench_batch_cost.py --json) for the advice under "
+        "load (default: measured on the recorded model when Advise is pressed)",
+    )
     g = rp.add_argument_group("a deployment's request log as FILE (its requests are run first, then replayed)")
     g.add_argument("--model", default=None, help="the GGUF to run the requests on (default: the embedded model)")
     g.add_argument(
@@ -154,7 +161,14 @@ def cmd_replay(args: argparse.Namespace) -> int:
     if not Path(args.file).is_file():
         raise UsageError(f"argument FILE: {args.file!r} does not exist; pass a .jsonl recording")
     token = _token_option("--token", args.token)
+    from ..errors import KnobError
     from ..server.app import replay
+    from ..ui.parallel_advice import read_batch_cost
+
+    try:
+        batch_cost = read_batch_cost(args.batch_cost)
+    except KnobError as e:
+        raise UsageError(f"option --batch-cost: {e}") from None
     from ..sweep.request_log import looks_like_request_log
 
     path = args.file
@@ -162,7 +176,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
         path = record_requests(args)
     elif args.model is not None or args.server_args is not None or args.record is not None:
         raise UsageError("options --model/--server-args/--record are for a request log; FILE is a recording")
-    replay(path, port, address=args.address, token=token)
+    replay(path, port, address=args.address, token=token, batch_cost=batch_cost)
     return 0
 
 

@@ -17,10 +17,13 @@ import os
 import socket
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from ..ui.panel_app import DEFAULT_PROMPT
 from .access import AccessPolicy, access_policy, auth_provider
+
+if TYPE_CHECKING:
+    from ..decoding.batch_cost import BatchCostTable
 
 #: The largest websocket message a page may send (Tornado closes the connection beyond it); the inspector's
 #: own messages are far smaller and are bounded again, one by one, by :class:`~specviz.server.access.MessageGate`.
@@ -317,10 +320,12 @@ def replay(
     address: str = "127.0.0.1",
     show: bool = False,
     token: str | None = None,
+    batch_cost: BatchCostTable | None = None,
 ) -> None:
     """Serve a recorded session (JSON Lines written by :class:`~specviz.decoding.recorder.Recorder`); no model.
 
-    Off loopback (or with ``token``) every request needs the access token, printed at start.
+    Off loopback (or with ``token``) every request needs the access token, printed at start. ``batch_cost``: the
+    table a batched recording's advice under load uses (:mod:`specviz.ui.parallel_advice`).
     """
     from ..decoding.recorder import read_events
     from .access import GateRegistry
@@ -330,7 +335,11 @@ def replay(
     events = read_events(path)  # fail now, with the line number, rather than in the browser
     policy = access_policy(address, token)
     factory = replay_app(
-        events, title=f"specviz replay: {os.path.basename(str(path))}", gates=GateRegistry(), plotly_url=plotly_url()
+        events,
+        title=f"specviz replay: {os.path.basename(str(path))}",
+        gates=GateRegistry(),
+        plotly_url=plotly_url(),
+        batch_cost=batch_cost,
     )
 
     base = f"http://{_display_host(address)}:{port}/"
@@ -365,6 +374,7 @@ def main(argv: list[str] | None = None) -> None:
     r.add_argument("--port", type=int, default=5006)
     r.add_argument("--address", default="127.0.0.1")
     r.add_argument("--token", default=None)
+    r.add_argument("--batch-cost", default=None)
     a = p.parse_args(argv)
     if a.cmd == "serve":
         serve(
@@ -378,7 +388,9 @@ def main(argv: list[str] | None = None) -> None:
             max_sessions=a.max_sessions,
         )
     else:
-        replay(a.file, a.port, address=a.address, token=a.token)
+        from ..ui.parallel_advice import read_batch_cost
+
+        replay(a.file, a.port, address=a.address, token=a.token, batch_cost=read_batch_cost(a.batch_cost))
 
 
 if __name__ == "__main__":

@@ -32,6 +32,7 @@ from typing import Any, Callable
 
 import panel as pn
 
+from ..decoding.batch_cost import BatchCostTable
 from ..decoding.events import Event
 from ..errors import SpecvizError
 from ..ui.core import InspectorCore, static_text
@@ -400,9 +401,15 @@ def shared_app(
 
 
 def replay_app(
-    events: list[Event], *, title: str, gates: GateRegistry | None = None, plotly_url: str | None = None
+    events: list[Event],
+    *,
+    title: str,
+    gates: GateRegistry | None = None,
+    plotly_url: str | None = None,
+    batch_cost: BatchCostTable | None = None,
 ) -> Callable[[], pn.viewable.Viewable]:
-    """The page factory of ``specviz replay``: every page replays ``events``, behind its gate like any page."""
+    """The page factory of ``specviz replay``: every page replays ``events``, behind its gate like any page;
+    ``batch_cost``: the table a batched recording's advice under load uses (else measured on Advise)."""
     registry = gates if gates is not None else GateRegistry()
 
     def page() -> pn.viewable.Viewable:
@@ -410,7 +417,13 @@ def replay_app(
         gate = registry.page_gate(client_address())
         send = scrubbed(comp.send)
         core = InspectorCore(
-            send, events=events, background=True, charge=gate.charge, send_room=comp.room, plotly_url=plotly_url
+            send,
+            events=events,
+            background=True,
+            charge=gate.charge,
+            send_room=comp.room,
+            plotly_url=plotly_url,
+            batch_cost=batch_cost,
         )
         front = Gated(gate, send, core.handle)
         comp.handler = front

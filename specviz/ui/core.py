@@ -31,6 +31,7 @@ import logging
 import threading
 from typing import Any, Callable, Iterable
 
+from ..decoding.batch_cost import BatchCostTable
 from ..decoding.events import Event
 from ..errors import SpecvizError
 from ..strategies import strategy_schema
@@ -44,7 +45,7 @@ CHUNK = 2000
 #: About how many bytes one event takes on the wire (what a catch-up is charged per event resent).
 EVENT_BYTES = 400
 #: Event kinds that close a batch: everything up to them is sent at once.
-_FLUSH_KINDS = frozenset({"telemetry", "finished", "session_started", "rewound"})
+_FLUSH_KINDS = frozenset({"telemetry", "finished", "session_started", "rewound", "batch_step"})
 #: The most characters in a knob name or text value of a ``configure`` message.
 MAX_TEXT = 4096
 
@@ -88,7 +89,8 @@ class InspectorCore:
     ``session`` (an :class:`~specviz.ui.sources.InspectedSession`) and ``events`` is given: a live session, or
     the recorded events of a replay. ``prompt`` starts a session that has not started on Reset;
     ``draft_models`` lists draft GGUF paths the form offers for the ``draft`` strategy's ``draft_model``;
-    ``presets`` are the workbench's starting points.
+    ``presets`` are the workbench's starting points; ``batch_cost`` a batch-cost table the advice under load
+    of a batched recording uses (:mod:`specviz.ui.parallel_advice`; without one it is measured on Advise).
 
     A served page's core is made with ``background=True``: the messages the declaration marks
     ``"work": "background"`` then run one at a time off the calling thread (:mod:`specviz.ui.tasks`), the
@@ -114,6 +116,7 @@ class InspectorCore:
         charge: Callable[[int], None] | None = None,
         send_room: Callable[[], bool] | None = None,
         plotly_url: str | None = None,
+        batch_cost: BatchCostTable | None = None,
     ) -> None:
         if (session is None) == (events is None):
             raise ValueError("give either a session or recorded events")
@@ -146,7 +149,7 @@ class InspectorCore:
         self._unsent = len(self.log)
         self._detach: Callable[[], None] | None = self.source.attach(self)
         #: Rewind, branch and compare lanes, diagnosis, advice, presets and files (:mod:`specviz.ui.workbench`).
-        self.workbench = Workbench(self, presets)
+        self.workbench = Workbench(self, presets, batch_cost=batch_cost)
         self._handlers: dict[str, Callable[[dict], None]] = {
             "hello": self._hello,
             "cmd": self._command,
@@ -205,6 +208,10 @@ class InspectorCore:
     def main_events(self) -> list[Event]:
         """The events of the generation shown (the session's, or the replayed recording's)."""
         return self.source.main_events(self.log)
+
+    def batched_events(self) -> list[Event] | None:
+        """A batched run's whole recording when that is what the view shows (None: one generation)."""
+        return self.source.batched_events()
 
     # -- state ---------------------------------------------------------------------------------------
     @property

@@ -14,6 +14,7 @@ from typing import Any
 
 import anywidget
 
+from ..decoding.batch_cost import BatchCostTable
 from ..decoding.events import Event
 from ..decoding.recorder import read_events
 from .core import InspectorCore, static_text
@@ -48,6 +49,7 @@ class Inspector(anywidget.AnyWidget):
         draft_models: list[str] | None = None,
         presets: list[dict[str, Any]] | None = None,
         _events: list[Event] | None = None,
+        _batch_cost: BatchCostTable | None = None,
         **knobs: Any,
     ) -> None:
         super().__init__()
@@ -60,13 +62,16 @@ class Inspector(anywidget.AnyWidget):
             prompt=prompt,
             draft_models=draft_models or _draft_paths(session),
             presets=presets,
+            batch_cost=_batch_cost,
         )
         self.on_msg(self._on_msg)
 
     @classmethod
-    def replay(cls, path: str | os.PathLike) -> "Inspector":
-        """An inspector over a recorded session (JSON Lines from :class:`~specviz.decoding.recorder.Recorder`)."""
-        return cls(None, _events=read_events(path))
+    def replay(cls, path: str | os.PathLike, *, batch_cost: BatchCostTable | None = None) -> Inspector:
+        """An inspector over a recorded session (JSON Lines from :class:`~specviz.decoding.recorder.Recorder`). A
+        batched run's recording shows the lanes of its steps; ``batch_cost`` is the table its advice under load
+        uses (:mod:`specviz.ui.parallel_advice`; without one Advise measures it on the recorded model)."""
+        return cls(None, _events=read_events(path), _batch_cost=batch_cost)
 
     def _on_msg(self, _widget: Any, content: Any, _buffers: Any) -> None:
         self.core.handle(content)

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Protocol, Se
 from ..decoding.events import Event, SessionStarted, event_from_dict
 from ..errors import KnobError, SessionStateError, SpecvizError, StrategyError
 from ..strategies import strategy_names, strategy_schema
+from .batch_stream import batched_groups, is_batched
 from .deployment import offers_settings, read_deployment, settings_state, start_with
 from .knob_form import convert_form
 
@@ -192,6 +193,10 @@ class Source(Protocol):
         """The events of the generation shown (for diagnosis, comparison and recordings)."""
         ...
 
+    def batched_events(self) -> list[Event] | None:
+        """A batched run's whole recording (every request's events and the steps), or None for one generation."""
+        ...
+
 
 def _first_started(log: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
     return next((e for e in log if e["kind"] == "session_started"), None)
@@ -362,6 +367,10 @@ class LiveSource:
         """The session's own events."""
         return list(self._session.events)
 
+    def batched_events(self) -> None:
+        """None: a live session is one generation."""
+        return None
+
 
 def group_rounds(events: Iterable[Event]) -> list[list[Event]]:
     """Events split at round boundaries, in order (group 0 holds the start and round-0 changes)."""
@@ -401,10 +410,15 @@ def _schema_of(strategy: str, knobs: Mapping[str, Any]) -> list[dict[str, Any]]:
 
 
 class ReplaySource:
-    """The rounds of a recording: shown whole at first; Reset rewinds it, Step/Run/Play walk it again."""
+    """The rounds of a recording: shown whole at first; Reset rewinds it, Step/Run/Play walk it again. A batched
+    run's recording (one holding ``batch_step`` events) is walked step by step, laid out by
+    :func:`~specviz.ui.batch_stream.batched_groups`."""
 
     def __init__(self, events: Iterable[Event]) -> None:
-        self._groups = group_rounds(events)
+        recording = list(events)
+        # a batched run is shown as one request's rounds beside the lanes of every step (ui/batch_stream.py)
+        self._batched = recording if is_batched(recording) else None
+        self._groups = batched_groups(recording) if self._batched is not None else group_rounds(recording)
         self._pos = len(self._groups)
         self._sink: EventSink | None = None
         self._lock = threading.RLock()
@@ -493,3 +507,7 @@ class ReplaySource:
     def main_events(self, log: Sequence[Mapping[str, Any]]) -> list[Event]:
         """The events shown, read back from the log."""
         return [event_from_dict(dict(d)) for d in log]
+
+    def batched_events(self) -> list[Event] | None:
+        """The whole recording when it holds a batched run's steps (the stream shows one request of it)."""
+        return list(self._batched) if self._batched is not None else None

@@ -22,9 +22,11 @@ from typing import Any, Callable, Protocol
 from ..analysis.advise import advise
 from ..analysis.compare import Comparison, Lane
 from ..analysis.diagnose import diagnose
+from ..decoding.batch_cost import BatchCostTable
 from ..decoding.events import Event, Finished, Rewound, TelemetryEvent
 from ..errors import SpecvizError
 from .knob_form import convert_form, parse_knob_text
+from .parallel_advice import parallel_part
 from .protocol import MessageError, field, show
 from .sources import InspectedSession
 from .tasks import BYTES_PER_UNIT
@@ -59,6 +61,10 @@ class WorkbenchHost(Protocol):
 
     def main_events(self) -> list[Event]:
         """The events of the generation shown."""
+        ...
+
+    def batched_events(self) -> list[Event] | None:
+        """A batched run's whole recording when that is what is shown (None: one generation)."""
         ...
 
     def pause(self) -> None:
@@ -112,8 +118,16 @@ class Workbench:
     ``prompt``, ``strategy``, ``knobs`` and optionally ``max_tokens``, ``temperature``, ``seed``, ``stop``.
     """
 
-    def __init__(self, core: WorkbenchHost, presets: list[dict[str, Any]] | None = None) -> None:
+    def __init__(
+        self,
+        core: WorkbenchHost,
+        presets: list[dict[str, Any]] | None = None,
+        *,
+        batch_cost: BatchCostTable | None = None,
+    ) -> None:
         self.core = core
+        #: The batch-cost table of the advice under load (given, or measured on the first Advise of a batched run).
+        self.batch_cost = batch_cost
         self.presets = [dict(p) for p in (presets or [])]
         self.lane: InspectedSession | None = None  # the second lane's session (a fork)
         self.comparison: dict[str, Any] | None = None
@@ -348,13 +362,20 @@ class Workbench:
             cost = s.verify_cost()
             if measured and cost is not None:  # every batch size timed twice, and a warm-up
                 self.core.charge(1 + 2 * sum(cost.sizes))
-        lanes = [self.core.main_events()] + ([list(self.lane.events)] if self.lane is not None else [])
+        batched = self.core.batched_events()
+        # a batched run is advised on every request's rounds, as `specviz advise FILE` reads its recording
+        main = batched if batched is not None else self.core.main_events()
+        lanes = [main] + ([list(self.lane.events)] if self.lane is not None else [])
         self.core.charge(1 + sum(len(x) for x in lanes) // EVENTS_PER_UNIT)
         # a live session's curve is measured on this machine (now or earlier in the session): fresh, as in
         # `specviz run --json`, so recorded times slower than it beyond noise are scored with it
-        self.advice = advise(
+        advice = advise(
             *lanes, cost=cost, scale_to_rounds=cost is not None, fresh=cost is not None
         ).to_dict()  # both lanes' rounds, each folded on its own
+        if batched is not None:  # and under load: speedup against concurrency (specviz.ui.parallel_advice)
+            part, self.batch_cost = parallel_part(batched, self.batch_cost, charge=self.core.charge)
+            advice.update(part)
+        self.advice = advice
         self._send({"type": "advice", "data": self.advice})
 
     # -- presets -------------------------------------------------------------------------------------

@@ -312,3 +312,79 @@ function memSpec(state, o) {
   return { data, legend, sub, layout: baseLayout(o, { height: 150, barmode: "stack", bargap: 0.35, margin: { l: 64, r: 14, t: 8, b: 36 },
     xaxis: ax(o, [0, top], { title: axTitle("MiB") }), yaxis: { type: "category", fixedrange: true, automargin: false } }) };
 }
+
+/** The busy-sequences chart shows the most recent steps of a batched run. */
+export const BATCH_STEPS = 120;
+
+/** The steps the busy-sequences chart draws: the most recent BATCH_STEPS summaries (state.js batchStep). */
+export function busyWindow(batch) {
+  return batch ? seqSlice(batch.steps, -BATCH_STEPS) : [];
+}
+
+// Busy sequences over time (a batched run; not one of CHART_KEYS: the batch view draws it): per step the
+// sequences in its decode, the requests still queued, the slots as a dashed line; `selected` (a step number)
+// is drawn in the accent colour. A click on a bar selects its step (views/batch.js).
+export function busySpec(batch, o) {
+  const p = o.palette || {}, w = busyWindow(batch);
+  if (!w.length) return { note: "No steps yet: the lanes fill as the batched run steps." };
+  const xs = w.map((s) => s.step), slots = batch.nParallel;
+  const colours = w.map((s) => (s.step === o.selected ? p.accent : p.blue));
+  const top = nice(Math.max(slots, maxOf(w.map((s) => s.queued), 0), 1) * 1.1);
+  const range = [xs[0] - 0.6, xs[xs.length - 1] + 0.6];
+  return { data: [
+    { type: "bar", x: xs, y: w.map((s) => s.busy), marker: { color: colours },
+      customdata: w.map((s) => [s.rows, s.decodeMs.toFixed(2), s.queued]),
+      hovertemplate: "step %{x}: %{y} busy, %{customdata[0]} rows in the decode (%{customdata[1]} ms), %{customdata[2]} queued<extra></extra>" },
+    { type: "scatter", mode: "lines", x: xs, y: w.map((s) => s.queued), line: { color: p.amber, width: 1.5, dash: "dot", shape: "hv" },
+      hovertemplate: "step %{x}: %{y} queued<extra></extra>" },
+  ], legend: [["sv-sw-verify", "busy sequences in the decode"], ["sv-sw-batch-queued", "requests queued"], ["sv-sw-batch-slots", "slots (" + slots + ")"]],
+  layout: baseLayout(o, { height: 170, bargap: 0.15,
+    shapes: [{ type: "line", xref: "x", x0: range[0], x1: range[1], y0: slots, y1: slots, line: { color: p.muted, width: 1, dash: "dash" } }],
+    xaxis: ax(o, range, { title: axTitle("step") }), yaxis: ax(o, [0, top], { title: axTitle("sequences"), dtick: top <= 10 ? 1 : undefined }) }) };
+}
+
+/** Colours of the settings in the speedup-against-concurrency chart, in order (palette keys). */
+export const SETTING_COLOURS = ["blue", "amber", "teal", "green", "red", "accent"];
+
+/**
+ * Predicted speedup against concurrency (the advice's `parallel` part: specviz.analysis.advise_parallel
+ * ParallelAdvice.to_dict): a line per setting but plain decoding, the 1.0 line (plain decoding at the same
+ * concurrency), and each setting's break-even concurrency (the least at which it no longer beats plain
+ * decoding) marked on it with a dotted line. `series` says, per setting, its colour and where it stops
+ * paying, for the view's legend.
+ */
+export function parallelSpec(par, o) {
+  const p = o.palette || {};
+  const entries = Object.entries((par && par.settings) || {}).filter(([label]) => label !== "none");
+  if (!entries.length) return { note: "No setting beats plain decoding at any concurrency looked at: nothing to draw but the 1.0 line." };
+  const data = [], shapes = [], series = [];
+  let xMax = 1, yLo = 1, yHi = 1;
+  entries.forEach(([label, s], k) => {
+    const colour = p[SETTING_COLOURS[k % SETTING_COLOURS.length]];
+    const pts = Object.entries(s.speedups || {}).map(([c, x]) => [Number(c), x]).sort((a, b) => a[0] - b[0]);
+    const xs = pts.map((q) => q[0]), ys = pts.map((q) => q[1]);
+    xMax = Math.max(xMax, ...xs);
+    yLo = Math.min(yLo, ...ys);
+    yHi = Math.max(yHi, ...ys);
+    data.push({ type: "scatter", mode: "lines+markers", x: xs, y: ys, name: label, line: { color: colour, width: 2.5 },
+      marker: { size: 6, color: colour }, hovertemplate: label + "<br>%{x} at once: %{y:.2f}×<extra></extra>" });
+    const be = s.break_even_parallel;
+    if (be != null) {
+      const at = pts.find((q) => q[0] === be);
+      const y = at ? at[1] : 1.0;
+      xMax = Math.max(xMax, be);
+      data.push({ type: "scatter", mode: "markers+text", x: [be], y: [y], text: ["break-even " + be], textposition: "top center",
+        textfont: { size: 10.5, color: colour }, marker: { symbol: "x-thin-open", size: 13, color: colour, line: { width: 2.5, color: colour } },
+        hovertemplate: label + " stops paying at %{x} requests at once<extra></extra>" });
+      shapes.push({ type: "line", xref: "x", yref: "paper", x0: be, x1: be, y0: 0, y1: 1, line: { color: colour, width: 1, dash: "dot" } });
+    }
+    const text = be == null ? "pays up to " + (par.looked_up_to || xMax) + " at once" : be === 1 ? "does not pay even alone" : "break-even at " + be;
+    series.push({ label, colour, breakEven: be ?? null, text, flags: s.flags || "" });
+  });
+  shapes.push({ type: "line", xref: "paper", x0: 0, x1: 1, y0: 1, y1: 1, line: { color: p.muted, width: 1.5, dash: "dash" } });
+  const pad = Math.max(0.05, (yHi - yLo) * 0.12);
+  return { data, series, breakEven: par.break_even_parallel ?? null,
+    layout: baseLayout(o, { height: 230, shapes, margin: { l: 46, r: 14, t: 14, b: 36 },
+      xaxis: ax(o, [0.5, xMax + 0.7], { title: axTitle("requests at once (llama-server -np)"), dtick: xMax > 16 ? undefined : 1 }),
+      yaxis: ax(o, [Math.max(0, yLo - pad), yHi + 2 * pad], { title: axTitle("speedup over plain"), tickformat: ".2f" }) }) };
+}

@@ -15,6 +15,7 @@ import { planEvents, stateIsStale, unpackMessages } from "./protocol.js";
 import { initialState, reduce } from "./state.js";
 import { adviceView } from "./views/advice.js";
 import { audienceView } from "./views/audience.js";
+import { batchView } from "./views/batch.js";
 import { chartsView } from "./views/charts.js";
 import { controlsView } from "./views/controls.js";
 import { detailView } from "./views/detail.js";
@@ -53,6 +54,7 @@ function render({ model, el }) {
   const lanes = lanesView(send);
   const diagnosis = diagnosisView(send);
   const advice = adviceView(send);
+  const batch = batchView(root); // a batched run's lanes: shown only when the stream holds batch steps
   controls.toolbar.append(files.el);
   charts.kv.onPoint = (pt) => {
     const c = controls.config;
@@ -60,7 +62,7 @@ function render({ model, el }) {
   };
   root.append(header.el, audience.el, controls.toolbar, presets.el, notices.el,
     h("div", { class: "sv-top" }, stream.card, h("div", { class: "sv-side" }, stats.el, controls.card)),
-    lanes.card, h("div", { class: "sv-workbench" }, diagnosis.card, advice.card), charts.el, detail.tip);
+    batch.card, lanes.card, h("div", { class: "sv-workbench" }, diagnosis.card, advice.card), charts.el, detail.tip);
   el.append(root);
   if (document.body && document.body.dataset && document.body.dataset.jpThemeLight === "false") root.classList.add("sv-dark");
 
@@ -99,6 +101,7 @@ function render({ model, el }) {
     }
     root.dataset.events = String(S.n);
     root.dataset.rounds = String(S.rounds.length);
+    if (plan.reset || S.batch !== before.batch) batch.update(S);
     stream.batchDone(S);
   }
 
@@ -167,6 +170,8 @@ function render({ model, el }) {
     if (!destroyed) {
       charts.setPlotly(P);
       lanes.setPlotly(P);
+      batch.setPlotly(P);
+      advice.setPlotly(P);
     }
   });
 

@@ -38,6 +38,7 @@ export function initialState(epoch = -1) {
     rewound: null, // the last rewound event
     lastDrafter: null, // the drafter of the last round that drafted (a chain names its members)
     byDrafter: {}, // acceptance per drafter (from telemetry)
+    batch: null, // a batched run's steps (batch_step events; see batchStep), null for one request at a time
   };
 }
 
@@ -49,8 +50,9 @@ export function reduce(state, ev) {
     case "session_started": {
       const toks = ev.prompt_tokens || [], pieces = ev.prompt_pieces || [];
       const prompt = toks.map((id, i) => ({ status: "prompt", id, piece: pieces[i], round: 0, pos: i }));
+      // a batched run's steps belong to the run, not to the request whose start this is
       return { ...initialState(state.epoch), n: s.n, started: ev, strategy: ev.strategy || "", knobs: ev.knobs || {},
-        tokens: seqPush(EMPTY_SEQ, prompt) };
+        tokens: seqPush(EMPTY_SEQ, prompt), batch: state.batch };
     }
     case "knobs_changed":
       return { ...s, strategy: ev.strategy || "", knobs: ev.knobs || {}, knobChanges: s.knobChanges + 1 };
@@ -87,6 +89,8 @@ export function reduce(state, ev) {
     }
     case "rewound":
       return rewind(s, ev);
+    case "batch_step":
+      return { ...s, batch: batchStep(s.batch, ev) };
     default:
       return s;
   }
@@ -130,6 +134,30 @@ function rewind(s, ev) {
       n_generated: (ev.position || 0) - (s.started ? (s.started.prompt_tokens || []).length : 0) } : null,
     rewinds: s.rewinds + 1, rewound: ev,
   };
+}
+
+/**
+ * A batched run's figures after one more step (a batch_step event: specviz/decoding/events.py BatchStepped):
+ * `steps` one summary per step (`step`, `nParallel`, `decodeMs`, `queued`, `busy` sequences in its decode,
+ * `rows` in it, and `lanes`, one per request that ran a round: `slot`, `request`, `round`, `position`, `rows`,
+ * `drafted`, `accepted`, `committed`, `finished`), the slots, the decodes and busy sequences summed (their
+ * ratio is the server's busy slots per decode), the most busy at once, and the requests seen: `followed`,
+ * the smallest id, is the request whose tokens the stream shows (specviz/ui/batch_stream.py).
+ */
+export function batchStep(b, ev) {
+  const lanes = (ev.lanes || []).map((l) => ({ slot: l.slot, request: l.request, round: l.round, position: l.position,
+    rows: l.rows || 0, drafted: l.drafted || 0, accepted: l.accepted || 0, committed: l.committed || 0,
+    finished: l.finished ?? null }));
+  const busy = lanes.filter((l) => l.rows > 0).length;
+  const rows = lanes.reduce((a, l) => a + l.rows, 0);
+  const step = { step: ev.round, nParallel: ev.n_parallel || 0, decodeMs: (ev.decode_seconds || 0) * 1000,
+    queued: ev.queued || 0, busy, rows, lanes };
+  const prev = b || { steps: EMPTY_SEQ, nParallel: 0, decodes: 0, busySum: 0, maxBusy: 0, requests: [], followed: null };
+  const fresh = lanes.map((l) => l.request).filter((r) => !prev.requests.includes(r));
+  const requests = fresh.length ? [...prev.requests, ...new Set(fresh)].sort((x, y) => x - y) : prev.requests;
+  return { steps: seqPush(prev.steps, [step]), nParallel: Math.max(prev.nParallel, step.nParallel),
+    decodes: prev.decodes + (busy > 0 ? 1 : 0), busySum: prev.busySum + busy, maxBusy: Math.max(prev.maxBusy, busy),
+    requests, followed: requests.length ? requests[0] : null };
 }
 
 /** `reduce` over a list of events. */

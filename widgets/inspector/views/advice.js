@@ -3,6 +3,7 @@
 // recorded rounds), why speculation was or was not advised, what the advisor found about the machine load
 // the timings were taken under, and the same setting as llama-server flags.
 
+import { parallelSpec } from "../chart_specs.js";
 import { h } from "../dom.js";
 import { adviseMessage } from "../messages.js";
 
@@ -42,13 +43,73 @@ function adviceLoadSection(a) {
     ...ld.notes.map((n) => h("div", { class: "sv-muted sv-advice-load-note", text: n })));
 }
 
-/** `{card, update(data)}`; `send(msg)` goes to the host (the Advise button). */
+/**
+ * What the panel says under load (a batched run's advice: `a.parallel`, specviz/ui/parallel_advice.py), or
+ * null: the best single setting for the run's load and its flags, what a load-aware schedule would add, the
+ * break-even of the setting best alone, and where the batch cost came from (every figure Python's).
+ */
+export function adviceParallel(a) {
+  const par = a && a.parallel;
+  if (!par) return null;
+  const single = par.best_single || {};
+  const be = par.break_even_parallel;
+  const alone = (par.by_parallel || []).find((r) => r.parallel === 1);
+  const head = alone && alone.setting !== "none"
+    ? "alone, " + alone.setting + " pays " + alone.predicted_speedup.toFixed(2) + "×; " +
+      (be == null ? "it pays up to " + par.looked_up_to + " requests at once" : be === 1 ? "it does not pay even alone" : "it stops paying at " + be + " requests at once")
+    : "plain decoding is best alone";
+  const gain = par.load_aware_gain || 0;
+  return { head, breakEven: be ?? null, single: single.setting || "none", flags: single.flags || "--spec-type none",
+    gain: "a load-aware schedule (each concurrency's best) would add " + (gain >= 0 ? "+" : "") + (100 * gain).toFixed(1) + "% tokens",
+    source: "batch cost " + (par.cost_source || "given") };
+}
+
+/** `{card, update(data), setPlotly(P)}`; `send(msg)` goes to the host (the Advise button). */
 export function adviceView(send) {
   const btn = h("button", { class: "sv-btn sv-advise", title: "measure the verify cost and search draft_max / draft_min / draft_p_min" }, "Advise");
   const body = h("div", { class: "sv-advice-body" }, h("div", { class: "sv-muted", text: "Press Advise after some rounds: the advice replays them under other settings." }));
   const card = h("div", { class: "sv-card sv-advice-card" }, h("div", { class: "sv-card-h" }, h("span", { text: "Advice" }),
     h("span", { class: "sv-sub", text: "settings that pay on this machine" }), btn), body);
   btn.addEventListener("click", () => send(adviseMessage()));
+  let Plotly = null, lastPar = null, parBox = null;
+
+  function palette() {
+    const cs = getComputedStyle(card);
+    const v = (n) => cs.getPropertyValue(n).trim() || undefined;
+    return { fg2: v("--sv-fg-2"), muted: v("--sv-muted"), grid: v("--sv-grid"), border: v("--sv-border"), blue: v("--sv-bonus-fg"),
+      amber: v("--sv-corr-fg"), teal: v("--sv-draft-fg"), green: v("--sv-acc-fg"), red: v("--sv-rej-fg"), accent: v("--sv-accent") };
+  }
+
+  function drawParallel() {
+    if (!Plotly || !lastPar || !parBox) return;
+    const spec = parallelSpec(lastPar, { palette: palette() });
+    if (spec.note) {
+      parBox.replaceChildren(h("div", { class: "sv-chart-note", text: spec.note }));
+      return;
+    }
+    Plotly.react(parBox, spec.data, spec.layout, { displayModeBar: false, responsive: false, doubleClick: false });
+  }
+
+  /** The under-load section: words, the chart box, a legend of the settings with their break-even. */
+  function parallelSection(a) {
+    lastPar = a.parallel || null;
+    parBox = null;
+    if (a.parallel_note) return h("div", { class: "sv-muted sv-advice-parallel-note", text: a.parallel_note });
+    const p = adviceParallel(a);
+    if (!p) return null;
+    const spec = parallelSpec(lastPar, { palette: palette() });
+    parBox = h("div", { class: "sv-chart sv-advice-parallel-chart" });
+    const items = (spec.series || []).map((s) => h("span", { class: "sv-lg sv-advice-parallel-item", "data-break-even": s.breakEven == null ? "" : String(s.breakEven),
+      title: s.flags }, h("i", { class: "sv-sw", style: "background:" + s.colour }), h("span", { text: s.label + ": " + s.text })));
+    const one = (spec.series || []).length ? h("span", { class: "sv-lg" }, h("i", { class: "sv-sw sv-sw-batch-slots" }), h("span", { text: "plain decoding (1.0×)" })) : null;
+    return h("div", { class: "sv-advice-parallel", "data-break-even": p.breakEven == null ? "" : String(p.breakEven) },
+      h("div", { class: "sv-advice-parallel-h", text: "Under load: predicted speedup against requests at once" }),
+      h("div", { class: "sv-muted", text: p.head }),
+      h("div", { class: "sv-chart-legend sv-advice-parallel-legend" }, ...items, one), parBox,
+      h("div", { class: "sv-advice-parallel-single" }, h("span", { class: "sv-lbl", text: "for this load" }),
+        h("span", { text: p.single + " " }), h("code", { class: "sv-flags", text: p.flags })),
+      h("div", { class: "sv-muted", text: p.gain + " · " + p.source }));
+  }
 
   function update(a) {
     if (!a) return;
@@ -77,12 +138,15 @@ export function adviceView(send) {
       ...(a.flag_notes || []).map((n) => h("div", { class: "sv-muted sv-advice-note", text: "note: " + n })),
       rows.length ? h("table", { class: "sv-kvtable sv-advice-table" }, ...rows) : null,
       h("div", { class: "sv-muted", text: "plain decoding " + (a.baseline_tokens_per_second || 0).toFixed(1) + " t/s expected · verify cost " + a.cost_source }),
-      ...(a.limits || []).map((l) => h("div", { class: "sv-muted sv-advice-limit", text: "limit: " + l })));
+      ...(a.limits || []).map((l) => h("div", { class: "sv-muted sv-advice-limit", text: "limit: " + l })),
+      parallelSection(a));
+    drawParallel();
+    card.dataset.parallel = a.parallel ? "yes" : a.parallel_note ? "note" : "";
     card.dataset.best = a.best ? a.best.strategy : "";
     card.dataset.pays = a.pays ? "yes" : "no";
     const load = adviceLoad(a);
     card.dataset.load = load ? load.verdict : "";
   }
 
-  return { card, update };
+  return { card, update, setPlotly: (P) => { Plotly = P; drawParallel(); } };
 }
