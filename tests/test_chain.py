@@ -48,7 +48,7 @@ def test_a_comma_list_resolves_to_llama_cpps_priority_order():
     assert resolve_strategy("ngram-mod,none") == "none"  # llama.cpp: a list naming none means none
     assert resolve_strategy("ngram-mod,ngram-mod") == "ngram-mod"
     assert spec_type("ngram-mod,mtp") == "ngram-mod,draft-mtp" and spec_type("prompt-lookup") is None
-    assert set(CHAIN_PRIORITY) == set(SPEC_TYPES) - {"none"} | {"prompt-lookup"}
+    assert set(CHAIN_PRIORITY) == set(SPEC_TYPES) - {"none"} | {"prompt-lookup", "grammar"}
 
 
 @pytest.mark.parametrize(

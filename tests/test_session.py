@@ -79,7 +79,7 @@ def test_speculative_greedy_equals_plain_greedy(tiny_session, tiny_model, strate
     ref = plain_reference(tiny_model, prompt, 80)
     got = generate(tiny_session, prompt, 80, strategy, **eager(strategy))
     assert got == ref
-    if strategy != "none":
+    if strategy not in ("none", "grammar"):  # the grammar drafter drafts only under a grammar (test_grammar_forced)
         # the fixture loops, so every draftless strategy must have drafted and had tokens accepted
         t = tiny_session.telemetry_dict()
         assert t["drafted"] > 0 and t["accepted"] > 0, (strategy, t)

@@ -1,6 +1,7 @@
 """An advised setting as ``llama-server`` flags (of the llama.cpp that llama-cpp-python 0.3.36 vendors), with
 notes on what does not carry over. A strategy llama.cpp lacks gets its nearest type
-(:data:`NEAREST_SPEC_TYPE`); a chain is one ``--spec-type`` list and each member's flags.
+(:data:`NEAREST_SPEC_TYPE`); a chain is one ``--spec-type`` list and each member's flags. The ``grammar``
+drafter has no counterpart: it is left out, with :data:`GRAMMAR_NOTE` on what to set there instead.
 """
 
 from __future__ import annotations
@@ -13,6 +14,14 @@ from .advise_search import Candidate
 
 #: llama.cpp's nearest ``--spec-type`` for a strategy it does not have (prompt lookup: ngram-simple).
 NEAREST_SPEC_TYPE = {"prompt-lookup": "ngram-simple"}
+#: What llama-server offers in place of specviz's ``grammar`` drafter, which it does not have.
+GRAMMAR_NOTE = (
+    "llama-server has no grammar drafter (no --spec-type drafts the text a grammar forces): the request's "
+    "grammar or json_schema still constrains its verification, and the forced keys, quotes and brackets are "
+    "left to the other types; there, keep drafts short (--spec-draft-n-max, or the n-gram type's size) or use "
+    "ngram-mod, whose drafts a schema cuts less often than a copied prompt's prose "
+    "(specviz diagnose shows the share of drafted tokens impossible under the grammar)"
+)
 
 
 def llama_flags(c: Candidate, knobs: dict[str, Any]) -> tuple[str, list[str]]:
@@ -22,7 +31,9 @@ def llama_flags(c: Candidate, knobs: dict[str, Any]) -> tuple[str, list[str]]:
     s = resolve_strategy(c.strategy)
     if s == "none":
         return "--spec-type none", []
-    members = s.split(",")
+    members = [m for m in s.split(",") if m != "grammar"]
+    if not members:  # the grammar drafter alone: llama-server verifies under the grammar without drafting
+        return "--spec-type none", [GRAMMAR_NOTE]
     names = knob_names(s)
     types = [spec_type(m) or NEAREST_SPEC_TYPE.get(m, m) for m in members]
     parts, notes = [f"--spec-type {','.join(types)}"], []
@@ -32,6 +43,8 @@ def llama_flags(c: Candidate, knobs: dict[str, Any]) -> tuple[str, list[str]]:
         p, n = _member_flags(m, c, own)
         parts += [x for x in p if x not in parts]
         notes += [x for x in n if x not in notes]
+    if "grammar" in s.split(","):
+        notes.append(GRAMMAR_NOTE)
     return " ".join(parts), notes
 
 

@@ -46,6 +46,7 @@ def diagnose(source: EventSource, *, cost: Any = None) -> Diagnosis:
     dg.break_even, dg.break_even_source = break_even(cost)
     folded = fold_rounds(events)
     dg.knobs = folded.knobs
+    dg.grammar_impossible = 0 if folded.grammar else None
     copied = copied_flags(folded.history)
     for index, rd in folded.rounds.items():
         add_round(dg, index, rd, copied)
@@ -84,6 +85,7 @@ class FoldedRounds:
     rounds: dict[int, RoundEvents] = field(default_factory=dict)
     history: list[int] = field(default_factory=list)
     knobs: dict[str, Any] = field(default_factory=dict)
+    grammar: bool = False  #: a generation ran under a grammar
 
 
 def fold_rounds(events: Sequence[Event]) -> FoldedRounds:
@@ -96,6 +98,7 @@ def fold_rounds(events: Sequence[Event]) -> FoldedRounds:
         if isinstance(ev, SessionStarted):
             out.history, out.rounds = list(ev.prompt_tokens), {}
             strategy, out.knobs = ev.strategy, dict(ev.knobs)
+            out.grammar = out.grammar or ev.grammar is not None
         elif isinstance(ev, KnobsChanged):
             strategy, out.knobs = ev.strategy, dict(ev.knobs)
         elif isinstance(ev, Rewound):
@@ -156,6 +159,8 @@ def add_round(dg: Diagnosis, index: int, rd: RoundEvents, copied: Sequence[bool]
         dg.accepted += int(i < n_acc)
     if rej is not None:
         dg.rejections.append(rejection_row(index, rej, copied, drafter))
+        if rej.grammar_forbidden:
+            dg.grammar_impossible = (dg.grammar_impossible or 0) + len(rej.tokens)
 
 
 def rejection_row(index: int, rej: Rejected, copied: Sequence[bool], drafter: str = "") -> RejectionRow:
@@ -177,6 +182,7 @@ def rejection_row(index: int, rej: Rejected, copied: Sequence[bool], drafter: st
         token_class=token_class(rej.pieces[0] if rej.pieces else ""),
         copied=copied[q] if q < len(copied) else False,
         drafter=drafter,
+        grammar_forbidden=rej.grammar_forbidden,
     )
 
 

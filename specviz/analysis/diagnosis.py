@@ -49,6 +49,8 @@ PAIR_SHARE = 0.1
 EMPTY_ROUND_SHARE = 0.5
 #: Acceptance gap between two drafters of a chain at or above which the weaker one is named.
 DRAFTER_GAP = 0.3
+#: Share of drafted tokens impossible under the grammar at or above which they are named.
+GRAMMAR_SHARE = 0.1
 #: Token classes, in display order.
 TOKEN_CLASSES = ("whitespace", "punctuation", "digits", "word start", "word continuation", "special", "other")
 #: How many (drafted → chosen) pairs and rejection rows :meth:`Diagnosis.to_dict` lists.
@@ -102,6 +104,7 @@ class RejectionRow:
     token_class: str
     copied: bool
     drafter: str = ""  #: who proposed the refused token (a chain's member)
+    grammar_forbidden: bool | None = None  #: the generation's grammar forbade it (None: no grammar)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-serialisable form."""
@@ -156,6 +159,9 @@ class Diagnosis:
     rejections: list[RejectionRow] = field(default_factory=list)
     break_even: float = BREAK_EVEN
     break_even_source: str = "default"
+    #: Drafted tokens impossible under the generation's grammar: a rejection's refused token the grammar
+    #: forbade, and the tokens drafted after it (None: no round ran under a grammar).
+    grammar_impossible: int | None = None
 
     # -- aggregates ------------------------------------------------------------------------------
     @property
@@ -210,6 +216,10 @@ class Diagnosis:
             for (d, dp, ch, cp), k in c.most_common(n)
         ]
 
+    def grammar_impossible_share(self) -> float | None:
+        """Share of drafted tokens impossible under the grammar (None: no grammar, or nothing drafted)."""
+        return None if self.grammar_impossible is None else _rate(self.grammar_impossible, self.drafted)
+
     def medians(self) -> dict[str, float | None]:
         """Median target probability, rank and margin of the drafted token at rejections, and the
         drafter's median probability of it."""
@@ -256,6 +266,8 @@ class Diagnosis:
             "empty_reasons": dict(self.empty_reasons),
             "break_even": self.break_even,
             "break_even_source": self.break_even_source,
+            "grammar_impossible": self.grammar_impossible,
+            "grammar_impossible_share": self.grammar_impossible_share(),
             "findings": self.findings(),
             "rejection_rows": [r.to_dict() for r in self.rejections[-MAX_ROWS:]],
         }
@@ -289,6 +301,11 @@ class Diagnosis:
             "copied spans: "
             + ", ".join(f"{k} {_pct(v['acceptance'])} of {v['examined']}" for k, v in d["copied"].items())
         )
+        if d["grammar_impossible_share"] is not None:
+            lines.append(
+                f"impossible under the grammar: {_pct(d['grammar_impossible_share'])} of drafted tokens "
+                f"({self.grammar_impossible} of {self.drafted})"
+            )
         if d["near_miss_share"] is not None:
             lines.append(f"near misses (drafted token in the target's top {NEAR_MISS_K}): {_pct(d['near_miss_share'])}")
         if d["top_pairs"]:
@@ -529,8 +546,26 @@ def drafter_rule(dg: Diagnosis) -> list[Finding]:
     return out
 
 
+def grammar_rule(dg: Diagnosis) -> list[Finding]:
+    """Drafted tokens the grammar made impossible, at least :data:`GRAMMAR_SHARE` of :data:`MIN_SUPPORT` or
+    more drafted tokens: the drafter copies text the grammar (a JSON schema) forbids."""
+    share = dg.grammar_impossible_share()
+    if share is None or dg.drafted < MIN_SUPPORT or share < GRAMMAR_SHARE:
+        return []
+    return [
+        _finding(
+            "grammar",
+            GRAMMAR_SHARE,
+            f"{share:.0%} of drafted tokens were impossible under the grammar ({dg.grammar_impossible} of "
+            f"{dg.drafted}; at least {GRAMMAR_SHARE:.0%} to be named): the drafter proposes text the schema "
+            "forbids; chain the grammar drafter in front (--spec-type grammar,ngram-mod) or draft shorter",
+        )
+    ]
+
+
 #: The rules of :meth:`Diagnosis.findings`, in the order their findings are listed.
 RULES: tuple[Callable[[Diagnosis], list[Finding]], ...] = (
+    grammar_rule,
     drafter_rule,
     depth_rule,
     confidence_rule,

@@ -6,9 +6,10 @@ a JSON schema converted to GBNF by llama-cpp-python's port of llama.cpp's conver
   points at; :func:`gbnf_from_json_schema` converts a schema (text or a parsed object) or raises the same.
 - :class:`GrammarSampler` is one grammar state on a model's vocabulary (``llama_sampler_init_grammar``):
   :meth:`~GrammarSampler.allows` asks about one token (an array of one candidate, as llama.cpp's
-  ``common_sampler`` checks its chosen token first), :meth:`~GrammarSampler.mask` sets every token the
-  grammar forbids to −∞ in a logits row in place (the whole vocabulary: tens of milliseconds on a 262k
-  vocabulary), :meth:`~GrammarSampler.accept` advances the state, :meth:`~GrammarSampler.clone` copies it.
+  ``common_sampler`` checks its chosen token first), :meth:`~GrammarSampler.allowed` about a few chosen
+  ones in one pass, :meth:`~GrammarSampler.mask` sets every token the grammar forbids to −∞ in a logits
+  row in place (the whole vocabulary: tens of milliseconds on a 262k vocabulary),
+  :meth:`~GrammarSampler.accept` advances the state, :meth:`~GrammarSampler.clone` copies it.
 
 llama.cpp aborts the process when a grammar accepts a token it forbids (a C++ exception through the C API),
 so :meth:`~GrammarSampler.accept` asks :meth:`~GrammarSampler.allows` first and refuses with a typed error.
@@ -220,6 +221,17 @@ class GrammarSampler:
         c.one_array.size, c.one_array.selected = 1, -1
         llama_lib().llama_sampler_apply(self._ptr, ctypes.byref(c.one_array))
         return bool(np.isfinite(c.one["logit"][0]))
+
+    def allowed(self, ids: np.ndarray) -> np.ndarray:
+        """Which of the tokens ``ids`` (int32, each in the vocabulary) the grammar allows next, in one pass of
+        llama.cpp's grammar over just those candidates (a few microseconds for a few hundred)."""
+        data = np.zeros(len(ids), _TOKEN_DATA)
+        data["id"] = ids
+        lc = llama_lib()
+        ptr = data.ctypes.data_as(ctypes.POINTER(lc.llama_token_data))
+        arr = lc.llama_token_data_array(data=ptr, size=len(ids), selected=-1, sorted=False)
+        lc.llama_sampler_apply(self._ptr, ctypes.byref(arr))
+        return np.isfinite(data["logit"])
 
     def mask(self, row: np.ndarray) -> bool:
         """Set every token the grammar forbids in this state to −∞ in ``row`` (a float32 logits row of the

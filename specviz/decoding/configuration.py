@@ -17,6 +17,7 @@ from ..models.draft_cache import DraftModelCache
 from ..strategies import make_drafter, strategy_class, strategy_schema
 from ..strategies.base import Drafter, DraftResources, check_knob_rules
 from ..strategies.context_drafter import context_class
+from ..strategies.grammar import give_grammar
 from .events import KnobsChanged
 from .generation import SessionParts
 from .knob_schema import check_cross_knobs
@@ -96,7 +97,9 @@ def build_drafter(s: SessionParts, strategy: str, cfg: dict[str, Any], sampling:
             rng=s.rng,
             flash_attn=s.ctx.settings.flash_attn,
         )
-    return make_drafter(strategy, cfg, resources)
+    drafter = make_drafter(strategy, cfg, resources)
+    give_grammar(drafter, lambda: s.generation.grammar)  # read when it drafts: the generation of that moment
+    return drafter
 
 
 def use_drafter(s: SessionParts, drafter: Drafter | None) -> None:

@@ -31,9 +31,14 @@ import numpy as np
 
 from ..backends.grammar import GrammarSampler
 from ..errors import GrammarError
+from .forced import VocabIndex, forced_bytes, forced_token, tokens_of, vocab_index
 from .rowscan import RowSource, ScoredRow
 
-__all__ = ["ConstrainedRows", "GrammarState"]
+__all__ = ["ConstrainedRows", "FORCED_BYTES_PER_TOKEN", "GrammarState"]
+
+#: How many bytes of forced text :meth:`GrammarState.forced_continuation` reads per token it may draft (a
+#: token of structured output is rarely longer).
+FORCED_BYTES_PER_TOKEN = 8
 
 
 class GrammarState:
@@ -48,11 +53,53 @@ class GrammarState:
         self.n_tokens = 0
         self.advance(generated)
 
-    def advance(self, tokens: Sequence[int]) -> None:
-        """Advance past committed ``tokens`` (never an end-of-generation token: the round cuts before it)."""
-        for t in tokens:
+    def advance(self, tokens: Sequence[int], *, mark: bool = False) -> list[int]:
+        """Advance past committed ``tokens`` (never an end-of-generation token: the round cuts before it); with
+        ``mark``, return the indexes in ``tokens`` of those the grammar forced (the only token it allowed
+        there, :func:`~specviz.decoding.forced.forced_token`), else an empty list."""
+        forced: list[int] = []
+        for i, t in enumerate(tokens):
+            if mark and forced_token(self.sampler, self.index) == int(t):
+                forced.append(i)
             self.sampler.accept(int(t))
             self.n_tokens += 1
+        return forced
+
+    @property
+    def index(self) -> VocabIndex:
+        """The model's vocabulary arranged for the forced-token tests (built on first use, once per model)."""
+        return vocab_index(self.model)
+
+    def forced(self) -> int | None:
+        """The one token the grammar allows next, or None when it allows none or several."""
+        return forced_token(self.sampler, self.index)
+
+    def forced_continuation(self, n_max: int) -> list[int]:
+        """Up to ``n_max`` tokens writing the text every continuation the grammar allows from here starts with
+        (:func:`~specviz.decoding.forced.forced_bytes`, longest tokens first); this state is left as it was.
+
+        A last token that ends the forced text is left out where the grammar would let the target write a
+        longer token in its place (after a key's closing quote, ``":`` as well as ``"``): the target's
+        choice there is not forced, and a model writes the longer token more often than not."""
+        if n_max <= 0:
+            return []
+        walker = self.sampler.clone()
+        try:
+            text = forced_bytes(walker, self.index, FORCED_BYTES_PER_TOKEN * n_max)
+        finally:
+            walker.close()
+        tokens = tokens_of(text, self.index)
+        if not tokens or len(tokens) > n_max:
+            return tokens[:n_max]
+        walker = self.sampler.clone()
+        try:
+            for t in tokens[:-1]:
+                walker.accept(t)
+            longer = self.index.children(self.model.piece_bytes(tokens[-1]))[0]
+            extended = len(longer) > 0 and bool(walker.allowed(longer).any())
+        finally:
+            walker.close()
+        return tokens[:-1] if extended else tokens
 
     def rewound(self, generated: Sequence[int]) -> GrammarState:
         """A new state for the generated tokens ``generated`` (a rewind's or a restore's), replayed from the
@@ -110,6 +157,11 @@ class ConstrainedRows:
         if not self._state.mask(row) and self.dead is None:
             self.dead = i
         return row
+
+    def forbids(self, token: int) -> bool:
+        """Whether the grammar forbids ``token`` at the last row read (where the acceptor stopped: a rejected
+        draft token the grammar forbids there could never have been accepted)."""
+        return not self._state.allows(int(token))
 
     def close(self) -> None:
         """Free the copy of the grammar's state walked along the draft (the generation's own is kept)."""

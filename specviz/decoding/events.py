@@ -176,7 +176,9 @@ class Accepted(Event):
     an accepted token). ``n_accepted`` counts accepted draft tokens; ``position`` is the index in the
     full token history (prompt included) of the first committed token. ``bonus_kind`` is ``bonus``
     when the whole draft was accepted, ``correction`` when the target replaced a rejected draft token,
-    ``plain`` when there was no draft, and ``None`` when no target token was committed.
+    ``plain`` when there was no draft, and ``None`` when no target token was committed. ``forced`` holds
+    the indexes in ``tokens`` of the tokens the generation's grammar forced (the only token it allowed
+    there); empty without a grammar.
     """
 
     kind: ClassVar[str] = "accepted"
@@ -190,6 +192,7 @@ class Accepted(Event):
     bonus_prob: float | None = None
     bonus_kind: str | None = None
     position: int = 0
+    forced: tuple = ()
 
 
 @dataclass(frozen=True)
@@ -200,6 +203,9 @@ class Rejected(Event):
     ``draft_token_target_prob`` and ``draft_token_target_rank`` are the target's probability and rank
     (1 = its own choice) of the refused draft token, ``target_margin`` the target's top-two logit margin
     there; ``draft_probs[0]`` is the drafter's own probability of it (None when it has none).
+    ``grammar_forbidden`` is True when the generation's grammar forbade the refused draft token (it could
+    never have been accepted: every token drafted from there on was impossible under the grammar), False
+    when it allowed it, None without a grammar.
     """
 
     kind: ClassVar[str] = "rejected"
@@ -215,6 +221,7 @@ class Rejected(Event):
     position: int = 0
     draft_token_target_rank: int | None = None
     target_margin: float | None = None
+    grammar_forbidden: bool | None = None
 
 
 @dataclass(frozen=True)

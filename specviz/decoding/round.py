@@ -71,6 +71,9 @@ class RoundResult:
     ``drafter`` names the strategy that proposed the draft (a chained drafter's member, else the
     drafter's own name); ``block`` describes a block draft (positions drafted in parallel, see
     :class:`~specviz.strategies.base.Draft`), ``None`` for a draft made token by token.
+    Under a grammar, ``forced`` holds the indexes in ``committed`` of the tokens the grammar forced (the only
+    token it allowed there) and ``grammar_forbidden`` whether it forbade the first rejected draft token
+    (None: no grammar, or nothing rejected).
     ``round_seconds`` is the round's wall time and ``cpu_seconds`` the process's CPU time over the same span
     (every thread's, llama.cpp's included: ``time.process_time``); ``n_threads`` the threads the target's
     context was given (:func:`~specviz.decoding.telemetry.cpu_share` relates the three).
@@ -106,6 +109,8 @@ class RoundResult:
     drafter: str = ""
     block: dict | None = None
     prefilled: bool = False
+    forced: list[int] = field(default_factory=list)
+    grammar_forbidden: bool | None = None
 
 
 def run_round(
@@ -287,11 +292,14 @@ def finish_round(
     roll back (``ctx.memory``: the memory of the sequence the batch was evaluated on)."""
     d, tokens, n_past, position = pending.drafted, pending.tokens, pending.n_past, pending.position
     # 3. accept
+    forbidden: bool | None = None
     if grammar is None:
         verdict = accept(tokens, rows, params, rng, d.dists)
     else:  # where no token is allowed it raises, the cache cut back first (a prefilled round evaluated nothing)
         checked = pending.prefilled or ctx
-        verdict = _accept_constrained(grammar, tokens, rows, params, rng, d.dists, position, checked, history)
+        verdict, forbidden = _accept_constrained(
+            grammar, tokens, rows, params, rng, d.dists, position, checked, history
+        )
     verify_seconds = time.perf_counter() - verify_started
     margins = [top_two(row(i)) for i in range(len(verdict.tokens))] if record_margins else []
 
@@ -299,8 +307,7 @@ def finish_round(
     committed, finish = _commit(list(verdict.tokens), is_eog, stop)
     n_accepted = min(verdict.n_accepted, len(committed))
     history.extend(committed)
-    if grammar is not None:
-        grammar.advance(committed)
+    forced = grammar.advance(committed, mark=True) if grammar is not None else []
 
     # 5. roll back: keep the accepted prefix, the pending token stays out of the cache
     kv_peak = n_past + 1 + len(tokens)
@@ -343,6 +350,8 @@ def finish_round(
         drafter=d.drafter,
         block=d.block,
         prefilled=pending.prefilled,
+        forced=forced,
+        grammar_forbidden=forbidden,
     )
 
 
@@ -356,8 +365,9 @@ def _accept_constrained(
     position: int,
     ctx: LlamaContext | bool,
     history: list[int],
-) -> Verdict:
-    """Step 3 under a grammar: the acceptor on rows constrained by the grammar's state along the draft. Where
+) -> tuple[Verdict, bool | None]:
+    """Step 3 under a grammar: the acceptor on rows constrained by the grammar's state along the draft, and
+    whether the grammar forbade the first rejected draft token (None: none rejected). Where
     the row that decided the round's last token allows no token at all, the target's cache (``ctx``; True
     after a whole-prompt prefill, when the round evaluated nothing) loses the verify batch and
     :class:`~specviz.errors.GrammarError` is raised."""
@@ -370,7 +380,8 @@ def _accept_constrained(
             if not isinstance(ctx, bool):
                 ctx.memory.cut(position - 1, history)
             raise
-        return verdict
+        rejected = verdict.n_accepted < len(tokens)
+        return verdict, (constrained.forbids(tokens[verdict.n_accepted]) if rejected else None)
     finally:
         constrained.close()
 

@@ -119,6 +119,7 @@ def round_events(r: RoundResult, pieces: Callable[[Sequence[int]], list[str]], *
             bonus_prob=v.probs[v.n_accepted] if has_final else None,
             bonus_kind=kind if has_final else None,
             position=r.position,
+            forced=tuple(r.forced),
         )
     )
     if v.n_accepted < len(r.draft):
@@ -140,6 +141,7 @@ def round_events(r: RoundResult, pieces: Callable[[Sequence[int]], list[str]], *
                 position=r.position + v.n_accepted,
                 draft_token_target_rank=v.rejected_rank,
                 target_margin=v.margin,
+                grammar_forbidden=r.grammar_forbidden,
             )
         )
     if r.kv_peak > r.kv_after:

@@ -26,6 +26,7 @@ from .context_drafter import ContextDrafter, context_hooks
 # name -> "module:Class"; modules are imported on first use so a strategy's dependencies load lazily.
 _REGISTRY: dict[str, str] = {
     "none": "specviz.strategies.none:NoDrafter",
+    "grammar": "specviz.strategies.grammar:GrammarDrafter",
     "prompt-lookup": "specviz.strategies.prompt_lookup:PromptLookupDrafter",
     "ngram-simple": "specviz.strategies.ngram_simple:NgramSimpleDrafter",
     "ngram-map-k": "specviz.strategies.ngram_map:NgramMapKDrafter",
@@ -40,7 +41,8 @@ _REGISTRY: dict[str, str] = {
 }
 
 
-#: llama.cpp's ``--spec-type`` name of each strategy that has one (``prompt-lookup`` is specviz's own).
+#: llama.cpp's ``--spec-type`` name of each strategy that has one (``prompt-lookup`` and ``grammar`` are
+#: specviz's own).
 SPEC_TYPES: dict[str, str] = {
     "none": "none",
     "draft": "draft-simple",
@@ -58,8 +60,9 @@ _FROM_SPEC_TYPE = {v: k for k, v in SPEC_TYPES.items()}
 
 #: The order a chain asks its members: llama.cpp's priority (``common_speculative_init`` lists the n-gram
 #: types, then draft-simple, draft-eagle3, draft-mtp, draft-dflash, draft-dspark), with specviz's own
-#: ``prompt-lookup`` after the n-gram types.
+#: ``prompt-lookup`` after the n-gram types and its own ``grammar`` first (it drafts only forced text).
 CHAIN_PRIORITY: tuple[str, ...] = (
+    "grammar",
     "ngram-simple",
     "ngram-map-k",
     "ngram-map-k4v",
@@ -81,7 +84,7 @@ def strategy_names() -> list[str]:
 
 def spec_type(strategy: str) -> str | None:
     """llama.cpp's ``--spec-type`` for ``strategy`` (a chain: its members' comma list); None for a strategy
-    llama.cpp does not have (``prompt-lookup``, or a chain holding it)."""
+    llama.cpp does not have (``prompt-lookup``, ``grammar``, or a chain holding one)."""
     parts = [SPEC_TYPES.get(m) for m in resolve_strategy(strategy).split(",")]
     return None if None in parts else ",".join(p for p in parts if p is not None)
 
