@@ -71,6 +71,7 @@ def test_np_2_gives_every_request_its_one_at_a_time_tokens(plain_model, tmp_path
     assert t2["decodes"] * t2["mean_sequences_per_decode"] == pytest.approx(sum(r["decodes"] for r in two["requests"]))
     assert [r["decodes"] for r in two["requests"]] == [r["decodes"] for r in one["requests"]]
     assert t2["drafted"] == t1["drafted"] > 0 and t2["n_generated"] == t1["n_generated"] and t2["failed"] == 0
+    assert t2["wall_seconds"] > 0 and t2["tokens_per_wall_second"] > 0
     assert all(r["n_threads"] == 1 and "cpu_share" in r for r in two["requests"])  # each its own session's
     # the recording: every request in submission order, one session_started each
     started = [e for e in read_events(rec) if e.kind == "session_started"]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -314,6 +315,7 @@ def _run_requests(args: argparse.Namespace, cfg: dict[str, Any], requests: list)
     recorder = Recorder(args.record) if args.record else None
     batch = _open_batch(cfg) if cfg["parallel"]["n_parallel"] > 1 else None
     s = batch.slots[0] if batch is not None else _open_session(cfg)[0]
+    t0 = time.perf_counter()
     try:
         if batch is not None:
             runs = run_requests_batched(batch, requests, cfg["strategy"], cfg["knobs"], record=recorder, **common)
@@ -326,7 +328,7 @@ def _run_requests(args: argparse.Namespace, cfg: dict[str, Any], requests: list)
             recorder.close()
         settings, slots = s.settings.to_dict(), _slots_of(cfg, s)
         (batch or s).close()
-    totals, share_words = _request_totals(runs, batch)
+    totals, share_words = _request_totals(runs, batch, time.perf_counter() - t0)
     if args.json:
         out = {"strategy": cfg["strategy"], "knobs": cfg["knobs"], "settings": settings, **slots, "totals": totals}
         out["requests"] = [r.to_dict() for r in runs]
@@ -335,7 +337,8 @@ def _run_requests(args: argparse.Namespace, cfg: dict[str, Any], requests: list)
         t = totals
         print(
             f"[{cfg['strategy']}] {t['requests']} requests, {t['n_generated']} tokens, acceptance "
-            f"{t['acceptance_rate']:.1%} ({t['accepted']}/{t['drafted']}), {t['tokens_per_second']:.1f} tokens/s; "
+            f"{t['acceptance_rate']:.1%} ({t['accepted']}/{t['drafted']}), {t['tokens_per_second']:.1f} tokens/s per "
+            f"request, {t['tokens_per_wall_second']:.1f} in all; "
             f"{t['decodes']} decodes, {t['mean_sequences_per_decode']:.2f} sequences per decode "
             f"({slots['n_parallel']} slot{'s' if slots['n_parallel'] > 1 else ''} of {slots['n_ctx_seq']} positions); "
             + share_words
@@ -360,9 +363,10 @@ def _request_line(r: Any) -> None:
     )
 
 
-def _request_totals(runs: list, batch: Any) -> tuple[dict[str, Any], str]:
-    """``--json``'s ``totals`` of a request log's runs: the counts, the pooled CPU share and the target's
-    generation decodes with the busy sequences each held on average (a batched run's own counts; one at a
+def _request_totals(runs: list, batch: Any, wall_seconds: float) -> tuple[dict[str, Any], str]:
+    """``--json``'s ``totals`` of a request log's runs: the counts, the speeds (per request, over the requests'
+    own seconds; and all together, over the run's ``wall_seconds``, prompts included), the pooled CPU share, and
+    the target's generation decodes with the busy sequences each held on average (a batched run's own counts; one at a
     time, every decode held one sequence: the requests' decodes summed); and the CPU share in words."""
     from ..analysis.request_runs import pooled_cpu_share
 
@@ -385,4 +389,6 @@ def _request_totals(runs: list, batch: Any) -> tuple[dict[str, Any], str]:
         "cpu_share": share,
         "decodes": decodes,
         "mean_sequences_per_decode": mean,
+        "wall_seconds": wall_seconds,
+        "tokens_per_wall_second": n / wall_seconds if wall_seconds > 0 else 0.0,
     }, share_words
