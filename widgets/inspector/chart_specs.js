@@ -332,7 +332,7 @@ export function busySpec(batch, o) {
   const top = nice(Math.max(slots, maxOf(w.map((s) => s.queued), 0), 1) * 1.1);
   const range = [xs[0] - 0.6, xs[xs.length - 1] + 0.6];
   return { data: [
-    { type: "bar", x: xs, y: w.map((s) => s.busy), marker: { color: colours },
+    { type: "bar", x: xs, y: w.map((s) => s.busy), marker: { color: colours, opacity: w.map((s) => (s.step === o.selected ? 1 : 0.55)) },
       customdata: w.map((s) => [s.rows, s.decodeMs.toFixed(2), s.queued]),
       hovertemplate: "step %{x}: %{y} busy, %{customdata[0]} rows in the decode (%{customdata[1]} ms), %{customdata[2]} queued<extra></extra>" },
     { type: "scatter", mode: "lines", x: xs, y: w.map((s) => s.queued), line: { color: p.amber, width: 1.5, dash: "dot", shape: "hv" },
@@ -373,7 +373,7 @@ export function parallelSpec(par, o) {
       const at = pts.find((q) => q[0] === be);
       const y = at ? at[1] : 1.0;
       xMax = Math.max(xMax, be);
-      data.push({ type: "scatter", mode: "markers+text", x: [be], y: [y], text: ["break-even " + be], textposition: "top center",
+      data.push({ type: "scatter", mode: "markers+text", x: [be], y: [y], text: ["break-even " + be], textposition: k % 2 ? "bottom center" : "top center", // neighbours apart
         textfont: { size: 10.5, color: colour }, marker: { symbol: "x-thin-open", size: 13, color: colour, line: { width: 2.5, color: colour } },
         hovertemplate: label + " stops paying at %{x} requests at once<extra></extra>" });
       shapes.push({ type: "line", xref: "x", yref: "paper", x0: be, x1: be, y0: 0, y1: 1, line: { color: colour, width: 1, dash: "dot" } });

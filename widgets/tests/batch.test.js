@@ -101,6 +101,7 @@ test("busy sequences over time: a bar per step, the queue, the slots; the shown 
   assert.deepEqual(spec.data[0].x, [1, 2, 3, 4]);
   assert.deepEqual(spec.data[0].y, [3, 3, 2, 0]);
   assert.deepEqual(spec.data[0].marker.color, ["B", "A", "B", "B"]);
+  assert.deepEqual(spec.data[0].marker.opacity, [0.55, 1, 0.55, 0.55]);
   assert.deepEqual(spec.data[1].y, [1, 1, 0, 0]);
   assert.equal(spec.layout.shapes[0].y0, 3); // the slots
   assert.equal(spec.legend[2][1], "slots (3)");

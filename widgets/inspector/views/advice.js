@@ -106,8 +106,8 @@ export function adviceView(send) {
       h("div", { class: "sv-advice-parallel-h", text: "Under load: predicted speedup against requests at once" }),
       h("div", { class: "sv-muted", text: p.head }),
       h("div", { class: "sv-chart-legend sv-advice-parallel-legend" }, ...items, one), parBox,
-      h("div", { class: "sv-advice-parallel-single" }, h("span", { class: "sv-lbl", text: "for this load" }),
-        h("span", { text: p.single + " " }), h("code", { class: "sv-flags", text: p.flags })),
+      h("div", { class: "sv-advice-parallel-single" }, h("div", { text: "the best single setting for the run's load: " + p.single }),
+        h("code", { class: "sv-flags", text: p.flags })),
       h("div", { class: "sv-muted", text: p.gain + " · " + p.source }));
   }
 
