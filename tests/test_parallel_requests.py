@@ -183,3 +183,19 @@ def test_a_server_line_without_swa_full_runs_its_slots_on_the_full_size_cache(tm
     # asked for by name, the ring is refused when the context opens
     p = run_cli("run", "--model", str(model), "--requests", log, "--chat-template", "chatml", "-np", "2", "--swa-ring")
     assert p.returncode == 1 and "ring-sized sliding-window cache" in p.stderr
+
+
+@pytest.mark.slow
+def test_replay_of_a_log_names_the_lines_np_it_does_not_apply(plain_model, tmp_path, monkeypatch, capsys):
+    import specviz.server.app as app
+
+    monkeypatch.setattr(app, "replay", lambda path, port, **kw: None)
+    log = write_log(tmp_path / "log.jsonl", LOG[:2])
+    line = f"-m {plain_model} --chat-template chatml -np 2"
+    rec = tmp_path / "rec.jsonl"
+    assert cli.main(["replay", log, "--server-args", line, "--max-tokens", "4", "--record", str(rec)]) == 0
+    err = capsys.readouterr().err
+    assert "--server-args -np 2: replay records the requests one at a time; not applied" in err
+    # the line's --chat-template reaches every request (the model has no template of its own)
+    assert "ended with an error" not in err
+    assert sum(1 for e in read_events(rec) if e.kind == "session_started") == 2

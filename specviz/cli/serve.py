@@ -191,6 +191,11 @@ def record_requests(args: argparse.Namespace) -> str:
 
     max_tokens = int_option("--max-tokens", args.max_tokens, 1, 1 << 20)
     server = server_config(args, warn=warn, given=[])
+    if server is not None and server.n_parallel > 1:
+        warn(
+            f"--server-args -np {server.n_parallel}: replay records the requests one at a time; not applied "
+            "(specviz run --requests runs them N at a time)"
+        )
     model = args.model or (server.model if server is not None else None)
     if model is not None and not Path(model).is_file():
         raise UsageError(f"option --model: {model!r} does not exist; pass the path of a .gguf file")
@@ -206,9 +211,15 @@ def record_requests(args: argparse.Namespace) -> str:
     s.subscribe(rec)
     try:
         strategy, knobs = (server.strategy, server.knobs) if server is not None else ("prompt-lookup", {})
-        runs = run_requests(s, requests, strategy, knobs, max_tokens=max_tokens, server_loop=server is not None)
+        template = server.chat_template if server is not None else None
+        runs = run_requests(
+            s, requests, strategy, knobs, max_tokens=max_tokens, chat_template=template, server_loop=server is not None
+        )
     finally:
         rec.close()
         s.close()
+    failed = [r for r in runs if r.error is not None]
+    for r in failed:
+        warn(f"request {r.id} ended with an error: {r.error}")
     print(f"specviz replay: {len(runs)} requests run and recorded in {out}", file=sys.stderr)
     return out
