@@ -69,10 +69,26 @@ def cmd_advise(args: argparse.Namespace) -> int:
         cost = measure_recorded(events, getattr(args, "model", None))
         if cost is None:
             raise UsageError("option --fresh: the recorded model is not at hand (pass --model PATH)")
+    if getattr(args, "tree", False):
+        return _tree(args, events, cost)
     adv = advise(events, cost=cost, for_server=for_server, fresh=fresh)
     if getattr(args, "check_server", False):
         return check_server(args, adv, events)
     print(json.dumps(adv.to_dict(), ensure_ascii=False) if args.json else adv.report())
+    return 0
+
+
+def _tree(args: argparse.Namespace, events: list, cost: VerifyCostModel | None) -> int:
+    """``specviz advise FILE --tree``: whether a draft tree would pay, predicted from the recording's rank shares
+    (:mod:`specviz.analysis.tree_advice`); a recording without draft candidates is refused."""
+    from ..analysis.tree_advice import tree_advice
+    from ..errors import RecordingError
+
+    try:
+        adv = tree_advice(events, cost)
+    except RecordingError as e:
+        raise UsageError(f"option --tree: {e}") from None
+    print(json.dumps({"tree": adv.to_dict()}, ensure_ascii=False) if args.json else adv.report())
     return 0
 
 
@@ -195,6 +211,12 @@ def add_commands(sub: Any) -> None:
                 action="store_true",
                 help="print the recording's acceptance by draft position as llama-server's --spec-synth-rates "
                 "(unconditional, one per position) and --spec-synth-len, instead of the advice",
+            )
+            p.add_argument(
+                "--tree",
+                action="store_true",
+                help="whether a draft tree would pay on this machine, predicted from a draft model's recording (the "
+                "draft's rank 2, 3, ... candidates the target picked, per depth) and the verify-cost curve",
             )
             p.add_argument(
                 "--parallel",

@@ -120,7 +120,10 @@ class DraftProposed(Event):
     a chain: ``kind``, ``size``
     (tokens decoded), ``positions`` (draft positions the block holds), ``trained`` (the trained block
     size), ``anchor_drafts``, ``position`` (the anchor's) and, for DSpark, ``confidence`` per position;
-    ``None`` otherwise.
+    ``None`` otherwise. ``alternatives`` holds, per drafted position, the drafter's own top candidates there
+    (token ids, best first, :data:`~specviz.strategies.base.DRAFT_ALTERNATIVES` of them), for a drafter with a
+    distribution (a draft model); empty for the n-gram strategies and in recordings made before it was
+    recorded. What a draft tree could have caught (:mod:`specviz.analysis.tree_advice`) is read from them.
     """
 
     kind: ClassVar[str] = "draft_proposed"
@@ -137,6 +140,7 @@ class DraftProposed(Event):
     expected_tokens: float | None = None
     drafter: str = ""
     block: dict | None = None
+    alternatives: tuple = ()
 
 
 @dataclass(frozen=True)

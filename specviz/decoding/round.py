@@ -70,7 +70,8 @@ class RoundResult:
     ``draft_memory`` the checkpoints and cuts of the drafter's own context that were more than a removal.
     ``drafter`` names the strategy that proposed the draft (a chained drafter's member, else the
     drafter's own name); ``block`` describes a block draft (positions drafted in parallel, see
-    :class:`~specviz.strategies.base.Draft`), ``None`` for a draft made token by token.
+    :class:`~specviz.strategies.base.Draft`), ``None`` for a draft made token by token; ``draft_alternatives``
+    the drafter's top candidates at each position of ``draft`` (empty for a drafter without a distribution).
     Under a grammar, ``forced`` holds the indexes in ``committed`` of the tokens the grammar forced (the only
     token it allowed there) and ``grammar_forbidden`` whether it forbade the first rejected draft token
     (None: no grammar, or nothing rejected).
@@ -108,6 +109,7 @@ class RoundResult:
     draft_memory: list[Mark | Cut] = field(default_factory=list)
     drafter: str = ""
     block: dict | None = None
+    draft_alternatives: list[list[int]] = field(default_factory=list)
     prefilled: bool = False
     forced: list[int] = field(default_factory=list)
     grammar_forbidden: bool | None = None
@@ -349,6 +351,7 @@ def finish_round(
         draft_memory=draft_memory,
         drafter=d.drafter,
         block=d.block,
+        draft_alternatives=d.alternatives,
         prefilled=pending.prefilled,
         forced=forced,
         grammar_forbidden=forbidden,
@@ -411,6 +414,7 @@ class _Drafted:
     shadow: int | None
     drafter: str
     block: dict | None
+    alternatives: list[list[int]]
 
 
 def _draft(
@@ -444,7 +448,10 @@ def _draft(
         shadow = peeking.peek(history)
     dists = proposal.dists if tokens else None
     name = proposal.drafter or drafter.name
-    return _Drafted(tokens, probs, reason, dists, seconds, kv_before, kv_peak, shadow, name, proposal.block)
+    alternatives = [list(a) for a in (proposal.alternatives or [])[: len(tokens)]]
+    return _Drafted(
+        tokens, probs, reason, dists, seconds, kv_before, kv_peak, shadow, name, proposal.block, alternatives
+    )
 
 
 def _commit(

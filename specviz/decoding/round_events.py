@@ -78,6 +78,7 @@ def round_events(r: RoundResult, pieces: Callable[[Sequence[int]], list[str]], *
             expected_tokens=b.expected,
             drafter=r.drafter,
             block=r.block,
+            alternatives=tuple(tuple(a) for a in r.draft_alternatives),
         ),
     ]
     draft_cuts = [x for x in r.draft_memory if isinstance(x, Cut)]

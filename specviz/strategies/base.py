@@ -59,6 +59,13 @@ if TYPE_CHECKING:
     from ..decoding.tempered import Dist
 
 
+#: How many of its top candidates a drafter with a distribution records at each drafted position
+#: (:attr:`Draft.alternatives`): SGLang's default EAGLE tree takes the top 4 at each node
+#: (``speculative_eagle_topk``), the widest node a tree verifier uses by default, so 4 ranks tell what any
+#: such tree could have caught; each is one top-k on a logits row the drafter already holds.
+DRAFT_ALTERNATIVES = 4
+
+
 @dataclass
 class Draft:
     """A proposal: ``tokens``, the drafter's probability of each (or ``None``), and why it is short.
@@ -70,7 +77,10 @@ class Draft:
     drafted in parallel in one pass: ``dflash``, ``dspark``) as plain data — its ``kind``, ``size`` (tokens
     decoded), ``positions`` (draft positions it holds), ``trained`` block size and, for DSpark, each
     position's ``confidence``; ``None`` for a chain drafted token by token. ``drafter`` names the strategy
-    that proposed it when that is not the drafter itself (a member of a chained drafter).
+    that proposed it when that is not the drafter itself (a member of a chained drafter). ``alternatives``
+    holds, per drafted position, the drafter's own top :data:`DRAFT_ALTERNATIVES` token ids there, best
+    first (its logits' order, ties to the lower id), for a drafter with a distribution; ``None`` otherwise
+    (the n-gram strategies).
     """
 
     tokens: list[int] = field(default_factory=list)
@@ -79,6 +89,7 @@ class Draft:
     dists: list[Dist] | None = None
     block: dict[str, Any] | None = None
     drafter: str | None = None
+    alternatives: list[list[int]] | None = None
 
 
 @dataclass
@@ -203,6 +214,8 @@ class Drafter:
                 d.probs = d.probs[:n_max]
             if d.dists is not None:
                 d.dists = d.dists[:n_max]
+            if d.alternatives is not None:
+                d.alternatives = d.alternatives[:n_max]
         self.stats.draft_seconds += time.perf_counter() - t
         self.stats.calls += 1
         if d.tokens:

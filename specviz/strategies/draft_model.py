@@ -9,7 +9,9 @@ its context keeps no recurrent-state snapshots (``n_rs_seq = 0``, as the server 
 one-token draft steps could not use them. Drafting evaluates the pending token, then each drafted token, and stops at
 the round's limit or when the draft's own top probability falls below ``draft_p_min``.
 
-Greedy sessions draft the draft model's argmax. Sampling sessions draft by sampling the draft
+Greedy sessions draft the draft model's argmax. Each drafted position also records the draft's own top
+:data:`~specviz.strategies.base.DRAFT_ALTERNATIVES` candidates (``Draft.alternatives``: what a draft tree
+could have branched to there), one top-k on the row already read. Sampling sessions draft by sampling the draft
 distribution ``q`` (temperature, top-k and top-p applied exactly as for the target) from the
 generation's seeded generator, and hand ``q`` to the acceptor for ``min(1, p/q)`` rejection sampling.
 
@@ -27,11 +29,11 @@ from typing import Any, Sequence
 
 from ..backends.llama import LlamaContext
 from ..backends.memory import Cut, Mark
-from ..decoding.rowscan import ScoredRow
+from ..decoding.rowscan import ScoredRow, top_ids
 from ..decoding.sampling import sample
 from ..decoding.tempered import Dist, tempered_or_dist
 from ..errors import KnobError, SnapshotError, StrategyUnavailableError
-from .base import Draft, DraftResources
+from .base import DRAFT_ALTERNATIVES, Draft, DraftResources
 from .context_drafter import ContextDrafter
 from .knobs import DRAFT_MODEL_KNOB, DRAFT_P_MIN_KNOB
 
@@ -145,10 +147,11 @@ class DraftModelDrafter(ContextDrafter):
         toks: list[int] = []
         probs: list[float | None] = []
         dists: list[Dist] = []
+        alternatives: list[list[int]] = []
         reason = None
         for i in range(n_max):
+            sr = ScoredRow(row)
             if params.greedy:
-                sr = ScoredRow(row)
                 t, top = sr.best, sr.prob(sr.best)
                 p = top
             else:
@@ -164,13 +167,21 @@ class DraftModelDrafter(ContextDrafter):
                 dists.append(q)
             toks.append(int(t))
             probs.append(float(p))
+            # the draft's own ranking (its raw logits: temperature keeps the order), before the next step's decode
+            alternatives.append(top_ids(sr.row, DRAFT_ALTERNATIVES, sr.max))
             if i + 1 < n_max:
                 self.ctx.eval([t], len(self._cached), rows="all")
                 self._cached.append(int(t))
                 row = self.ctx.row(0)
         self.model_seconds += time.perf_counter() - t0
         self.model_tokens += len(toks)
-        return Draft(tokens=toks, probs=probs, reason=reason, dists=None if params.greedy else dists)
+        return Draft(
+            tokens=toks,
+            probs=probs,
+            reason=reason,
+            dists=None if params.greedy else dists,
+            alternatives=alternatives,
+        )
 
     def sync(self, history: Sequence[int]) -> list[tuple[int, int]]:
         """Bring the draft cache to ``history[:-1]`` (drop the rejected tail, feed what is missing) and

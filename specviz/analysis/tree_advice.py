@@ -1,0 +1,468 @@
+"""Would a draft tree pay: ``specviz advise REC --tree``, predicted from a linear (chain) recording.
+
+A drafter with a distribution records its own top candidates at each drafted position
+(``DraftProposed.alternatives``, :data:`~specviz.strategies.base.DRAFT_ALTERNATIVES` of them). At each depth
+the chain's target tested (every drafted position up to and including the first refused one; a depth after
+the first refusal was never tested), the target's pick (``Verified.tokens``: the accepted draft token, or the
+target's correction at the refusal) was the draft's rank 1 (accepted), 2, 3, … candidate, or none of them:
+:func:`rank_shares` counts it (llama.cpp PR #28110's measurement, for every rank).
+
+A tree *shape* is a number of branches per depth (:class:`Shape`): ``2x1x1`` verifies the draft's two best
+candidates at depth 1 and a chain of two under each (six nodes; llama.cpp ``examples/speculative`` splitting
+into two branches at the first position), ``4x2x1`` SGLang's top-k per node narrowing with depth. Its nodes
+are verified in one batch, one row each, beside the pending token's row.
+
+The prediction rests on one **independence assumption**: at depth ``d`` the target's pick is among the
+draft's top ``w`` candidates with the share the chain measured at depth ``d`` (among the chain's rounds that
+reached ``d``), whichever branch the tree followed to get there and whatever happened above it; in
+particular, below a pick the draft caught only at rank 2 or lower, the draft does as well as the chain did
+below an accepted rank-1 pick. The probability of reaching depth ``d + 1`` is then the product of the caught
+shares of depths ``1 … d``, and a shape's expected accepted length (tokens per round, the target's own
+included) is ``1 + sum over d of prod_(i <= d) caught_i(w_i)`` (:func:`accepted_length`). A chain
+(``1x1x…``) is scored by the same rule, so chain and tree are compared on equal terms.
+
+What a round costs (:class:`TreeCosts`): the verify of ``1 + nodes`` rows from the verify-cost curve
+(:func:`~specviz.analysis.advise_costs.round_costs`: measured, recorded or fitted), the round's fitted
+overhead, and drafting: one draft decode per depth, of as many rows as the tree holds nodes at the depth
+above (the pending token's one row for depth 1). A draft decode of one row costs what the recording's draft
+decodes cost on average; of ``b`` rows, that times the verify curve's ``cost(b) / cost(1)`` (the draft's own
+batch curve is not measured; the same kernels make it grow alike).
+
+The shapes searched (:func:`shapes`): widths from 1 to the recorded candidates, never widening with depth,
+as deep as the recording's depths hold :data:`MIN_REACHED` rounds (at most :data:`MAX_DEPTH`), at most
+:data:`NODE_BUDGET` nodes (SGLang's ``speculative_num_draft_tokens``). The best chain (plain decoding
+included) is the baseline; a tree pays where its expected tokens/s beats it by :data:`PAYS_MARGIN`. Where
+none does, :func:`needed_ratio` finds how cheap extra rows would have to be: the largest ratio of a
+``NODE_BUDGET + 1``-row verify to a 1-row verify (on a straight-line curve through this machine's 1-row cost)
+at which the best tree still pays — a GPU's regime, where a few more rows cost almost nothing.
+
+Trees are not built yet (issue 56): this is a prediction, not a measurement.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator, Sequence
+
+from ..decoding.events import DraftProposed, Event, SessionStarted, Verified
+from ..decoding.verify_cost import VerifyCostModel
+from ..errors import RecordingError
+from .advise_costs import round_costs
+from .advise_rounds import collect
+from .sources import EventSource, events_of
+
+#: Rounds a depth needs before shapes reach it: below it one round moves a share by several percent.
+MIN_REACHED = 10
+#: The deepest shape searched (the chain recordings this reads rarely reach past 8 tokens).
+MAX_DEPTH = 8
+#: The most nodes a shape verifies (SGLang's ``speculative_num_draft_tokens`` is 8 by default; 16 leaves room).
+NODE_BUDGET = 16
+#: How much a tree's predicted tokens/s must beat the best chain's: a prediction from shares measured over
+#: a few hundred rounds and an assumption of independence is not worth a smaller gain.
+PAYS_MARGIN = 1.02
+#: The verify-cost ratio search's precision (relative), and the largest ratio it tries.
+_RATIO_STEPS = 40
+_RATIO_CEILING = 1e3
+
+
+@dataclass(frozen=True)
+class RankShares:
+    """Per depth (0 = the first drafted position), how many of the chain's rounds reached it (``reached``)
+    and how many of those had the target's pick at the draft's rank 1 … k or outside its top k
+    (``counts[d]``, k + 1 entries). ``draft_decodes`` and ``draft_seconds`` are the recording's draft decodes
+    and their seconds (for a draft decode's cost); ``accepted_length`` the recorded rounds' own mean
+    accepted length (the target's token included); ``sampled`` whether the recording sampled."""
+
+    strategy: str
+    k: int
+    reached: tuple[int, ...]
+    counts: tuple[tuple[int, ...], ...]
+    rounds: int
+    draft_decodes: int
+    draft_seconds: float
+    accepted_length: float
+    sampled: bool = False
+
+    def share(self, depth: int) -> tuple[float, ...]:
+        """The shares of rank 1 … k and outside at ``depth`` (zeros where no round reached it)."""
+        n = self.reached[depth]
+        return tuple(c / n if n else 0.0 for c in self.counts[depth])
+
+    def caught(self, depth: int, width: int) -> float:
+        """The share of picks at ``depth`` among the draft's top ``width`` candidates."""
+        return sum(self.share(depth)[:width])
+
+    @property
+    def usable_depths(self) -> int:
+        """The leading depths with at least :data:`MIN_REACHED` rounds (at most :data:`MAX_DEPTH`)."""
+        n = 0
+        while n < min(len(self.reached), MAX_DEPTH) and self.reached[n] >= MIN_REACHED:
+            n += 1
+        return n
+
+    @property
+    def draft_decode_seconds(self) -> float:
+        """A one-row draft decode's mean seconds in the recording."""
+        return self.draft_seconds / self.draft_decodes if self.draft_decodes else 0.0
+
+
+def rank_shares(source: EventSource) -> RankShares:
+    """Count the target's picks by the draft's rank at each depth (see the module docstring), over the
+    rounds whose draft recorded its candidates; :class:`~specviz.errors.RecordingError` where none did."""
+    events = events_of(source)
+    pairs = list(_drafts_with_verdicts(events))
+    if not pairs:
+        raise RecordingError(
+            "the recording holds no draft candidates (DraftProposed.alternatives): only a drafter with a model "
+            "of its own records them; record a run with --spec-type draft-simple --draft-model DRAFT.gguf (a "
+            "draft derived with `specviz derive-draft` will do), ideally with --spec-draft-p-min 0"
+        )
+    k = max(len(a) for d, _ in pairs for a in d.alternatives)
+    counts: list[list[int]] = []
+    names: list[str] = []
+    decodes, seconds, accepted = 0, 0.0, 0
+    for d, v in pairs:
+        n_accepted = len(v.tokens) - 1
+        accepted += min(n_accepted, len(d.tokens))
+        decodes += len(d.tokens) + (d.reason == "p-min")  # a p-min stop decoded the row it refused
+        seconds += float(d.seconds)
+        if d.drafter and d.drafter not in names:
+            names.append(d.drafter)
+        for depth in range(min(n_accepted + 1, len(d.tokens))):
+            if depth == len(counts):
+                counts.append([0] * (k + 1))
+            cands = [int(t) for t in d.alternatives[depth]]
+            pick = int(v.tokens[depth])
+            counts[depth][cands.index(pick) if pick in cands else k] += 1
+    return RankShares(
+        strategy=", ".join(names) or "draft",
+        k=k,
+        reached=tuple(sum(c) for c in counts),
+        counts=tuple(tuple(c) for c in counts),
+        rounds=len(pairs),
+        draft_decodes=decodes,
+        draft_seconds=seconds,
+        accepted_length=1.0 + accepted / len(pairs),
+        sampled=any(isinstance(e, SessionStarted) and e.temperature > 0 for e in events),
+    )
+
+
+def _drafts_with_verdicts(events: Sequence[Event]) -> Iterator[tuple[DraftProposed, Verified]]:
+    """Each drafted round that recorded candidates, with its verdict."""
+    pending: DraftProposed | None = None
+    for e in events:
+        if isinstance(e, DraftProposed):
+            pending = e if e.tokens and len(e.alternatives) == len(e.tokens) else None
+        elif isinstance(e, Verified) and pending is not None and e.round == pending.round:
+            yield pending, e
+            pending = None
+
+
+@dataclass(frozen=True)
+class Shape:
+    """A tree as the draft's candidates kept per depth: ``widths[d]`` children under every node of depth
+    ``d - 1`` (the pending token for ``d = 0``). All ones: a chain; empty: plain decoding."""
+
+    widths: tuple[int, ...]
+
+    @property
+    def per_depth(self) -> tuple[int, ...]:
+        """Nodes at each depth."""
+        out, n = [], 1
+        for w in self.widths:
+            n *= w
+            out.append(n)
+        return tuple(out)
+
+    @property
+    def nodes(self) -> int:
+        """Draft nodes verified (one row each)."""
+        return sum(self.per_depth)
+
+    @property
+    def is_chain(self) -> bool:
+        """No depth branches."""
+        return all(w == 1 for w in self.widths)
+
+    @property
+    def label(self) -> str:
+        """``2x1x1``; ``chain of 3``; ``plain``."""
+        if not self.widths:
+            return "plain"
+        return f"chain of {len(self.widths)}" if self.is_chain else "x".join(map(str, self.widths))
+
+
+def accepted_length(shares: RankShares, shape: Shape) -> float:
+    """The expected tokens a round of ``shape`` commits (the target's own included), under the module's
+    independence assumption: ``1 + sum_d prod_(i <= d) caught_i(widths[i])``."""
+    total, reach = 1.0, 1.0
+    for depth, w in enumerate(shape.widths):
+        reach *= shares.caught(depth, w)
+        total += reach
+    return total
+
+
+def shapes(k: int, depths: int, budget: int = NODE_BUDGET) -> list[Shape]:
+    """Every shape of widths 1 … ``k``, never widening with depth, 1 … ``depths`` deep, with at most ``budget``
+    nodes; plain decoding first."""
+    out = [Shape(())]
+
+    def grow(widths: tuple[int, ...], nodes: int, last: int) -> None:
+        if widths:
+            out.append(Shape(widths))
+        if len(widths) == depths:
+            return
+        level = Shape(widths).per_depth[-1] if widths else 1
+        for w in range(1, last + 1):
+            if nodes + level * w <= budget:
+                grow((*widths, w), nodes + level * w, w)
+
+    grow((), 0, k)
+    return out
+
+
+@dataclass(frozen=True)
+class TreeCosts:
+    """What a round of a shape costs (see the module docstring): ``verify(b)`` seconds for ``b`` rows, the
+    overhead ``a + b * rows read``, and a one-row draft decode's seconds."""
+
+    verify: Callable[[int], float]
+    overhead: tuple[float, float]
+    draft_decode: float
+
+    def round_seconds(self, shape: Shape, accepted: float) -> float:
+        """A round of ``shape`` committing ``accepted`` tokens on average (the rows its acceptor reads)."""
+        if not shape.widths:
+            drafting = 0.0
+        else:  # one draft decode per depth, of the nodes of the depth above (the pending token's row first)
+            one = self.verify(1)
+            drafting = sum(self.draft_decode * self.verify(n) / one for n in (1, *shape.per_depth[:-1]))
+        return drafting + self.verify(1 + shape.nodes) + self.overhead[0] + self.overhead[1] * accepted
+
+
+@dataclass(frozen=True)
+class Scored:
+    """A shape's prediction: accepted length, round seconds and tokens/s."""
+
+    shape: Shape
+    accepted_length: float
+    round_seconds: float
+
+    @property
+    def tokens_per_second(self) -> float:
+        """Expected tokens per second."""
+        return self.accepted_length / self.round_seconds if self.round_seconds > 0 else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-serialisable form."""
+        return {
+            "shape": self.shape.label,
+            "widths": list(self.shape.widths),
+            "nodes": self.shape.nodes,
+            "rows": 1 + self.shape.nodes,
+            "predicted_accepted_length": self.accepted_length,
+            "round_seconds": self.round_seconds,
+            "tokens_per_second": self.tokens_per_second,
+        }
+
+
+def score_all(shares: RankShares, costs: TreeCosts, grid: Sequence[Shape]) -> list[Scored]:
+    """Every shape of ``grid`` scored under ``costs``."""
+    out = []
+    for s in grid:
+        n = accepted_length(shares, s)
+        out.append(Scored(s, n, costs.round_seconds(s, n)))
+    return out
+
+
+def best_pair(scored: Sequence[Scored]) -> tuple[Scored, Scored | None]:
+    """The best chain (plain decoding included) and the best tree (None when the grid holds none)."""
+    chain = max((s for s in scored if s.shape.is_chain), key=lambda s: s.tokens_per_second)
+    trees = [s for s in scored if not s.shape.is_chain]
+    return chain, (max(trees, key=lambda s: s.tokens_per_second) if trees else None)
+
+
+def linear_curve(one_row: float, ratio: float, rows: int = NODE_BUDGET + 1) -> Callable[[int], float]:
+    """A verify cost through ``one_row`` seconds for one row, ``ratio`` times that for ``rows`` rows, linear."""
+    return lambda b: one_row * (1.0 + (ratio - 1.0) * (b - 1) / (rows - 1))
+
+
+def _pays_at(shares: RankShares, costs: TreeCosts, grid: Sequence[Shape], ratio: float) -> bool:
+    """Whether the best tree beats the best chain by :data:`PAYS_MARGIN` on a straight-line curve of ``ratio``."""
+    hypothetical = TreeCosts(linear_curve(costs.verify(1), ratio), costs.overhead, costs.draft_decode)
+    chain, tree = best_pair(score_all(shares, hypothetical, grid))
+    return tree is not None and tree.tokens_per_second > chain.tokens_per_second * PAYS_MARGIN
+
+
+def needed_ratio(shares: RankShares, costs: TreeCosts, grid: Sequence[Shape]) -> float | None:
+    """The largest ratio of a ``NODE_BUDGET + 1``-row verify to a 1-row verify (straight-line curve, this
+    machine's 1-row cost, draft and overhead) at which a tree pays; None where none pays even with free rows."""
+    if not _pays_at(shares, costs, grid, 1.0):
+        return None
+    lo, hi = 1.0, 2.0
+    while _pays_at(shares, costs, grid, hi) and hi < _RATIO_CEILING:
+        lo, hi = hi, hi * 2
+    for _ in range(_RATIO_STEPS):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if _pays_at(shares, costs, grid, mid) else (lo, mid)
+    return lo
+
+
+@dataclass(frozen=True)
+class TreeAdvice:
+    """Whether a draft tree would pay on this machine (see the module docstring): the rank shares, every shape
+    scored, the best chain and the best tree, the verdict (``pays``), this machine's ratio of a
+    ``NODE_BUDGET + 1``-row verify to a 1-row verify (``measured_ratio``) and, where no tree pays, the ratio at
+    which one would (``needed_ratio``; None where none would even with free rows)."""
+
+    shares: RankShares
+    cost_source: str
+    scored: tuple[Scored, ...]
+    chain: Scored
+    tree: Scored | None
+    pays: bool
+    measured_ratio: float
+    needed_ratio: float | None
+    notes: tuple[str, ...] = ()
+
+    def best_per_nodes(self) -> list[Scored]:
+        """The chains, and the best tree of each node count, by node count."""
+        best: dict[int, Scored] = {}
+        for s in self.scored:
+            if not s.shape.is_chain and (
+                s.shape.nodes not in best or s.tokens_per_second > best[s.shape.nodes].tokens_per_second
+            ):
+                best[s.shape.nodes] = s
+        chains = [s for s in self.scored if s.shape.is_chain]
+        return sorted(chains + list(best.values()), key=lambda s: (s.shape.nodes, not s.shape.is_chain))
+
+    def verdict(self) -> str:
+        """The advice in one sentence."""
+        base = self.chain.tokens_per_second
+        if self.tree is None:
+            return "no tree shape fits: the recording's depths are too few (record longer drafts)"
+        gain = self.tree.tokens_per_second / base - 1 if base else 0.0
+        if self.pays:
+            return (
+                f"a tree pays on this machine: {self.tree.shape.label} ({self.tree.shape.nodes} nodes) predicts "
+                f"{self.tree.tokens_per_second:.1f} tokens/s, {gain:+.0%} over the best chain "
+                f"({self.chain.shape.label})"
+            )
+        ratio = f"{self.measured_ratio:.2f}x"
+        if self.needed_ratio is None:
+            return (
+                f"no tree pays, even with free verify rows: the draft's rank 2 and lower candidates catch too few "
+                f"of the target's picks (this machine's {NODE_BUDGET + 1}-row verify costs {ratio} a 1-row one)"
+            )
+        return (
+            f"no tree pays on this machine: the best tree ({self.tree.shape.label}, {gain:+.0%}) loses to the best "
+            f"chain ({self.chain.shape.label}); it would pay where a {NODE_BUDGET + 1}-row verify costs at most "
+            f"{self.needed_ratio:.2f}x a 1-row verify (a GPU's regime; this machine: {ratio})"
+        )
+
+    def report(self) -> str:
+        """The rank shares, the shapes and the verdict, as text."""
+        sh = self.shares
+        ranks = [f"rank {r}" for r in range(1, sh.k + 1)]
+        lines = [
+            f"draft trees for {sh.strategy}, from {sh.rounds} drafting rounds (the draft's top {sh.k} recorded at "
+            f"each position; {sh.accepted_length:.2f} tokens per round recorded):",
+            "  depth  reached  " + "  ".join(f"{r:>7}" for r in [*ranks, "outside"]),
+        ]
+        for d in range(len(sh.reached)):
+            cells = "  ".join(f"{x:>7.1%}" for x in sh.share(d))
+            lines.append(f"  {d + 1:>5}  {sh.reached[d]:>7}  {cells}")
+        lines.append(
+            f"verify cost {self.cost_source}; a {NODE_BUDGET + 1}-row verify costs {self.measured_ratio:.2f}x a "
+            f"1-row verify here; a one-row draft decode {sh.draft_decode_seconds * 1e3:.2f} ms"
+        )
+        lines.append(f"  {'shape':<12}  {'nodes':>5}  {'accepted':>8}  {'round ms':>8}  {'tokens/s':>8}")
+        for s in self.best_per_nodes():
+            mark = " <" if s is self.tree or s is self.chain else ""
+            lines.append(
+                f"  {s.shape.label:<12}  {s.shape.nodes:>5}  {s.accepted_length:>8.2f}  "
+                f"{s.round_seconds * 1e3:>8.2f}  {s.tokens_per_second:>8.1f}{mark}"
+            )
+        lines.append(self.verdict())
+        lines += [f"note: {n}" for n in self.notes]
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-serialisable form: ``rank_share`` (per depth: rank 1 … k, then outside),
+        ``predicted_accepted_length`` (the best tree's), ``pays``, the shapes and the ratios."""
+        sh = self.shares
+        return {
+            "strategy": sh.strategy,
+            "candidates": sh.k,
+            "rounds": sh.rounds,
+            "reached": list(sh.reached),
+            "rank_share": [list(sh.share(d)) for d in range(len(sh.reached))],
+            "recorded_accepted_length": sh.accepted_length,
+            "predicted_accepted_length": self.tree.accepted_length if self.tree else None,
+            "pays": self.pays,
+            "best_tree": self.tree.to_dict() if self.tree else None,
+            "best_chain": self.chain.to_dict(),
+            "shapes": [s.to_dict() for s in self.best_per_nodes()],
+            "verify_cost": {
+                "source": self.cost_source,
+                "ratio_rows": NODE_BUDGET + 1,
+                "measured_ratio": self.measured_ratio,
+                "needed_ratio": self.needed_ratio,
+            },
+            "draft_decode_seconds": sh.draft_decode_seconds,
+            "verdict": self.verdict(),
+            "notes": list(self.notes),
+        }
+
+
+def tree_advice(source: EventSource, cost: VerifyCostModel | None = None) -> TreeAdvice:
+    """Would a tree pay, from a chain recording (see the module docstring). ``cost``: a measured verify-cost
+    curve; without it the one recorded in the telemetry, or one fitted to the recorded verify times.
+    :class:`~specviz.errors.RecordingError` where the recording holds no draft candidates or no curve."""
+    events = events_of(source)
+    shares = rank_shares(events)
+    got = round_costs(collect(events), cost)
+    if got is None:
+        raise RecordingError(
+            "the recording has verify times of fewer than two batch sizes, too few for a verify-cost curve: pass "
+            "--verify-cost FILE.json (benchmarks/bench_verify_cost.py --json) or --fresh"
+        )
+    curve, source_name, overhead, _ = got
+    costs = TreeCosts(curve, overhead, shares.draft_decode_seconds)
+    grid = shapes(shares.k, shares.usable_depths)
+    scored = score_all(shares, costs, grid)
+    chain, tree = best_pair(scored)
+    pays = tree is not None and tree.tokens_per_second > chain.tokens_per_second * PAYS_MARGIN
+    return TreeAdvice(
+        shares=shares,
+        cost_source=source_name,
+        scored=tuple(scored),
+        chain=chain,
+        tree=tree,
+        pays=pays,
+        measured_ratio=curve(NODE_BUDGET + 1) / curve(1),
+        needed_ratio=None if pays else needed_ratio(shares, costs, grid),
+        notes=tuple(_notes(shares)),
+    )
+
+
+def _notes(shares: RankShares) -> list[str]:
+    """What limits the prediction."""
+    out = [
+        "trees are not built yet: this is a prediction from the chain's rank shares, assuming each depth's share "
+        "holds whichever branch reached it"
+    ]
+    if shares.usable_depths < len(shares.reached):
+        out.append(
+            f"shapes reach {shares.usable_depths} deep: deeper depths were reached by fewer than {MIN_REACHED} rounds"
+        )
+    if shares.sampled:
+        out.append(
+            "the recording sampled: the ranks are those of the committed tokens, and a sampled tree verifies with "
+            "multi-draft rejection sampling, whose acceptance this greedy rule only approximates"
+        )
+    out.append(
+        "a draft that stops where it is unsure (draft_p_min) measures the deeper depths on its confident rounds "
+        "only; a recording with --spec-draft-p-min 0 measures every depth"
+    )
+    return out

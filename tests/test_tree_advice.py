@@ -1,0 +1,263 @@
+"""Would a draft tree pay (specviz.analysis.tree_advice, ``specviz advise REC --tree``): rank shares counted by
+hand on built rounds, the predicted accepted length of known shapes, a cheap-row curve where a tree pays and a
+CPU-like one where none does (with the ratio it would need), the candidates the draft model records against
+a top-k of its own logits, the event's round trip, and the CLI's text, JSON and refusal."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from conftest import TINY
+
+from specviz.analysis.tree_advice import (
+    NODE_BUDGET,
+    PAYS_MARGIN,
+    Shape,
+    TreeCosts,
+    accepted_length,
+    best_pair,
+    linear_curve,
+    rank_shares,
+    score_all,
+    shapes,
+    tree_advice,
+)
+from specviz.cli.main import main
+from specviz.decoding.events import Accepted, DraftProposed, SessionStarted, Verified, event_from_dict
+from specviz.decoding.recorder import Recorder
+from specviz.decoding.verify_cost import VerifyCostModel
+from specviz.errors import RecordingError
+from specviz.strategies.base import DRAFT_ALTERNATIVES
+from specviz.testing.tiny_models import tiny_weights, write_tiny_llama
+
+A, A2, B, B2, C, X = 10, 11, 20, 21, 30, 99  # A2, B2: the draft's rank-2 candidates; X: outside its top 2
+DRAFT_DECODE = 0.001  # seconds of one draft decode in the built rounds
+
+
+class Built:
+    """A chain recording built event by event: two-token drafts with the draft's top two at each position."""
+
+    def __init__(self) -> None:
+        self.events: list = [SessionStarted(0, model="m.gguf", strategy="draft", knobs={"draft_max": 2})]
+        self.n = 0
+
+    def round(self, picks: list[int], alternatives=((A, A2), (B, B2)), draft=(A, B), reason=None) -> None:
+        """A round whose target picked ``picks`` (accepted draft tokens, then its own)."""
+        self.n += 1
+        n_acc = len(picks) - 1
+        self.events += [
+            DraftProposed(
+                self.n,
+                tokens=tuple(draft),
+                seconds=DRAFT_DECODE * (len(draft) + (reason == "p-min")),
+                drafter="draft",
+                alternatives=tuple(tuple(a) for a in alternatives),
+                reason=reason,
+            ),
+            Verified(self.n, tokens=tuple(picks), seconds=0.01, batch_size=1 + len(draft)),
+            Accepted(self.n, tokens=tuple(picks), n_accepted=n_acc),
+        ]
+
+
+def hand_worked() -> list:
+    """Twenty rounds, worked by hand (the draft proposes A, B; its rank 2 are A2, B2):
+
+    =====  ===========  =========================================
+    times  target       depth 1 / depth 2
+    =====  ===========  =========================================
+    6      A, B, C      rank 1 / rank 1
+    6      A, B2        rank 1 / rank 2
+    4      A2           rank 2 / not reached
+    4      X            outside / not reached
+    =====  ===========  =========================================
+
+    Depth 1: 20 reached, shares 0.6 / 0.2 / 0.2. Depth 2: 12 reached, 0.5 / 0.5 / 0. A chain of two: 1 + 0.6 +
+    0.6 x 0.5 = 1.9 tokens a round; 2x1: 1 + 0.8 + 0.8 x 0.5 = 2.2; 2x2: 1 + 0.8 + 0.8 x 1.0 = 2.6.
+    """
+    R = Built()
+    for picks, times in (([A, B, C], 6), ([A, B2], 6), ([A2], 4), ([X], 4)):
+        for _ in range(times):
+            R.round(picks)
+    return R.events
+
+
+def test_rank_shares_are_counted_over_the_depths_the_target_reached():
+    sh = rank_shares(hand_worked())
+    assert (sh.k, sh.rounds, sh.reached) == (2, 20, (20, 12))
+    assert sh.counts == ((12, 4, 4), (6, 6, 0))
+    assert sh.share(0) == pytest.approx((0.6, 0.2, 0.2)) and sh.share(1) == pytest.approx((0.5, 0.5, 0.0))
+    assert sh.caught(0, 2) == pytest.approx(0.8) and sh.usable_depths == 2
+    assert sh.draft_decode_seconds == pytest.approx(DRAFT_DECODE)
+    assert sh.accepted_length == pytest.approx(1 + (6 * 2 + 6 * 1) / 20)
+
+
+def test_the_predicted_accepted_length_of_known_shapes():
+    sh = rank_shares(hand_worked())
+    assert accepted_length(sh, Shape(())) == 1.0
+    assert accepted_length(sh, Shape((1,))) == pytest.approx(1.6)
+    assert accepted_length(sh, Shape((1, 1))) == pytest.approx(1.9)
+    assert accepted_length(sh, Shape((2, 1))) == pytest.approx(2.2)
+    assert accepted_length(sh, Shape((2, 2))) == pytest.approx(2.6)
+    assert Shape((2, 2)).per_depth == (2, 4) and Shape((2, 2)).nodes == 6 and Shape((4, 2, 1)).nodes == 20
+
+
+def test_the_grid_never_widens_with_depth_and_keeps_the_budget():
+    grid = shapes(4, 3, budget=8)
+    labels = {s.label for s in grid}
+    assert {"plain", "chain of 1", "chain of 3", "2x1x1", "2x2", "4", "4x1"} <= labels
+    assert "1x2" not in labels and "4x2" not in labels  # widening; 4 + 8 nodes
+    assert all(s.nodes <= 8 and len(s.widths) <= 3 for s in grid)
+    assert len(labels) == len(grid)
+
+
+def cheap_rows(b: int) -> float:
+    """A GPU-like verify: 10 ms, and 0.1 ms a row more."""
+    return 0.010 + 0.0001 * (b - 1)
+
+
+def cpu_rows(b: int) -> float:
+    """A CPU-like verify: every row costs as much as the first."""
+    return 0.010 * b
+
+
+def curve(f) -> VerifyCostModel:
+    sizes = list(range(1, 65))
+    return VerifyCostModel(sizes, [f(b) for b in sizes])
+
+
+def test_a_tree_pays_where_rows_are_nearly_free():
+    adv = tree_advice(hand_worked(), cost=curve(cheap_rows))
+    # 2x2 (6 nodes): drafting 1 ms + 1 ms x cost(2)/cost(1), verify of 7 rows 10.6 ms; 2.6 tokens a round
+    assert adv.tree is not None and adv.tree.shape.widths == (2, 2)
+    assert adv.tree.accepted_length == pytest.approx(2.6)
+    assert adv.tree.round_seconds == pytest.approx(0.001 + 0.001 * 0.0101 / 0.010 + 0.0106)
+    # the best chain: two deep, 1.9 tokens for two draft decodes and a 3-row verify
+    assert adv.chain.shape.widths == (1, 1) and adv.chain.round_seconds == pytest.approx(0.002 + 0.0102)
+    assert adv.pays and adv.needed_ratio is None
+    assert adv.measured_ratio == pytest.approx(cheap_rows(NODE_BUDGET + 1) / cheap_rows(1))
+    assert "a tree pays" in adv.verdict() and "2x2" in adv.verdict()
+
+
+def test_no_tree_pays_where_every_row_costs_a_decode_and_the_ratio_it_would_need():
+    adv = tree_advice(hand_worked(), cost=curve(cpu_rows))
+    assert not adv.pays and adv.chain.shape.widths == ()  # plain decoding beats every draft here
+    assert adv.measured_ratio == pytest.approx(NODE_BUDGET + 1)
+    r = adv.needed_ratio
+    assert r is not None and 1.0 < r < adv.measured_ratio
+
+    def margin(ratio: float) -> float:
+        costs = TreeCosts(linear_curve(cpu_rows(1), ratio), (0.0, 0.0), DRAFT_DECODE)
+        chain, tree = best_pair(score_all(adv.shares, costs, [s.shape for s in adv.scored]))
+        assert tree is not None
+        return tree.tokens_per_second / chain.tokens_per_second
+
+    # at the ratio found a tree just pays; a little dearer, it does not
+    assert margin(r) == pytest.approx(PAYS_MARGIN, rel=1e-3) and margin(r * 1.01) < PAYS_MARGIN
+    assert f"{r:.2f}x" in adv.verdict() and "no tree pays" in adv.verdict()
+
+
+def test_no_tree_pays_even_with_free_rows_when_rank_two_never_catches_the_pick():
+    R = Built()
+    for picks, times in (([A, B, C], 10), ([X], 10)):
+        for _ in range(times):
+            R.round(picks)
+    adv = tree_advice(R.events, cost=curve(cheap_rows))
+    assert not adv.pays and adv.needed_ratio is None
+    assert "even with free verify rows" in adv.verdict()
+
+
+def test_a_recording_without_candidates_is_refused():
+    R = Built()
+    R.round([A, B, C], alternatives=())
+    with pytest.raises(RecordingError, match="no draft candidates"):
+        rank_shares(R.events)
+
+
+def test_the_alternatives_round_trip_through_the_event_dictionary():
+    e = DraftProposed(3, tokens=(A, B), alternatives=((A, A2), (B, B2)))
+    d = json.loads(json.dumps(e.to_dict()))
+    assert d["alternatives"] == [[A, A2], [B, B2]] and event_from_dict(d) == e
+    assert event_from_dict({"kind": "draft_proposed", "round": 1}).alternatives == ()
+
+
+@pytest.fixture(scope="module")
+def draft_path(tmp_path_factory):
+    """A one-layer draft that reuses the tiny target's embedding, output and first block."""
+    w = tiny_weights(**{"seed": TINY["seed"], "block_scale": TINY["block_scale"]})
+    return write_tiny_llama(tmp_path_factory.mktemp("draft") / "draft.gguf", n_layer=1, layers_from=w)
+
+
+def top_k_reference(row: np.ndarray, k: int) -> list[int]:
+    """Numpy's top k of a row, largest first, ties to the lower id, NaN as -inf."""
+    r = np.where(np.isnan(row), -np.inf, row)
+    return [int(i) for i in np.lexsort((np.arange(r.shape[0]), -r))[:k]]
+
+
+@pytest.mark.slow
+def test_the_draft_model_records_a_top_k_of_its_own_logits(tiny_session, tiny_model, draft_path):
+    from specviz.backends import LlamaContext, LlamaModel
+
+    tiny_session.start("the cat of the dog and the a", 40, "draft", draft_model=str(draft_path), draft_p_min=0.0)
+    tiny_session.run()
+    drafts = [e for e in tiny_session.events if e.kind == "draft_proposed" and e.tokens]
+    assert drafts
+    history = list(tiny_session.history)
+    draft_model = LlamaModel(draft_path)
+    ctx = LlamaContext(draft_model, n_ctx=512, n_batch=64, n_ubatch=64, n_threads=1)
+    try:
+        for d in drafts:
+            assert len(d.alternatives) == len(d.tokens)
+            assert all(len(a) == DRAFT_ALTERNATIVES and a[0] == t for a, t in zip(d.alternatives, d.tokens))
+            ctx.clear()
+            seq = history[: d.position] + list(d.tokens[:-1])
+            ctx.eval(seq, 0, rows="all")
+            for i, alts in enumerate(d.alternatives):
+                assert list(alts) == top_k_reference(ctx.row(d.position - 1 + i), DRAFT_ALTERNATIVES)
+    finally:
+        ctx.close()
+        draft_model.close()
+    adv = tree_advice(tiny_session.events, cost=curve(cheap_rows))
+    assert adv.shares.rounds == len(drafts) and sum(adv.shares.counts[0]) == len(drafts)
+
+
+def test_the_ngram_rounds_carry_no_alternatives(tiny_session):
+    tiny_session.start("the a the a the a", 20, "ngram-simple")
+    tiny_session.run()
+    assert all(e.alternatives == () for e in tiny_session.events if e.kind == "draft_proposed")
+
+
+def record(path, events) -> str:
+    with Recorder(path) as rec:
+        for e in events:
+            rec(e)
+    return str(path)
+
+
+def cost_file(path, f) -> str:
+    sizes = list(range(1, 65))
+    path.write_text(json.dumps({"sizes": sizes, "seconds": [f(b) for b in sizes]}))
+    return str(path)
+
+
+def test_cli_prints_the_advice_and_its_json(tmp_path, capsys):
+    rec = record(tmp_path / "rec.jsonl", hand_worked())
+    cost = cost_file(tmp_path / "cost.json", cheap_rows)
+    assert main(["advise", rec, "--tree", "--verify-cost", cost]) == 0
+    out = capsys.readouterr().out
+    assert "rank 2" in out and "a tree pays" in out and "not built yet" in out
+    assert main(["advise", rec, "--tree", "--verify-cost", cost, "--json"]) == 0
+    tree = json.loads(capsys.readouterr().out)["tree"]
+    assert tree["rank_share"][0] == pytest.approx([0.6, 0.2, 0.2]) and tree["pays"] is True
+    assert tree["predicted_accepted_length"] == pytest.approx(2.6)
+    assert tree["best_tree"]["widths"] == [2, 2] and any(s["shape"] == "chain of 2" for s in tree["shapes"])
+
+
+def test_cli_refuses_a_recording_without_candidates(tmp_path, capsys):
+    R = Built()
+    for _ in range(3):
+        R.round([A, B, C], alternatives=())
+    rec = record(tmp_path / "ngram.jsonl", R.events)
+    assert main(["advise", rec, "--tree"]) == 2
+    assert "no draft candidates" in capsys.readouterr().err
