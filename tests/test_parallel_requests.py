@@ -195,7 +195,19 @@ def test_replay_of_a_log_names_the_lines_np_it_does_not_apply(plain_model, tmp_p
     rec = tmp_path / "rec.jsonl"
     assert cli.main(["replay", log, "--server-args", line, "--max-tokens", "4", "--record", str(rec)]) == 0
     err = capsys.readouterr().err
-    assert "--server-args -np 2: replay records the requests one at a time; not applied" in err
+    assert "--server-args -np 2: replay runs one request at a time; not applied" in err
     # the line's --chat-template reaches every request (the model has no template of its own)
     assert "ended with an error" not in err
     assert sum(1 for e in read_events(rec) if e.kind == "session_started") == 2
+
+
+def test_where_one_request_runs_at_a_time_the_lines_np_is_named(plain_model):
+    from specviz import Session
+    from specviz.ui.deployment import read_deployment
+
+    cfg = parse_server_args("-np 3 --port 8080")
+    assert cfg.warnings_one_at_a_time("replay")[-1].startswith("-np 3: replay runs one request at a time; not")
+    assert parse_server_args("-np 1").warnings_one_at_a_time("replay") == []
+    with Session(plain_model, n_ctx=256, n_threads=1) as s:
+        d = read_deployment(s, None, "-np 3 -c 256")
+    assert any("-np 3: a page runs one request at a time" in w for w in d.warnings)

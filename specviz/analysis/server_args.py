@@ -221,6 +221,17 @@ class ServerConfig:
         grammar = {"grammar": self.grammar} if self.grammar is not None else {}
         return {"strategy": self.strategy, **self.knobs, **self.sampling, **grammar}
 
+    def warnings_one_at_a_time(self, runner: str) -> list[str]:
+        """:attr:`warnings`, and ``-np N`` named as not applied where ``runner`` (``"a session"``, ``"replay"``
+        …) runs one request at a time (``specviz run --requests`` applies it)."""
+        if self.n_parallel <= 1:
+            return list(self.warnings)
+        return [
+            *self.warnings,
+            f"-np {self.n_parallel}: {runner} runs one request at a time; not applied (specviz run --requests "
+            "runs them N at a time)",
+        ]
+
     def spec_args(self) -> list[str]:
         """The speculative part as llama-server flags (:func:`server_spec_args`)."""
         return server_spec_args(self.strategy, self.knobs)
@@ -721,12 +732,6 @@ def session_from_server_args(argv: str | Sequence[str], *, model: str | None = N
     from ..decoding.session import Session
 
     cfg = parse_server_args(argv)
-    notes = list(cfg.warnings)
-    if cfg.n_parallel > 1:
-        notes.append(
-            f"-np {cfg.n_parallel}: a session runs one request; not applied (run the requests at once with "
-            f"BatchRun(n_parallel={cfg.n_parallel}), as specviz run --requests does)"
-        )
-    for w in notes:
+    for w in cfg.warnings_one_at_a_time("a session (BatchRun runs several)"):
         warnings.warn(f"llama-server option {w}", UserWarning, stacklevel=2)
     return Session(model or cfg.model, **cfg.session_kwargs()), cfg

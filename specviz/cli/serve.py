@@ -192,10 +192,7 @@ def record_requests(args: argparse.Namespace) -> str:
     max_tokens = int_option("--max-tokens", args.max_tokens, 1, 1 << 20)
     server = server_config(args, warn=warn, given=[])
     if server is not None and server.n_parallel > 1:
-        warn(
-            f"--server-args -np {server.n_parallel}: replay records the requests one at a time; not applied "
-            "(specviz run --requests runs them N at a time)"
-        )
+        warn(f"--server-args {server.warnings_one_at_a_time('replay')[-1]}")
     model = args.model or (server.model if server is not None else None)
     if model is not None and not Path(model).is_file():
         raise UsageError(f"option --model: {model!r} does not exist; pass the path of a .gguf file")

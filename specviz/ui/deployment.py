@@ -103,7 +103,7 @@ def read_deployment(session: Any, context: Mapping[str, Any] | None, server_args
         # the layout's note first: a page shows the newest notice on top, where the line's own flags belong
         warnings=layout_warnings(session)
         + placement_warnings(session, cfg)
-        + [f"llama-server option {w}" for w in cfg.warnings],
+        + [f"llama-server option {w}" for w in cfg.warnings_one_at_a_time("a page")],
     )
 
 
