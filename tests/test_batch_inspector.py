@@ -153,3 +153,23 @@ def test_replay_refuses_a_bad_batch_cost_table_before_serving(batched, tmp_path)
     bad.write_text("{}")
     p = run_cli("replay", str(path), "--batch-cost", str(bad), "--port", "1")
     assert p.returncode == 2 and "option --batch-cost" in p.stderr and "bad.json" in p.stderr
+
+
+@pytest.mark.slow
+def test_a_request_log_run_n_at_a_time_records_its_steps_for_the_inspector(tiny_model_path, tmp_path):
+    from test_cli import run_cli
+
+    log = tmp_path / "log.jsonl"
+    prompts = ["the a of the a of the a of", "of of the a the of of", "a a a of the the a"]
+    log.write_text("".join(json.dumps({"messages": [{"role": "user", "content": p}]}) + "\n" for p in prompts))
+    rec = tmp_path / "rec.jsonl"
+    args = ["--model", str(tiny_model_path), "--requests", str(log), "--chat-template", "chatml", "-np", "2"]
+    p = run_cli("run", *args, "--max-tokens", "16", "-c", "1024", "-t", "1", "--record", str(rec), "--json")
+    assert p.returncode == 0, p.stderr
+    events = read_events(rec)
+    steps = [e for e in events if isinstance(e, BatchStepped)]
+    assert steps and sum(1 for e in events if isinstance(e, SessionStarted)) == 3
+    assert {lane["request"] for s in steps for lane in s.lanes} == {0, 1, 2} and max(s.busy for s in steps) == 2
+    core = InspectorCore(lambda m: None, events=events)
+    assert [e["kind"] for e in core.log].count("batch_step") == len(steps)
+    assert [e["kind"] for e in core.log].count("session_started") == 1

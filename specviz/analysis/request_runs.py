@@ -225,11 +225,13 @@ def run_requests_batched(
     """Every request of ``requests`` through ``batch``, its slots' count at a time (see the module
     docstring); ``progress`` is called with each request as it finishes (requests finish out of order), the
     result is in submission order. ``record`` gets every request's events, request after request, in
-    submission order once all have finished. A strategy that cannot run batched is refused before anything
-    is queued (:class:`~specviz.errors.BatchError`)."""
+    submission order once all have finished, then the run's ``batch_step`` events of these requests' steps (the
+    lanes the inspector draws: :mod:`specviz.ui.batch_stream`). A strategy that cannot run batched is refused
+    before anything is queued (:class:`~specviz.errors.BatchError`)."""
     from ..decoding.batch import check_batchable
 
     check_batchable(strategy)
+    first_step = len(batch.events)
     loops: dict[int, ServerLoop] = {}
     ids: dict[int, str] = {}
     for r in requests:
@@ -258,6 +260,8 @@ def run_requests_batched(
         for rid in ids:
             for e in batch.results[rid].events:
                 record(e)
+        for e in batch.events[first_step:]:
+            record(e)
     return [done[rid] for rid in ids]
 
 
