@@ -2,7 +2,8 @@
 time shows the Verify batch card (one row per slot for a step, each lane's rows in the decode with its accepted
 draft tokens, busy sequences over time as a bar per step) and, on Advise with a given batch-cost table, the
 speedup-against-concurrency chart with the break-even Python computed marked; the same front-end on an
-anywidget-style host (JupyterLab's) shows the lanes from delivered events and hides them for one request."""
+anywidget-style host shows the lanes from delivered events and hides them for one request; and in JupyterLab
+``Inspector.replay(path, batch_cost=...)`` with its ``advise()`` shows both."""
 
 from __future__ import annotations
 
@@ -50,6 +51,20 @@ def served(recorded):
 
 def _busy(step: dict) -> int:
     return sum(1 for lane in step["lanes"] if lane["rows"] > 0)
+
+
+def _break_even(path) -> int:
+    """The break-even concurrency the advice under load gives the recording with the table (Python's figure)."""
+    from specviz.analysis.advise_fresh import recorded_load
+    from specviz.analysis.advise_parallel import advise_parallel
+    from specviz.decoding.recorder import read_events
+    from specviz.ui.parallel_advice import chart_parallels
+
+    events = read_events(path)
+    load = recorded_load(events)
+    be = advise_parallel(events, KNEE, chart_parallels(load), load=load).break_even_parallel
+    assert be is not None  # the fixture must stop paying somewhere
+    return be
 
 
 def _show_step(page, index: int) -> None:
@@ -159,3 +174,55 @@ def test_the_widget_host_shows_the_lanes_for_batch_steps_only(browser, recorded,
     page.wait_for_function("document.querySelector('.specviz-inspector').dataset.events === '%d'" % len(one))
     assert card.is_hidden()
     assert page.external_requests == []
+
+
+def test_a_batched_recording_in_jupyterlab_shows_the_lanes_and_the_chart(browser, recorded, tmp_path):
+    """The same widget in JupyterLab: ``Inspector.replay(path, batch_cost=...)`` and its ``advise()``, run in a
+    notebook on loopback."""
+    pytest.importorskip("jupyterlab")
+    import secrets
+
+    import nbformat
+    from playwright.sync_api import expect
+
+    from specviz.testing.page_harness import jupyterlab_args
+
+    path, steps, table = recorded
+    nbdir = tmp_path / "nb"
+    nbdir.mkdir()
+    code = (
+        "from specviz import Inspector\nfrom specviz.ui.parallel_advice import read_batch_cost\n"
+        f"w = Inspector.replay({str(path)!r}, batch_cost=read_batch_cost({str(table)!r}))\nw"
+    )
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(code), nbformat.v4.new_code_cell("_ = w.advise()")])
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nbformat.write(nb, str(nbdir / "batched.ipynb"))
+    port, token = free_port(), secrets.token_hex(16)
+    env = {"JUPYTER_CONFIG_DIR": str(tmp_path / "cfg"), "JUPYTERLAB_WORKSPACES_DIR": str(tmp_path / "ws")}
+    proc = start(jupyterlab_args(port, token, str(nbdir)), tmp_path / "lab.log", env=env)
+    try:
+        wait_http(f"http://127.0.0.1:{port}/api/status?token={token}", proc, timeout=120)
+        page = browser.new_page(viewport={"width": 1500, "height": 1100})
+        external = offline(page)
+        errors: list[str] = []
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        page.goto(f"http://127.0.0.1:{port}/lab/tree/batched.ipynb?reset&token={token}")
+        page.wait_for_selector(".jp-Notebook", timeout=120000)
+        try:  # some Lab versions still ask for the kernel despite the notebook's kernelspec
+            page.locator(".jp-Dialog .jp-mod-accept").click(timeout=8000)
+        except Exception:
+            pass
+        page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=120000)
+        page.locator(".lm-MenuBar-itemLabel").get_by_text("Run", exact=True).click()
+        page.locator(".lm-Menu-itemLabel").get_by_text("Run All Cells", exact=True).click()
+        card = page.locator(".specviz-inspector .sv-batch-card").first
+        expect(card).to_have_attribute("data-steps", str(len(steps)), timeout=180000)
+        _check_step(card, steps[-1], 3)
+        section = page.locator(".specviz-inspector .sv-advice-parallel").first
+        expect(section).to_have_attribute("data-break-even", str(_break_even(path)), timeout=180000)
+        expect(section.locator(".sv-advice-parallel-chart .main-svg").first).to_be_attached(timeout=60000)
+        assert "break-even" in " ".join(section.locator(".textpoint").all_text_contents())
+        page.close()
+        assert external == [] and errors == []
+    finally:
+        stop(proc)
