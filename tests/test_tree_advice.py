@@ -18,6 +18,7 @@ from specviz.analysis.tree_advice import (
     TreeCosts,
     accepted_length,
     best_pair,
+    extended,
     linear_curve,
     rank_shares,
     score_all,
@@ -106,8 +107,8 @@ def test_the_predicted_accepted_length_of_known_shapes():
 def test_the_grid_never_widens_with_depth_and_keeps_the_budget():
     grid = shapes(4, 3, budget=8)
     labels = {s.label for s in grid}
-    assert {"plain", "chain of 1", "chain of 3", "2x1x1", "2x2", "4", "4x1"} <= labels
-    assert "1x2" not in labels and "4x2" not in labels  # widening; 4 + 8 nodes
+    assert {"plain", "chain of 1", "chain of 3", "tree 2x1x1", "tree 2x2", "tree 4", "tree 4x1"} <= labels
+    assert "tree 1x2" not in labels and "tree 4x2" not in labels  # widening; 4 + 8 nodes
     assert all(s.nodes <= 8 and len(s.widths) <= 3 for s in grid)
     assert len(labels) == len(grid)
 
@@ -137,7 +138,8 @@ def test_a_tree_pays_where_rows_are_nearly_free():
     assert adv.chain.shape.widths == (1, 1) and adv.chain.round_seconds == pytest.approx(0.002 + 0.0102)
     assert adv.pays and adv.needed_ratio is None
     assert adv.measured_ratio == pytest.approx(cheap_rows(NODE_BUDGET + 1) / cheap_rows(1))
-    assert "a tree pays" in adv.verdict() and "2x2" in adv.verdict()
+    assert "a tree pays" in adv.verdict() and "tree 2x2" in adv.verdict()
+    assert not any("draft_p_min" in n for n in adv.notes) and not any("curve reaches" in n for n in adv.notes)
 
 
 def test_no_tree_pays_where_every_row_costs_a_decode_and_the_ratio_it_would_need():
@@ -165,7 +167,7 @@ def test_no_tree_pays_even_with_free_rows_when_rank_two_never_catches_the_pick()
             R.round(picks)
     adv = tree_advice(R.events, cost=curve(cheap_rows))
     assert not adv.pays and adv.needed_ratio is None
-    assert "even with free verify rows" in adv.verdict()
+    assert "even where extra verify rows cost nothing" in adv.verdict() and "catch 0% " in adv.verdict()
 
 
 def test_a_recording_without_candidates_is_refused():
@@ -261,3 +263,40 @@ def test_cli_refuses_a_recording_without_candidates(tmp_path, capsys):
     rec = record(tmp_path / "ngram.jsonl", R.events)
     assert main(["advise", rec, "--tree"]) == 2
     assert "no draft candidates" in capsys.readouterr().err
+
+
+def test_a_curve_measured_short_of_the_shapes_rows_is_extended_on_its_mean_cost_per_row():
+    # the last segment falls (a tile's step): extending it would price 17 rows below nothing
+    short = VerifyCostModel([1, 2, 3, 4], [0.010, 0.020, 0.030, 0.012])
+    assert short(17) < 0
+    verify, rows = extended(short)
+    assert rows == 4 and verify(3) == pytest.approx(0.030) and verify(4) == pytest.approx(0.012)
+    assert verify(17) == pytest.approx(0.012 + (0.012 - 0.010) / 3 * 13)
+    adv = tree_advice(hand_worked(), cost=short)  # its largest shape, 2x2, verifies 7 rows
+    assert adv.measured_ratio == pytest.approx(verify(17) / 0.010)
+    assert any("curve reaches 4 rows; the shapes' 7" in n for n in adv.notes)
+
+
+def test_drafts_stopped_at_p_min_are_counted_and_named():
+    R = Built()
+    for _ in range(10):
+        R.round([A, B, C])
+    R.round([A, C], alternatives=((A, A2),), draft=(A,), reason="p-min")
+    sh = rank_shares(R.events)
+    assert sh.p_min_stops == 1 and sh.reached == (11, 10) and sh.draft_decodes == 10 * 2 + 2
+    adv = tree_advice(R.events, cost=curve(cheap_rows))
+    assert any("1 drafts stopped where the draft was unsure" in n for n in adv.notes)
+
+
+@pytest.mark.slow
+def test_fresh_times_as_many_rows_as_the_largest_tree_verifies(tiny_session, draft_path):
+    from specviz.analysis.advise_fresh import measure_recorded
+
+    tiny_session.start("the cat of the dog", 12, "draft", draft_model=str(draft_path), draft_p_min=0.0, draft_max=3)
+    tiny_session.run()
+    events = list(tiny_session.events)
+    recorded = measure_recorded(events)
+    wide = measure_recorded(events, longest=NODE_BUDGET)
+    assert recorded is not None and wide is not None
+    # under the recorded verify-tile alignment (tiles of 4 rows) the sizes timed are the tile's multiples
+    assert recorded.sizes[-1] <= 4 and wide.sizes[-1] >= NODE_BUDGET

@@ -18,17 +18,21 @@ from ..decoding.events import BatchStepped, DraftProposed, Event, SessionStarted
 from ..decoding.verify_cost import VerifyCostModel, measure_for_advice
 
 
-def measure_recorded(events: Sequence[Event], model: str | None = None) -> VerifyCostModel | None:
+def measure_recorded(
+    events: Sequence[Event], model: str | None = None, longest: int | None = None
+) -> VerifyCostModel | None:
     """The verify cost of the model ``events`` were recorded with (or ``model``), measured now on the recorded
-    prompt; None when the recording holds no session, the model file is not at hand or the context has no room
-    for the measurement."""
+    prompt, up to ``longest`` draft tokens plus one (default: the longest draft recorded; a draft tree's advice
+    times as many rows as its largest tree verifies); None when the recording holds no session, the model file
+    is not at hand or the context has no room for the measurement."""
     from ..decoding.session import Session
 
     started = next((e for e in events if isinstance(e, SessionStarted)), None)
     path = model or (started.model if started else "")
     if started is None or not path or not Path(path).is_file() or not started.prompt_tokens:
         return None
-    longest = max((len(e.tokens) for e in events if isinstance(e, DraftProposed)), default=0)
+    if longest is None:
+        longest = max((len(e.tokens) for e in events if isinstance(e, DraftProposed)), default=0)
     threads = next((e.n_threads for e in events if isinstance(e, Verified) and e.n_threads), None)
     n_ctx, n_batch, n_ubatch = started.n_ctx or 4096, started.n_batch or 512, started.n_ubatch or 512
     with Session(

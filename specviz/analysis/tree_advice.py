@@ -71,7 +71,8 @@ class RankShares:
     and how many of those had the target's pick at the draft's rank 1 … k or outside its top k
     (``counts[d]``, k + 1 entries). ``draft_decodes`` and ``draft_seconds`` are the recording's draft decodes
     and their seconds (for a draft decode's cost); ``accepted_length`` the recorded rounds' own mean
-    accepted length (the target's token included); ``sampled`` whether the recording sampled."""
+    accepted length (the target's token included); ``sampled`` whether the recording sampled; ``p_min_stops``
+    the drafts that stopped at ``draft_p_min``."""
 
     strategy: str
     k: int
@@ -82,6 +83,7 @@ class RankShares:
     draft_seconds: float
     accepted_length: float
     sampled: bool = False
+    p_min_stops: int = 0
 
     def share(self, depth: int) -> tuple[float, ...]:
         """The shares of rank 1 … k and outside at ``depth`` (zeros where no round reached it)."""
@@ -144,6 +146,7 @@ def rank_shares(source: EventSource) -> RankShares:
         draft_seconds=seconds,
         accepted_length=1.0 + accepted / len(pairs),
         sampled=any(isinstance(e, SessionStarted) and e.temperature > 0 for e in events),
+        p_min_stops=sum(d.reason == "p-min" for d, _ in pairs),
     )
 
 
@@ -186,10 +189,10 @@ class Shape:
 
     @property
     def label(self) -> str:
-        """``2x1x1``; ``chain of 3``; ``plain``."""
+        """``tree 2x1x1``; ``chain of 3``; ``plain``."""
         if not self.widths:
             return "plain"
-        return f"chain of {len(self.widths)}" if self.is_chain else "x".join(map(str, self.widths))
+        return f"chain of {len(self.widths)}" if self.is_chain else "tree " + "x".join(map(str, self.widths))
 
 
 def accepted_length(shares: RankShares, shape: Shape) -> float:
@@ -282,6 +285,17 @@ def best_pair(scored: Sequence[Scored]) -> tuple[Scored, Scored | None]:
     return chain, (max(trees, key=lambda s: s.tokens_per_second) if trees else None)
 
 
+def extended(curve: VerifyCostModel) -> tuple[Callable[[int], float], int]:
+    """``curve`` as a tree prices its rows, and the most rows it measured: beyond them, the measured cost of the
+    most rows plus the curve's mean cost per row from one row to there (never negative). A curve measured up to
+    a chain's longest draft would otherwise extend its last segment, whose slope is noise or a verify tile's
+    step (on the embedded model an 8-row verify measured cheaper than a 7-row one), to 17 rows."""
+    last = int(curve.sizes[-1])
+    top = curve(last)
+    slope = max((top - curve(1)) / (last - 1), 0.0) if last > 1 else 0.0
+    return (lambda b: curve(b) if b <= last else top + slope * (b - last)), last
+
+
 def linear_curve(one_row: float, ratio: float, rows: int = NODE_BUDGET + 1) -> Callable[[int], float]:
     """A verify cost through ``one_row`` seconds for one row, ``ratio`` times that for ``rows`` rows, linear."""
     return lambda b: one_row * (1.0 + (ratio - 1.0) * (b - 1) / (rows - 1))
@@ -350,9 +364,11 @@ class TreeAdvice:
             )
         ratio = f"{self.measured_ratio:.2f}x"
         if self.needed_ratio is None:
+            lower = 1.0 - self.shares.caught(0, 1) - self.shares.share(0)[-1]
             return (
-                f"no tree pays, even with free verify rows: the draft's rank 2 and lower candidates catch too few "
-                f"of the target's picks (this machine's {NODE_BUDGET + 1}-row verify costs {ratio} a 1-row one)"
+                f"no tree pays, even where extra verify rows cost nothing: the draft's rank 2 to {self.shares.k} "
+                f"candidates catch {lower:.0%} of the target's picks at depth 1, too few to pay for a tree's extra "
+                f"draft decodes (this machine's {NODE_BUDGET + 1}-row verify costs {ratio} a 1-row one)"
             )
         return (
             f"no tree pays on this machine: the best tree ({self.tree.shape.label}, {gain:+.0%}) loses to the best "
@@ -376,11 +392,11 @@ class TreeAdvice:
             f"verify cost {self.cost_source}; a {NODE_BUDGET + 1}-row verify costs {self.measured_ratio:.2f}x a "
             f"1-row verify here; a one-row draft decode {sh.draft_decode_seconds * 1e3:.2f} ms"
         )
-        lines.append(f"  {'shape':<12}  {'nodes':>5}  {'accepted':>8}  {'round ms':>8}  {'tokens/s':>8}")
+        lines.append(f"  {'shape':<20}  {'nodes':>5}  {'accepted':>8}  {'round ms':>8}  {'tokens/s':>8}")
         for s in self.best_per_nodes():
             mark = " <" if s is self.tree or s is self.chain else ""
             lines.append(
-                f"  {s.shape.label:<12}  {s.shape.nodes:>5}  {s.accepted_length:>8.2f}  "
+                f"  {s.shape.label:<20}  {s.shape.nodes:>5}  {s.accepted_length:>8.2f}  "
                 f"{s.round_seconds * 1e3:>8.2f}  {s.tokens_per_second:>8.1f}{mark}"
             )
         lines.append(self.verdict())
@@ -428,7 +444,8 @@ def tree_advice(source: EventSource, cost: VerifyCostModel | None = None) -> Tre
             "--verify-cost FILE.json (benchmarks/bench_verify_cost.py --json) or --fresh"
         )
     curve, source_name, overhead, _ = got
-    costs = TreeCosts(curve, overhead, shares.draft_decode_seconds)
+    verify, measured_rows = extended(curve)
+    costs = TreeCosts(verify, overhead, shares.draft_decode_seconds)
     grid = shapes(shares.k, shares.usable_depths)
     scored = score_all(shares, costs, grid)
     chain, tree = best_pair(scored)
@@ -440,14 +457,14 @@ def tree_advice(source: EventSource, cost: VerifyCostModel | None = None) -> Tre
         chain=chain,
         tree=tree,
         pays=pays,
-        measured_ratio=curve(NODE_BUDGET + 1) / curve(1),
+        measured_ratio=verify(NODE_BUDGET + 1) / verify(1),
         needed_ratio=None if pays else needed_ratio(shares, costs, grid),
-        notes=tuple(_notes(shares)),
+        notes=tuple(_notes(shares, measured_rows, max(1 + s.nodes for s in grid))),
     )
 
 
-def _notes(shares: RankShares) -> list[str]:
-    """What limits the prediction."""
+def _notes(shares: RankShares, measured_rows: int, rows_needed: int) -> list[str]:
+    """What limits the prediction: the assumption, the depths, sampling, the curve's reach, p_min stops."""
     out = [
         "trees are not built yet: this is a prediction from the chain's rank shares, assuming each depth's share "
         "holds whichever branch reached it"
@@ -461,8 +478,14 @@ def _notes(shares: RankShares) -> list[str]:
             "the recording sampled: the ranks are those of the committed tokens, and a sampled tree verifies with "
             "multi-draft rejection sampling, whose acceptance this greedy rule only approximates"
         )
-    out.append(
-        "a draft that stops where it is unsure (draft_p_min) measures the deeper depths on its confident rounds "
-        "only; a recording with --spec-draft-p-min 0 measures every depth"
-    )
+    if measured_rows < rows_needed:
+        out.append(
+            f"the verify-cost curve reaches {measured_rows} rows; the shapes' {rows_needed} are priced on its mean "
+            "cost per row beyond that (--fresh measures up to the shapes' rows)"
+        )
+    if shares.p_min_stops:
+        out.append(
+            f"{shares.p_min_stops} drafts stopped where the draft was unsure (draft_p_min): the deeper depths are "
+            "measured on its confident rounds only; a recording with --spec-draft-p-min 0 measures every depth"
+        )
     return out

@@ -66,7 +66,7 @@ def cmd_advise(args: argparse.Namespace) -> int:
     for_server = bool(getattr(args, "for_server", False) or getattr(args, "check_server", False))
     cost, fresh = _cost_file(args.verify_cost), bool(getattr(args, "fresh", False))
     if fresh and cost is None:
-        cost = measure_recorded(events, getattr(args, "model", None))
+        cost = measure_recorded(events, getattr(args, "model", None), _tree_rows(args))
         if cost is None:
             raise UsageError("option --fresh: the recorded model is not at hand (pass --model PATH)")
     if getattr(args, "tree", False):
@@ -76,6 +76,13 @@ def cmd_advise(args: argparse.Namespace) -> int:
         return check_server(args, adv, events)
     print(json.dumps(adv.to_dict(), ensure_ascii=False) if args.json else adv.report())
     return 0
+
+
+def _tree_rows(args: argparse.Namespace) -> int | None:
+    """With ``--tree``, the draft tokens ``--fresh`` times (the largest tree's nodes); else None (the recording's)."""
+    from ..analysis.tree_advice import NODE_BUDGET
+
+    return NODE_BUDGET if getattr(args, "tree", False) else None
 
 
 def _tree(args: argparse.Namespace, events: list, cost: VerifyCostModel | None) -> int:
