@@ -106,7 +106,7 @@ class ServerComparison:
             lines += [f"  - {f}" for f in self.findings]
         else:
             lines.append("they agree (acceptance within 2 points, counts within 5%)")
-        lines += [f"note: {w_}" for w_ in self.config.warnings]
+        lines += [f"note: {w_}" for w_ in self.config.warnings_one_at_a_time("compare-server's reproduction")]
         return "\n".join(lines)
 
     def to_dict(self) -> dict[str, Any]:
