@@ -300,3 +300,30 @@ def test_fresh_times_as_many_rows_as_the_largest_tree_verifies(tiny_session, dra
     assert recorded is not None and wide is not None
     # under the recorded verify-tile alignment (tiles of 4 rows) the sizes timed are the tile's multiples
     assert recorded.sizes[-1] <= 4 and wide.sizes[-1] >= NODE_BUDGET
+
+
+def test_top_candidates_read_a_reduced_vocabulary_and_map_back_to_target_ids():
+    from specviz.strategies.draft_choice import top_candidates
+
+    row = np.full(10, -1.0, dtype=np.float32)
+    row[[2, 4, 6, 8]] = [3.0, 5.0, 5.0, np.nan]
+    ids = np.array([0, 2, 4, 6, 8], dtype=np.int64)
+    # 4 and 6 tie (the lower index first), the NaN at 8 counts as -inf, 3 and 5 are not in the vocabulary
+    assert top_candidates(row, ids, 4) == [4, 6, 2, 0]
+    assert top_candidates(row, None, 2) == [4, 6]
+
+
+@pytest.mark.slow
+def test_an_eagle3_head_records_its_candidates_in_its_own_vocabulary(e3_target_path, e3_head_path):
+    from specviz import Session
+
+    with Session(e3_target_path, n_ctx=512, n_batch=64, n_ubatch=64, n_threads=1) as s:
+        s.start([1, 40, 41, 42, 43], 30, "eagle3", draft_model=str(e3_head_path), draft_p_min=0.0, draft_max=5)
+        s.run()
+        drafts = [e for e in s.events if e.kind == "draft_proposed" and e.tokens]
+    assert drafts
+    for d in drafts:
+        assert len(d.alternatives) == len(d.tokens)
+        for alts, tok in zip(d.alternatives, d.tokens):
+            # the tiny head's draft vocabulary is the even ids; greedy drafts its first candidate
+            assert len(set(alts)) == DRAFT_ALTERNATIVES and alts[0] == tok and all(a % 2 == 0 for a in alts)

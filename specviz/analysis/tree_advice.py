@@ -116,8 +116,8 @@ def rank_shares(source: EventSource) -> RankShares:
     if not pairs:
         raise RecordingError(
             "the recording holds no draft candidates (DraftProposed.alternatives): only a drafter with a model "
-            "of its own records them; record a run with --spec-type draft-simple --draft-model DRAFT.gguf (a "
-            "draft derived with `specviz derive-draft` will do), ideally with --spec-draft-p-min 0"
+            "of its own drafting token by token (draft, eagle3, mtp) records them; record a run with --draft-model "
+            "DRAFT.gguf (a draft derived with `specviz derive-draft` will do), ideally with --spec-draft-p-min 0"
         )
     k = max(len(a) for d, _ in pairs for a in d.alternatives)
     counts: list[list[int]] = []

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..decoding.rowscan import ScoredRow, top_ids
 from ..decoding.sampling import SamplingParams, TokenDist, probs_from_logits, sample
 from ..decoding.tempered import Dist, TemperedRow, is_dense
 from ..errors import ContextError
@@ -44,3 +45,13 @@ def choose_token(
     top = q.max_prob()
     tok = sample(q, rng)
     return tok, q.prob(tok), top, q
+
+
+def top_candidates(row: np.ndarray, vocab_ids: np.ndarray | None, k: int) -> list[int]:
+    """The ``k`` target ids the drafter ranks best in one logits ``row``, best first (its raw logits' order,
+    ties to the lower index, NaN as -inf), read only at ``vocab_ids`` where the draft vocabulary is reduced:
+    the draft's candidates at a position (``Draft.alternatives``), whose first is :func:`choose_token`'s
+    greedy choice."""
+    sr = ScoredRow(row[vocab_ids] if vocab_ids is not None else row)
+    best = top_ids(sr.row, k, sr.max)
+    return [int(vocab_ids[i]) for i in best] if vocab_ids is not None else best

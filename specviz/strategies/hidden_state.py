@@ -86,9 +86,9 @@ import numpy as np
 
 from ..decoding.tempered import Dist
 from ..errors import ContextError, KnobError, SnapshotError
-from .base import Draft, DraftResources, Upkeep
+from .base import DRAFT_ALTERNATIVES, Draft, DraftResources, Upkeep
 from .context_drafter import ContextDrafter
-from .draft_choice import choose_token
+from .draft_choice import choose_token, top_candidates
 from .target_replay import reevaluate
 
 
@@ -358,6 +358,7 @@ class HiddenStateDrafter(ContextDrafter):
         toks: list[int] = []
         probs: list[float | None] = []
         dists: list[Dist] = []
+        alternatives: list[list[int]] = []
         reason = None
         for i in range(n_max):
             tok, p, top, q = choose_token(
@@ -368,6 +369,8 @@ class HiddenStateDrafter(ContextDrafter):
                 break
             toks.append(tok)
             probs.append(p)
+            # read before the next step's decode overwrites the row
+            alternatives.append(top_candidates(self.dctx.logits(0), self.vocab_ids, DRAFT_ALTERNATIVES))
             if q is not None:
                 dists.append(q)
             if i + 1 < n_max:
@@ -377,7 +380,13 @@ class HiddenStateDrafter(ContextDrafter):
         self.model_tokens += len(toks)
         self._last_draft = toks
         self._declined = not toks
-        return Draft(tokens=toks, probs=probs, reason=reason, dists=dists if not self.res.sampling.greedy else None)
+        return Draft(
+            tokens=toks,
+            probs=probs,
+            reason=reason,
+            dists=dists if not self.res.sampling.greedy else None,
+            alternatives=alternatives,
+        )
 
     def _drop_speculative(self) -> list[tuple[int, int]]:
         """Remove the pairs drafting wrote past the true ones; the rollback as ``(from, to)``."""
