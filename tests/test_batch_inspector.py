@@ -173,3 +173,48 @@ def test_a_request_log_run_n_at_a_time_records_its_steps_for_the_inspector(tiny_
     core = InspectorCore(lambda m: None, events=events)
     assert [e["kind"] for e in core.log].count("batch_step") == len(steps)
     assert [e["kind"] for e in core.log].count("session_started") == 1
+
+
+def test_a_live_batched_run_is_stepped_by_the_inspector_as_its_recording_is_replayed(tiny_model_path):
+    from batch_recording import PROMPTS
+
+    from specviz.decoding.batch import BatchRun
+
+    sent: list[dict] = []
+    with BatchRun(tiny_model_path, n_parallel=2, n_ctx=1024, n_batch=64, n_ubatch=64, n_threads=1) as run:
+        for prompt, n in zip(PROMPTS[:3], [20, 12, 16]):
+            run.submit(prompt, n, "prompt-lookup", draft_max=4, max_ngram=2, min_ngram=1)
+        core = InspectorCore(sent.append, batch=run, batch_cost=KNEE)
+        st = core.state()
+        assert core.log == [] and st["can_step"] and not st["can_control"] and not st["can_reset"]
+        assert core.step(1) == 1  # the first step: the followed request's start and round, then the step
+        assert core.log[0]["kind"] == "session_started" and core.log[-1]["kind"] == "batch_step"
+        assert core.step(10_000) > 1 and not run.pending
+        assert core.state()["finished"] == "all 3 requests" and not core.state()["can_step"]
+        # the page saw what a replay of the run's recording shows, in one epoch
+        whole = core.batched_events()
+        assert core.log == [e.to_dict() for g in batched_groups(whole) for e in g] and core.epoch == 0
+        assert sum(isinstance(e, SessionStarted) for e in whole) == 3
+        assert all(outgoing_problem(m) is None for m in sent)
+        core.handle({"type": "advise"})
+        assert core.workbench.advice["parallel"]["cost_source"] == "given"
+        # nothing on the page resets or reconfigures the run's requests
+        before = list(core.log)
+        for msg in ({"type": "cmd", "cmd": "reset"}, {"type": "configure", "strategy": "none", "knobs": {}}):
+            core.handle(msg)
+            assert sent[-1]["type"] in ("notice", "knob_errors") and core.log == before
+        core.close()
+
+
+def test_the_notebook_widget_shows_a_live_batched_run(tiny_model_path):
+    from specviz import Inspector
+    from specviz.decoding.batch import BatchRun
+
+    with BatchRun(tiny_model_path, n_parallel=2, n_ctx=1024, n_batch=64, n_ubatch=64, n_threads=1) as run:
+        run.submit("the a of the a of", 8, "prompt-lookup")
+        run.submit("of of the a the", 8, "none")
+        w = Inspector.batched(run, batch_cost=KNEE)
+        assert w.session is None and w.step(100) >= 2 and not run.pending
+        assert [e["kind"] for e in w.log].count("batch_step") == len(run.events)
+        assert "parallel" in w.advise()
+        w.close()

@@ -29,16 +29,20 @@ from __future__ import annotations
 import importlib.resources
 import logging
 import threading
-from typing import Any, Callable, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from ..decoding.batch_cost import BatchCostTable
 from ..decoding.events import Event
 from ..errors import SpecvizError
 from ..strategies import strategy_schema
+from .batch_source import BatchSource
 from .protocol import MessageError, message_types, show, validate_incoming, work_of
 from .sources import InspectedSession, LiveSource, ReplaySource, Source
 from .tasks import BYTES_PER_UNIT, BackgroundWork
 from .workbench import Workbench
+
+if TYPE_CHECKING:
+    from ..decoding.batch import BatchRun
 
 #: Events per message when a view catches up on a backlog.
 CHUNK = 2000
@@ -89,8 +93,10 @@ class InspectorCore:
     ``session`` (an :class:`~specviz.ui.sources.InspectedSession`) and ``events`` is given: a live session, or
     the recorded events of a replay. ``prompt`` starts a session that has not started on Reset;
     ``draft_models`` lists draft GGUF paths the form offers for the ``draft`` strategy's ``draft_model``;
-    ``presets`` are the workbench's starting points; ``batch_cost`` a batch-cost table the advice under load
-    of a batched recording uses (:mod:`specviz.ui.parallel_advice`; without one it is measured on Advise).
+    ``presets`` are the workbench's starting points. Instead of either, ``batch`` shows a live batched run
+    (:class:`~specviz.ui.batch_source.BatchSource`: Step, Run and Play run its steps). ``batch_cost``: a
+    batch-cost table the advice under load of a batched run uses (:mod:`specviz.ui.parallel_advice`; without
+    one it is measured on Advise).
 
     A served page's core is made with ``background=True``: the messages the declaration marks
     ``"work": "background"`` then run one at a time off the calling thread (:mod:`specviz.ui.tasks`), the
@@ -117,15 +123,18 @@ class InspectorCore:
         send_room: Callable[[], bool] | None = None,
         plotly_url: str | None = None,
         batch_cost: BatchCostTable | None = None,
+        batch: BatchRun | None = None,
     ) -> None:
-        if (session is None) == (events is None):
-            raise ValueError("give either a session or recorded events")
-        #: Where the rounds come from: a live session or a recording.
-        self.source: Source = (
-            LiveSource(session, prompt=prompt, draft_models=draft_models)
-            if session is not None
-            else ReplaySource(events or [])
-        )
+        if sum(x is not None for x in (session, events, batch)) != 1:
+            raise ValueError("give a session, recorded events or a batched run")
+        #: Where the rounds come from: a live session, a recording or a live batched run.
+        self.source: Source
+        if session is not None:
+            self.source = LiveSource(session, prompt=prompt, draft_models=draft_models)
+        elif batch is not None:
+            self.source = BatchSource(batch)
+        else:
+            self.source = ReplaySource(events or [])
         self._send = send
         self._lock = threading.RLock()
         self.epoch = 0

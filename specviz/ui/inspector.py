@@ -14,6 +14,7 @@ from typing import Any
 
 import anywidget
 
+from ..decoding.batch import BatchRun
 from ..decoding.batch_cost import BatchCostTable
 from ..decoding.events import Event
 from ..decoding.recorder import read_events
@@ -50,6 +51,7 @@ class Inspector(anywidget.AnyWidget):
         presets: list[dict[str, Any]] | None = None,
         _events: list[Event] | None = None,
         _batch_cost: BatchCostTable | None = None,
+        _batch: BatchRun | None = None,
         **knobs: Any,
     ) -> None:
         super().__init__()
@@ -63,6 +65,7 @@ class Inspector(anywidget.AnyWidget):
             draft_models=draft_models or _draft_paths(session),
             presets=presets,
             batch_cost=_batch_cost,
+            batch=_batch,
         )
         self.on_msg(self._on_msg)
 
@@ -72,6 +75,13 @@ class Inspector(anywidget.AnyWidget):
         batched run's recording shows the lanes of its steps; ``batch_cost`` is the table its advice under load
         uses (:mod:`specviz.ui.parallel_advice`; without one Advise measures it on the recorded model)."""
         return cls(None, _events=read_events(path), _batch_cost=batch_cost)
+
+    @classmethod
+    def batched(cls, run: BatchRun, *, batch_cost: BatchCostTable | None = None) -> Inspector:
+        """An inspector over a live :class:`~specviz.decoding.batch.BatchRun` (requests submitted to it): Step, Run
+        and Play (or :meth:`step`, :meth:`run`, :meth:`play`) run its steps; the token stream follows its first
+        request, the Verify batch card every slot; ``batch_cost`` as for :meth:`replay`."""
+        return cls(None, _batch=run, _batch_cost=batch_cost)
 
     def _on_msg(self, _widget: Any, content: Any, _buffers: Any) -> None:
         self.core.handle(content)
