@@ -192,3 +192,16 @@ def test_the_advice_for_llama_server_leaves_the_grammar_drafter_out_and_says_wha
     assert flags.startswith("--spec-type ngram-mod ") and "grammar" not in flags
     assert GRAMMAR_NOTE in notes
     assert llama_flags(Candidate("grammar", 6, 0, None, 1, 1, 1), {}) == ("--spec-type none", [GRAMMAR_NOTE])
+
+
+def test_the_telemetry_counts_forced_tokens_and_impossible_drafts(tiny_session):
+    s = tiny_session
+    events = []
+    s.subscribe(events.append)
+    s.start("Qé the of the a of the and" * 3, 30, "prompt-lookup", grammar='root ::= "Qé" (" cat" | " dog")+')
+    s.run()
+    t = s.telemetry_dict()
+    forced = sum(len(e.forced) for e in events if isinstance(e, Accepted))
+    impossible = sum(len(e.tokens) for e in events if isinstance(e, Rejected) and e.grammar_forbidden)
+    assert t["forced"] == forced >= 3 and t["grammar_impossible"] == impossible > 0
+    assert t["grammar_impossible_share"] == pytest.approx(impossible / t["drafted"])

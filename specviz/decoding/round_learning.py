@@ -49,4 +49,5 @@ def learn(res: RoundResult, policy: DraftingPolicy, telemetry: Telemetry, upkeep
         cpu_seconds=res.cpu_seconds,
         n_threads=res.n_threads,
     )
+    telemetry.record_grammar(len(res.forced), len(res.draft) - res.verdict.n_accepted if res.grammar_forbidden else 0)
     telemetry.record_memory(res.checkpoint, res.rollback, res.draft_memory)

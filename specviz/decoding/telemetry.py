@@ -83,6 +83,10 @@ class Telemetry:
     draft_restore_seconds: float = 0.0
     #: per drafter that proposed: rounds_with_draft, drafted, accepted, position_tries, position_hits
     by_drafter: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: under a grammar: committed tokens it forced (the only token it allowed there), and drafted tokens it
+    #: made impossible (a rejected draft token it forbade, and the draft after it)
+    forced: int = 0
+    grammar_impossible: int = 0
 
     def record_round(
         self,
@@ -154,6 +158,11 @@ class Telemetry:
             "cpu_seconds": cpu_seconds,
             "expected_tokens": expected_tokens,
         }
+
+    def record_grammar(self, forced: int, impossible: int) -> None:
+        """Add one round's tokens the grammar forced and drafted tokens it made impossible."""
+        self.forced += forced
+        self.grammar_impossible += impossible
 
     def record_memory(self, checkpoint: Mark | None, rollback: Cut | None, draft: Sequence[Mark | Cut] = ()) -> None:
         """Add the target's checkpoint and rollback of one round (or the prompt) and the draft context's."""
@@ -253,6 +262,11 @@ def _grow(xs: list[int], n: int) -> None:
 # -- derived figures: each a function of counters ----------------------------------------------------
 
 
+def impossible_share(impossible: int, drafted: int) -> float:
+    """Drafted tokens the grammar made impossible over drafted tokens (0 when nothing was drafted)."""
+    return impossible / drafted if drafted else 0.0
+
+
 def acceptance_rate(accepted: int, drafted: int) -> float:
     """Accepted draft tokens over drafted tokens (0 when nothing was drafted)."""
     return accepted / drafted if drafted else 0.0
@@ -312,6 +326,9 @@ def figures(t: Telemetry) -> dict[str, Any]:
         "drafted": t.drafted,
         "accepted": t.accepted,
         "acceptance_rate": acceptance_rate(t.accepted, t.drafted),
+        "forced": t.forced,
+        "grammar_impossible": t.grammar_impossible,
+        "grammar_impossible_share": impossible_share(t.grammar_impossible, t.drafted),
         "mean_accepted_length": mean_accepted_length(t.accepted, t.rounds_with_draft),
         "tokens_per_round": tokens_per_round(t.generated, t.rounds),
         "per_position_acceptance": per_position_acceptance(t.position_hits, t.position_tries),
