@@ -170,6 +170,13 @@ def test_no_tree_pays_even_with_free_rows_when_rank_two_never_catches_the_pick()
     assert "even where extra verify rows cost nothing" in adv.verdict() and "catch 0% " in adv.verdict()
 
 
+def test_where_a_draft_decode_costs_more_than_a_verify_the_advice_says_so():
+    adv = tree_advice(hand_worked(), cost=curve(lambda b: 0.0005 + 0.00001 * (b - 1)))
+    assert not adv.pays and adv.needed_ratio is None and adv.chain.shape.widths == ()
+    assert "a one-row draft decode (1.0 ms) costs as much as the target's one-row verify (0.5 ms)" in adv.verdict()
+    assert "catch 20% of the target's picks at depth 1" in adv.verdict()
+
+
 def test_a_recording_without_candidates_is_refused():
     R = Built()
     R.round([A, B, C], alternatives=())

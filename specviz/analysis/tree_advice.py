@@ -337,6 +337,7 @@ class TreeAdvice:
     pays: bool
     measured_ratio: float
     needed_ratio: float | None
+    one_row_seconds: float = 0.0  #: the verify curve's one-row cost
     notes: tuple[str, ...] = ()
 
     def best_per_nodes(self) -> list[Scored]:
@@ -365,6 +366,14 @@ class TreeAdvice:
         ratio = f"{self.measured_ratio:.2f}x"
         if self.needed_ratio is None:
             lower = 1.0 - self.shares.caught(0, 1) - self.shares.share(0)[-1]
+            draft_ms, verify_ms = self.shares.draft_decode_seconds * 1e3, self.one_row_seconds * 1e3
+            if draft_ms >= verify_ms:
+                return (
+                    f"no tree pays, even where extra verify rows cost nothing: a one-row draft decode ({draft_ms:.1f} "
+                    f"ms) costs as much as the target's one-row verify ({verify_ms:.1f} ms), and a tree needs one "
+                    f"per depth, wider ones above one row; a cheaper draft comes first (its rank 2 to "
+                    f"{self.shares.k} candidates catch {lower:.0%} of the target's picks at depth 1)"
+                )
             return (
                 f"no tree pays, even where extra verify rows cost nothing: the draft's rank 2 to {self.shares.k} "
                 f"candidates catch {lower:.0%} of the target's picks at depth 1, too few to pay for a tree's extra "
@@ -458,6 +467,7 @@ def tree_advice(source: EventSource, cost: VerifyCostModel | None = None) -> Tre
         tree=tree,
         pays=pays,
         measured_ratio=verify(NODE_BUDGET + 1) / verify(1),
+        one_row_seconds=verify(1),
         needed_ratio=None if pays else needed_ratio(shares, costs, grid),
         notes=tuple(_notes(shares, measured_rows, max(1 + s.nodes for s in grid))),
     )
