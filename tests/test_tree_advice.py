@@ -40,9 +40,10 @@ DRAFT_DECODE = 0.001  # seconds of one draft decode in the built rounds
 class Built:
     """A chain recording built event by event: two-token drafts with the draft's top two at each position."""
 
-    def __init__(self) -> None:
+    def __init__(self, verify=None) -> None:
         self.events: list = [SessionStarted(0, model="m.gguf", strategy="draft", knobs={"draft_max": 2})]
         self.n = 0
+        self.verify = verify or (lambda b: 0.01)  # the recorded verify seconds of a batch of b rows
 
     def round(self, picks: list[int], alternatives=((A, A2), (B, B2)), draft=(A, B), reason=None) -> None:
         """A round whose target picked ``picks`` (accepted draft tokens, then its own)."""
@@ -57,12 +58,12 @@ class Built:
                 alternatives=tuple(tuple(a) for a in alternatives),
                 reason=reason,
             ),
-            Verified(self.n, tokens=tuple(picks), seconds=0.01, batch_size=1 + len(draft)),
+            Verified(self.n, tokens=tuple(picks), seconds=self.verify(1 + len(draft)), batch_size=1 + len(draft)),
             Accepted(self.n, tokens=tuple(picks), n_accepted=n_acc),
         ]
 
 
-def hand_worked() -> list:
+def hand_worked(verify=None) -> list:
     """Twenty rounds, worked by hand (the draft proposes A, B; its rank 2 are A2, B2):
 
     =====  ===========  =========================================
@@ -75,9 +76,10 @@ def hand_worked() -> list:
     =====  ===========  =========================================
 
     Depth 1: 20 reached, shares 0.6 / 0.2 / 0.2. Depth 2: 12 reached, 0.5 / 0.5 / 0. A chain of two: 1 + 0.6 +
-    0.6 x 0.5 = 1.9 tokens a round; 2x1: 1 + 0.8 + 0.8 x 0.5 = 2.2; 2x2: 1 + 0.8 + 0.8 x 1.0 = 2.6.
+    0.6 x 0.5 = 1.9 tokens a round; 2x1: 1 + 0.8 + 0.8 x 0.5 = 2.2; 2x2: 1 + 0.8 + 0.8 x 1.0 = 2.6. ``verify``:
+    the recorded verify seconds of a batch of b rows (the curve the advice is given, unless a test says).
     """
-    R = Built()
+    R = Built(verify)
     for picks, times in (([A, B, C], 6), ([A, B2], 6), ([A2], 4), ([X], 4)):
         for _ in range(times):
             R.round(picks)
@@ -129,7 +131,7 @@ def curve(f) -> VerifyCostModel:
 
 
 def test_a_tree_pays_where_rows_are_nearly_free():
-    adv = tree_advice(hand_worked(), cost=curve(cheap_rows))
+    adv = tree_advice(hand_worked(cheap_rows), cost=curve(cheap_rows))
     # 2x2 (6 nodes): drafting 1 ms + 1 ms x cost(2)/cost(1), verify of 7 rows 10.6 ms; 2.6 tokens a round
     assert adv.tree is not None and adv.tree.shape.widths == (2, 2)
     assert adv.tree.accepted_length == pytest.approx(2.6)
@@ -143,7 +145,7 @@ def test_a_tree_pays_where_rows_are_nearly_free():
 
 
 def test_no_tree_pays_where_every_row_costs_a_decode_and_the_ratio_it_would_need():
-    adv = tree_advice(hand_worked(), cost=curve(cpu_rows))
+    adv = tree_advice(hand_worked(cpu_rows), cost=curve(cpu_rows))
     assert not adv.pays and adv.chain.shape.widths == ()  # plain decoding beats every draft here
     assert adv.measured_ratio == pytest.approx(NODE_BUDGET + 1)
     r = adv.needed_ratio
@@ -171,7 +173,8 @@ def test_no_tree_pays_even_with_free_rows_when_rank_two_never_catches_the_pick()
 
 
 def test_where_a_draft_decode_costs_more_than_a_verify_the_advice_says_so():
-    adv = tree_advice(hand_worked(), cost=curve(lambda b: 0.0005 + 0.00001 * (b - 1)))
+    fast = curve(lambda b: 0.0005 + 0.00001 * (b - 1))
+    adv = tree_advice(hand_worked(fast), cost=fast)
     assert not adv.pays and adv.needed_ratio is None and adv.chain.shape.widths == ()
     assert "a one-row draft decode (1.0 ms) costs as much as the target's one-row verify (0.5 ms)" in adv.verdict()
     assert "catch 20% of the target's picks at depth 1" in adv.verdict()
@@ -279,7 +282,7 @@ def test_a_curve_measured_short_of_the_shapes_rows_is_extended_on_its_mean_cost_
     verify, rows = extended(short)
     assert rows == 4 and verify(3) == pytest.approx(0.030) and verify(4) == pytest.approx(0.012)
     assert verify(17) == pytest.approx(0.012 + (0.012 - 0.010) / 3 * 13)
-    adv = tree_advice(hand_worked(), cost=short)  # its largest shape, 2x2, verifies 7 rows
+    adv = tree_advice(hand_worked(short), cost=short)  # its largest shape, 2x2, verifies 7 rows
     assert adv.measured_ratio == pytest.approx(verify(17) / 0.010)
     assert any("curve reaches 4 rows; the shapes' 7" in n for n in adv.notes)
 
@@ -334,3 +337,22 @@ def test_an_eagle3_head_records_its_candidates_in_its_own_vocabulary(e3_target_p
         for alts, tok in zip(d.alternatives, d.tokens):
             # the tiny head's draft vocabulary is the even ids; greedy drafts its first candidate
             assert len(set(alts)) == DRAFT_ALTERNATIVES and alts[0] == tok and all(a % 2 == 0 for a in alts)
+
+
+def test_draft_decodes_recorded_under_load_are_priced_at_the_curves_level():
+    # the rounds ran at twice the curve's verify times (a busier machine): their draft decodes count half
+    adv = tree_advice(hand_worked(lambda b: 2 * cheap_rows(b)), cost=curve(cheap_rows))
+    assert adv.draft_decode_seconds == pytest.approx(DRAFT_DECODE / 2)
+    assert adv.chain.round_seconds == pytest.approx(0.001 + 0.0102)
+    assert any("recorded verify times are 2.00x the curve's" in n for n in adv.notes)
+    # without a curve given the advice fits the recorded times (one level, nothing moved): here every round
+    # verified 3 rows, too few sizes for a curve
+    with pytest.raises(RecordingError, match="fewer than two batch sizes"):
+        tree_advice(hand_worked(cheap_rows))
+    R = Built(cheap_rows)
+    for picks in ([A, B, C], [X], [A, B2]) * 5:
+        R.round(picks)
+    R.round([A, C], alternatives=((A, A2),), draft=(A,))
+    fitted = tree_advice(R.events)
+    assert fitted.draft_decode_seconds == pytest.approx(DRAFT_DECODE)
+    assert any("fitted to the recorded verify times of 2 batch sizes (2, 3 rows)" in n for n in fitted.notes)

@@ -47,7 +47,7 @@ from typing import Any, Callable, Iterator, Sequence
 from ..decoding.events import DraftProposed, Event, SessionStarted, Verified
 from ..decoding.verify_cost import VerifyCostModel
 from ..errors import RecordingError
-from .advise_costs import round_costs
+from .advise_costs import round_costs, scaled_to_times
 from .advise_rounds import collect
 from .sources import EventSource, events_of
 
@@ -338,6 +338,7 @@ class TreeAdvice:
     measured_ratio: float
     needed_ratio: float | None
     one_row_seconds: float = 0.0  #: the verify curve's one-row cost
+    draft_decode_seconds: float = 0.0  #: a one-row draft decode as priced (at the curve's level)
     notes: tuple[str, ...] = ()
 
     def best_per_nodes(self) -> list[Scored]:
@@ -366,7 +367,7 @@ class TreeAdvice:
         ratio = f"{self.measured_ratio:.2f}x"
         if self.needed_ratio is None:
             lower = 1.0 - self.shares.caught(0, 1) - self.shares.share(0)[-1]
-            draft_ms, verify_ms = self.shares.draft_decode_seconds * 1e3, self.one_row_seconds * 1e3
+            draft_ms, verify_ms = self.draft_decode_seconds * 1e3, self.one_row_seconds * 1e3
             if draft_ms >= verify_ms:
                 return (
                     f"no tree pays, even where extra verify rows cost nothing: a one-row draft decode ({draft_ms:.1f} "
@@ -399,7 +400,7 @@ class TreeAdvice:
             lines.append(f"  {d + 1:>5}  {sh.reached[d]:>7}  {cells}")
         lines.append(
             f"verify cost {self.cost_source}; a {NODE_BUDGET + 1}-row verify costs {self.measured_ratio:.2f}x a "
-            f"1-row verify here; a one-row draft decode {sh.draft_decode_seconds * 1e3:.2f} ms"
+            f"1-row verify here; a one-row draft decode {self.draft_decode_seconds * 1e3:.2f} ms"
         )
         lines.append(f"  {'shape':<20}  {'nodes':>5}  {'accepted':>8}  {'round ms':>8}  {'tokens/s':>8}")
         for s in self.best_per_nodes():
@@ -434,7 +435,7 @@ class TreeAdvice:
                 "measured_ratio": self.measured_ratio,
                 "needed_ratio": self.needed_ratio,
             },
-            "draft_decode_seconds": sh.draft_decode_seconds,
+            "draft_decode_seconds": self.draft_decode_seconds,
             "verdict": self.verdict(),
             "notes": list(self.notes),
         }
@@ -446,15 +447,21 @@ def tree_advice(source: EventSource, cost: VerifyCostModel | None = None) -> Tre
     :class:`~specviz.errors.RecordingError` where the recording holds no draft candidates or no curve."""
     events = events_of(source)
     shares = rank_shares(events)
-    got = round_costs(collect(events), cost)
+    rec = collect(events)
+    got = round_costs(rec, cost)
     if got is None:
         raise RecordingError(
             "the recording has verify times of fewer than two batch sizes, too few for a verify-cost curve: pass "
             "--verify-cost FILE.json (benchmarks/bench_verify_cost.py --json) or --fresh"
         )
     curve, source_name, overhead, _ = got
+    # a curve measured apart from the rounds (--fresh, --verify-cost) is at its own machine's level: the
+    # recorded draft decodes are moved to it by the recorded verify times' level over the curve's
+    level = scaled_to_times(curve, rec.verify)[1] if cost is not None else 1.0
+    level = level if level > 0 else 1.0  # recorded verifies of no time (built rounds) say nothing of the level
     verify, measured_rows = extended(curve)
-    costs = TreeCosts(verify, overhead, shares.draft_decode_seconds)
+    fitted = sorted(rec.verify) if source_name.startswith("fitted") else []
+    costs = TreeCosts(verify, overhead, shares.draft_decode_seconds / level)
     grid = shapes(shares.k, shares.usable_depths)
     scored = score_all(shares, costs, grid)
     chain, tree = best_pair(scored)
@@ -468,13 +475,15 @@ def tree_advice(source: EventSource, cost: VerifyCostModel | None = None) -> Tre
         pays=pays,
         measured_ratio=verify(NODE_BUDGET + 1) / verify(1),
         one_row_seconds=verify(1),
+        draft_decode_seconds=costs.draft_decode,
         needed_ratio=None if pays else needed_ratio(shares, costs, grid),
-        notes=tuple(_notes(shares, measured_rows, max(1 + s.nodes for s in grid))),
+        notes=tuple(_notes(shares, measured_rows, max(1 + s.nodes for s in grid), level, fitted)),
     )
 
 
-def _notes(shares: RankShares, measured_rows: int, rows_needed: int) -> list[str]:
-    """What limits the prediction: the assumption, the depths, sampling, the curve's reach, p_min stops."""
+def _notes(shares: RankShares, measured_rows: int, rows_needed: int, level: float, fitted: list[int]) -> list[str]:
+    """What limits the prediction: the assumption, the depths, sampling, the curve's reach (``fitted``: the
+    batch sizes a curve fitted to the recorded verify times rests on), the draft decodes' level, p_min stops."""
     out = [
         "trees are not built yet: this is a prediction from the chain's rank shares, assuming each depth's share "
         "holds whichever branch reached it"
@@ -488,10 +497,21 @@ def _notes(shares: RankShares, measured_rows: int, rows_needed: int) -> list[str
             "the recording sampled: the ranks are those of the committed tokens, and a sampled tree verifies with "
             "multi-draft rejection sampling, whose acceptance this greedy rule only approximates"
         )
-    if measured_rows < rows_needed:
+    if fitted and fitted[-1] < rows_needed:
+        out.append(
+            f"the verify-cost curve is fitted to the recorded verify times of {len(fitted)} batch sizes "
+            f"({', '.join(map(str, fitted))} rows): the shapes' wider batches (up to {rows_needed} rows) are its "
+            "straight line's guess; --fresh measures them"
+        )
+    elif measured_rows < rows_needed:
         out.append(
             f"the verify-cost curve reaches {measured_rows} rows; the shapes' {rows_needed} are priced on its mean "
             "cost per row beyond that (--fresh measures up to the shapes' rows)"
+        )
+    if abs(level - 1.0) > 0.05:
+        out.append(
+            f"the recorded verify times are {level:.2f}x the curve's: the recorded draft decodes "
+            f"({shares.draft_decode_seconds * 1e3:.2f} ms) are priced at the curve's level, {level:.2f}x less"
         )
     if shares.p_min_stops:
         out.append(
