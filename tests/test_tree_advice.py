@@ -264,6 +264,8 @@ def test_cli_prints_the_advice_and_its_json(tmp_path, capsys):
     assert tree["rank_share"][0] == pytest.approx([0.6, 0.2, 0.2]) and tree["pays"] is True
     assert tree["predicted_accepted_length"] == pytest.approx(2.6)
     assert tree["best_tree"]["widths"] == [2, 2] and any(s["shape"] == "chain of 2" for s in tree["shapes"])
+    assert tree["verify_cost"]["one_row_seconds"] == pytest.approx(cheap_rows(1))
+    assert tree["verify_cost"]["needed_ratio"] is None and tree["verify_cost"]["ratio_rows"] == NODE_BUDGET + 1
 
 
 def test_cli_refuses_a_recording_without_candidates(tmp_path, capsys):

@@ -433,6 +433,7 @@ class TreeAdvice:
                 "source": self.cost_source,
                 "ratio_rows": NODE_BUDGET + 1,
                 "measured_ratio": self.measured_ratio,
+                "one_row_seconds": self.one_row_seconds,
                 "needed_ratio": self.needed_ratio,
             },
             "draft_decode_seconds": self.draft_decode_seconds,
