@@ -358,3 +358,13 @@ def test_draft_decodes_recorded_under_load_are_priced_at_the_curves_level():
     fitted = tree_advice(R.events)
     assert fitted.draft_decode_seconds == pytest.approx(DRAFT_DECODE)
     assert any("fitted to the recorded verify times of 2 batch sizes (2, 3 rows)" in n for n in fitted.notes)
+
+
+def test_a_curve_dearer_in_between_than_its_ends_is_named_when_the_ratio_alone_would_pay():
+    # 2 rows cheap, 3 rows and more dear, 17 rows back to 1.1x a row: its 17-row ratio is within what a
+    # straight line would allow, but every tree verifies 3 rows or more
+    stepped = VerifyCostModel([1, 2, 3, 4, 16, 17], [0.010, 0.0101, 0.015, 0.030, 0.030, 0.011])
+    adv = tree_advice(hand_worked(stepped), cost=stepped)
+    assert not adv.pays and adv.chain.shape.widths == (1,)
+    assert adv.needed_ratio is not None and adv.needed_ratio >= adv.measured_ratio == pytest.approx(1.1)
+    assert "on a straight-line curve: this machine's is 1.10x, but dearer in between" in adv.verdict()

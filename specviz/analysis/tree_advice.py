@@ -380,11 +380,15 @@ class TreeAdvice:
                 f"candidates catch {lower:.0%} of the target's picks at depth 1, too few to pay for a tree's extra "
                 f"draft decodes (this machine's {NODE_BUDGET + 1}-row verify costs {ratio} a 1-row one)"
             )
-        return (
+        head = (
             f"no tree pays on this machine: the best tree ({self.tree.shape.label}, {gain:+.0%}) loses to the best "
             f"chain ({self.chain.shape.label}); it would pay where a {NODE_BUDGET + 1}-row verify costs at most "
-            f"{self.needed_ratio:.2f}x a 1-row verify (a GPU's regime; this machine: {ratio})"
+            f"{self.needed_ratio:.2f}x a 1-row verify"
         )
+        if self.needed_ratio < self.measured_ratio:
+            return f"{head} (a GPU's regime; this machine: {ratio})"
+        # the ratio is found on a straight-line curve; a measured one can step (verify tiles) in between
+        return f"{head} on a straight-line curve: this machine's is {ratio}, but dearer in between (a tile's steps)"
 
     def report(self) -> str:
         """The rank shares, the shapes and the verdict, as text."""
