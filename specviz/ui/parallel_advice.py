@@ -6,8 +6,9 @@ It needs a batch-cost table (what one decode of ``p`` sequences × ``d + 1`` row
 table the caller gives (``Inspector.replay(path, batch_cost=...)``, ``specviz replay FILE --batch-cost
 TABLE``) is used as it is; without one the table is measured on the recorded model when Advise is pressed
 (:func:`~specviz.analysis.advise_fresh.measure_batch_cost_for`: seconds on a small model, minutes on the
-embedded one, and noisy on a busy machine), once per inspector, and kept for the next press. Only a press measures: a recording is
-shown without loading any model. When the model file is not at hand the panel says so instead.
+embedded one, and noisy on a busy machine), once per inspector, and kept for the next press. Only a press
+measures: a recording is shown without loading any model. When the model file is not at hand the panel says so
+instead.
 
 The concurrencies: :data:`CHART_PARALLELS` and every number of busy sequences the run held; the best single
 setting is chosen for the load the run held (how often each number of sequences shared a decode).
