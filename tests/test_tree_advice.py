@@ -45,7 +45,7 @@ class Built:
         self.n = 0
         self.verify = verify or (lambda b: 0.01)  # the recorded verify seconds of a batch of b rows
 
-    def round(self, picks: list[int], alternatives=((A, A2), (B, B2)), draft=(A, B), reason=None) -> None:
+    def round(self, picks: list[int], alternatives=((A, A2), (B, B2)), draft=(A, B), reason=None, block=None) -> None:
         """A round whose target picked ``picks`` (accepted draft tokens, then its own)."""
         self.n += 1
         n_acc = len(picks) - 1
@@ -57,6 +57,7 @@ class Built:
                 drafter="draft",
                 alternatives=tuple(tuple(a) for a in alternatives),
                 reason=reason,
+                block=block,
             ),
             Verified(self.n, tokens=tuple(picks), seconds=self.verify(1 + len(draft)), batch_size=1 + len(draft)),
             Accepted(self.n, tokens=tuple(picks), n_accepted=n_acc),
@@ -368,3 +369,42 @@ def test_a_curve_dearer_in_between_than_its_ends_is_named_when_the_ratio_alone_w
     assert not adv.pays and adv.chain.shape.widths == (1,)
     assert adv.needed_ratio is not None and adv.needed_ratio >= adv.measured_ratio == pytest.approx(1.1)
     assert "on a straight-line curve: this machine's is 1.10x, but dearer in between" in adv.verdict()
+
+
+@pytest.mark.slow
+def test_the_block_drafters_record_each_read_positions_candidates(e3_target_path, tmp_path):
+    from specviz import Session
+    from specviz.testing.tiny_dflash import write_tiny_dflash
+
+    heads = {
+        "dflash": write_tiny_dflash(tmp_path / "dflash.gguf", seed=1, target_layers=(1, 3)),
+        "dspark": write_tiny_dflash(tmp_path / "dspark.gguf", seed=2, target_layers=(0, 2), dspark=True),
+        "dflash2": write_tiny_dflash(tmp_path / "dflash2.gguf", seed=4, target_layers=(1, 2), selector_top_k=4),
+    }
+    with Session(e3_target_path, n_ctx=512, n_batch=64, n_ubatch=64, n_threads=1) as s:
+        for kind, head in heads.items():
+            strategy = "dspark" if kind == "dspark" else "dflash"
+            s.start([1, 40, 41, 42, 43], 20, strategy, draft_model=str(head), draft_p_min=0.0)
+            s.run()
+            drafts = [e for e in s.events if e.kind == "draft_proposed" and e.tokens]
+            assert drafts, kind
+            for d in drafts:
+                if kind == "dflash2":  # a lattice walk's candidates depend on the walk: none recorded
+                    assert d.alternatives == ()
+                    continue
+                assert len(d.alternatives) == len(d.tokens), kind
+                assert all(len(a) == DRAFT_ALTERNATIVES and a[0] == t for a, t in zip(d.alternatives, d.tokens))
+
+
+def test_a_block_drafter_pays_one_pass_whatever_the_shape():
+    R = Built(cheap_rows)
+    for picks, times in (([A, B, C], 6), ([A, B2], 6), ([A2], 4), ([X], 4)):
+        for _ in range(times):
+            R.round(picks, block={"kind": "dflash", "size": 3, "positions": 2})
+    adv = tree_advice(R.events, cost=curve(cheap_rows))
+    assert adv.shares.block_rounds == 20
+    by = {s.shape.widths: s for s in adv.scored}
+    # the block's 2 ms (two positions' worth here) once a round, for a chain and a tree alike
+    assert by[(1, 1)].round_seconds == pytest.approx(0.002 + cheap_rows(3))
+    assert by[(2, 2)].round_seconds == pytest.approx(0.002 + cheap_rows(7))
+    assert adv.pays and adv.tree is not None and adv.tree.shape.widths == (2, 2)

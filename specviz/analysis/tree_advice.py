@@ -26,7 +26,10 @@ What a round costs (:class:`TreeCosts`): the verify of ``1 + nodes`` rows from t
 overhead, and drafting: one draft decode per depth, of as many rows as the tree holds nodes at the depth
 above (the pending token's one row for depth 1). A draft decode of one row costs what the recording's draft
 decodes cost on average; of ``b`` rows, that times the verify curve's ``cost(b) / cost(1)`` (the draft's own
-batch curve is not measured; the same kernels make it grow alike).
+batch curve is not measured; the same kernels make it grow alike). A block drafter (DFlash, DSpark) drafts every
+position's candidates in one pass whatever the shape: its rounds' mean draft seconds, once per round. Its
+positions are drafted in parallel, so the independence assumption is nearer the truth there (DSpark's positions
+lean on the previous position's greedy token only).
 
 The shapes searched (:func:`shapes`): widths from 1 to the recorded candidates, never widening with depth,
 as deep as the recording's depths hold :data:`MIN_REACHED` rounds (at most :data:`MAX_DEPTH`), at most
@@ -72,7 +75,8 @@ class RankShares:
     (``counts[d]``, k + 1 entries). ``draft_decodes`` and ``draft_seconds`` are the recording's draft decodes
     and their seconds (for a draft decode's cost); ``accepted_length`` the recorded rounds' own mean
     accepted length (the target's token included); ``sampled`` whether the recording sampled; ``p_min_stops``
-    the drafts that stopped at ``draft_p_min``."""
+    the drafts that stopped at ``draft_p_min``; ``block_rounds`` the rounds drafted as one block (DFlash,
+    DSpark)."""
 
     strategy: str
     k: int
@@ -84,6 +88,7 @@ class RankShares:
     accepted_length: float
     sampled: bool = False
     p_min_stops: int = 0
+    block_rounds: int = 0
 
     def share(self, depth: int) -> tuple[float, ...]:
         """The shares of rank 1 … k and outside at ``depth`` (zeros where no round reached it)."""
@@ -116,7 +121,7 @@ def rank_shares(source: EventSource) -> RankShares:
     if not pairs:
         raise RecordingError(
             "the recording holds no draft candidates (DraftProposed.alternatives): only a drafter with a model "
-            "of its own drafting token by token (draft, eagle3, mtp) records them; record a run with --draft-model "
+            "of its own (draft, eagle3, mtp, dflash, dspark) records them; record a run with --draft-model "
             "DRAFT.gguf (a draft derived with `specviz derive-draft` will do), ideally with --spec-draft-p-min 0"
         )
     k = max(len(a) for d, _ in pairs for a in d.alternatives)
@@ -147,6 +152,7 @@ def rank_shares(source: EventSource) -> RankShares:
         accepted_length=1.0 + accepted / len(pairs),
         sampled=any(isinstance(e, SessionStarted) and e.temperature > 0 for e in events),
         p_min_stops=sum(d.reason == "p-min" for d, _ in pairs),
+        block_rounds=sum(d.block is not None for d, _ in pairs),
     )
 
 
@@ -227,16 +233,20 @@ def shapes(k: int, depths: int, budget: int = NODE_BUDGET) -> list[Shape]:
 @dataclass(frozen=True)
 class TreeCosts:
     """What a round of a shape costs (see the module docstring): ``verify(b)`` seconds for ``b`` rows, the
-    overhead ``a + b * rows read``, and a one-row draft decode's seconds."""
+    overhead ``a + b * rows read``, and a one-row draft decode's seconds; ``block``, a block drafter's one
+    pass (DFlash, DSpark: every position's candidates at once, whatever the shape), None for a chain drafter."""
 
     verify: Callable[[int], float]
     overhead: tuple[float, float]
     draft_decode: float
+    block: float | None = None
 
     def round_seconds(self, shape: Shape, accepted: float) -> float:
         """A round of ``shape`` committing ``accepted`` tokens on average (the rows its acceptor reads)."""
         if not shape.widths:
             drafting = 0.0
+        elif self.block is not None:
+            drafting = self.block
         else:  # one draft decode per depth, of the nodes of the depth above (the pending token's row first)
             one = self.verify(1)
             drafting = sum(self.draft_decode * self.verify(n) / one for n in (1, *shape.per_depth[:-1]))
@@ -303,7 +313,7 @@ def linear_curve(one_row: float, ratio: float, rows: int = NODE_BUDGET + 1) -> C
 
 def _pays_at(shares: RankShares, costs: TreeCosts, grid: Sequence[Shape], ratio: float) -> bool:
     """Whether the best tree beats the best chain by :data:`PAYS_MARGIN` on a straight-line curve of ``ratio``."""
-    hypothetical = TreeCosts(linear_curve(costs.verify(1), ratio), costs.overhead, costs.draft_decode)
+    hypothetical = TreeCosts(linear_curve(costs.verify(1), ratio), costs.overhead, costs.draft_decode, costs.block)
     chain, tree = best_pair(score_all(shares, hypothetical, grid))
     return tree is not None and tree.tokens_per_second > chain.tokens_per_second * PAYS_MARGIN
 
@@ -368,7 +378,7 @@ class TreeAdvice:
         if self.needed_ratio is None:
             lower = 1.0 - self.shares.caught(0, 1) - self.shares.share(0)[-1]
             draft_ms, verify_ms = self.draft_decode_seconds * 1e3, self.one_row_seconds * 1e3
-            if draft_ms >= verify_ms:
+            if draft_ms >= verify_ms and self.shares.block_rounds < self.shares.rounds:
                 return (
                     f"no tree pays, even where extra verify rows cost nothing: a one-row draft decode ({draft_ms:.1f} "
                     f"ms) costs as much as the target's one-row verify ({verify_ms:.1f} ms), and a tree needs one "
@@ -466,7 +476,8 @@ def tree_advice(source: EventSource, cost: VerifyCostModel | None = None) -> Tre
     level = level if level > 0 else 1.0  # recorded verifies of no time (built rounds) say nothing of the level
     verify, measured_rows = extended(curve)
     fitted = sorted(rec.verify) if source_name.startswith("fitted") else []
-    costs = TreeCosts(verify, overhead, shares.draft_decode_seconds / level)
+    block = shares.draft_seconds / shares.rounds / level if shares.block_rounds == shares.rounds else None
+    costs = TreeCosts(verify, overhead, shares.draft_decode_seconds / level, block)
     grid = shapes(shares.k, shares.usable_depths)
     scored = score_all(shares, costs, grid)
     chain, tree = best_pair(scored)

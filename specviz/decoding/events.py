@@ -122,9 +122,9 @@ class DraftProposed(Event):
     size), ``anchor_drafts``, ``position`` (the anchor's) and, for DSpark, ``confidence`` per position;
     ``None`` otherwise. ``alternatives`` holds, per drafted position, the drafter's own top candidates there
     (token ids, best first, :data:`~specviz.strategies.base.DRAFT_ALTERNATIVES` of them), for a drafter with a
-    distribution (a draft model, an EAGLE-3 or MTP head); empty for the n-gram strategies, the block drafters
-    (``dflash``, ``dspark``) and in recordings made before it was
-    recorded. What a draft tree could have caught (:mod:`specviz.analysis.tree_advice`) is read from them.
+    distribution (a draft model, an EAGLE-3 or MTP head, a DFlash or DSpark block's rows); empty for the n-gram
+    strategies, DFlash-2's lattice walk and in recordings made before it was recorded. What a draft tree could
+    have caught (:mod:`specviz.analysis.tree_advice`) is read from them.
     """
 
     kind: ClassVar[str] = "draft_proposed"

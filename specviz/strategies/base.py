@@ -79,8 +79,8 @@ class Draft:
     position's ``confidence``; ``None`` for a chain drafted token by token. ``drafter`` names the strategy
     that proposed it when that is not the drafter itself (a member of a chained drafter). ``alternatives``
     holds, per drafted position, the drafter's own top :data:`DRAFT_ALTERNATIVES` token ids there, best
-    first (its logits' order, ties to the lower id), for a drafter with a distribution drafting token by
-    token (``draft``, ``eagle3``, ``mtp``); ``None`` otherwise (the n-gram strategies, the block drafters).
+    first (its logits' order, ties to the lower id), for a drafter with a logits row per position (``draft``,
+    ``eagle3``, ``mtp``, ``dflash``, ``dspark``); ``None`` otherwise (the n-gram strategies, DFlash-2's lattice).
     """
 
     tokens: list[int] = field(default_factory=list)

@@ -32,18 +32,21 @@ import numpy as np
 
 from ..decoding.sampling import SamplingParams, TokenDist, probs_from_logits, sample
 from ..decoding.tempered import Dist
-from .draft_choice import choose_token
+from .base import DRAFT_ALTERNATIVES
+from .draft_choice import choose_token, top_candidates
 
 
 @dataclass
 class BlockRead:
-    """The tokens read from a block, their probabilities, the draft distributions (sampling) and why the
-    read stopped early (``p-min``, ``confidence``, or None)."""
+    """The tokens read from a block, their probabilities, the draft distributions (sampling), why the
+    read stopped early (``p-min``, ``confidence``, or None) and each read position's top candidates
+    (``alternatives``: :func:`read_positions` only; a lattice's candidates depend on the walk)."""
 
     tokens: list[int] = field(default_factory=list)
     probs: list[float | None] = field(default_factory=list)
     dists: list[Dist] = field(default_factory=list)
     reason: str | None = None
+    alternatives: list[list[int]] = field(default_factory=list)
 
 
 def read_positions(
@@ -70,6 +73,7 @@ def read_positions(
             break
         out.tokens.append(tok)
         out.probs.append(p)
+        out.alternatives.append(top_candidates(row(i), vocab_ids, DRAFT_ALTERNATIVES))
         if q is not None:
             out.dists.append(q)
     return out

@@ -257,6 +257,7 @@ class DFlashDrafter(ContextDrafter):
             reason=reason,
             dists=read.dists if not self.res.sampling.greedy else None,
             block=block,
+            alternatives=read.alternatives or None,
         )
 
     def _read(self, n_draft: int, n_keep: int) -> BlockRead:
