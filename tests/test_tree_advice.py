@@ -208,7 +208,6 @@ def top_k_reference(row: np.ndarray, k: int) -> list[int]:
     return [int(i) for i in np.lexsort((np.arange(r.shape[0]), -r))[:k]]
 
 
-@pytest.mark.slow
 def test_the_draft_model_records_a_top_k_of_its_own_logits(tiny_session, tiny_model, draft_path):
     from specviz.backends import LlamaContext, LlamaModel
 
@@ -301,7 +300,6 @@ def test_drafts_stopped_at_p_min_are_counted_and_named():
     assert any("1 drafts stopped where the draft was unsure" in n for n in adv.notes)
 
 
-@pytest.mark.slow
 def test_fresh_times_as_many_rows_as_the_largest_tree_verifies(tiny_session, draft_path):
     from specviz.analysis.advise_fresh import measure_recorded
 
@@ -326,7 +324,6 @@ def test_top_candidates_read_a_reduced_vocabulary_and_map_back_to_target_ids():
     assert top_candidates(row, None, 2) == [4, 6]
 
 
-@pytest.mark.slow
 def test_an_eagle3_head_records_its_candidates_in_its_own_vocabulary(e3_target_path, e3_head_path):
     from specviz import Session
 
@@ -371,7 +368,6 @@ def test_a_curve_dearer_in_between_than_its_ends_is_named_when_the_ratio_alone_w
     assert "on a straight-line curve: this machine's is 1.10x, but dearer in between" in adv.verdict()
 
 
-@pytest.mark.slow
 def test_the_block_drafters_record_each_read_positions_candidates(e3_target_path, tmp_path):
     from specviz import Session
     from specviz.testing.tiny_dflash import write_tiny_dflash
