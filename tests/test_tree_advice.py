@@ -404,3 +404,13 @@ def test_a_block_drafter_pays_one_pass_whatever_the_shape():
     assert by[(1, 1)].round_seconds == pytest.approx(0.002 + cheap_rows(3))
     assert by[(2, 2)].round_seconds == pytest.approx(0.002 + cheap_rows(7))
     assert adv.pays and adv.tree is not None and adv.tree.shape.widths == (2, 2)
+
+
+def test_too_few_rounds_for_any_shape_say_so():
+    R = Built(cheap_rows)
+    for picks in ([A, B, C], [A2], [A, B2]):
+        R.round(picks)
+    adv = tree_advice(R.events, cost=curve(cheap_rows))
+    assert adv.tree is None and not adv.pays and adv.chain.shape.widths == ()
+    assert "a depth needs 10 drafting rounds that reached it, and 3 reached the first" in adv.verdict()
+    assert json.loads(json.dumps(adv.to_dict()))["predicted_accepted_length"] is None

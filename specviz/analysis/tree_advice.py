@@ -366,7 +366,10 @@ class TreeAdvice:
         """The advice in one sentence."""
         base = self.chain.tokens_per_second
         if self.tree is None:
-            return "no tree shape fits: the recording's depths are too few (record longer drafts)"
+            return (
+                f"no tree shape to score: a depth needs {MIN_REACHED} drafting rounds that reached it, and "
+                f"{self.shares.reached[0]} reached the first; record a longer run"
+            )
         gain = self.tree.tokens_per_second / base - 1 if base else 0.0
         if self.pays:
             return (
@@ -382,13 +385,13 @@ class TreeAdvice:
                 return (
                     f"no tree pays, even where extra verify rows cost nothing: a one-row draft decode ({draft_ms:.1f} "
                     f"ms) costs as much as the target's one-row verify ({verify_ms:.1f} ms), and a tree needs one "
-                    f"per depth, wider ones above one row; a cheaper draft comes first (its rank 2 to "
+                    f"per depth, of several rows below a branch; a cheaper draft comes first (its rank 2 to "
                     f"{self.shares.k} candidates catch {lower:.0%} of the target's picks at depth 1)"
                 )
             return (
                 f"no tree pays, even where extra verify rows cost nothing: the draft's rank 2 to {self.shares.k} "
-                f"candidates catch {lower:.0%} of the target's picks at depth 1, too few to pay for a tree's extra "
-                f"draft decodes (this machine's {NODE_BUDGET + 1}-row verify costs {ratio} a 1-row one)"
+                f"candidates catch {lower:.0%} of the target's picks at depth 1, too few to pay for what a tree adds "
+                f"(this machine's {NODE_BUDGET + 1}-row verify costs {ratio} a 1-row one)"
             )
         head = (
             f"no tree pays on this machine: the best tree ({self.tree.shape.label}, {gain:+.0%}) loses to the best "
