@@ -277,6 +277,13 @@ def test_cli_refuses_a_recording_without_candidates(tmp_path, capsys):
     assert "no draft candidates" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("other", [["--synth-rates"], ["--parallel", "1,2"], ["--check-server"], ["--for-server"]])
+def test_cli_refuses_tree_beside_another_report(tmp_path, capsys, other):
+    rec = record(tmp_path / "rec.jsonl", hand_worked())
+    assert main(["advise", rec, "--tree", *other]) == 2
+    assert f"option --tree: not with {other[0]}" in capsys.readouterr().err
+
+
 def test_a_curve_measured_short_of_the_shapes_rows_is_extended_on_its_mean_cost_per_row():
     # the last segment falls (a tile's step): extending it would price 17 rows below nothing
     short = VerifyCostModel([1, 2, 3, 4], [0.010, 0.020, 0.030, 0.012])

@@ -58,6 +58,7 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
 def cmd_advise(args: argparse.Namespace) -> int:
     """``specviz advise FILE.jsonl``: the draft settings with the best expected tokens/s, and llama.cpp flags;
     with ``--check-server``, measured in llama-server beside the prediction (:mod:`specviz.cli.server`)."""
+    _check_tree_alone(args)
     events = _read(args.file)
     if getattr(args, "synth_rates", False):
         return _synth_rates(args, events)
@@ -76,6 +77,21 @@ def cmd_advise(args: argparse.Namespace) -> int:
         return check_server(args, adv, events)
     print(json.dumps(adv.to_dict(), ensure_ascii=False) if args.json else adv.report())
     return 0
+
+
+def _check_tree_alone(args: argparse.Namespace) -> None:
+    """``--tree`` is its own report: refused beside the options that make another one."""
+    if not getattr(args, "tree", False):
+        return
+    others = {
+        "--synth-rates": getattr(args, "synth_rates", False),
+        "--parallel": getattr(args, "parallel", None) is not None,
+        "--check-server": getattr(args, "check_server", False),
+        "--for-server": getattr(args, "for_server", False),
+    }
+    named = [name for name, given in others.items() if given]
+    if named:
+        raise UsageError(f"option --tree: not with {', '.join(named)} (--tree is a report of its own)")
 
 
 def _tree_rows(args: argparse.Namespace) -> int | None:
