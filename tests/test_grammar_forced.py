@@ -205,3 +205,15 @@ def test_the_telemetry_counts_forced_tokens_and_impossible_drafts(tiny_session):
     impossible = sum(len(e.tokens) for e in events if isinstance(e, Rejected) and e.grammar_forbidden)
     assert t["forced"] == forced >= 3 and t["grammar_impossible"] == impossible > 0
     assert t["grammar_impossible_share"] == pytest.approx(impossible / t["drafted"])
+
+
+def test_the_advice_on_a_recording_under_a_grammar_says_what_the_grammar_drafter_would_add(tiny_session):
+    from specviz.analysis.advise import advise
+
+    s = tiny_session
+    events = []
+    s.subscribe(events.append)
+    s.start("Qé the of the a of the and" * 3, 30, "prompt-lookup", grammar='root ::= "Qé" (" cat" | " dog")+')
+    s.run()
+    notes = advise(events).flag_notes
+    assert any("impossible" in n and "--spec-type grammar,prompt-lookup" in n for n in notes), notes

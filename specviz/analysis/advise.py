@@ -29,7 +29,7 @@ from .advise_costs import (
     session_cost,
     verify_cost,
 )
-from .advise_flags import NEAREST_SPEC_TYPE, llama_flags
+from .advise_flags import NEAREST_SPEC_TYPE, grammar_advice, llama_flags
 from .advise_load import DISAGREE, LoadCheck, check_load, quiet_verify
 from .advise_report import Advice
 from .advise_rounds import Recorded, Rounds, chain_prefixes, collect, group_label, recorded_tile
@@ -160,6 +160,9 @@ def advise(
         )
     if adv.per_strategy:
         choose_best(adv, rec.rounds)
+    grammar = grammar_advice(dg)
+    if grammar is not None:
+        adv.flag_notes.append(grammar)
     if load.scored_fresh:
         adv.as_recorded = _fastest(_score_groups(groups, round_costs(rec, None), for_server))
     return adv

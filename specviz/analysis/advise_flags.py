@@ -6,11 +6,14 @@ drafter has no counterpart: it is left out, with :data:`GRAMMAR_NOTE` on what to
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..strategies import resolve_strategy, spec_type
 from .advise_rounds import knob_names
 from .advise_search import Candidate
+
+if TYPE_CHECKING:
+    from .diagnosis import Diagnosis
 
 #: llama.cpp's nearest ``--spec-type`` for a strategy it does not have (prompt lookup: ngram-simple).
 NEAREST_SPEC_TYPE = {"prompt-lookup": "ngram-simple"}
@@ -94,3 +97,16 @@ def _member_flags(s: str, c: Candidate, knobs: dict[str, Any]) -> tuple[list[str
     if knobs.get("draft_policy", "fixed") != "fixed":
         notes.append(f"draft_policy {knobs['draft_policy']} has no llama.cpp counterpart")
     return parts, notes
+
+
+def grammar_advice(dg: Diagnosis) -> str | None:
+    """What the grammar drafter would add to a recording made under a grammar without it: the share of drafted
+    tokens the grammar made impossible, and where the drafter runs; None without a grammar, or with it."""
+    share = dg.grammar_impossible_share()
+    if share is None or any("grammar" in s.split(",") for s in dg.strategies):
+        return None
+    return (
+        f"under the grammar {share:.0%} of drafted tokens were impossible ({dg.grammar_impossible} of "
+        f"{dg.drafted}); specviz's grammar drafter drafts the text the grammar forces, chained in front "
+        f"(--spec-type grammar,{dg.strategies[0] if dg.strategies else 'ngram-mod'}), which llama-server lacks"
+    )
