@@ -14,7 +14,10 @@ import json
 import numpy as np
 import pytest
 from test_grammar import PROMPT, WORDS, constrained_greedy, word
+from test_grammar_server import PROMPT as JSON_PROMPT
+from test_grammar_server import SCHEMA as JSON_SCHEMA
 
+from specviz import Session
 from specviz.analysis.diagnose import diagnose
 from specviz.backends.grammar import GrammarSampler, gbnf_from_json_schema
 from specviz.decoding.batch import check_batchable
@@ -217,3 +220,26 @@ def test_the_advice_on_a_recording_under_a_grammar_says_what_the_grammar_drafter
     s.run()
     notes = advise(events).flag_notes
     assert any("impossible" in n and "--spec-type grammar,prompt-lookup" in n for n in notes), notes
+
+
+@pytest.mark.slow
+@pytest.mark.embedded
+def test_on_the_embedded_model_the_grammar_drafter_drafts_json_keys_and_leaves_greedy_output_as_it_was(
+    embedded_model,
+):
+    s = Session(embedded_model, n_ctx=1024, n_threads=2)
+    try:
+        s.start(JSON_PROMPT, 64, "none", json_schema=JSON_SCHEMA)
+        s.run()
+        plain = list(s.tokens)
+        events = []
+        s.subscribe(events.append)
+        s.start(JSON_PROMPT, 64, "grammar,ngram-simple", json_schema=JSON_SCHEMA, size_n=3, size_m=8, draft_max=8)
+        s.run()
+        assert s.tokens == plain
+        by = s.telemetry_dict()["by_drafter"]["grammar"]
+        assert by["drafted"] > 0 and by["accepted"] > 0
+        drafted = {e.pieces for e in events if isinstance(e, DraftProposed) and e.drafter == "grammar"}
+        assert any("age" in "".join(p) for p in drafted), drafted  # a key's name, once its quote is out
+    finally:
+        s.ctx.close()
