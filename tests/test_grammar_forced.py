@@ -243,3 +243,24 @@ def test_on_the_embedded_model_the_grammar_drafter_drafts_json_keys_and_leaves_g
         assert any("age" in "".join(p) for p in drafted), drafted  # a key's name, once its quote is out
     finally:
         s.ctx.close()
+
+
+def test_after_a_rewind_and_a_restore_the_grammar_drafter_reads_the_generations_state(tiny_session, tiny_model):
+    s = tiny_session
+    gbnf = 'root ::= "Qé" (" the" | " cat" | " of")+ " endQ"'
+    s.start(PROMPT, 30, "grammar,ngram-simple", grammar=gbnf)
+    s.run()
+    whole = list(s.tokens)
+    s.rewind(0)
+    s.run()
+    assert s.tokens == whole
+    assert s.telemetry_dict()["by_drafter"]["grammar"]["accepted"] >= 3
+    s.rewind(2)
+    other = Session.restore(s.snapshot(), model=tiny_model)
+    try:
+        source = other.drafter.drafters[0].source
+        assert source is not None and source() is other.generation.grammar
+        other.run()
+        assert other.tokens == whole
+    finally:
+        other.ctx.close()
