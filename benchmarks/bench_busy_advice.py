@@ -2,7 +2,7 @@
 outside load, each recording advised afterwards on the quiet machine; the advice from a busy recording should
 say the machine was busy and come within 15% of the quiet recording's.
 
-On the embedded Gemma 3 270M, one prompt (default: the first ``code-rewrite`` workload prompt, a code edit),
+On the embedded Gemma 3 270M, one prompt (default: the third ``code-rewrite`` workload prompt, a code edit),
 ``ngram-simple`` with ``size_n`` 3, greedy, ``--max-tokens`` tokens:
 
 1. **quiet**: ``none`` and ``ngram-simple`` run ``--repeats`` times, interleaved: the measured speedup; the
@@ -20,7 +20,7 @@ is printed beside it), and the fresh figure against the quiet recording's fresh 
 The load processes are bounded (each exits by itself after ``--load-seconds``) and killed when their run ends.
 The load average before each phase is printed: a "quiet" phase on a machine that was not quiet is named as such.
 
-Usage: python benchmarks/bench_busy_advice.py [--kind code-rewrite] [--prompt 0] [--max-tokens 96]
+Usage: python benchmarks/bench_busy_advice.py [--kind code-rewrite] [--prompt 2] [--max-tokens 96]
        [--repeats 3] [--loops 2] [--burst-loops 4] [--burst-on 0.5] [--model PATH] [--json]
 """
 
@@ -79,7 +79,7 @@ def advice_figures(events: list, model: str | None) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--kind", default="code-rewrite", choices=list(WORKLOADS))
-    ap.add_argument("--prompt", type=int, default=0, help="which prompt of the kind")
+    ap.add_argument("--prompt", type=int, default=2, help="which prompt of the kind")
     ap.add_argument("--max-tokens", type=int, default=96)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--loops", type=int, default=2, help="busy loops of the steady load")

@@ -29,7 +29,7 @@ def best_speedup(adv) -> float:
 
 
 def test_a_recording_made_under_busy_loops_is_flagged_and_advised_as_a_quiet_one(embedded_model_path):
-    prompt = WORKLOADS["code-rewrite"][0]
+    prompt = WORKLOADS["code-rewrite"][2]
     with Session(embedded_model_path, n_ctx=2048, n_threads=2) as s:
         recorded(s, prompt)  # warm-up
         # the quiet recording: a passing blip of other work (the suite's own teardown) is given two more tries

@@ -31,7 +31,7 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
-from ..decoding.batch_cost import BatchCostTable, decode_seconds
+from ..decoding.batch_cost import BatchCostTable, batch_round_cost, decode_seconds
 from ..decoding.batch_cost import batch_round_cost as cost_at
 from ..decoding.verify_cost import VerifyCostModel
 from ..errors import KnobError
@@ -150,13 +150,21 @@ def advise_parallel(
     parallels: Sequence[int],
     *,
     load: Mapping[int, float] | None = None,
+    base: VerifyCostModel | None = None,
 ) -> ParallelAdvice:
     """The advice at each of ``parallels`` requests at once for the rounds of ``events`` (a recording), with the
     decode costs of ``table`` (see the module docstring); ``load`` weighs the concurrencies for the best single
-    setting (default: each of ``parallels`` alike). Scored for llama-server (its flags, no verify tile)."""
+    setting (default: each of ``parallels`` alike); ``base``, one request's verify cost at every batch size
+    measured on this machine (``specviz advise --parallel`` measures it with the recorded model), which the
+    table scales by concurrency (:func:`~specviz.decoding.batch_cost.batch_round_cost`). Scored for llama-server
+    (its flags, no verify tile)."""
     ps = parse_parallels(list(parallels))
     rec = collect(events_of(events))
     lane = lane_seconds(rec)
+
+    def cost_at(table: BatchCostTable, p: int, lane: float) -> VerifyCostModel:  # the base curve, scaled
+        return batch_round_cost(table, p, lane, base)
+
     out = ParallelAdvice(ps, lane, load=dict(load) if load else {p: 1.0 for p in ps})
     out.looked_up_to = max(max(ps), max(out.load), table.sequences[-1])
     advices: dict[str, Any] = {}
@@ -192,7 +200,10 @@ def advise_parallel(
         else _label(advise(events, cost=cost_at(table, 1, lane), for_server=True))
     )
     out.break_even_parallel = out.settings.get(first, {}).get("break_even_parallel")
-    _choose_single(out, events, table, lane, advices)
+    plain = {
+        p: advise(events, cost=cost_at(table, p, lane), for_server=True).baseline_tokens_per_second for p in out.load
+    }
+    _choose_single(out, plain)
     return out
 
 
@@ -211,14 +222,9 @@ def _speedup(adv: Any, events: Sequence[Any], cost: VerifyCostModel) -> float:
     return float(got.speedup) if got is not None else 1.0
 
 
-def _choose_single(
-    out: ParallelAdvice, events: Sequence[Any], table: BatchCostTable, lane: float, advices: dict[str, Any]
-) -> None:
-    """The best single setting over ``out.load`` (the most tokens, each concurrency's plain rate times the
-    setting's speedup, weighed) and what each concurrency's best would add."""
-    plain = {
-        p: advise(events, cost=cost_at(table, p, lane), for_server=True).baseline_tokens_per_second for p in out.load
-    }
+def _choose_single(out: ParallelAdvice, plain: Mapping[int, float]) -> None:
+    """The best single setting over ``out.load`` (the most tokens, each concurrency's ``plain`` tokens/s per
+    request times the setting's speedup, weighed) and what each concurrency's best would add."""
     total_w = sum(out.load.values()) or 1.0
 
     def tokens(speedup_at: Mapping[int, float]) -> float:

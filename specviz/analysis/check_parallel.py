@@ -3,9 +3,10 @@
 each sent ``N`` requests at once (:func:`~specviz.analysis.server_load.run_load`), the predicted speedup beside the
 measured one.
 
-The requests are the recording's prompts, taken in turn until there are ``N``. The measured speedup is the
-server's own: each request's generated tokens over its generation time (``timings.predicted_n`` /
-``predicted_ms``, the prompt excluded), pooled over the ``N`` requests, advised over none; ``repeats`` times,
+The requests are the recording's prompts, each sent as often as every other, ``N`` at a time (a load of ``N``
+requests sent at once, then the next, until every prompt went the same number of times). The measured speedup
+is the server's own: each request's generated tokens over its generation time (``timings.predicted_n`` /
+``predicted_ms``, the prompt excluded), pooled over the requests, advised over none; ``repeats`` times,
 alternating which server goes first, the median kept. Each server's context is the recording's per request:
 ``-c`` the recorded context times ``N`` (llama-server splits it over its slots), full-size sliding-window caches
 (``--swa-full``), as specviz's sessions keep.
@@ -13,6 +14,7 @@ alternating which server goes first, the median kept. Each server's context is t
 
 from __future__ import annotations
 
+import math
 import os
 import shlex
 import statistics
@@ -34,6 +36,15 @@ def generation_rate(load: LoadResult) -> float:
     their generation milliseconds (the prompts excluded), in tokens per second."""
     ms = sum(c.predicted_ms for c in load.completions)
     return 1000.0 * load.tokens_predicted / ms if ms > 0 else 0.0
+
+
+def pooled(loads: Sequence[LoadResult]) -> LoadResult:
+    """Several loads of one server as one: their completions together, their wall seconds summed."""
+    return LoadResult(
+        [c for x in loads for c in x.completions],
+        sum(x.wall_seconds for x in loads),
+        [t for x in loads for t in x.request_seconds],
+    )
 
 
 @dataclass
@@ -97,8 +108,10 @@ def check_parallel(
         parse_server_args(advised)  # flags specviz knows
         ctx = [*ContextSettings.make(**{**settings.to_dict(), "n_ctx": settings.n_ctx * p}).server_args()]
         ctx += ["-np", str(p), "--swa-full", *extra]
-        jobs = [list(prompts[i % len(prompts)].tokens) for i in range(p)]
-        budgets = [int(max_tokens or prompts[i % len(prompts)].max_tokens) for i in range(p)]
+        # every prompt sent as often as every other, N at a time: lcm(prompts, N) requests in loads of N
+        n = len(prompts) * p // math.gcd(len(prompts), p)
+        jobs = [list(prompts[i % len(prompts)].tokens) for i in range(n)]
+        budgets = [int(max_tokens or prompts[i % len(prompts)].max_tokens) for i in range(n)]
         out.rows.append(_measure(p, row, model, ctx, advised, jobs, budgets, repeats, binary, progress))
     return out
 
@@ -125,7 +138,11 @@ def _measure(
         for r in range(repeats):
             for name in ("none", "advised") if r % 2 == 0 else ("advised", "none"):
                 # cache_prompt off: every request evaluates its prompt, as the first one did
-                loads[name].append(run_load(servers[name], jobs, budgets, cache_prompt=False))
+                parts = [
+                    run_load(servers[name], jobs[i : i + p], budgets[i : i + p], cache_prompt=False)
+                    for i in range(0, len(jobs), p)
+                ]
+                loads[name].append(pooled(parts))
             if progress is not None:
                 progress(f"parallel {p}, repeat {r + 1}/{repeats}")
     speedups = [

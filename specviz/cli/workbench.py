@@ -144,7 +144,9 @@ def _under_load(args: argparse.Namespace, events: list) -> int:
         if measured is None:
             raise UsageError("option --parallel: the recorded model is not at hand (pass --model PATH or --batch-cost)")
         table = measured
-    adv = advise_parallel(events, table, parallels, load=load if args.parallel == "recorded" else None)
+    # one request's verify cost at every batch size, which the table scales by concurrency
+    base = _cost_file(args.verify_cost) or measure_recorded(events, getattr(args, "model", None))
+    adv = advise_parallel(events, table, parallels, load=load if args.parallel == "recorded" else None, base=base)
     if getattr(args, "check_server", False):
         return check_server_parallel(args, adv, events, {"batch_cost": table.to_dict()})
     print(json.dumps({**adv.to_dict(), "batch_cost": table.to_dict()}) if args.json else adv.text())

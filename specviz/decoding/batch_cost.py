@@ -200,13 +200,37 @@ def decode_seconds(table: BatchCostTable, p: int, d: int) -> float:
     return t_lo + (p - lo) * (t_hi - t_lo) / (hi - lo)
 
 
-def batch_round_cost(table: BatchCostTable, p: int, lane: float) -> VerifyCostModel:
-    """One request's round at ``p`` busy sequences as a verify-cost curve: for each measured draft length ``d`` a
-    point at ``d + 1`` rows, the decode of ``p`` such sequences (every request drafting alike) and the other
-    ``p - 1`` requests' own work, ``lane`` seconds each (drafting, reading rows: done one after another in a
-    step). What the advice under load scores and a batched run's cost policy prices."""
-    sizes = [d + 1 for d in table.draft_lengths]
-    return VerifyCostModel(sizes, [decode_seconds(table, p, d) + (p - 1) * lane for d in table.draft_lengths])
+def batch_round_cost(
+    table: BatchCostTable, p: int, lane: float, base: VerifyCostModel | None = None
+) -> VerifyCostModel:
+    """One request's round at ``p`` busy sequences as a verify-cost curve: the decode of ``p`` sequences (every
+    request drafting alike) and the other ``p - 1`` requests' own work, ``lane`` seconds each (drafting, reading
+    rows: done one after another in a step). What the advice under load scores and a batched run's cost policy
+    prices.
+
+    Without ``base``: a point at ``d + 1`` rows for each measured draft length ``d``. With ``base``, one
+    sequence's verify cost measured at every batch size (:func:`~specviz.decoding.verify_cost.measure_verify_cost`):
+    its points, each scaled by how much ``p`` sequences cost over one at that many rows (the table's ratio,
+    a straight line between its draft lengths). The table's draft lengths give rows of 1, 3, 5, 9 and 17, sizes
+    that llama.cpp's CPU kernels pay a one-row path for (a leftover row beyond a multiple of four), so the table
+    alone overprices the sizes between them; the base curve keeps every size's own cost."""
+    if base is None:
+        sizes = [d + 1 for d in table.draft_lengths]
+        return VerifyCostModel(sizes, [decode_seconds(table, p, d) + (p - 1) * lane for d in table.draft_lengths])
+    drafts = table.draft_lengths
+    ratios = [decode_seconds(table, p, d) / table.seconds(1, d) for d in drafts]
+
+    def ratio(b: float) -> float:
+        d = b - 1
+        if d <= drafts[0]:
+            return ratios[0]
+        for (d0, r0), (d1, r1) in zip(zip(drafts, ratios), zip(drafts[1:], ratios[1:])):
+            if d <= d1:
+                return r0 + (d - d0) * (r1 - r0) / (d1 - d0)
+        return ratios[-1]
+
+    sizes = base.sizes.tolist()
+    return VerifyCostModel(sizes, [base(int(b)) * ratio(b) + (p - 1) * lane for b in sizes])
 
 
 def _grid(values: Sequence[int], name: str, least: int, must: int) -> tuple[int, ...]:
