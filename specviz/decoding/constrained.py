@@ -21,6 +21,12 @@ mass.
 and llama.cpp's state after the tokens generated so far. llama.cpp's grammar state cannot be serialised, so
 a rewind and a restored snapshot (a fork is one) rebuild it by replaying the generated tokens from the
 start (:meth:`GrammarState.rewound`): microseconds a token.
+
+As it advances past committed tokens, :class:`GrammarState` marks those the grammar forced (the only token
+it allowed there), and it gives the ``grammar`` drafter the forced continuation
+(:meth:`GrammarState.forced_continuation`): both through :mod:`specviz.decoding.forced`, without the whole
+vocabulary. :meth:`ConstrainedRows.forbids` says whether the grammar forbade a rejected draft token (its own
+rejection cause in the events and the diagnosis).
 """
 
 from __future__ import annotations
@@ -51,6 +57,7 @@ class GrammarState:
         self.gbnf = gbnf
         self.sampler = GrammarSampler(model.vocab, model.n_vocab, gbnf)
         self.n_tokens = 0
+        vocab_index(model)  # built here, once per model (about a second on 262k tokens), not inside a round
         self.advance(generated)
 
     def advance(self, tokens: Sequence[int], *, mark: bool = False) -> list[int]:
