@@ -264,3 +264,22 @@ def test_after_a_rewind_and_a_restore_the_grammar_drafter_reads_the_generations_
         assert other.tokens == whole
     finally:
         other.ctx.close()
+
+
+def test_batched_requests_each_draft_their_own_grammars_forced_text(tiny_model_path):
+    from specviz.decoding.batch import BatchRun
+
+    grammars = ['root ::= "Qé" (" the" | " of")+', 'root ::= "é" (" cat" | " a")+ "Q"']
+    ref = []
+    with Session(tiny_model_path, n_ctx=512, n_batch=64, n_ubatch=64, n_threads=1) as s:
+        for g in grammars:
+            s.start(PROMPT, 20, "none", grammar=g)
+            s.run()
+            ref.append(list(s.tokens))
+    with BatchRun(tiny_model_path, n_parallel=2, n_ctx=1024, n_batch=64, n_ubatch=64, n_threads=1) as b:
+        for g in grammars:
+            b.submit(PROMPT, 20, "grammar,ngram-simple", grammar=g)
+        results = b.run()
+    assert [r.tokens for r in results] == ref
+    first = [next(e for e in r.events if isinstance(e, DraftProposed)).tokens for r in results]
+    assert first == [(84, 198, 172), (198, 172)]  # each request's own forced bytes: "Qé" and "é"
