@@ -89,15 +89,15 @@ def test_where_rows_stay_free_speculation_pays_at_every_concurrency(rounds):
     assert "pays up to 8 requests at once" in got.text()
 
 
-@pytest.mark.slow
-def test_advise_parallel_on_the_command_line(tiny_model_path, tmp_path):
+def recorded_on_the_command_line(model, tmp_path):
+    """``specviz run --record`` of a tiny model's copying rounds: the recording's path."""
     from test_cli import run_cli
 
     rec = tmp_path / "rec.jsonl"
     p = run_cli(
         "run",
         "--model",
-        str(tiny_model_path),
+        str(model),
         "--prompt",
         "the a of the a of the a of",
         "--strategy",
@@ -108,6 +108,14 @@ def test_advise_parallel_on_the_command_line(tiny_model_path, tmp_path):
         str(rec),
     )
     assert p.returncode == 0, p.stderr
+    return rec
+
+
+@pytest.mark.slow
+def test_advise_parallel_on_the_command_line(tiny_model_path, tmp_path):
+    from test_cli import run_cli
+
+    rec = recorded_on_the_command_line(tiny_model_path, tmp_path)
     costs = tmp_path / "cost.json"
     costs.write_text(json.dumps(KNEE.to_dict()))
     p = run_cli("advise", str(rec), "--parallel", "1,2,8", "--batch-cost", str(costs), "--json")
@@ -133,21 +141,7 @@ def test_advise_parallel_on_the_command_line(tiny_model_path, tmp_path):
 def test_advice_under_load_checked_in_llama_server_with_parallel_slots(tiny_model_path, tmp_path):
     from test_cli import run_cli
 
-    rec = tmp_path / "rec.jsonl"
-    p = run_cli(
-        "run",
-        "--model",
-        str(tiny_model_path),
-        "--prompt",
-        "the a of the a of the a of",
-        "--strategy",
-        "prompt-lookup",
-        "--max-tokens",
-        "40",
-        "--record",
-        str(rec),
-    )
-    assert p.returncode == 0, p.stderr
+    rec = recorded_on_the_command_line(tiny_model_path, tmp_path)
     costs = tmp_path / "cost.json"
     costs.write_text(json.dumps(FREE.to_dict()))
     p = run_cli(
