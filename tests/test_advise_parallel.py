@@ -166,3 +166,23 @@ def test_advice_under_load_checked_in_llama_server_with_parallel_slots(tiny_mode
         assert row["tokens_per_second"]["none"] > 0 and row["tokens_per_second"]["advised"] > 0
     p = run_cli("advise", str(rec), "--parallel", "1", "--batch-cost", str(costs), "--check-server", "--model", "/nope")
     assert p.returncode == 2 and "option --model" in p.stderr
+
+
+def test_a_measured_one_request_curve_is_scaled_by_the_tables_ratio_of_p_sequences_over_one():
+    from specviz.decoding.batch_cost import batch_round_cost
+    from specviz.decoding.verify_cost import VerifyCostModel
+
+    t = table(lambda s, d: 0.01 * (d + 1) * (1 + 0.5 * (s - 1)))  # p sequences cost 1 + (p - 1) / 2 times one
+    base = VerifyCostModel(list(range(1, 18)), [0.02 + 0.001 * b for b in range(1, 18)])
+    alone = batch_round_cost(t, 1, 0.003, base)
+    assert alone.sizes.tolist() == list(range(1, 18)) and [alone(b) for b in range(1, 18)] == pytest.approx(
+        [base(b) for b in range(1, 18)]
+    )  # one request: its own curve, every size's cost kept (no other lanes)
+    four = batch_round_cost(t, 4, 0.003, base)
+    assert [four(b) for b in (1, 6, 17)] == pytest.approx([2.5 * base(b) + 3 * 0.003 for b in (1, 6, 17)])
+    # beyond the table's longest draft the last ratio holds; without a base, the table's own points
+    uneven = table(lambda s, d: 0.01 * (1 + s * d))
+    r = batch_round_cost(uneven, 2, 0.0, base)
+    at4, at8 = (1 + 2 * 4) / (1 + 4), (1 + 2 * 8) / (1 + 8)  # the ratio at the measured drafts 4 and 8
+    assert r(7) == pytest.approx(base(7) * (at4 + (6 - 4) * (at8 - at4) / 4))  # 7 rows: a draft of 6, between
+    assert batch_round_cost(uneven, 2, 0.0).sizes.tolist() == [1, 3, 5, 9]
