@@ -235,7 +235,9 @@ def test_every_strategy_greedy_equals_plain_greedy_on_the_device(models, strateg
             assert eq["verdict"] == "numerics", eq
         else:
             assert s.tokens == ref
-        if strategy != "none":
+        # the grammar drafter drafts only under a grammar (its drafts: test_grammar_forced); without one its
+        # output is plain greedy's, compared above
+        if strategy not in ("none", "grammar"):
             t = s.telemetry_dict()
             # the EAGLE-3 fixture's head has random weights: it drafts every round and the target accepts
             # none of it, on the CPU backend as on the device (762 drafted, 0 accepted on both); so does the
