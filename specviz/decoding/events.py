@@ -124,7 +124,11 @@ class DraftProposed(Event):
     (token ids, best first, :data:`~specviz.strategies.base.DRAFT_ALTERNATIVES` of them), for a drafter with a
     distribution (a draft model, an EAGLE-3 or MTP head, a DFlash or DSpark block's rows); empty for the n-gram
     strategies, DFlash-2's lattice walk and in recordings made before it was recorded. What a draft tree could
-    have caught (:mod:`specviz.analysis.tree_advice`) is read from them.
+    have caught (:mod:`specviz.analysis.tree_advice`) is read from them. ``tree`` is set when the round verified a
+    draft tree of more than one branch (:class:`~specviz.decoding.draft_tree.DraftTree`): its nodes as plain data
+    (``tokens``, ``pieces``, ``parents`` (-1: the pending token), ``probs``, ``depths``, ``branches`` (leaf paths,
+    branch 0 the drafter's main line)); ``tokens`` then holds the kept branch (:class:`Accepted`'s
+    ``tree_path`` names the accepted nodes); ``None`` for a chain.
     """
 
     kind: ClassVar[str] = "draft_proposed"
@@ -142,6 +146,7 @@ class DraftProposed(Event):
     drafter: str = ""
     block: dict | None = None
     alternatives: tuple = ()
+    tree: dict | None = None
 
 
 @dataclass(frozen=True)
@@ -155,7 +160,10 @@ class Verified(Event):
     ``round_seconds`` is the whole round's wall time, ``cpu_seconds`` the process's CPU time over it (every
     thread's, llama.cpp's included) and ``n_threads`` the threads the target's context was given: together
     they say how much of the machine the round had (:func:`~specviz.decoding.telemetry.cpu_share`). All three
-    are None in recordings made before they were recorded.
+    are None in recordings made before they were recorded. In a tree round ``tokens``/``probs`` describe the kept
+    branch, and ``tree_choices`` holds, for each row read along the accepted path (the pending token's first),
+    the target's choice as a dict: ``token``, ``piece``, ``prob``, ``alternatives`` (``[token, piece, prob]``
+    each, best first); empty for a chain.
     """
 
     kind: ClassVar[str] = "verified"
@@ -171,6 +179,7 @@ class Verified(Event):
     round_seconds: float | None = None
     cpu_seconds: float | None = None
     n_threads: int | None = None
+    tree_choices: tuple = ()
 
 
 @dataclass(frozen=True)
@@ -183,7 +192,8 @@ class Accepted(Event):
     when the whole draft was accepted, ``correction`` when the target replaced a rejected draft token,
     ``plain`` when there was no draft, and ``None`` when no target token was committed. ``forced`` holds
     the indexes in ``tokens`` of the tokens the generation's grammar forced (the only token it allowed
-    there); empty without a grammar.
+    there); empty without a grammar. ``tree_path`` holds, in a tree round, the indexes of the accepted nodes
+    (:attr:`DraftProposed.tree`), root first; empty for a chain.
     """
 
     kind: ClassVar[str] = "accepted"
@@ -198,6 +208,7 @@ class Accepted(Event):
     bonus_kind: str | None = None
     position: int = 0
     forced: tuple = ()
+    tree_path: tuple = ()
 
 
 @dataclass(frozen=True)
