@@ -52,6 +52,19 @@ EVENT_BYTES = 400
 _FLUSH_KINDS = frozenset({"telemetry", "finished", "session_started", "rewound", "batch_step"})
 #: The most characters in a knob name or text value of a ``configure`` message.
 MAX_TEXT = 4096
+#: The fields of a ``reset`` command passed on to :meth:`InspectorCore.reset` by name.
+_RESET_FIELDS = (
+    "temperature",
+    "top_k",
+    "top_p",
+    "seed",
+    "stop",
+    "chat",
+    "context",
+    "server_args",
+    "grammar",
+    "json_schema",
+)
 
 _log = logging.getLogger(__name__)
 
@@ -404,8 +417,7 @@ class InspectorCore:
         if self.running:
             raise MessageError(f"{cmd}: rounds are running; Pause first (or wait for the run to end)")
         if cmd == "reset":
-            fields = ("temperature", "top_k", "top_p", "seed", "stop", "chat", "context", "server_args")
-            request = {k: msg.get(k) for k in fields}
+            request = {k: msg.get(k) for k in _RESET_FIELDS}
             try:
                 self.reset(msg.get("prompt"), msg.get("max_tokens"), **request)
             except SpecvizError as e:
@@ -525,6 +537,8 @@ class InspectorCore:
         chat: bool | None = None,
         context: dict[str, Any] | None = None,
         server_args: str | None = None,
+        grammar: str | None = None,
+        json_schema: str | None = None,
     ) -> None:
         """Start the generation again (same prompt unless ``prompt`` is given); rewinds a replay.
 
@@ -533,11 +547,15 @@ class InspectorCore:
         current generation's. A live session's deployment (:mod:`specviz.ui.deployment`): ``context`` (its
         context settings ``flash_attn``, ``cache_type_k``, ``cache_type_v``, ``n_ctx``, ``n_batch``,
         ``n_ubatch``, ``n_threads``) or ``server_args`` (a whole llama-server command line) creates the
-        context anew first; each of the line's flags that is not honoured is shown as a warning."""
+        context anew first; each of the line's flags that is not honoured is shown as a warning. ``grammar``
+        (GBNF; ``''``: none) or ``json_schema`` (JSON text) constrains the new generation through llama.cpp's
+        grammar sampler; left out, the line's grammar, else the current generation's, stays
+        (:func:`~specviz.ui.sources.reset_grammar`). A grammar llama.cpp cannot parse is refused with its
+        reason and line, nothing changed."""
         self.pause()
         self.wait()
         request: dict[str, Any] = dict(temperature=temperature, top_k=top_k, top_p=top_p, seed=seed, stop=stop)
-        request.update(chat=chat, context=context, server_args=server_args)
+        request.update(chat=chat, context=context, server_args=server_args, grammar=grammar, json_schema=json_schema)
         warnings = self.source.reset(list(self.log), prompt, max_tokens, **request)
         self._pending = None
         self._error = None

@@ -8,8 +8,8 @@ theirs are offered no deployment settings and a Reset that names some is refused
 
 A command line is read by :func:`~specviz.analysis.server_args.parse_server_args`, as ``specviz run
 --server-args`` reads it: its strategy and knobs, its context settings (those ``run --server-args`` gives a
-session: :attr:`~specviz.analysis.server_args.ServerConfig.settings`) and its sampling (where the form gives
-none). Every flag specviz cannot honour comes back as a
+session: :attr:`~specviz.analysis.server_args.ServerConfig.settings`), its sampling and its grammar (where the
+form gives none). Every flag specviz cannot honour comes back as a
 warning for the page to show; a ``-m`` naming another model than the session's is refused.
 
 No UI library is imported here.
@@ -52,13 +52,15 @@ def settings_state(session: Session) -> dict[str, Any]:
 class Deployment:
     """What a Reset's deployment fields ask for: the ``context`` settings to create the context with (empty:
     keep it), and, from a llama-server line, the ``strategy`` and ``knobs`` (``None``: keep the session's),
-    the line's ``sampling`` and ``chat_template`` defaults, its ``n_predict``, and its ``warnings``."""
+    the line's ``sampling`` and ``chat_template`` defaults, its ``grammar`` (checked GBNF of its ``--grammar``,
+    ``--grammar-file``, ``-j`` or ``-jf``; ``None``: none), its ``n_predict``, and its ``warnings``."""
 
     context: dict[str, Any] = field(default_factory=dict)
     strategy: str | None = None
     knobs: dict[str, Any] | None = None
     sampling: dict[str, Any] = field(default_factory=dict)
     chat_template: str | None = None
+    grammar: str | None = None
     n_predict: int | None = None
     warnings: list[str] = field(default_factory=list)
 
@@ -99,6 +101,7 @@ def read_deployment(session: Any, context: Mapping[str, Any] | None, server_args
         knobs=dict(cfg.knobs),
         sampling=sampling,
         chat_template=cfg.chat_template,
+        grammar=cfg.grammar,
         n_predict=cfg.n_predict,
         # the layout's note first: a page shows the newest notice on top, where the line's own flags belong
         warnings=layout_warnings(session)

@@ -120,7 +120,8 @@ class Inspector(anywidget.AnyWidget):
     def reset(self, prompt: str | None = None, max_tokens: int | None = None, **request: Any) -> None:
         """Start again (the same prompt unless one is given). ``request``: what the new-session form passes
         (``temperature``, ``top_k``, ``top_p``, ``seed``, ``stop``, ``chat``, and a live session's deployment:
-        ``context`` settings or a whole llama-server command line as ``server_args``); see
+        ``context`` settings or a whole llama-server command line as ``server_args``; a ``grammar`` (GBNF) or
+        a ``json_schema`` (JSON text) every token obeys); see
         :meth:`~specviz.ui.core.InspectorCore.reset`."""
         self.core.reset(prompt, max_tokens, **request)
 

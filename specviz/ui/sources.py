@@ -202,6 +202,25 @@ def _first_started(log: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None
     return next((e for e in log if e["kind"] == "session_started"), None)
 
 
+def reset_grammar(
+    grammar: str | None, json_schema: str | None, line_grammar: str | None, started: Mapping[str, Any]
+) -> dict[str, str]:
+    """The grammar keyword of a Reset's :meth:`~specviz.Session.start`: a ``json_schema`` given (not blank)
+    stands instead of the grammar; else a ``grammar`` given; else a llama-server line's (``line_grammar``);
+    else, where the page left ``grammar`` out (``None``; a form's blank field is ``''``: none), the shown
+    generation's (``started``'s, as its other settings are kept). Checked by :meth:`~specviz.Session.start`
+    (a grammar llama.cpp cannot parse, a schema its converter cannot convert: refused, nothing changed)."""
+    if json_schema is not None and json_schema.strip():
+        return {"json_schema": json_schema}
+    if grammar is not None and grammar.strip():
+        return {"grammar": grammar}
+    if line_grammar is not None:
+        return {"grammar": line_grammar}
+    if grammar is None and started.get("grammar"):
+        return {"grammar": started["grammar"]}
+    return {}
+
+
 class LiveSource:
     """The rounds of a live session. ``prompt`` starts it on Reset when it has not started; ``draft_models``
     are the draft GGUF paths the form offers for the ``draft`` strategy's ``draft_model``."""
@@ -260,7 +279,8 @@ class LiveSource:
     ) -> list[str]:
         """Start the generation again (the same prompt unless ``prompt`` is given). The sampling settings
         (``temperature``, ``top_k``, ``top_p``, ``seed``), the stop strings and ``chat`` (send the prompt as a
-        user message through the model's chat template) default to the shown generation's.
+        user message through the model's chat template) default to the shown generation's; the grammar is
+        :func:`reset_grammar`'s (a ``json_schema`` or ``grammar`` given, else the line's, else the shown one's).
 
         The deployment (:mod:`specviz.ui.deployment`): ``context`` (``flash_attn``, ``cache_type_k``,
         ``cache_type_v``, ``n_ctx``, ``n_batch``, ``n_ubatch``, ``n_threads``; a blank one keeps its setting)
@@ -304,6 +324,7 @@ class LiveSource:
         if deployment.chat_template and "messages" in kwargs and "chat_template" not in kwargs:
             kwargs["chat_template"] = deployment.chat_template
         mt = max_tokens or deployment.n_predict or mt
+        kwargs.update(reset_grammar(request.get("grammar"), request.get("json_schema"), deployment.grammar, st))
         start = dict(prompt=src, max_tokens=int(mt), strategy=strategy, **kwargs, **knobs)
         if deployment.context and offers_settings(s):
             start_with(s, deployment.context, start)  # the context made anew (refused: nothing changed)

@@ -39,6 +39,8 @@ const SIZE_SETTINGS = ["n_ctx", "n_batch", "n_ubatch", "n_threads"];
  * `context` (optional) holds the deployment's settings as chosen, `{flash_attn, cache_type_k, cache_type_v,
  * n_ctx, n_batch, n_ubatch, n_threads}`: a blank one is left out (the current setting stays); none at all: no
  * `context` field. `serverArgs` (optional): a whole llama-server command line, sent instead of `context`.
+ * `grammar` (GBNF) and `jsonSchema` (JSON text), when the form has them: the grammar is always sent as typed
+ * ('' is none); a schema that is not blank is sent instead of it (Python converts and checks both).
  */
 export function resetMessage(f) {
   const msg = {
@@ -47,6 +49,9 @@ export function resetMessage(f) {
     chat: !!f.chat,
     stop: String(f.stops || "").split("\n").filter((x) => x !== "").map((x) => x.replace(/\\n/g, "\n").replace(/\\t/g, "\t")),
   };
+  const schema = String(f.jsonSchema == null ? "" : f.jsonSchema);
+  if (schema.trim()) msg.json_schema = schema;
+  else if (f.grammar != null) msg.grammar = String(f.grammar);
   const line = String(f.serverArgs || "").trim();
   if (line) {
     msg.server_args = line;

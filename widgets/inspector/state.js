@@ -226,17 +226,21 @@ function draftOrigin(d) {
   return o;
 }
 
+// A committed token the grammar forced (the only token it allowed there) carries `forced: true`; the
+// accepted event's `forced` lists their indexes in its `tokens` (accepted draft tokens, then the target's).
 function acceptedTokens(ev, draft) {
   const pieces = ev.pieces || [], toks = ev.tokens || [], dp = ev.draft_probs || [], tp = ev.target_probs || [];
   const origin = draftOrigin(draft);
+  const forced = new Set(ev.forced || []);
+  const mark = (j) => (forced.has(j) ? { forced: true } : {});
   const out = [];
   for (let j = 0; j < ev.n_accepted; j++) {
     out.push({ status: "accepted", id: toks[j], piece: pieces[j], round: ev.round, depth: j, draftP: dp[j], targetP: tp[j],
-      pos: ev.position + j, ...origin });
+      pos: ev.position + j, ...origin, ...mark(j) });
   }
   if (ev.bonus_token != null) {
     out.push({ status: bonusStatus(ev.bonus_kind), id: ev.bonus_token, piece: ev.bonus_piece, round: ev.round,
-      depth: ev.n_accepted, targetP: ev.bonus_prob, pos: ev.position + ev.n_accepted });
+      depth: ev.n_accepted, targetP: ev.bonus_prob, pos: ev.position + ev.n_accepted, ...mark(ev.n_accepted) });
   }
   return out;
 }

@@ -6,6 +6,7 @@ import { strategyOptions } from "../block.js";
 import { h } from "../dom.js";
 import { commandMessage, configureMessage, resetMessage, runMessage, schemaMessage } from "../messages.js";
 import { buildKnobForm, readKnobForm, showKnobErrors } from "./knob_form.js";
+import { FORCED_CLASS, FORCED_TITLE } from "./token_class.js";
 
 /**
  * `{toolbar, card, config, applyState(msg) → bool, schema(msg), knobErrors(msg), event(ev)}`.
@@ -23,6 +24,9 @@ export function controlsView(send, root, uid) {
   const btnPlay = h("button", { class: "sv-btn sv-primary sv-play", title: "Play until finished; Pause stops after the current round" }, "▶ Play");
   const btnReset = h("button", { class: "sv-btn sv-reset", title: "Start the session again" }, "↺ Reset");
   const showRej = h("input", { type: "checkbox", class: "sv-showrej", checked: true });
+  // shown while the generation has a grammar (its session_started says so)
+  const forcedKey = h("span", { class: "sv-tok sv-acc " + FORCED_CLASS + " sv-legend-forced", text: "forced", hidden: true,
+    title: FORCED_TITLE + ": the only token it allowed there (dotted underline)" });
   const legend = h("div", { class: "sv-legend" },
     h("span", { class: "sv-tok sv-prompt", text: "prompt" }),
     h("span", { class: "sv-tok sv-acc", text: "accepted" }),
@@ -30,6 +34,7 @@ export function controlsView(send, root, uid) {
     h("span", { class: "sv-tok sv-corr", text: "correction" }),
     h("span", { class: "sv-tok sv-plain", text: "target" }),
     h("span", { class: "sv-tok sv-rej", text: "rejected" }),
+    forcedKey,
     h("label", { class: "sv-check" }, showRej, " rejected"));
   const toolbar = h("div", { class: "sv-toolbar" },
     btnStep, h("span", { class: "sv-runwrap" }, btnRun, runN), btnPlay, btnReset, h("span", { class: "sv-grow" }), legend);
@@ -52,13 +57,14 @@ export function controlsView(send, root, uid) {
   const stops = h("textarea", { class: "sv-stops", rows: "2", placeholder: "one stop string per line (\\n for a newline)",
     title: "stop strings: the output ends before the first one, as plain decoding's would" });
   const chat = h("input", { type: "checkbox", class: "sv-chat" });
+  const grammarView = grammarFields();
   const sampling = h("div", { class: "sv-sampling" },
     h("label", { class: "sv-lbl", text: "temperature" }), temp, h("label", { class: "sv-lbl", text: "top-k" }), topK,
     h("label", { class: "sv-lbl", text: "top-p" }), topP, h("label", { class: "sv-lbl", text: "seed" }), seed);
   sessionFields.append(h("label", { class: "sv-lbl", text: "prompt" }), promptBox, h("label", { class: "sv-lbl", text: "max tokens" }), maxTok,
     sampling, h("label", { class: "sv-lbl", text: "stop strings" }), stops,
     h("label", { class: "sv-check sv-chat-lbl", title: "send the prompt as a user message through the model's own chat template" }, chat,
-      " chat (the model's template)"), deploymentView.el);
+      " chat (the model's template)"), grammarView.el, deploymentView.el);
   const card = h("div", { class: "sv-card sv-ctrl-card" },
     h("div", { class: "sv-card-h" }, h("span", { text: "Strategy & knobs" })),
     h("div", { class: "sv-field sv-field-strategy" }, h("label", { class: "sv-lbl", text: "strategy" }), stratSel, stratErr),
@@ -70,7 +76,7 @@ export function controlsView(send, root, uid) {
   btnRun.addEventListener("click", () => send(runMessage(runN.value)));
   btnPlay.addEventListener("click", () => send(commandMessage(config.running ? "pause" : "play")));
   btnReset.addEventListener("click", () => send(resetMessage({ prompt: promptBox.value, maxTokens: maxTok.value, temperature: temp.value,
-    topK: topK.value, topP: topP.value, seed: seed.value, stops: stops.value, chat: chat.checked, ...deploymentView.read() })));
+    topK: topK.value, topP: topP.value, seed: seed.value, stops: stops.value, chat: chat.checked, ...grammarView.read(), ...deploymentView.read() })));
   showRej.addEventListener("change", () => root.classList.toggle("sv-hide-rej", !showRej.checked));
   stratSel.addEventListener("change", () => {
     stratErr.textContent = "";
@@ -107,6 +113,7 @@ export function controlsView(send, root, uid) {
     promptBox.disabled = config.replay;
     maxTok.disabled = config.replay;
     for (const i of [temp, topK, topP, seed, stops, chat]) i.disabled = config.replay;
+    grammarView.sync(config);
     deploymentView.sync(config);
     sessionFields.hidden = !!config.replay;
     // presenter mode: a viewer watches; every control but the view's own options is the presenter's
@@ -171,6 +178,8 @@ export function controlsView(send, root, uid) {
     seed.value = ev.temperature > 0 && ev.seed != null ? String(ev.seed) : "";
     stops.value = (ev.stop || []).map((x) => x.replace(/\n/g, "\\n").replace(/\t/g, "\\t")).join("\n");
     chat.checked = msgs.length > 0;
+    grammarView.started(ev);
+    forcedKey.hidden = !ev.grammar;
   }
 
   // nothing is enabled before the host's first "state" says what is allowed (a click before it would
@@ -178,6 +187,39 @@ export function controlsView(send, root, uid) {
   syncDisabled();
 
   return { toolbar, card, config, applyState, schema, knobErrors, event };
+}
+
+/**
+ * The request's grammar in the new-session form: a GBNF grammar, or a JSON schema that stands instead of it
+ * (the grammar field is off while the schema holds text). A new session shows its grammar (a schema's
+ * conversion) in the grammar field; one without a grammar empties both. Python checks both with llama.cpp's
+ * parser and converter and shows what they refuse. `{el, read() → {grammar, jsonSchema}, sync(config),
+ * started(ev)}`.
+ */
+function grammarFields() {
+  const grammar = h("textarea", { class: "sv-grammar", rows: "2", spellcheck: "false", placeholder: 'GBNF, e.g. root ::= "yes" | "no"',
+    title: "a GBNF grammar every generated token obeys (llama.cpp's grammar sampler; root rule 'root'); blank: none" });
+  const schema = h("textarea", { class: "sv-json-schema", rows: "2", spellcheck: "false", placeholder: '{"type": "object", …}',
+    title: "a JSON schema the output obeys, converted to GBNF as llama-server converts -j; given, it stands instead of the grammar" });
+  const el = h("div", { class: "sv-grammar-fields" },
+    h("label", { class: "sv-lbl", text: "grammar (GBNF)" }), grammar, h("label", { class: "sv-lbl", text: "or JSON schema" }), schema);
+  let replay = false;
+  const syncGrammar = () => { grammar.disabled = replay || schema.value.trim() !== ""; };
+  schema.addEventListener("input", syncGrammar);
+
+  function sync(config) {
+    replay = !!config.replay;
+    schema.disabled = replay;
+    syncGrammar();
+  }
+
+  function started(ev) {
+    grammar.value = ev.grammar || "";
+    if (!ev.grammar) schema.value = "";
+    syncGrammar();
+  }
+
+  return { el, read: () => ({ grammar: grammar.value, jsonSchema: schema.value }), sync, started };
 }
 
 /** The context settings a flag sets, in the order llama.cpp's usage lists them: [setting, flag, title]. */

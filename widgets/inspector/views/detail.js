@@ -3,7 +3,7 @@
 
 import { h, table } from "../dom.js";
 import { fmtP, quote, showPiece } from "../format.js";
-import { tokenClass } from "./token_class.js";
+import { FORCED_TITLE, tokenClass } from "./token_class.js";
 
 const HINT = "Hover a token for its details; click a rejected token for the target's top alternatives.";
 const KIND_TEXT = { prompt: "prompt", accepted: "accepted draft", bonus: "bonus (target)", correction: "correction (target)",
@@ -14,6 +14,7 @@ export function describeToken(t) {
   const rows = [["text", quote(t.piece)], ["id", String(t.id)], ["kind", KIND_TEXT[t.status]]];
   if (t.status === "prompt") rows.push(["position", String(t.pos)]);
   else rows.push(["round", String(t.round)], ["depth", String(t.depth)], ["draft p", fmtP(t.draftP)], ["target p", fmtP(t.targetP)]);
+  if (t.forced) rows.push(["grammar", FORCED_TITLE + " (the only token it allowed here)"]);
   if (t.rejection && t.first) rows.push(["target chose", quote(t.rejection.target_piece) + " (" + fmtP(t.rejection.target_prob) + ")"]);
   if (t.drafter) rows.push(["drafter", t.drafter]);
   if (t.block) {

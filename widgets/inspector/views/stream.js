@@ -1,4 +1,5 @@
-// The token stream card: every token coloured by its status, one span per round, the rejected draft
+// The token stream card: every token coloured by its status (a token the grammar forced also underlined
+// with dots, token_class.js), one span per round, the rejected draft
 // tokens of a round in a collapsible group, knob-change markers, and the "finished" bar. A block draft
 // (DFlash, DSpark) is one boxed span led by a strip with the fate of each of its positions (drafted in
 // parallel, not a chain); where a chain of drafters changes member, a marker names the one that drafted.
@@ -65,6 +66,7 @@ export function streamView(detail, getState) {
     chunkTokens += 1;
     const s = document.createElement("span");
     s.className = "sv-tok " + tokenClass(t);
+    if (t.forced) s.dataset.forced = "1";
     s.dataset.i = i;
     s.textContent = showPiece(t.piece);
     into.append(s);
