@@ -57,10 +57,30 @@ def add_commands(sub: Any) -> None:
     v.set_defaults(func=cmd_verify, greedy_only="specviz verify")
 
 
+def forced_indexes(session: Any) -> list[int]:
+    """The indexes in ``session.tokens`` (the generated tokens) of those the generation's grammar forced (the
+    only token it allowed there), from its ``Accepted`` events' ``forced``; empty without a grammar."""
+    from ..decoding.events import Accepted
+
+    n = session.n_prompt
+    return sorted(e.position - n + i for e in session.events if isinstance(e, Accepted) for i in e.forced)
+
+
+def grammar_line(t: dict[str, Any]) -> str:
+    """One line of what a run's grammar did, for people: the tokens it forced, and the share of drafted tokens
+    it made impossible (the telemetry's ``forced``, ``grammar_impossible`` and their share)."""
+    return (
+        f"grammar: {t['forced']} of {t['n_generated']} tokens forced (the only token it allowed there; --json: "
+        f"'forced', their indexes in 'tokens'); {t['grammar_impossible']} of {t['drafted']} drafted tokens "
+        f"({t['grammar_impossible_share']:.0%}) impossible under it"
+    )
+
+
 def _result(session, cfg: dict[str, Any]) -> dict[str, Any]:
     tel = session.telemetry_dict()
     return {
         "tokens": session.tokens,
+        "forced": forced_indexes(session),
         "text": session.text,
         "finish_reason": session.finished,
         "strategy": session.strategy,
@@ -209,6 +229,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         )
         print(memory_line(t), file=sys.stderr)
         print(cpu_line(t), file=sys.stderr)
+        if s.generation.grammar is not None:
+            print(grammar_line(t), file=sys.stderr)
         if server_run is not None:
             print(
                 f"as llama-server counts it: draft_n = {server_run.draft_n}, draft_n_accepted = "
