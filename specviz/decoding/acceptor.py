@@ -46,11 +46,11 @@ from typing import Callable, Sequence, Union
 
 import numpy as np
 
-from .rowscan import RowSource, logit_margin, read_greedy
+from .rowscan import Refusal, RowSource, logit_margin, read_greedy
 from .sampling import SamplingParams, acceptance_probability, residual_distribution
 from .tempered import Dist, TemperedRow, residual_draw, tempered_or_dist
 
-__all__ = ["PositionVerdict", "Verdict", "accept", "N_ALTERNATIVES"]
+__all__ = ["PositionVerdict", "Verdict", "accept", "correction", "sampled_refusal", "N_ALTERNATIVES"]
 
 #: How many of the target's top choices a rejection reports.
 N_ALTERNATIVES = 5
@@ -171,21 +171,21 @@ def _accept_sampled(
             tokens.append(d)
             probs.append(p.prob(d))
             continue
-        tok = _correction(p, q, d, float(rng.random()))
+        tok = correction(p, q, d, float(rng.random()))
         tokens.append(tok)
         probs.append(p.prob(tok))
-        alts = p.top(top_n)
+        refused = sampled_refusal(p, logits, d, top_n)
         return Verdict(
             i,
             tuple(tokens),
             tuple(probs),
             False,
-            rejected_prob=p.prob(d),
-            alternatives=tuple(alts),
+            rejected_prob=refused.prob,
+            alternatives=refused.alternatives,
             positions=tuple(positions),
             rows_read=i + 1,
-            rejected_rank=next((j + 1 for j, (t, _) in enumerate(alts) if t == d), None) or p.rank(d),
-            margin=logit_margin(logits, alts),
+            rejected_rank=refused.rank,
+            margin=refused.margin,
         )
     p = tempered_or_dist(row(k), params)
     tok = p.draw(float(rng.random()))
@@ -194,7 +194,16 @@ def _accept_sampled(
     return Verdict(k, tuple(tokens), tuple(probs), True, positions=tuple(positions), rows_read=k + 1)
 
 
-def _correction(p: Dist, q: Dist | None, d: int, u: float) -> int:
+def sampled_refusal(p: Dist, logits: np.ndarray, d: int, top_n: int) -> Refusal:
+    """What a sampled round reports of the refused draft token ``d`` at a row (``logits``) whose sampling
+    distribution is ``p``: ``p(d)``, ``p``'s ``top_n`` best tokens, ``d``'s rank in ``p`` and the row's
+    top-two logit margin (the same fields as a greedy refusal)."""
+    alts = tuple(p.top(top_n))
+    rank = next((j + 1 for j, (t, _) in enumerate(alts) if t == d), None) or p.rank(d)
+    return Refusal(p.prob(d), alts, rank, logit_margin(logits, alts))
+
+
+def correction(p: Dist, q: Dist | None, d: int, u: float) -> int:
     """The token that replaces the rejected draft token ``d``, drawn with ``u`` from the residual: ``p``
     without ``d`` (a deterministic draft, or a draft distribution that gave ``d`` no mass), or
     ``max(0, p − q)`` normalised. Rows read in place draw in place (a :class:`TemperedRow` read with ``d``
