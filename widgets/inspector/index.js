@@ -12,6 +12,7 @@ import { hostOf } from "./host.js";
 import { fetchPlotly, getPlotly, installPlotly } from "./plotly.js";
 import { helloMessage, rewindToRound } from "./messages.js";
 import { planEvents, stateIsStale, unpackMessages } from "./protocol.js";
+import { seqAt } from "./seq.js";
 import { initialState, reduce } from "./state.js";
 import { adviceView } from "./views/advice.js";
 import { audienceView } from "./views/audience.js";
@@ -28,6 +29,7 @@ import { presetsView } from "./views/presets.js";
 import { rewindActions } from "./views/rewind_actions.js";
 import { statsView } from "./views/stats.js";
 import { streamView } from "./views/stream.js";
+import { treeView } from "./views/tree.js";
 
 /** Render an inspector into `el`; returns the cleanup function (also run when `el` is rendered again). */
 function render({ model, el }) {
@@ -55,6 +57,12 @@ function render({ model, el }) {
   const diagnosis = diagnosisView(send);
   const advice = adviceView(send);
   const batch = batchView(root); // a batched run's lanes: shown only when the stream holds batch steps
+  const tree = treeView(); // a round's draft tree: shown only when the stream holds tree rounds
+  stream.el.addEventListener("click", (e) => { // a token of a round: the tree card shows that round
+    const s = e.target.closest ? e.target.closest(".sv-tok[data-i]") : null;
+    const t = s ? seqAt(S.tokens, +s.dataset.i) : null;
+    if (t && t.status !== "prompt") tree.show(t.round);
+  });
   controls.toolbar.append(files.el);
   charts.kv.onPoint = (pt) => {
     const c = controls.config;
@@ -62,7 +70,7 @@ function render({ model, el }) {
   };
   root.append(header.el, audience.el, controls.toolbar, presets.el, notices.el,
     h("div", { class: "sv-top" }, stream.card, h("div", { class: "sv-side" }, stats.el, controls.card)),
-    batch.card, lanes.card, h("div", { class: "sv-workbench" }, diagnosis.card, advice.card), charts.el, detail.tip);
+    tree.card, batch.card, lanes.card, h("div", { class: "sv-workbench" }, diagnosis.card, advice.card), charts.el, detail.tip);
   el.append(root);
   if (document.body && document.body.dataset && document.body.dataset.jpThemeLight === "false") root.classList.add("sv-dark");
 
@@ -102,6 +110,7 @@ function render({ model, el }) {
     root.dataset.events = String(S.n);
     root.dataset.rounds = String(S.rounds.length);
     if (plan.reset || S.batch !== before.batch) batch.update(S);
+    if (plan.reset || S.trees !== before.trees) tree.update(S);
     stream.batchDone(S);
   }
 

@@ -7,7 +7,8 @@
 // state it is given; growing lists are append-only sequences (seq.js) shared between states.
 
 import { blockPositions } from "./block.js";
-import { EMPTY_SEQ, seqPush, seqSlice } from "./seq.js";
+import { EMPTY_SEQ, seqAt, seqPush, seqSlice } from "./seq.js";
+import { treeRound } from "./tree_specs.js";
 
 /** Token statuses, in the order of the legend ("kept": committed by a round a rewind cut inside). */
 export const TOKEN_STATUSES = ["prompt", "accepted", "bonus", "correction", "plain", "rejected", "kept"];
@@ -23,6 +24,7 @@ export function initialState(epoch = -1) {
     knobChanges: 0, // knobs_changed events seen
     tokens: EMPTY_SEQ, // every token of the stream in order: the prompt, then each round's
     rounds: EMPTY_SEQ, // one summary per completed round (see finishRound)
+    trees: EMPTY_SEQ, // the summaries of the rounds that verified a draft tree (their `tree`: tree_specs.js treeRound)
     cur: null, // the round being received: its events so far
     tel: null, // telemetry data after the last completed round
     finished: null, // the finished event
@@ -57,7 +59,7 @@ export function reduce(state, ev) {
     case "knobs_changed":
       return { ...s, strategy: ev.strategy || "", knobs: ev.knobs || {}, knobChanges: s.knobChanges + 1 };
     case "draft_proposed":
-      return { ...s, cur: { ...newRound(ev.round), draft: ev } };
+      return { ...s, cur: { ...newRound(ev.round), draft: ev, pending: ev.tree ? pendingToken(s.tokens) : null } };
     case "verified":
       return { ...s, cur: { ...roundOf(s.cur, ev), verified: ev } };
     case "accepted": {
@@ -123,7 +125,8 @@ function rewind(s, ev) {
   const tel = ev.telemetry || null;
   const drafting = rs.filter((r) => r.drafter);
   return {
-    ...s, tokens: seqPush(EMPTY_SEQ, toks), rounds: seqPush(EMPTY_SEQ, rs), cur: null, tel, hist, expSum, expN,
+    ...s, tokens: seqPush(EMPTY_SEQ, toks), rounds: seqPush(EMPTY_SEQ, rs), trees: seqPush(EMPTY_SEQ, rs.filter((r) => r.tree)),
+    cur: null, tel, hist, expSum, expN,
     memory: memorySummary(tel) || s.memory,
     lastDrafter: drafting.length ? drafting[drafting.length - 1].drafter : null,
     byDrafter: tel && tel.by_drafter ? tel.by_drafter : {},
@@ -205,6 +208,15 @@ export function cpuShare(tel) {
   const text = "CPU share " + Math.round(100 * tel.cpu_share) + "% of " + tel.n_threads + " thread" +
     (tel.n_threads === 1 ? "" : "s") + (busy ? ": the machine was busy" : "");
   return { share: tel.cpu_share, threads: tel.n_threads, busy, text };
+}
+
+// The token a round's draft continues (the newest committed one: rejected tokens of earlier rounds skipped).
+function pendingToken(tokens) {
+  for (let i = tokens.length - 1; i >= 0; i--) {
+    const t = seqAt(tokens, i);
+    if (t.status !== "rejected") return { token: t.id, piece: t.piece };
+  }
+  return null;
 }
 
 // The round an event belongs to: the current one, or a new one when the event starts another round.
@@ -291,12 +303,14 @@ function finishRound(s, c) {
     drafter: d && drafted > 0 ? d.drafter || s.strategy : null,
     // a block draft: its facts and the fate of each of its positions
     block: d && d.block ? { ...d.block, cells: blockPositions(d.block.positions || 0, drafted, accepted) } : null,
+    // a draft tree: its nodes' fates and places and the target's choices (null for a chain)
+    tree: d && d.tree ? treeRound(d, v, a, c.pending || null) : null,
   };
   const hist = s.hist.slice();
   hist[committed] = (hist[committed] || 0) + 1;
   const pos = tel && tel.per_position_acceptance;
   return {
-    ...s, cur: null, rounds: seqPush(s.rounds, [r]), hist,
+    ...s, cur: null, rounds: seqPush(s.rounds, [r]), trees: r.tree ? seqPush(s.trees, [r]) : s.trees, hist,
     lastDrafter: r.drafter || s.lastDrafter, byDrafter: tel && tel.by_drafter ? tel.by_drafter : s.byDrafter,
     posAcc: pos ? pos : s.posAcc, posTries: pos ? tel.per_position_tries || [] : s.posTries,
     hasDraftKV: s.hasDraftKV || r.draftKv.before != null,

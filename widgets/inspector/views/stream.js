@@ -90,6 +90,11 @@ export function streamView(detail, getState) {
         text: "⇢ " + info.drafter }));
     }
     if (info.drafter) roundEl.dataset.drafter = info.drafter;
+    if (info.tree) { // a draft tree: the stream shows its kept branch; the Draft tree card shows the tree
+      roundEl.classList.add("sv-treeround");
+      roundEl.dataset.tree = String(info.tree.width ?? (info.tree.branches || []).length);
+      roundEl.title = "a draft tree of " + roundEl.dataset.tree + " branches (its kept branch here): click a token to see the tree";
+    }
     const b = info.block;
     if (!b || !info.drafted) return;
     roundEl.classList.add("sv-blk");
@@ -130,7 +135,8 @@ export function streamView(detail, getState) {
         rejEl = null;
         const r = summaries.get(t.round);
         if (r) {
-          decorateRound(roundEl, { drafter: r.drafter, block: r.block, drafted: r.drafted, accepted: r.accepted }, previous, state.strategy);
+          decorateRound(roundEl, { drafter: r.drafter, block: r.block, drafted: r.drafted, accepted: r.accepted, tree: r.tree },
+            previous, state.strategy);
           if (r.drafter) previous = r.drafter;
         }
       }
@@ -183,7 +189,7 @@ export function streamView(detail, getState) {
         const d = state.cur && state.cur.round === ev.round ? state.cur.draft : null;
         const drafted = d ? (d.tokens || []).length : 0;
         if (d && drafted) {
-          decorateRound(w, { drafter: d.drafter || state.strategy, block: d.block, drafted, accepted: ev.n_accepted },
+          decorateRound(w, { drafter: d.drafter || state.strategy, block: d.block, drafted, accepted: ev.n_accepted, tree: d.tree },
             prev.lastDrafter, state.strategy);
         }
         wrap = { round: ev.round, el: w };
