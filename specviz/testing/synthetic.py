@@ -6,10 +6,12 @@ a :class:`~specviz.decoding.session.Session` publishes them, so the front-end se
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..decoding.draft_tree import ROOT, DraftTree
 from ..decoding.events import (
     Accepted,
     Alternative,
@@ -21,6 +23,7 @@ from ..decoding.events import (
     SessionStarted,
     TelemetryEvent,
     Verified,
+    event_from_dict,
 )
 
 _WORDS = [
@@ -94,6 +97,7 @@ class _Round:
     targets: list[tuple[int, str]] = field(default_factory=list)
     tprobs: list[float] = field(default_factory=list)
     verify_seconds: float = 0.0
+    rows: int | None = None  #: rows of the verify batch, when not the draft and its pending token (a tree's)
 
     @property
     def n_draft(self) -> int:
@@ -113,7 +117,7 @@ class _Round:
     @property
     def kv_peak(self) -> int:
         """The target cache's length right after the verify batch."""
-        return self.kv_before + self.n_draft + 1
+        return self.kv_before + (self.n_draft + 1 if self.rows is None else self.rows)
 
     @property
     def keep(self) -> int:
@@ -254,7 +258,7 @@ class _Stream:
             pieces=tuple(p for _, p in rd.targets),
             probs=tuple(rd.tprobs),
             seconds=rd.verify_seconds,
-            batch_size=rd.n_draft + 1,
+            batch_size=rd.n_draft + 1 if rd.rows is None else rd.rows,
             kv_before=rd.kv_before,
             kv_peak=rd.kv_peak,
             draft_kv_before=rd.kv_before if self.draft_model else None,
@@ -392,3 +396,158 @@ def _cost_policy_view(r: int, n_draft: int, n_acc: int) -> dict:
         "shadow_tries": r // 3,
         "shadow_hits": r // 6,
     }
+
+
+def synthetic_tree_rounds(
+    n_rounds: int = 8, *, seed: int = 0, tree_width: int = 3, draft_max: int = 4
+) -> list[list[dict]]:
+    """Event dictionaries grouped by round for the ``draft`` strategy drafting trees (issue 56), no model needed.
+
+    Group 0 holds ``SessionStarted``; each later group is one round. Rounds verify a draft tree of up to
+    ``tree_width`` branches (``DraftProposed.tree``, ``Verified.tree_choices``, ``Accepted.tree_path``; the
+    chain fields describe the kept branch, as a session publishes them), except every :data:`TREE_CHAIN_EVERY`-th
+    round, which drafts a chain (``tree`` None). The first rounds show each fate: round 1 accepts a side branch
+    to its leaf (a bonus), round 2 accepts nothing (every child of the pending token rejected), round 3 stops
+    inside the main line (a correction); later rounds pick a branch and a stop at random.
+    """
+    stream = _TreeStream(random.Random(seed), n_rounds, tree_width, draft_max)
+    groups = [[stream.session_started(512)]]
+    for _ in range(n_rounds):
+        groups.append(stream.next_round())
+    return groups
+
+
+#: Every how many rounds the synthetic tree session drafts a chain instead of a tree.
+TREE_CHAIN_EVERY = 4
+
+
+class _TreeStream(_Stream):
+    """A synthetic session of the ``draft`` strategy with ``tree_width`` over one: the chain rounds are
+    :class:`_Stream`'s, the tree rounds are drafted and verified here (the target's walk down the tree)."""
+
+    def __init__(self, rng: random.Random, n_rounds: int, tree_width: int, draft_max: int) -> None:
+        super().__init__(rng, 10_000, draft_max, True, "the tree of the")
+        self.knobs.update(tree_width=tree_width, p_split=0.1)
+        self.width = tree_width
+        self.n_rounds = n_rounds
+        self.tree_rounds = self.max_branches = self.nodes_verified = 0
+
+    def next_round(self) -> list[dict]:
+        """The events of the next round: a tree round, or a chain round every :data:`TREE_CHAIN_EVERY`-th."""
+        self.r += 1
+        if self.r % TREE_CHAIN_EVERY == 0:
+            rd = self.draft()
+            while rd.n_draft == 0:  # a chain round that drafted, so the view has a chain to show
+                rd = self.draft()
+            self.verify(rd)
+            g = [self.draft_proposed(rd), self.verified(rd), self.accepted_event(rd)]
+            if rd.n_acc < rd.n_draft:
+                g.append(self.rejected(rd))
+            return self.close_round(rd, g)
+        return self.tree_round()
+
+    def grow(self) -> tuple[DraftTree, list[str]]:
+        """A tree: the main line ``draft_max`` deep, then side branches forking off it (distinct siblings)."""
+        rng, depth = self.rng, self.knobs["draft_max"]
+        tree, pieces = DraftTree(), []
+
+        def add(parent: int, prob: float) -> int:
+            taken = {tree.tokens[c] for c in tree.children(parent)}
+            t, p = self.tok()
+            while t in taken:
+                t, p = self.tok()
+            pieces.append(p)
+            return tree.add(t, parent, round(prob, 3))
+
+        main = [ROOT]
+        for _ in range(depth):
+            main.append(add(main[-1], rng.uniform(0.5, 0.95)))
+        for _ in range(self.width - 1):
+            node = rng.choice(main[:-1])
+            for _ in range(rng.randint(1, depth - tree.depth(node))):
+                node = add(node, rng.uniform(0.11, 0.45))
+        return tree, pieces
+
+    def walk(self, tree: DraftTree) -> list[int]:
+        """The accepted path: the scripted fates first (see :func:`synthetic_tree_rounds`), then at random."""
+        branches, rng = tree.branches, self.rng
+        if self.r == 1 and len(branches) > 1:
+            return branches[1]
+        if self.r == 2:
+            return []
+        if self.r == 3:
+            return branches[0][: max(1, len(branches[0]) // 2)]
+        b = rng.choice(branches)
+        return b[: rng.randint(0, len(b))]
+
+    def tree_round(self) -> list[dict]:
+        """Draft a tree, walk the target down it and publish the round with the kept branch as its chain."""
+        rng = self.rng
+        tree, pieces = self.grow()
+        path = self.walk(tree)
+        last = path[-1] if path else ROOT
+        kept = tree.branches[tree.branch_through(last)]
+        refused = {tree.tokens[c] for c in tree.children(last)}
+        final = self.tok()
+        while final[0] in refused:
+            final = self.tok()
+        k = len(path)
+        rd = self.draft()
+        rd.draft = [(tree.tokens[i], pieces[i]) for i in kept]
+        rd.dprobs = [float(tree.probs[i] or 0.0) for i in kept]
+        rd.n_acc = k
+        rd.targets = [rd.draft[j] for j in range(k)] + [final] + [self.tok() for _ in range(len(kept) - k)]
+        rd.tprobs = [round(rng.uniform(0.3, 0.99), 3) for _ in rd.targets]
+        rd.rows = len(tree) + 1
+        rd.verify_seconds = 0.018 + 0.004 * rd.rows + rng.uniform(0, 0.004)
+        choices = tuple(self.choice(tree, pieces, path, j, rd) for j in range(k + 1))
+        g = [
+            _with(self.draft_proposed(rd), tree={**tree.to_dict(), "pieces": pieces}),
+            _with(self.verified(rd), tree_choices=choices),
+            _with(self.accepted_event(rd), tree_path=tuple(path)),
+        ]
+        if k < len(kept):
+            g.append(self.rejected(rd))
+        self.tree_rounds += 1
+        self.max_branches = max(self.max_branches, tree.width)
+        self.nodes_verified += len(tree)
+        return self.close_round(rd, g)
+
+    def choice(self, tree: DraftTree, pieces: list[str], path: list[int], j: int, rd: _Round) -> dict:
+        """The target's choice at the ``j``-th row read along ``path``: its token, then the tree's children
+        there and other tokens as its alternatives, best first."""
+        token, piece = rd.targets[j]
+        prob = rd.tprobs[j]
+        at = tree.children(path[j - 1] if j else ROOT)
+        alts: list[list[Any]] = [[token, piece, prob]]
+        rest = 1.0 - prob
+        for c in at:
+            if tree.tokens[c] != token:
+                alts.append([tree.tokens[c], pieces[c], round(rest * self.rng.uniform(0.1, 0.5), 3)])
+        while len(alts) < 5:
+            t, p = self.tok()
+            if all(a[0] != t for a in alts):
+                alts.append([t, p, round(rest * self.rng.uniform(0.0, 0.1), 3)])
+        alts[1:] = sorted(alts[1:], key=lambda a: -a[2])
+        return {"token": token, "piece": piece, "prob": prob, "alternatives": alts}
+
+    def close_round(self, rd: _Round, g: list[dict]) -> list[dict]:
+        """The round's rollbacks and telemetry (with the tree figures), and the finish after the last round."""
+        g += self.rollbacks(rd)
+        self.count(rd)
+        tel = self.telemetry(rd)
+        tel["data"]["tree"] = {
+            "rounds_with_branches": self.tree_rounds,
+            "max_branches": self.max_branches,
+            "nodes_verified": self.nodes_verified,
+        }
+        g.append(tel)
+        if self.r >= self.n_rounds:
+            g.append(Finished(self.r, reason="max_tokens", n_generated=self.n_gen).to_dict())
+        return g
+
+
+def _with(d: dict, **fields: Any) -> dict:
+    """Event dictionary ``d`` with ``fields`` set, rebuilt through its dataclass (a field it lacks raises)."""
+    ev = event_from_dict(d)
+    return dataclasses.replace(ev, **fields).to_dict()
