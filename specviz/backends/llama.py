@@ -24,8 +24,24 @@ from .binding import c_function_address, ensure_backend, llama_lib
 from .context_base import ContextBase, keeps_an_output_row
 from .context_settings import FLASH_ATTN_TYPE, GGML_TYPE, ContextSettings, head_sizes
 from .gguf_check import check_gguf
-from .memory import DEFAULT_N_RS_SEQ, ContextMemory, Cut, memory_kind, probe_memory, sequence_cut_refusal
-from .sequences import MAX_SEQUENCES, MultiSequenceBatch, SequenceBatch, SequenceTokens, plan_batch
+from .memory import (
+    DEFAULT_N_RS_SEQ,
+    ContextMemory,
+    Cut,
+    memory_kind,
+    probe_memory,
+    sequence_cut_refusal,
+    tree_refusal,
+)
+from .sequences import (
+    MAX_SEQUENCES,
+    MultiSequenceBatch,
+    SequenceBatch,
+    SequenceTokens,
+    TreeBatch,
+    plan_batch,
+    plan_tree,
+)
 
 #: Cells of the throwaway context :class:`LlamaContext` measures its memory in (the cost of one cell does
 #: not depend on how many there are; the probe fills two).
@@ -601,9 +617,8 @@ class LlamaContext(ContextBase):
         plan = plan_batch(
             parts, n_seq_max=self.n_seq_max, n_ctx_seq=self.n_ctx_seq, n_batch=cap.n_batch, seq_len=self.seq_len
         )
-        if self._seq_batch is None:
-            self._seq_batch = MultiSequenceBatch(llama_lib(), cap.n_batch, self.n_seq_max)
-        self._seq_batch.fill(plan, self._keeps_a_row)
+        seq_batch = self._multi_batch()
+        seq_batch.fill(plan, self._keeps_a_row)
         spans = tuple(span for _, span in plan)
         if self.before_eval is not None:
             self.before_eval()
@@ -612,7 +627,7 @@ class LlamaContext(ContextBase):
         zero = next((sp for sp in spans if sp.seq == 0), None)
         self.last_batch = (zero.start, zero.n) if zero is not None else (0, 0)
         self._sequences = None
-        rc = self._decode(llama_lib().llama_decode, self._ctx, self._seq_batch.batch)
+        rc = self._decode(llama_lib().llama_decode, self._ctx, seq_batch.batch)
         if rc != 0:
             raise ContextError(
                 f"llama_decode failed with code {rc} for {sum(sp.n for sp in spans)} tokens of sequences "
@@ -660,6 +675,123 @@ class LlamaContext(ContextBase):
         if not llama_lib().llama_memory_seq_rm(self._mem, seq, int(n_keep), -1):
             raise ContextError(f"llama.cpp refused to remove sequence {seq}'s cache tail from position {n_keep}")
         return Cut("truncate", held, int(n_keep), time.perf_counter() - t0)
+
+    # -- a draft tree's verify (rows in several sequences at once; a unified cache) -------------------------
+    def _seq_pos_min(self, seq: int) -> int:
+        """Sequence ``seq``'s smallest cached position (-1 when it holds none)."""
+        return int(llama_lib().llama_memory_seq_pos_min(self._mem, seq))
+
+    def share_prefix(self, n: int) -> None:
+        """Give sequences ``1 … n - 1`` every cell of sequence 0 (each cleared first), so that each branch of a
+        draft tree continues the same prefix, as ``examples/speculative`` shares the target's prompt before its
+        verify batch. Needs a unified cache (``kv_unified=True``): there the cells only gain ids, while with a
+        stream per sequence llama.cpp would copy the whole prefix into each sequence's stream. Refused
+        (:class:`~specviz.errors.SequenceError`, nothing changed): ``n`` outside ``1 … n_seq_max``, or a split
+        cache for ``n > 1``. ``n = 1`` does nothing."""
+        if not isinstance(n, (int, np.integer)) or isinstance(n, bool) or not 1 <= n <= self.n_seq_max:
+            raise SequenceError(f"share_prefix needs 1..{self.n_seq_max} sequences (n_seq_max), got {n!r}")
+        if n > 1 and not self.kv_unified:
+            raise SequenceError(
+                f"sharing sequence 0's prefix with {n - 1} more sequences needs a unified cache: this context gives "
+                "each sequence its own stream, where llama.cpp would copy the whole prefix into each; open it with "
+                "kv_unified=True"
+            )
+        lib = llama_lib()
+        for s in range(1, int(n)):
+            lib.llama_memory_seq_rm(self._mem, s, -1, -1)
+            lib.llama_memory_seq_cp(self._mem, 0, s, -1, -1)
+
+    def eval_tree(self, rows: Iterable[object], keep: str | Sequence[int] = "all") -> TreeBatch:
+        """Evaluate a draft tree's verify batch in one decode: row ``i`` is ``(token, position, seqs)`` (a tuple or
+        an object with those fields, such as a draft tree's ``TreeRow``) and belongs to every sequence in
+        ``seqs``, the branches through its node; ``keep`` picks the rows whose logits are kept (``"all"``,
+        ``"last"``, ``"none"`` or row indexes), which :meth:`row` reads by batch index until the next decode.
+
+        A row sees the cells of its sequences only, so each node is computed after its own ancestors and none
+        of its siblings (the batch's tree attention mask, with no new kernel). Refused before llama.cpp sees it
+        (:class:`~specviz.errors.SequenceError`, nothing changed; :func:`~specviz.backends.sequences.plan_tree`
+        lists the checks): ids outside ``0 … n_seq_max - 1``, a sequence's rows not continuing its cache at
+        consecutive positions in batch order, more rows than ``n_batch``, a row in several sequences in a split
+        cache. A decode llama.cpp refuses raises :class:`~specviz.errors.ContextError` and leaves every sequence
+        as it was (the cells of micro-batches it completed are removed again)."""
+        plan = plan_tree(
+            rows,
+            keep,
+            n_seq_max=self.n_seq_max,
+            n_ctx_seq=self.n_ctx_seq,
+            n_batch=self.capacity.n_batch,
+            n_vocab=self._n_vocab,
+            unified=self.kv_unified or self.n_seq_max == 1,
+            seq_len=self.seq_len,
+            seq_pos_min=self._seq_pos_min,
+        )
+        batch = self._multi_batch()
+        batch.fill_tree(plan, self._keeps_a_row)
+        if self.before_eval is not None:
+            self.before_eval()
+        self.eval_count += 1
+        # sequence 0's part, for the memory's rules (ContextMemory reads the last batch of sequence 0)
+        at = plan.sequences.index(0) if 0 in plan.sequences else None
+        self.last_batch = (plan.starts[at], plan.ends[at] - plan.starts[at]) if at is not None else (0, 0)
+        self._sequences = None
+        self._out_rows = []
+        rc = self._decode(llama_lib().llama_decode, self._ctx, batch.batch)
+        if rc != 0:
+            for s, start in zip(plan.sequences, plan.starts):  # llama.cpp removes only its failed micro-batch
+                llama_lib().llama_memory_seq_rm(self._mem, s, start, -1)
+            raise ContextError(
+                f"llama_decode failed with code {rc} for a tree of {len(plan.tokens)} rows in sequences "
+                f"{list(plan.sequences)}" + (" (no free KV slot: the context is full)" if rc == 1 else "")
+            )
+        self._out_rows = list(plan.kept)
+        return TreeBatch(len(plan.tokens), plan.kept, plan.sequences, plan.starts, plan.ends, self.eval_count)
+
+    def keep_branch(self, seq: int, n_keep: int) -> Cut:
+        """After a tree's verify: keep sequence ``seq``'s first ``n_keep`` positions as sequence 0 and drop every
+        other cell, so the cache holds positions ``0 … n_keep - 1`` in sequence 0 alone, exactly as a chain's
+        round leaves it (``seq``'s tail removed, every other sequence cleared, ``seq``'s cells moved to 0).
+        Returns a :class:`~specviz.backends.memory.Cut` from ``seq``'s length to the kept one: path ``branch``
+        where cells moved, ``truncate`` when ``seq`` is 0. Refused (:class:`~specviz.errors.SequenceError`,
+        nothing changed): a bad ``seq`` or ``n_keep``, memory that cannot hold a tree
+        (:func:`~specviz.backends.memory.tree_refusal`)."""
+        self._check_seq(seq)
+        kind = self.memory.info.kind
+        why = tree_refusal(kind)
+        if why is not None:
+            raise SequenceError(f"no tree branch can be kept: {why}", kind=kind)
+        if not isinstance(n_keep, (int, np.integer)) or isinstance(n_keep, bool) or n_keep < 0:
+            raise SequenceError(f"n_keep must be an integer >= 0, got {n_keep!r}")
+        t0 = time.perf_counter()
+        lib, mem = llama_lib(), self._mem
+        held = self.seq_len(seq)
+        if n_keep < held:
+            lib.llama_memory_seq_rm(mem, seq, int(n_keep), -1)
+        self._drop_all_but(seq)
+        if seq != 0:
+            lib.llama_memory_seq_cp(mem, seq, 0, -1, -1)  # the whole range: a split cache copies whole streams
+            lib.llama_memory_seq_rm(mem, seq, -1, -1)
+            self.memory.forget()
+        else:
+            self.memory.forget(above=int(n_keep))
+        return Cut("truncate" if seq == 0 else "branch", held, min(int(n_keep), held), time.perf_counter() - t0)
+
+    def _drop_all_but(self, seq: int) -> None:
+        """Remove every cell of every sequence but ``seq``: one ``seq_keep`` in a unified cache (it drops the
+        other ids from shared cells too), each other sequence's stream cleared in a split one (where
+        ``seq_keep`` reaches ``seq``'s stream only)."""
+        lib = llama_lib()
+        if self.kv_unified or self.n_seq_max == 1:
+            lib.llama_memory_seq_keep(self._mem, seq)
+            return
+        for s in range(self.n_seq_max):
+            if s != seq:
+                lib.llama_memory_seq_rm(self._mem, s, -1, -1)
+
+    def _multi_batch(self) -> MultiSequenceBatch:
+        """The batch of :meth:`eval_sequences` and :meth:`eval_tree`, made at its first use."""
+        if self._seq_batch is None:
+            self._seq_batch = MultiSequenceBatch(llama_lib(), self.capacity.n_batch, self.n_seq_max)
+        return self._seq_batch
 
     def clear_sequence(self, seq: int) -> None:
         """Drop every position of sequence ``seq`` (a finished request's slot, free for the next), on every

@@ -92,6 +92,7 @@ __all__ = [
     "memory_kind",
     "SEQUENCE_CUT_KINDS",
     "sequence_cut_refusal",
+    "tree_refusal",
     "ring_cells",
     "ring_draft_limit",
     "ring_covers",
@@ -268,6 +269,26 @@ def sequence_cut_refusal(kind: str) -> str | None:
     )
 
 
+def tree_refusal(kind: str) -> str | None:
+    """Why a draft tree (more than one branch) cannot be verified in a target (or drafted in a draft model) whose
+    memory is ``kind`` (None when it can: :data:`SEQUENCE_CUT_KINDS`), with what to do instead. A tree verifies
+    each branch as a sequence of one context and keeps one branch afterwards, dropping the others' cells: the
+    memory must hold several sequences and drop one of them alone."""
+    if kind in SEQUENCE_CUT_KINDS:
+        return None
+    if kind == "ring":
+        return (
+            "a draft tree verifies its branches as sequences of one context, and the ring-sized sliding-window "
+            "cache (swa_full=False) tracks what it holds for one sequence only; use the full-size cache "
+            "(swa_full=True: leave out --swa-ring) or a chain (--tree-width 1)"
+        )
+    return (
+        "a draft tree verifies its branches as sequences of one context and then drops every branch but the "
+        f"accepted one, but {kind} memory keeps one state per sequence that llama.cpp cannot cut back by "
+        "position; draft a chain (--tree-width 1)"
+    )
+
+
 def probe_memory(
     model: MemoryModel,
     ctx_ptr: Any,
@@ -401,9 +422,10 @@ class Cut:
 
     ``path``: ``truncate`` (llama_memory_seq_rm of an attention tail), ``partial`` (seq_rm within the
     recurrent snapshots), ``checkpoint`` (the saved state at ``mark_pos`` restored, then ``reapplied``
-    tokens evaluated again) or ``reprefill`` (no saved state at or before ``to_pos``: the cache cleared
-    and every kept token evaluated again). ``nbytes`` is the restored state's size, ``seconds`` the time
-    the cut took (restore and re-apply included).
+    tokens evaluated again), ``reprefill`` (no saved state at or before ``to_pos``: the cache cleared
+    and every kept token evaluated again) or ``branch`` (a draft tree's kept branch moved to sequence 0,
+    every other branch's cells dropped: :meth:`~specviz.backends.llama.LlamaContext.keep_branch`). ``nbytes``
+    is the restored state's size, ``seconds`` the time the cut took (restore and re-apply included).
     """
 
     path: str
