@@ -116,13 +116,14 @@ bench-native: install llama-tools
 
 # docs/screenshots/, regenerated on purpose. The browser tests that take the pictures write them to
 # build/screenshots/ (git-ignored; `make test` leaves the tracked tree as it was); this target runs them
-# (CI=true: a missing chromium fails instead of skipping), copies the nine pictures over, and takes the
+# (CI=true: a missing chromium fails instead of skipping), copies the ten pictures over, and takes the
 # sweep report's picture from a fresh local sweep. SCREENSHOTS_OUT=DIR writes them elsewhere.
 SCREENSHOT_TESTS := tests/test_browser_panel.py tests/test_browser_workbench.py \
-                    tests/test_browser_jupyterlab.py tests/test_browser_jupyterlab_workbench.py
+                    tests/test_browser_jupyterlab.py tests/test_browser_jupyterlab_workbench.py \
+                    tests/test_browser_tree.py
 SCREENSHOT_FILES := panel_inspector.png panel_live_tiny_model.png panel_replay.png panel_workbench.png \
                     panel_workbench_tiny_model.png jupyterlab_inspector.png jupyterlab_quickstart.png \
-                    jupyterlab_workbench.png jupyterlab_workbench_tiny_model.png
+                    jupyterlab_workbench.png jupyterlab_workbench_tiny_model.png draft_tree.png
 SHOTS            := build/screenshots
 SCREENSHOTS_OUT  ?= docs/screenshots
 
