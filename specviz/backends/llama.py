@@ -802,5 +802,22 @@ class LlamaContext(ContextBase):
         if seq == 0:
             self.memory.forget()
 
+    def copy_sequence(self, src: int, dst: int) -> None:
+        """Give sequence ``dst`` every cell of sequence ``src`` (``dst`` cleared first): a draft tree's new branch
+        continues from its parent's cache. In a unified cache the cells gain an id and nothing is copied; with a
+        stream per sequence llama.cpp copies them. Memory that cannot cut one sequence alone is refused
+        (:class:`~specviz.errors.SequenceError`), as are bad ids; nothing changes then."""
+        self._check_seq(src)
+        self._check_seq(dst)
+        kind = self.memory.info.kind
+        why = sequence_cut_refusal(kind)
+        if why is not None:
+            raise SequenceError(f"sequence {src} cannot be copied to {dst}: {why}", kind=kind)
+        if src == dst:
+            return
+        lib = llama_lib()
+        lib.llama_memory_seq_rm(self._mem, dst, -1, -1)
+        lib.llama_memory_seq_cp(self._mem, src, dst, -1, -1)
+
     def _free_batch(self) -> None:
         llama_lib().llama_batch_free(self._batch)

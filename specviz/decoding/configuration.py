@@ -50,12 +50,32 @@ def check_config(
     why = rollback_refusal(ctx.memory.info) if cls.drafts else None
     if why is not None:
         raise RollbackUnavailableError(f"strategy {strategy!r} cannot run: {why}")
+    check_tree(ctx, cfg)
     if cls.needs_model:  # load and check now, so nothing fails at the boundary
         path = cfg.get("draft_model") or ""
         model = draft_models.get(path) if path or not cls.draft_model_optional else None
         if (hooks := context_class(cls)) is not None:
             hooks.check_models(cfg, ctx, model)
     return cfg
+
+
+def check_tree(ctx: object, cfg: dict[str, Any]) -> None:
+    """Refuse a draft tree (``tree_width`` > 1) the target's context cannot verify: each branch is one of its
+    sequences, sharing the prefix's cells, so it needs a unified cache of at least ``tree_width`` sequences (a
+    request of a batched run has one sequence of a shared context: no tree)."""
+    width = int(cfg.get("tree_width", 1))
+    if width <= 1:
+        return
+    n_seq = ctx.n_seq_max if isinstance(ctx, LlamaContext) and ctx.kv_unified else 1
+    if width > n_seq:
+        raise KnobError(
+            f"knob 'tree_width': a tree of {width} branches needs {width} sequences in the target's context, which "
+            f"has {n_seq}; open the session with n_seq_max={width} (Session(n_seq_max=...); the CLI's "
+            "--tree-width opens it so), or set tree_width <= "
+            f"{n_seq}" + ("" if isinstance(ctx, LlamaContext) else " (a batched run's requests draft chains)"),
+            knob="tree_width",
+            value=width,
+        )
 
 
 def next_config(

@@ -42,11 +42,13 @@ from ..strategies.context_drafter import context_hooks
 from .acceptor import Verdict, accept
 from .budget import Budget
 from .constrained import GrammarState
+from .draft_tree import DraftTree
 from .events import Event, Round
 from .rowscan import ContextRows, RowSource, top_two
 from .sampling import SamplingParams
 from .tempered import Dist
 from .tiling import aligned_length
+from .tree_acceptor import RowChoice, TreeVerdict, accept_tree, branch_rows
 
 
 @dataclass
@@ -75,6 +77,10 @@ class RoundResult:
     Under a grammar, ``forced`` holds the indexes in ``committed`` of the tokens the grammar forced (the only
     token it allowed there) and ``grammar_forbidden`` whether it forbade the first rejected draft token
     (None: no grammar, or nothing rejected).
+    A round that verified a draft tree (:mod:`specviz.decoding.draft_tree`) has it in ``tree``; ``draft`` and
+    ``draft_probs`` then hold the kept branch (the one through the accepted nodes, ``tree_path``),
+    ``batch_size`` counts every node, and ``tree_choices`` holds the target's choice at each row read along the
+    path (:class:`~specviz.decoding.tree_acceptor.TreeVerdict`'s ``choices``).
     ``round_seconds`` is the round's wall time and ``cpu_seconds`` the process's CPU time over the same span
     (every thread's, llama.cpp's included: ``time.process_time``); ``n_threads`` the threads the target's
     context was given (:func:`~specviz.decoding.telemetry.cpu_share` relates the three).
@@ -113,6 +119,9 @@ class RoundResult:
     prefilled: bool = False
     forced: list[int] = field(default_factory=list)
     grammar_forbidden: bool | None = None
+    tree: DraftTree | None = None
+    tree_path: list[int] = field(default_factory=list)
+    tree_choices: list[RowChoice] = field(default_factory=list)
 
 
 def run_round(
@@ -154,7 +163,17 @@ def run_round(
     A verify batch llama.cpp refuses raises :class:`~specviz.errors.ContextError` with the target's
     cache left as before the round.
     """
-    pending = begin_round(index, ctx, drafter, history, budget, draft_min=draft_min, tile=tile, prefilled=prefilled)
+    pending = begin_round(
+        index,
+        ctx,
+        drafter,
+        history,
+        budget,
+        draft_min=draft_min,
+        tile=tile,
+        prefilled=prefilled,
+        chains_only=grammar is not None,
+    )
     rows, row, verify_started = verify_alone(ctx, pending, history)
     return finish_round(
         pending,
@@ -181,7 +200,16 @@ def verify_alone(
     the verify began. A batch llama.cpp refuses raises :class:`~specviz.errors.ContextError` with the cache cut
     back to where it was before the round."""
     t1 = time.perf_counter()
-    if not pending.prefilled:
+    tree = pending.drafted.tree
+    if tree is not None:
+        # every branch is a sequence: the prefix's cells are shared with each, then one decode of every node
+        ctx.share_prefix(tree.width)
+        try:
+            ctx.eval_tree(tree.batch_layout(pending.pending_token, pending.n_past))
+        except ContextError:
+            ctx.keep_branch(0, pending.n_past)
+            raise
+    elif not pending.prefilled:
         try:
             ctx.eval(pending.batch, pending.n_past, rows="all")
         except ContextError:
@@ -251,14 +279,18 @@ def begin_round(
     draft_min: int = 0,
     tile: int = 1,
     prefilled: bool = False,
+    chains_only: bool = False,
 ) -> PendingRound:
     """Steps 1 and the start of 2: draft (none after a whole-prompt prefill: llama-server samples its first token
-    undrafted), and the checkpoint before the verify where the memory needs one (``ctx.memory``)."""
+    undrafted), and the checkpoint before the verify where the memory needs one (``ctx.memory``).
+    ``chains_only`` (a generation under a grammar, whose rows are constrained along one path): a draft tree is
+    verified as its main line, branch 0, a chain the drafter proposed as any chain (its first child at each
+    node is the draft's best, or a draw from the draft distribution)."""
     t_round, cpu_round = time.perf_counter(), time.process_time()
     # 1. draft
-    d = _draft(drafter, history, budget, draft_min, tile, prefilled)
+    d = _draft(drafter, history, budget, draft_min, tile, prefilled, chains_only)
     # 2. verify: a checkpoint first where the memory needs one; the batch is evaluated by the caller
-    checkpoint = ctx.memory.checkpoint_for(len(d.tokens))
+    checkpoint = ctx.memory.checkpoint_for(len(d.tree) if d.tree is not None else len(d.tokens))
     return PendingRound(
         index=index,
         position=len(history),
@@ -295,7 +327,14 @@ def finish_round(
     d, tokens, n_past, position = pending.drafted, pending.tokens, pending.n_past, pending.position
     # 3. accept
     forbidden: bool | None = None
-    if grammar is None:
+    kept: TreeVerdict | None = None
+    if d.tree is not None:  # grammars are refused with trees at configure
+        kept = accept_tree(d.tree, rows, params, rng)
+        nodes = d.tree.branches[kept.branch]
+        tokens = [d.tree.tokens[i] for i in nodes]
+        verdict = kept.verdict
+        row = branch_rows(row, d.tree, kept.branch)
+    elif grammar is None:
         verdict = accept(tokens, rows, params, rng, d.dists)
     else:  # where no token is allowed it raises, the cache cut back first (a prefilled round evaluated nothing)
         checked = pending.prefilled or ctx
@@ -312,9 +351,13 @@ def finish_round(
     forced = grammar.advance(committed, mark=True) if grammar is not None else []
 
     # 5. roll back: keep the accepted prefix, the pending token stays out of the cache
-    kv_peak = n_past + 1 + len(tokens)
+    n_rows = 1 + (len(d.tree) if d.tree is not None else len(tokens))
+    kv_peak = n_past + n_rows
     kv_after = len(history) - 1
-    rollback = ctx.memory.cut(kv_after, history) if kv_peak > kv_after else None
+    if kept is not None:  # every other branch's cells go too, and the kept one becomes sequence 0 again
+        rollback: Cut | None = ctx.keep_branch(kept.branch, kv_after)
+    else:
+        rollback = ctx.memory.cut(kv_after, history) if kv_peak > kv_after else None
     hooks = context_hooks(drafter)
     draft_rollbacks = hooks.sync(history) if hooks is not None else []
     if tokens:  # only verified drafts are reported back (a dropped draft was never tested)
@@ -326,14 +369,14 @@ def finish_round(
         position=position,
         budget=pending.budget,
         draft=tokens,
-        draft_probs=d.probs,
+        draft_probs=d.probs if kept is None else [d.tree.probs[i] for i in nodes],  # type: ignore[union-attr]
         draft_reason=d.reason,
         draft_seconds=d.seconds,
         verdict=verdict,
         committed=committed,
         n_accepted=n_accepted,
         finish=finish,
-        batch_size=1 + len(tokens),
+        batch_size=n_rows,
         verify_seconds=verify_seconds,
         kv_before=n_past,
         kv_peak=kv_peak,
@@ -355,6 +398,9 @@ def finish_round(
         prefilled=pending.prefilled,
         forced=forced,
         grammar_forbidden=forbidden,
+        tree=d.tree,
+        tree_path=list(kept.path) if kept is not None else [],
+        tree_choices=list(kept.choices) if kept is not None else [],
     )
 
 
@@ -415,10 +461,17 @@ class _Drafted:
     drafter: str
     block: dict | None
     alternatives: list[list[int]]
+    tree: DraftTree | None = None
 
 
 def _draft(
-    drafter: Drafter, history: list[int], budget: Budget, draft_min: int, tile: int, prefilled: bool
+    drafter: Drafter,
+    history: list[int],
+    budget: Budget,
+    draft_min: int,
+    tile: int,
+    prefilled: bool,
+    chains_only: bool = False,
 ) -> _Drafted:
     """Step 1: the drafter's proposal, cut to suit the verify tile and dropped below ``draft_min``; in a round
     the policy kept plain, the drafter's side-effect-free prediction (``shadow``, free evidence for the policy)."""
@@ -434,11 +487,16 @@ def _draft(
     # leftover rows would cost more than the tokens they could add (on the embedded model, a 7-row verify
     # 56 ms, 8 rows 49). The drafter hears only how many were accepted, as when llama-server truncates a
     # draft to its n_draft_max after drafting.
-    keep = aligned_length(len(tokens), tile, draft_min)
-    if keep < len(tokens):
-        tokens, reason = tokens[:keep], "tile"
-    if tokens and len(tokens) < draft_min:  # llama.cpp drops a draft shorter than --spec-draft-n-min
-        tokens, reason = [], "below-min"
+    tree = None if chains_only else proposal.tree
+    if tree is not None:  # a tree's rows are its nodes: not cut to a tile (a cut could split a level)
+        if len(tree) < draft_min:
+            tokens, reason, tree = [], "below-min", None
+    else:
+        keep = aligned_length(len(tokens), tile, draft_min)
+        if keep < len(tokens):
+            tokens, reason = tokens[:keep], "tile"
+        if tokens and len(tokens) < draft_min:  # llama.cpp drops a draft shorter than --spec-draft-n-min
+            tokens, reason = [], "below-min"
     probs: list[float | None] = (
         list(proposal.probs[: len(tokens)]) if proposal.probs is not None else [None] * len(tokens)
     )
@@ -450,7 +508,7 @@ def _draft(
     name = proposal.drafter or drafter.name
     alternatives = [list(a) for a in (proposal.alternatives or [])[: len(tokens)]]
     return _Drafted(
-        tokens, probs, reason, dists, seconds, kv_before, kv_peak, shadow, name, proposal.block, alternatives
+        tokens, probs, reason, dists, seconds, kv_before, kv_peak, shadow, name, proposal.block, alternatives, tree
     )
 
 

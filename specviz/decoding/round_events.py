@@ -56,6 +56,30 @@ def _rollback_event(i: int, context: str, from_pos: int, to_pos: int, cut: Cut |
     )
 
 
+def _tree_data(r: RoundResult, pieces: Callable[[Sequence[int]], list[str]]) -> dict | None:
+    """``DraftProposed.tree``: the round's draft tree as plain data with its token texts (None for a chain)."""
+    if r.tree is None:
+        return None
+    return {**r.tree.to_dict(), "pieces": pieces(r.tree.tokens)}
+
+
+def _tree_choices(r: RoundResult, pieces: Callable[[Sequence[int]], list[str]]) -> tuple:
+    """``Verified.tree_choices``: the target's choice and alternatives at each row read along a tree's path."""
+    out = []
+    for c in r.tree_choices:
+        alts = [(int(t), float(p)) for t, p in c.alternatives]
+        texts = pieces([c.token, *(t for t, _ in alts)])
+        out.append(
+            {
+                "token": int(c.token),
+                "piece": texts[0],
+                "prob": float(c.prob),
+                "alternatives": [[t, s, p] for (t, p), s in zip(alts, texts[1:])],
+            }
+        )
+    return tuple(out)
+
+
 def round_events(r: RoundResult, pieces: Callable[[Sequence[int]], list[str]], *, policy: str) -> list[Event]:
     """The events describing round ``r``; ``pieces(ids)`` renders token texts, ``policy`` names the
     drafting policy in force."""
@@ -79,6 +103,7 @@ def round_events(r: RoundResult, pieces: Callable[[Sequence[int]], list[str]], *
             drafter=r.drafter,
             block=r.block,
             alternatives=tuple(tuple(a) for a in r.draft_alternatives),
+            tree=_tree_data(r, pieces),
         ),
     ]
     draft_cuts = [x for x in r.draft_memory if isinstance(x, Cut)]
@@ -100,6 +125,7 @@ def round_events(r: RoundResult, pieces: Callable[[Sequence[int]], list[str]], *
             round_seconds=r.round_seconds,
             cpu_seconds=r.cpu_seconds,
             n_threads=r.n_threads,
+            tree_choices=_tree_choices(r, pieces),
         ),
     ]
     committed = r.committed
@@ -121,6 +147,7 @@ def round_events(r: RoundResult, pieces: Callable[[Sequence[int]], list[str]], *
             bonus_kind=kind if has_final else None,
             position=r.position,
             forced=tuple(r.forced),
+            tree_path=tuple(r.tree_path),
         )
     )
     if v.n_accepted < len(r.draft):

@@ -63,7 +63,9 @@ class Session:
     evaluated (``"all-but-last"`` as speculative-simple, ``"whole"`` as llama-server). Each is described, and
     checked before the model loads, in :mod:`specviz.decoding.target_setup`; :attr:`settings` holds them.
     ``context``, instead of a context of the session's own, is one opened for it with those settings (``model``
-    unused): one request's sequence of a batched run (:mod:`specviz.decoding.batch`).
+    unused): one request's sequence of a batched run (:mod:`specviz.decoding.batch`). ``n_seq_max`` opens the
+    target's context for that many sequences in one unified cache: a draft tree (a strategy's ``tree_width``)
+    verifies each branch as one of them, so a tree needs ``n_seq_max >= tree_width``.
     """
 
     def __init__(
@@ -82,12 +84,13 @@ class Session:
         prefill: str = "all-but-last",
         n_gpu_layers: int | None = None,
         context: LlamaContext | None = None,
+        n_seq_max: int = 1,
     ) -> None:
         # only what lives as long as the session is held here: a generation's state is self.generation
         self._prefill = check_prefill(prefill)
         settings: dict[str, Any] = dict(n_ctx=n_ctx, n_batch=n_batch, n_ubatch=n_ubatch, n_threads=n_threads)
         settings.update(swa_full=swa_full, n_rs_seq=n_rs_seq, flash_attn=flash_attn, cache_type_k=cache_type_k)
-        settings["cache_type_v"] = cache_type_v
+        settings.update(cache_type_v=cache_type_v, n_seq_max=n_seq_max)
         if context is None:
             self.model, self.ctx, self._ctx_args = open_target(model, n_gpu_layers, settings)
         else:  # a context opened for it: one request's sequence of a batched run (specviz.decoding.batch)
@@ -371,6 +374,7 @@ class Session:
                 draft_min=draft_min,
                 tile=tile,
                 prefilled=g.prefilled,
+                chains_only=g.grammar is not None,
             )
             return StepBegun(out, pending, None)
 

@@ -36,6 +36,7 @@ from typing import Any
 
 from ..backends.context_settings import ContextSettings
 from ..backends.llama import LlamaContext, LlamaModel
+from ..backends.sequences import MAX_SEQUENCES
 from ..errors import ContextSettingsError
 from ..models.embedded import resolve_model
 
@@ -52,6 +53,7 @@ CONTEXT_KEYS = (
     "flash_attn",
     "cache_type_k",
     "cache_type_v",
+    "n_seq_max",
 )
 
 
@@ -103,8 +105,17 @@ def context_args(**settings: Any) -> dict[str, Any]:
         cache_type_k=settings["cache_type_k"],
         cache_type_v=settings["cache_type_v"],
     )
-    args = {k: settings[k] for k in CONTEXT_KEYS}
+    args = {k: settings[k] for k in CONTEXT_KEYS if k != "n_seq_max"}
     args.update(flash_attn=checked.flash_attn, cache_type_k=checked.cache_type_k, cache_type_v=checked.cache_type_v)
+    n_seq = settings.get("n_seq_max", 1)
+    if not isinstance(n_seq, int) or isinstance(n_seq, bool) or not 1 <= n_seq <= MAX_SEQUENCES:
+        raise ContextSettingsError(
+            f"n_seq_max must be an integer in 1..{MAX_SEQUENCES} (the target's sequences: a draft tree's branches "
+            f"each need one), got {n_seq!r}",
+            knob="n_seq_max",
+        )
+    if n_seq > 1:  # a draft tree's branches share the prefix's cells: one unified cache
+        args.update(n_seq_max=n_seq, kv_unified=True)
     return args
 
 

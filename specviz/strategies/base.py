@@ -55,6 +55,7 @@ from .history import TokenMirror
 
 if TYPE_CHECKING:
     from ..backends.llama import LlamaContext, LlamaModel
+    from ..decoding.draft_tree import DraftTree
     from ..decoding.sampling import SamplingParams
     from ..decoding.tempered import Dist
 
@@ -81,6 +82,8 @@ class Draft:
     holds, per drafted position, the drafter's own top :data:`DRAFT_ALTERNATIVES` token ids there, best
     first (its logits' order, ties to the lower id), for a drafter with a logits row per position (``draft``,
     ``eagle3``, ``mtp``, ``dflash``, ``dspark``); ``None`` otherwise (the n-gram strategies, DFlash-2's lattice).
+    ``tree`` is set when the drafter branched (:class:`~specviz.decoding.draft_tree.DraftTree` of more than one
+    branch, verified in one batch); ``tokens`` and ``probs`` then hold its branch 0, the drafter's main line.
     """
 
     tokens: list[int] = field(default_factory=list)
@@ -90,6 +93,7 @@ class Draft:
     block: dict[str, Any] | None = None
     drafter: str | None = None
     alternatives: list[list[int]] | None = None
+    tree: DraftTree | None = None
 
 
 @dataclass

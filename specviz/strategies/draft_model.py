@@ -35,7 +35,8 @@ from ..decoding.tempered import Dist, tempered_or_dist
 from ..errors import KnobError, SnapshotError, StrategyUnavailableError
 from .base import DRAFT_ALTERNATIVES, Draft, DraftResources
 from .context_drafter import ContextDrafter
-from .knobs import DRAFT_MODEL_KNOB, DRAFT_P_MIN_KNOB
+from .knobs import DRAFT_MODEL_KNOB, DRAFT_P_MIN_KNOB, P_SPLIT_KNOB, TREE_WIDTH_KNOB
+from .tree_drafting import Branch, collapse, draft_tree
 
 
 def _check_draft_model(config: dict[str, Any]) -> None:
@@ -61,7 +62,7 @@ class DraftModelDrafter(ContextDrafter):
     name = "draft"
     knob_rules = (_check_draft_model,)
     needs_model = True
-    knobs = (DRAFT_MODEL_KNOB, DRAFT_P_MIN_KNOB)
+    knobs = (DRAFT_MODEL_KNOB, DRAFT_P_MIN_KNOB, TREE_WIDTH_KNOB, P_SPLIT_KNOB)
 
     #: Draft GGUFs that are not whole models: they draft for a target through a strategy of their own.
     HEADS = {
@@ -93,8 +94,13 @@ class DraftModelDrafter(ContextDrafter):
             n_threads=resources.n_threads,
             n_rs_seq=0,
             flash_attn=resources.flash_attn,
+            # a tree's branches are sequences sharing their prefix's cells (seq_cp adds ids, copies nothing)
+            n_seq_max=self.config["tree_width"],
+            kv_unified=self.config["tree_width"] > 1,
         )
         self._cached: list[int] = []
+        # a tree's branches the draft context holds past _cached, until the round's tokens are known
+        self._branches: list[Branch] = []
         self._rollbacks: list[tuple[int, int]] = []
         self._memory_log: list[Mark | Cut] = []
         self.model_seconds = 0.0  # time in the draft model's decodes while drafting
@@ -102,6 +108,9 @@ class DraftModelDrafter(ContextDrafter):
 
     # -- cache bookkeeping -------------------------------------------------------------------------
     def _truncate_to_common_prefix(self, history: Sequence[int]) -> None:
+        if self._branches:  # a tree round: keep the branch that holds the committed tokens, as sequence 0
+            self._cached.extend(collapse(self.ctx, self._branches, len(self._cached), history))
+            self._branches = []
         n = 0
         lim = min(len(self._cached), len(history))
         while n < lim and self._cached[n] == history[n]:
@@ -140,6 +149,8 @@ class DraftModelDrafter(ContextDrafter):
         p_min = self.config["draft_p_min"]
         t0 = time.perf_counter()
         self._feed(history[len(self._cached) :], rows="last")
+        if self.config["tree_width"] > 1:
+            return self._draft_tree(n_max, t0)
         row = self.ctx.last_row()
         if n_max > 1 and self.ctx.memory.info.removal != "part":
             # the drafted tokens will be evaluated one by one and cannot be removed: save the state first
@@ -181,6 +192,33 @@ class DraftModelDrafter(ContextDrafter):
             reason=reason,
             dists=None if params.greedy else dists,
             alternatives=alternatives,
+        )
+
+    def _draft_tree(self, n_max: int, t0: float) -> Draft:
+        """Draft a tree (:mod:`~specviz.strategies.tree_drafting`) after the pending token, just evaluated. A tree
+        that did not branch is returned as a chain."""
+        got = draft_tree(
+            self.ctx,
+            len(self._cached),
+            n_max,
+            width=self.config["tree_width"],
+            p_split=self.config["p_split"],
+            p_min=self.config["draft_p_min"],
+            params=self.res.sampling,
+            rng=self.res.rng,
+        )
+        self._branches = got.branches
+        tree = got.tree
+        self.model_seconds += time.perf_counter() - t0
+        self.model_tokens += len(tree)
+        main = tree.branches[0] if len(tree) else []
+        dists = None if tree.dists is None else [tree.dists[tree.parents[i]] for i in main]
+        return Draft(
+            tokens=[tree.tokens[i] for i in main],
+            probs=[tree.probs[i] for i in main],
+            reason=got.reason,
+            dists=dists,
+            tree=None if tree.is_chain else tree,
         )
 
     def sync(self, history: Sequence[int]) -> list[tuple[int, int]]:

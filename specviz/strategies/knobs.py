@@ -69,3 +69,27 @@ DRAFT_P_MIN_KNOB = Knob(
     hi=1.0,
     aliases=("--spec-draft-p-min", "--draft-p-min"),
 )
+
+
+#: The most branches of a draft tree (llama-speculative's ``-np``; 1: a chain). The target's context needs as many
+#: sequences (``Session(n_seq_max=...)``; the CLI opens it with them).
+TREE_WIDTH_KNOB = Knob(
+    "tree_width",
+    int,
+    1,
+    "the most branches of a draft tree, each verified as one sequence of the target (1: a chain)",
+    lo=1,
+    hi=16,
+)
+
+#: Split a draft branch where the draft's next-ranked candidate is more probable than this (llama.cpp:
+#: ``--spec-draft-p-split``, its default 0.1).
+P_SPLIT_KNOB = Knob(
+    "p_split",
+    float,
+    0.1,
+    "split a draft-tree branch where the draft's next-ranked token is more probable than this",
+    lo=0.0,
+    hi=1.0,
+    aliases=("--spec-draft-p-split", "--draft-p-split"),
+)
