@@ -346,3 +346,18 @@ def test_memory_that_cannot_hold_a_tree_is_refused_naming_trees(memory_paths):
             assert err.value.kind == "recurrent" and one.seq_len(0) == 3
     finally:
         m.close()
+
+
+def test_a_sequence_batch_after_a_tree_batch_has_one_id_per_row(tiny_model):
+    """The batch a tree filled with several ids per row serves a plain multi-sequence batch next."""
+    ctx = _tree_context(tiny_model)
+    ctx.eval_tree(_layout(len(PROMPT)), keep="none")
+    ctx.keep_branch(0, len(PROMPT) + 1)
+    ctx.eval_sequence_prompt(1, PROMPT[:4])
+    got = ctx.eval_sequences([(0, [NEXT, 51], len(PROMPT) + 1), (1, [52], 4)])
+    assert [ctx.seq_len(s) for s in (0, 1, 2)] == [len(PROMPT) + 3, 5, 0]
+    want0 = _last_alone(tiny_model, PROMPT + [PENDING, NEXT, 51])
+    want1 = _last_alone(tiny_model, PROMPT[:4] + [52])
+    assert np.allclose(ctx.row(got.index(0, 1)), want0, rtol=0, atol=ATOL)
+    assert np.allclose(ctx.row(got.index(1, 0)), want1, rtol=0, atol=ATOL)
+    ctx.close()
