@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pytest
+from test_sequences import _micro_batch_counter
 
 from specviz.backends import LlamaContext, LlamaModel
 from specviz.backends.binding import llama_lib
@@ -361,3 +362,20 @@ def test_a_sequence_batch_after_a_tree_batch_has_one_id_per_row(tiny_model):
     assert np.allclose(ctx.row(got.index(0, 1)), want0, rtol=0, atol=ATOL)
     assert np.allclose(ctx.row(got.index(1, 0)), want1, rtol=0, atol=ATOL)
     ctx.close()
+
+
+@pytest.mark.parametrize("name", ["llama", "gemma3"])
+def test_a_tree_is_one_graph_in_a_unified_cache(tiny_model, memory_paths, name):
+    """llama.cpp takes a unified cache's tree batch whole (its simple split; with a sliding window too), so a
+    tree's verify costs one graph, as a chain's of as many rows."""
+    count, seen = _micro_batch_counter()
+    m = tiny_model if name == "llama" else LlamaModel(memory_paths["gemma3"])
+    ctx = LlamaContext(m, **{**TREE, "capture": False}, eval_callback=count)
+    ctx.eval_prompt(PROMPT)
+    ctx.share_prefix(3)
+    seen[0] = 0
+    ctx.eval_tree(_layout(len(PROMPT)))
+    assert seen[0] == 1
+    ctx.close()
+    if m is not tiny_model:
+        m.close()
