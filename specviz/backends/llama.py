@@ -347,7 +347,10 @@ class LlamaContext(ContextBase):
     cache). Every other method works on sequence 0 exactly as in a one-sequence context;
     :meth:`eval_sequences` evaluates several sequences in one decode, :meth:`sequence_row` reads their
     rows, :meth:`seq_len`, :meth:`cut_sequence` and :meth:`clear_sequence` handle one sequence's cache.
-    Several sequences need a memory that cuts one sequence alone (attention, full-size sliding window:
+    A draft tree is verified in a unified cache (``kv_unified=True``) as ``examples/speculative`` does:
+    :meth:`share_prefix` gives sequence 0's cells to the branches' sequences, :meth:`eval_tree` evaluates
+    rows that each belong to several sequences in one decode, :meth:`keep_branch` leaves the accepted branch
+    in sequence 0 alone. Several sequences need a memory that cuts one sequence alone (attention, full-size sliding window:
     :data:`~specviz.backends.memory.SEQUENCE_CUT_KINDS`); other kinds are refused with
     :class:`~specviz.errors.SequenceError` before the context is created.
     """
