@@ -350,8 +350,8 @@ class LlamaContext(ContextBase):
     A draft tree is verified in a unified cache (``kv_unified=True``) as ``examples/speculative`` does:
     :meth:`share_prefix` gives sequence 0's cells to the branches' sequences, :meth:`eval_tree` evaluates
     rows that each belong to several sequences in one decode, :meth:`keep_branch` leaves the accepted branch
-    in sequence 0 alone. Several sequences need a memory that cuts one sequence alone (attention, full-size sliding window:
-    :data:`~specviz.backends.memory.SEQUENCE_CUT_KINDS`); other kinds are refused with
+    in sequence 0 alone. Several sequences need a memory that cuts one sequence alone (attention, full-size
+    sliding window: :data:`~specviz.backends.memory.SEQUENCE_CUT_KINDS`); other kinds are refused with
     :class:`~specviz.errors.SequenceError` before the context is created.
     """
 
