@@ -25,11 +25,13 @@ LLAMA_VERSION    := 0.3.36
 LLAMA_CMAKE_ARGS := $(shell $(PYTHON) tools/llama_cmake_args.py --backend $(LLAMA_BACKEND) -- $(LLAMA_CMAKE_EXTRA))
 LLAMA_TAG        := $(shell $(PYTHON) tools/llama_cmake_args.py --backend $(LLAMA_BACKEND) --tag -- $(LLAMA_CMAKE_EXTRA))
 WHEELHOUSE       ?= $(HOME)/.cache/specviz/wheels/llama-cpp-python-$(LLAMA_VERSION)-$(LLAMA_TAG)
-# llama.cpp's own speculative tool, its server (llama-server) and specviz's replay driver of llama.cpp's
-# draftless drafters, built from the same vendored llama.cpp with the same CPU flags (statically linked), once
-# per machine, beside the wheel. They are always CPU builds: the differential tests compare with them on the
-# CPU backend.
+# llama.cpp's own speculative tools (llama-speculative-simple; llama-speculative, the draft-tree example), its
+# server (llama-server) and specviz's replay driver of llama.cpp's draftless drafters, built from the same
+# vendored llama.cpp with the same CPU flags (statically linked), once per machine, beside the wheel. They are
+# always CPU builds: the differential tests compare with them on the CPU backend. The list is
+# tools/llama_tools.py's TOOLS (a changed list is a new cache directory, built once).
 LLAMA_TOOLS      := $(shell $(PYTHON) tools/llama_tools.py $(LLAMA_VERSION))
+LLAMA_TOOL_NAMES := $(shell $(PYTHON) tools/llama_tools.py --tools)
 LLAMA_TOOLS_ARGS := $(shell $(PYTHON) tools/llama_cmake_args.py)
 
 # torch for `specviz train-eagle3` (the train extra): the CPU-only wheel, never the CUDA build that PyPI's
@@ -78,12 +80,11 @@ $(STAMP): pyproject.toml Makefile tools/llama_cmake_args.py $(wildcard tools/vul
 demo: install
 	$(PY) examples/serve_inspector.py
 
-# the differential tests (tests/test_differential.py, tests/test_server_differential.py) compare specviz with
-# these tools
+# the differential tests (tests/test_differential.py, tests/test_server_differential.py,
+# tests/test_speculative_tree_differential.py) compare specviz with these tools
 llama-tools: $(STAMP)
-	test -x $(LLAMA_TOOLS)/llama-speculative-simple -a -x $(LLAMA_TOOLS)/specviz-draft-replay \
-	  -a -x $(LLAMA_TOOLS)/llama-server || \
-	  tools/build_llama_tools.sh $(PY) $(LLAMA_VERSION) $(LLAMA_TOOLS) "$(LLAMA_TOOLS_ARGS)"
+	$(foreach t,$(LLAMA_TOOL_NAMES),test -x $(LLAMA_TOOLS)/$(t) && )true || \
+	  tools/build_llama_tools.sh $(PY) $(LLAMA_VERSION) $(LLAMA_TOOLS) "$(LLAMA_TOOLS_ARGS)" $(LLAMA_TOOL_NAMES)
 
 # lint and types first (seconds), then the front-end's node tests, then the whole Python suite
 test: install llama-tools

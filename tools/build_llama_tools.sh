@@ -1,20 +1,22 @@
 #!/usr/bin/env bash
-# Build llama.cpp's own speculative tool (llama-speculative-simple), its HTTP server (llama-server) and
-# specviz's replay driver of llama.cpp's draftless drafters (tools/native/draft-replay.cpp) from exactly the
-# llama.cpp source that the llama-cpp-python sdist vendors, with the wheel's CPU flags, statically linked
-# against llama and ggml, and install them into DEST (the cache directory beside the wheel). The
-# differential tests (tests/test_differential.py, tests/test_server_differential.py),
+# Build llama.cpp's own speculative tools (llama-speculative-simple, and llama-speculative: the draft-tree
+# example, llama.cpp's only tree drafter), its HTTP server (llama-server) and specviz's replay driver of
+# llama.cpp's draftless drafters (tools/native/draft-replay.cpp) from exactly the llama.cpp source that the
+# llama-cpp-python sdist vendors, with the wheel's CPU flags, statically linked against llama and ggml, and
+# install them into DEST (the cache directory beside the wheel). The differential tests
+# (tests/test_differential.py, tests/test_server_differential.py, tests/test_speculative_tree_differential.py),
 # benchmarks/bench_native.py, benchmarks/bench_server_advice.py and `specviz advise --check-server` run them.
-# One addition to upstream: llama-speculative-simple is linked with tools/native/flush-log-at-exit.cpp,
-# which writes llama.cpp's log queue out at exit (upstream can lose the counters specviz reads).
+# One addition to upstream: llama-speculative-simple and llama-speculative are linked with
+# tools/native/flush-log-at-exit.cpp, which writes llama.cpp's log queue out at exit (upstream can lose the
+# counters specviz reads).
 #
 # usage: tools/build_llama_tools.sh PYTHON VERSION DEST "CMAKE_ARGS" [TARGET ...]
 #   PYTHON      a Python with pip (the sdist is fetched with `pip download`, pip's cache is reused)
 #   VERSION     the llama-cpp-python version whose vendor/llama.cpp is built
 #   DEST        directory that receives the binaries (created; written only when the build succeeded)
 #   CMAKE_ARGS  the CPU feature flags of the wheel (tools/llama_cmake_args.py)
-#   TARGET      cmake targets to build and install
-#               (default: llama-speculative-simple specviz-draft-replay llama-server)
+#   TARGET      cmake targets to build and install (the Makefile passes `tools/llama_tools.py --tools`)
+#               (default: llama-speculative-simple specviz-draft-replay llama-server llama-speculative)
 set -euo pipefail
 
 if [ "$#" -lt 4 ]; then
@@ -24,7 +26,7 @@ fi
 py=$1 version=$2 dest=$3 cmake_args=$4
 shift 4
 targets=("$@")
-[ "${#targets[@]}" -gt 0 ] || targets=(llama-speculative-simple specviz-draft-replay llama-server)
+[ "${#targets[@]}" -gt 0 ] || targets=(llama-speculative-simple specviz-draft-replay llama-server llama-speculative)
 here=$(cd "$(dirname "$0")" && pwd)
 jobs=${LLAMA_TOOLS_JOBS:-2}
 

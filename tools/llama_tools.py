@@ -1,14 +1,15 @@
 """Where llama.cpp's native tools are cached, built by ``tools/build_llama_tools.sh``.
 
-The tools (``llama-speculative-simple``, ``llama-server`` and specviz's replay driver
-``specviz-draft-replay``) are built once per machine from the llama.cpp source that the installed
-llama-cpp-python version vendors, with the wheel's CPU flags, into
+The tools (``llama-speculative-simple``, ``llama-speculative`` (the draft-tree example), ``llama-server``
+and specviz's replay driver ``specviz-draft-replay``) are built once per machine from the llama.cpp source
+that the installed llama-cpp-python version vendors, with the wheel's CPU flags, into
 ``~/.cache/specviz/llama-tools/llama-cpp-python-VERSION-TAG-src-SRC`` beside the wheel: ``TAG`` is the CPU
 tag of ``tools/llama_cmake_args.py`` and ``SRC`` a hash of what decides the build — the replay driver's
 source (``tools/native``), the build script and the list of tools — so a changed driver, build or tool
 list is rebuilt once. ``SPECVIZ_LLAMA_TOOLS`` overrides the directory.
 
-``python tools/llama_tools.py VERSION`` prints the directory (the Makefile's rule uses it); the tests and
+``python tools/llama_tools.py VERSION`` prints the directory and ``python tools/llama_tools.py --tools`` the
+tools built (the Makefile's rule uses both: the list is here alone); the tests and
 ``benchmarks/bench_native.py`` call :func:`tool_path`.
 """
 
@@ -24,7 +25,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 NATIVE_SRC = HERE / "native"
 BUILD_SCRIPT = HERE / "build_llama_tools.sh"
-TOOLS = ("llama-speculative-simple", "specviz-draft-replay", "llama-server")
+TOOLS = ("llama-speculative-simple", "specviz-draft-replay", "llama-server", "llama-speculative")
 
 
 def _cmake_args_module():
@@ -37,7 +38,7 @@ def _cmake_args_module():
 
 def source_hash() -> str:
     """A short hash of what the build depends on: the replay driver's source files, the build script and
-    the tools built (a cache from before llama-server joined the tools gets a new key, so it is rebuilt)."""
+    the tools built (a cache from before a tool joined the list gets a new key, so it is rebuilt once)."""
     h = hashlib.sha256()
     for p in sorted(NATIVE_SRC.iterdir()):
         h.update(p.name.encode() + b"\0" + p.read_bytes())
@@ -71,11 +72,12 @@ def tool_path(name: str, version: str | None = None) -> Path | None:
 
 
 def main(argv: list[str]) -> int:
-    """Print the cache directory for the version given as the only argument."""
+    """Print the cache directory for the version given as the only argument, or with ``--tools`` the tools
+    built there."""
     if len(argv) != 1:
-        print("usage: llama_tools.py VERSION", file=sys.stderr)
+        print("usage: llama_tools.py VERSION | --tools", file=sys.stderr)
         return 2
-    print(tools_dir(argv[0]))
+    print(" ".join(TOOLS) if argv[0] == "--tools" else tools_dir(argv[0]))
     return 0
 
 
