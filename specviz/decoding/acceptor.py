@@ -42,15 +42,23 @@ top-p rows build :class:`~specviz.decoding.sampling.TokenDist`.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Sequence, Union
+from typing import Callable, Protocol, Sequence, Union
 
 import numpy as np
 
-from .rowscan import Refusal, RowSource, logit_margin, read_greedy
+from .rowscan import GreedyRows, Refusal, RowSource, logit_margin, read_greedy
 from .sampling import SamplingParams, acceptance_probability, residual_distribution
 from .tempered import Dist, TemperedRow, residual_draw, tempered_or_dist
 
-__all__ = ["PositionVerdict", "Verdict", "accept", "correction", "sampled_refusal", "N_ALTERNATIVES"]
+__all__ = [
+    "PositionVerdict",
+    "Verdict",
+    "accept",
+    "correction",
+    "greedy_verdict",
+    "refusal_of",
+    "N_ALTERNATIVES",
+]
 
 #: How many of the target's top choices a rejection reports.
 N_ALTERNATIVES = 5
@@ -125,9 +133,12 @@ def accept(
 
 
 def _accept_greedy(draft: Sequence[int], rows: RowSource, top_n: int) -> Verdict:
+    return greedy_verdict(read_greedy(draft, rows, top_n))
+
+
+def greedy_verdict(got: GreedyRows) -> Verdict:
     """The greedy rule on the rows the row reader read: every row's choice is committed, the draft tokens
     it agreed with and the one that ends the run (the correction at a refusal, else the bonus)."""
-    got = read_greedy(draft, rows, top_n)
     n_rows = len(got.tokens)
     refused = got.refusal
     if refused is None:
@@ -174,7 +185,7 @@ def _accept_sampled(
         tok = correction(p, q, d, float(rng.random()))
         tokens.append(tok)
         probs.append(p.prob(tok))
-        refused = sampled_refusal(p, logits, d, top_n)
+        refused = refusal_of(p, logits, d, top_n)
         return Verdict(
             i,
             tuple(tokens),
@@ -194,10 +205,28 @@ def _accept_sampled(
     return Verdict(k, tuple(tokens), tuple(probs), True, positions=tuple(positions), rows_read=k + 1)
 
 
-def sampled_refusal(p: Dist, logits: np.ndarray, d: int, top_n: int) -> Refusal:
-    """What a sampled round reports of the refused draft token ``d`` at a row (``logits``) whose sampling
-    distribution is ``p``: ``p(d)``, ``p``'s ``top_n`` best tokens, ``d``'s rank in ``p`` and the row's
-    top-two logit margin (the same fields as a greedy refusal)."""
+class Ranked(Protocol):
+    """A row's distribution as a refusal reads it (a :class:`Dist`, or a greedy row's
+    :class:`~specviz.decoding.rowscan.ScoredRow`)."""
+
+    def prob(self, token: int, /) -> float:
+        """The probability of ``token``."""
+        ...
+
+    def top(self, n: int, /) -> list[tuple[int, float]]:
+        """The ``n`` most probable ``(token, probability)`` pairs, best first."""
+        ...
+
+    def rank(self, token: int, /) -> int:
+        """``token``'s rank (1 = the most probable)."""
+        ...
+
+
+def refusal_of(p: Ranked, logits: np.ndarray, d: int, top_n: int) -> Refusal:
+    """What a round reports of the refused draft token ``d`` at a row (``logits``) whose distribution is
+    ``p`` (the sampling distribution, or a greedy row's softmax at temperature 1): ``p(d)``, ``p``'s
+    ``top_n`` best tokens, ``d``'s rank in ``p`` and the row's top-two logit margin (the fields of the row
+    reader's greedy refusal)."""
     alts = tuple(p.top(top_n))
     rank = next((j + 1 for j, (t, _) in enumerate(alts) if t == d), None) or p.rank(d)
     return Refusal(p.prob(d), alts, rank, logit_margin(logits, alts))

@@ -59,9 +59,9 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from .acceptor import N_ALTERNATIVES, PositionVerdict, Verdict, accept, correction, sampled_refusal
+from .acceptor import N_ALTERNATIVES, PositionVerdict, Verdict, correction, greedy_verdict, refusal_of
 from .draft_tree import ROOT, DraftTree
-from .rowscan import RowSource, ScoredRow
+from .rowscan import GreedyRows, RowSource, ScoredRow
 from .sampling import SamplingParams, TokenDist, acceptance_probability, residual_distribution
 from .tempered import Dist, TemperedRow, tempered_or_dist
 
@@ -121,7 +121,7 @@ def accept_tree(
 ) -> TreeVerdict:
     """Decide what one tree round commits (see the module docstring for the terms and the two rules)."""
     if params.greedy:
-        return _accept_greedy(tree, rows, params, rng, top_n)
+        return _accept_greedy(tree, _reader(rows), top_n)
     return _accept_sampled(tree, _reader(rows), params, rng, top_n)
 
 
@@ -154,38 +154,36 @@ def _branch_nodes(tree: DraftTree, branch: int) -> list[int]:
     return branches[branch]
 
 
-def _child_with(tree: DraftTree, node: int, token: int) -> int | None:
-    return next((c for c in tree.children(node) if tree.tokens[c] == token), None)
-
-
 def _row_choice(node: int, token: int, prob: float, top: Sequence[tuple[int, float]]) -> RowChoice:
     others = tuple((t, p) for t, p in top if t != token)[:N_CHOICE_ALTERNATIVES]
     return RowChoice(node, token, prob, others)
 
 
-def _accept_greedy(
-    tree: DraftTree, rows: RowSource, params: SamplingParams, rng: np.random.Generator, top_n: int
-) -> TreeVerdict:
-    """Walk the tree by the target's first maxima; the kept branch is then verified as a chain by the chain
-    acceptor (its verdict, refusal details included, is the chain's; its rows along the path are the
-    walk's)."""
-    read = _reader(rows)
+def _accept_greedy(tree: DraftTree, read: Callable[[int], np.ndarray], top_n: int) -> TreeVerdict:
+    """Walk the tree by the row reader's choices (:class:`ScoredRow`: the first maximum, NaN as −∞, as
+    :func:`~specviz.decoding.rowscan.read_greedy` reads a chain); the kept branch's verdict is the chain
+    acceptor's (:func:`~specviz.decoding.acceptor.greedy_verdict`) on what the walk read, its refusal that
+    of the stopping node's first child."""
     node = ROOT
     path: list[int] = []
     choices: list[RowChoice] = []
+    tokens: list[int] = []
+    probs: list[float] = []
     while True:
         scored = ScoredRow(read(1 + node), normaliser=True)
         token = scored.best
-        choices.append(_row_choice(node, token, scored.prob(token), scored.top(N_CHOICE_ALTERNATIVES + 1)))
-        child = _child_with(tree, node, token)
+        tokens.append(token)
+        probs.append(scored.prob(token))
+        choices.append(_row_choice(node, token, probs[-1], scored.top(N_CHOICE_ALTERNATIVES + 1)))
+        kids = tree.children(node)
+        child = next((c for c in kids if tree.tokens[c] == token), None)
         if child is None:
+            refused = refusal_of(scored, scored.row, tree.tokens[kids[0]], top_n) if kids else None
             break
         path.append(child)
         node = child
-    branch = tree.branch_through(node)
-    chain = [tree.tokens[n] for n in _branch_nodes(tree, branch)]
-    verdict = accept(chain, branch_rows(rows, tree, branch), params, rng, top_n=top_n)
-    return TreeVerdict(tuple(path), branch, verdict, tuple(choices))
+    verdict = greedy_verdict(GreedyRows(tuple(tokens), tuple(probs), refused))
+    return TreeVerdict(tuple(path), tree.branch_through(node), verdict, tuple(choices))
 
 
 def _accept_sampled(
@@ -227,7 +225,7 @@ def _accept_sampled(
     if not kids:
         verdict = Verdict(n, tuple(tokens), tuple(probs), True, positions=positions, rows_read=n + 1)
     else:
-        refused = sampled_refusal(p, logits, first, top_n)
+        refused = refusal_of(p, logits, first, top_n)
         verdict = Verdict(
             n,
             tuple(tokens),
