@@ -41,6 +41,32 @@ def recording(groups, tmp_path_factory):
     return path
 
 
+@pytest.fixture(scope="module")
+def real_groups(tmp_path_factory):
+    """A real session's tree rounds (the draft model branching on the tiny pair), recorded and read back, by round."""
+    from specviz import Session
+    from specviz.decoding.recorder import Recorder, read_events
+    from specviz.testing.tiny_models import tiny_weights, write_tiny_llama
+
+    d = tmp_path_factory.mktemp("tree-real")
+    tiny = {"seed": 1, "block_scale": 0.1}
+    target = write_tiny_llama(d / "target.gguf", **tiny)
+    draft = write_tiny_llama(d / "draft.gguf", n_layer=1, layers_from=tiny_weights(**tiny))
+    s = Session(target, n_ctx=512, n_batch=64, n_ubatch=64, n_threads=1, n_seq_max=3)
+    with Recorder(d / "real.jsonl") as rec:
+        s.subscribe(rec)
+        s.start("The quick brown fox", 30, "draft", draft_model=str(draft), draft_p_min=0.0, tree_width=3, p_split=0.0)
+        while s.finished is None:
+            s.step()
+    s.close()
+    groups: list[list[dict]] = []
+    for e in read_events(d / "real.jsonl"):
+        if not groups or e.kind == "draft_proposed" or e.kind == "session_started":
+            groups.append([])
+        groups[-1].append(e.to_dict())
+    return groups
+
+
 def tree_rounds(groups) -> list[dict]:
     """Per tree round: its number, tree, accepted path, the target's choices and each node's expected fate."""
     out = []
@@ -135,9 +161,9 @@ def test_the_tree_view_shows_each_nodes_fate_and_the_targets_choices(browser, gr
     tip = card.locator(".sv-tree-tip")
     tip.wait_for(state="visible")
     alts = tip.locator(".sv-tree-alt")
-    assert alts.count() == len(last["alternatives"])
+    assert alts.count() == len(last["alternatives"]) + 1  # the choice, then the row's next most probable tokens
     assert [alts.nth(k).get_attribute("data-token") for k in range(alts.count())] == [
-        str(a[0]) for a in last["alternatives"]
+        str(a[0]) for a in [[last["token"]], *last["alternatives"]]
     ]
     assert "chosen" in alts.first.inner_text()
     # hover a refused node: its fate and what the target chose at its depth
@@ -148,6 +174,34 @@ def test_the_tree_view_shows_each_nodes_fate_and_the_targets_choices(browser, gr
     tip.wait_for(state="hidden")
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     card.screenshot(path=str(SCREENSHOTS / "draft_tree.png"))
+    assert errors == [] and page.external_requests == []
+
+
+def test_a_real_sessions_recorded_tree_rounds_show_in_the_tree_view(browser, real_groups):
+    """The events a session publishes for its tree rounds (recorded, read back) draw each round's tree."""
+    from specviz.testing.page_harness import open_harness
+
+    rounds = tree_rounds(real_groups)
+    assert rounds, "the session drafted no tree"
+    page = open_harness(browser)
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    feed(page, real_groups)
+    card = page.locator(".sv-tree-card")
+    card.wait_for()
+    assert card.get_attribute("data-trees") == str(len(rounds))
+    check_tree(card, rounds[-1])
+    for k in range(min(len(rounds), 6)):
+        show_tree_round(page, k)
+        check_tree(card, rounds[k])
+    # hover the target's final choice: the choice first, then the row's next most probable tokens
+    last = rounds[-1]["choices"][-1]
+    show_tree_round(page, len(rounds) - 1)
+    card.locator(".sv-tree-choice").last.hover()
+    alts = card.locator(".sv-tree-tip .sv-tree-alt")
+    assert [alts.nth(k).get_attribute("data-token") for k in range(alts.count())] == [
+        str(a[0]) for a in [[last["token"]], *last["alternatives"]]
+    ]
     assert errors == [] and page.external_requests == []
 
 

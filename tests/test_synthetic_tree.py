@@ -42,7 +42,9 @@ def test_each_tree_round_is_a_walk_down_a_well_formed_tree_with_the_kept_branch_
         final = choices[-1]["token"]
         assert final not in {tree.tokens[c] for c in tree.children(last)}  # the target refused every child there
         assert a["bonus_kind"] == ("bonus" if not tree.children(last) else "correction")
-        assert all(c["alternatives"][0][0] == c["token"] for c in choices)
+        for c in choices:  # the row's next most probable tokens other than the choice, best first
+            assert c["token"] not in [x[0] for x in c["alternatives"]] and len(c["alternatives"]) == 4
+            assert [x[2] for x in c["alternatives"]] == sorted((x[2] for x in c["alternatives"]), reverse=True)
         assert v["batch_size"] == len(tree) + 1 and v["kv_peak"] - v["kv_before"] == len(tree) + 1
         if len(path) < len(kept):
             assert ev["rejected"]["depth"] == len(path) and ev["rejected"]["target_token"] == final

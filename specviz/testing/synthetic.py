@@ -514,21 +514,22 @@ class _TreeStream(_Stream):
         return self.close_round(rd, g)
 
     def choice(self, tree: DraftTree, pieces: list[str], path: list[int], j: int, rd: _Round) -> dict:
-        """The target's choice at the ``j``-th row read along ``path``: its token, then the tree's children
-        there and other tokens as its alternatives, best first."""
+        """The target's choice at the ``j``-th row read along ``path``: its token and, as its alternatives (the
+        row's next most probable tokens other than its choice, best first, as a session reports them), the
+        tree's other children there and other tokens."""
         token, piece = rd.targets[j]
         prob = rd.tprobs[j]
         at = tree.children(path[j - 1] if j else ROOT)
-        alts: list[list[Any]] = [[token, piece, prob]]
+        alts: list[list[Any]] = []
         rest = 1.0 - prob
         for c in at:
             if tree.tokens[c] != token:
                 alts.append([tree.tokens[c], pieces[c], round(rest * self.rng.uniform(0.1, 0.5), 3)])
-        while len(alts) < 5:
+        while len(alts) < 4:
             t, p = self.tok()
-            if all(a[0] != t for a in alts):
+            if t != token and all(a[0] != t for a in alts):
                 alts.append([t, p, round(rest * self.rng.uniform(0.0, 0.1), 3)])
-        alts[1:] = sorted(alts[1:], key=lambda a: -a[2])
+        alts.sort(key=lambda a: -a[2])
         return {"token": token, "piece": piece, "prob": prob, "alternatives": alts}
 
     def close_round(self, rd: _Round, g: list[dict]) -> list[dict]:

@@ -11,7 +11,7 @@ const choice = (token, prob, alts = []) => ({ token, piece: "p" + token, prob, a
 export function treeRoundEvents(round, path, kept, final, position) {
   const keptTokens = kept.map((i) => TREE.tokens[i]);
   const k = path.length;
-  const choices = [...path.map((i) => choice(TREE.tokens[i], 0.6)), choice(final, 0.5, [[final, "p" + final, 0.5], [44, "e", 0.2], [9, "z", 0.1]])];
+  const choices = [...path.map((i) => choice(TREE.tokens[i], 0.6)), choice(final, 0.5, [[44, "e", 0.2], [9, "z", 0.1]])];
   return [
     drafted(round, keptTokens, { tree: TREE, probs: kept.map((i) => TREE.probs[i]) }),
     verified(round, position - 1, position + TREE.tokens.length, { tree_choices: choices, batch_size: 7 }),

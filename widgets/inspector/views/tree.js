@@ -34,11 +34,13 @@ export function describeNode(tr, nd) {
   return rows;
 }
 
-/** The target's top alternatives at one depth: the chosen and the drafted tokens marked. */
+/** The target's choice at one depth and its alternatives (the row's next most probable tokens), the chosen and the
+ * drafted tokens marked. */
 export function choiceAlternatives(c) {
   const box = h("div", { class: "sv-tree-alts" }, h("div", { class: "sv-alts-h", text: "Target at depth " + c.depth + ": " +
     quote(c.piece) + " (" + fmtP(c.prob) + ")" }), h("div", { class: "sv-muted", text: CHOICE_TEXT[c.kind] || "" }));
-  const alts = c.alternatives.length ? c.alternatives : [{ token: c.token, piece: c.piece, prob: c.prob }];
+  const own = { token: c.token, piece: c.piece, prob: c.prob };
+  const alts = c.alternatives.some((a) => a.token === c.token) ? c.alternatives : [own, ...c.alternatives];
   for (const a of alts) {
     const chosen = a.token === c.token, drafted = c.drafted.includes(a.token);
     box.append(h("div", { class: "sv-tree-alt" + (chosen ? " sv-alt-chosen" : "") + (drafted ? " sv-alt-drafted" : ""),
