@@ -48,8 +48,10 @@ probability, computed exactly. The rule holds for any number of children, howeve
 when to stop drawing, as long as each child is a draw from ``q`` without the children before it.
 
 A chain (a tree of one branch) gives exactly :func:`~specviz.decoding.acceptor.accept`'s Verdict on the
-same rows: greedy by construction, sampled with the same ``rng`` state (one child per node, so ``q`` is
-never reduced, and the same uniforms are drawn in the same order for the same tests).
+same rows: greedy through the same row reader and the chain acceptor's own verdict builder
+(:func:`~specviz.decoding.acceptor.greedy_verdict`, :func:`~specviz.decoding.acceptor.refusal_of`), sampled
+with the same ``rng`` state (one child per node, so ``q`` is never reduced, and the same uniforms are drawn
+in the same order for the same tests).
 """
 
 from __future__ import annotations
