@@ -55,7 +55,18 @@ def real_groups(tmp_path_factory):
     s = Session(target, n_ctx=512, n_batch=64, n_ubatch=64, n_threads=1, n_seq_max=3)
     with Recorder(d / "real.jsonl") as rec:
         s.subscribe(rec)
-        s.start("The quick brown fox", 30, "draft", draft_model=str(draft), draft_p_min=0.0, tree_width=3, p_split=0.0)
+        # no alignment to the verify tile, so the trees grow past one level: three branches, eight nodes
+        s.start(
+            "The quick brown fox",
+            30,
+            "draft",
+            draft_model=str(draft),
+            draft_p_min=0.0,
+            draft_max=8,
+            align=False,
+            tree_width=3,
+            p_split=0.05,
+        )
         while s.finished is None:
             s.step()
     s.close()
@@ -183,6 +194,7 @@ def test_a_real_sessions_recorded_tree_rounds_show_in_the_tree_view(browser, rea
 
     rounds = tree_rounds(real_groups)
     assert rounds, "the session drafted no tree"
+    assert any({"accepted", "rejected", "unreached"} <= set(r["fate"]) for r in rounds)  # every fate drawn
     page = open_harness(browser)
     errors: list[str] = []
     page.on("pageerror", lambda e: errors.append(str(e)))
