@@ -22,6 +22,7 @@ test("the card hides without tree rounds and draws the newest tree round", () =>
   v.update(reduceAll(initialState(0), treeSession()));
   assert.equal(v.card.hidden, false);
   assert.equal(v.card.dataset.trees, "2");
+  assert.equal(byClass(v.card, "sv-tree-sub")[0].textContent, "2 tree rounds · up to 3 branches · 18 nodes verified");
   assert.equal(v.card.dataset.round, "3");
   assert.equal(v.card.dataset.kind, "tree");
   const ns = nodes(v.card);

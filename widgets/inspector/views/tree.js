@@ -164,7 +164,9 @@ export function treeView() {
     card.hidden = !t || !t.length;
     if (t === trees) return;
     trees = t;
-    sub.textContent = t.length + " tree round" + (t.length === 1 ? "" : "s");
+    const tt = s.tel && s.tel.tree; // the session's own count (telemetry), beside the rounds this view holds
+    sub.textContent = t.length + " tree round" + (t.length === 1 ? "" : "s") +
+      (tt && tt.nodes_verified ? " · up to " + tt.max_branches + " branches · " + tt.nodes_verified + " nodes verified" : "");
     card.dataset.trees = String(t.length);
     draw();
   }
