@@ -128,3 +128,71 @@ def test_tree_knobs_are_checked(pair):
         with pytest.raises(KnobError):
             s.start("x", strategy="draft", draft_model=str(draft), **bad)
     s.close()
+
+
+@pytest.mark.slow
+def test_cli_tree_width_opens_the_sequences_and_reports_the_tree(pair):
+    import json
+
+    from test_cli import run_cli
+
+    target, draft = pair
+    common = ("run", "--model", str(target), "--prompt", "The quick brown fox", "--max-tokens", "30")
+    plain = run_cli(*common, "--strategy", "none", "--json")
+    tree = run_cli(
+        *common,
+        "--strategy",
+        "draft",
+        "--draft-model",
+        str(draft),
+        "--draft-p-min",
+        "0",
+        "--tree-width",
+        "3",
+        "--spec-draft-p-split",
+        "0",
+        "--json",
+    )
+    assert plain.returncode == 0 and tree.returncode == 0, tree.stderr
+    got = json.loads(tree.stdout)
+    assert got["tokens"] == json.loads(plain.stdout)["tokens"]
+    assert got["telemetry"]["tree"]["rounds_with_branches"] > 0
+    assert got["telemetry"]["tree"]["max_branches"] == 3
+    people = run_cli(
+        *common,
+        "--strategy",
+        "draft",
+        "--draft-model",
+        str(draft),
+        "--tree-width",
+        "3",
+        "--draft-p-min",
+        "0",
+        "--spec-draft-p-split",
+        "0",
+    )
+    assert people.returncode == 0 and "tree: " in people.stderr and "branched" in people.stderr
+
+
+@pytest.mark.slow
+def test_cli_refuses_a_tree_in_a_batched_run_and_bad_widths(pair):
+    from test_cli import run_cli
+
+    target, draft = pair
+    common = ("run", "--model", str(target), "--prompt", "x", "--strategy", "draft", "--draft-model", str(draft))
+    batched = run_cli(*common, "--tree-width", "3", "-np", "2")
+    assert batched.returncode == 2 and "--tree-width 3 with -np 2" in batched.stderr
+    zero = run_cli(*common, "--tree-width", "0")
+    assert zero.returncode == 2 and "tree_width" in zero.stderr.replace("-", "_")
+
+
+def test_memory_that_cannot_hold_a_tree_is_refused_by_name(tmp_path, pair):
+    from specviz.testing.memory_models import write_tiny_mamba
+
+    mamba = write_tiny_mamba(tmp_path / "mamba.gguf")
+    with pytest.raises(ContextSettingsError, match="draft tree"):
+        Session(mamba, n_ctx=256, n_batch=64, n_ubatch=64, n_threads=1, n_seq_max=3)
+    s = Session(mamba, n_ctx=256, n_batch=64, n_ubatch=64, n_threads=1)
+    with pytest.raises(KnobError, match="no draft tree here"):
+        s.start("x", strategy="draft", draft_model=str(pair[1]), tree_width=2)
+    s.close()

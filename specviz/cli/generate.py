@@ -76,6 +76,16 @@ def grammar_line(t: dict[str, Any]) -> str:
     )
 
 
+def tree_line(t: dict[str, Any]) -> str:
+    """One line of what a run's draft trees did (the telemetry's ``tree``): the rounds that branched, the most
+    branches one had, the nodes they verified."""
+    tree = t["tree"]
+    return (
+        f"tree: {tree['rounds_with_branches']} of {t['rounds']} rounds branched (up to {tree['max_branches']} "
+        f"branches), {tree['nodes_verified']} nodes verified in them; the other rounds drafted a chain"
+    )
+
+
 def _result(session, cfg: dict[str, Any]) -> dict[str, Any]:
     tel = session.telemetry_dict()
     return {
@@ -231,6 +241,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(cpu_line(t), file=sys.stderr)
         if s.generation.grammar is not None:
             print(grammar_line(t), file=sys.stderr)
+        if int(cfg["knobs"].get("tree_width", 1)) > 1:
+            print(tree_line(t), file=sys.stderr)
         if server_run is not None:
             print(
                 f"as llama-server counts it: draft_n = {server_run.draft_n}, draft_n_accepted = "

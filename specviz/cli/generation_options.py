@@ -267,6 +267,7 @@ def generation_config(args: argparse.Namespace, *, warn: Callable[[str], None]) 
     if seed is not None and sampling["temperature"] == 0:
         warn("option --seed is accepted but not applied: greedy decoding draws no random numbers")
     parallel = parallel_config(args, server, strategy)
+    memory.update(tree_sequences(knobs, parallel))
     if server is not None and server.chat_template and "chat_template" in request:
         if request["chat_template"] != server.chat_template:
             raise UsageError(
@@ -289,6 +290,21 @@ def generation_config(args: argparse.Namespace, *, warn: Callable[[str], None]) 
         "server": server,
         "parallel": parallel,
     }
+
+
+def tree_sequences(knobs: dict[str, Any], parallel: dict[str, Any]) -> dict[str, Any]:
+    """The target context's sequences a draft tree needs (``--tree-width N`` opens it with N, one per branch), as
+    :class:`~specviz.Session` keyword arguments; a tree in a batched run (``-np``) is refused, its requests
+    drafting chains."""
+    width = int(knobs.get("tree_width", 1))
+    if width <= 1:
+        return {}
+    if parallel["n_parallel"] > 1:
+        raise UsageError(
+            f"option --tree-width {width} with -np {parallel['n_parallel']}: a batched run's requests each hold one "
+            "sequence and draft chains; drop -np, or --tree-width"
+        )
+    return {"n_seq_max": width}
 
 
 def parallel_config(args: argparse.Namespace, server: Any, strategy: str) -> dict[str, Any]:

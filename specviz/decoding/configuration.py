@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any, Callable, Optional
 
 from ..backends.llama import LlamaContext
-from ..backends.memory import rollback_refusal
+from ..backends.memory import rollback_refusal, tree_refusal
 from ..errors import KnobError, ModelError, RollbackUnavailableError
 from ..models.draft_cache import DraftModelCache
 from ..strategies import make_drafter, strategy_class, strategy_schema
@@ -66,6 +66,9 @@ def check_tree(ctx: object, cfg: dict[str, Any]) -> None:
     width = int(cfg.get("tree_width", 1))
     if width <= 1:
         return
+    why = tree_refusal(ctx.memory.info.kind)
+    if why is not None:
+        raise KnobError(f"knob 'tree_width': no draft tree here: {why}", knob="tree_width", value=width)
     n_seq = ctx.n_seq_max if isinstance(ctx, LlamaContext) and ctx.kv_unified else 1
     if width > n_seq:
         raise KnobError(

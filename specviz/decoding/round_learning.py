@@ -51,3 +51,5 @@ def learn(res: RoundResult, policy: DraftingPolicy, telemetry: Telemetry, upkeep
     )
     telemetry.record_grammar(len(res.forced), len(res.draft) - res.verdict.n_accepted if res.grammar_forbidden else 0)
     telemetry.record_memory(res.checkpoint, res.rollback, res.draft_memory)
+    if res.tree is not None:
+        telemetry.record_tree(res.tree.width, len(res.tree))

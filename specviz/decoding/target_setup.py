@@ -36,6 +36,7 @@ from typing import Any
 
 from ..backends.context_settings import ContextSettings
 from ..backends.llama import LlamaContext, LlamaModel
+from ..backends.memory import memory_kind, tree_refusal
 from ..backends.sequences import MAX_SEQUENCES
 from ..errors import ContextSettingsError
 from ..models.embedded import resolve_model
@@ -128,4 +129,6 @@ def open_target(
     args = context_args(**settings)
     ngl = gpu_layers(n_gpu_layers, model)
     loaded = model if isinstance(model, LlamaModel) else LlamaModel(resolve_model(model), n_gpu_layers=ngl)
+    if args.get("n_seq_max", 1) > 1 and (why := tree_refusal(memory_kind(loaded, bool(args["swa_full"])))):
+        raise ContextSettingsError(f"n_seq_max={args['n_seq_max']} (a draft tree's sequences) is refused: {why}")
     return loaded, LlamaContext(loaded, **args), args

@@ -87,6 +87,11 @@ class Telemetry:
     #: made impossible (a rejected draft token it forbade, and the draft after it)
     forced: int = 0
     grammar_impossible: int = 0
+    #: draft trees: rounds that verified more than one branch, the most branches one round had, and the nodes
+    #: those rounds verified (every branch's, the rows past the pending token's)
+    tree_rounds: int = 0
+    tree_max_branches: int = 0
+    tree_nodes: int = 0
 
     def record_round(
         self,
@@ -163,6 +168,12 @@ class Telemetry:
         """Add one round's tokens the grammar forced and drafted tokens it made impossible."""
         self.forced += forced
         self.grammar_impossible += impossible
+
+    def record_tree(self, branches: int, nodes: int) -> None:
+        """Add one round that verified a draft tree of ``branches`` branches and ``nodes`` nodes."""
+        self.tree_rounds += 1
+        self.tree_max_branches = max(self.tree_max_branches, branches)
+        self.tree_nodes += nodes
 
     def record_memory(self, checkpoint: Mark | None, rollback: Cut | None, draft: Sequence[Mark | Cut] = ()) -> None:
         """Add the target's checkpoint and rollback of one round (or the prompt) and the draft context's."""
@@ -329,6 +340,11 @@ def figures(t: Telemetry) -> dict[str, Any]:
         "forced": t.forced,
         "grammar_impossible": t.grammar_impossible,
         "grammar_impossible_share": impossible_share(t.grammar_impossible, t.drafted),
+        "tree": {
+            "rounds_with_branches": t.tree_rounds,
+            "max_branches": t.tree_max_branches,
+            "nodes_verified": t.tree_nodes,
+        },
         "mean_accepted_length": mean_accepted_length(t.accepted, t.rounds_with_draft),
         "tokens_per_round": tokens_per_round(t.generated, t.rounds),
         "per_position_acceptance": per_position_acceptance(t.position_hits, t.position_tries),
