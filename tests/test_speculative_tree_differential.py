@@ -38,11 +38,10 @@ token and the target's next one to the draft in one batch of two where the tool 
 Only the draft's rows depend on that, the drafted and accepted counts would move only if it flipped one of
 the draft's picks, and the equal totals below show it did not on this run.
 
-:func:`run_both` and :func:`draft_knobs` take ``tree_width`` and ``p_split``: the hook for the tree case
-(issue 56), for the lead to add once the ``draft`` strategy has its ``tree_width`` knob. Note for that case:
-specviz's greedy tree splits where the draft's rank-f softmax probability is above ``p_split``, while the
-tool under ``--temp 0`` never splits, so the drafted counts of a greedy tree cannot be compared with it;
-the text still can.
+:func:`run_both`, :func:`run_session` and :func:`draft_knobs` take ``tree_width`` and ``p_split``: the hook
+for the tree case (issue 56). Note for that case: specviz's greedy tree splits where the draft's rank-f
+softmax probability is above ``p_split``, while the tool under ``--temp 0`` never splits, so a greedy
+tree's drafted and accepted counts cannot equal the tool's; its text can, up to where each stops.
 """
 
 from __future__ import annotations
@@ -55,7 +54,13 @@ import pytest
 from native_util import native_tool
 
 from specviz import Session
-from specviz.analysis.llama_speculative import TOOL, SpeculativeReport, run_speculative
+from specviz.analysis.llama_speculative import (
+    TOOL,
+    SpeculativeReport,
+    parse_speculative_report,
+    run_speculative,
+    speculative_command,
+)
 from specviz.backends import LlamaModel
 
 PROMPT = "The capital of France is"
@@ -87,8 +92,8 @@ def derived_draft(embedded_model_path, tmp_path_factory) -> Path:
 
 def draft_knobs(draft: Path, *, tree_width: int, p_split: float) -> dict[str, Any]:
     """The ``draft`` strategy's knobs for ``llama-speculative --spec-draft-n-max 8`` at ``tree_width`` branches
-    (1: a chain) and ``p_split``. The tree knobs are passed only for a tree (``tree_width`` > 1): they are the
-    ones issue 56 adds; until they exist, a tree is refused by the session as an unknown knob."""
+    (1: a chain) and ``p_split``. The tree knobs (issue 56) are passed only for a tree (``tree_width`` > 1),
+    so the chain case runs the ``draft`` strategy exactly as before trees."""
     knobs: dict[str, Any] = {
         "draft_model": str(draft),
         "draft_max": DRAFT_MAX,
@@ -102,8 +107,9 @@ def draft_knobs(draft: Path, *, tree_width: int, p_split: float) -> dict[str, An
 
 
 def run_session(model: LlamaModel, draft: Path, *, tree_width: int, p_split: float) -> SessionRun:
-    """A greedy session laid out and stopped as the tool runs (see the module docstring)."""
-    s = Session(model, n_ctx=N_CTX_SEQ, n_batch=512, n_ubatch=512, n_threads=THREADS)
+    """A greedy session laid out and stopped as the tool runs (see the module docstring); a tree's context holds
+    a sequence per branch."""
+    s = Session(model, n_ctx=N_CTX_SEQ, n_batch=512, n_ubatch=512, n_threads=THREADS, n_seq_max=tree_width)
     try:
         s.start(PROMPT, max_tokens=N_PREDICT + 2048, strategy="none")
         s.step()  # the last prompt token alone: the first token, undrafted
@@ -153,3 +159,37 @@ def test_greedy_chain_equals_llama_speculative(embedded_model_path, derived_draf
     assert (run.n_predict, run.drafted, run.accepted) == (report.n_predict, report.n_drafted, report.n_accept)
     assert report.n_predict > N_PREDICT  # it stopped past -n, as both do
     assert report.n_drafted > report.n_accept > 0  # it drafted, accepted and rejected
+
+
+#: The end of a verbose run's log as the tool prints it (timestamps and levels before each line).
+VERBOSE_LOG = """0.01.000.001 D splitting seq   0 into   1
+0.01.000.002 D splitting seq   1 into   2
+0.07.748.407 I decoded   52 tokens in    4.384 seconds, speed:   11.861 t/s
+0.07.748.408 I n_draft   = 8
+0.07.748.408 I n_predict = 52
+0.07.748.408 I n_drafted = 104
+0.07.748.409 I n_accept  = 38
+0.07.748.409 I accept    = 36.538%
+"""
+
+
+def test_the_report_is_read_from_a_verbose_log():
+    r = parse_speculative_report(b"\n\nhi\n\n", VERBOSE_LOG, verbose=True)
+    assert (r.n_draft, r.n_predict, r.n_drafted, r.n_accept, r.splits) == (8, 52, 104, 38, 2)
+    assert (r.decode_seconds, r.decode_tokens_per_second) == (4.384, 11.861)
+    assert parse_speculative_report(b"", VERBOSE_LOG).splits is None  # not verbose: splits not counted
+
+
+def test_a_log_without_a_counter_is_refused():
+    with pytest.raises(ValueError, match="printed no n_accept"):
+        parse_speculative_report(b"", VERBOSE_LOG.replace("n_accept  = 38", "n_accept  ="))
+
+
+def test_the_command_names_the_tree_options():
+    cmd = speculative_command(
+        "tool", "t.gguf", "d.gguf", "a b", n_predict=5, n_parallel=3, p_split=0.1, draft_max=8, threads=2, n_ctx=96
+    )
+    opts = dict(zip(cmd[1::2], cmd[2::2]))  # every option before --swa-full takes one value
+    assert opts["-md"] == "d.gguf" and opts["-np"] == "3" and opts["--temp"] == "0"
+    assert opts["--spec-draft-p-split"] == "0.1" and opts["--spec-draft-n-max"] == "8"
+    assert cmd[-2:] == ["--swa-full", "--no-escape"]
