@@ -123,21 +123,21 @@ export function treeView() {
       ...tr.choices.map((c, k) => choiceEl(c, L.choices[k], g)));
   }
 
+  // The round shown and its index among the tree rounds (-1 for a picked chain round).
   function shownRound() {
     if (picked != null) {
       const r = state ? seqSlice(state.rounds).find((x) => x.round === picked) : null;
-      if (r) return r;
+      if (r) return [r, seqSlice(trees).indexOf(r)];
       picked = null;
     }
     const i = want == null || want >= trees.length ? trees.length - 1 : want;
-    return seqAt(trees, i);
+    return [seqAt(trees, i), i];
   }
 
   function draw() {
     tip.hidden = true;
     if (!trees || !trees.length) return;
-    const r = shownRound();
-    const k = seqSlice(trees).indexOf(r);
+    const [r, k] = shownRound();
     slider.max = String(Math.max(0, trees.length - 1));
     slider.value = String(k >= 0 ? k : trees.length - 1);
     card.dataset.round = String(r.round);
