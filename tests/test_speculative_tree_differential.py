@@ -80,6 +80,7 @@ class SessionRun:
     n_predict: int
     drafted: int
     accepted: int
+    tree: dict[str, int]  # the telemetry's tree figures
 
 
 @pytest.fixture(scope="module")
@@ -118,16 +119,24 @@ def run_session(model: LlamaModel, draft: Path, *, tree_width: int, p_split: flo
             s.step()
         t = s.telemetry_dict()
         text = b"".join(model.piece_bytes(tok) for tok in s.history)
-        return SessionRun(text=text, n_predict=len(s.tokens), drafted=t["drafted"], accepted=t["accepted"])
+        return SessionRun(
+            text=text, n_predict=len(s.tokens), drafted=t["drafted"], accepted=t["accepted"], tree=t["tree"]
+        )
     finally:
         s.close()
 
 
 def run_both(
-    target: Path, draft: Path, *, tree_width: int, p_split: float, n_parallel: int
+    target: Path,
+    draft: Path,
+    *,
+    tree_width: int,
+    p_split: float,
+    n_parallel: int,
+    session_p_split: float | None = None,
 ) -> tuple[SpeculativeReport, SessionRun]:
     """``llama-speculative -np n_parallel --spec-draft-p-split p_split`` and a session of ``tree_width``
-    branches on the same target, draft and prompt."""
+    branches on the same target, draft and prompt (its ``p_split``: ``session_p_split`` where given)."""
     report = run_speculative(
         native_tool(TOOL),
         target,
@@ -143,7 +152,8 @@ def run_both(
     )
     model = LlamaModel(target)
     try:
-        return report, run_session(model, draft, tree_width=tree_width, p_split=p_split)
+        split = p_split if session_p_split is None else session_p_split
+        return report, run_session(model, draft, tree_width=tree_width, p_split=split)
     finally:
         model.close()
 
@@ -159,6 +169,43 @@ def test_greedy_chain_equals_llama_speculative(embedded_model_path, derived_draf
     assert (run.n_predict, run.drafted, run.accepted) == (report.n_predict, report.n_drafted, report.n_accept)
     assert report.n_predict > N_PREDICT  # it stopped past -n, as both do
     assert report.n_drafted > report.n_accept > 0  # it drafted, accepted and rejected
+
+
+@pytest.mark.tools
+@pytest.mark.slow
+@pytest.mark.embedded
+def test_a_tree_that_cannot_split_equals_llama_speculative(embedded_model_path, derived_draft):
+    # -np 3 on both sides, the session's target and draft opened with three sequences in one unified cache and
+    # every round drafted by the tree drafter; under --temp 0 the tool never splits, and p_split 1 (no
+    # probability exceeds it) keeps the session from splitting: the same rounds, token for token
+    report, run = run_both(
+        embedded_model_path,
+        derived_draft,
+        tree_width=N_PARALLEL,
+        p_split=P_SPLIT,
+        n_parallel=N_PARALLEL,
+        session_p_split=1.0,
+    )
+    assert report.splits == 0 and run.tree["rounds_with_branches"] == 0
+    assert report.output.startswith(b"\n\n" + run.text + b"\n\n"), "the generated text differs"
+    assert (run.n_predict, run.drafted, run.accepted) == (report.n_predict, report.n_drafted, report.n_accept)
+
+
+@pytest.mark.tools
+@pytest.mark.slow
+@pytest.mark.embedded
+def test_a_greedy_tree_writes_llama_speculatives_text(embedded_model_path, derived_draft):
+    # the same -np 3 and --spec-draft-p-split 0.1: the session's greedy tree splits where the draft's rank-f
+    # probability (softmax at temperature 1) is above 0.1, the tool's never does (its temperature-0 draft
+    # distribution is a point mass), so the drafted and accepted counts differ by design; both are greedy and
+    # lossless, so the text is the same up to where the shorter run stopped
+    report, run = run_both(embedded_model_path, derived_draft, tree_width=N_PARALLEL, p_split=P_SPLIT, n_parallel=3)
+    assert report.splits == 0
+    assert run.tree["rounds_with_branches"] > 0 and run.tree["max_branches"] > 1
+    tool = report.output.removeprefix(b"\n\n")
+    common = min(len(tool), len(run.text))
+    assert run.text[:common] == tool[:common], "the generated text differs"
+    assert common > len(PROMPT) + 40
 
 
 #: The end of a verbose run's log as the tool prints it (timestamps and levels before each line).

@@ -59,7 +59,7 @@ def check_config(
     return cfg
 
 
-def check_tree(ctx: object, cfg: dict[str, Any]) -> None:
+def check_tree(ctx: LlamaContext, cfg: dict[str, Any]) -> None:
     """Refuse a draft tree (``tree_width`` > 1) the target's context cannot verify: each branch is one of its
     sequences, sharing the prefix's cells, so it needs a unified cache of at least ``tree_width`` sequences (a
     request of a batched run has one sequence of a shared context: no tree)."""
