@@ -58,11 +58,11 @@ export function treeView() {
   const roundText = h("span", { class: "sv-tree-roundtext" });
   const canvas = h("div", { class: "sv-tree-canvas" });
   const note = h("div", { class: "sv-tree-note sv-muted", hidden: true });
-  const tip = h("div", { class: "sv-tip sv-tree-tip", hidden: true });
+  const tip = h("div", { class: "sv-tree-tip", hidden: true });
   const legend = h("div", { class: "sv-chart-legend sv-tree-legend" },
-    ...[["sv-acc", "accepted path"], ["sv-rej", "rejected by the target"], ["sv-tree-unreached", "never reached"],
-      ["sv-corr", "target's choice (hover: alternatives)"]].map(([c, t]) => h("span", { class: "sv-lg" },
-      h("i", { class: "sv-tree-sw " + c }), h("span", { text: t }))));
+    ...[["acc", "accepted path"], ["rej", "rejected by the target"], ["unreached", "never reached"],
+      ["choice", "target's choice (hover: alternatives)"]].map(([c, t]) => h("span", { class: "sv-lg" },
+      h("i", { class: "sv-tree-sw sv-tree-sw-" + c }), h("span", { text: t }))));
   const card = h("div", { class: "sv-card sv-tree-card", hidden: true },
     h("div", { class: "sv-card-h" }, h("span", { text: "Draft tree" }), sub),
     h("div", { class: "sv-tree-nav" }, h("span", { class: "sv-lbl", text: "round" }), slider, roundText),
