@@ -256,6 +256,7 @@ def build_app(
     drafts = SharedDraftModels(loaded)
 
     ctx_settings = settings.to_dict() if settings is not None else {"n_ctx": n_ctx}
+    ctx_settings.update(tree_sequences(loaded, ctx_settings))
 
     def make_session() -> Session:
         return Session(loaded, **ctx_settings)  # a parked session comes back with the same cache layout
@@ -272,6 +273,20 @@ def build_app(
     if policy.required:
         app.lines.append("  every request needs the token above (open the URL as printed)")
     return app
+
+
+#: The most branches a page's draft tree may have (``tree_width``): each page's target context holds as many
+#: sequences in one unified cache, which costs no memory over one (the cache's size is its ``n_ctx``).
+SERVED_TREE_WIDTH = 4
+
+
+def tree_sequences(model: Any, ctx_settings: dict[str, Any]) -> dict[str, Any]:
+    """The sequences a served session's target holds: :data:`SERVED_TREE_WIDTH`, so a page can draft a tree,
+    where the model's memory can hold one (none for recurrent or hybrid memory, or a ring-sized window)."""
+    from ..backends.memory import memory_kind, tree_refusal
+
+    kind = memory_kind(model, bool(ctx_settings.get("swa_full", True)))
+    return {"n_seq_max": SERVED_TREE_WIDTH} if tree_refusal(kind) is None else {}
 
 
 def serve(
