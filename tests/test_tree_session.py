@@ -196,3 +196,43 @@ def test_memory_that_cannot_hold_a_tree_is_refused_by_name(tmp_path, pair):
     with pytest.raises(KnobError, match="no draft tree here"):
         s.start("x", strategy="draft", draft_model=str(pair[1]), tree_width=2)
     s.close()
+
+
+def _first_rounds(target, draft, n: int) -> Session:
+    s = _session(target)
+    s.start(
+        "The quick brown fox",
+        max_tokens=40,
+        strategy="draft",
+        draft_model=str(draft),
+        draft_p_min=0.0,
+        tree_width=3,
+        p_split=0.0,
+        draft_max=6,
+    )
+    for _ in range(n):
+        s.step()
+    return s
+
+
+def _finish(s: Session) -> list[int]:
+    while s.finished is None:
+        s.step()
+    return list(s.tokens)
+
+
+def test_fork_and_snapshot_after_tree_rounds_continue_as_the_original(pair):
+    target, draft = pair
+    s = _first_rounds(target, draft, 3)
+    assert s.telemetry_dict()["tree"]["rounds_with_branches"] > 0
+    blob = s.snapshot()
+    b = s.fork()
+    whole = _finish(s)
+    assert _finish(b) == whole
+    b.close()
+    r = Session.restore(blob, target)
+    assert r.ctx.n_seq_max == s.ctx.n_seq_max  # the restored target holds the tree's sequences again
+    assert _finish(r) == whole
+    assert r.telemetry_dict()["tree"] == s.telemetry_dict()["tree"]  # the same rounds, counted alike
+    r.close()
+    s.close()

@@ -46,7 +46,7 @@ from .sampling import SamplingParams
 from .snapshot import restore_snapshot, take_snapshot
 from .stops import StopScanner, cut_text
 from .target_context import swap_target
-from .target_setup import check_prefill, context_args, open_target
+from .target_setup import CONTEXT_KEYS, check_prefill, context_args, open_target
 from .telemetry import TelemetryView
 from .tiling import verify_tile
 from .verify_cost import VerifyCostModel, measure_for_advice
@@ -524,7 +524,8 @@ class Session:
         with self._lock:
             if not self.started or self.drafter is None:
                 raise SessionStateError("nothing to fork: call start() first")
-            make = partial(type(self), **self.context_args, prefill=self._prefill)
+            settings = {k: v for k, v in self.context_args.items() if k in CONTEXT_KEYS}  # a Session's arguments
+            make = partial(type(self), **settings, prefill=self._prefill)
             return forked(self, self.snapshot(), make)
 
     def verify_cost(self) -> VerifyCostModel | None:
