@@ -182,6 +182,8 @@ def test_cli_refuses_a_tree_in_a_batched_run_and_bad_widths(pair):
     common = ("run", "--model", str(target), "--prompt", "x", "--strategy", "draft", "--draft-model", str(draft))
     batched = run_cli(*common, "--tree-width", "3", "-np", "2")
     assert batched.returncode == 2 and "--tree-width 3 with -np 2" in batched.stderr
+    lookup = run_cli("run", "--model", str(target), "--prompt", "x", "--strategy", "prompt-lookup", "--tree-width", "3")
+    assert lookup.returncode == 2 and "cannot draft a tree" in lookup.stderr and "draft" in lookup.stderr
     zero = run_cli(*common, "--tree-width", "0")
     assert zero.returncode == 2 and "tree_width" in zero.stderr.replace("-", "_")
 

@@ -418,6 +418,11 @@ def _resolved(option: str, name: str) -> str:
         raise UsageError(f"option {option}: {e}") from None
 
 
+#: The knobs that make a draft a tree: given above 1 to a strategy that cannot branch, a run is refused (a tree
+#: silently drafted as a chain would mislead), where other strategies' knobs are only warned about.
+TREE_SHAPE_KNOBS = ("tree_width", "tree_topk")
+
+
 def _knobs_of(
     args: argparse.Namespace, strategy: str, knob_values: dict[str, Any], *, warn: Callable[[str], None]
 ) -> dict[str, Any]:
@@ -445,6 +450,12 @@ def _knobs_of(
             raise UsageError(
                 f"option {all_knobs[name].flag}: the chain's {' and '.join(per_member)} each have a {name!r}; "
                 f"set each with {flags}"
+            )
+        if name in TREE_SHAPE_KNOBS and str(v) not in ("1", "1.0"):
+            able = ", ".join(n for n in strategy_names() if name in strategy_schema(n).names())
+            raise UsageError(
+                f"option {all_knobs[name].flag} {v}: strategy {strategy!r} cannot draft a tree; the strategies that "
+                f"can: {able}"
             )
         warn(f"option {all_knobs[name].flag} is accepted but not applied: strategy {strategy!r} has no knob {name!r}")
     for flag, (owner, name) in _strategy_flags().items():
