@@ -21,6 +21,7 @@ from specviz.analysis.tree_advice import (
     extended,
     linear_curve,
     rank_shares,
+    run_knobs,
     score_all,
     shapes,
     tree_advice,
@@ -258,7 +259,9 @@ def test_cli_prints_the_advice_and_its_json(tmp_path, capsys):
     cost = cost_file(tmp_path / "cost.json", cheap_rows)
     assert main(["advise", rec, "--tree", "--verify-cost", cost]) == 0
     out = capsys.readouterr().out
-    assert "rank 2" in out and "a tree pays" in out and "not built yet" in out
+    assert "rank 2" in out and "a tree pays" in out and "--check measures it" in out
+    # the best tree (2x2) branches below the first depth: no knob drafts it; the best tree that runs is named
+    assert "the best tree the draft strategy drafts as shaped, tree 2x1" in out and "--tree-width 2" in out
     assert main(["advise", rec, "--tree", "--verify-cost", cost, "--json"]) == 0
     tree = json.loads(capsys.readouterr().out)["tree"]
     assert tree["rank_share"][0] == pytest.approx([0.6, 0.2, 0.2]) and tree["pays"] is True
@@ -266,6 +269,19 @@ def test_cli_prints_the_advice_and_its_json(tmp_path, capsys):
     assert tree["best_tree"]["widths"] == [2, 2] and any(s["shape"] == "chain of 2" for s in tree["shapes"])
     assert tree["verify_cost"]["one_row_seconds"] == pytest.approx(cheap_rows(1))
     assert tree["verify_cost"]["needed_ratio"] is None and tree["verify_cost"]["ratio_rows"] == NODE_BUDGET + 1
+    run = tree["runnable_tree"]
+    assert run["widths"] == [2, 1] and run["strategy"] == "draft"
+    assert run["knobs"] == {
+        "draft_max": 4,
+        "draft_p_min": 0.0,
+        "align": False,
+        "draft_policy": "fixed",
+        "tree_width": 2,
+        "p_split": 0.0,
+    }
+    assert (
+        run["flags"] == "--spec-draft-n-max 4 --spec-draft-p-min 0 --tree-width 2 --spec-draft-p-split 0 --align false"
+    )
 
 
 def test_cli_refuses_a_recording_without_candidates(tmp_path, capsys):
@@ -282,6 +298,21 @@ def test_cli_refuses_tree_beside_another_report(tmp_path, capsys, other):
     rec = record(tmp_path / "rec.jsonl", hand_worked())
     assert main(["advise", rec, "--tree", *other]) == 2
     assert f"option --tree: not with {other[0]}" in capsys.readouterr().err
+
+
+def test_the_knobs_of_a_shape_for_the_draft_strategy_and_others():
+    assert run_knobs(Shape(())) is None
+    assert run_knobs(Shape((1, 1, 1))) == {"draft_max": 3, "draft_p_min": 0.0, "align": False, "draft_policy": "fixed"}
+    assert run_knobs(Shape((4, 1))) == {**run_knobs(Shape((1,) * 8)), "tree_width": 4, "p_split": 0.0}  # type: ignore[dict-item]
+    assert run_knobs(Shape((2, 2, 1))) is None  # a split below the first depth: no knob drafts it
+    assert run_knobs(Shape((2, 1)), "eagle3") is None and run_knobs(Shape((1, 1)), "eagle3") is not None
+    adv = tree_advice(hand_worked(cheap_rows), cost=curve(cheap_rows))
+    assert adv.runnable is not None and adv.runnable.shape.widths == (2, 1)
+    assert all(
+        s.tokens_per_second <= adv.runnable.tokens_per_second
+        for s in adv.scored
+        if s.shape.widths[:1] == (2,) and set(s.shape.widths[1:]) <= {1}
+    )
 
 
 def test_a_curve_measured_short_of_the_shapes_rows_is_extended_on_its_mean_cost_per_row():

@@ -39,7 +39,17 @@ none does, :func:`needed_ratio` finds how cheap extra rows would have to be: the
 ``NODE_BUDGET + 1``-row verify to a 1-row verify (on a straight-line curve through this machine's 1-row cost)
 at which the best tree still pays — a GPU's regime, where a few more rows cost almost nothing.
 
-Trees are not built yet (issue 56): this is a prediction, not a measurement.
+Running a shape (:func:`run_knobs`): the ``draft`` strategy drafts trees as llama.cpp's ``examples/speculative``
+does, in its knobs ``tree_width`` (the most branches), ``p_split`` (a branch splits where the draft's next-ranked
+candidate is above it) and ``draft_max`` (the tree's node budget). With ``p_split`` 0 a node splits while branches
+are free, so the root takes the draft's top ``W`` candidates and each drafts a chain below it: ``tree_width W,
+p_split 0, draft_max W x depth`` drafts the shape ``Wx1x…x1`` exactly (with ``draft_p_min`` 0 and alignment
+off, so no draft stops early nor is cut to a tile). Shapes that branch below the first depth (``2x2x1``) have no
+knob: the draft strategy branches there only where its ``p_split`` rule finds the draft unsure, so its shape
+varies round by round. SGLang's settings (top-k per node, depth, a budget of verified nodes) describe another
+family: the top-k of each kept node expanded at every depth, then the budget's most probable nodes kept. The
+advice names the best shape of all and the best the draft strategy runs (:attr:`TreeAdvice.runnable`); ``specviz
+advise REC --tree --check`` runs it (:mod:`specviz.analysis.tree_check`).
 """
 
 from __future__ import annotations
@@ -201,6 +211,33 @@ class Shape:
         return f"chain of {len(self.widths)}" if self.is_chain else "tree " + "x".join(map(str, self.widths))
 
 
+#: The strategy whose knobs draft a tree shape (see the module docstring).
+TREE_STRATEGY = "draft"
+
+
+def run_knobs(shape: Shape, strategy: str = TREE_STRATEGY) -> dict[str, Any] | None:
+    """The knobs that draft ``shape`` every round on ``strategy``: a chain's length (any drafter), or for the
+    ``draft`` strategy a tree ``Wx1x…x1`` (``tree_width`` W, ``p_split`` 0, ``draft_max`` its nodes); with
+    ``draft_p_min`` 0 and alignment off, so each round drafts the whole shape. None for plain decoding, for a shape
+    that branches below the first depth, and for a tree on another strategy (no knob drafts it)."""
+    if not shape.widths:
+        return None
+    base: dict[str, Any] = {"draft_max": shape.nodes, "draft_p_min": 0.0, "align": False, "draft_policy": "fixed"}
+    if shape.is_chain:
+        return base
+    if strategy != TREE_STRATEGY or any(w != 1 for w in shape.widths[1:]):
+        return None
+    return {**base, "tree_width": shape.widths[0], "p_split": 0.0}
+
+
+def run_flags(knobs: dict[str, Any]) -> str:
+    """``knobs`` (from :func:`run_knobs`) as ``specviz run`` options, in llama.cpp's spelling where it has one."""
+    out = [f"--spec-draft-n-max {knobs['draft_max']}", f"--spec-draft-p-min {knobs['draft_p_min']:g}"]
+    if "tree_width" in knobs:
+        out += [f"--tree-width {knobs['tree_width']}", f"--spec-draft-p-split {knobs['p_split']:g}"]
+    return " ".join([*out, "--align false"])
+
+
 def accepted_length(shares: RankShares, shape: Shape) -> float:
     """The expected tokens a round of ``shape`` commits (the target's own included), under the module's
     independence assumption: ``1 + sum_d prod_(i <= d) caught_i(widths[i])``."""
@@ -350,6 +387,30 @@ class TreeAdvice:
     one_row_seconds: float = 0.0  #: the verify curve's one-row cost
     draft_decode_seconds: float = 0.0  #: a one-row draft decode as priced (at the curve's level)
     notes: tuple[str, ...] = ()
+    #: the best tree the recorded strategy drafts every round with its knobs (:func:`run_knobs`), None where none
+    runnable: Scored | None = None
+
+    @property
+    def run_strategy(self) -> str:
+        """The strategy the shapes' knobs are for: the recording's drafter."""
+        return self.shares.strategy
+
+    def how_to_run(self) -> str:
+        """Which tree runs, with which options, or why none does."""
+        if self.tree is None:
+            return ""
+        if self.runnable is None:
+            return (
+                f"no knob of the {self.run_strategy} strategy drafts these shapes (a tree of the draft model's: "
+                "tree_width, p_split)"
+            )
+        knobs = run_knobs(self.runnable.shape, self.run_strategy)
+        assert knobs is not None
+        which = "the best tree" if self.runnable is self.tree else "the best tree the draft strategy drafts as shaped"
+        return (
+            f"{which}, {self.runnable.shape.label} ({self.runnable.tokens_per_second:.1f} tokens/s predicted), "
+            f"runs as: {run_flags(knobs)}; `advise REC --tree --check` runs it beside the chain"
+        )
 
     def best_per_nodes(self) -> list[Scored]:
         """The chains, and the best tree of each node count, by node count."""
@@ -427,8 +488,18 @@ class TreeAdvice:
                 f"{s.round_seconds * 1e3:>8.2f}  {s.tokens_per_second:>8.1f}{mark}"
             )
         lines.append(self.verdict())
+        if self.how_to_run():
+            lines.append(self.how_to_run())
         lines += [f"note: {n}" for n in self.notes]
         return "\n".join(lines)
+
+    def _runnable_dict(self) -> dict[str, Any] | None:
+        """The runnable tree's scores, knobs and options (None where none runs)."""
+        if self.runnable is None:
+            return None
+        knobs = run_knobs(self.runnable.shape, self.run_strategy)
+        assert knobs is not None
+        return {**self.runnable.to_dict(), "strategy": self.run_strategy, "knobs": knobs, "flags": run_flags(knobs)}
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-serialisable form: ``rank_share`` (per depth: rank 1 … k, then outside),
@@ -446,6 +517,7 @@ class TreeAdvice:
             "best_tree": self.tree.to_dict() if self.tree else None,
             "best_chain": self.chain.to_dict(),
             "shapes": [s.to_dict() for s in self.best_per_nodes()],
+            "runnable_tree": self._runnable_dict(),
             "verify_cost": {
                 "source": self.cost_source,
                 "ratio_rows": NODE_BUDGET + 1,
@@ -484,6 +556,7 @@ def tree_advice(source: EventSource, cost: VerifyCostModel | None = None) -> Tre
     grid = shapes(shares.k, shares.usable_depths)
     scored = score_all(shares, costs, grid)
     chain, tree = best_pair(scored)
+    trees = [s for s in scored if not s.shape.is_chain and run_knobs(s.shape, shares.strategy) is not None]
     pays = tree is not None and tree.tokens_per_second > chain.tokens_per_second * PAYS_MARGIN
     return TreeAdvice(
         shares=shares,
@@ -497,6 +570,7 @@ def tree_advice(source: EventSource, cost: VerifyCostModel | None = None) -> Tre
         draft_decode_seconds=costs.draft_decode,
         needed_ratio=None if pays else needed_ratio(shares, costs, grid),
         notes=tuple(_notes(shares, measured_rows, max(1 + s.nodes for s in grid), level, fitted)),
+        runnable=max(trees, key=lambda s: s.tokens_per_second) if trees else None,
     )
 
 
@@ -504,8 +578,8 @@ def _notes(shares: RankShares, measured_rows: int, rows_needed: int, level: floa
     """What limits the prediction: the assumption, the depths, sampling, the curve's reach (``fitted``: the
     batch sizes a curve fitted to the recorded verify times rests on), the draft decodes' level, p_min stops."""
     out = [
-        "trees are not built yet: this is a prediction from the chain's rank shares, assuming each depth's share "
-        "holds whichever branch reached it"
+        "a prediction from the chain's rank shares, assuming each depth's share holds whichever branch reached it; "
+        "--check measures it"
     ]
     if shares.usable_depths < len(shares.reached):
         out.append(

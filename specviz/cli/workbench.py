@@ -80,8 +80,10 @@ def cmd_advise(args: argparse.Namespace) -> int:
 
 
 def _check_tree_alone(args: argparse.Namespace) -> None:
-    """``--tree`` is its own report: refused beside the options that make another one."""
+    """``--tree`` is its own report: refused beside the options that make another one; ``--check`` needs it."""
     if not getattr(args, "tree", False):
+        if getattr(args, "check", False):
+            raise UsageError("option --check: only with --tree (it runs the advised tree beside the chain)")
         return
     others = {
         "--synth-rates": getattr(args, "synth_rates", False),
@@ -111,8 +113,29 @@ def _tree(args: argparse.Namespace, events: list, cost: VerifyCostModel | None) 
         adv = tree_advice(events, cost)
     except RecordingError as e:
         raise UsageError(f"option --tree: {e}") from None
-    print(json.dumps({"tree": adv.to_dict()}, ensure_ascii=False) if args.json else adv.report())
+    out = adv.to_dict()
+    text = adv.report()
+    if getattr(args, "check", False):
+        check = _tree_check(args, events, adv)
+        out["check"] = check.to_dict()
+        text += "\n\n" + check.report()
+    print(json.dumps({"tree": out}, ensure_ascii=False) if args.json else text)
     return 0
+
+
+def _tree_check(args: argparse.Namespace, events: list, adv: Any) -> Any:
+    """``--tree --check``: the advised tree and the chain run on the recording's prompt
+    (:mod:`specviz.analysis.tree_check`); ``--model``, ``--max-tokens`` and ``--repeats`` as for the server check."""
+    from ..analysis.tree_check import check_tree
+    from ..errors import RecordingError
+    from .options import int_option
+
+    repeats = int_option("--repeats", args.repeats, 1, 50)
+    n = None if args.max_tokens is None else int_option("--max-tokens", args.max_tokens, 1, 1 << 16)
+    try:
+        return check_tree(events, adv, model=args.model, max_tokens=n, repeats=repeats)
+    except RecordingError as e:
+        raise UsageError(f"option --check: {e}") from None
 
 
 def _under_load(args: argparse.Namespace, events: list) -> int:
@@ -242,6 +265,12 @@ def add_commands(sub: Any) -> None:
                 action="store_true",
                 help="whether a draft tree would pay on this machine, predicted from a draft model's recording (the "
                 "draft's rank 2, 3, ... candidates the target picked, per depth) and the verify-cost curve",
+            )
+            p.add_argument(
+                "--check",
+                action="store_true",
+                help="with --tree: run the best tree the draft strategy drafts and the best chain on the recording's "
+                "prompt with its draft model (--model, --max-tokens, --repeats), predicted beside measured",
             )
             p.add_argument(
                 "--parallel",
