@@ -43,10 +43,12 @@ KNOB_TABLE = [
     ("ngram-map-k", "size_m", 48, 1, 1024),
     ("ngram-map-k", "min_hits", 1, 1, 1024),
     ("ngram-map-k", "check_rate", 1, 1, 1024),
+    ("ngram-map-k", "tree_width", 1, 1, 16),
     ("ngram-map-k4v", "size_n", 12, 1, 1024),
     ("ngram-map-k4v", "size_m", 48, 1, 1024),
     ("ngram-map-k4v", "min_hits", 1, 1, 1024),
     ("ngram-map-k4v", "check_rate", 1, 1, 1024),
+    ("ngram-map-k4v", "tree_width", 1, 1, 16),
     ("ngram-mod", "n_match", 24, 1, 1024),
     ("ngram-mod", "n_min", 48, 1, 1024),
     ("ngram-mod", "n_max", 64, 1, 1024),
@@ -54,6 +56,7 @@ KNOB_TABLE = [
     ("ngram-mod", "low_accept_ratio", 0.25, 0.0, 1.0),
     ("ngram-mod", "low_accept_streak", 5, 1, 1024),
     ("ngram-cache", "n_draft", 8, 1, 1024),
+    ("ngram-cache", "tree_width", 1, 1, 16),
 ]
 
 

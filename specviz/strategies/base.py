@@ -81,7 +81,8 @@ class Draft:
     that proposed it when that is not the drafter itself (a member of a chained drafter). ``alternatives``
     holds, per drafted position, the drafter's own top :data:`DRAFT_ALTERNATIVES` token ids there, best
     first (its logits' order, ties to the lower id), for a drafter with a logits row per position (``draft``,
-    ``eagle3``, ``mtp``, ``dflash``, ``dspark``); ``None`` otherwise (the n-gram strategies, DFlash-2's lattice).
+    ``eagle3``, ``mtp``, ``dflash``, ``dspark``), and for the n-gram strategies drafting trees (``tree_width`` > 1:
+    the continuations they hold there, their best first); ``None`` otherwise (n-gram chains, DFlash-2's lattice).
     ``tree`` is set when the drafter branched (:class:`~specviz.decoding.draft_tree.DraftTree` of more than one
     branch, verified in one batch); ``tokens`` and ``probs`` then hold its branch 0, the drafter's main line.
     """

@@ -30,6 +30,14 @@ Different from upstream (on purpose):
 
 In a round the ``cost`` policy keeps plain, :meth:`peek` gives the first token a draft would propose.
 
+Draft trees (``tree_width`` > 1, :mod:`~specviz.strategies.ngram_tree`): the draft walks the most counted
+follower as above, and at each step the n-gram that gave it offers its other followers, the most counted first
+(ties: the one seen first), as further branches while the tree has fewer than ``tree_width``; each branch walks
+on from its own tail. The tree grows a depth at a time, every branch's step in branch order (a branch's own
+follower before its splits), at most ``n_draft`` deep and at most the round's limit in nodes. Each position of
+branch 0 reports its n-gram's followers as ``Draft.alternatives``. The statistics are a function of the
+history, so a tree round needs no other bookkeeping. At ``tree_width`` 1 nothing changes.
+
 Restoring: ``begin`` rebuilds the context statistics from the history; the dynamic statistics are saved
 by :meth:`~Drafter.state` and brought back by :meth:`~Drafter.load_state`.
 """
@@ -40,8 +48,11 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from ..decoding.draft_tree import ROOT, DraftTree
 from ..decoding.knob_schema import Knob
-from .base import Draft, PeekingDrafter
+from .base import DRAFT_ALTERNATIVES, Draft, PeekingDrafter
+from .knobs import TREE_WIDTH_KNOB
+from .ngram_tree import tree_draft
 
 NGRAM_MIN = 1
 NGRAM_MAX = 4
@@ -79,20 +90,38 @@ def _merge(into: _Stats, add: _Stats) -> None:
 
 def _pick(stats: _Stats, tail: list[int], min_samples: Sequence[int], min_percent: Sequence[int]) -> int | None:
     """The confident follower of the longest qualifying n-gram ending ``tail``, else ``None``."""
+    part = _qualifying(stats, tail, min_samples, min_percent)
+    return None if part is None else _best(part)
+
+
+def _best(part: dict[int, int]) -> int:
+    """The most counted follower, the first seen on ties."""
+    best, best_count = -1, 0
+    for tok, c in part.items():
+        if c > best_count:
+            best, best_count = tok, c
+    return best
+
+
+def _ranked(part: dict[int, int]) -> list[int]:
+    """The followers, the most counted first (ties: the first seen; the first is :func:`_best`'s)."""
+    return sorted(part, key=lambda tok: -part[tok])  # stable: dict order breaks ties
+
+
+def _qualifying(
+    stats: _Stats, tail: list[int], min_samples: Sequence[int], min_percent: Sequence[int]
+) -> dict[int, int] | None:
+    """The followers of the longest n-gram ending ``tail`` whose most counted follower passes the thresholds."""
     for n in range(NGRAM_MAX, NGRAM_MIN - 1, -1):
         if len(tail) < n:
             continue
         part = stats[n].get(tuple(tail[-n:]))
         if not part:
             continue
-        best, best_count, total = None, 0, 0
-        for tok, c in part.items():
-            if c > best_count:
-                best, best_count = tok, c
-            total += c
+        best_count, total = max(part.values()), sum(part.values())
         if total < min_samples[n - 1] or 100 * best_count < min_percent[n - 1] * total:
             continue
-        return best
+        return part
     return None
 
 
@@ -101,7 +130,7 @@ class NgramCacheDrafter(PeekingDrafter):
 
     name = "ngram-cache"
     state_format = "ngram-cache/1"
-    knobs = (Knob("n_draft", int, 8, "most tokens drafted per round (upstream uses 8)", lo=1, hi=1024),)
+    knobs = (Knob("n_draft", int, 8, "most tokens drafted per round (upstream uses 8)", lo=1, hi=1024), TREE_WIDTH_KNOB)
 
     def __init__(self, **knobs: Any) -> None:
         super().__init__(**knobs)
@@ -136,6 +165,8 @@ class NgramCacheDrafter(PeekingDrafter):
             return Draft(reason="short-history")
         self._sync_context(arr)
         seq = arr[max(0, arr.shape[0] - NGRAM_MAX) :].tolist()
+        if int(self.config.get("tree_width", 1)) > 1:
+            return self._draft_tree(seq, n_max)
         limit = min(self.config["n_draft"], n_max)
         out: list[int] = []
         while len(out) < limit:
@@ -152,6 +183,39 @@ class NgramCacheDrafter(PeekingDrafter):
         if tok is None:
             tok = _pick(self._dynamic, tail, STRICT_MIN_SAMPLES, STRICT_MIN_PERCENT)
         return tok
+
+    def _candidates(self, tail: list[int]) -> list[int]:
+        """The followers of the n-gram :meth:`_next` drafts from, the most counted first (empty: no draft)."""
+        part = _qualifying(self._context, tail, LAX_MIN_SAMPLES, LAX_MIN_PERCENT)
+        if part is None:
+            part = _qualifying(self._dynamic, tail, STRICT_MIN_SAMPLES, STRICT_MIN_PERCENT)
+        return [] if part is None else _ranked(part)
+
+    def _draft_tree(self, seq: list[int], n_max: int) -> Draft:
+        """The walk as a tree (see the module docstring), from ``seq``, the history's last tokens."""
+        width, depth_max = int(self.config["tree_width"]), int(self.config["n_draft"])
+        tree = DraftTree()
+        ranked: dict[int, list[int]] = {}  # node (ROOT too) -> its n-gram's followers, best first
+        growing: list[tuple[int, list[int]]] = [(ROOT, seq)]  # (newest node, its tail), in branch order
+        branches, depth = 1, 0
+        while growing and depth < depth_max and len(tree) < n_max:
+            step: list[tuple[int, list[int]]] = []
+            for node, tail in growing:
+                cands = ranked[node] = self._candidates(tail[-NGRAM_MAX:])
+                if not cands:  # this branch's walk found no confident follower
+                    continue
+                room = min(width - branches, n_max - len(tree) - 1)
+                kids = cands[: 1 + max(room, 0)]
+                branches += len(kids) - 1
+                for tok in kids:
+                    if len(tree) >= n_max:
+                        break
+                    step.append((tree.add(tok, node), [*tail[-NGRAM_MAX + 1 :], tok]))
+            growing, depth = step, depth + 1
+        main = tree.branches[0] if len(tree) else []
+        alternatives = [ranked[tree.parents[i]][:DRAFT_ALTERNATIVES] for i in main]
+        stopped = ranked.get(main[-1] if main else ROOT) == []  # branch 0's walk ended, not the budget
+        return tree_draft(tree, "no-match" if stopped else None, alternatives)
 
     def peek(self, history: Sequence[int]) -> int | None:
         """The first token a draft would propose now. The context statistics are brought up to the

@@ -46,6 +46,18 @@ Where this differs from llama.cpp (on purpose):
 * Upstream's ``begin`` on a shorter history prunes the records of the dropped part (a server reusing the
   map for its next request); here ``begin`` starts the map afresh from the history it gets.
 
+Draft trees (``tree_width`` > 1, :mod:`~specviz.strategies.ngram_tree`): a look-up that drafts proposes
+the key's stored values as a tree. Branch 0 is the chain's draft (the tokens after the occurrence found, as
+long as the chain's cap allows); the other values follow, the most counted first (ties: the lower slot), each
+as long as its cap allows, merged into a trie of at most ``tree_width`` branches. ``ngram-map-k`` then counts
+its key's values as ``ngram-map-k4v`` does (upstream's key-only record counts none), keeping its key's cap, the
+key's accepted count, in value 0 as upstream, and caps every branch by it. ``ngram-map-k4v`` drafts where the
+values the tree holds have at least twice the count of those it leaves out (with one value held, the chain's
+rule), so a key whose values no single one dominates drafts them together. After a tree round, the cap of
+every value the target followed through the whole accepted path (read from the committed history) becomes the
+accepted count; a value the target left for a sibling keeps its cap (``ngram-map-k``: the key's cap becomes the
+accepted count, as for a chain). At ``tree_width`` 1 nothing changes.
+
 Restoring: the records, the key index and the look-up position depend on when look-ups happened, not on
 the history alone; they are saved by :meth:`~Drafter.state` and brought back by :meth:`~Drafter.load_state`.
 """
@@ -60,7 +72,8 @@ import numpy as np
 from ..errors import SnapshotError
 from . import ngram_kernel
 from .base import Draft, PeekingDrafter
-from .knobs import ngram_size_knobs
+from .knobs import TREE_WIDTH_KNOB, ngram_size_knobs
+from .ngram_tree import followed, tree_draft, trie_of
 
 #: Values (distinct m-grams) tracked per key, as upstream.
 MAX_VALUES = 4
@@ -164,6 +177,12 @@ class _NgramMapBase(PeekingDrafter):
         self._size_begin = size_begin  # the history length begin() received (upstream's size_last_begin)
         self._idx_last_check = 0  # history length at the last look-up (for check_rate)
         self._last: tuple[tuple[int, ...], int] | None = None  # (key, value slot) of the last draft
+        # a tree's (key, [(value slot, start, tokens held)], history length at the draft) until its accept
+        self._last_tree: tuple[tuple[int, ...], list[tuple[int, int, int]], int] | None = None
+
+    @property
+    def _tree(self) -> bool:
+        return int(self.config.get("tree_width", 1)) > 1
 
     def _begin(self, history: Sequence[int]) -> None:
         self._reset(max(len(history) - 1, 0))  # upstream's begin gets the prompt without its pending token
@@ -188,17 +207,54 @@ class _NgramMapBase(PeekingDrafter):
         if rec.key_num < self.config["min_hits"]:  # ngram-map-k too: see the module docstring
             return "min-hits", 0, 0
         slot = 0
-        if not self.key_only:
+        if not self.key_only or self._tree:  # a tree holds the key's values: ngram-map-k counts them too
+            cap = rec.values[0][2]
             self._count_values(inp, key_arr, key_list, rec, pos, m)
+            if self.key_only:  # ngram-map-k's key cap lives in value 0 (upstream's); counting must not reset it
+                rec.values[0][2] = cap
+        if not self.key_only:
             counts = [v[1] for v in rec.values]
             slot = max(range(MAX_VALUES), key=lambda v: (counts[v], -v))  # first slot with the top count
             others = sum(counts) - counts[slot]
             if others > 0 and counts[slot] < DOMINANCE * others:
-                return "ambiguous", slot, 0
+                return "ambiguous", slot, min(m, rec.values[slot][2])
         return None, slot, min(m, rec.values[slot][2])
+
+    def _tree_paths(self, rec: _Key, pos: int, slot: int, n_draft: int) -> list[tuple[int, int, int]]:
+        """A tree's continuations in priority order as ``(value slot, start, length)``: the chain's draft (the
+        tokens after the occurrence found, credited to the best-counted value), then every counted value, the
+        most counted first, each capped as its draft would be."""
+        n, m = self.config["size_n"], self.config["size_m"]
+        out = [(slot, pos + n, n_draft)]
+        counted = [s for s in range(MAX_VALUES) if rec.values[s][0] != 0 and rec.values[s][1] > 0]
+        for s in sorted(counted, key=lambda s: (-rec.values[s][1], s)):
+            cap = rec.values[0 if self.key_only else s][2]
+            out.append((s, rec.values[s][0], min(m, cap)))
+        return out
+
+    def _draft_tree(
+        self, inp: np.ndarray, rec: _Key, pos: int, decided: tuple[str | None, int, int], n_max: int
+    ) -> tuple[Draft, list[tuple[int, int, int]]]:
+        """The key's values as a tree (see the module docstring) and the continuations it holds as
+        ``(value slot, start, tokens held)``; an empty Draft with the reason where it does not draft."""
+        reason, slot, n_draft = decided
+        paths = self._tree_paths(rec, pos, slot, n_draft)
+        tree, held = trie_of([inp[s : s + k].tolist() for _, s, k in paths], self.config["tree_width"], n_max)
+        kept = [(v, s, h) for (v, s, _), h in zip(paths, held) if h > 0]
+        if not self.key_only:
+            counts = [v[1] for v in rec.values]
+            held_count = sum(counts[v] for v in {v for v, _, _ in kept})
+            others = sum(counts) - held_count
+            if others > 0 and held_count < DOMINANCE * others:
+                return Draft(reason="ambiguous"), []
+        if not kept:
+            return Draft(reason=reason or "accept-cap"), []
+        capped = n_draft < min(self.config["size_m"], n_max)
+        return tree_draft(tree, "accept-cap" if capped and tree.is_chain else None), kept
 
     def _draft(self, history: Sequence[int], n_max: int) -> Draft:
         self._last = None
+        self._last_tree = None
         arr = self.tokens
         n, m = self.config["size_n"], self.config["size_m"]
         cur_len = arr.shape[0] - 1  # upstream's inp excludes the newest (sampled) token
@@ -221,6 +277,11 @@ class _NgramMapBase(PeekingDrafter):
             rec = self._keys[key] = _Key(pos, m)
         self._changed.add(key)  # its count moved (and its values may below)
         reason, slot, n_draft = self._decide(inp, key_arr, key_list, rec, pos)
+        if self._tree and reason != "min-hits":
+            d, kept = self._draft_tree(inp, rec, pos, (reason, slot, n_draft), n_max)
+            if kept:
+                self._last_tree = (key, kept, arr.shape[0])
+            return d
         if reason is not None:
             return Draft(reason=reason)
         self._last = (key, slot)
@@ -246,7 +307,10 @@ class _NgramMapBase(PeekingDrafter):
             return None
         rec = self._keys.get(tuple(key_list))
         rec = rec.copy() if rec is not None else _Key(pos, m)
-        reason, _, n_draft = self._decide(inp, key_arr, key_list, rec, pos)
+        reason, slot, n_draft = self._decide(inp, key_arr, key_list, rec, pos)
+        if self._tree and reason != "min-hits":
+            d, _ = self._draft_tree(inp, rec, pos, (reason, slot, n_draft), m)
+            return d.tokens[0] if d.tokens else None
         return int(inp[pos + n]) if reason is None and n_draft > 0 else None
 
     def _ranges(self, cur_len: int, n: int, m: int) -> list[tuple[int, int]]:
@@ -336,12 +400,30 @@ class _NgramMapBase(PeekingDrafter):
         rec.stat_idx = pos  # upstream restarts at the occurrence found, so it is counted again
 
     def _accept(self, n_accepted: int, history: Sequence[int]) -> None:
+        if self._last_tree is not None:
+            self._accept_tree(n_accepted, *self._last_tree)
+            self._last_tree = None
         if self._last is None:
             return
         key, slot = self._last
         self._keys[key].values[slot][2] = int(n_accepted)
         self._changed.add(key)
         self._last = None
+
+    def _accept_tree(self, n_accepted: int, key: tuple[int, ...], kept: list[tuple[int, int, int]], at: int) -> None:
+        """After a tree round on ``key`` drafted at history length ``at``, holding ``kept`` (value slot, start,
+        tokens held): the caps of the values the target followed through the whole accepted path become
+        ``n_accepted`` (``ngram-map-k``: the key's cap), read from the committed history."""
+        rec = self._keys[key]
+        self._changed.add(key)
+        if self.key_only:
+            rec.values[0][2] = int(n_accepted)
+            return
+        arr = self.tokens
+        paths = [arr[s : s + h].tolist() for _, s, h in kept]
+        for (slot, _, _), went in zip(kept, followed(paths, arr[at:].tolist(), n_accepted)):
+            if went:
+                rec.values[slot][2] = int(n_accepted)
 
     # -- state ----------------------------------------------------------------------------------
     def _export_state(self) -> dict[str, Any]:
@@ -366,6 +448,13 @@ class _NgramMapBase(PeekingDrafter):
             "index": list(self._pairs),
             "keys": [ks[k] for k in self._keys],
             "last": None if self._last is None else {"tokens": list(self._last[0]), "slot": self._last[1]},
+            "last_tree": None
+            if self._last_tree is None
+            else {
+                "tokens": list(self._last_tree[0]),
+                "values": [list(v) for v in self._last_tree[1]],
+                "at": self._last_tree[2],
+            },
         }
 
     def _import_state(self, d: dict[str, Any]) -> None:
@@ -400,13 +489,23 @@ class _NgramMapBase(PeekingDrafter):
         self._size_begin = int(d["size_begin"])
         self._idx_last_check = int(d["idx_last_check"])
         self._last = None if last is None else (tuple(int(t) for t in last["tokens"]), int(last["slot"]))
+        tree = d.get("last_tree")  # absent from states saved before trees
+        self._last_tree = (
+            None
+            if tree is None
+            else (
+                tuple(int(t) for t in tree["tokens"]),
+                [(int(v), int(s), int(h)) for v, s, h in tree["values"]],
+                int(tree["at"]),
+            )
+        )
 
 
 class NgramMapKDrafter(_NgramMapBase):
     """Key n-gram → the m-gram after its occurrence, capped by the key's accepted count."""
 
     name = "ngram-map-k"
-    knobs = ngram_size_knobs("ngram-map-k", min_hits=True)
+    knobs = (*ngram_size_knobs("ngram-map-k", min_hits=True), TREE_WIDTH_KNOB)
     key_only = True
 
 
@@ -414,5 +513,5 @@ class NgramMapK4VDrafter(_NgramMapBase):
     """Key n-gram → up to four counted m-gram values; drafts when one value clearly dominates."""
 
     name = "ngram-map-k4v"
-    knobs = ngram_size_knobs("ngram-map-k4v", min_hits=True)
+    knobs = (*ngram_size_knobs("ngram-map-k4v", min_hits=True), TREE_WIDTH_KNOB)
     key_only = False
