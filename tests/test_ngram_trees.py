@@ -288,3 +288,16 @@ def test_greedy_tree_is_plain_greedy_and_follows_a_non_main_branch(target, strat
     first = trees[0]
     paths = [[first["tokens"][i] for i in b] for b in first["branches"]]
     assert paths[0][:4] == FAKE and any(p[:4] == plain[:4] for p in paths[1:])
+
+
+@pytest.mark.parametrize("strategy,knobs", [("ngram-map-k4v", {"size_n": 1, "size_m": 4}), ("ngram-cache", {})])
+def test_sampled_trees_have_no_distributions_and_reproduce_from_their_seed(target, strategy, knobs):
+    # no draft distribution: each child is tested by the point-mass rule; one seed, one generation
+    prompt = _two_continuations(target)
+    runs = []
+    for _ in range(2):
+        out, events, _ = _generate(target, prompt, strategy, 24, 3, tree_width=3, temperature=0.9, seed=3, **knobs)
+        trees = [e.tree for e in events if e.kind == "draft_proposed" and e.tree is not None]
+        assert trees and all(all(p is None for p in t["probs"]) for t in trees)
+        runs.append(out)
+    assert runs[0] == runs[1]
