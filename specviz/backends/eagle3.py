@@ -169,7 +169,7 @@ class Eagle3Context(TiedContext):
 
     what = "EAGLE-3"
 
-    def __init__(self, head: LlamaModel, target: LlamaContext, *, n_threads: int | None = None) -> None:
+    def __init__(self, head: LlamaModel, target: LlamaContext, *, n_threads: int | None = None, n_seq: int = 1) -> None:
         from . import llama_ext
 
         self.head = head
@@ -186,8 +186,9 @@ class Eagle3Context(TiedContext):
         self.n_embd_target = target.model.n_embd
         self.n_vocab = head.n_vocab
         # ctx_other lets the head borrow the target's token embeddings (and output head); the pre-norm
-        # output of every output row (the next step's g) and the encoder's output are switched on
-        self._open(head, target, n_threads=n_threads)
+        # output of every output row (the next step's g) and the encoder's output are switched on; n_seq > 1:
+        # a draft tree's branches as sequences of a unified cache
+        self._open(head, target, n_threads=n_threads, n_seq=n_seq)
         self.encode_seconds = 0.0
 
     # -- encoder -------------------------------------------------------------------------------------

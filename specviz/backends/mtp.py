@@ -141,7 +141,9 @@ class NextNContext(TiedContext):
 
     what = "MTP"
 
-    def __init__(self, model: LlamaModel, target: LlamaContext, *, n_threads: int | None = None) -> None:
+    def __init__(
+        self, model: LlamaModel, target: LlamaContext, *, n_threads: int | None = None, n_seq: int = 1
+    ) -> None:
         why = mtp_problems(model.info)
         if why:
             raise StrategyUnavailableError("; ".join(why), knob="strategy", value="mtp")
@@ -158,7 +160,8 @@ class NextNContext(TiedContext):
                 "the NextN model's hidden size differs from the target's", knob="strategy", value="mtp"
             )
         self.n_vocab = model.n_vocab
-        self._open(model, target, n_threads=n_threads, ctx_type=1)  # LLAMA_CONTEXT_TYPE_MTP
+        # LLAMA_CONTEXT_TYPE_MTP; n_seq > 1: a draft tree's branches as sequences of a unified cache
+        self._open(model, target, n_threads=n_threads, ctx_type=1, n_seq=n_seq)
 
     def decode(self, tokens: Sequence[int], h: np.ndarray, start: int, outputs: Sequence[int] = ()) -> None:
         """Evaluate pairs ``(tokens[i], h[i])`` at positions ``start + i``; keep outputs for rows ``outputs``."""

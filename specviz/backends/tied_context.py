@@ -31,7 +31,9 @@ class TiedContext(ContextBase):
     n_vocab: int  #: logits row width (the target vocabulary), set by the subclass
     n_embd: int  #: hidden-state width, set by the subclass
 
-    def _open(self, model: LlamaModel, target: LlamaContext, *, n_threads: int | None, ctx_type: int = 0) -> None:
+    def _open(
+        self, model: LlamaModel, target: LlamaContext, *, n_threads: int | None, ctx_type: int = 0, n_seq: int = 1
+    ) -> None:
         from . import llama_ext
 
         lc = llama_lib()
@@ -39,7 +41,9 @@ class TiedContext(ContextBase):
         cap = target.capacity
         threads = n_threads or max(1, os.cpu_count() or 1)
         p = lc.llama_context_default_params()
-        p.n_ctx, p.n_batch, p.n_ubatch, p.n_seq_max = cap.n_ctx, cap.n_batch, cap.n_ubatch, 1
+        p.n_ctx, p.n_batch, p.n_ubatch, p.n_seq_max = cap.n_ctx, cap.n_batch, cap.n_ubatch, n_seq
+        # a draft tree's branches are sequences sharing their prefix's cells: a unified cache (seq_cp adds ids)
+        p.kv_unified = n_seq > 1
         p.n_threads = p.n_threads_batch = threads
         p.no_perf = True
         p.ctx_type = ctx_type
@@ -59,6 +63,7 @@ class TiedContext(ContextBase):
             self.close()
             raise ContextError(f"llama.cpp could not create an extended batch for the {self.what} context")
         self._pos = (lc.llama_pos * 1)()
+        self.n_seq = n_seq
         self.decode_seconds = 0.0
 
     # -- outputs -------------------------------------------------------------------------------------
@@ -113,6 +118,56 @@ class TiedContext(ContextBase):
                 f"the {self.what} decoder failed with code {rc} for {n} pairs at position {start}"
                 + (" (no free KV slot)" if rc == 1 else "")
             )
+
+    # -- a draft tree's branches (a context opened with n_seq > 1) ---------------------------------------------
+    def copy_sequence(self, src: int, dst: int) -> None:
+        """Make sequence ``dst`` hold exactly sequence ``src``'s cells (cleared first; in the unified cache the
+        cells only gain an id): a branch splitting off ``src``'s path."""
+        lc = llama_lib()
+        for s in (src, dst):
+            if not 0 <= s < self.n_seq:
+                raise ContextError(f"sequence {s} is outside the {self.what} context's 0..{self.n_seq - 1}")
+        if src != dst:
+            lc.llama_memory_seq_rm(self._mem, dst, -1, -1)
+            lc.llama_memory_seq_cp(self._mem, src, dst, -1, -1)
+
+    def drop_branches(self) -> None:
+        """Clear every sequence but 0 (a draft tree's other branches); nothing with one sequence."""
+        lc = llama_lib()
+        for s in range(1, self.n_seq):
+            lc.llama_memory_seq_rm(self._mem, s, -1, -1)
+
+    def decode_nodes(self, tokens: Sequence[int], rows: np.ndarray, position: int, seqs: Sequence[int]) -> None:
+        """Evaluate pairs ``(tokens[i], rows[i])``, one per branch, each at ``position`` in sequence ``seqs[i]``
+        (distinct), keeping every row's outputs (batch row ``i``): one level of a draft tree."""
+        lc = llama_lib()
+        n = len(tokens)
+        if not 0 < n <= min(self.n_batch, self.n_seq) or len(set(seqs)) != n or len(seqs) != n:
+            raise ContextError(f"{n} {self.what} tree nodes in sequences {list(seqs)} (n_seq={self.n_seq})")
+        if position >= self.n_ctx:
+            raise ContextError(f"{self.what} position {position} exceeds n_ctx={self.n_ctx}")
+        rows = np.ascontiguousarray(rows, dtype=np.float32)
+        if rows.shape != (n, self.n_embd):
+            raise ContextError(f"{self.what} tree rows have shape {rows.shape}, expected {(n, self.n_embd)}")
+        fptr = ctypes.POINTER(ctypes.c_float)
+        lc.llama_batch_ext_clear(self._batch)
+        for i in range(n):
+            seq = int(seqs[i])
+            if not 0 <= seq < self.n_seq:
+                raise ContextError(f"sequence {seq} is outside the {self.what} context's 0..{self.n_seq - 1}")
+            idx = lc.llama_batch_ext_add_token(self._batch, seq, int(tokens[i]))
+            if idx < 0:
+                raise ContextError(f"the {self.what} batch refused token {tokens[i]} (code {idx})")
+            self._pos[0] = position
+            lc.llama_batch_ext_set_pos(self._batch, idx, self._pos)
+            if not lc.llama_batch_ext_set_embd_token(
+                self._batch, idx, lc.llama_embd(rows[i].ctypes.data_as(fptr), 1, self.n_embd)
+            ):
+                raise ContextError(f"the {self.what} batch refused a tree row")
+            lc.llama_batch_ext_set_output_logits(self._batch, idx, True)
+        rc = self._decode(lc.llama_process, self._ctx, lc.LLAMA_PROCESS_TYPE_DECODE, self._batch)
+        if rc != 0:
+            raise ContextError(f"the {self.what} decoder failed with code {rc} for {n} tree nodes at {position}")
 
     def _free_batch(self) -> None:
         llama_lib().llama_batch_ext_free(self._batch)

@@ -293,16 +293,20 @@ def generation_config(args: argparse.Namespace, *, warn: Callable[[str], None]) 
 
 
 def tree_sequences(knobs: dict[str, Any], parallel: dict[str, Any]) -> dict[str, Any]:
-    """The target context's sequences a draft tree needs (``--tree-width N`` opens it with N, one per branch), as
+    """The target context's sequences a draft tree needs (``--tree-width N`` opens it with N, one per branch;
+    ``--tree-topk`` with as many as its tree can have branches), as
     :class:`~specviz.Session` keyword arguments; a tree in a batched run (``-np``) is refused, its requests
     drafting chains."""
-    width = int(knobs.get("tree_width", 1))
+    from ..strategies.knobs import tree_width_of
+
+    width, knob = tree_width_of(knobs)
     if width <= 1:
         return {}
+    flag = "--" + knob.replace("_", "-")
     if parallel["n_parallel"] > 1:
         raise UsageError(
-            f"option --tree-width {width} with -np {parallel['n_parallel']}: a batched run's requests each hold one "
-            "sequence and draft chains; drop -np, or --tree-width"
+            f"option {flag} {knobs[knob]} with -np {parallel['n_parallel']}: a batched run's requests each hold one "
+            f"sequence and draft chains; drop -np, or {flag}"
         )
     return {"n_seq_max": width}
 

@@ -18,6 +18,7 @@ from ..strategies import make_drafter, strategy_class, strategy_schema
 from ..strategies.base import Drafter, DraftResources, check_knob_rules
 from ..strategies.context_drafter import context_class
 from ..strategies.grammar import give_grammar
+from ..strategies.knobs import tree_width_of
 from .events import KnobsChanged
 from .generation import SessionParts
 from .knob_schema import check_cross_knobs
@@ -60,24 +61,26 @@ def check_config(
 
 
 def check_tree(ctx: LlamaContext, cfg: dict[str, Any]) -> None:
-    """Refuse a draft tree (``tree_width`` > 1) the target's context cannot verify: each branch is one of its
-    sequences, sharing the prefix's cells, so it needs a unified cache of at least ``tree_width`` sequences (a
+    """Refuse a draft tree (``tree_width`` > 1, or a hidden-state drafter's ``tree_topk`` > 1) the target's context
+    cannot verify: each branch is one of its sequences, sharing the prefix's cells, so it needs a unified cache of
+    at least as many sequences as the tree can have branches (:func:`~specviz.strategies.knobs.tree_width_of`; a
     request of a batched run has one sequence of a shared context: no tree)."""
-    width = int(cfg.get("tree_width", 1))
+    width, knob = tree_width_of(cfg)
     if width <= 1:
         return
     why = tree_refusal(ctx.memory.info.kind)
     if why is not None:
-        raise KnobError(f"knob 'tree_width': no draft tree here: {why}", knob="tree_width", value=width)
+        raise KnobError(f"knob '{knob}': no draft tree here: {why}", knob=knob, value=cfg.get(knob))
     n_seq = ctx.n_seq_max if isinstance(ctx, LlamaContext) and ctx.kv_unified else 1
     if width > n_seq:
         raise KnobError(
-            f"knob 'tree_width': a tree of {width} branches needs {width} sequences in the target's context, which "
+            f"knob '{knob}': a tree of {width} branches needs {width} sequences in the target's context, which "
             f"has {n_seq}; open the session with n_seq_max={width} (Session(n_seq_max=...); the CLI's "
-            "--tree-width opens it so), or set tree_width <= "
-            f"{n_seq}" + ("" if isinstance(ctx, LlamaContext) else " (a batched run's requests draft chains)"),
-            knob="tree_width",
-            value=width,
+            f"--{knob.replace('_', '-')} opens it so), or "
+            + (f"set tree_width <= {n_seq}" if knob == "tree_width" else "lower tree_topk or tree_nodes")
+            + ("" if isinstance(ctx, LlamaContext) else " (a batched run's requests draft chains)"),
+            knob=knob,
+            value=cfg.get(knob),
         )
 
 

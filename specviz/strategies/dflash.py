@@ -45,7 +45,7 @@ from ..errors import CaptureUnavailableError, KnobError, ModelError, SnapshotErr
 from .base import Draft, DraftResources
 from .block_read import BlockRead, read_positions, walk_lattice
 from .context_drafter import ContextDrafter
-from .knobs import DRAFT_MODEL_KNOB, DRAFT_P_MIN_KNOB
+from .knobs import DRAFT_MODEL_KNOB, DRAFT_P_MIN_KNOB, TREE_TOPK_KNOB
 from .target_replay import reevaluate
 
 #: DSpark's threshold: its confidence head, not the token probability (llama.cpp: ``--spec-draft-p-min``).
@@ -92,6 +92,20 @@ def dflash_unusable_reasons(target: Any, config: dict[str, Any], *, dspark: bool
     return why
 
 
+def _no_tree(strategy: str, config: dict[str, Any]) -> None:
+    """A block draft is no tree: its positions are drafted in parallel, in one decode of the block, so no
+    position is drafted after a chosen parent and there is no node to expand with its top-k."""
+    topk = config.get("tree_topk", 1)
+    if topk > 1:
+        raise KnobError(
+            f"knob 'tree_topk': {strategy} drafts a block of positions in parallel (one decode, no position drafted "
+            "after a chosen token), so it has no node to expand into a tree; set tree_topk 1, or draft trees with "
+            "eagle3 or mtp",
+            knob="tree_topk",
+            value=topk,
+        )
+
+
 def _check_draft_file(strategy: str, config: dict[str, Any]) -> None:
     """The draft path of ``strategy`` (``dflash`` or ``dspark``) must name an existing DFlash file llama.cpp
     can load without aborting."""
@@ -120,8 +134,8 @@ class DFlashDrafter(ContextDrafter):
     """Draft one block per round with a DFlash (or DFlash-2) draft over the target's layer inputs."""
 
     name = "dflash"
-    knob_rules = (partial(_check_draft_file, "dflash"),)
-    knobs = (DRAFT_MODEL_KNOB, DRAFT_P_MIN_KNOB)
+    knob_rules = (partial(_no_tree, "dflash"), partial(_check_draft_file, "dflash"))
+    knobs = (DRAFT_MODEL_KNOB, DRAFT_P_MIN_KNOB, TREE_TOPK_KNOB)
     state_format = "dflash-1"
     needs_model = True
     reads_target = True
@@ -387,7 +401,7 @@ class DSparkDrafter(DFlashDrafter):
     """Draft one block per round with a DSpark draft: DFlash plus a Markov head and a confidence head."""
 
     name = "dspark"
-    knob_rules = (partial(_check_draft_file, "dspark"),)
-    knobs = (DRAFT_MODEL_KNOB, DSPARK_P_MIN_KNOB)
+    knob_rules = (partial(_no_tree, "dspark"), partial(_check_draft_file, "dspark"))
+    knobs = (DRAFT_MODEL_KNOB, DSPARK_P_MIN_KNOB, TREE_TOPK_KNOB)
     state_format = "dspark-1"
     DSPARK = True

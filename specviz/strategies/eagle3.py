@@ -36,7 +36,7 @@ from ..backends.gguf_check import check_gguf, read_small_tensor
 from ..errors import CaptureUnavailableError, KnobError, StrategyUnavailableError
 from .base import DraftResources
 from .hidden_state import HiddenStateDrafter
-from .knobs import DRAFT_MODEL_KNOB, DRAFT_P_MIN_KNOB
+from .knobs import DRAFT_MODEL_KNOB, DRAFT_P_MIN_KNOB, HIDDEN_TREE_KNOBS
 
 
 def eagle3_unusable_reasons(target_ctx: Any, head_path: str | Path) -> list[str]:
@@ -83,7 +83,7 @@ class Eagle3Drafter(HiddenStateDrafter):
 
     name = "eagle3"
     knob_rules = (_check_head,)
-    knobs = (DRAFT_MODEL_KNOB, DRAFT_P_MIN_KNOB)
+    knobs = (DRAFT_MODEL_KNOB, DRAFT_P_MIN_KNOB, *HIDDEN_TREE_KNOBS)
     state_format = "eagle3-1"
     PAIR_OFFSET = 0
     # rounds the cost policy keeps plain do not feed the head (see hidden_state's module docstring)
@@ -112,7 +112,10 @@ class Eagle3Drafter(HiddenStateDrafter):
         self.check_models(self.config, resources.target_ctx, head)
         info = check_gguf(head.path)
         self.head_info = read_eagle3_head(head.path, info)
-        self.dctx = Eagle3Context(head, resources.target_ctx, n_threads=resources.n_threads)
+        # a tree's frontier (tree_topk nodes) drafts in as many sequences of the head's context
+        self.dctx = Eagle3Context(
+            head, resources.target_ctx, n_threads=resources.n_threads, n_seq=self.config["tree_topk"]
+        )
         try:
             self.capture = LayerCapture(resources.target_ctx, self.dctx.target_layers)
         except Exception:

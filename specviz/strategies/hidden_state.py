@@ -16,7 +16,9 @@ inputs; MTP: the target's NextN output) and ``t_p`` for the token at ``p``:
 * drafting continues from the pre-norm output of each step (the drafter's own hidden state, not the
   target's); those pairs are removed after the round (a rollback of the drafter's context, reported);
 * the verify batch gives the target's states of the committed positions, from which the pairs of the
-  accepted tokens are written with the target's real states.
+  accepted tokens are written with the target's real states; after a draft tree (``tree_topk`` > 1,
+  :mod:`specviz.strategies.hidden_state_tree`) those are its rows along the accepted path (row 0, then
+  ``1 + node``), found by the committed tokens, and every branch's drafted pairs go as a chain's do.
 
 Target states come from the verify batch the round has just evaluated. When the drafter cannot tell
 that the target's last evaluation was that batch (a strategy switched in mid-generation, the cost
@@ -84,11 +86,13 @@ from typing import Any, ClassVar, Iterable, Sequence
 
 import numpy as np
 
+from ..decoding.draft_tree import ROOT, DraftTree
 from ..decoding.tempered import Dist
 from ..errors import ContextError, KnobError, SnapshotError
 from .base import DRAFT_ALTERNATIVES, Draft, DraftResources, Upkeep
 from .context_drafter import ContextDrafter
 from .draft_choice import choose_token, top_candidates
+from .hidden_state_tree import Expander, TreeSettings, grow_tree
 from .target_replay import reevaluate
 
 
@@ -134,6 +138,7 @@ class HiddenStateDrafter(ContextDrafter):
         self._init_evals = self.target_ctx.eval_count
         self._rollbacks: list[tuple[int, int]] = []
         self._last_draft: list[int] = []
+        self._tree: DraftTree | None = None  # the last draft's tree, until the round's sync reads its rows
         self._round_start = 0
         self.model_seconds = 0.0
         self.model_tokens = 0
@@ -287,6 +292,7 @@ class HiddenStateDrafter(ContextDrafter):
     def draft(self, history: Sequence[int], n_max: int) -> Draft:
         """Propose up to ``n_max`` tokens; a second limit of 0 in a row pauses the feeding (see
         :attr:`pause_when_plain` and the module docstring)."""
+        self._tree = None
         self._plain_run = self._plain_run + 1 if n_max <= 0 else 0
         if self._plain_run >= 2 and self.pause_when_plain and not self._paused:
             self._pause()
@@ -355,6 +361,8 @@ class HiddenStateDrafter(ContextDrafter):
         self.dctx.decode([int(history[-1])], self._state_of(L - 2)[None, :], pos, outputs=[0])
         self._n_pairs = L - 1  # the pair of L-2 is true (target state, committed token): it stays
         self._set_pending(L - 1, self._pending[1:])
+        if int(self.config.get("tree_topk", 1)) > 1:
+            return self._draft_tree(pos, n_max, p_min, t0)
         toks: list[int] = []
         probs: list[float | None] = []
         dists: list[Dist] = []
@@ -388,8 +396,65 @@ class HiddenStateDrafter(ContextDrafter):
             alternatives=alternatives,
         )
 
+    def _draft_tree(self, pos: int, n_max: int, p_min: float, t0: float) -> Draft:
+        """Draft a tree (:mod:`~specviz.strategies.hidden_state_tree`) after the root's pair, just decoded at
+        ``pos``; the draft's chain is its branch 0."""
+        settings = TreeSettings(
+            int(self.config["tree_topk"]),
+            int(self.config["tree_depth"]),
+            min(int(self.config["tree_nodes"]), n_max),
+            p_min,
+        )
+        expander = Expander(self.res.sampling, self.res.rng, self.vocab_ids, self.n_vocab)
+        got = grow_tree(self.dctx, pos, settings, expander)
+        tree = got.tree
+        self.model_seconds += time.perf_counter() - t0
+        self.model_tokens += got.decoded + (len(tree) if tree is not None else 0)
+        main = tree.branches[0] if tree is not None else []
+        self._tree = tree
+        self._last_draft = [tree.tokens[i] for i in main] if tree is not None else []
+        self._declined = tree is None
+        dists = None if tree is None or tree.dists is None else [tree.dists[tree.parents[i]] for i in main]
+        return Draft(
+            tokens=list(self._last_draft),
+            probs=[tree.probs[i] for i in main] if tree is not None else [],
+            reason=got.reason,
+            dists=dists,
+            alternatives=got.alternatives,
+            tree=tree if tree is not None and not tree.is_chain else None,
+        )
+
+    def _committed_rows(self, history: Sequence[int], L_old: int, L: int) -> list[int] | None:
+        """The verify batch's rows of the committed positions ``L_old - 1 … L - 2`` where the last draft was a
+        tree: row 0 (the pending token), then ``1 + node`` along the accepted path, found by the committed
+        tokens (siblings differ). None: the rows are ``0 … L - L_old - 1``, as after a chain; a path the tree
+        does not hold raises ContextError. Sets the drafter's last draft to the branch that was kept."""
+        tree, self._tree = self._tree, None
+        if tree is None:
+            return None
+        rows, node = [0], ROOT
+        for t in history[L_old : L - 1]:
+            node = next((c for c in tree.children(node) if tree.tokens[c] == int(t)), -2)
+            if node == -2:
+                raise ContextError(f"internal: the committed token {int(t)} is no node of the verified draft tree")
+            rows.append(1 + node)
+        kept = tree.branches[tree.branch_through(node)]
+        self._last_draft = [tree.tokens[i] for i in kept]
+        return rows
+
+    def _committed_features(self, history: Sequence[int], L_old: int, L: int) -> np.ndarray:
+        """:meth:`_features` of the committed positions' rows of the verify batch (:meth:`_committed_rows`)."""
+        rows = self._committed_rows(history, L_old, L)
+        if rows is None:
+            return self._features(L - L_old)
+        return self._features(max(rows) + 1)[rows]
+
     def _drop_speculative(self) -> list[tuple[int, int]]:
-        """Remove the pairs drafting wrote past the true ones; the rollback as ``(from, to)``."""
+        """Remove the pairs drafting wrote past the true ones (a tree's other branches too); the rollback as
+        ``(from, to)``."""
+        drop = getattr(self.dctx, "drop_branches", None)
+        if drop is not None:
+            drop()
         kv = self._drafter_kv()
         keep = self._n_pairs + self.PAIR_OFFSET
         if kv > keep:
@@ -411,14 +476,15 @@ class HiddenStateDrafter(ContextDrafter):
         self._count_coverage(history, L_old)
         self._round_start = L_old
         if self._paused:
-            self._keep_rows(L_old, L)
+            self._keep_rows(history, L_old, L)
         else:
             self.feed_tokens += max(0, L - L_old)
             if not self._dirty:
                 verified = self.target_ctx.eval_count == self._eval_mark + 1
                 if L > L_old and verified and L_old >= 1:
-                    # rows 0 … L-L_old-1 of the verify batch are target positions L_old-1 … L-2
-                    rows = self._states(L - L_old)
+                    # rows 0 … L-L_old-1 of the verify batch (a tree's along its accepted path) are target
+                    # positions L_old-1 … L-2
+                    rows = self._encode(self._committed_features(history, L_old, L))
                     have = self._pending
                     if have.shape[0] and self._pending_start + have.shape[0] != L_old - 1:
                         self._dirty = True
@@ -431,11 +497,12 @@ class HiddenStateDrafter(ContextDrafter):
                 self._n_pairs = max(0, len(history) - 2)
                 self.dctx.truncate(self._n_pairs + self.PAIR_OFFSET)
             self._complete(history)
+        self._tree = None
         self.feed_seconds += time.perf_counter() - t_feed
         out, self._rollbacks = self._rollbacks, []
         return out
 
-    def _keep_rows(self, L_old: int, L: int) -> None:
+    def _keep_rows(self, history: Sequence[int], L_old: int, L: int) -> None:
         """(Paused) Keep the verify batch's rows of the committed positions ``L_old - 1 … L - 2``; a held
         round read none, and the rows kept before it are too far from the next draft to be of use."""
         if not self._dirty:
@@ -444,7 +511,7 @@ class HiddenStateDrafter(ContextDrafter):
                 self._kept.clear()
                 self._kept_end = L - 1
             elif L > L_old >= 1 and verified and self._kept_end == L_old - 1:
-                for row in self._features(L - L_old):
+                for row in self._committed_features(history, L_old, L):
                     self._kept.append(row)
                 self._kept_end = L - 1
             elif L != L_old or not verified:

@@ -93,3 +93,62 @@ P_SPLIT_KNOB = Knob(
     hi=1.0,
     aliases=("--spec-draft-p-split", "--draft-p-split"),
 )
+
+
+#: A hidden-state drafter's tree (``eagle3``, ``mtp``), SGLang's three settings: the children each expanded node
+#: gets, its draft's best candidates or draws (``speculative_eagle_topk``; 1: a chain, the other two unused).
+TREE_TOPK_KNOB = Knob(
+    "tree_topk",
+    int,
+    1,
+    "a hidden-state draft tree's children per expanded node, its best candidates (1: a chain)",
+    lo=1,
+    hi=8,
+    aliases=("--speculative-eagle-topk",),
+)
+
+#: How many levels a hidden-state tree grows: one head step each (SGLang's ``speculative_num_steps``).
+TREE_DEPTH_KNOB = Knob(
+    "tree_depth",
+    int,
+    5,
+    "a hidden-state draft tree's levels, one head step each (with tree_topk > 1)",
+    lo=1,
+    hi=64,
+    aliases=("--speculative-num-steps",),
+)
+
+#: The most nodes a hidden-state tree verifies (SGLang's ``speculative_num_draft_tokens``, less its root: here the
+#: pending token is no node), also capped by the round's limit.
+TREE_NODES_KNOB = Knob(
+    "tree_nodes",
+    int,
+    8,
+    "the most nodes a hidden-state draft tree verifies, its most probable (with tree_topk > 1; the round's "
+    "limit caps it too)",
+    lo=1,
+    hi=256,
+)
+
+#: The knobs of a hidden-state drafter's tree, in the order they are declared.
+HIDDEN_TREE_KNOBS = (TREE_TOPK_KNOB, TREE_DEPTH_KNOB, TREE_NODES_KNOB)
+
+
+def hidden_tree_width(topk: int, depth: int, nodes: int) -> int:
+    """The most branches (leaves) a hidden-state tree of these settings can have: each of its levels after the
+    first holds the children of at most ``topk`` expanded nodes, ``topk * topk`` nodes, of which up to ``topk``
+    have children; a subtree of ``nodes`` nodes has no more leaves than that, nor than its nodes."""
+    if topk <= 1:
+        return 1
+    full = topk if depth <= 1 else topk * topk + (depth - 2) * (topk * topk - topk)
+    return max(1, min(nodes, full))
+
+
+def tree_width_of(cfg: dict) -> tuple[int, str]:
+    """The most branches a configuration's draft trees can have, and the knob that sets it: ``tree_width`` (the
+    draft model's) or ``tree_topk`` (a hidden-state drafter's, with ``tree_depth`` and ``tree_nodes``)."""
+    if int(cfg.get("tree_topk", 1)) > 1:
+        depth = int(cfg.get("tree_depth", TREE_DEPTH_KNOB.default))
+        width = hidden_tree_width(int(cfg["tree_topk"]), depth, int(cfg.get("tree_nodes", TREE_NODES_KNOB.default)))
+        return width, "tree_topk"
+    return int(cfg.get("tree_width", 1)), "tree_width"

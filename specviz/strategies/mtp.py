@@ -26,7 +26,7 @@ from ..decoding.knob_schema import Knob
 from ..errors import KnobError, StrategyUnavailableError
 from .base import DraftResources
 from .hidden_state import HiddenStateDrafter
-from .knobs import DRAFT_P_MIN_KNOB
+from .knobs import DRAFT_P_MIN_KNOB, HIDDEN_TREE_KNOBS
 
 MTP_MODEL_KNOB = Knob(
     "draft_model",
@@ -54,7 +54,7 @@ class MtpDrafter(HiddenStateDrafter):
 
     name = "mtp"
     knob_rules = (_check_nextn_file,)
-    knobs = (MTP_MODEL_KNOB, DRAFT_P_MIN_KNOB)
+    knobs = (MTP_MODEL_KNOB, DRAFT_P_MIN_KNOB, *HIDDEN_TREE_KNOBS)
     state_format = "mtp-1"
     PAIR_OFFSET = 1
     LEADING_PAIR = True
@@ -76,7 +76,10 @@ class MtpDrafter(HiddenStateDrafter):
         model = resources.model if resources.model is not None else resources.target
         self.check_models(self.config, resources.target_ctx, model)
         self.nextn_model = model
-        self.dctx = NextNContext(model, resources.target_ctx, n_threads=resources.n_threads)
+        # a tree's frontier (tree_topk nodes) drafts in as many sequences of the MTP context
+        self.dctx = NextNContext(
+            model, resources.target_ctx, n_threads=resources.n_threads, n_seq=self.config["tree_topk"]
+        )
         self.tap = TargetNextNTap(resources.target_ctx)
         self._init_evals = resources.target_ctx.eval_count
 
