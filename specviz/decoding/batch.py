@@ -43,7 +43,8 @@ from ..backends.sequences import SequenceTokens
 from ..errors import BatchError, ContextError, SpecvizError
 from ..models.embedded import resolve_model
 from ..strategies import resolve_strategy, strategy_class
-from .batch_cost import BatchCostTable, batch_round_cost
+from .batch_cost import BatchCostTable
+from .batch_layout import share_round_cost
 from .cost_policy import CostPolicy
 from .events import Accepted, BatchStepped, Event, Round
 from .round import StepBegun, verified_rows
@@ -168,9 +169,12 @@ class BatchRun:
     Load-aware drafting: ``draft_schedule`` (vLLM's ``[start, end, k]`` form) caps every request's draft at ``k``
     while ``start`` to ``end`` sequences are busy (the budget's ``load`` cap); ``batch_cost`` (a
     :class:`~specviz.decoding.batch_cost.BatchCostTable` of this machine) prices the whole batch for requests
-    under the ``cost`` drafting policy: before each step their verify-cost curve becomes one request's round at
-    the current number of busy sequences (:func:`~specviz.analysis.advise_parallel.cost_at`'s rule: the decode of
-    that many sequences plus the other requests' own work), so the length each chooses falls as the batch fills.
+    under the ``cost`` drafting policy: before each request drafts, its verify-cost curve becomes its share of the
+    batch as llama.cpp will lay it out (:func:`~specviz.decoding.batch_layout.share_round_cost`: the other busy
+    sequences at the rows they add this step, or added last step, and the tokens they are expected to commit), so
+    a draft is chosen only where the tokens it adds per second it adds beat the batch's own rate. In a split cache
+    a draft whose length no other sequence shares costs a micro-batch of its own, so the lengths the requests choose
+    tend to agree, and fall as the batch fills.
     """
 
     def __init__(
@@ -220,6 +224,8 @@ class BatchRun:
         self._started: dict[int, int] = {}
         self._next_id = 0
         self._lane_seconds = 0.0  # a request's own work in a round besides the decode (a moving average)
+        self._rows: dict[int, int] = {}  # rows each slot's sequence added to the last decode it was in
+        self.kv_unified = kv_unified
 
     @property
     def n_parallel(self) -> int:
@@ -260,19 +266,24 @@ class BatchRun:
         self._admit()
         busy = sum(1 for r in self.busy if r is not None)
         cap = scheduled_length(self.draft_schedule, busy)
+        # rows each busy sequence adds: this step's once drafted, else its last step's (a new request: one)
+        rows = {slot: max(1, self._rows.get(slot, 1)) for slot, r in enumerate(self.busy) if r is not None}
         begun: list[tuple[int, StepBegun]] = []
         for slot, req in enumerate(self.busy):
             if req is None:
                 continue
-            self._price(self.slots[slot], busy)
+            self._price(slot, rows)
             try:
                 b = self.slots[slot].begin_step(cap)
             except SpecvizError as e:
                 self._end(slot, e)
+                rows.pop(slot, None)
                 continue
             if b.pending is None:  # the generation ended before a round (cancelled, context full)
                 self._end(slot)
+                rows.pop(slot, None)
                 continue
+            rows[slot] = self._rows[slot] = 0 if b.pending.prefilled else len(b.pending.batch)
             begun.append((slot, b))
         return self._verify_and_finish(begun)
 
@@ -323,12 +334,25 @@ class BatchRun:
         self.events.append(BatchStepped(self.steps, self.n_parallel, decode_seconds, len(self.queue), tuple(lanes)))
         return out
 
-    def _price(self, s: Session, busy: int) -> None:
-        """A request under the cost policy prices its round as one of ``busy`` in one decode (with
-        :attr:`batch_cost`; see the class docstring)."""
-        policy = s.generation.policy
-        if self.batch_cost is not None and isinstance(policy, CostPolicy):
-            policy.cost = batch_round_cost(self.batch_cost, busy, self._lane_seconds)
+    def _price(self, slot: int, rows: dict[int, int]) -> None:
+        """A request under the cost policy prices its round within the batch as llama.cpp will lay it out, the
+        other busy sequences adding ``rows`` (with :attr:`batch_cost`; see the class docstring)."""
+        policy = self.slots[slot].generation.policy
+        if self.batch_cost is None or not isinstance(policy, CostPolicy):
+            return
+        others = sum(self._expected(j) for j in rows if j != slot)
+        largest = int(self.slots[slot].generation.knobs.get("draft_max", 16)) + 1
+        policy.cost = share_round_cost(
+            self.batch_cost, rows, slot, others, self._lane_seconds, unified=self.kv_unified, largest=largest
+        )
+
+    def _expected(self, slot: int) -> float:
+        """Tokens the request on ``slot`` is expected to commit this step: its cost policy's expectation at the
+        length it last chose, or one (a plain round's) under another policy."""
+        policy = self.slots[slot].generation.policy
+        if isinstance(policy, CostPolicy) and policy.cost is not None:
+            return policy.expected_tokens(policy.last_length or 0)
+        return 1.0
 
     def _learn_lane(self, begun: StepBegun, rnd_seconds: float) -> None:
         """Fold a request's own work this round (drafting, reading its rows, bookkeeping: what it spent outside
@@ -371,6 +395,7 @@ class BatchRun:
             error=error,
         )
         self.busy[slot] = None
+        self._rows.pop(slot, None)
         s.ctx.clear()
 
     def close(self) -> None:
