@@ -323,3 +323,39 @@ def test_the_tree_knobs_are_flags_and_open_the_targets_sequences():
     assert tree_sequences({"tree_topk": 1}, {"n_parallel": 1}) == {}
     with pytest.raises(UsageError, match="--tree-topk 4 with -np 2"):
         tree_sequences(knobs, {"n_parallel": 2})
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("temperature", [0.0, 0.9])
+def test_a_snapshot_after_tree_rounds_restores_the_head_on_the_kept_branch(ab_pair, temperature):
+    target, head = ab_pair
+    s = Session(target, n_ctx=512, n_batch=64, n_ubatch=64, n_threads=1, n_seq_max=8)
+    s.start([1, 50, 60, 70], 50, "eagle3", temperature=temperature, seed=3, **_tree_knobs(head, tree_nodes=6))
+    s.run(max_rounds=5)
+    assert s.telemetry_dict()["tree"]["rounds_with_branches"] > 0
+    blob = s.snapshot()
+    kv_head = s.drafter.kv_length()
+    s.run()
+    original = list(s.tokens)
+    r = Session.restore(blob, model=s.model, n_threads=1)
+    assert r.drafter.kv_length() == kv_head == len(r.history) - 2 and r.kv_length == r.committed
+    assert r.telemetry_dict()["catch_up_tokens"] == 0  # restored, not re-read
+    r.run()
+    assert r.tokens == original
+    r.close()
+    s.close()
+
+
+@pytest.mark.slow
+def test_rewinding_into_tree_rounds_and_going_on_stays_exact(ab_pair):
+    target, head = ab_pair
+    s = Session(target, n_ctx=512, n_batch=64, n_ubatch=64, n_threads=1, n_seq_max=8)
+    prompt = [1, 50, 60, 70, 80]
+    ref = plain_reference(s.model, prompt, 50)
+    s.start(prompt, 50, "eagle3", **_tree_knobs(head, tree_depth=4, tree_nodes=6))
+    s.run(max_rounds=8)
+    s.rewind(3)  # the drafter is rebuilt there and catches up from the target at its first draft
+    assert s.kv_length == s.committed
+    seen = _run_checked(s, pairs_behind=2)
+    assert s.tokens == ref and seen["tree_rounds"] > 0
+    s.close()
