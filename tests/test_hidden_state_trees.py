@@ -33,8 +33,8 @@ V = 12  # the fake head's vocabulary
 # -- the growth rule on a fake head ---------------------------------------------------------------------------
 
 
-def _fake_logits(path: tuple[int, ...]) -> np.ndarray:
-    rng = np.random.default_rng(abs(hash(("fake", path))) % 2**32)
+def _fake_logits(path: tuple[int, ...], salt: int = 0) -> np.ndarray:
+    rng = np.random.default_rng([salt, len(path), *path])
     return (rng.standard_normal(V) * 2.0).astype(np.float32)
 
 
@@ -358,4 +358,22 @@ def test_rewinding_into_tree_rounds_and_going_on_stays_exact(ab_pair):
     assert s.kv_length == s.committed
     seen = _run_checked(s, pairs_behind=2)
     assert s.tokens == ref and seen["tree_rounds"] > 0
+    s.close()
+
+
+def test_a_committed_path_the_tree_does_not_hold_makes_the_drafter_catch_up_exactly(ab_pair):
+    """Never after a round that verified the tree; should the rows be unknown, the drafter re-reads the target."""
+    target, head = ab_pair
+    s = Session(target, n_ctx=512, n_batch=64, n_ubatch=64, n_threads=1, n_seq_max=8)
+    prompt = [1, 50, 60, 70, 80]
+    ref = plain_reference(s.model, prompt, 30)
+    s.start(prompt, 30, "eagle3", **_tree_knobs(head, tree_depth=4, tree_nodes=6))
+    s.run(max_rounds=3)
+    drafter = s.drafter
+    drafter._committed_rows = lambda history, l_old, n: []  # one round's path not found in its tree
+    s.step()
+    del drafter._committed_rows
+    seen = _run_checked(s, pairs_behind=2)
+    assert s.tokens == ref and seen["tree_rounds"] > 0
+    assert s.telemetry_dict()["catch_up_tokens"] > 0
     s.close()

@@ -427,8 +427,9 @@ class HiddenStateDrafter(ContextDrafter):
     def _committed_rows(self, history: Sequence[int], L_old: int, L: int) -> list[int] | None:
         """The verify batch's rows of the committed positions ``L_old - 1 … L - 2`` where the last draft was a
         tree: row 0 (the pending token), then ``1 + node`` along the accepted path, found by the committed
-        tokens (siblings differ). None: the rows are ``0 … L - L_old - 1``, as after a chain; a path the tree
-        does not hold raises ContextError. Sets the drafter's last draft to the branch that was kept."""
+        tokens (siblings differ). None: the rows are ``0 … L - L_old - 1``, as after a chain; ``[]``: the tree
+        does not hold the committed path (never after a round that verified it). Sets the drafter's last draft to
+        the branch that was kept."""
         tree, self._tree = self._tree, None
         if tree is None:
             return None
@@ -436,18 +437,19 @@ class HiddenStateDrafter(ContextDrafter):
         for t in history[L_old : L - 1]:
             node = next((c for c in tree.children(node) if tree.tokens[c] == int(t)), -2)
             if node == -2:
-                raise ContextError(f"internal: the committed token {int(t)} is no node of the verified draft tree")
+                return []
             rows.append(1 + node)
         kept = tree.branches[tree.branch_through(node)]
         self._last_draft = [tree.tokens[i] for i in kept]
         return rows
 
-    def _committed_features(self, history: Sequence[int], L_old: int, L: int) -> np.ndarray:
-        """:meth:`_features` of the committed positions' rows of the verify batch (:meth:`_committed_rows`)."""
+    def _committed_features(self, history: Sequence[int], L_old: int, L: int) -> np.ndarray | None:
+        """:meth:`_features` of the committed positions' rows of the verify batch (:meth:`_committed_rows`); None
+        where they are unknown (the drafter then catches up from the target, exactly)."""
         rows = self._committed_rows(history, L_old, L)
         if rows is None:
             return self._features(L - L_old)
-        return self._features(max(rows) + 1)[rows]
+        return self._features(max(rows) + 1)[rows] if rows else None
 
     def _drop_speculative(self) -> list[tuple[int, int]]:
         """Remove the pairs drafting wrote past the true ones (a tree's other branches too); the rollback as
@@ -484,11 +486,12 @@ class HiddenStateDrafter(ContextDrafter):
                 if L > L_old and verified and L_old >= 1:
                     # rows 0 … L-L_old-1 of the verify batch (a tree's along its accepted path) are target
                     # positions L_old-1 … L-2
-                    rows = self._encode(self._committed_features(history, L_old, L))
+                    feats = self._committed_features(history, L_old, L)
                     have = self._pending
-                    if have.shape[0] and self._pending_start + have.shape[0] != L_old - 1:
+                    if feats is None or (have.shape[0] and self._pending_start + have.shape[0] != L_old - 1):
                         self._dirty = True
                     else:
+                        rows = self._encode(feats)
                         start = L_old - 1 if not have.shape[0] else self._pending_start
                         self._set_pending(start, np.concatenate([have, rows]) if have.shape[0] else rows)
                 elif L != L_old or not verified:
@@ -510,8 +513,13 @@ class HiddenStateDrafter(ContextDrafter):
             if L > L_old >= 1 and verified and self._held:
                 self._kept.clear()
                 self._kept_end = L - 1
-            elif L > L_old >= 1 and verified and self._kept_end == L_old - 1:
-                for row in self._committed_features(history, L_old, L):
+            elif (
+                L > L_old >= 1
+                and verified
+                and self._kept_end == L_old - 1
+                and (feats := self._committed_features(history, L_old, L)) is not None
+            ):
+                for row in feats:
                     self._kept.append(row)
                 self._kept_end = L - 1
             elif L != L_old or not verified:
