@@ -301,3 +301,19 @@ def test_sampled_trees_have_no_distributions_and_reproduce_from_their_seed(targe
         assert trees and all(all(p is None for p in t["probs"]) for t in trees)
         runs.append(out)
     assert runs[0] == runs[1]
+
+
+@pytest.mark.parametrize("strategy,knobs", [("ngram-map-k4v", {"size_n": 1, "size_m": 4}), ("ngram-cache", {})])
+def test_rewind_after_tree_rounds_continues_as_before(target, strategy, knobs):
+    prompt = _two_continuations(target)
+    s = _session(target)
+    s.start(prompt, max_tokens=24, strategy=strategy, tree_width=3, **knobs)
+    while s.finished is None:
+        s.step()
+    whole = list(s.tokens)
+    s.rewind(2)
+    assert s.ctx.kv_len() == len(s.history) - 1
+    while s.finished is None:
+        s.step()
+    assert list(s.tokens) == whole
+    s.close()
