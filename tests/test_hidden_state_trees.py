@@ -10,6 +10,8 @@ NextN model.
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 from stat_helpers import chi2_critical
@@ -377,3 +379,21 @@ def test_a_committed_path_the_tree_does_not_hold_makes_the_drafter_catch_up_exac
     assert s.tokens == ref and seen["tree_rounds"] > 0
     assert s.telemetry_dict()["catch_up_tokens"] > 0
     s.close()
+
+
+@pytest.mark.slow
+def test_specviz_run_drafts_eagle3_trees_from_the_tree_flags(ab_pair):
+    from test_cli import run_cli
+
+    target, head = ab_pair
+    common = ["run", "--model", str(target), "--prompt", "the cat", "--max-tokens", "30"]
+    plain = run_cli(*common, "--strategy", "none", "--json")
+    assert plain.returncode == 0, plain.stderr
+    flags = ["--strategy", "eagle3", "-md", str(head), "--draft-p-min", "0", "--speculative-eagle-topk", "2"]
+    p = run_cli(*common, *flags, "--tree-depth", "4", "--tree-nodes", "6")
+    assert p.returncode == 0, p.stderr
+    assert "tree: " in p.stderr and "rounds branched" in p.stderr
+    q = run_cli(*common, *flags, "--json")
+    assert q.returncode == 0, q.stderr
+    out = json.loads(q.stdout)
+    assert out["tokens"] == json.loads(plain.stdout)["tokens"] and out["telemetry"]["tree"]["rounds_with_branches"] > 0

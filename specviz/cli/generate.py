@@ -241,7 +241,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(cpu_line(t), file=sys.stderr)
         if s.generation.grammar is not None:
             print(grammar_line(t), file=sys.stderr)
-        if int(cfg["knobs"].get("tree_width", 1)) > 1:
+        from ..strategies.knobs import tree_width_of
+
+        if tree_width_of(cfg["knobs"])[0] > 1:
             print(tree_line(t), file=sys.stderr)
         if server_run is not None:
             print(
