@@ -103,7 +103,8 @@ def _paths(tree) -> set[tuple[int, ...]]:
 
 
 @pytest.mark.parametrize(
-    "topk,depth,nodes,p_min", [(4, 5, 8, 0.0), (2, 4, 6, 0.0), (3, 6, 20, 0.0), (4, 3, 30, 0.0), (3, 5, 10, 0.3)]
+    "topk,depth,nodes,p_min",
+    [(4, 5, 8, 0.0), (2, 4, 6, 0.0), (3, 6, 20, 0.0), (4, 3, 30, 0.0), (3, 5, 10, 0.3), (4, 5, 1, 0.0), (8, 4, 2, 0.0)],
 )
 def test_a_greedy_tree_is_sglangs_best_nodes_of_the_top_k_expansion(topk, depth, nodes, p_min):
     head = FakeHead(topk, pos=7)

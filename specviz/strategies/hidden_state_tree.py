@@ -33,6 +33,7 @@ under a grammar) gives the drafter the same rows.
 
 from __future__ import annotations
 
+import heapq
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -135,7 +136,7 @@ def grow_tree(
             break
         front = sorted(level, key=lambda c: (-cands[c].score, c))[: settings.topk]
         if budget is None:  # greedy: a node none of whose children can be among the best is not decoded
-            front = [c for c in front if _rank(cands, c) <= settings.nodes - 2]
+            front = _may_grow(cands, front, settings.nodes)
             if not front:
                 break
         _assign_slots(dctx, front, cands, slots)
@@ -204,13 +205,15 @@ def _key(cands: list[_Cand], c: int) -> tuple[float, int, int]:
     return (-cands[c].score, cands[c].depth, c)
 
 
-def _rank(cands: list[_Cand], c: int) -> int:
-    """How many candidates come before ``c`` in the greedy choice's order. Its children would come after ``c``
-    and each of those (and after every candidate made later that comes before ``c``): with a rank above
-    ``nodes - 2`` none of them can be chosen, nor anything below them, so the tree is the same without
-    decoding ``c``."""
-    k = _key(cands, c)
-    return sum(1 for x in range(len(cands)) if _key(cands, x) < k)
+def _may_grow(cands: list[_Cand], front: list[int], nodes: int) -> list[int]:
+    """(Greedy) The nodes of ``front`` whose children could still be among the ``nodes`` chosen: those with at
+    most ``nodes - 2`` candidates before them in the choice's order. A child comes after its parent and after
+    everything before it (and so does every candidate made later that comes before the parent): past that rank
+    none of them can be chosen, nor anything below them, so the tree is the same without decoding the node."""
+    if len(cands) < nodes:
+        return list(front)
+    limit = heapq.nsmallest(nodes - 1, (_key(cands, x) for x in range(len(cands))))[-1] if nodes > 1 else None
+    return [c for c in front if limit is not None and _key(cands, c) <= limit]
 
 
 def _choose(cands: list[_Cand], nodes: int) -> list[int]:
