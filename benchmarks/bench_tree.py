@@ -9,9 +9,9 @@ the mean accepted length (tokens per drafting round, the target's own included),
 chain of the same budget and over ``none`` (each the median over prompts of the per-prompt ratio of medians),
 verify rows per drafting round, the share of drafting rounds that branched, and on how many prompts the output
 is ``none``'s token for token (greedy trees are lossless up to a near tie a many-row batch can flip). Figures
-are medians over repeats, then over prompts; the settings run back to back within each repeat, so drift hits
-them alike. The load average is printed before and after: on a shared machine the figures are only as quiet as
-it was.
+are medians over repeats, then over prompts; the settings run back to back within each repeat (in reverse order
+every other repeat), so drift hits them alike. The load average is printed before and after: on a shared
+machine the figures are only as quiet as it was.
 
 ``--eagle3-head HEAD.gguf`` adds the ``eagle3`` strategy with that head, as a chain and as SGLang-style trees
 (``tree_topk`` W, ``tree_depth`` B, ``tree_nodes`` B) where the strategy has those knobs.
@@ -109,7 +109,7 @@ def measure(
     for rep in range(args.repeats):
         for i, prompt in enumerate(prompts):
             none.by_prompt.setdefault(i, []).append(run_one(s, prompt, args.max_tokens, None))
-            for st in settings:
+            for st in settings if rep % 2 == 0 else settings[::-1]:  # alternate orders: no setting always first
                 runs[st].by_prompt.setdefault(i, []).append(run_one(s, prompt, args.max_tokens, st))
             print(f"repeat {rep + 1}, prompt {i + 1} done", file=sys.stderr)
     return none, runs

@@ -70,17 +70,20 @@ class TreeCheck:
     load: tuple[tuple[float, float, float] | None, tuple[float, float, float] | None] = field(default=(None, None))
 
     def verdict(self) -> str:
-        """The tree against the best chain, measured, beside what was predicted."""
-        chain, tree = self.rows[0], self.rows[-1]
-        got = tree.tokens_per_second / chain.tokens_per_second if chain.tokens_per_second else 0.0
-        want = (
-            tree.predicted_tokens_per_second / chain.predicted_tokens_per_second
-            if chain.predicted_tokens_per_second
-            else 0.0
-        )
+        """The tree against each chain run (the best first), measured, beside what was predicted."""
+        tree = self.rows[-1]
+
+        def ratio(a: float, b: float) -> float:
+            return a / b if b else 0.0
+
+        against = [
+            f"{ratio(tree.tokens_per_second, c.tokens_per_second):.2f}x the {c.shape.label}'s tokens/s (predicted "
+            f"{ratio(tree.predicted_tokens_per_second, c.predicted_tokens_per_second):.2f}x)"
+            for c in self.rows[:-1]
+        ]
         return (
-            f"measured: {tree.shape.label} at {got:.2f}x the {chain.shape.label}'s tokens/s (predicted {want:.2f}x); "
-            f"accepted length {tree.accepted_length:.2f} against {tree.predicted_accepted_length:.2f} predicted"
+            f"measured: {tree.shape.label} at {', '.join(against)}; accepted length {tree.accepted_length:.2f} against "
+            f"{tree.predicted_accepted_length:.2f} predicted"
         )
 
     def report(self) -> str:
