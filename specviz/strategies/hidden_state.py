@@ -409,7 +409,7 @@ class HiddenStateDrafter(ContextDrafter):
         got = grow_tree(self.dctx, pos, settings, expander)
         tree = got.tree
         self.model_seconds += time.perf_counter() - t0
-        self.model_tokens += got.decoded + (len(tree) if tree is not None else 0)
+        self.model_tokens += len(tree) if tree is not None else 0  # tokens drafted, as a chain counts them
         main = tree.branches[0] if tree is not None else []
         self._tree = tree
         self._last_draft = [tree.tokens[i] for i in main] if tree is not None else []
