@@ -181,7 +181,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--budgets", type=_ints, default=[4, 8, 16], help="node budgets (draft_max), comma-separated")
     ap.add_argument("--widths", type=_ints, default=[2, 4], help="tree widths (tree_width; eagle3: tree_topk)")
     ap.add_argument("--p-splits", type=_floats, default=[0.1, 0.3], help="p_split values of the draft model's trees")
-    ap.add_argument("--layers", nargs="+", default=["0-16", "0-11"], help="the derived drafts' kept layers")
+    ap.add_argument(
+        "--layers", nargs="*", default=["0-16", "0-11"], help="the derived drafts' kept layers (none: skip)"
+    )
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--eagle3-head", default=None, metavar="HEAD.gguf", help="also a trained EAGLE-3 head's trees")
     ap.add_argument("--json", action="store_true", help="print the rows as JSON instead of the table")
