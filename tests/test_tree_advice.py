@@ -5,6 +5,7 @@ a top-k of its own logits, the event's round trip, and the CLI's text, JSON and 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
@@ -308,6 +309,9 @@ def test_the_knobs_of_a_shape_for_the_draft_strategy_and_others():
     assert run_knobs(Shape((2, 1)), "eagle3") is None and run_knobs(Shape((1, 1)), "eagle3") is not None
     adv = tree_advice(hand_worked(cheap_rows), cost=curve(cheap_rows))
     assert adv.runnable is not None and adv.runnable.shape.widths == (2, 1)
+    other = dataclasses.replace(adv, shares=dataclasses.replace(adv.shares, strategy="eagle3"), runnable=None)
+    assert "no knob of the eagle3 strategy drafts these shapes" in other.how_to_run()
+    assert other.to_dict()["runnable_tree"] is None
     assert all(
         s.tokens_per_second <= adv.runnable.tokens_per_second
         for s in adv.scored

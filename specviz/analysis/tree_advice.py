@@ -401,8 +401,9 @@ class TreeAdvice:
             return ""
         if self.runnable is None:
             return (
-                f"no knob of the {self.run_strategy} strategy drafts these shapes (a tree of the draft model's: "
-                "tree_width, p_split)"
+                f"no knob of the {self.run_strategy} strategy drafts these shapes: a hidden-state drafter's trees "
+                "(tree_topk, tree_depth, tree_nodes) keep each expansion's most probable nodes, a shape of their own "
+                "(benchmarks/bench_tree.py --eagle3-head runs them beside the chain)"
             )
         knobs = run_knobs(self.runnable.shape, self.run_strategy)
         assert knobs is not None
