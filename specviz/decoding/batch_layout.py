@@ -24,6 +24,7 @@ and the draft's share is priced at next to nothing.
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Mapping, Sequence
 
 from .batch_cost import BatchCostTable, decode_seconds
@@ -79,6 +80,13 @@ def layout_seconds(table: BatchCostTable, rows: Sequence[int], unified: bool, n_
     """Seconds of one decode whose sequences add ``rows`` (as :func:`micro_batches` takes them), laid out as
     llama.cpp lays it out: each split micro-batch priced as the table's decode of that shape; a unified one as its
     sequences at their mean rows. 0 for an empty batch."""
+    return _layout_seconds(table, tuple(int(r) for r in rows), unified, n_ubatch)
+
+
+@lru_cache(maxsize=4096)
+def _layout_seconds(table: BatchCostTable, rows: tuple[int, ...], unified: bool, n_ubatch: int) -> float:
+    """:func:`layout_seconds`, remembered: a batched run prices every request's every draft length each step, over
+    the few shapes its slots take (a table is frozen, so it keys the cache)."""
     if unified:
         return sum(cell_seconds(table, n, total / n) for n, total in micro_batches(rows, True, n_ubatch) if n)
     return sum(cell_seconds(table, n, each) for n, each in micro_batches(rows, False, n_ubatch))
