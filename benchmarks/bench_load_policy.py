@@ -11,7 +11,8 @@ each cache of ``--layouts`` (``split`` over the slots, llama-server's ``-np`` al
 * ``none`` (plain decoding);
 * ``ngram-simple`` (``size_n`` 3) with fixed drafts of each ``--draft-max`` length (the fixed policy);
 * **load-aware**: ``ngram-simple`` under the ``cost`` policy priced with the batch as laid out (a batch-cost table
-  measured once on this machine at the start: :func:`~specviz.decoding.batch_cost.measure_batch_cost`; each
+  measured once on this machine at the start, at the draft lengths of :func:`table_lengths`:
+  :func:`~specviz.decoding.batch_cost.measure_batch_cost`; each
   request's round priced as its share of the batch: :func:`~specviz.decoding.batch_layout.share_round_cost`).
 
 Total tokens/s is every request's generated tokens over the run's wall time (prompts included, as a server's
@@ -23,7 +24,8 @@ setting and never more than 5% below ``none`` at any concurrency. It also counts
 greedy tokens differ from the same request run alone.
 
 Usage: python benchmarks/bench_load_policy.py [--parallel 1,2,4,8] [--draft-max 2,4,8,16] [--max-tokens 128]
-       [--repeats 2] [--waves 1] [--layouts split,unified] [--threads N] [--model PATH] [--json]
+       [--repeats 2] [--waves 1] [--layouts split,unified] [--table-drafts aligned|issue] [--threads N]
+       [--model PATH] [--json]
 """
 
 from __future__ import annotations
@@ -39,16 +41,28 @@ from specviz import Session
 from specviz.analysis.workloads import WORKLOADS
 from specviz.backends.llama import LlamaContext
 from specviz.decoding.batch import BatchRun
-from specviz.decoding.batch_cost import measure_batch_cost
+from specviz.decoding.batch_cost import DRAFT_LENGTHS, measure_batch_cost
 from specviz.decoding.batch_layout import layout_seconds
 from specviz.decoding.events import BatchStepped
 from specviz.decoding.machine_load import load_average
+from specviz.decoding.tiling import tile_aligned
 
 #: The load-aware policy's margins (issue 54's targets).
 BELOW_BEST, BELOW_NONE = 0.05, 0.05
 #: The caches a run can lay its sequences out in: split over the slots (llama-server's ``-np``) or one they
 #: share (``-np`` with ``-kvu``).
 LAYOUTS = ("split", "unified")
+
+
+def table_lengths(setups: dict[str, tuple[str, dict[str, Any]]], which: str) -> list[int]:
+    """The draft lengths the batch-cost table measures: ``aligned``, every length a round can use up to the longest
+    draft (the ones the verify tile of 4 rows leaves: batches of up to 4 rows and multiples of 4), whose prices the
+    policy then reads as measured; ``issue``, issue 54's 0, 2, 4, 8 and 16 (batches of 1, 3, 5, 9 and 17 rows,
+    sizes a tiled round never uses, between which a tiled size is overpriced: 8 rows read as 61 ms, measured 49)."""
+    if which == "issue":
+        return list(DRAFT_LENGTHS)
+    longest = max(int(o.get("draft_max", 0)) for _, o in setups.values())
+    return [k for k in range(longest + 1) if tile_aligned(k, 4) == k]
 
 
 def prompts(n: int) -> list[str]:
@@ -104,6 +118,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-tokens", type=int, default=128)
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--table-drafts", choices=("aligned", "issue"), default="aligned", help="see table_lengths")
     ap.add_argument("--waves", type=int, default=1, help="requests per slot, queued (continuous batching)")
     ap.add_argument("--layouts", default="split,unified", help="split (-np alone) and/or unified (-np with -kvu)")
     ap.add_argument("--model", default=None)
@@ -123,7 +138,10 @@ def main(argv: list[str] | None = None) -> int:
             alone[text] = list(s.tokens)
         ctx = LlamaContext(model, n_ctx=max(parallels) * 512, n_seq_max=max(parallels), n_threads=a.threads)
         try:
-            table = measure_batch_cost(ctx, model.tokenize(WORKLOADS["quote"][0]), sequences=sorted({1, *parallels}))
+            seqs, lengths = sorted({1, *parallels}), table_lengths(setups, a.table_drafts)
+            table = measure_batch_cost(
+                ctx, model.tokenize(WORKLOADS["quote"][0]), sequences=seqs, draft_lengths=lengths
+            )
         finally:
             ctx.close()
         load_start = load_average()
