@@ -21,7 +21,9 @@ every run's decodes as laid out at the batch-cost table's times (:func:`priced_s
 decode, free of a shared machine's noise (the requests' own work aside). The load-aware policy's targets (issue
 54), judged in each table against the settings in the same cache: never more than 5% below the best fixed
 setting and never more than 5% below ``none`` at any concurrency. It also counts the batched requests whose
-greedy tokens differ from the same request run alone.
+greedy tokens differ from the same request run alone, and tells each a near-tie or not
+(:func:`~specviz.analysis.equivalence.first_divergence`: at the first token they part, both runs' top two are the
+two tokens chosen, the batch shape having moved the logits between them) with the margins there.
 
 Usage: python benchmarks/bench_load_policy.py [--parallel 1,2,4,8] [--draft-max 2,4,8,16] [--max-tokens 128]
        [--repeats 2] [--waves 1] [--layouts split,unified] [--table-drafts aligned|issue] [--threads N]
@@ -38,6 +40,7 @@ import time
 from typing import Any
 
 from specviz import Session
+from specviz.analysis.equivalence import first_divergence, greedy_run
 from specviz.analysis.workloads import WORKLOADS
 from specviz.backends.llama import LlamaContext
 from specviz.decoding.batch import BatchRun
@@ -96,10 +99,12 @@ def one_run(
     model: Any, p: int, setting: tuple[str, dict], a: argparse.Namespace, table: Any, unified: bool
 ) -> tuple[float, list, float]:
     """One batched run of ``p`` requests (``unified``: in one cache the sequences share, llama-server's ``-kvu``):
-    total tokens/s, each request's tokens, and tokens per second of decode at the table's prices."""
+    total tokens/s, each request's tokens and top-two margins, and tokens per second of decode at the table's
+    prices."""
     strategy, options = setting
     priced = table if options.get("draft_policy") == "cost" else None
     run_args: dict[str, Any] = dict(n_ctx=p * 1024, n_threads=a.threads, batch_cost=priced, kv_unified=unified)
+    run_args["record_margins"] = True
     with BatchRun(model, n_parallel=p, **run_args) as b:
         for text in prompts(p * a.waves):
             b.submit(text, a.max_tokens, strategy, **options)
@@ -108,7 +113,7 @@ def one_run(
         wall = time.perf_counter() - t0
         steps = [e for e in b.events if isinstance(e, BatchStepped)]
     made = sum(len(r.tokens) for r in results)
-    return made / wall, [r.tokens for r in results], made / priced_seconds(steps, p, table, unified)
+    return made / wall, [(r.tokens, r.margins) for r in results], made / priced_seconds(steps, p, table, unified)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -133,9 +138,8 @@ def main(argv: list[str] | None = None) -> int:
         model = s.model
         alone = {}
         for text in set(prompts(max(parallels) * a.waves)):
-            s.start(text, a.max_tokens, "none")
-            s.run()
-            alone[text] = list(s.tokens)
+            tokens, margins, _ = greedy_run(s, text, a.max_tokens, "none", {})
+            alone[text] = (tokens, margins)
         ctx = LlamaContext(model, n_ctx=max(parallels) * 512, n_seq_max=max(parallels), n_threads=a.threads)
         try:
             seqs, lengths = sorted({1, *parallels}), table_lengths(setups, a.table_drafts)
@@ -148,7 +152,8 @@ def main(argv: list[str] | None = None) -> int:
         rows = [(p, lay) for p in parallels for lay in layouts]
         cells: dict[tuple[int, str], dict[str, list[float]]] = {row: {name: [] for name in setups} for row in rows}
         priced: dict[tuple[int, str], dict[str, list[float]]] = {row: {name: [] for name in setups} for row in rows}
-        mismatches = 0
+        parted: list[dict[str, Any]] = []
+        n_requests = 0
         for r in range(a.repeats):
             for p, lay in rows:
                 names = list(setups) if r % 2 == 0 else list(reversed(setups))
@@ -157,8 +162,13 @@ def main(argv: list[str] | None = None) -> int:
                     cells[(p, lay)][name].append(rate)
                     priced[(p, lay)][name].append(at_table)
                     print(f"  {p} at once, {lay}, {name}: {rate:.1f} tokens/s", file=sys.stderr, flush=True)
-                    mismatches += sum(t != alone[text] for t, text in zip(tokens, prompts(p * a.waves)))
-    out = report_data(cells, rows, setups, a, mismatches, load_start, table)
+                    for i, ((got, got_m), text) in enumerate(zip(tokens, prompts(p * a.waves))):
+                        n_requests += 1
+                        div = first_divergence(*alone[text], got, got_m)
+                        if div is not None:
+                            parted.append(divergence_row(div, p, lay, name, i, text))
+    out = report_data(cells, rows, setups, a, parted, load_start, table)
+    out["batched_requests"] = n_requests
     out["priced"] = [verdict(p, lay, priced[(p, lay)]) for p, lay in rows]
     if a.json:
         print(json.dumps(out))
@@ -184,7 +194,22 @@ def verdict(p: int, lay: str, cell: dict[str, list[float]]) -> dict[str, Any]:
     }
 
 
-def report_data(cells, runs, setups, a, mismatches, load_start, table) -> dict[str, Any]:
+def divergence_row(div: Any, p: int, lay: str, name: str, request: int, prompt: str) -> dict[str, Any]:
+    """A batched request that parted from the same request alone: where, whether at a near-tie, the margins."""
+    return {
+        "parallel": p,
+        "layout": lay,
+        "setting": name,
+        "request": request,
+        "prompt": prompt[:40],
+        "index": div.index,
+        "near_tie": div.same_pair,
+        "margin_alone": div.margin_a[0] if div.margin_a else None,
+        "margin_batched": div.margin_b[0] if div.margin_b else None,
+    }
+
+
+def report_data(cells, runs, setups, a, parted, load_start, table) -> dict[str, Any]:
     """The medians per cell and the targets' verdicts (each layout's policy against that layout's settings)."""
     rows = [verdict(p, lay, cells[(p, lay)]) for p, lay in runs]
     return {
@@ -193,7 +218,8 @@ def report_data(cells, runs, setups, a, mismatches, load_start, table) -> dict[s
         "waves": a.waves,
         "settings": list(setups),
         "rows": rows,
-        "greedy_mismatches": mismatches,
+        "greedy_mismatches": len(parted),
+        "parted": parted,
         "load_average_start": load_start,
         "load_average_end": load_average(),
         "batch_cost": table.to_dict(),
@@ -225,7 +251,23 @@ def report(out: dict[str, Any]) -> None:
     print("\n".join(table_text(out["rows"], names)))
     print("tokens per second of decode, the decodes priced as laid out at the batch-cost table's times (no noise):")
     print("\n".join(table_text(out["priced"], names)))
-    print(f"batched greedy tokens that differ from the request run alone: {out['greedy_mismatches']}")
+    parted = out["parted"]
+    ties = [d for d in parted if d["near_tie"]]
+    print(
+        f"batched requests whose greedy tokens differ from the request run alone: {len(parted)} of "
+        f"{out['batched_requests']}; at a near-tie (both runs' top two are the two tokens chosen): {len(ties)}"
+    )
+    places = {(d["prompt"], d["index"]): max(d["margin_alone"], d["margin_batched"]) for d in ties}
+    if places:
+        margins = sorted(places.values())
+        print(
+            f"  at {len(places)} distinct places (prompt, token) in {len({k[0] for k in places})} prompts; the top-two "
+            f"margin there (logits, the larger of the two runs'): median {statistics.median(margins):.3f}, "
+            f"largest {margins[-1]:.3f}"
+        )
+    for d in parted:
+        if not d["near_tie"]:
+            print(f"  NOT a near-tie: {d}")
 
 
 if __name__ == "__main__":

@@ -50,6 +50,27 @@ def test_each_batched_request_equals_its_one_at_a_time_tokens_and_slots_are_reus
         assert sum(accepted) > 0 and sum(drafted) > sum(accepted)
 
 
+def test_batched_requests_record_the_top_two_margin_at_each_token_as_alone(tiny_model_path):
+    from specviz.analysis.equivalence import first_divergence, greedy_run
+
+    with Session(tiny_model_path, n_ctx=512, **SLOT) as s:
+        ref = [greedy_run(s, p, 30, "ngram-simple", {}) for p in PROMPTS[:3]]
+    with BatchRun(tiny_model_path, n_parallel=2, n_ctx=1024, record_margins=True, **SLOT) as b:  # a slot reused
+        for p in PROMPTS[:3]:
+            b.submit(p, 30, "ngram-simple")
+        results = b.run()
+    for (tokens, margins, _), r in zip(ref, results):
+        assert r.tokens == tokens and len(r.margins) == len(r.tokens) == 30
+        # each margin is the row's own top two, the first of them the committed (greedy) token
+        assert [m[1] for m in r.margins] == r.tokens
+        assert [m[1:] for m in r.margins] == [m[1:] for m in margins]
+        assert [m[0] for m in r.margins] == pytest.approx([m[0] for m in margins], abs=1e-3)
+        assert first_divergence(tokens, margins, r.tokens, r.margins) is None
+    with BatchRun(tiny_model_path, n_parallel=1, n_ctx=512, **SLOT) as b:  # off unless asked: nothing kept
+        b.submit(PROMPTS[0], 5, "ngram-simple")
+        assert b.run()[0].margins == []
+
+
 def test_sampled_batched_requests_keep_their_own_generators(tiny_model_path):
     options = dict(temperature=0.9, seed=7)
     ref = alone(tiny_model_path, PROMPTS[:3], [20] * 3, STRATEGIES[:3], **options)

@@ -215,3 +215,24 @@ def test_the_replay_evaluates_the_runs_own_batches(tiny_model, prefill):
     assert got.reproduced and calls == ran
     s.ctx.eval = real_eval
     s.close()
+
+
+def test_first_divergence_tells_a_flip_between_one_pair_from_anything_else():
+    from specviz.analysis.equivalence import first_divergence
+
+    a, b = [5, 6, 7, 8], [5, 6, 9, 8]
+    # both runs' top two at index 2 are the pair (7, 9): each chose one of them
+    ma = [(1.0, 5, 1), (2.0, 6, 1), (0.1, 7, 9), (3.0, 8, 1)]
+    mb = [(1.0, 5, 1), (2.0, 6, 1), (0.2, 9, 7), (3.0, 8, 1)]
+    d = first_divergence(a, ma, b, mb)
+    assert (d.index, d.token_a, d.token_b, d.same_pair) == (2, 7, 9, True)
+    assert d.margin == pytest.approx(0.2)
+    # the batched run chose a token outside the alone run's top two: not a near-tie
+    mb_other = [*mb[:2], (0.2, 9, 4), mb[3]]
+    assert not first_divergence(a, ma, b, mb_other).same_pair
+    assert not first_divergence(a, [*ma[:2], (0.1, 7, 3), ma[3]], b, mb).same_pair
+    # the same tokens: no divergence; one run stopped early: the divergence is at its end
+    assert first_divergence(a, ma, list(a), ma) is None
+    short = first_divergence(a, ma, a[:3], ma[:3])
+    assert (short.index, short.token_a, short.token_b, short.margin) == (3, 8, None, None)
+    assert not short.same_pair  # no margin recorded past the shorter run's end

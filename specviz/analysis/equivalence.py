@@ -25,7 +25,8 @@ differ.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Sequence
 
 from .replay import replay_greedy
 
@@ -34,10 +35,11 @@ if TYPE_CHECKING:
     from ..decoding.session import Session
 
 
-def _greedy_run(
+def greedy_run(
     session: Session, prompt: str | list[int], max_tokens: int, strategy: str, knobs: dict[str, Any]
 ) -> tuple[list[int], list[tuple[float, int, int]], list[RoundResult]]:
-    """Generate greedily, returning the tokens, the target's top-two margin at each of them and the rounds."""
+    """Generate ``prompt`` greedily with ``strategy`` and ``knobs`` on ``session``: the tokens, the target's
+    top-two ``(margin, first, second)`` at each of them and the rounds."""
     session.record_margins = True
     margins: list[tuple[float, int, int]] = []
     rounds: list[RoundResult] = []
@@ -52,6 +54,53 @@ def _greedy_run(
     finally:
         session.record_margins = False
     return list(session.tokens), margins, rounds
+
+
+@dataclass(frozen=True)
+class Divergence:
+    """Where two greedy runs of one prompt first part (run ``a`` and run ``b``): the ``index`` into their
+    tokens, each run's token there (None where that run had already stopped), each run's target top-two
+    ``(margin, first, second)`` there (None where not recorded) and ``same_pair``: whether both runs' top two
+    hold both tokens, i.e. the two runs chose between the same pair, which is what a batch-shape difference in
+    the logits does at a near-tie and a bug in drafting, acceptance or the cache does not guarantee."""
+
+    index: int
+    token_a: int | None
+    token_b: int | None
+    margin_a: tuple[float, int, int] | None
+    margin_b: tuple[float, int, int] | None
+    same_pair: bool
+
+    @property
+    def margin(self) -> float | None:
+        """The larger of the two runs' top-two margins at the divergence (logits; None if either is missing)."""
+        if self.margin_a is None or self.margin_b is None:
+            return None
+        return max(self.margin_a[0], self.margin_b[0])
+
+
+def first_divergence(
+    a: Sequence[int],
+    margins_a: Sequence[tuple[float, int, int]],
+    b: Sequence[int],
+    margins_b: Sequence[tuple[float, int, int]],
+) -> Divergence | None:
+    """The first position where greedy runs ``a`` and ``b`` of one prompt differ (None: the same tokens), with
+    the runs' recorded top-two margins per token (``Session.record_margins``). Where one run stopped earlier,
+    the divergence is at the shorter one's end."""
+    n = min(len(a), len(b))
+    i = next((j for j in range(n) if a[j] != b[j]), None)
+    if i is None and len(a) == len(b):
+        return None
+    if i is None:
+        i = n
+    ma = margins_a[i] if i < len(margins_a) else None
+    mb = margins_b[i] if i < len(margins_b) else None
+    ta = a[i] if i < len(a) else None
+    tb = b[i] if i < len(b) else None
+    pair = {t for t in (ta, tb) if t is not None}
+    same_pair = all(m is not None and {m[1], m[2]} >= pair for m in (ma, mb))
+    return Divergence(i, ta, tb, ma, mb, same_pair)
 
 
 def check_equivalence(
@@ -70,9 +119,9 @@ def check_equivalence(
     pair of tokens, which is a mismatch without it). ``threshold`` (logits): also require both margins
     below it for ``numerics``; None, the default, leaves it to the replay.
     """
-    plain, plain_m, _ = _greedy_run(session, prompt, max_tokens, "none", {})
+    plain, plain_m, _ = greedy_run(session, prompt, max_tokens, "none", {})
     prompt_ids = list(session.prompt_tokens)
-    spec, spec_m, rounds = _greedy_run(session, prompt, max_tokens, strategy, knobs)
+    spec, spec_m, rounds = greedy_run(session, prompt, max_tokens, strategy, knobs)
     tel = session.telemetry_dict()
     out: dict[str, Any] = {
         "strategy": strategy,
@@ -82,22 +131,14 @@ def check_equivalence(
         "speculative_tokens": len(spec),
         "acceptance_rate": tel["acceptance_rate"],
     }
-    n = min(len(plain), len(spec))
-    i = next((j for j in range(n) if plain[j] != spec[j]), None)
-    if i is None and len(plain) == len(spec):
+    div = first_divergence(plain, plain_m, spec, spec_m)
+    if div is None:
         out.update(verdict="identical", divergence=None, replay=None)
         return out
-    if i is None:  # one run stopped earlier (end of generation): compare the next position's margins
-        i = n
-    tp = plain_m[i] if i < len(plain_m) else None
-    ts = spec_m[i] if i < len(spec_m) else None
-    pt = plain[i] if i < len(plain) else None
-    st = spec[i] if i < len(spec) else None
-    pair = {t for t in (pt, st) if t is not None}
-    same_pair = all(m is not None and {m[1], m[2]} >= pair for m in (tp, ts))
+    i, tp, ts, pt, st = div.index, div.margin_a, div.margin_b, div.token_a, div.token_b
     within = threshold is None or (tp is not None and ts is not None and max(tp[0], ts[0]) < threshold)
     replay = None
-    if same_pair and within:
+    if div.same_pair and within:
         replay = replay_greedy(session.ctx, prompt_ids, rounds, prefill=session.prefill, upto=i)
     piece = session.model.piece
     out.update(

@@ -137,6 +137,9 @@ class BatchResult:
     started_step: int
     ended_step: int
     error: SpecvizError | None = None
+    #: the target's top-two ``(margin, first, second)`` at each token, where the run records them
+    #: (``BatchRun(record_margins=True)``), for :func:`~specviz.analysis.equivalence.first_divergence`
+    margins: list[tuple[float, int, int]] = field(default_factory=list)
 
 
 def lane_of(slot: int, request: int, begun: StepBegun, rnd: Round) -> dict[str, Any]:
@@ -165,6 +168,10 @@ class BatchRun:
     :class:`~specviz.decoding.session.Session` takes them, ``n_ctx`` being the whole cache, split over the slots
     as llama-server splits ``-c`` (each slot holds ``n_ctx_seq`` positions) unless ``kv_unified``. Everything is
     checked before the model loads.
+
+    ``record_margins``: each result keeps the target's top-two margin at each of its tokens
+    (:attr:`BatchResult.margins`), so that a batched request that parts from the same request run alone can be
+    told a near-tie (:func:`~specviz.analysis.equivalence.first_divergence`) from a bug.
 
     Load-aware drafting: ``draft_schedule`` (vLLM's ``[start, end, k]`` form) caps every request's draft at ``k``
     while ``start`` to ``end`` sequences are busy (the budget's ``load`` cap); ``batch_cost`` (a
@@ -195,6 +202,7 @@ class BatchRun:
         n_gpu_layers: int | None = None,
         draft_schedule: Any = None,
         batch_cost: BatchCostTable | None = None,
+        record_margins: bool = False,
     ) -> None:
         n = check_parallel(n_parallel)
         self.draft_schedule = check_schedule(draft_schedule)
@@ -226,6 +234,9 @@ class BatchRun:
         self._lane_seconds = 0.0  # a request's own work in a round besides the decode (a moving average)
         self._rows: dict[int, int] = {}  # rows each slot's sequence added to the last decode it was in
         self.kv_unified = kv_unified
+        for session in self.slots:
+            session.record_margins = record_margins
+        self._margins: dict[int, list[tuple[float, int, int]]] = {}  # per slot, its request's so far
 
     @property
     def n_parallel(self) -> int:
@@ -327,6 +338,9 @@ class BatchRun:
                 self._end(slot, e)
                 continue
             self._learn_lane(b, time.perf_counter() - t_own)
+            res = s.generation.last_result
+            if s.record_margins and res is not None:
+                self._margins.setdefault(slot, []).extend(res.margins[: len(res.committed)])
             out.append((req.id, rnd))
             lanes.append(lane_of(slot, req.id, b, rnd))
             if rnd.finished is not None:
@@ -393,6 +407,7 @@ class BatchRun:
             started_step=self._started.get(req.id, self.steps),
             ended_step=self.steps,
             error=error,
+            margins=self._margins.pop(slot, []),
         )
         self.busy[slot] = None
         self._rows.pop(slot, None)
