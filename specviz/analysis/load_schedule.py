@@ -1,0 +1,214 @@
+"""A draft schedule by load: the longest draft that raises a batched run's total tokens/s at each number of busy
+sequences, derived from a recording and a batch-cost table (``specviz advise REC --parallel 1,2,4,8 --schedule``).
+
+The result is vLLM's ``[start, end, k]`` form, which :class:`~specviz.decoding.batch.BatchRun`'s
+``draft_schedule`` (and ``specviz run -np N --draft-schedule``) takes: while ``start`` to ``end`` sequences are busy,
+every request drafts at most ``k`` tokens.
+
+The model, per busy count ``p`` and candidate length ``k``:
+
+- **The rounds.** One drafting group of the recording (:func:`~specviz.analysis.advise_rounds.collect`; the group
+  with drafted rounds and the most rounds): round ``i`` drafted ``L_i`` tokens and ``n_i`` of them were accepted.
+  Acceptance is a prefix (as the n-gram strategies' and every chain's): capped at ``k``, the same round drafts
+  ``min(L_i, k)`` and accepts ``min(n_i, k)``. So the round verifies ``1 + min(L_i, k)`` rows and commits
+  ``1 + min(n_i, k)`` tokens; at ``k = 0`` it is a plain round, one row and one token.
+- **A step.** Every slot is busy: ``p`` rounds drawn at random (with replacement) from the recording, one for each
+  of the slots ``0 … p − 1`` (independent draws are already in random slot order). The step takes the decode of
+  their rows **as llama.cpp lays the batch out**
+  (:func:`~specviz.decoding.batch_layout.layout_seconds`: one graph in a unified cache; in a split cache one
+  micro-batch per run of equal rows over consecutive slots, so uneven drafts cost extra graphs) plus every
+  request's own work besides the decode, ``p`` × the *lane seconds*
+  (:func:`~specviz.analysis.advise_parallel.lane_seconds`: the recording's median round less its verify).
+- **The rate.** ``samples`` such steps, seeded (:class:`numpy.random.Generator`); predicted total tokens/s is their
+  tokens over their seconds (a ratio of sums: what a run of those steps makes). Every ``k`` at one ``p`` is priced
+  on the same draws (common random numbers), so the comparison between lengths carries no sampling noise of its
+  own. The best ``k`` has the most tokens/s (a tie: the shorter).
+
+Assumptions: each request's rounds are independent draws from the recording (no run of copying rounds that
+lasts); every slot is busy (a server under steady load; idle slots, which split a split cache further, are not
+priced); a capped draft accepts its uncapped draft's prefix. What uneven drafts cost in a split cache is what the
+layout prices; nothing else about the cache is modelled.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import numpy as np
+
+from ..decoding.batch_cost import BatchCostTable
+from ..decoding.batch_layout import layout_seconds
+from ..errors import KnobError, RecordingError
+from .advise_parallel import MAX_PARALLEL, lane_seconds
+from .advise_rounds import Rounds, collect
+from .sources import events_of
+
+__all__ = ["LADDER", "LoadSchedule", "candidate_lengths", "schedule_for_load"]
+
+#: The draft lengths ``specviz advise --schedule`` weighs below the recording's longest draft (which it always
+#: weighs): the lengths llama-server users set, each a verify of a tile-friendly size or one row over.
+LADDER = (1, 2, 3, 4, 8, 12, 16)
+
+
+@dataclass
+class LoadSchedule:
+    """The longest draft per busy count (see the module docstring). ``rows``: per busy count ``p`` in
+    ``1 … busy_max`` its ``busy``, the ``draft_max`` chosen, ``tokens_per_second`` (candidate ``k`` → predicted
+    total tokens/s) and ``vs_none`` (the chosen length's tokens/s over plain decoding's, ``k = 0``);
+    ``schedule``: ``(start, end, k)`` triples covering ``1 … busy_max``, consecutive busy counts with one ``k``
+    merged (what :func:`~specviz.decoding.batch.check_schedule` takes)."""
+
+    busy_max: int
+    unified: bool
+    lane_seconds: float
+    draft_lengths: tuple[int, ...]
+    group: str
+    samples: int
+    seed: int
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    schedule: list[tuple[int, int, int]] = field(default_factory=list)
+
+    @property
+    def flag(self) -> str:
+        """The schedule as ``specviz run``'s ``--draft-schedule`` value: ``1-2:16,3-8:0``."""
+        return ",".join(f"{a}-{b}:{k}" for a, b, k in self.schedule)
+
+    def text(self) -> str:
+        """The schedule for people: per busy count each length's predicted total tokens/s, the choice and its
+        gain over plain decoding; then the schedule as the run flag and vLLM's form."""
+        cache = "unified cache (-kvu)" if self.unified else "split cache (-np without -kvu)"
+        head = "".join(f"{f'k={k}':>9}" for k in self.draft_lengths)
+        out = [
+            f"draft length by load, {self.group} rounds, {cache}: predicted total tokens/s",
+            f"{'busy':>4}{head}  {'best':>5} {'vs none':>8}",
+        ]
+        for r in self.rows:
+            cells = "".join(f"{r['tokens_per_second'][k]:>9.1f}" for k in self.draft_lengths)
+            out.append(f"{r['busy']:>4}{cells}  {r['draft_max']:>5} {r['vs_none']:>7.2f}x")
+        out.append(f"specviz run ... -np {self.busy_max} --draft-schedule {self.flag}")
+        out.append(f"vLLM form: {[list(t) for t in self.schedule]}")
+        out.append(
+            f"({self.samples} steps of every slot busy per busy count, rounds drawn from the recording, each draft "
+            f"capped at k; a step: the decode as llama.cpp lays it out plus busy x {self.lane_seconds * 1e3:.2f} ms "
+            "of each request's own work)"
+        )
+        return "\n".join(out)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form: ``draft_schedule`` (``[start, end, k]`` lists), ``flag``, ``rows`` (tokens/s keyed by the
+        length as text), ``unified``, ``lane_seconds``, ``busy_max``, ``draft_lengths``, ``group``, ``samples``,
+        ``seed``."""
+        return {
+            "draft_schedule": [list(t) for t in self.schedule],
+            "flag": self.flag,
+            "rows": [
+                {**r, "tokens_per_second": {str(k): v for k, v in r["tokens_per_second"].items()}} for r in self.rows
+            ],
+            "unified": self.unified,
+            "lane_seconds": self.lane_seconds,
+            "busy_max": self.busy_max,
+            "draft_lengths": list(self.draft_lengths),
+            "group": self.group,
+            "samples": self.samples,
+            "seed": self.seed,
+        }
+
+
+def drafting_group(events: Any) -> tuple[str, Rounds]:
+    """The recording's drafting group: among the groups with a drafted round, the one with the most rounds;
+    :class:`~specviz.errors.RecordingError` when nothing was drafted."""
+    groups = {label: r for label, r in collect(events_of(events)).rounds.items() if int(r.length.sum()) > 0}
+    if not groups:
+        raise RecordingError(
+            "the recording holds no drafted round: record a run with a drafting strategy, e.g. "
+            "specviz run --strategy ngram-simple --record FILE.jsonl"
+        )
+    label = max(groups, key=lambda g: len(groups[g].length))
+    return label, groups[label]
+
+
+def candidate_lengths(events: Any) -> list[int]:
+    """The draft lengths ``advise --schedule`` weighs: the recording's longest draft and the lengths of
+    :data:`LADDER` below it (a cap above the longest draft changes no round)."""
+    _, r = drafting_group(events)
+    longest = int(r.length.max())
+    return sorted({k for k in LADDER if k < longest} | {longest})
+
+
+def schedule_for_load(
+    events: Any,
+    table: BatchCostTable,
+    busy_max: int,
+    draft_lengths: Sequence[int],
+    *,
+    unified: bool,
+    lane_seconds: float | None = None,
+    samples: int = 400,
+    seed: int = 0,
+) -> LoadSchedule:
+    """The draft length per busy count ``1 … busy_max`` for the rounds of ``events`` (a recording or a session's
+    events), priced on ``table`` as llama.cpp lays the batch out in a ``unified`` cache or a split one; weighs
+    ``0`` (plain decoding) and each of ``draft_lengths``. ``lane_seconds``: each request's own seconds in a step
+    besides the decode (default: the recording's, :func:`~specviz.analysis.advise_parallel.lane_seconds`).
+    ``samples`` steps per busy count drawn with ``numpy.random.default_rng(seed)``. See the module docstring.
+
+    :class:`~specviz.errors.RecordingError` for a recording without a drafted round;
+    :class:`~specviz.errors.KnobError` for a busy count, length, sample count or lane seconds out of range."""
+    busy_max = _int_at_least("busy_max", busy_max, 1, MAX_PARALLEL)
+    samples = _int_at_least("samples", samples, 1, 10**6)
+    ks = sorted({0} | {_int_at_least("draft_lengths", k, 0, 1 << 16) for k in draft_lengths})
+    label, rounds = drafting_group(events)
+    lane = _lane(events, lane_seconds)
+    length, accepted = rounds.length.astype(np.int64), rounds.accepted.astype(np.int64)
+    rng = np.random.default_rng(seed)
+    out = LoadSchedule(busy_max, bool(unified), lane, tuple(ks), label, samples, seed)
+    for p in range(1, busy_max + 1):
+        picks = rng.integers(0, len(length), size=(samples, p))  # one draw per step and slot, shared by every k
+        rates = {k: _rate(table, length[picks], accepted[picks], k, bool(unified), lane) for k in ks}
+        best = 0
+        for k in ks:  # ascending: a tie keeps the shorter
+            if rates[k] > rates[best]:
+                best = k
+        vs_none = rates[best] / rates[0] if rates[0] > 0 else 1.0
+        out.rows.append({"busy": p, "draft_max": best, "tokens_per_second": rates, "vs_none": vs_none})
+    out.schedule = merge_runs([r["draft_max"] for r in out.rows])
+    return out
+
+
+def merge_runs(by_busy: Sequence[int]) -> list[tuple[int, int, int]]:
+    """``(start, end, k)`` triples for the lengths ``by_busy`` (busy count 1 first), consecutive equal lengths
+    merged."""
+    out: list[tuple[int, int, int]] = []
+    for p, k in enumerate(by_busy, start=1):
+        if out and out[-1][2] == k:
+            out[-1] = (out[-1][0], p, k)
+        else:
+            out.append((p, p, k))
+    return out
+
+
+def _rate(table: BatchCostTable, length: np.ndarray, accepted: np.ndarray, k: int, unified: bool, lane: float) -> float:
+    """Total tokens/s of the steps whose slots drew rounds of ``length`` / ``accepted`` (one row per step), each
+    draft capped at ``k``: their tokens over their seconds."""
+    rows = 1 + np.minimum(length, k)
+    tokens = float((1 + np.minimum(accepted, k)).sum())
+    busy = rows.shape[1]
+    seconds = sum(layout_seconds(table, step.tolist(), unified) for step in rows) + rows.shape[0] * busy * lane
+    return tokens / seconds if seconds > 0 else 0.0
+
+
+def _lane(events: Any, given: float | None) -> float:
+    """The lane seconds given (checked) or the recording's."""
+    if given is None:
+        return lane_seconds(collect(events_of(events)))
+    if isinstance(given, bool) or not isinstance(given, (int, float)) or not given >= 0:
+        raise KnobError(f"lane_seconds must be seconds >= 0, got {given!r}", knob="lane_seconds", value=given)
+    return float(given)
+
+
+def _int_at_least(name: str, value: Any, least: int, most: int) -> int:
+    """``value`` as an integer in ``least … most``; :class:`~specviz.errors.KnobError` naming ``name`` otherwise."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not least <= int(value) <= most:
+        raise KnobError(f"{name} must be integers {least}..{most}, got {value!r}", knob=name, value=value)
+    return int(value)
