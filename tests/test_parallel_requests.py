@@ -130,6 +130,9 @@ def test_chat_template_runs_a_log_on_a_model_without_one(plain_model, tmp_path):
         (["--chat-template", "no-such-template"], "option --chat-template: 'no-such-template' is not one of"),
         (["--server-args", "-np 0"], "llama-server option -np 0"),
         (["--server-args", "-np 2", "-np", "2"], "option -np conflicts with --server-args"),
+        (["--draft-schedule", "1-2:0"], "option --draft-schedule: only with -np N above 1"),
+        (["-np", "2", "--draft-schedule", "1-2"], "option --draft-schedule: draft schedule '1-2': entry '1-2' is not"),
+        (["-np", "2", "--draft-schedule", "1-3:4,2-4:0"], "option --draft-schedule: draft schedule entries"),
     ],
 )
 def test_refused_before_the_model_loads(tmp_path, capsys, extra, words):
@@ -156,6 +159,18 @@ def test_a_request_refused_by_its_own_line_ends_with_its_error_and_the_others_ru
     assert out["totals"]["failed"] == 1 and out["totals"]["requests"] == 4
     others = [r for r in out["requests"] if r["error"] is None]
     assert [r["tokens"] for r in others] == [r["tokens"] for r in ref["requests"]]
+
+
+@pytest.mark.slow
+def test_a_draft_schedule_caps_every_requests_draft_by_the_busy_slots(plain_model, tmp_path):
+    log = write_log(tmp_path / "log.jsonl", LOG)
+    common = ["--model", str(plain_model), "--requests", log, "--chat-template", "chatml", "-c", "1024", "-t", "1"]
+    common += [*NGRAM, "--max-tokens", "24", "-np", "2"]
+    free, _ = run_json(*common)
+    capped, _ = run_json(*common, "--draft-schedule", "1-2:0")  # no draft while one or two slots are busy
+    assert free["totals"]["drafted"] > 0 and capped["totals"]["drafted"] == 0
+    assert "draft_schedule" not in free and capped["draft_schedule"] == [[1, 2, 0]]
+    assert [r["tokens"] for r in capped["requests"]] == [r["tokens"] for r in free["requests"]]
 
 
 @pytest.mark.slow

@@ -45,6 +45,14 @@ def add_commands(sub: Any) -> None:
         action="store_true",
         help="with -np: one cache pool every slot draws on (llama-server's -kvu), instead of -c split over them",
     )
+    r.add_argument(
+        "--draft-schedule",
+        dest="draft_schedule",
+        default=None,
+        metavar="START-END:K,...",
+        help="with -np: while START to END slots are busy, drafts of at most K tokens (vLLM's schedule; "
+        "specviz advise REC --parallel N,... --schedule derives one), e.g. 1-2:16,3-8:0",
+    )
     r.set_defaults(func=cmd_run)
     v = sub.add_parser("verify", help="compare plain greedy and speculative greedy output")
     add_generation_options(v, strategy_default=None)
@@ -155,6 +163,7 @@ def _open_batch(cfg: dict[str, Any]) -> Any:
         cfg["model"],
         n_parallel=par["n_parallel"],
         kv_unified=par["kv_unified"],
+        draft_schedule=par.get("draft_schedule"),
         **session_kwargs(cfg["settings"]),
         swa_full=memory["swa_full"] or ring_line,
         prefill=memory.get("prefill", "all-but-last"),
@@ -183,7 +192,8 @@ def _open_session(cfg: dict[str, Any]) -> tuple[Any, Any]:
 
 
 def _slots_of(cfg: dict[str, Any], session: Any) -> dict[str, Any]:
-    """The ``--json`` entries of the slots: ``n_parallel``, ``kv_unified`` and each slot's context ``n_ctx_seq``."""
+    """The ``--json`` entries of the slots: ``n_parallel``, ``kv_unified``, ``draft_schedule`` where given and each
+    slot's context ``n_ctx_seq``."""
     return {**cfg["parallel"], "n_ctx_seq": int(session.ctx.capacity.n_ctx)}
 
 

@@ -317,7 +317,7 @@ def parallel_config(args: argparse.Namespace, server: Any, strategy: str) -> dic
     loads. Fewer than one slot is refused with :class:`~specviz.errors.BatchError`'s words; more than one
     needs a strategy that can run batched (:func:`~specviz.decoding.batch.check_batchable`)."""
     from ..backends.sequences import MAX_SEQUENCES
-    from ..decoding.batch import check_batchable, check_parallel
+    from ..decoding.batch import check_batchable, check_parallel, parse_schedule
     from ..errors import BatchError
 
     given = getattr(args, "parallel", None)
@@ -340,7 +340,16 @@ def parallel_config(args: argparse.Namespace, server: Any, strategy: str) -> dic
             check_batchable(strategy)
         except BatchError as e:
             raise UsageError(f"option {'--server-args -np' if server is not None else '-np'} {n}: {e}") from None
-    return {"n_parallel": n, "kv_unified": unified}
+    out: dict[str, Any] = {"n_parallel": n, "kv_unified": unified}
+    schedule = getattr(args, "draft_schedule", None)
+    if schedule is not None:
+        if n == 1:
+            raise UsageError("option --draft-schedule: only with -np N above 1 (it caps drafts by the busy slots)")
+        try:
+            out["draft_schedule"] = [list(t) for t in parse_schedule(schedule)]
+        except BatchError as e:
+            raise UsageError(f"option --draft-schedule: {e}") from None
+    return out
 
 
 def _options_server_args_sets(args: argparse.Namespace) -> list[str]:

@@ -59,6 +59,7 @@ def cmd_advise(args: argparse.Namespace) -> int:
     """``specviz advise FILE.jsonl``: the draft settings with the best expected tokens/s, and llama.cpp flags;
     with ``--check-server``, measured in llama-server beside the prediction (:mod:`specviz.cli.server`)."""
     _check_tree_alone(args)
+    _check_schedule_options(args)
     events = _read(args.file)
     if getattr(args, "synth_rates", False):
         return _synth_rates(args, events)
@@ -77,6 +78,14 @@ def cmd_advise(args: argparse.Namespace) -> int:
         return check_server(args, adv, events)
     print(json.dumps(adv.to_dict(), ensure_ascii=False) if args.json else adv.report())
     return 0
+
+
+def _check_schedule_options(args: argparse.Namespace) -> None:
+    """``--schedule`` needs ``--parallel`` (its busy counts); ``--kv-unified`` needs ``--schedule``."""
+    if getattr(args, "schedule", False) and getattr(args, "parallel", None) is None:
+        raise UsageError("option --schedule: only with --parallel N,N,... (the busy counts the schedule covers)")
+    if getattr(args, "kv_unified", False) and not getattr(args, "schedule", False):
+        raise UsageError("option --kv-unified: only with --schedule (the cache the schedule's batches are priced in)")
 
 
 def _check_tree_alone(args: argparse.Namespace) -> None:
@@ -142,9 +151,8 @@ def _under_load(args: argparse.Namespace, events: list) -> int:
     """``specviz advise FILE --parallel 1,2,4``: the advice at each concurrency
     (:mod:`specviz.analysis.advise_parallel`), from a batch-cost table read (``--batch-cost``) or measured now on
     the recorded model (or ``--model``)."""
-    from ..analysis.advise_fresh import measure_batch_cost_for, recorded_load
+    from ..analysis.advise_fresh import recorded_load
     from ..analysis.advise_parallel import advise_parallel, parse_parallels
-    from ..decoding.batch_cost import BatchCostTable
     from ..errors import KnobError
 
     load = recorded_load(events)
@@ -157,23 +165,53 @@ def _under_load(args: argparse.Namespace, events: list) -> int:
             "option --parallel: the recording holds no batched run (no batch_step events): give the concurrencies, "
             "e.g. --parallel 1,2,4"
         )
-    if args.batch_cost:
-        try:
-            table = BatchCostTable.from_dict(json.loads(Path(args.batch_cost).read_text()))
-        except (OSError, ValueError, KeyError, TypeError) as e:
-            raise UsageError(f"option --batch-cost: {args.batch_cost!r} is not a batch-cost table: {e}") from None
-    else:
-        measured = measure_batch_cost_for(events, parallels, getattr(args, "model", None))
-        if measured is None:
-            raise UsageError("option --parallel: the recorded model is not at hand (pass --model PATH or --batch-cost)")
-        table = measured
+    table = _batch_cost_table(args, events, parallels)
     # one request's verify cost at every batch size, which the table scales by concurrency
     base = _cost_file(args.verify_cost) or measure_recorded(events, getattr(args, "model", None))
     adv = advise_parallel(events, table, parallels, load=load if args.parallel == "recorded" else None, base=base)
+    extra: dict[str, Any] = {"batch_cost": table.to_dict()}
+    schedule = _load_schedule(args, events, table, max(parallels))
+    if schedule is not None:
+        extra["load_schedule"] = schedule.to_dict()
     if getattr(args, "check_server", False):
-        return check_server_parallel(args, adv, events, {"batch_cost": table.to_dict()})
-    print(json.dumps({**adv.to_dict(), "batch_cost": table.to_dict()}) if args.json else adv.text())
+        return check_server_parallel(args, adv, events, extra)
+    if args.json:
+        print(json.dumps({**adv.to_dict(), **extra}))
+    else:
+        print(adv.text() if schedule is None else adv.text() + "\n\n" + schedule.text())
     return 0
+
+
+def _batch_cost_table(args: argparse.Namespace, events: list, parallels: list[int]) -> Any:
+    """The batch-cost table the advice under load prices with: ``--batch-cost``'s, or measured now on the recorded
+    model (or ``--model``) at ``parallels``."""
+    from ..analysis.advise_fresh import measure_batch_cost_for
+    from ..decoding.batch_cost import BatchCostTable
+
+    if args.batch_cost:
+        try:
+            return BatchCostTable.from_dict(json.loads(Path(args.batch_cost).read_text()))
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            raise UsageError(f"option --batch-cost: {args.batch_cost!r} is not a batch-cost table: {e}") from None
+    measured = measure_batch_cost_for(events, parallels, getattr(args, "model", None))
+    if measured is None:
+        raise UsageError("option --parallel: the recorded model is not at hand (pass --model PATH or --batch-cost)")
+    return measured
+
+
+def _load_schedule(args: argparse.Namespace, events: list, table: Any, busy_max: int) -> Any:
+    """With ``--schedule``: the draft length per busy count ``1 … busy_max`` on ``table``, in a unified cache with
+    ``--kv-unified`` (:mod:`specviz.analysis.load_schedule`); None without it."""
+    if not getattr(args, "schedule", False):
+        return None
+    from ..analysis.load_schedule import candidate_lengths, schedule_for_load
+    from ..errors import RecordingError
+
+    try:
+        lengths = candidate_lengths(events)
+        return schedule_for_load(events, table, busy_max, lengths, unified=bool(getattr(args, "kv_unified", False)))
+    except RecordingError as e:
+        raise UsageError(f"option --schedule: {e}") from None
 
 
 def _synth_rates(args: argparse.Namespace, events: list) -> int:
@@ -288,6 +326,19 @@ def add_commands(sub: Any) -> None:
                 metavar="FILE.json",
                 help="with --parallel: a measured batch-cost table (benchmarks/bench_batch_cost.py --json) instead of "
                 "measuring one now with the recorded model (or --model)",
+            )
+            p.add_argument(
+                "--schedule",
+                action="store_true",
+                help="with --parallel: the draft length per busy count 1..max of --parallel that raises the batch's "
+                "total tokens/s, as run's --draft-schedule (and vLLM's [start, end, k] form)",
+            )
+            p.add_argument(
+                "--kv-unified",
+                dest="kv_unified",
+                action="store_true",
+                help="with --schedule: price the batch in one unified cache (llama-server's -kvu), not split over "
+                "the slots",
             )
             add_check_server_options(p)
         p.set_defaults(func=func)

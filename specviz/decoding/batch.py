@@ -104,6 +104,25 @@ def check_schedule(schedule: Any) -> Schedule:
     return tuple(out)
 
 
+def parse_schedule(text: str) -> Schedule:
+    """A schedule written ``1-2:16,3-8:0`` (``start-end:k``, or ``n:k`` for one busy count), as :func:`check_schedule`
+    returns it; :class:`BatchError` naming the entry and the expected form otherwise."""
+    out: list[tuple[int, int, int]] = []
+    for item in str(text).split(","):
+        span, sep, k = item.strip().partition(":")
+        start, dash, end = span.partition("-")
+        try:
+            if not sep:
+                raise ValueError
+            out.append((int(start), int(end) if dash else int(start), int(k)))
+        except ValueError:
+            raise BatchError(
+                f"draft schedule {text!r}: entry {item.strip()!r} is not start-end:k; expected e.g. 1-2:16,3-8:0 "
+                "(while start to end sequences are busy, drafts of at most k tokens)"
+            ) from None
+    return check_schedule(out)
+
+
 def scheduled_length(schedule: Schedule, busy: int) -> int | None:
     """The longest draft ``schedule`` allows while ``busy`` sequences are busy (None: no entry covers it)."""
     return next((k for start, end, k in schedule if start <= busy <= end), None)
