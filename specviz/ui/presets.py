@@ -1,8 +1,8 @@
 """Presets of the demo inspector (``make demo``): one click to a case where speculation pays, one where it
 loses, and the cost policy rescuing the losing one, on the embedded model's workloads.
 
-Figures from the benchmark tables in docs/benchmarks.md (embedded Gemma 3 270M, 2 cores): quoting a given text with
-prompt lookup and 16-token drafts runs at about 3x plain decoding (every draft accepted); summarising
+Figures from the benchmark tables in docs/benchmarks-strategies.md (embedded Gemma 3 270M, 2 cores): quoting a
+given text with prompt lookup and 16-token drafts runs at about 3x plain decoding (every draft accepted); summarising
 the minutes with the same setting loses (about 0.5x: long drafts mostly rejected); the cost policy on that
 same prompt keeps its drafts short where they fail and gains instead.
 """
