@@ -13,7 +13,11 @@ each cache of ``--layouts`` (``split`` over the slots, llama-server's ``-np`` al
 * **load-aware**: ``ngram-simple`` under the ``cost`` policy priced with the batch as laid out (a batch-cost table
   measured once on this machine at the start, at the draft lengths of :func:`table_lengths`:
   :func:`~specviz.decoding.batch_cost.measure_batch_cost`; each
-  request's round priced as its share of the batch: :func:`~specviz.decoding.batch_layout.share_round_cost`).
+  request's round priced as its share of the batch: :func:`~specviz.decoding.batch_layout.share_round_cost`);
+* **scheduled**: ``ngram-simple`` with fixed drafts capped by a draft schedule (vLLM's ``[start, end, k]``) chosen
+  per cache layout from a recording of the prompts run alone at the longest draft and the same batch-cost table
+  (:func:`~specviz.analysis.load_schedule.schedule_for_load`, what ``specviz advise REC --parallel … --schedule``
+  prints), the batch priced as laid out.
 
 Total tokens/s is every request's generated tokens over the run's wall time (prompts included, as a server's
 throughput is); each cell is the median of ``--repeats`` runs, the settings interleaved. A second table prices
@@ -41,6 +45,7 @@ from typing import Any
 
 from specviz import Session
 from specviz.analysis.equivalence import first_divergence, greedy_run
+from specviz.analysis.load_schedule import schedule_for_load
 from specviz.analysis.workloads import WORKLOADS
 from specviz.backends.llama import LlamaContext
 from specviz.decoding.batch import BatchRun
@@ -52,6 +57,11 @@ from specviz.decoding.tiling import tile_aligned
 
 #: The load-aware policy's margins (issue 54's targets).
 BELOW_BEST, BELOW_NONE = 0.05, 0.05
+#: The context of the runs alone (the reference tokens): its size changes the attention's reduction, so a
+#: position evaluated again to explain a divergence uses the same.
+ALONE_CTX = 2048
+#: The settings that follow the load (judged against the others, the fixed ones).
+POLICIES = ("load-aware", "scheduled")
 #: The caches a run can lay its sequences out in: split over the slots (llama-server's ``-np``) or one they
 #: share (``-np`` with ``-kvu``).
 LAYOUTS = ("split", "unified")
@@ -80,7 +90,20 @@ def settings(draft_maxes: list[int]) -> dict[str, tuple[str, dict[str, Any]]]:
     for k in draft_maxes:
         out[f"ngram-simple k={k}"] = ("ngram-simple", {"size_n": 3, "draft_max": k, "draft_policy": "fixed"})
     out["load-aware"] = ("ngram-simple", {"size_n": 3, "draft_max": max(draft_maxes), "draft_policy": "cost"})
+    out["scheduled"] = ("ngram-simple", {"size_n": 3, "draft_max": max(draft_maxes), "draft_policy": "fixed"})
     return out
+
+
+def record_alone(session: Any, setting: tuple[str, dict], n: int, max_tokens: int) -> list[Any]:
+    """The events of the first ``n`` prompts run alone, one after another, with ``setting`` (as ``specviz run
+    --record`` writes them): the recording a draft schedule is chosen from."""
+    strategy, options = setting
+    events: list[Any] = []
+    for text in dict.fromkeys(prompts(n)):
+        session.start(text, max_tokens, strategy, **options)
+        session.run()
+        events.extend(session.events)
+    return events
 
 
 def priced_seconds(steps: list[Any], p: int, table: Any, unified: bool) -> float:
@@ -96,15 +119,22 @@ def priced_seconds(steps: list[Any], p: int, table: Any, unified: bool) -> float
 
 
 def one_run(
-    model: Any, p: int, setting: tuple[str, dict], a: argparse.Namespace, table: Any, unified: bool
+    model: Any,
+    p: int,
+    setting: tuple[str, dict],
+    a: argparse.Namespace,
+    table: Any,
+    unified: bool,
+    schedule: Any = None,
 ) -> tuple[float, list, float]:
-    """One batched run of ``p`` requests (``unified``: in one cache the sequences share, llama-server's ``-kvu``):
+    """One batched run of ``p`` requests (``unified``: in one cache the sequences share, llama-server's ``-kvu``;
+    ``schedule``: the draft schedule, vLLM's form):
     total tokens/s, each request's tokens and top-two margins, and tokens per second of decode at the table's
     prices."""
     strategy, options = setting
     priced = table if options.get("draft_policy") == "cost" else None
     run_args: dict[str, Any] = dict(n_ctx=p * 1024, n_threads=a.threads, batch_cost=priced, kv_unified=unified)
-    run_args["record_margins"] = True
+    run_args.update(record_margins=True, draft_schedule=schedule)
     with BatchRun(model, n_parallel=p, **run_args) as b:
         for text in prompts(p * a.waves):
             b.submit(text, a.max_tokens, strategy, **options)
@@ -130,16 +160,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args(argv)
     parallels = [int(x) for x in a.parallel.split(",")]
-    setups = settings([int(x) for x in a.draft_max.split(",")])
+    draft_maxes = [int(x) for x in a.draft_max.split(",")]
+    setups = settings(draft_maxes)
     layouts = [x.strip() for x in a.layouts.split(",") if x.strip()]
     if not layouts or any(x not in LAYOUTS for x in layouts):
         ap.error(f"--layouts: split and/or unified, got {a.layouts!r}")
-    with Session(a.model, n_ctx=2048, n_threads=a.threads) as s:
+    with Session(a.model, n_ctx=ALONE_CTX, n_threads=a.threads) as s:
         model = s.model
         alone = {}
         for text in set(prompts(max(parallels) * a.waves)):
             tokens, margins, _ = greedy_run(s, text, a.max_tokens, "none", {})
-            alone[text] = (tokens, margins)
+            alone[text] = (tokens, margins, list(s.prompt_tokens))
         ctx = LlamaContext(model, n_ctx=max(parallels) * 512, n_seq_max=max(parallels), n_threads=a.threads)
         try:
             seqs, lengths = sorted({1, *parallels}), table_lengths(setups, a.table_drafts)
@@ -148,6 +179,15 @@ def main(argv: list[str] | None = None) -> int:
             )
         finally:
             ctx.close()
+        recording = record_alone(s, setups["scheduled"], max(parallels) * a.waves, a.max_tokens)
+        schedules = {
+            lay: schedule_for_load(
+                recording, table, max(parallels), sorted({*lengths, *draft_maxes}), unified=lay == "unified"
+            )
+            for lay in layouts
+        }
+        for lay, sched in schedules.items():
+            print(f"  schedule for a {lay} cache: {sched.schedule}", file=sys.stderr, flush=True)
         load_start = load_average()
         rows = [(p, lay) for p in parallels for lay in layouts]
         cells: dict[tuple[int, str], dict[str, list[float]]] = {row: {name: [] for name in setups} for row in rows}
@@ -158,18 +198,25 @@ def main(argv: list[str] | None = None) -> int:
             for p, lay in rows:
                 names = list(setups) if r % 2 == 0 else list(reversed(setups))
                 for name in names:
-                    rate, tokens, at_table = one_run(model, p, setups[name], a, table, lay == "unified")
+                    sched = schedules[lay].schedule if name == "scheduled" else None
+                    rate, tokens, at_table = one_run(model, p, setups[name], a, table, lay == "unified", sched)
                     cells[(p, lay)][name].append(rate)
                     priced[(p, lay)][name].append(at_table)
                     print(f"  {p} at once, {lay}, {name}: {rate:.1f} tokens/s", file=sys.stderr, flush=True)
                     for i, ((got, got_m), text) in enumerate(zip(tokens, prompts(p * a.waves))):
                         n_requests += 1
-                        div = first_divergence(*alone[text], got, got_m)
+                        div = first_divergence(*alone[text][:2], got, got_m)
                         if div is not None:
                             parted.append(divergence_row(div, p, lay, name, i, text))
+                            if not div.same_pair and None not in (div.token_a, div.token_b):
+                                ref, _, prompt_ids = alone[text]
+                                chosen = {"alone": div.token_a, "batched": div.token_b}
+                                ranks = ranks_alone(model, prompt_ids + ref[: div.index], chosen, a.threads)
+                                parted[-1]["ranks_alone"] = ranks
     out = report_data(cells, rows, setups, a, parted, load_start, table)
     out["batched_requests"] = n_requests
     out["priced"] = [verdict(p, lay, priced[(p, lay)]) for p, lay in rows]
+    out["schedules"] = {lay: sched.to_dict() for lay, sched in schedules.items()}
     if a.json:
         print(json.dumps(out))
     else:
@@ -178,20 +225,35 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def verdict(p: int, lay: str, cell: dict[str, list[float]]) -> dict[str, Any]:
-    """One concurrency and cache's medians, the best fixed setting and the targets' verdict."""
+    """One concurrency and cache's medians, the best fixed setting and each load-following policy's verdict."""
     med = {name: statistics.median(v) for name, v in cell.items()}
-    fixed = {k: v for k, v in med.items() if k != "load-aware"}
+    fixed = {k: v for k, v in med.items() if k not in POLICIES}
     best = max(fixed, key=lambda k: fixed[k])
-    aware = med["load-aware"]
-    return {
-        "parallel": p,
-        "layout": lay,
-        "tokens_per_second": med,
-        "best_fixed": best,
-        "vs_best": aware / fixed[best] - 1.0,
-        "vs_none": aware / med["none"] - 1.0,
-        "meets": aware >= (1 - BELOW_BEST) * fixed[best] and aware >= (1 - BELOW_NONE) * med["none"],
-    }
+    judged = {}
+    for name in POLICIES:
+        got = med[name]
+        judged[name] = {
+            "vs_best": got / fixed[best] - 1.0,
+            "vs_none": got / med["none"] - 1.0,
+            "meets": got >= (1 - BELOW_BEST) * fixed[best] and got >= (1 - BELOW_NONE) * med["none"],
+        }
+    return {"parallel": p, "layout": lay, "tokens_per_second": med, "best_fixed": best, "policies": judged}
+
+
+def ranks_alone(model: Any, context: list[int], tokens: dict[str, int], threads: int | None) -> dict[str, Any]:
+    """Where each of ``tokens`` stands in the target's row after ``context`` evaluated alone again (one sequence,
+    the alone runs' context size and threads, the last token a one-row decode as plain decoding reads it): its
+    rank (1: the top) and how many logits below the top it is. Two tokens the batched and the alone run chose
+    outside each other's top two can still be a near-tie among three or more."""
+    ctx = LlamaContext(model, n_ctx=ALONE_CTX, n_threads=threads)
+    try:
+        ctx.eval_prompt(context[:-1])
+        ctx.eval(context[-1:], len(context) - 1, rows="last")
+        row = ctx.last_row()
+        top = float(row.max())
+        return {name: (int((row > row[t]).sum()) + 1, top - float(row[t])) for name, t in tokens.items()}
+    finally:
+        ctx.close()
 
 
 def divergence_row(div: Any, p: int, lay: str, name: str, request: int, prompt: str) -> dict[str, Any]:
@@ -227,15 +289,17 @@ def report_data(cells, runs, setups, a, parted, load_start, table) -> dict[str, 
 
 
 def table_text(rows: list[dict[str, Any]], names: list[str]) -> list[str]:
-    """Rows of verdicts (:func:`verdict`) as text lines."""
-    out = [f"{'p':>3} {'cache':>8}" + "".join(f"{n:>18}" for n in names) + f"{'vs best':>9}{'vs none':>9}  target"]
+    """Rows of verdicts (:func:`verdict`) as text lines: each setting's tokens/s, then each policy against the best
+    fixed setting and ``none``, and the targets' verdict."""
+    head = "".join(f"{n[:10] + ' vs best':>20}{'vs none':>9}  target" for n in POLICIES)
+    out = [f"{'p':>3} {'cache':>8}" + "".join(f"{n:>18}" for n in names) + head]
     for r in rows:
         t = r["tokens_per_second"]
-        out.append(
-            f"{r['parallel']:>3} {r['layout']:>8}"
-            + "".join(f"{t[n]:>18.1f}" for n in names)
-            + f"{r['vs_best']:>+9.1%}{r['vs_none']:>+9.1%}  {'met' if r['meets'] else 'MISSED'}"
+        judged = "".join(
+            f"{j['vs_best']:>+20.1%}{j['vs_none']:>+9.1%}  {'met   ' if j['meets'] else 'MISSED'}"
+            for j in (r["policies"][n] for n in POLICIES)
         )
+        out.append(f"{r['parallel']:>3} {r['layout']:>8}" + "".join(f"{t[n]:>18.1f}" for n in names) + judged)
     return out
 
 
@@ -251,6 +315,8 @@ def report(out: dict[str, Any]) -> None:
     print("\n".join(table_text(out["rows"], names)))
     print("tokens per second of decode, the decodes priced as laid out at the batch-cost table's times (no noise):")
     print("\n".join(table_text(out["priced"], names)))
+    for lay, sched in out["schedules"].items():
+        print(f"draft schedule chosen for a {lay} cache (busy sequences start-end: k): {sched['draft_schedule']}")
     parted = out["parted"]
     ties = [d for d in parted if d["near_tie"]]
     print(
@@ -267,7 +333,12 @@ def report(out: dict[str, Any]) -> None:
         )
     for d in parted:
         if not d["near_tie"]:
-            print(f"  NOT a near-tie: {d}")
+            r = d.get("ranks_alone", {})
+            where = ", ".join(f"the {k} token rank {n}, {g:.3f} logits below the top" for k, (n, g) in r.items())
+            print(
+                f"  outside each other's top two: {d['prompt']!r} token {d['index']} ({d['parallel']} at once, "
+                f"{d['layout']}, {d['setting']}); that row evaluated alone again: {where or 'one run had stopped'}"
+            )
 
 
 if __name__ == "__main__":
