@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 from test_diagnose import Rounds as HandRounds
 
-from specviz.analysis.load_schedule import candidate_lengths, merge_runs, schedule_for_load
+from specviz.analysis.load_schedule import candidate_lengths, capped_rounds, merge_runs, schedule_for_load
 from specviz.cli import main as cli
 from specviz.decoding.batch import check_schedule, parse_schedule
 from specviz.decoding.batch_cost import BatchCostTable
@@ -43,15 +44,36 @@ def recording(rounds) -> list:
 
 
 def test_with_free_rows_and_every_draft_accepted_the_longest_length_wins_at_every_busy_count():
-    events = recording([(8, 8)] * 5)
-    got = schedule_for_load(events, FREE, 4, [1, 2, 4], unified=False, lane_seconds=0.001, samples=50)
-    # every round alike: a step of p slots capped at k commits p (1 + k) tokens in C + p x lane seconds
+    # rounds copying 12 tokens (11 drafted, all accepted): capped at k = 1, 2, 3 or 5 each takes 12 / (k + 1)
+    # rounds of k + 1 rows committing k + 1 tokens (capped_rounds), so every round at one k is alike
+    events = recording([(11, 11)] * 5)
+    got = schedule_for_load(events, FREE, 4, [1, 2, 3, 5], unified=False, lane_seconds=0.001, samples=50)
+    # a step of p slots capped at k commits p (1 + k) tokens in C + p x lane seconds
     for row in got.rows:
         p = row["busy"]
-        for k in (0, 1, 2, 4):
+        for k in (0, 1, 2, 3, 5):
             assert row["tokens_per_second"][k] == pytest.approx(p * (1 + k) / (C + p * 0.001), rel=1e-9)
-        assert row["draft_max"] == 4 and row["vs_none"] == pytest.approx(5.0, rel=1e-9)
-    assert got.schedule == [(1, 4, 4)] and got.flag == "1-4:4"
+        assert row["draft_max"] == 5 and row["vs_none"] == pytest.approx(6.0, rel=1e-9)
+    assert got.schedule == [(1, 4, 5)] and got.flag == "1-4:5"
+
+
+def test_a_capped_draft_takes_the_rounds_that_copy_what_the_recorded_round_committed():
+    def rounds(length, n, k):
+        rows, tokens = capped_rounds(np.array([length]), np.array([n]), k)
+        return list(zip(rows.tolist(), tokens.tolist()))
+
+    assert rounds(8, 1, 4) == [(5, 2)]  # refused inside the chunk: one round
+    assert rounds(8, 3, 2) == [(3, 3), (3, 1)]  # the chunk accepted, the next one refused at its first token
+    assert rounds(4, 4, 1) == [(2, 2), (2, 2), (1, 1)]  # the last token past the recorded draft: a plain round
+    assert rounds(3, 3, 0) == [(1, 1)] * 4  # plain decoding: a round per token
+    assert rounds(6, 2, 8) == [(7, 3)]  # a cap above the draft changes nothing
+    # whatever the cap, the rounds commit what the recorded ones did, and verify no fewer rows than tokens
+    rng = np.random.default_rng(3)
+    length = rng.integers(0, 17, size=200)
+    accepted = np.minimum(rng.integers(0, 17, size=200), length)
+    for k in (0, 1, 3, 7, 16):
+        rows, tokens = capped_rounds(length, accepted, k)
+        assert tokens.sum() == (accepted + 1).sum() and (rows >= tokens).all() and rows.max() <= k + 1
 
 
 def test_when_every_row_costs_a_decode_and_nothing_is_accepted_plain_decoding_wins():

@@ -10,10 +10,13 @@ The model, per busy count ``p`` and candidate length ``k``:
 - **The rounds.** One drafting group of the recording (:func:`~specviz.analysis.advise_rounds.collect`; the group
   with drafted rounds and the most rounds): round ``i`` drafted ``L_i`` tokens and ``n_i`` of them were accepted.
   Acceptance is a prefix (as the n-gram strategies' and every chain's): capped at ``k``, the same round drafts
-  ``min(L_i, k)`` and accepts ``min(n_i, k)``. So the round verifies ``1 + min(L_i, k)`` rows and commits
-  ``1 + min(n_i, k)`` tokens; at ``k = 0`` it is a plain round, one row and one token.
-- **A step.** Every slot is busy: ``p`` rounds drawn at random (with replacement) from the recording, one for each
-  of the slots ``0 … p − 1`` (independent draws are already in random slot order). The step takes the decode of
+  ``min(L_i, k)`` and accepts ``min(n_i, k)``, verifying ``1 + min(L_i, k)`` rows; where that whole chunk was
+  accepted and the recorded round accepted more, the next rounds copy on until its ``n_i + 1`` tokens are committed
+  (:func:`capped_rounds`; at ``k = 0``, ``n_i + 1`` plain rounds of one row and one token). Capping each round
+  alone would undercount the rounds a short cap spends copying a long span: on the embedded model at 8 requests at
+  once, 2.72 tokens a round at ``k = 8`` where a batched run committed 3.26.
+- **A step.** Every slot is busy: ``p`` rounds drawn at random (with replacement) from the rounds at that cap, one
+  for each of the slots ``0 … p − 1`` (independent draws are already in random slot order). The step takes the decode of
   their rows **as llama.cpp lays the batch out**
   (:func:`~specviz.decoding.batch_layout.layout_seconds`: one graph in a unified cache; in a split cache one
   micro-batch per run of equal rows over consecutive slots, so uneven drafts cost extra graphs) plus every
@@ -21,8 +24,9 @@ The model, per busy count ``p`` and candidate length ``k``:
   (:func:`~specviz.analysis.advise_parallel.lane_seconds`: the recording's median round less its verify).
 - **The rate.** ``samples`` such steps, seeded (:class:`numpy.random.Generator`); predicted total tokens/s is their
   tokens over their seconds (a ratio of sums: what a run of those steps makes). Every ``k`` at one ``p`` is priced
-  on the same draws (common random numbers), so the comparison between lengths carries no sampling noise of its
-  own. The best ``k`` has the most tokens/s (a tie: the shorter).
+  on the same draws (common random numbers: each draw a quantile of that cap's rounds, in recorded order), so
+  the comparison between lengths carries little sampling noise of its own. The best ``k`` has the most tokens/s
+  (a tie: the shorter).
 
 Assumptions: each request's rounds are independent draws from the recording (no run of copying rounds that
 lasts); every slot is busy (a server under steady load; idle slots, which split a split cache further, are not
@@ -44,7 +48,7 @@ from .advise_parallel import MAX_PARALLEL, lane_seconds
 from .advise_rounds import Rounds, collect
 from .sources import events_of
 
-__all__ = ["LADDER", "LoadSchedule", "candidate_lengths", "schedule_for_load"]
+__all__ = ["LADDER", "LoadSchedule", "candidate_lengths", "capped_rounds", "schedule_for_load"]
 
 #: The draft lengths ``specviz advise --schedule`` weighs below the recording's longest draft (which it always
 #: weighs): the lengths llama-server users set, each a verify of a tile-friendly size or one row over.
@@ -161,11 +165,16 @@ def schedule_for_load(
     label, rounds = drafting_group(events)
     lane = _lane(events, lane_seconds)
     length, accepted = rounds.length.astype(np.int64), rounds.accepted.astype(np.int64)
+    capped = {k: capped_rounds(length, accepted, k) for k in ks}
     rng = np.random.default_rng(seed)
     out = LoadSchedule(busy_max, bool(unified), lane, tuple(ks), label, samples, seed)
     for p in range(1, busy_max + 1):
-        picks = rng.integers(0, len(length), size=(samples, p))  # one draw per step and slot, shared by every k
-        rates = {k: _rate(table, length[picks], accepted[picks], k, bool(unified), lane) for k in ks}
+        # one draw per step and slot, shared by every k: a quantile of that length's rounds
+        draws = rng.random(size=(samples, p))
+        rates = {}
+        for k, (rows, tokens) in capped.items():
+            picks = np.minimum((draws * len(rows)).astype(np.int64), len(rows) - 1)
+            rates[k] = _rate(table, rows[picks], tokens[picks], bool(unified), lane)
         best = 0
         for k in ks:  # ascending: a tie keeps the shorter
             if rates[k] > rates[best]:
@@ -188,14 +197,37 @@ def merge_runs(by_busy: Sequence[int]) -> list[tuple[int, int, int]]:
     return out
 
 
-def _rate(table: BatchCostTable, length: np.ndarray, accepted: np.ndarray, k: int, unified: bool, lane: float) -> float:
-    """Total tokens/s of the steps whose slots drew rounds of ``length`` / ``accepted`` (one row per step), each
-    draft capped at ``k``: their tokens over their seconds."""
-    rows = 1 + np.minimum(length, k)
-    tokens = float((1 + np.minimum(accepted, k)).sum())
+def capped_rounds(length: np.ndarray, accepted: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """The rounds the recorded ones take with every draft capped at ``k``: each round's rows and committed tokens.
+
+    A recorded round drafted ``L`` and accepted ``n``, committing ``n + 1`` tokens. Capped at ``k`` it verifies
+    ``1 + min(L, k)`` rows and accepts ``min(n, k)``; where the whole chunk was accepted and the recorded round
+    accepted more, the target's own next token is the draft's next one, and the following round drafts the rest of
+    the same continuation: so one recorded round becomes several, together committing its ``n + 1`` tokens (at
+    ``k = 0``, ``n + 1`` plain rounds). A cap below a copied span's length thus spends more rounds copying it,
+    which capping each round alone would leave out (it undercounts the rounds that accept everything). Where the
+    recorded draft ends inside the span, its last token comes in a plain round (what the drafter would draft past
+    its recorded draft is not known)."""
+    rows: list[int] = []
+    tokens: list[int] = []
+    for drafted, ok in zip(length.tolist(), accepted.tolist()):
+        while True:
+            d = min(drafted, k)
+            a = min(ok, d)
+            rows.append(d + 1)
+            tokens.append(a + 1)
+            if a < d or ok == a or drafted == d:  # refused within the chunk, or the recorded round ends here
+                break
+            drafted, ok = drafted - a - 1, ok - a - 1
+    return np.asarray(rows, dtype=np.int64), np.asarray(tokens, dtype=np.int64)
+
+
+def _rate(table: BatchCostTable, rows: np.ndarray, tokens: np.ndarray, unified: bool, lane: float) -> float:
+    """Total tokens/s of the steps whose slots verify ``rows`` and commit ``tokens`` (one array row per step): their
+    tokens over their seconds."""
     busy = rows.shape[1]
     seconds = sum(layout_seconds(table, step.tolist(), unified) for step in rows) + rows.shape[0] * busy * lane
-    return tokens / seconds if seconds > 0 else 0.0
+    return float(tokens.sum()) / seconds if seconds > 0 else 0.0
 
 
 def _lane(events: Any, given: float | None) -> float:
