@@ -148,7 +148,7 @@ def schedule_for_load(
     *,
     unified: bool,
     lane_seconds: float | None = None,
-    samples: int = 400,
+    samples: int = 2000,
     seed: int = 0,
 ) -> LoadSchedule:
     """The draft length per busy count ``1 … busy_max`` for the rounds of ``events`` (a recording or a session's
