@@ -44,6 +44,7 @@ import time
 from typing import Any
 
 from specviz import Session
+from specviz.analysis.batch_equivalence import ranks_alone
 from specviz.analysis.equivalence import first_divergence, greedy_run
 from specviz.analysis.load_schedule import schedule_for_load
 from specviz.analysis.workloads import WORKLOADS
@@ -165,7 +166,8 @@ def main(argv: list[str] | None = None) -> int:
     layouts = [x.strip() for x in a.layouts.split(",") if x.strip()]
     if not layouts or any(x not in LAYOUTS for x in layouts):
         ap.error(f"--layouts: split and/or unified, got {a.layouts!r}")
-    with Session(a.model, n_ctx=ALONE_CTX, n_threads=a.threads) as s:
+    alone_args: dict[str, Any] = dict(n_ctx=ALONE_CTX, n_threads=a.threads)  # a row evaluated alone again too
+    with Session(a.model, **alone_args) as s:
         model = s.model
         alone = {}
         for text in set(prompts(max(parallels) * a.waves)):
@@ -211,7 +213,7 @@ def main(argv: list[str] | None = None) -> int:
                             if not div.same_pair and None not in (div.token_a, div.token_b):
                                 ref, _, prompt_ids = alone[text]
                                 chosen = {"alone": div.token_a, "batched": div.token_b}
-                                ranks = ranks_alone(model, prompt_ids + ref[: div.index], chosen, a.threads)
+                                ranks = ranks_alone(model, prompt_ids + ref[: div.index], chosen, **alone_args)
                                 parted[-1]["ranks_alone"] = ranks
     out = report_data(cells, rows, setups, a, parted, load_start, table)
     out["batched_requests"] = n_requests
@@ -238,22 +240,6 @@ def verdict(p: int, lay: str, cell: dict[str, list[float]]) -> dict[str, Any]:
             "meets": got >= (1 - BELOW_BEST) * fixed[best] and got >= (1 - BELOW_NONE) * med["none"],
         }
     return {"parallel": p, "layout": lay, "tokens_per_second": med, "best_fixed": best, "policies": judged}
-
-
-def ranks_alone(model: Any, context: list[int], tokens: dict[str, int], threads: int | None) -> dict[str, Any]:
-    """Where each of ``tokens`` stands in the target's row after ``context`` evaluated alone again (one sequence,
-    the alone runs' context size and threads, the last token a one-row decode as plain decoding reads it): its
-    rank (1: the top) and how many logits below the top it is. Two tokens the batched and the alone run chose
-    outside each other's top two can still be a near-tie among three or more."""
-    ctx = LlamaContext(model, n_ctx=ALONE_CTX, n_threads=threads)
-    try:
-        ctx.eval_prompt(context[:-1])
-        ctx.eval(context[-1:], len(context) - 1, rows="last")
-        row = ctx.last_row()
-        top = float(row.max())
-        return {name: (int((row > row[t]).sum()) + 1, top - float(row[t])) for name, t in tokens.items()}
-    finally:
-        ctx.close()
 
 
 def divergence_row(div: Any, p: int, lay: str, name: str, request: int, prompt: str) -> dict[str, Any]:

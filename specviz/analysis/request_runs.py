@@ -123,11 +123,11 @@ def generation_decodes(events: Sequence[Event]) -> int:
     return n
 
 
-def _start_args(
+def chat_start_args(
     r: Any, max_tokens: int, sampling: dict[str, Any] | None, chat_template: str | None
 ) -> tuple[int, dict]:
-    """The generation length and :meth:`~specviz.Session.start` arguments of request ``r``, its messages
-    and the template among them."""
+    """The generation length and :meth:`~specviz.Session.start` arguments of logged chat request ``r``
+    (:func:`request_start_args`), its messages and the template among them."""
     n, kwargs = request_start_args(r, max_tokens=max_tokens, sampling=sampling)
     if chat_template:
         kwargs["chat_template"] = chat_template
@@ -166,7 +166,7 @@ def run_requests(
     ``knobs`` (see the module docstring); ``progress`` is called with each finished request."""
     out: list[RequestRun] = []
     for r in requests:
-        n, kwargs = _start_args(r, max_tokens, sampling, chat_template)
+        n, kwargs = chat_start_args(r, max_tokens, sampling, chat_template)
         counts, started, error = None, False, None
         try:
             if server_loop:
@@ -235,7 +235,7 @@ def run_requests_batched(
     loops: dict[int, ServerLoop] = {}
     ids: dict[int, str] = {}
     for r in requests:
-        n, kwargs = _start_args(r, max_tokens, sampling, chat_template)
+        n, kwargs = chat_start_args(r, max_tokens, sampling, chat_template)
         if server_loop:
             loop = ServerLoop(strategy, knobs, n)
             rid = batch.submit(None, n, loop.start_strategy, **kwargs, **loop.start_knobs)

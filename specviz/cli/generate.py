@@ -29,21 +29,10 @@ def add_commands(sub: Any) -> None:
         help="run every request of a deployment's OpenAI chat-format request log ({messages} or {body: {messages}}) "
         "instead of one prompt; each request's max_tokens, temperature and stop are used where it gives them",
     )
-    r.add_argument(
-        "-np",
-        "--parallel",
-        dest="parallel",
-        default=None,
-        metavar="N",
-        help="llama-server's slots: with --requests, N requests at a time, every busy slot's verify batch in one "
+    add_slot_options(
+        r,
+        "llama-server's slots: with --requests, N requests at a time, every busy slot's verify batch in one "
         "decode; -c is the whole cache, split over the slots (default 1: one request at a time)",
-    )
-    r.add_argument(
-        "-kvu",
-        "--kv-unified",
-        dest="kv_unified",
-        action="store_true",
-        help="with -np: one cache pool every slot draws on (llama-server's -kvu), instead of -c split over them",
     )
     r.add_argument(
         "--draft-schedule",
@@ -60,9 +49,34 @@ def add_commands(sub: Any) -> None:
         "--threshold",
         default=None,
         help="also require both top-two margins below this (logits) for numerics; by default a replay of the "
-        "speculative run's verify batches decides",
+        "speculative run's verify batches decides (with -np: it also replaces the near-tie bound of 1.2)",
+    )
+    add_slot_options(
+        v,
+        "instead: run N requests at a time in one batch (llama-server's slots; -c split over them) and each "
+        "alone, and judge every request's batched greedy tokens against its own alone; the prompt runs as N "
+        "identical requests, --requests LOG as its requests",
+    )
+    v.add_argument(
+        "--requests",
+        default=None,
+        metavar="LOG.jsonl",
+        help="with -np: the requests of a chat-format request log (as run --requests reads it; --chat-template for "
+        "a model without one), each greedy (its sampling options dropped), instead of one prompt",
     )
     v.set_defaults(func=cmd_verify, greedy_only="specviz verify")
+
+
+def add_slot_options(p: argparse.ArgumentParser, parallel_help: str) -> None:
+    """``-np N`` / ``--parallel N`` (llama-server's slots, with ``parallel_help``) and ``-kvu`` / ``--kv-unified``."""
+    p.add_argument("-np", "--parallel", dest="parallel", default=None, metavar="N", help=parallel_help)
+    p.add_argument(
+        "-kvu",
+        "--kv-unified",
+        dest="kv_unified",
+        action="store_true",
+        help="with -np: one cache pool every slot draws on (llama-server's -kvu), instead of -c split over them",
+    )
 
 
 def forced_indexes(session: Any) -> list[int]:
@@ -149,8 +163,9 @@ def cpu_line(t: dict[str, Any]) -> str:
     return text
 
 
-def _open_batch(cfg: dict[str, Any]) -> Any:
-    """The :class:`~specviz.decoding.batch.BatchRun` of ``cfg``'s slots (``-np``): ``-c`` the whole cache."""
+def _open_batch(cfg: dict[str, Any], *, record_margins: bool = False) -> Any:
+    """The :class:`~specviz.decoding.batch.BatchRun` of ``cfg``'s slots (``-np``): ``-c`` the whole cache;
+    ``record_margins``: each result keeps its top-two margins (``verify -np``)."""
     from ..decoding.batch import BatchRun
 
     par, memory = cfg["parallel"], cfg["memory"]
@@ -168,6 +183,7 @@ def _open_batch(cfg: dict[str, Any]) -> Any:
         swa_full=memory["swa_full"] or ring_line,
         prefill=memory.get("prefill", "all-but-last"),
         n_gpu_layers=cfg["n_gpu_layers"],
+        record_margins=record_margins,
     )
     if ring_line and batch.ctx.memory.info.kind == "sliding-window":
         warn(
@@ -276,9 +292,14 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    """``specviz verify``: plain greedy vs speculative greedy on one prompt, with a verdict."""
+    """``specviz verify``: plain greedy vs speculative greedy on one prompt, with a verdict; with ``-np N``, every
+    request batched against the same request alone (:func:`_verify_batched`)."""
     cfg = generation_config(args, warn=warn)
-    if cfg["request"]:
+    requests = _requests_of(args)
+    batched = cfg["parallel"]["n_parallel"] > 1
+    if requests is not None and not batched:
+        raise UsageError("option --requests: only with -np N above 1 (without it verify compares one prompt)")
+    if set(cfg["request"]) - ({"chat_template"} if requests is not None else set()):
         raise UsageError(
             "specviz verify compares plain text prompts: --chat, --stop and the grammar options are for specviz run"
         )
@@ -290,6 +311,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
                 raise ValueError
         except ValueError:
             raise UsageError(f"option --threshold: {args.threshold!r} is not allowed; expected a number > 0") from None
+    if batched:
+        return _verify_batched(args, cfg, requests, threshold)
     from ..analysis.equivalence import check_equivalence
     from ..decoding.session import Session
 
@@ -311,6 +334,77 @@ def cmd_verify(args: argparse.Namespace) -> int:
                 + _replay_words(replay)
             )
     return 0 if res["verdict"] != "mismatch" else 1
+
+
+def _verify_batched(args: argparse.Namespace, cfg: dict[str, Any], requests: list | None, threshold: Any) -> int:
+    """``specviz verify -np N``: the requests (the prompt N times without ``--requests``) run N at a time in one
+    batch and each alone with the settings ``specviz run`` alone has, every request judged
+    (:func:`~specviz.analysis.batch_equivalence.check_batched_equivalence`); one line each and a total, or one JSON
+    object. Exit status 1 when any request's verdict is ``mismatch``."""
+    from ..analysis.batch_equivalence import VERDICTS, check_batched_equivalence
+    from ..decoding.session import Session
+
+    par = cfg["parallel"]
+    items = requests if requests is not None else [cfg["prompt"]] * par["n_parallel"]
+    batch = _open_batch(cfg, record_margins=True)
+    try:
+        alone = Session(
+            batch.model, **session_kwargs(cfg["settings"]), **cfg["memory"], n_gpu_layers=cfg["n_gpu_layers"]
+        )
+        try:
+            res = check_batched_equivalence(
+                batch,
+                alone,
+                items,
+                cfg["max_tokens"],
+                cfg["strategy"],
+                cfg["knobs"],
+                threshold,
+                chat_template=cfg["request"].get("chat_template"),
+            )
+        finally:
+            alone.close()
+    finally:
+        batch.close()
+    res.update(n_parallel=par["n_parallel"], kv_unified=par["kv_unified"])
+    if args.json:
+        print(json.dumps(res, ensure_ascii=False))
+    else:
+        for r in res["requests"]:
+            print(_batched_line(r))
+        counts = ", ".join(f"{sum(r['verdict'] == v for r in res['requests'])} {v}" for v in VERDICTS)
+        cache = "a unified cache" if par["kv_unified"] else "the cache split over the slots"
+        print(
+            f"{res['verdict']}: {len(res['requests'])} requests, {par['n_parallel']} at a time ({cache}), each "
+            f"against itself alone: {counts}; near-tie bound {res['bound']} logits"
+        )
+    return 0 if res["verdict"] != "mismatch" else 1
+
+
+def _batched_line(r: dict[str, Any]) -> str:
+    """One request of ``verify -np`` for people: its verdict, where it parted from itself alone, the margins there
+    and, off the same pair, the ranks in the row evaluated alone again."""
+    head = f"{r['id']}: {r['verdict']}"
+    if r["error"] is not None:
+        return f"{head}, a run ended with an error: {r['error']}"
+    d = r["divergence"]
+    if d is None:
+        return f"{head}, {r['tokens']} tokens, slot {r['slot']}"
+    margins = " / ".join(
+        f"{d[run + '_margin']:.3f} ({run})" if d[run + "_margin"] is not None else f"none ({run})"
+        for run in ("alone", "batched")
+    )
+    text = (
+        f"{head} at generated token {d['index']} (slot {r['slot']}): alone {d['alone_piece']!r} vs batched "
+        f"{d['batched_piece']!r}; top-two margin {margins}"
+    )
+    if d["same_pair"]:
+        return text + "; both runs' top two are these two tokens"
+    ranks = r["ranks_alone"]
+    if not ranks:
+        return text + "; one run had stopped"
+    where = ", ".join(f"the {k} token rank {n}, {g:.3f} logits below the top" for k, (n, g) in ranks.items())
+    return text + f"; not the same pair, that row evaluated alone again: {where}"
 
 
 def _replay_words(replay: dict[str, Any] | None) -> str:
