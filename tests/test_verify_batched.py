@@ -173,6 +173,16 @@ def test_verify_np_exits_1_on_a_mismatch(tiny_model_path, tmp_path):
     assert out["verdict"] == "mismatch" and {r["verdict"] for r in out["requests"]} == {"mismatch"}
 
 
+@pytest.mark.slow
+def test_a_request_that_fails_alone_is_refused(tiny_model_path, tmp_path):
+    """The tiny model has no chat template: its requests cannot run, which is bad input, not a mismatch."""
+    log = write_log(tmp_path / "log.jsonl", LOG[:2])
+    p = run_cli("verify", "--model", str(tiny_model_path), "--requests", log, "-np", "2", "-t", "1", "-c", "1024")
+    assert p.returncode == 2 and p.stdout == ""
+    assert "request 'request-1' cannot be compared, as it fails run alone: " in p.stderr
+    assert "chat template" in p.stderr
+
+
 #: A sitecustomize that breaks acceptance in batched sessions only (a slot's session runs in a SequenceContext;
 #: the alone session does not): where the target refuses a draft token, it commits the row's least likely token in
 #: place of the target's correction (far below the top: no near-tie explains it).

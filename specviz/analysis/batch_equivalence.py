@@ -103,13 +103,15 @@ def _as_request(i: int, item: Any, max_tokens: int, chat_template: str | None) -
     return item.id, None, n, options
 
 
-def _run_alone(session: Session, prompt: Any, n: int, strategy: str, options: dict) -> dict[str, Any]:
-    """One request run alone on ``session``: its tokens, margins and prompt tokens, or the error that ended it."""
+def _run_alone(session: Session, rid: str, prompt: Any, n: int, strategy: str, options: dict) -> dict[str, Any]:
+    """Request ``rid`` run alone on ``session``: its tokens, margins and prompt tokens. A request the session
+    refuses (a chat template the model lacks, a bad option in its line) cannot be compared:
+    :class:`~specviz.errors.BatchError` naming it and why."""
     try:
         tokens, margins, _ = greedy_run(session, prompt, n, strategy, options)
     except SpecvizError as e:
-        return {"tokens": [], "margins": [], "prompt": [], "error": str(e)}
-    return {"tokens": tokens, "margins": margins, "prompt": list(session.prompt_tokens), "error": None}
+        raise BatchError(f"request {rid!r} cannot be compared, as it fails run alone: {e}") from e
+    return {"tokens": tokens, "margins": margins, "prompt": list(session.prompt_tokens)}
 
 
 def _divergence_dict(div: Divergence, piece: Any) -> dict[str, Any]:
@@ -127,7 +129,7 @@ def _judge(
     rid: str, i: int, res: BatchResult, alone: dict[str, Any], session: Session, threshold: float | None
 ) -> dict[str, Any]:
     """One request's entry: its verdict, its first divergence and, off the same pair, the row alone again."""
-    error = alone["error"] or (str(res.error) if res.error is not None else None)
+    error = str(res.error) if res.error is not None else None
     out: dict[str, Any] = {"id": rid, "index": i, "slot": res.slot, "tokens": len(res.tokens)}
     out.update(alone_tokens=len(alone["tokens"]), error=error, divergence=None, ranks_alone=None)
     if error is not None:
@@ -163,12 +165,13 @@ def check_batched_equivalence(
 
     A request is a prompt (text or token ids; ``max_tokens`` long) or a logged chat request
     (:class:`~specviz.sweep.request_log.LoggedRequest`: its messages through ``chat_template`` or the model's own,
-    its ``max_tokens`` and stops; its sampling options dropped). Identical requests run alone once.
+    its ``max_tokens`` and stops; its sampling options dropped). Identical requests run alone once; a request that
+    fails run alone is refused (:class:`~specviz.errors.BatchError`) before the batch runs.
 
     Returns ``verdict`` (the worst request's), ``strategy``, ``knobs``, ``threshold``, ``bound`` (the near-tie
     bound used, logits) and ``requests``: per request, in order, its ``id`` (a logged request's, else its index),
-    ``index``, ``slot``, ``tokens`` (batched) and ``alone_tokens`` (their counts), ``verdict``, ``error`` (why a
-    run ended early, else None), ``divergence`` (None where identical: ``index`` into the generated tokens,
+    ``index``, ``slot``, ``tokens`` (batched) and ``alone_tokens`` (their counts), ``verdict``, ``error`` (why the
+    batched run ended early, else None), ``divergence`` (None where identical: ``index`` into the generated tokens,
     ``same_pair``, and per run, ``alone_*`` and ``batched_*``, its ``token``, ``piece``, top-two ``margin`` and
     ``top_two``) and ``ranks_alone`` (a parting not on the same pair: each token's ``[rank, below_top]`` in the row
     evaluated alone again, :func:`ranks_alone`; else None).
@@ -178,16 +181,18 @@ def check_batched_equivalence(
             "check_batched_equivalence needs a BatchRun(record_margins=True): the top-two margins decide a verdict"
         )
     items = [_as_request(i, r, max_tokens, chat_template) for i, r in enumerate(requests)]
+    alone_runs: dict[str, dict[str, Any]] = {}  # identical requests run alone once
+    keys = [json.dumps([prompt, n, options], sort_keys=True, default=str) for _, prompt, n, options in items]
+    for key, (rid, prompt, n, options) in zip(keys, items):
+        if key not in alone_runs:
+            alone_runs[key] = _run_alone(session, rid, prompt, n, strategy, {**options, **knobs})
     ids = [batch.submit(prompt, n, strategy, **options, **knobs) for _, prompt, n, options in items]
     while batch.pending:
         batch.step()
-    alone_runs: dict[str, dict[str, Any]] = {}
-    entries = []
-    for i, ((rid, prompt, n, options), bid) in enumerate(zip(items, ids)):
-        key = json.dumps([prompt, n, options], sort_keys=True, default=str)
-        if key not in alone_runs:
-            alone_runs[key] = _run_alone(session, prompt, n, strategy, {**options, **knobs})
-        entries.append(_judge(rid, i, batch.results[bid], alone_runs[key], session, threshold))
+    entries = [
+        _judge(rid, i, batch.results[bid], alone_runs[key], session, threshold)
+        for i, ((rid, *_), bid, key) in enumerate(zip(items, ids, keys))
+    ]
     return {
         "verdict": overall_verdict([e["verdict"] for e in entries]),
         "strategy": strategy,

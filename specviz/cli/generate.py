@@ -343,6 +343,7 @@ def _verify_batched(args: argparse.Namespace, cfg: dict[str, Any], requests: lis
     object. Exit status 1 when any request's verdict is ``mismatch``."""
     from ..analysis.batch_equivalence import VERDICTS, check_batched_equivalence
     from ..decoding.session import Session
+    from ..errors import BatchError
 
     par = cfg["parallel"]
     items = requests if requests is not None else [cfg["prompt"]] * par["n_parallel"]
@@ -362,6 +363,8 @@ def _verify_batched(args: argparse.Namespace, cfg: dict[str, Any], requests: lis
                 threshold,
                 chat_template=cfg["request"].get("chat_template"),
             )
+        except BatchError as e:  # a request that fails alone: bad input, nothing compared
+            raise UsageError(str(e)) from None
         finally:
             alone.close()
     finally:
