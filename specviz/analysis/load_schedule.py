@@ -29,9 +29,15 @@ The model, per busy count ``p`` and candidate length ``k``:
   (a tie: the shorter).
 
 Assumptions: each request's rounds are independent draws from the recording (no run of copying rounds that
-lasts); every slot is busy (a server under steady load; idle slots, which split a split cache further, are not
-priced); a capped draft accepts its uncapped draft's prefix. What uneven drafts cost in a split cache is what the
-layout prices; nothing else about the cache is modelled.
+lasts); every slot is busy (a server under steady load); a capped draft accepts its uncapped draft's prefix. What
+uneven drafts cost in a split cache is what the layout prices; nothing else about the cache is modelled.
+
+**Requests that arrive together** (``burst``; ``advise --schedule --burst W``) are priced otherwise: a burst of
+``W`` requests per slot replayed from the recording's own requests, their rounds in order
+(:mod:`.load_burst`), so that the slots that fall idle as requests finish and the run's tail with few requests are
+priced too (:func:`burst_schedule`). Under steady load the time spent in that tail is small; in a burst on a split
+cache it can decide: the embedded model's burst of 8 requests, scheduled for steady load, ran 14% below plain
+decoding at the batch-cost table's prices (docs/load.md).
 """
 
 from __future__ import annotations
@@ -46,13 +52,19 @@ from ..decoding.batch_layout import layout_seconds
 from ..errors import KnobError, RecordingError
 from .advise_parallel import MAX_PARALLEL, lane_seconds
 from .advise_rounds import Rounds, collect
+from .load_burst import Request, burst_rate, capped_step, draw_bursts, recorded_requests
 from .sources import events_of
 
-__all__ = ["LADDER", "LoadSchedule", "candidate_lengths", "capped_rounds", "schedule_for_load"]
+__all__ = ["LADDER", "LoadSchedule", "burst_schedule", "candidate_lengths", "capped_rounds", "schedule_for_load"]
 
 #: The draft lengths ``specviz advise --schedule`` weighs below the recording's longest draft (which it always
 #: weighs): the lengths llama-server users set, each a verify of a tile-friendly size or one row over.
 LADDER = (1, 2, 3, 4, 8, 12, 16)
+#: Steps drawn per busy count under steady load: at 400 the choice flipped between lengths within a per cent of
+#: each other.
+STEADY_SAMPLES = 2000
+#: Bursts drawn per slot count for requests that arrive together (each one a whole run of the burst's requests).
+BURST_SAMPLES = 64
 
 
 @dataclass
@@ -72,6 +84,8 @@ class LoadSchedule:
     seed: int
     rows: list[dict[str, Any]] = field(default_factory=list)
     schedule: list[tuple[int, int, int]] = field(default_factory=list)
+    #: requests per slot arriving together (:func:`burst_schedule`); None: steady load
+    burst: int | None = None
 
     @property
     def flag(self) -> str:
@@ -92,17 +106,23 @@ class LoadSchedule:
             out.append(f"{r['busy']:>4}{cells}  {r['draft_max']:>5} {r['vs_none']:>7.2f}x")
         out.append(f"specviz run ... -np {self.busy_max} --draft-schedule {self.flag}")
         out.append(f"vLLM form: {[list(t) for t in self.schedule]}")
+        if self.burst is None:
+            how = f"{self.samples} steps of every slot busy per busy count, rounds drawn from the recording"
+        else:
+            how = (
+                f"{self.samples} bursts per slot count of {self.burst} request(s) a slot arriving together, drawn "
+                "from the recording's requests and run to the last; busy count p priced by a burst on p slots"
+            )
         out.append(
-            f"({self.samples} steps of every slot busy per busy count, rounds drawn from the recording, each draft "
-            f"capped at k; a step: the decode as llama.cpp lays it out plus busy x {self.lane_seconds * 1e3:.2f} ms "
-            "of each request's own work)"
+            f"({how}, each draft capped at k; a step: the decode as llama.cpp lays it out plus busy x "
+            f"{self.lane_seconds * 1e3:.2f} ms of each request's own work)"
         )
         return "\n".join(out)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON form: ``draft_schedule`` (``[start, end, k]`` lists), ``flag``, ``rows`` (tokens/s keyed by the
         length as text), ``unified``, ``lane_seconds``, ``busy_max``, ``draft_lengths``, ``group``, ``samples``,
-        ``seed``."""
+        ``seed``, ``burst`` (requests per slot arriving together; None: steady load)."""
         return {
             "draft_schedule": [list(t) for t in self.schedule],
             "flag": self.flag,
@@ -116,6 +136,7 @@ class LoadSchedule:
             "group": self.group,
             "samples": self.samples,
             "seed": self.seed,
+            "burst": self.burst,
         }
 
 
@@ -148,41 +169,107 @@ def schedule_for_load(
     *,
     unified: bool,
     lane_seconds: float | None = None,
-    samples: int = 2000,
+    samples: int | None = None,
     seed: int = 0,
+    burst: int | None = None,
 ) -> LoadSchedule:
     """The draft length per busy count ``1 … busy_max`` for the rounds of ``events`` (a recording or a session's
     events), priced on ``table`` as llama.cpp lays the batch out in a ``unified`` cache or a split one; weighs
     ``0`` (plain decoding) and each of ``draft_lengths``. ``lane_seconds``: each request's own seconds in a step
     besides the decode (default: the recording's, :func:`~specviz.analysis.advise_parallel.lane_seconds`).
-    ``samples`` steps per busy count drawn with ``numpy.random.default_rng(seed)``. See the module docstring.
+
+    ``burst`` None: under steady load (every slot busy), ``samples`` steps per busy count (default 2000) drawn with
+    ``numpy.random.default_rng(seed)``; see the module docstring. ``burst`` ``W``: for requests that arrive
+    together, ``W`` per slot (:func:`burst_schedule`), ``samples`` bursts per slot count (default 64).
 
     :class:`~specviz.errors.RecordingError` for a recording without a drafted round;
-    :class:`~specviz.errors.KnobError` for a busy count, length, sample count or lane seconds out of range."""
+    :class:`~specviz.errors.KnobError` for a busy count, length, sample count, burst or lane seconds out of
+    range."""
     busy_max = _int_at_least("busy_max", busy_max, 1, MAX_PARALLEL)
-    samples = _int_at_least("samples", samples, 1, 10**6)
+    if burst is not None:
+        burst = _int_at_least("burst", burst, 1, 1000)
+    default = BURST_SAMPLES if burst is not None else STEADY_SAMPLES
+    samples = _int_at_least("samples", default if samples is None else samples, 1, 10**6)
     ks = sorted({0} | {_int_at_least("draft_lengths", k, 0, 1 << 16) for k in draft_lengths})
     label, rounds = drafting_group(events)
     lane = _lane(events, lane_seconds)
-    length, accepted = rounds.length.astype(np.int64), rounds.accepted.astype(np.int64)
-    capped = {k: capped_rounds(length, accepted, k) for k in ks}
+    out = LoadSchedule(busy_max, bool(unified), lane, tuple(ks), label, samples, seed, burst=burst)
     rng = np.random.default_rng(seed)
-    out = LoadSchedule(busy_max, bool(unified), lane, tuple(ks), label, samples, seed)
-    for p in range(1, busy_max + 1):
-        # one draw per step and slot, shared by every k: a quantile of that length's rounds
-        draws = rng.random(size=(samples, p))
-        rates = {}
-        for k, (rows, tokens) in capped.items():
-            picks = np.minimum((draws * len(rows)).astype(np.int64), len(rows) - 1)
-            rates[k] = _rate(table, rows[picks], tokens[picks], bool(unified), lane)
-        best = 0
-        for k in ks:  # ascending: a tie keeps the shorter
-            if rates[k] > rates[best]:
-                best = k
-        vs_none = rates[best] / rates[0] if rates[0] > 0 else 1.0
-        out.rows.append({"busy": p, "draft_max": best, "tokens_per_second": rates, "vs_none": vs_none})
+    if burst is not None:
+        out.rows = burst_schedule(recorded_requests(events, label), table, busy_max, ks, burst, out, rng)
+    else:
+        out.rows = _steady_rows(rounds, table, busy_max, ks, out, rng)
     out.schedule = merge_runs([r["draft_max"] for r in out.rows])
     return out
+
+
+def _steady_rows(
+    rounds: Rounds, table: BatchCostTable, busy_max: int, ks: list[int], out: LoadSchedule, rng: np.random.Generator
+) -> list[dict[str, Any]]:
+    """The rows under steady load (the module docstring's model)."""
+    length, accepted = rounds.length.astype(np.int64), rounds.accepted.astype(np.int64)
+    capped = {k: capped_rounds(length, accepted, k) for k in ks}
+    rows = []
+    for p in range(1, busy_max + 1):
+        # one draw per step and slot, shared by every k: a quantile of that length's rounds
+        draws = rng.random(size=(out.samples, p))
+        rates = {}
+        for k, (verified, tokens) in capped.items():
+            picks = np.minimum((draws * len(verified)).astype(np.int64), len(verified) - 1)
+            rates[k] = _rate(table, verified[picks], tokens[picks], out.unified, out.lane_seconds)
+        best = _best(rates)
+        rows.append(
+            {"busy": p, "draft_max": best, "tokens_per_second": rates, "vs_none": _ratio(rates[best], rates[0])}
+        )
+    return rows
+
+
+def burst_schedule(
+    requests: Sequence[Request],
+    table: BatchCostTable,
+    busy_max: int,
+    ks: Sequence[int],
+    burst: int,
+    out: LoadSchedule,
+    rng: np.random.Generator,
+) -> list[dict[str, Any]]:
+    """The rows for requests that arrive together (:mod:`.load_burst`): busy count ``p``'s length is the one under
+    which ``burst × p`` requests queued on ``p`` slots make the most total tokens/s, the lengths at ``1 … p − 1``
+    already chosen the same way. A burst on ``p`` slots passes through every busy count below ``p`` as its requests
+    finish and never above it, so each length is chosen for the run that reaches it first, with the tail it leaves
+    priced by the lengths below. Per ``p``, ``out.samples`` bursts drawn from ``requests``
+    (:func:`~specviz.analysis.load_burst.draw_bursts`) are shared by every length (common random numbers). A row's
+    ``tokens_per_second[k]``: those bursts' total tokens/s with ``k`` at ``p``; its ``vs_none``: the chosen
+    lengths' over plain decoding's at every busy count."""
+    chosen: list[int] = []
+    rows = []
+    for p in range(1, busy_max + 1):
+        queues = draw_bursts(len(requests), out.samples, burst * p, rng)
+
+        def rate(by_busy: list[int], p: int = p, queues: list[list[int]] = queues) -> float:
+            return burst_rate(requests, queues, p, by_busy, table, unified=out.unified, lane=out.lane_seconds)
+
+        rates = {k: rate([*chosen, k]) for k in ks}
+        best = _best(rates)
+        chosen.append(best)
+        rows.append(
+            {"busy": p, "draft_max": best, "tokens_per_second": rates, "vs_none": _ratio(rates[best], rate([0] * p))}
+        )
+    return rows
+
+
+def _best(rates: dict[int, float]) -> int:
+    """The length with the most tokens/s; a tie keeps the shorter."""
+    best = 0
+    for k in sorted(rates):
+        if rates[k] > rates[best]:
+            best = k
+    return best
+
+
+def _ratio(got: float, plain: float) -> float:
+    """``got`` over plain decoding's tokens/s (1 where plain made none)."""
+    return got / plain if plain > 0 else 1.0
 
 
 def merge_runs(by_busy: Sequence[int]) -> list[tuple[int, int, int]]:
@@ -200,25 +287,18 @@ def merge_runs(by_busy: Sequence[int]) -> list[tuple[int, int, int]]:
 def capped_rounds(length: np.ndarray, accepted: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     """The rounds the recorded ones take with every draft capped at ``k``: each round's rows and committed tokens.
 
-    A recorded round drafted ``L`` and accepted ``n``, committing ``n + 1`` tokens. Capped at ``k`` it verifies
-    ``1 + min(L, k)`` rows and accepts ``min(n, k)``; where the whole chunk was accepted and the recorded round
-    accepted more, the target's own next token is the draft's next one, and the following round drafts the rest of
-    the same continuation: so one recorded round becomes several, together committing its ``n + 1`` tokens (at
-    ``k = 0``, ``n + 1`` plain rounds). A cap below a copied span's length thus spends more rounds copying it,
-    which capping each round alone would leave out (it undercounts the rounds that accept everything). Where the
-    recorded draft ends inside the span, its last token comes in a plain round (what the drafter would draft past
-    its recorded draft is not known)."""
+    Each recorded round plays :func:`~specviz.analysis.load_burst.capped_step` until it is done: one round where the
+    cap changes nothing or the draft was refused within the chunk, several where a cap below a span the recorded
+    round copied spends more rounds copying it (which capping each round alone would leave out); together they commit
+    the recorded round's ``n + 1`` tokens (at ``k = 0``, ``n + 1`` plain rounds)."""
     rows: list[int] = []
     tokens: list[int] = []
     for drafted, ok in zip(length.tolist(), accepted.tolist()):
-        while True:
-            d = min(drafted, k)
-            a = min(ok, d)
-            rows.append(d + 1)
-            tokens.append(a + 1)
-            if a < d or ok == a or drafted == d:  # refused within the chunk, or the recorded round ends here
-                break
-            drafted, ok = drafted - a - 1, ok - a - 1
+        rest: tuple[int, int] | None = (drafted, ok)
+        while rest is not None:
+            r, t, rest = capped_step(*rest, k)
+            rows.append(r)
+            tokens.append(t)
     return np.asarray(rows, dtype=np.int64), np.asarray(tokens, dtype=np.int64)
 
 

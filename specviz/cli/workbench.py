@@ -86,6 +86,12 @@ def _check_schedule_options(args: argparse.Namespace) -> None:
         raise UsageError("option --schedule: only with --parallel N,N,... (the busy counts the schedule covers)")
     if getattr(args, "kv_unified", False) and not getattr(args, "schedule", False):
         raise UsageError("option --kv-unified: only with --schedule (the cache the schedule's batches are priced in)")
+    burst = getattr(args, "burst", None)
+    if burst is not None:
+        if not getattr(args, "schedule", False):
+            raise UsageError("option --burst: only with --schedule (the load the schedule is chosen for)")
+        if not (burst.isdigit() and 1 <= int(burst) <= 1000):
+            raise UsageError(f"option --burst: {burst!r} is not allowed; expected requests per slot, 1..1000")
 
 
 def _check_tree_alone(args: argparse.Namespace) -> None:
@@ -201,7 +207,8 @@ def _batch_cost_table(args: argparse.Namespace, events: list, parallels: list[in
 
 def _load_schedule(args: argparse.Namespace, events: list, table: Any, busy_max: int) -> Any:
     """With ``--schedule``: the draft length per busy count ``1 … busy_max`` on ``table``, in a unified cache with
-    ``--kv-unified`` (:mod:`specviz.analysis.load_schedule`); None without it."""
+    ``--kv-unified``, for requests arriving together with ``--burst W`` (:mod:`specviz.analysis.load_schedule`);
+    None without it."""
     if not getattr(args, "schedule", False):
         return None
     from ..analysis.load_schedule import candidate_lengths, schedule_for_load
@@ -209,7 +216,9 @@ def _load_schedule(args: argparse.Namespace, events: list, table: Any, busy_max:
 
     try:
         lengths = candidate_lengths(events)
-        return schedule_for_load(events, table, busy_max, lengths, unified=bool(getattr(args, "kv_unified", False)))
+        burst = None if getattr(args, "burst", None) is None else int(args.burst)
+        unified = bool(getattr(args, "kv_unified", False))
+        return schedule_for_load(events, table, busy_max, lengths, unified=unified, burst=burst)
     except RecordingError as e:
         raise UsageError(f"option --schedule: {e}") from None
 
@@ -339,6 +348,13 @@ def add_commands(sub: Any) -> None:
                 action="store_true",
                 help="with --schedule: price the batch in one unified cache (llama-server's -kvu), not split over "
                 "the slots",
+            )
+            p.add_argument(
+                "--burst",
+                default=None,
+                metavar="W",
+                help="with --schedule: choose it for W requests a slot arriving together, replayed from the "
+                "recording's requests to the last (the slots that fall idle and the tail priced), not for steady load",
             )
             add_check_server_options(p)
         p.set_defaults(func=func)
