@@ -43,7 +43,9 @@ def add_commands(sub: Any) -> None:
         "specviz advise REC --parallel N,... --schedule derives one), e.g. 1-2:16,3-8:0",
     )
     r.set_defaults(func=cmd_run)
-    v = sub.add_parser("verify", help="compare plain greedy and speculative greedy output")
+    v = sub.add_parser(
+        "verify", help="compare plain greedy and speculative greedy output (-np N: batched against alone)"
+    )
     add_generation_options(v, strategy_default=None)
     v.add_argument(
         "--threshold",
