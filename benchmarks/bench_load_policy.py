@@ -17,7 +17,10 @@ each cache of ``--layouts`` (``split`` over the slots, llama-server's ``-np`` al
 * **scheduled**: ``ngram-simple`` with fixed drafts capped by a draft schedule (vLLM's ``[start, end, k]``) chosen
   per cache layout from a recording of the prompts run alone at the longest draft and the same batch-cost table
   (:func:`~specviz.analysis.load_schedule.schedule_for_load`, what ``specviz advise REC --parallel … --schedule``
-  prints), the batch priced as laid out.
+  prints), the batch priced as laid out, every slot busy (steady load);
+* **burst-scheduled**: the same, the schedule chosen for the run this benchmark makes: ``--waves`` requests a slot
+  arriving together, replayed from the recording's requests to the last (``schedule_for_load(..., burst=waves)``,
+  ``advise … --schedule --burst W``: the slots that fall idle and the tail priced).
 
 Total tokens/s is every request's generated tokens over the run's wall time (prompts included, as a server's
 throughput is); each cell is the median of ``--repeats`` runs, the settings interleaved. A second table prices
@@ -62,7 +65,7 @@ BELOW_BEST, BELOW_NONE = 0.05, 0.05
 #: position evaluated again to explain a divergence uses the same.
 ALONE_CTX = 2048
 #: The settings that follow the load (judged against the others, the fixed ones).
-POLICIES = ("load-aware", "scheduled")
+POLICIES = ("load-aware", "scheduled", "burst-scheduled")
 #: The caches a run can lay its sequences out in: split over the slots (llama-server's ``-np``) or one they
 #: share (``-np`` with ``-kvu``).
 LAYOUTS = ("split", "unified")
@@ -92,6 +95,7 @@ def settings(draft_maxes: list[int]) -> dict[str, tuple[str, dict[str, Any]]]:
         out[f"ngram-simple k={k}"] = ("ngram-simple", {"size_n": 3, "draft_max": k, "draft_policy": "fixed"})
     out["load-aware"] = ("ngram-simple", {"size_n": 3, "draft_max": max(draft_maxes), "draft_policy": "cost"})
     out["scheduled"] = ("ngram-simple", {"size_n": 3, "draft_max": max(draft_maxes), "draft_policy": "fixed"})
+    out["burst-scheduled"] = out["scheduled"]
     return out
 
 
@@ -182,14 +186,16 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             ctx.close()
         recording = record_alone(s, setups["scheduled"], max(parallels) * a.waves, a.max_tokens)
+        candidates = sorted({*lengths, *draft_maxes})
         schedules = {
-            lay: schedule_for_load(
-                recording, table, max(parallels), sorted({*lengths, *draft_maxes}), unified=lay == "unified"
+            (name, lay): schedule_for_load(
+                recording, table, max(parallels), candidates, unified=lay == "unified", burst=burst
             )
+            for name, burst in (("scheduled", None), ("burst-scheduled", a.waves))
             for lay in layouts
         }
-        for lay, sched in schedules.items():
-            print(f"  schedule for a {lay} cache: {sched.schedule}", file=sys.stderr, flush=True)
+        for (name, lay), sched in schedules.items():
+            print(f"  {name}, {lay} cache: {sched.schedule}", file=sys.stderr, flush=True)
         load_start = load_average()
         rows = [(p, lay) for p in parallels for lay in layouts]
         cells: dict[tuple[int, str], dict[str, list[float]]] = {row: {name: [] for name in setups} for row in rows}
@@ -200,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
             for p, lay in rows:
                 names = list(setups) if r % 2 == 0 else list(reversed(setups))
                 for name in names:
-                    sched = schedules[lay].schedule if name == "scheduled" else None
+                    sched = schedules[(name, lay)].schedule if (name, lay) in schedules else None
                     rate, tokens, at_table = one_run(model, p, setups[name], a, table, lay == "unified", sched)
                     cells[(p, lay)][name].append(rate)
                     priced[(p, lay)][name].append(at_table)
@@ -218,7 +224,7 @@ def main(argv: list[str] | None = None) -> int:
     out = report_data(cells, rows, setups, a, parted, load_start, table)
     out["batched_requests"] = n_requests
     out["priced"] = [verdict(p, lay, priced[(p, lay)]) for p, lay in rows]
-    out["schedules"] = {lay: sched.to_dict() for lay, sched in schedules.items()}
+    out["schedules"] = {f"{name}, {lay}": sched.to_dict() for (name, lay), sched in schedules.items()}
     if a.json:
         print(json.dumps(out))
     else:
@@ -277,12 +283,12 @@ def report_data(cells, runs, setups, a, parted, load_start, table) -> dict[str, 
 def table_text(rows: list[dict[str, Any]], names: list[str]) -> list[str]:
     """Rows of verdicts (:func:`verdict`) as text lines: each setting's tokens/s, then each policy against the best
     fixed setting and ``none``, and the targets' verdict."""
-    head = "".join(f"{n[:10] + ' vs best':>20}{'vs none':>9}  target" for n in POLICIES)
+    head = "".join(f"{n + ' vs best':>24}{'vs none':>9}  target" for n in POLICIES)
     out = [f"{'p':>3} {'cache':>8}" + "".join(f"{n:>18}" for n in names) + head]
     for r in rows:
         t = r["tokens_per_second"]
         judged = "".join(
-            f"{j['vs_best']:>+20.1%}{j['vs_none']:>+9.1%}  {'met   ' if j['meets'] else 'MISSED'}"
+            f"{j['vs_best']:>+24.1%}{j['vs_none']:>+9.1%}  {'met   ' if j['meets'] else 'MISSED'}"
             for j in (r["policies"][n] for n in POLICIES)
         )
         out.append(f"{r['parallel']:>3} {r['layout']:>8}" + "".join(f"{t[n]:>18.1f}" for n in names) + judged)
@@ -301,8 +307,8 @@ def report(out: dict[str, Any]) -> None:
     print("\n".join(table_text(out["rows"], names)))
     print("tokens per second of decode, the decodes priced as laid out at the batch-cost table's times (no noise):")
     print("\n".join(table_text(out["priced"], names)))
-    for lay, sched in out["schedules"].items():
-        print(f"draft schedule chosen for a {lay} cache (busy sequences start-end: k): {sched['draft_schedule']}")
+    for which, sched in out["schedules"].items():
+        print(f"draft schedule, {which} cache (busy sequences start-end: k): {sched['draft_schedule']}")
     parted = out["parted"]
     ties = [d for d in parted if d["near_tie"]]
     print(
