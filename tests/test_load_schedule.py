@@ -139,6 +139,21 @@ def test_candidate_lengths_are_the_longest_recorded_draft_and_the_ladder_below_i
     assert candidate_lengths(recording([(1, 0)])) == [1]
 
 
+def test_lengths_are_weighed_as_rounds_run_them_rounded_down_to_the_verify_tile():
+    # with the tile of 4 a cap of 4 drafts 3 (a batch of 4 rows), 8 drafts 7, 12 drafts 11, 16 drafts 15: a schedule
+    # naming 4 would run as 3, and a replay capped at 4 would price rounds that never run
+    r = HandRounds([1, 2, 3], strategy="ngram-simple", knobs={"draft_max": 16, "verify_tile": 4, "align": True})
+    for _ in range(3):
+        r.round(list(range(10, 25)), 15)
+    assert candidate_lengths(r.events) == [1, 2, 3, 7, 11, 15]
+    got = schedule_for_load(r.events, FREE, 2, [4, 8, 16], unified=False, lane_seconds=0.0, samples=20)
+    assert got.draft_lengths == (0, 3, 7, 15) and got.schedule == [(1, 2, 15)]
+    # without alignment every length runs as given
+    r = HandRounds([1, 2, 3], strategy="ngram-simple", knobs={"draft_max": 16, "verify_tile": 4, "align": False})
+    r.round(list(range(10, 25)), 15)
+    assert candidate_lengths(r.events) == [1, 2, 3, 4, 8, 12, 15]
+
+
 def test_refusals():
     plain = recording([(0, 0)] * 3)
     with pytest.raises(RecordingError, match="no drafted round.*--record"):

@@ -49,6 +49,7 @@ import numpy as np
 
 from ..decoding.batch_cost import BatchCostTable
 from ..decoding.batch_layout import layout_seconds
+from ..decoding.tiling import aligned_length, verify_tile
 from ..errors import KnobError, RecordingError
 from .advise_parallel import MAX_PARALLEL, lane_seconds
 from .advise_rounds import Rounds, collect
@@ -155,10 +156,18 @@ def drafting_group(events: Any) -> tuple[str, Rounds]:
 
 def candidate_lengths(events: Any) -> list[int]:
     """The draft lengths ``advise --schedule`` weighs: the recording's longest draft and the lengths of
-    :data:`LADDER` below it (a cap above the longest draft changes no round)."""
+    :data:`LADDER` below it (a cap above the longest draft changes no round), each as a round runs it
+    (:func:`effective_length`)."""
     _, r = drafting_group(events)
     longest = int(r.length.max())
-    return sorted({k for k in LADDER if k < longest} | {longest})
+    return sorted({effective_length(k, r.knobs) for k in LADDER if k < longest} | {longest})
+
+
+def effective_length(k: int, knobs: dict[str, Any]) -> int:
+    """The draft length a cap of ``k`` runs as under the recorded ``knobs``: rounded down to the verify tile as every
+    round's limit is (:func:`~specviz.decoding.tiling.aligned_length`; a cap of 4 with the tile of 4 drafts 3, a
+    batch of 4 rows), so a schedule never names a length its rounds do not draft and the replay caps at what runs."""
+    return aligned_length(k, verify_tile(knobs), int(knobs.get("draft_min", 0))) if k > 0 else 0
 
 
 def schedule_for_load(
@@ -175,7 +184,8 @@ def schedule_for_load(
 ) -> LoadSchedule:
     """The draft length per busy count ``1 … busy_max`` for the rounds of ``events`` (a recording or a session's
     events), priced on ``table`` as llama.cpp lays the batch out in a ``unified`` cache or a split one; weighs
-    ``0`` (plain decoding) and each of ``draft_lengths``. ``lane_seconds``: each request's own seconds in a step
+    ``0`` (plain decoding) and each of ``draft_lengths`` as a round runs it (:func:`effective_length`: 4, 8 and 16
+    are 3, 7 and 15 with the verify tile of 4). ``lane_seconds``: each request's own seconds in a step
     besides the decode (default: the recording's, :func:`~specviz.analysis.advise_parallel.lane_seconds`).
 
     ``burst`` None: under steady load (every slot busy), ``samples`` steps per busy count (default 2000) drawn with
@@ -190,8 +200,9 @@ def schedule_for_load(
         burst = _int_at_least("burst", burst, 1, 1000)
     default = BURST_SAMPLES if burst is not None else STEADY_SAMPLES
     samples = _int_at_least("samples", default if samples is None else samples, 1, 10**6)
-    ks = sorted({0} | {_int_at_least("draft_lengths", k, 0, 1 << 16) for k in draft_lengths})
+    given = [_int_at_least("draft_lengths", k, 0, 1 << 16) for k in draft_lengths]
     label, rounds = drafting_group(events)
+    ks = sorted({0} | {effective_length(k, rounds.knobs) for k in given})
     lane = _lane(events, lane_seconds)
     out = LoadSchedule(busy_max, bool(unified), lane, tuple(ks), label, samples, seed, burst=burst)
     rng = np.random.default_rng(seed)
