@@ -30,7 +30,9 @@ decode, free of a shared machine's noise (the requests' own work aside). The loa
 setting and never more than 5% below ``none`` at any concurrency. It also counts the batched requests whose
 greedy tokens differ from the same request run alone, and tells each a near-tie or not
 (:func:`~specviz.analysis.equivalence.first_divergence`: at the first token they part, both runs' top two are the
-two tokens chosen, the batch shape having moved the logits between them) with the margins there.
+two tokens chosen, the batch shape having moved the logits between them) with the margins there. Last, the
+recording the schedules are chosen from, replayed for each run (:func:`replayed_rate`), against the run priced: how
+far the model itself is off.
 
 Usage: python benchmarks/bench_load_policy.py [--parallel 1,2,4,8] [--draft-max 2,4,8,16] [--max-tokens 128]
        [--repeats 2] [--waves 1] [--layouts split,unified] [--table-drafts aligned|issue] [--threads N]
@@ -49,10 +51,11 @@ from typing import Any
 from specviz import Session
 from specviz.analysis.batch_equivalence import ranks_alone
 from specviz.analysis.equivalence import first_divergence, greedy_run
-from specviz.analysis.load_schedule import schedule_for_load
+from specviz.analysis.load_burst import burst_rate, recorded_requests
+from specviz.analysis.load_schedule import drafting_group, effective_length, schedule_for_load
 from specviz.analysis.workloads import WORKLOADS
 from specviz.backends.llama import LlamaContext
-from specviz.decoding.batch import BatchRun
+from specviz.decoding.batch import BatchRun, scheduled_length
 from specviz.decoding.batch_cost import DRAFT_LENGTHS, measure_batch_cost
 from specviz.decoding.batch_layout import layout_seconds
 from specviz.decoding.events import BatchStepped
@@ -123,6 +126,33 @@ def priced_seconds(steps: list[Any], p: int, table: Any, unified: bool) -> float
     return total
 
 
+def replayed_rate(
+    recording: list[Any],
+    recorded: list[str],
+    setting: tuple[str, dict],
+    p: int,
+    waves: int,
+    table: Any,
+    unified: bool,
+    schedule: Any,
+) -> float:
+    """What the burst replay (:func:`~specviz.analysis.load_burst.burst_rate`) of the prompts recorded alone predicts
+    for the run of ``setting`` with ``p`` slots (``recorded``: the prompts of ``recording`` in order): the run's own
+    queue of prompts, each draft capped as the run caps it
+    (a fixed length, or ``schedule`` by busy count), priced at the table without the requests' own work (as
+    :func:`priced_seconds` prices the run). Beside the priced run it shows how far the replay the schedules are chosen
+    from is off, request texts and drafting alike."""
+    label, rounds = drafting_group(recording)
+    requests = recorded_requests(recording, label)
+    order = {text: i for i, text in enumerate(recorded)}
+    strategy, options = setting
+    fixed = int(options.get("draft_max", 0)) if strategy != "none" else 0
+    caps = [fixed if schedule is None else min(fixed, scheduled_length(schedule, b) or 0) for b in range(1, p + 1)]
+    by_busy = [effective_length(k, rounds.knobs) for k in caps]
+    queue = [order[text] for text in prompts(p * waves)]
+    return burst_rate(requests, [queue], p, by_busy, table, unified=unified, lane=0.0)
+
+
 def one_run(
     model: Any,
     p: int,
@@ -186,6 +216,7 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             ctx.close()
         recording = record_alone(s, setups["scheduled"], max(parallels) * a.waves, a.max_tokens)
+        recorded = list(dict.fromkeys(prompts(max(parallels) * a.waves)))  # record_alone's order
         candidates = sorted({*lengths, *draft_maxes})
         schedules = {
             (name, lay): schedule_for_load(
@@ -201,6 +232,7 @@ def main(argv: list[str] | None = None) -> int:
         cells: dict[tuple[int, str], dict[str, list[float]]] = {row: {name: [] for name in setups} for row in rows}
         priced: dict[tuple[int, str], dict[str, list[float]]] = {row: {name: [] for name in setups} for row in rows}
         parted: list[dict[str, Any]] = []
+        replays: list[dict[str, Any]] = []
         n_requests = 0
         for r in range(a.repeats):
             for p, lay in rows:
@@ -210,6 +242,12 @@ def main(argv: list[str] | None = None) -> int:
                     rate, tokens, at_table = one_run(model, p, setups[name], a, table, lay == "unified", sched)
                     cells[(p, lay)][name].append(rate)
                     priced[(p, lay)][name].append(at_table)
+                    if r == 0 and name != "load-aware":
+                        sched = schedules[(name, lay)].schedule if (name, lay) in schedules else None
+                        predicted = replayed_rate(
+                            recording, recorded, setups[name], p, a.waves, table, lay == "unified", sched
+                        )
+                        replays.append(dict(parallel=p, layout=lay, setting=name, replayed=predicted, priced=at_table))
                     print(f"  {p} at once, {lay}, {name}: {rate:.1f} tokens/s", file=sys.stderr, flush=True)
                     for i, ((got, got_m), text) in enumerate(zip(tokens, prompts(p * a.waves))):
                         n_requests += 1
@@ -224,6 +262,7 @@ def main(argv: list[str] | None = None) -> int:
     out = report_data(cells, rows, setups, a, parted, load_start, table)
     out["batched_requests"] = n_requests
     out["priced"] = [verdict(p, lay, priced[(p, lay)]) for p, lay in rows]
+    out["replayed"] = replays
     out["schedules"] = {f"{name}, {lay}": sched.to_dict() for (name, lay), sched in schedules.items()}
     if a.json:
         print(json.dumps(out))
@@ -309,6 +348,7 @@ def report(out: dict[str, Any]) -> None:
     print("\n".join(table_text(out["priced"], names)))
     for which, sched in out["schedules"].items():
         print(f"draft schedule, {which} cache (busy sequences start-end: k): {sched['draft_schedule']}")
+    replay_lines(out["replayed"])
     parted = out["parted"]
     ties = [d for d in parted if d["near_tie"]]
     print(
@@ -331,6 +371,24 @@ def report(out: dict[str, Any]) -> None:
                 f"  outside each other's top two: {d['prompt']!r} token {d['index']} ({d['parallel']} at once, "
                 f"{d['layout']}, {d['setting']}); that row evaluated alone again: {where or 'one run had stopped'}"
             )
+
+
+def replay_lines(replays: list[dict[str, Any]]) -> None:
+    """The burst replay of the recording against each run priced (the first repeat's): the median error and the
+    runs it is more than 5% off."""
+    if not replays:
+        return
+    errors = [r["replayed"] / r["priced"] - 1.0 for r in replays]
+    off = [(r, e) for r, e in zip(replays, errors) if abs(e) > 0.05]
+    print(
+        f"the recording replayed (load_burst) against each run priced: median error "
+        f"{statistics.median(abs(e) for e in errors):.1%}; {len(off)} of {len(replays)} runs more than 5% off:"
+    )
+    for r, e in off:
+        print(
+            f"  {r['parallel']} {r['layout']} {r['setting']}: replayed {r['replayed']:.1f}, "
+            f"priced {r['priced']:.1f} ({e:+.1%})"
+        )
 
 
 if __name__ == "__main__":
