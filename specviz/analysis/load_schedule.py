@@ -36,8 +36,7 @@ uneven drafts cost in a split cache is what the layout prices; nothing else abou
 ``W`` requests per slot replayed from the recording's own requests, their rounds in order
 (:mod:`.load_burst`), so that the slots that fall idle as requests finish and the run's tail with few requests are
 priced too (:func:`burst_schedule`). Under steady load the time spent in that tail is small; in a burst on a split
-cache it can decide: the embedded model's burst of 8 requests, scheduled for steady load, ran 14% below plain
-decoding at the batch-cost table's prices (docs/load.md).
+cache it can decide between drafting and plain decoding at the top busy counts (docs/load.md).
 """
 
 from __future__ import annotations
@@ -207,15 +206,26 @@ def schedule_for_load(
     out = LoadSchedule(busy_max, bool(unified), lane, tuple(ks), label, samples, seed, burst=burst)
     rng = np.random.default_rng(seed)
     if burst is not None:
-        out.rows = burst_schedule(recorded_requests(events, label), table, busy_max, ks, burst, out, rng)
+        requests = recorded_requests(events, label)
+        out.rows = burst_schedule(
+            requests, table, busy_max, ks, burst, samples=samples, unified=out.unified, lane=lane, rng=rng
+        )
     else:
-        out.rows = _steady_rows(rounds, table, busy_max, ks, out, rng)
+        out.rows = _steady_rows(rounds, table, busy_max, ks, samples=samples, unified=out.unified, lane=lane, rng=rng)
     out.schedule = merge_runs([r["draft_max"] for r in out.rows])
     return out
 
 
 def _steady_rows(
-    rounds: Rounds, table: BatchCostTable, busy_max: int, ks: list[int], out: LoadSchedule, rng: np.random.Generator
+    rounds: Rounds,
+    table: BatchCostTable,
+    busy_max: int,
+    ks: list[int],
+    *,
+    samples: int,
+    unified: bool,
+    lane: float,
+    rng: np.random.Generator,
 ) -> list[dict[str, Any]]:
     """The rows under steady load (the module docstring's model)."""
     length, accepted = rounds.length.astype(np.int64), rounds.accepted.astype(np.int64)
@@ -223,11 +233,11 @@ def _steady_rows(
     rows = []
     for p in range(1, busy_max + 1):
         # one draw per step and slot, shared by every k: a quantile of that length's rounds
-        draws = rng.random(size=(out.samples, p))
+        draws = rng.random(size=(samples, p))
         rates = {}
         for k, (verified, tokens) in capped.items():
             picks = np.minimum((draws * len(verified)).astype(np.int64), len(verified) - 1)
-            rates[k] = _rate(table, verified[picks], tokens[picks], out.unified, out.lane_seconds)
+            rates[k] = _rate(table, verified[picks], tokens[picks], unified, lane)
         best = _best(rates)
         rows.append(
             {"busy": p, "draft_max": best, "tokens_per_second": rates, "vs_none": _ratio(rates[best], rates[0])}
@@ -241,24 +251,27 @@ def burst_schedule(
     busy_max: int,
     ks: Sequence[int],
     burst: int,
-    out: LoadSchedule,
+    *,
+    samples: int,
+    unified: bool,
+    lane: float,
     rng: np.random.Generator,
 ) -> list[dict[str, Any]]:
     """The rows for requests that arrive together (:mod:`.load_burst`): busy count ``p``'s length is the one under
     which ``burst × p`` requests queued on ``p`` slots make the most total tokens/s, the lengths at ``1 … p − 1``
     already chosen the same way. A burst on ``p`` slots passes through every busy count below ``p`` as its requests
     finish and never above it, so each length is chosen for the run that reaches it first, with the tail it leaves
-    priced by the lengths below. Per ``p``, ``out.samples`` bursts drawn from ``requests``
+    priced by the lengths below. Per ``p``, ``samples`` bursts drawn from ``requests``
     (:func:`~specviz.analysis.load_burst.draw_bursts`) are shared by every length (common random numbers). A row's
     ``tokens_per_second[k]``: those bursts' total tokens/s with ``k`` at ``p``; its ``vs_none``: the chosen
     lengths' over plain decoding's at every busy count."""
     chosen: list[int] = []
     rows = []
     for p in range(1, busy_max + 1):
-        queues = draw_bursts(len(requests), out.samples, burst * p, rng)
+        queues = draw_bursts(len(requests), samples, burst * p, rng)
 
         def rate(by_busy: list[int], p: int = p, queues: list[list[int]] = queues) -> float:
-            return burst_rate(requests, queues, p, by_busy, table, unified=out.unified, lane=out.lane_seconds)
+            return burst_rate(requests, queues, p, by_busy, table, unified=unified, lane=lane)
 
         rates = {k: rate([*chosen, k]) for k in ks}
         best = _best(rates)
